@@ -1,0 +1,61 @@
+# plexus: the two set-up commands are `make demo` and `make check`.
+#
+#   make demo        install what is missing, build, run the main job
+#   make check       install what is missing, build, run the fast tests
+#   make check-asan  the fast tests under AddressSanitizer + UBSan
+#   make check-slow  the tests labelled slow
+#   make bench       benchmarks, with figures and ratios against baselines
+#   make fuzz        libFuzzer targets, a bounded run each (FUZZ_SECONDS)
+#   make format      clang-format the sources
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+FUZZ_SECONDS ?= 30
+WERROR     ?= 0
+CMAKE_FLAGS = -DPX_WERROR=$(if $(filter 1,$(WERROR)),ON,OFF)
+
+.PHONY: all deps build demo check check-asan check-slow bench fuzz format clean
+
+all: build
+
+deps:
+	@./scripts/install-deps
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	@./scripts/demo $(BUILD)
+
+check: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow
+
+check-slow: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L slow
+
+check-asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPX_SANITIZE=ON $(CMAKE_FLAGS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j $(JOBS) -LE slow
+
+bench: build
+	cmake --build $(BUILD) -j $(JOBS) --target benches
+	@./scripts/bench $(BUILD)
+
+fuzz: deps
+	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPX_FUZZ=ON
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	@./scripts/fuzz $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
