@@ -6,7 +6,7 @@
 #   make check-slow  the tests labelled slow
 #   make bench       benchmarks, with figures and ratios against baselines
 #   make fuzz        libFuzzer targets, a bounded run each (FUZZ_SECONDS)
-#   make format      clang-format the sources
+#   make format      clang-format the sources (format-check: verify)
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -16,7 +16,7 @@ FUZZ_SECONDS ?= 30
 WERROR     ?= 0
 CMAKE_FLAGS = -DPX_WERROR=$(if $(filter 1,$(WERROR)),ON,OFF)
 
-.PHONY: all deps build demo check check-asan check-slow bench fuzz format clean
+.PHONY: all deps build demo check check-asan check-slow bench fuzz format format-check clean
 
 all: build
 
@@ -56,6 +56,9 @@ fuzz: deps
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
+
+format-check:
+	clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h')
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -35,40 +35,40 @@ extern "C" {
 
 #if defined(__GNUC__)
 #define PX_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
-#define PX_NODISCARD __attribute__((warn_unused_result))
+#define PX_NODISCARD         __attribute__((warn_unused_result))
 #else
 #define PX_PRINTF(fmt, args)
 #define PX_NODISCARD
 #endif
 
 #define PX_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-#define PX_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define PX_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define PX_MIN(a, b)    ((a) < (b) ? (a) : (b))
+#define PX_MAX(a, b)    ((a) > (b) ? (a) : (b))
 
 /* ------------------------------------------------------------------ */
 /* Status codes and errors                                             */
 /* ------------------------------------------------------------------ */
 
 /* X(name, value, description).  Values only ever get added at the end. */
-#define PX_STATUS_LIST(X)                                                    \
-    X(PX_OK, 0, "ok")                                                        \
-    X(PX_EINVAL, -1, "invalid argument")                                     \
-    X(PX_ENOMEM, -2, "out of memory")                                        \
-    X(PX_EIO, -3, "input/output error")                                      \
-    X(PX_EPARSE, -4, "malformed input")                                      \
-    X(PX_ERANGE, -5, "value out of range")                                   \
-    X(PX_ENOTFOUND, -6, "not found")                                         \
-    X(PX_EEXIST, -7, "already exists")                                       \
-    X(PX_ELIMIT, -8, "limit exceeded")                                       \
-    X(PX_EUNSUPPORTED, -9, "not supported")                                  \
-    X(PX_EINFEASIBLE, -10, "infeasible")                                     \
-    X(PX_ETIMEOUT, -11, "timed out")                                         \
-    X(PX_ECONTRACT, -12, "numerical contract violated")                      \
-    X(PX_EAUTH, -13, "not authorized")                                       \
-    X(PX_ESTATE, -14, "invalid state")                                       \
-    X(PX_EPEER, -15, "peer failed")                                          \
-    X(PX_EINTERNAL, -16, "internal error")                                   \
-    X(PX_EVALIDATE, -17, "validation failed")                                \
+#define PX_STATUS_LIST(X)                               \
+    X(PX_OK, 0, "ok")                                   \
+    X(PX_EINVAL, -1, "invalid argument")                \
+    X(PX_ENOMEM, -2, "out of memory")                   \
+    X(PX_EIO, -3, "input/output error")                 \
+    X(PX_EPARSE, -4, "malformed input")                 \
+    X(PX_ERANGE, -5, "value out of range")              \
+    X(PX_ENOTFOUND, -6, "not found")                    \
+    X(PX_EEXIST, -7, "already exists")                  \
+    X(PX_ELIMIT, -8, "limit exceeded")                  \
+    X(PX_EUNSUPPORTED, -9, "not supported")             \
+    X(PX_EINFEASIBLE, -10, "infeasible")                \
+    X(PX_ETIMEOUT, -11, "timed out")                    \
+    X(PX_ECONTRACT, -12, "numerical contract violated") \
+    X(PX_EAUTH, -13, "not authorized")                  \
+    X(PX_ESTATE, -14, "invalid state")                  \
+    X(PX_EPEER, -15, "peer failed")                     \
+    X(PX_EINTERNAL, -16, "internal error")              \
+    X(PX_EVALIDATE, -17, "validation failed")           \
     X(PX_EDIVERGED, -18, "replay diverged")
 
 typedef enum px_status {
@@ -90,21 +90,19 @@ typedef struct px_err {
 /* Records `code` and a printf-style message in err (which may be NULL) and
  * returns code, so that `return px_err_set(err, PX_EPARSE, "...")` reads
  * naturally.  Messages longer than the buffer are cut. */
-px_status px_err_set(px_err *err, px_status code, const char *fmt, ...)
-    PX_PRINTF(3, 4);
+px_status px_err_set(px_err *err, px_status code, const char *fmt, ...) PX_PRINTF(3, 4);
 px_status px_err_setv(px_err *err, px_status code, const char *fmt, va_list ap);
 /* Prepends context ("inventory.json: ") to err's message and returns code
  * (the status the failed call returned).  err may be NULL. */
-px_status px_err_prefix(px_err *err, px_status code, const char *fmt, ...)
-    PX_PRINTF(3, 4);
+px_status px_err_prefix(px_err *err, px_status code, const char *fmt, ...) PX_PRINTF(3, 4);
 /* Sets err to PX_OK with an empty message.  err may be NULL. */
 void px_err_clear(px_err *err);
 
 /* Always-on assertion for programmer errors.  Bad input never reaches one. */
-#define PX_ASSERT(cond)                                                       \
-    do {                                                                      \
-        if (!(cond))                                                          \
-            px__assert_fail(#cond, __FILE__, __LINE__);                       \
+#define PX_ASSERT(cond)                                 \
+    do {                                                \
+        if (!(cond))                                    \
+            px__assert_fail(#cond, __FILE__, __LINE__); \
     } while (0)
 _Noreturn void px__assert_fail(const char *expr, const char *file, int line);
 
@@ -138,8 +136,8 @@ void px_diags_init(px_diags *d);
 void px_diags_release(px_diags *d);
 /* Adds a diagnostic; fix may be NULL.  Returns PX_ENOMEM on allocation
  * failure (the diagnostic is then counted as dropped). */
-px_status px_diags_add(px_diags *d, px_severity sev, const char *pointer,
-                       const char *fix, const char *fmt, ...) PX_PRINTF(5, 6);
+px_status px_diags_add(px_diags *d, px_severity sev, const char *pointer, const char *fix,
+                       const char *fmt, ...) PX_PRINTF(5, 6);
 /* Writes "file: /pointer: message (fix: ...)" lines to a string.
  * Returns owned memory (free()) or NULL on allocation failure. */
 char *px_diags_format(const px_diags *d, const char *input_name);
@@ -187,7 +185,10 @@ typedef struct px_strbuf {
 } px_strbuf;
 
 extern char px__strbuf_empty[];
-#define PX_STRBUF_INIT {px__strbuf_empty, 0, 0}
+#define PX_STRBUF_INIT         \
+    {                          \
+        px__strbuf_empty, 0, 0 \
+    }
 
 void px_strbuf_init(px_strbuf *sb);
 void px_strbuf_release(px_strbuf *sb);
@@ -218,11 +219,9 @@ size_t px_strlcpy(char *dst, const char *src, size_t n);
 
 /* Reads a whole file of at most max_bytes into malloc'd memory (NUL
  * appended, not counted in *len).  Larger files fail with PX_ELIMIT. */
-px_status px_read_file(const char *path, size_t max_bytes, char **out,
-                       size_t *len, px_err *err);
+px_status px_read_file(const char *path, size_t max_bytes, char **out, size_t *len, px_err *err);
 /* Writes data to path atomically (temporary file, fsync, rename). */
-px_status px_write_file(const char *path, const void *data, size_t len,
-                        px_err *err);
+px_status px_write_file(const char *path, const void *data, size_t len, px_err *err);
 /* Monotonic clock in nanoseconds. */
 uint64_t px_now_ns(void);
 /* Wall clock, Unix seconds. */
@@ -246,10 +245,9 @@ typedef struct px_json_limits {
 
 /* Parses a document and checks it against the limits.  name is used in
  * messages ("inventory.json:3:14: ...").  Returns a new reference. */
-px_status px_json_parse(const char *text, size_t len, const char *name,
-                        const px_json_limits *lim, json_t **out, px_err *err);
-px_status px_json_load_file(const char *path, const px_json_limits *lim,
-                            json_t **out, px_err *err);
+px_status px_json_parse(const char *text, size_t len, const char *name, const px_json_limits *lim,
+                        json_t **out, px_err *err);
+px_status px_json_load_file(const char *path, const px_json_limits *lim, json_t **out, px_err *err);
 /* Serializes with sorted keys and two-space indentation, the canonical
  * form used for content ids and exports.  Returns owned memory (free()). */
 char *px_json_dump_canonical(const json_t *v);
@@ -270,16 +268,16 @@ px_status px_json_push(json_t *arr, json_t *v);
 
 /* Dimensions and the SI unit each value is stored in. */
 typedef enum px_dim {
-    PX_DIM_NONE = 0,     /* a plain number */
-    PX_DIM_BYTES,        /* B */
-    PX_DIM_BANDWIDTH,    /* B/s */
-    PX_DIM_FLOPS,        /* FLOP/s */
-    PX_DIM_TIME,         /* s */
-    PX_DIM_POWER,        /* W */
-    PX_DIM_ENERGY,       /* J */
-    PX_DIM_TEMPERATURE,  /* K */
-    PX_DIM_MONEY_RATE,   /* $/h */
-    PX_DIM_FREQUENCY,    /* Hz */
+    PX_DIM_NONE = 0,    /* a plain number */
+    PX_DIM_BYTES,       /* B */
+    PX_DIM_BANDWIDTH,   /* B/s */
+    PX_DIM_FLOPS,       /* FLOP/s */
+    PX_DIM_TIME,        /* s */
+    PX_DIM_POWER,       /* W */
+    PX_DIM_ENERGY,      /* J */
+    PX_DIM_TEMPERATURE, /* K */
+    PX_DIM_MONEY_RATE,  /* $/h */
+    PX_DIM_FREQUENCY,   /* Hz */
     PX_DIM_COUNT_
 } px_dim;
 
@@ -328,7 +326,7 @@ typedef struct px_uncertainty {
 typedef struct px_validity {
     const char *param; /* NULL: no validity range */
     px_dim dim;
-    double min, max;   /* NAN: unbounded on that side */
+    double min, max; /* NAN: unbounded on that side */
 } px_validity;
 
 typedef struct px_qty {
@@ -345,16 +343,15 @@ px_qty px_qty_make(double value, px_dim dim);
  * is not PX_DIM_NONE the unit must be of that dimension.  A plain number
  * is accepted only for PX_DIM_NONE.  Rejects NaN, infinities, empty and
  * over-long text, unknown units (the message lists the known ones). */
-px_status px_qty_parse(const char *text, px_dim expect, px_qty *out,
-                       px_err *err);
+px_status px_qty_parse(const char *text, px_dim expect, px_qty *out, px_err *err);
 /* Reads a quantity in JSON form: a string ("3.35 TB/s") or an object
  * {"value": "3.35 TB/s", "provenance": "datasheet", "source": "...",
  *  "at": "2026-01-01T00:00:00Z", "uncertainty": 0.05 | ["3 TB/s","3.4 TB/s"],
  *  "valid": {"param": "transfer_size", "min": "1 MiB", "max": "1 GiB"}}.
  * Strings are copied into arena.  `where` names the place for messages
  * ("inventory.json: /nodes/0/devices/1/memory/0/bandwidth"). */
-px_status px_qty_from_json(const json_t *v, px_dim expect, px_arena *arena,
-                           const char *where, px_qty *out, px_err *err);
+px_status px_qty_from_json(const json_t *v, px_dim expect, px_arena *arena, const char *where,
+                           px_qty *out, px_err *err);
 /* Returns the JSON form: a bare string when the quantity has nothing but a
  * value, else the object form.  New reference; NULL on allocation failure. */
 json_t *px_qty_to_json(const px_qty *q);
@@ -433,8 +430,8 @@ void px_log_set_sink(px_log_sink sink, void *ud);
 void px_log(px_log_level level, const char *fmt, ...) PX_PRINTF(2, 3);
 
 #define px_log_error(...) px_log(PX_LOG_ERROR, __VA_ARGS__)
-#define px_log_warn(...) px_log(PX_LOG_WARN, __VA_ARGS__)
-#define px_log_info(...) px_log(PX_LOG_INFO, __VA_ARGS__)
+#define px_log_warn(...)  px_log(PX_LOG_WARN, __VA_ARGS__)
+#define px_log_info(...)  px_log(PX_LOG_INFO, __VA_ARGS__)
 #define px_log_debug(...) px_log(PX_LOG_DEBUG, __VA_ARGS__)
 
 /* The library's version ("0.1.0"). */

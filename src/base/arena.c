@@ -1,7 +1,7 @@
 /* A bump allocator over a list of blocks. */
 #include "base/common.h"
 
-#define ARENA_ALIGN 16
+#define ARENA_ALIGN         16
 #define ARENA_DEFAULT_BLOCK (64 * 1024)
 
 typedef struct arena_block {

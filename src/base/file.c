@@ -6,13 +6,12 @@
 #include <time.h>
 #include <unistd.h>
 
-px_status px_read_file(const char *path, size_t max_bytes, char **out,
-                       size_t *len, px_err *err)
+px_status px_read_file(const char *path, size_t max_bytes, char **out, size_t *len, px_err *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return px_err_set(err, errno == ENOENT ? PX_ENOTFOUND : PX_EIO,
-                          "%s: cannot open: %s", path, strerror(errno));
+        return px_err_set(err, errno == ENOENT ? PX_ENOTFOUND : PX_EIO, "%s: cannot open: %s", path,
+                          strerror(errno));
     struct stat stbuf;
     if (fstat(fd, &stbuf) != 0) {
         int e = errno;
@@ -26,8 +25,8 @@ px_status px_read_file(const char *path, size_t max_bytes, char **out,
     if (S_ISREG(stbuf.st_mode) && (uint64_t)stbuf.st_size > max_bytes) {
         close(fd);
         return px_err_set(err, PX_ELIMIT,
-                          "%s: file is %lld bytes, more than the limit of %zu bytes",
-                          path, (long long)stbuf.st_size, max_bytes);
+                          "%s: file is %lld bytes, more than the limit of %zu bytes", path,
+                          (long long)stbuf.st_size, max_bytes);
     }
     /* Read in chunks: special files report no size. */
     size_t cap = S_ISREG(stbuf.st_mode) ? (size_t)stbuf.st_size + 1 : 4096;
@@ -42,8 +41,7 @@ px_status px_read_file(const char *path, size_t max_bytes, char **out,
             if (cap > max_bytes + 1) {
                 free(buf);
                 close(fd);
-                return px_err_set(err, PX_ELIMIT,
-                                  "%s: more than the limit of %zu bytes", path,
+                return px_err_set(err, PX_ELIMIT, "%s: more than the limit of %zu bytes", path,
                                   max_bytes);
             }
             size_t ncap = cap * 2;
@@ -71,8 +69,8 @@ px_status px_read_file(const char *path, size_t max_bytes, char **out,
         if (n > max_bytes) {
             free(buf);
             close(fd);
-            return px_err_set(err, PX_ELIMIT, "%s: more than the limit of %zu bytes",
-                              path, max_bytes);
+            return px_err_set(err, PX_ELIMIT, "%s: more than the limit of %zu bytes", path,
+                              max_bytes);
         }
     }
     close(fd);
@@ -83,16 +81,14 @@ px_status px_read_file(const char *path, size_t max_bytes, char **out,
     return PX_OK;
 }
 
-px_status px_write_file(const char *path, const void *data, size_t len,
-                        px_err *err)
+px_status px_write_file(const char *path, const void *data, size_t len, px_err *err)
 {
     char *tmp = px_asprintf("%s.tmp.%ld", path, (long)getpid());
     if (!tmp)
         return px_err_set(err, PX_ENOMEM, "%s: out of memory", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        px_status st = px_err_set(err, PX_EIO, "%s: cannot create: %s", path,
-                                  strerror(errno));
+        px_status st = px_err_set(err, PX_EIO, "%s: cannot create: %s", path, strerror(errno));
         free(tmp);
         return st;
     }
@@ -154,10 +150,9 @@ px_status px_time_parse(const char *text, int64_t *out, px_err *err)
     char z = 0;
     int used = 0;
     if (strlen(text) != 20 ||
-        sscanf(text, "%4d-%2d-%2dT%2d:%2d:%2d%c%n", &y, &mo, &d, &h, &mi, &s, &z,
-               &used) != 7 ||
-        z != 'Z' || used != 20 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 ||
-        mi > 59 || s > 60 || y < 1970 || y > 9999)
+        sscanf(text, "%4d-%2d-%2dT%2d:%2d:%2d%c%n", &y, &mo, &d, &h, &mi, &s, &z, &used) != 7 ||
+        z != 'Z' || used != 20 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 ||
+        s > 60 || y < 1970 || y > 9999)
         return px_err_set(err, PX_EPARSE,
                           "\"%.40s\" is not a UTC time; write it as RFC 3339 with a Z, "
                           "e.g. \"2026-11-29T16:25:10Z\"",

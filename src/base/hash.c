@@ -47,8 +47,8 @@ px_status px_sha256_file(const char *path, px_digest *out, px_err *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return px_err_set(err, errno == ENOENT ? PX_ENOTFOUND : PX_EIO,
-                          "%s: cannot open: %s", path, strerror(errno));
+        return px_err_set(err, errno == ENOENT ? PX_ENOTFOUND : PX_EIO, "%s: cannot open: %s", path,
+                          strerror(errno));
     px_sha256_ctx *h;
     px_status st = px_sha256_new(&h, err);
     if (st != PX_OK) {

@@ -1,9 +1,9 @@
 /* Bounded JSON parsing and canonical serialization over jansson. */
 #include "base/common.h"
 
-#define DEFAULT_MAX_BYTES ((size_t)64 << 20)
-#define DEFAULT_MAX_DEPTH 64
-#define DEFAULT_MAX_STRING ((size_t)64 << 10)
+#define DEFAULT_MAX_BYTES    ((size_t)64 << 20)
+#define DEFAULT_MAX_DEPTH    64
+#define DEFAULT_MAX_STRING   ((size_t)64 << 10)
 #define DEFAULT_MAX_ELEMENTS ((size_t)1000000)
 
 static px_json_limits limits_or_default(const px_json_limits *lim)
@@ -25,8 +25,8 @@ static px_json_limits limits_or_default(const px_json_limits *lim)
 /* Walks the parsed document; jansson bounds its own parse depth (2048), so
  * the recursion here is bounded too.  path collects the JSON pointer of the
  * offending value for the message. */
-static px_status check_limits(const json_t *v, const px_json_limits *l,
-                              size_t depth, px_strbuf *path, px_err *err)
+static px_status check_limits(const json_t *v, const px_json_limits *l, size_t depth,
+                              px_strbuf *path, px_err *err)
 {
     if (depth > l->max_depth)
         return px_err_set(err, PX_ELIMIT,
@@ -37,8 +37,7 @@ static px_status check_limits(const json_t *v, const px_json_limits *l,
         if (json_string_length(v) > l->max_string)
             return px_err_set(err, PX_ELIMIT,
                               "%s: string of %zu bytes is longer than the limit of %zu",
-                              path->len ? path->buf : "/", json_string_length(v),
-                              l->max_string);
+                              path->len ? path->buf : "/", json_string_length(v), l->max_string);
         return PX_OK;
     case JSON_ARRAY: {
         size_t n = json_array_size(v);
@@ -65,7 +64,8 @@ static px_status check_limits(const json_t *v, const px_json_limits *l,
                               path->len ? path->buf : "/", n, l->max_elements);
         const char *key;
         json_t *child;
-        json_object_foreach((json_t *)v, key, child) {
+        json_object_foreach((json_t *)v, key, child)
+        {
             if (strlen(key) > l->max_string)
                 return px_err_set(err, PX_ELIMIT,
                                   "%s: a member name is longer than the limit of %zu",
@@ -91,21 +91,20 @@ static px_status check_limits(const json_t *v, const px_json_limits *l,
     }
 }
 
-px_status px_json_parse(const char *text, size_t len, const char *name,
-                        const px_json_limits *lim, json_t **out, px_err *err)
+px_status px_json_parse(const char *text, size_t len, const char *name, const px_json_limits *lim,
+                        json_t **out, px_err *err)
 {
     px_json_limits l = limits_or_default(lim);
     if (!name)
         name = "input";
     if (len > l.max_bytes)
         return px_err_set(err, PX_ELIMIT,
-                          "%s: document is %zu bytes, more than the limit of %zu bytes",
-                          name, len, l.max_bytes);
+                          "%s: document is %zu bytes, more than the limit of %zu bytes", name, len,
+                          l.max_bytes);
     json_error_t jerr;
     json_t *v = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!v)
-        return px_err_set(err, PX_EPARSE, "%s:%d:%d: %s", name, jerr.line,
-                          jerr.column, jerr.text);
+        return px_err_set(err, PX_EPARSE, "%s:%d:%d: %s", name, jerr.line, jerr.column, jerr.text);
     px_strbuf path = PX_STRBUF_INIT;
     px_status st = check_limits(v, &l, 0, &path, err);
     px_strbuf_release(&path);
@@ -117,8 +116,7 @@ px_status px_json_parse(const char *text, size_t len, const char *name,
     return PX_OK;
 }
 
-px_status px_json_load_file(const char *path, const px_json_limits *lim,
-                            json_t **out, px_err *err)
+px_status px_json_load_file(const char *path, const px_json_limits *lim, json_t **out, px_err *err)
 {
     px_json_limits l = limits_or_default(lim);
     char *text;
@@ -153,14 +151,13 @@ char *px_json_dump_canonical(const json_t *v)
 
 char *px_json_dump_line(const json_t *v)
 {
-    return json_dumps(v, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(17) |
-                             JSON_ENCODE_ANY);
+    return json_dumps(v, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(17) | JSON_ENCODE_ANY);
 }
 
 void px_json_digest_hex(const json_t *v, char out[65])
 {
-    char *s = json_dumps(v, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(17) |
-                                JSON_ENCODE_ANY);
+    char *s =
+        json_dumps(v, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(17) | JSON_ENCODE_ANY);
     px_digest d;
     px_sha256(s ? s : "", s ? strlen(s) : 0, &d);
     free(s);

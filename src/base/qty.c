@@ -8,7 +8,7 @@ typedef struct unit {
     double factor; /* SI value = number * factor / divisor + offset */
     double offset;
     double divisor; /* 0 means 1; dividing keeps 700 ns exactly 7e-7 s */
-    bool display;  /* used when printing */
+    bool display;   /* used when printing */
 } unit;
 
 #define K1 1e3
@@ -23,10 +23,10 @@ static const unit units[] = {
     {"TB", PX_DIM_BYTES, 1e12, 0, 0, true},
     {"PB", PX_DIM_BYTES, 1e15, 0, 0, true},
     {"KiB", PX_DIM_BYTES, KI, 0, 0, false},
-    {"MiB", PX_DIM_BYTES, KI * KI, 0, 0, false},
-    {"GiB", PX_DIM_BYTES, KI * KI * KI, 0, 0, false},
-    {"TiB", PX_DIM_BYTES, KI * KI * KI * KI, 0, 0, false},
-    {"PiB", PX_DIM_BYTES, KI * KI * KI * KI * KI, 0, 0, false},
+    {"MiB", PX_DIM_BYTES, KI *KI, 0, 0, false},
+    {"GiB", PX_DIM_BYTES, KI *KI *KI, 0, 0, false},
+    {"TiB", PX_DIM_BYTES, KI *KI *KI *KI, 0, 0, false},
+    {"PiB", PX_DIM_BYTES, KI *KI *KI *KI *KI, 0, 0, false},
     /* bandwidth */
     {"B/s", PX_DIM_BANDWIDTH, 1, 0, 0, true},
     {"kB/s", PX_DIM_BANDWIDTH, 1e3, 0, 0, true},
@@ -35,9 +35,9 @@ static const unit units[] = {
     {"TB/s", PX_DIM_BANDWIDTH, 1e12, 0, 0, true},
     {"PB/s", PX_DIM_BANDWIDTH, 1e15, 0, 0, true},
     {"KiB/s", PX_DIM_BANDWIDTH, KI, 0, 0, false},
-    {"MiB/s", PX_DIM_BANDWIDTH, KI * KI, 0, 0, false},
-    {"GiB/s", PX_DIM_BANDWIDTH, KI * KI * KI, 0, 0, false},
-    {"TiB/s", PX_DIM_BANDWIDTH, KI * KI * KI * KI, 0, 0, false},
+    {"MiB/s", PX_DIM_BANDWIDTH, KI *KI, 0, 0, false},
+    {"GiB/s", PX_DIM_BANDWIDTH, KI *KI *KI, 0, 0, false},
+    {"TiB/s", PX_DIM_BANDWIDTH, KI *KI *KI *KI, 0, 0, false},
     {"bit/s", PX_DIM_BANDWIDTH, 1, 0, 8, false},
     {"kbit/s", PX_DIM_BANDWIDTH, 125, 0, 0, false},
     {"Mbit/s", PX_DIM_BANDWIDTH, 125e3, 0, 0, false},
@@ -82,7 +82,9 @@ static const unit units[] = {
     /* temperature */
     {"K", PX_DIM_TEMPERATURE, 1, 0, 0, true},
     {"C", PX_DIM_TEMPERATURE, 1, 273.15, 0, false},
-    {"\xc2\xb0" "C", PX_DIM_TEMPERATURE, 1, 273.15, 0, false},
+    {"\xc2\xb0"
+     "C",
+     PX_DIM_TEMPERATURE, 1, 273.15, 0, false},
     /* money */
     {"$/h", PX_DIM_MONEY_RATE, 1, 0, 0, true},
     /* frequency */
@@ -115,17 +117,22 @@ static double unit_scale(const unit *u)
 }
 
 static const char *dim_names[PX_DIM_COUNT_] = {
-    [PX_DIM_NONE] = "number",         [PX_DIM_BYTES] = "bytes",
-    [PX_DIM_BANDWIDTH] = "bandwidth", [PX_DIM_FLOPS] = "compute",
-    [PX_DIM_TIME] = "time",           [PX_DIM_POWER] = "power",
-    [PX_DIM_ENERGY] = "energy",       [PX_DIM_TEMPERATURE] = "temperature",
-    [PX_DIM_MONEY_RATE] = "money rate", [PX_DIM_FREQUENCY] = "frequency",
+    [PX_DIM_NONE] = "number",
+    [PX_DIM_BYTES] = "bytes",
+    [PX_DIM_BANDWIDTH] = "bandwidth",
+    [PX_DIM_FLOPS] = "compute",
+    [PX_DIM_TIME] = "time",
+    [PX_DIM_POWER] = "power",
+    [PX_DIM_ENERGY] = "energy",
+    [PX_DIM_TEMPERATURE] = "temperature",
+    [PX_DIM_MONEY_RATE] = "money rate",
+    [PX_DIM_FREQUENCY] = "frequency",
 };
 
 static const char *dim_units[PX_DIM_COUNT_] = {
-    [PX_DIM_NONE] = "",     [PX_DIM_BYTES] = "B",   [PX_DIM_BANDWIDTH] = "B/s",
-    [PX_DIM_FLOPS] = "FLOP/s", [PX_DIM_TIME] = "s", [PX_DIM_POWER] = "W",
-    [PX_DIM_ENERGY] = "J",  [PX_DIM_TEMPERATURE] = "K", [PX_DIM_MONEY_RATE] = "$/h",
+    [PX_DIM_NONE] = "",        [PX_DIM_BYTES] = "B",       [PX_DIM_BANDWIDTH] = "B/s",
+    [PX_DIM_FLOPS] = "FLOP/s", [PX_DIM_TIME] = "s",        [PX_DIM_POWER] = "W",
+    [PX_DIM_ENERGY] = "J",     [PX_DIM_TEMPERATURE] = "K", [PX_DIM_MONEY_RATE] = "$/h",
     [PX_DIM_FREQUENCY] = "Hz",
 };
 
@@ -191,11 +198,14 @@ px_status px_qty_parse(const char *text, px_dim expect, px_qty *out, px_err *err
         return px_err_set(err, PX_EINVAL, "no quantity given");
     size_t len = strlen(text);
     if (len == 0)
-        return px_err_set(err, PX_EPARSE, "empty quantity; write a number and a unit, "
-                                          "e.g. \"80 GiB\"");
+        return px_err_set(err, PX_EPARSE,
+                          "empty quantity; write a number and a unit, "
+                          "e.g. \"80 GiB\"");
     if (len > 64)
-        return px_err_set(err, PX_ELIMIT, "quantity \"%.32s...\" is longer than 64 "
-                                          "characters", text);
+        return px_err_set(err, PX_ELIMIT,
+                          "quantity \"%.32s...\" is longer than 64 "
+                          "characters",
+                          text);
     const char *p = text;
     while (*p == ' ')
         p++;
@@ -218,8 +228,7 @@ px_status px_qty_parse(const char *text, px_dim expect, px_qty *out, px_err *err
     }
     if (!digits)
         return px_err_set(err, PX_EPARSE,
-                          "\"%s\" does not start with a number; write e.g. \"3.35 TB/s\"",
-                          text);
+                          "\"%s\" does not start with a number; write e.g. \"3.35 TB/s\"", text);
     char numbuf[72];
     size_t nlen = (size_t)(p - num);
     memcpy(numbuf, num, nlen);
@@ -242,8 +251,8 @@ px_status px_qty_parse(const char *text, px_dim expect, px_qty *out, px_err *err
         if (expect != PX_DIM_NONE) {
             char known[512];
             list_units(expect, known, sizeof known);
-            return px_err_set(err, PX_EPARSE, "\"%s\" has no unit; a %s needs one of: %s",
-                              text, px_dim_name(expect), known);
+            return px_err_set(err, PX_EPARSE, "\"%s\" has no unit; a %s needs one of: %s", text,
+                              px_dim_name(expect), known);
         }
         q.value = x;
         *out = q;
@@ -255,9 +264,8 @@ px_status px_qty_parse(const char *text, px_dim expect, px_qty *out, px_err *err
         if (expect != PX_DIM_NONE && units[i].dim != expect) {
             char known[512];
             list_units(expect, known, sizeof known);
-            return px_err_set(err, PX_EPARSE,
-                              "\"%s\" is a %s but a %s is expected; use one of: %s", text,
-                              px_dim_name(units[i].dim), px_dim_name(expect), known);
+            return px_err_set(err, PX_EPARSE, "\"%s\" is a %s but a %s is expected; use one of: %s",
+                              text, px_dim_name(units[i].dim), px_dim_name(expect), known);
         }
         q.dim = units[i].dim;
         q.value = unit_value(&units[i], x);
@@ -270,10 +278,9 @@ px_status px_qty_parse(const char *text, px_dim expect, px_qty *out, px_err *err
     list_units(expect, known, sizeof known);
     if (ulen == 2 && u[0] == 'K' && u[1] == 'B')
         return px_err_set(err, PX_EPARSE,
-                          "\"%s\": \"KB\" is ambiguous; write kB (1000 bytes) or KiB (1024)",
-                          text);
-    return px_err_set(err, PX_EPARSE, "\"%s\": unknown unit \"%.*s\"; known units: %s",
-                      text, (int)(ulen > 16 ? 16 : ulen), u, known);
+                          "\"%s\": \"KB\" is ambiguous; write kB (1000 bytes) or KiB (1024)", text);
+    return px_err_set(err, PX_EPARSE, "\"%s\": unknown unit \"%.*s\"; known units: %s", text,
+                      (int)(ulen > 16 ? 16 : ulen), u, known);
 }
 
 /* Shortest %g text of the number that reads back as exactly target. */
@@ -308,8 +315,7 @@ size_t px_qty_format(double value, px_dim dim, char *buf, size_t n)
             if (units[i].dim != PX_DIM_BYTES || units[i].factor < 1024 ||
                 fmod(units[i].factor, 1024.0) != 0)
                 continue;
-            if (fmod(mag, units[i].factor) == 0 &&
-                (!best || units[i].factor > best->factor))
+            if (fmod(mag, units[i].factor) == 0 && (!best || units[i].factor > best->factor))
                 best = &units[i];
         }
         if (best && mag / best->factor >= 1024 * 1024) /* too many digits */
@@ -384,8 +390,8 @@ static px_status bad(px_err *err, const char *where, const char *fmt, const char
     return px_err_prefix(err, PX_EPARSE, "%s: ", where ? where : "quantity");
 }
 
-px_status px_qty_from_json(const json_t *v, px_dim expect, px_arena *arena,
-                           const char *where, px_qty *out, px_err *err)
+px_status px_qty_from_json(const json_t *v, px_dim expect, px_arena *arena, const char *where,
+                           px_qty *out, px_err *err)
 {
     if (!where)
         where = "quantity";
@@ -401,14 +407,14 @@ px_status px_qty_from_json(const json_t *v, px_dim expect, px_arena *arena,
         return PX_OK;
     }
     if (!json_is_object(v)) {
-        px_err_set(err, PX_EPARSE,
-                   "expected a quantity such as \"3.35 TB/s\" (a %s), found %s",
+        px_err_set(err, PX_EPARSE, "expected a quantity such as \"3.35 TB/s\" (a %s), found %s",
                    px_dim_name(expect), px_json_type_name(v));
         return px_err_prefix(err, PX_EPARSE, "%s: ", where);
     }
     const char *key;
     json_t *child;
-    json_object_foreach((json_t *)v, key, child) {
+    json_object_foreach((json_t *)v, key, child)
+    {
         if (strcmp(key, "value") && strcmp(key, "provenance") && strcmp(key, "source") &&
             strcmp(key, "at") && strcmp(key, "uncertainty") && strcmp(key, "valid"))
             return bad(err, where,
@@ -460,8 +466,7 @@ px_status px_qty_from_json(const json_t *v, px_dim expect, px_arena *arena,
             px_qty lo, hi;
             st = px_qty_from_json(json_array_get(ju, 0), out->dim, arena, where, &lo, err);
             if (st == PX_OK)
-                st = px_qty_from_json(json_array_get(ju, 1), out->dim, arena, where, &hi,
-                                      err);
+                st = px_qty_from_json(json_array_get(ju, 1), out->dim, arena, where, &hi, err);
             if (st != PX_OK)
                 return st;
             if (!(lo.value <= out->value && out->value <= hi.value))
@@ -508,13 +513,13 @@ px_status px_qty_from_json(const json_t *v, px_dim expect, px_arena *arena,
             out->valid.max = b.value;
             out->valid.dim = b.dim;
         }
-        if (!isnan(out->valid.min) && !isnan(out->valid.max) &&
-            out->valid.min > out->valid.max)
+        if (!isnan(out->valid.min) && !isnan(out->valid.max) && out->valid.min > out->valid.max)
             return bad(err, where, "%s", "valid min is above valid max");
         for (const char *k = "param"; k; k = NULL) {
             const char *key2;
             json_t *c2;
-            json_object_foreach(jval, key2, c2) {
+            json_object_foreach(jval, key2, c2)
+            {
                 if (strcmp(key2, "param") && strcmp(key2, "min") && strcmp(key2, "max"))
                     return bad(err, where, "valid has an unknown member \"%s\"", key2);
             }
@@ -536,8 +541,7 @@ json_t *px_qty_to_json(const px_qty *q)
         return NULL;
     bool ok = px_json_set(o, "value", json_string(text)) == PX_OK;
     if (ok && q->prov.kind != PX_PROV_UNSPECIFIED)
-        ok = px_json_set(o, "provenance", json_string(px_prov_kind_name(q->prov.kind))) ==
-             PX_OK;
+        ok = px_json_set(o, "provenance", json_string(px_prov_kind_name(q->prov.kind))) == PX_OK;
     if (ok && q->prov.source)
         ok = px_json_set(o, "source", json_string(q->prov.source)) == PX_OK;
     if (ok && q->prov.at) {

@@ -4,8 +4,8 @@
 const char *px_status_str(px_status code)
 {
     switch (code) {
-#define X(name, value, text)                                                  \
-    case name:                                                                \
+#define X(name, value, text) \
+    case name:               \
         return text;
         PX_STATUS_LIST(X)
 #undef X
@@ -16,8 +16,8 @@ const char *px_status_str(px_status code)
 const char *px_status_name(px_status code)
 {
     switch (code) {
-#define X(name, value, text)                                                  \
-    case name:                                                                \
+#define X(name, value, text) \
+    case name:               \
         return #name;
         PX_STATUS_LIST(X)
 #undef X
@@ -72,8 +72,7 @@ void px_err_clear(px_err *err)
 
 void px__assert_fail(const char *expr, const char *file, int line)
 {
-    fprintf(stderr, "plexus: internal error: assertion `%s` failed at %s:%d\n",
-            expr, file, line);
+    fprintf(stderr, "plexus: internal error: assertion `%s` failed at %s:%d\n", expr, file, line);
     fflush(stderr);
     abort();
 }
@@ -108,8 +107,8 @@ void px_diags_release(px_diags *d)
     d->max = max;
 }
 
-px_status px_diags_add(px_diags *d, px_severity sev, const char *pointer,
-                       const char *fix, const char *fmt, ...)
+px_status px_diags_add(px_diags *d, px_severity sev, const char *pointer, const char *fix,
+                       const char *fmt, ...)
 {
     if (sev == PX_SEV_ERROR)
         d->n_errors++;
@@ -169,15 +168,15 @@ char *px_diags_format(const px_diags *d, const char *input_name)
     for (size_t i = 0; i < d->n; i++) {
         const px_diag *g = &d->items[i];
         px_strbuf_addf(&sb, "%s: %s: %s: %s", input_name ? input_name : "input",
-                       severity_name(g->severity),
-                       g->pointer[0] ? g->pointer : "(document)", g->message);
+                       severity_name(g->severity), g->pointer[0] ? g->pointer : "(document)",
+                       g->message);
         if (g->fix)
             px_strbuf_addf(&sb, "\n    fix: %s", g->fix);
         px_strbuf_addch(&sb, '\n');
     }
     if (d->n_dropped)
-        px_strbuf_addf(&sb, "%s: %zu more problems not shown\n",
-                       input_name ? input_name : "input", d->n_dropped);
+        px_strbuf_addf(&sb, "%s: %zu more problems not shown\n", input_name ? input_name : "input",
+                       d->n_dropped);
     return px_strbuf_detach(&sb, NULL);
 }
 
@@ -188,9 +187,8 @@ json_t *px_diags_to_json(const px_diags *d)
         return NULL;
     for (size_t i = 0; i < d->n; i++) {
         const px_diag *g = &d->items[i];
-        json_t *o = json_pack("{s:s, s:s, s:s}", "severity",
-                              severity_name(g->severity), "pointer", g->pointer,
-                              "message", g->message);
+        json_t *o = json_pack("{s:s, s:s, s:s}", "severity", severity_name(g->severity), "pointer",
+                              g->pointer, "message", g->message);
         if (!o)
             goto fail;
         if (g->fix && json_object_set_new(o, "fix", json_string(g->fix)) != 0) {

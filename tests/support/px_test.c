@@ -102,8 +102,7 @@ static void drain(int fd, px_strbuf *sb)
         px_strbuf_add(sb, buf, (size_t)n);
 }
 
-int px_test_run_input(char *const argv[], const char *input, int timeout_s,
-                      char **out, char **err)
+int px_test_run_input(char *const argv[], const char *input, int timeout_s, char **out, char **err)
 {
     int po[2], pe[2], pi[2];
     if (pipe(po) || pipe(pe) || pipe(pi))

@@ -32,8 +32,7 @@ const char *px_test_plexus_bin(void);
  * start; a timeout kills the process and returns -2. */
 int px_test_run(char *const argv[], int timeout_s, char **out, char **err);
 /* Like px_test_run, with stdin fed from `input` (may be NULL). */
-int px_test_run_input(char *const argv[], const char *input, int timeout_s,
-                      char **out, char **err);
+int px_test_run_input(char *const argv[], const char *input, int timeout_s, char **out, char **err);
 
 static inline const char *px__test_err_msg(const px_err *e)
 {
@@ -41,21 +40,19 @@ static inline const char *px__test_err_msg(const px_err *e)
 }
 
 /* Asserts that a px_status is PX_OK, printing the error message if not. */
-#define px_assert_ok(expr, errp)                                              \
-    do {                                                                      \
-        px_status px__st = (expr);                                            \
-        if (px__st != PX_OK)                                                  \
-            fail_msg("%s returned %s: %s", #expr, px_status_name(px__st),     \
-                     px__test_err_msg(errp));                                 \
+#define px_assert_ok(expr, errp)                                                                   \
+    do {                                                                                           \
+        px_status px__st = (expr);                                                                 \
+        if (px__st != PX_OK)                                                                       \
+            fail_msg("%s returned %s: %s", #expr, px_status_name(px__st), px__test_err_msg(errp)); \
     } while (0)
 
 /* Asserts that haystack contains needle, printing both if not. */
-#define px_assert_contains(haystack, needle)                                  \
-    do {                                                                      \
-        const char *px__h = (haystack), *px__n = (needle);                    \
-        if (!px__h || !strstr(px__h, px__n))                                  \
-            fail_msg("expected to find \"%s\" in:\n%s", px__n,                \
-                     px__h ? px__h : "(null)");                               \
+#define px_assert_contains(haystack, needle)                                              \
+    do {                                                                                  \
+        const char *px__h = (haystack), *px__n = (needle);                                \
+        if (!px__h || !strstr(px__h, px__n))                                              \
+            fail_msg("expected to find \"%s\" in:\n%s", px__n, px__h ? px__h : "(null)"); \
     } while (0)
 
 #endif

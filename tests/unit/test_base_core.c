@@ -67,8 +67,7 @@ static void test_json_limits_refuse_hostile_documents(void **state)
     (void)state;
     px_err err;
     json_t *v;
-    px_json_limits lim = {.max_bytes = 1000, .max_depth = 4, .max_string = 8,
-                          .max_elements = 3};
+    px_json_limits lim = {.max_bytes = 1000, .max_depth = 4, .max_string = 8, .max_elements = 3};
     const char *ok = "{\"a\": [1, 2, {\"b\": \"short\"}]}";
     px_assert_ok(px_json_parse(ok, strlen(ok), "doc", &lim, &v, &err), &err);
     json_decref(v);
@@ -145,8 +144,7 @@ static void test_sha256_known_answers(void **state)
     char hex[65];
     px_sha256("abc", 3, &d);
     px_digest_hex(&d, hex);
-    assert_string_equal(hex,
-                        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     px_digest back;
     assert_int_equal(px_digest_parse(hex, &back), PX_OK);
     assert_memory_equal(back.bytes, d.bytes, 32);

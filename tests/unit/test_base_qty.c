@@ -148,8 +148,8 @@ static void test_qty_json_forms(void **state)
     json_t *back = px_qty_to_json(&q);
     px_qty q2;
     px_assert_ok(px_qty_from_json(back, PX_DIM_BANDWIDTH, a, "x", &q2, &err), &err);
-    assert_true(q2.value == q.value && q2.unc.rel == q.unc.rel &&
-                q2.valid.min == q.valid.min && q2.prov.at == q.prov.at);
+    assert_true(q2.value == q.value && q2.unc.rel == q.unc.rel && q2.valid.min == q.valid.min &&
+                q2.prov.at == q.prov.at);
     json_decref(back);
     json_decref(v);
 

@@ -1,0 +1,454 @@
+/*
+ * plexus/hw.h: the hardware graph.
+ *
+ * One graph describes the hardware plexus can place work on: nodes
+ * (machines) holding devices (GPUs, CPUs, NPUs, TPUs, FPGAs) and memory
+ * tiers, directional links between devices and nodes, and domains (power,
+ * cooling, rack, zone, region) that fail or throttle together.  Every
+ * number is a px_qty with its provenance and uncertainty.  Graphs are read
+ * from `plexus.inventory/1` JSON (docs/formats/inventory.md), checked
+ * against every rule of that format at once, and exported back in a
+ * canonical form whose SHA-256 is a stable content id.
+ *
+ * A device may name an entry of the built-in device catalogue
+ * (`"catalog": "nvidia-h100-sxm5"`) whose sourced figures fill in what the
+ * inventory leaves out; the inventory's own members override it.
+ *
+ *     px_diags diags;
+ *     px_diags_init(&diags);
+ *     px_hw_graph *g;
+ *     px_err err;
+ *     if (px_hw_graph_load("inventory.json", NULL, &g, &diags, &err) != PX_OK) {
+ *         char *report = px_diags_format(&diags, "inventory.json");
+ *         fputs(report ? report : err.msg, stderr);
+ *         free(report);
+ *     } else {
+ *         const px_hw_view *v = px_hw_graph_view(g);
+ *         for (size_t i = 0; i < v->n_devices; i++)
+ *             printf("%s %g B\n", v->devices[i].global_id,
+ *                    px_hw_device_memory_capacity(&v->devices[i]));
+ *         uint32_t a, b;
+ *         px_hw_path path;
+ *         if (px_hw_graph_find_endpoint(g, "n1.gpu0", &a) &&
+ *             px_hw_graph_find_endpoint(g, "n2.gpu0", &b) &&
+ *             px_hw_graph_path(g, a, b, PX_HW_PATH_WIDEST, 0, &path, &err) == PX_OK) {
+ *             printf("%g B/s, %g s\n", path.bandwidth, path.latency);
+ *             px_hw_path_release(&path);
+ *         }
+ *         px_hw_graph_free(g);
+ *     }
+ *     px_diags_release(&diags);
+ *
+ * A graph is immutable once built: every pointer reachable from its view
+ * stays valid and unchanged until px_hw_graph_free, and any number of
+ * threads may read one graph at once.  Strings and arrays in the view live
+ * in the graph's arena; callers never free them.
+ */
+#ifndef PLEXUS_HW_H
+#define PLEXUS_HW_H
+
+#include "plexus/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An index that refers to nothing (no parent domain, no contention group). */
+#define PX_HW_NONE UINT32_MAX
+
+/* Whether a quantity of the view is present.  Absent quantities are all
+ * zero, so their dim is PX_DIM_NONE; present ones always carry their
+ * dimension (a compute rate is PX_DIM_FLOPS, a capacity PX_DIM_BYTES). */
+#define px_hw_has(q) ((q).dim != PX_DIM_NONE)
+
+/* ------------------------------------------------------------------ */
+/* Enumerations and their names                                        */
+/* ------------------------------------------------------------------ */
+
+/* Number formats a device computes in; compute[] is indexed by these. */
+typedef enum px_hw_dtype {
+    PX_HW_DTYPE_F64 = 0,
+    PX_HW_DTYPE_F32,
+    PX_HW_DTYPE_TF32,
+    PX_HW_DTYPE_BF16,
+    PX_HW_DTYPE_F16,
+    PX_HW_DTYPE_FP8,
+    PX_HW_DTYPE_INT8,
+    PX_HW_DTYPE_INT4,
+    PX_HW_DTYPE_COUNT
+} px_hw_dtype;
+
+typedef enum px_hw_class {
+    PX_HW_CLASS_GPU = 0,
+    PX_HW_CLASS_CPU,
+    PX_HW_CLASS_NPU,
+    PX_HW_CLASS_TPU,
+    PX_HW_CLASS_FPGA,
+    PX_HW_CLASS_COUNT
+} px_hw_class;
+
+/* Memory tier kinds.  hbm, gddr, sram are device-local; ddr is device-local
+ * (unified memory) or a node's; cxl, nvme, remote belong to nodes. */
+typedef enum px_hw_mem_kind {
+    PX_HW_MEM_HBM = 0,
+    PX_HW_MEM_GDDR,
+    PX_HW_MEM_DDR,
+    PX_HW_MEM_SRAM,
+    PX_HW_MEM_CXL,
+    PX_HW_MEM_NVME,
+    PX_HW_MEM_REMOTE,
+    PX_HW_MEM_COUNT
+} px_hw_mem_kind;
+
+typedef enum px_hw_link_kind {
+    PX_HW_LINK_NVLINK3 = 0,
+    PX_HW_LINK_NVLINK4,
+    PX_HW_LINK_NVLINK5,
+    PX_HW_LINK_INFINITY_FABRIC,
+    PX_HW_LINK_PCIE3,
+    PX_HW_LINK_PCIE4,
+    PX_HW_LINK_PCIE5,
+    PX_HW_LINK_ETHERNET,
+    PX_HW_LINK_INFINIBAND,
+    PX_HW_LINK_ICI,
+    PX_HW_LINK_CXL,
+    PX_HW_LINK_LOOPBACK,
+    PX_HW_LINK_OTHER,
+    PX_HW_LINK_COUNT
+} px_hw_link_kind;
+
+typedef enum px_hw_domain_kind {
+    PX_HW_DOMAIN_POWER = 0,
+    PX_HW_DOMAIN_COOLING,
+    PX_HW_DOMAIN_RACK,
+    PX_HW_DOMAIN_ZONE,
+    PX_HW_DOMAIN_REGION,
+    PX_HW_DOMAIN_COUNT
+} px_hw_domain_kind;
+
+typedef enum px_hw_trust {
+    PX_HW_TRUST_TRUSTED = 0,
+    PX_HW_TRUST_ENCRYPTED,
+    PX_HW_TRUST_UNTRUSTED,
+    PX_HW_TRUST_COUNT
+} px_hw_trust;
+
+/* Each returns the format's spelling ("bf16", "gpu", "hbm", "nvlink4",
+ * "rack", "trusted"), or "unknown" for a value out of range; never NULL. */
+const char *px_hw_dtype_name(px_hw_dtype dt);
+const char *px_hw_class_name(px_hw_class c);
+const char *px_hw_mem_kind_name(px_hw_mem_kind k);
+const char *px_hw_link_kind_name(px_hw_link_kind k);
+const char *px_hw_domain_kind_name(px_hw_domain_kind k);
+const char *px_hw_trust_name(px_hw_trust t);
+/* Each parses the format's spelling; PX_ENOTFOUND for anything else (out is
+ * then unchanged).  No err: callers word the message with the place. */
+px_status px_hw_dtype_parse(const char *text, px_hw_dtype *out);
+px_status px_hw_class_parse(const char *text, px_hw_class *out);
+px_status px_hw_mem_kind_parse(const char *text, px_hw_mem_kind *out);
+px_status px_hw_link_kind_parse(const char *text, px_hw_link_kind *out);
+px_status px_hw_domain_kind_parse(const char *text, px_hw_domain_kind *out);
+px_status px_hw_trust_parse(const char *text, px_hw_trust *out);
+/* Whether a link kind is an NVLink generation. */
+bool px_hw_link_kind_is_nvlink(px_hw_link_kind k);
+
+/* ------------------------------------------------------------------ */
+/* The read-only view                                                  */
+/* ------------------------------------------------------------------ */
+
+/* Every element records `where`, the RFC 6901 pointer of its declaration
+ * in the input ("/nodes/0/devices/1"), so that later stages (the planner,
+ * the scheduler) can point their own messages at the inventory. */
+
+typedef struct px_hw_mem_tier {
+    const char *id;        /* local id, "hbm" */
+    const char *global_id; /* "n1.gpu0.hbm" or "n1.ddr0" */
+    px_hw_mem_kind kind;
+    px_qty capacity;  /* bytes; always present */
+    px_qty bandwidth; /* B/s, sustained; may be absent */
+    px_qty latency;   /* s; may be absent */
+    const char *where;
+} px_hw_mem_tier;
+
+/* The last observed load of a node or device.  Never capacity, only
+ * headroom.  Absent numbers are NAN; absent quantities are zero. */
+typedef struct px_hw_live {
+    bool present;       /* the input had a "live" member */
+    px_qty memory_free; /* bytes */
+    double load;        /* node: load average per core; NAN when absent */
+    double utilization; /* device: 0..1; NAN when absent */
+    px_qty temperature; /* device: K */
+} px_hw_live;
+
+typedef struct px_hw_framework {
+    const char *name;    /* "torch", "torch.cuda" */
+    const char *version; /* may be NULL */
+    const char *python;  /* interpreter it is installed for; may be NULL */
+} px_hw_framework;
+
+typedef struct px_hw_node {
+    const char *id;
+    const char *hostname; /* may be NULL */
+    bool emulated;        /* the node itself, or the whole inventory, is emulated */
+    const uint32_t *domains; /* indices into view->domains, as declared */
+    size_t n_domains;
+    const px_hw_mem_tier *memory; /* the node's own tiers (ddr, cxl, nvme, remote) */
+    size_t n_memory;
+    const px_hw_framework *frameworks;
+    size_t n_frameworks;
+    const char *python_path, *python_version; /* may be NULL */
+    const char *os_kernel, *os_distro;        /* may be NULL */
+    px_hw_live live;
+    const uint32_t *devices; /* indices into view->devices, sorted by id */
+    size_t n_devices;
+    uint32_t endpoint; /* this node's host side as a link endpoint */
+    const char *where;
+} px_hw_node;
+
+typedef struct px_hw_device {
+    const char *id;        /* local id, "gpu0" */
+    const char *global_id; /* "n1.gpu0" */
+    uint32_t node;         /* index into view->nodes; PX_HW_NONE in the catalogue */
+    px_hw_class cls;
+    const char *vendor, *model; /* may be NULL */
+    const char *catalog;        /* catalogue entry id, or NULL */
+    bool emulated;              /* the device, its node or the inventory is emulated */
+    const char *backend;        /* "cpu", "emu", "cuda"; may be NULL */
+    const char *capability;     /* "9.0", "gfx942"; may be NULL */
+    /* Peak dense throughput per dtype; absent (px_hw_has false, value 0)
+     * when the device cannot compute in that dtype or nobody said. */
+    px_qty compute[PX_HW_DTYPE_COUNT];
+    const px_hw_mem_tier *memory; /* device-local tiers, sorted by id */
+    size_t n_memory;
+    /* Supported op kinds and kernel libraries, sorted.  all_ops is true when
+     * the input gave no "ops": the device runs every standard op. */
+    const char *const *ops;
+    size_t n_ops;
+    bool all_ops;
+    const char *const *kernels;
+    size_t n_kernels;
+    const char *runtime_name, *runtime_version, *driver; /* may be NULL */
+    px_qty power_tdp, power_idle;                 /* W */
+    px_qty thermal_limit, thermal_time_constant;  /* K, s */
+    px_qty cost;                                  /* $/h */
+    px_qty mtbf;                                  /* s */
+    /* Domains the device is in: its own and its node's, sorted, no repeats
+     * (indices into view->domains). */
+    const uint32_t *domains;
+    size_t n_domains;
+    px_hw_live live;
+    uint32_t endpoint; /* this device as a link endpoint */
+    const char *where;
+} px_hw_device;
+
+/* A directional edge.  A bidirectional declaration becomes two edges with
+ * the same id and figures; the second has reverse set. */
+typedef struct px_hw_link {
+    const char *id; /* declared id, or NULL when the input gave none */
+    uint32_t from, to; /* endpoints */
+    px_hw_link_kind kind;
+    const char *catalog; /* catalogue entry id, or NULL */
+    px_qty bandwidth;    /* B/s per direction; always present */
+    px_qty latency;      /* s; may be absent */
+    px_qty setup;        /* s per transfer; may be absent */
+    uint32_t contention; /* index into view->contention, or PX_HW_NONE */
+    const char *const *collectives; /* sorted */
+    size_t n_collectives;
+    const char *failure_group; /* may be NULL */
+    px_qty energy_per_byte;    /* J; may be absent */
+    double dollars_per_gb;     /* 0 when absent */
+    px_hw_trust trust;
+    bool bidirectional; /* declared bidirectional (two edges exist) */
+    bool reverse;       /* the generated reverse edge of such a declaration */
+    const char *where;
+} px_hw_link;
+
+typedef struct px_hw_domain {
+    const char *id;
+    px_hw_domain_kind kind;
+    uint32_t parent; /* index into view->domains, or PX_HW_NONE */
+    px_qty mtbf;     /* s; may be absent */
+    const char *where;
+} px_hw_domain;
+
+/* An endpoint is a device or a node's host side.  Endpoint indices
+ * 0 .. n_devices-1 are devices (endpoint i is device i); n_devices ..
+ * n_devices+n_nodes-1 are nodes (endpoint n_devices+j is node j). */
+typedef struct px_hw_view {
+    const char *name;        /* may be NULL */
+    const char *description; /* may be NULL */
+    bool emulated;           /* the whole inventory is emulated */
+    const px_hw_node *nodes;     /* sorted by id */
+    size_t n_nodes;
+    const px_hw_device *devices; /* sorted by global id */
+    size_t n_devices;
+    const px_hw_link *links;     /* directional edges, sorted by (from, to, id) */
+    size_t n_links;
+    const px_hw_domain *domains; /* sorted by id */
+    size_t n_domains;
+    const char *const *contention; /* contention group names, sorted */
+    size_t n_contention;
+    size_t n_endpoints; /* n_devices + n_nodes */
+} px_hw_view;
+
+/* ------------------------------------------------------------------ */
+/* The graph                                                           */
+/* ------------------------------------------------------------------ */
+
+typedef struct px_hw_graph px_hw_graph;
+typedef struct px_hw_catalog px_hw_catalog;
+
+/* Reading options; NULL or zero fields take the defaults. */
+typedef struct px_hw_read_options {
+    /* Bounds on the JSON; zero fields take the format's limits (64 MiB,
+     * 32 levels, 4 KiB strings, 1,000,000 elements).  Tighter limits are
+     * honoured; looser ones are not: the format's limits always apply. */
+    px_json_limits limits;
+    /* The catalogue that "catalog" members name; NULL: the built-in one.
+     * Borrowed for the call only. */
+    const px_hw_catalog *catalog;
+    /* Treat warnings as errors. */
+    bool strict;
+} px_hw_read_options;
+
+/* Reads an inventory document of len bytes (need not be NUL-terminated).
+ * name labels messages ("inventory.json").  Checks every rule of the
+ * format and adds each problem to diags (caller-initialized; may be NULL,
+ * then only err says what went wrong).  On success *out is a new graph
+ * (returns owned: px_hw_graph_free) and diags may hold warnings.
+ * Returns PX_OK; PX_EVALIDATE when any error was found (err summarizes:
+ * the count and the first); PX_EPARSE or PX_ELIMIT when the text is not
+ * JSON or breaks a size limit (one diagnostic says where); PX_ENOMEM.
+ * On failure *out is NULL. */
+px_status px_hw_graph_from_json(const char *json, size_t len, const char *name,
+                                const px_hw_read_options *options, px_hw_graph **out,
+                                px_diags *diags, px_err *err);
+/* Like px_hw_graph_from_json with an already parsed document (borrowed). */
+px_status px_hw_graph_from_value(const json_t *doc, const char *name,
+                                 const px_hw_read_options *options, px_hw_graph **out,
+                                 px_diags *diags, px_err *err);
+/* Reads and checks a file (at most 64 MiB): px_hw_graph_from_json on its
+ * bytes, named by path.  PX_EIO when it cannot be read. */
+px_status px_hw_graph_load(const char *path, const px_hw_read_options *options,
+                           px_hw_graph **out, px_diags *diags, px_err *err);
+/* Frees the graph and everything its view points to.  NULL is a no-op. */
+void px_hw_graph_free(px_hw_graph *g);
+
+/* Runs the semantic rules (references, contradictions with the catalogue,
+ * plausibility, domain cycles) on a built graph again and adds each problem
+ * to diags.  Reading already ran them; this is for graphs a caller keeps
+ * and wants to re-check against a different catalogue (NULL: built-in).
+ * Returns PX_OK when no error was added, PX_EVALIDATE otherwise. */
+px_status px_hw_graph_validate(const px_hw_graph *g, const px_hw_catalog *catalog,
+                               px_diags *diags, px_err *err);
+
+/* The graph's contents.  Borrowed; valid until px_hw_graph_free. */
+const px_hw_view *px_hw_graph_view(const px_hw_graph *g);
+/* The name the graph was read under ("inventory.json"); never NULL. */
+const char *px_hw_graph_source(const px_hw_graph *g);
+
+/* Lookups by id, O(1).  Each returns true and sets *index when found.
+ * Devices by global id ("n1.gpu0"); nodes and domains by id; endpoints by
+ * a device's global id or a node's id. */
+bool px_hw_graph_find_device(const px_hw_graph *g, const char *global_id, uint32_t *index);
+bool px_hw_graph_find_node(const px_hw_graph *g, const char *id, uint32_t *index);
+bool px_hw_graph_find_domain(const px_hw_graph *g, const char *id, uint32_t *index);
+bool px_hw_graph_find_endpoint(const px_hw_graph *g, const char *id, uint32_t *endpoint);
+/* The name of an endpoint: a device's global id or a node's id; "?" when
+ * out of range.  Borrowed. */
+const char *px_hw_graph_endpoint_name(const px_hw_graph *g, uint32_t endpoint);
+/* The outgoing edges of an endpoint as indices into view->links, sorted by
+ * the index of their far end.  Borrowed; *n is 0 for an endpoint out of
+ * range. */
+const uint32_t *px_hw_graph_out_links(const px_hw_graph *g, uint32_t endpoint, size_t *n);
+
+/* Sum of the capacities of every device-local memory tier, in bytes. */
+double px_hw_graph_total_device_memory(const px_hw_graph *g);
+/* Sum of a device's local tier capacities, in bytes. */
+double px_hw_device_memory_capacity(const px_hw_device *d);
+/* The highest bandwidth among a device's local tiers, in B/s (0 if none). */
+double px_hw_device_memory_bandwidth(const px_hw_device *d);
+/* Peak throughput in dt in FLOP/s (or OP/s), 0 when absent. */
+double px_hw_device_peak(const px_hw_device *d, px_hw_dtype dt);
+
+/* Canonical export: nodes, devices, tiers, links and domains sorted by id;
+ * every quantity in SI units with its provenance; catalogue values written
+ * out in full with their citations; bidirectional declarations kept as
+ * one entry.  Equal graphs export byte-identical documents, and reading
+ * an export back exports it unchanged.  Returns a new reference in *out;
+ * PX_ENOMEM. */
+px_status px_hw_graph_to_json(const px_hw_graph *g, json_t **out, px_err *err);
+/* SHA-256 of the canonical export, as 64 hex digits: the graph's content
+ * id.  PX_ENOMEM. */
+px_status px_hw_graph_digest(const px_hw_graph *g, char out[65], px_err *err);
+
+/* ------------------------------------------------------------------ */
+/* Paths                                                               */
+/* ------------------------------------------------------------------ */
+
+typedef enum px_hw_path_metric {
+    /* Least time to move `bytes`, each hop costing latency + setup +
+     * bytes / bandwidth (store and forward); bytes = 0 gives the path of
+     * least latency. */
+    PX_HW_PATH_FASTEST = 0,
+    /* Greatest bottleneck bandwidth; ties go to the lower latency. */
+    PX_HW_PATH_WIDEST,
+} px_hw_path_metric;
+
+/* A route between two endpoints.  Value struct: px_hw_path_release. */
+typedef struct px_hw_path {
+    uint32_t *links; /* edges in order, indices into view->links (malloc'd) */
+    size_t n_links;
+    double bandwidth; /* B/s, the minimum along the path (INFINITY if empty) */
+    double latency;   /* s, the sum of latencies and setups along the path */
+} px_hw_path;
+
+/* Finds the best path from endpoint `from` to `to` by metric (Dijkstra
+ * over the directional edges, O(E log V)).  from == to gives an empty
+ * path.  On success *out holds owned memory (px_hw_path_release).
+ * Returns PX_EINVAL for an endpoint out of range, PX_ENOTFOUND when `to`
+ * is unreachable (err names both ends), PX_ENOMEM. */
+px_status px_hw_graph_path(const px_hw_graph *g, uint32_t from, uint32_t to,
+                           px_hw_path_metric metric, double bytes, px_hw_path *out,
+                           px_err *err);
+/* Frees path->links and zeroes the struct.  NULL is a no-op. */
+void px_hw_path_release(px_hw_path *path);
+
+/* ------------------------------------------------------------------ */
+/* The device catalogue                                                */
+/* ------------------------------------------------------------------ */
+
+/* Catalogue entries are devices and links with every figure sourced
+ * (provenance datasheet and a citation).  A device entry is a px_hw_device
+ * whose node is PX_HW_NONE and whose id and global_id are the entry id; a
+ * link entry is a px_hw_link whose endpoints are PX_HW_NONE. */
+
+/* Parses the catalogue built into the library (data/catalog/ at build
+ * time).  Returns owned memory (px_hw_catalog_free); PX_ENOMEM, or
+ * PX_EINTERNAL if the embedded data is broken (a build defect). */
+px_status px_hw_catalog_new_builtin(px_hw_catalog **out, px_err *err);
+/* Reads catalogue entries from JSON texts, one entry per text, each named
+ * for messages.  For tests and for sites with their own entries.  Problems
+ * go to diags (may be NULL).  PX_EVALIDATE when an entry is invalid. */
+px_status px_hw_catalog_new_from_texts(const char *const *texts, const char *const *names,
+                                       size_t n, px_hw_catalog **out, px_diags *diags,
+                                       px_err *err);
+/* NULL is a no-op. */
+void px_hw_catalog_free(px_hw_catalog *cat);
+
+/* Entries, sorted by id.  Borrowed; valid until px_hw_catalog_free. */
+size_t px_hw_catalog_n_devices(const px_hw_catalog *cat);
+const px_hw_device *px_hw_catalog_device(const px_hw_catalog *cat, size_t i);
+size_t px_hw_catalog_n_links(const px_hw_catalog *cat);
+const px_hw_link *px_hw_catalog_link(const px_hw_catalog *cat, size_t i);
+/* Lookups by entry id; NULL when absent.  Borrowed. */
+const px_hw_device *px_hw_catalog_find_device(const px_hw_catalog *cat, const char *id);
+const px_hw_link *px_hw_catalog_find_link(const px_hw_catalog *cat, const char *id);
+/* {"schema": "plexus.catalog/1", "devices": [...], "links": [...]}, every
+ * figure with its citation.  New reference in *out; PX_ENOMEM. */
+px_status px_hw_catalog_to_json(const px_hw_catalog *cat, json_t **out, px_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PLEXUS_HW_H */
