@@ -188,8 +188,8 @@ typedef struct px_hw_framework {
 
 typedef struct px_hw_node {
     const char *id;
-    const char *hostname; /* may be NULL */
-    bool emulated;        /* the node itself, or the whole inventory, is emulated */
+    const char *hostname;    /* may be NULL */
+    bool emulated;           /* the node itself, or the whole inventory, is emulated */
     const uint32_t *domains; /* indices into view->domains, as declared */
     size_t n_domains;
     const px_hw_mem_tier *memory; /* the node's own tiers (ddr, cxl, nvme, remote) */
@@ -228,10 +228,10 @@ typedef struct px_hw_device {
     const char *const *kernels;
     size_t n_kernels;
     const char *runtime_name, *runtime_version, *driver; /* may be NULL */
-    px_qty power_tdp, power_idle;                 /* W */
-    px_qty thermal_limit, thermal_time_constant;  /* K, s */
-    px_qty cost;                                  /* $/h */
-    px_qty mtbf;                                  /* s */
+    px_qty power_tdp, power_idle;                        /* W */
+    px_qty thermal_limit, thermal_time_constant;         /* K, s */
+    px_qty cost;                                         /* $/h */
+    px_qty mtbf;                                         /* s */
     /* Domains the device is in: its own and its node's, sorted, no repeats
      * (indices into view->domains). */
     const uint32_t *domains;
@@ -239,19 +239,29 @@ typedef struct px_hw_device {
     px_hw_live live;
     uint32_t endpoint; /* this device as a link endpoint */
     const char *where;
+    /* The emulation profile of an emulated device ("emu" member): the emu
+     * backend runs the cpu kernels and stretches each op's time by the
+     * slowdown of its class.  present is false when the input had none. */
+    struct {
+        bool present;
+        double compute_slowdown; /* >= 1 */
+        double memory_slowdown;  /* >= 1 */
+        double jitter;           /* in [0, 1) */
+        uint64_t seed;
+    } emu;
 } px_hw_device;
 
 /* A directional edge.  A bidirectional declaration becomes two edges with
  * the same id and figures; the second has reverse set. */
 typedef struct px_hw_link {
-    const char *id; /* declared id, or NULL when the input gave none */
+    const char *id;    /* declared id, or NULL when the input gave none */
     uint32_t from, to; /* endpoints */
     px_hw_link_kind kind;
-    const char *catalog; /* catalogue entry id, or NULL */
-    px_qty bandwidth;    /* B/s per direction; always present */
-    px_qty latency;      /* s; may be absent */
-    px_qty setup;        /* s per transfer; may be absent */
-    uint32_t contention; /* index into view->contention, or PX_HW_NONE */
+    const char *catalog;            /* catalogue entry id, or NULL */
+    px_qty bandwidth;               /* B/s per direction; always present */
+    px_qty latency;                 /* s; may be absent */
+    px_qty setup;                   /* s per transfer; may be absent */
+    uint32_t contention;            /* index into view->contention, or PX_HW_NONE */
     const char *const *collectives; /* sorted */
     size_t n_collectives;
     const char *failure_group; /* may be NULL */
@@ -278,11 +288,11 @@ typedef struct px_hw_view {
     const char *name;        /* may be NULL */
     const char *description; /* may be NULL */
     bool emulated;           /* the whole inventory is emulated */
-    const px_hw_node *nodes;     /* sorted by id */
+    const px_hw_node *nodes; /* sorted by id */
     size_t n_nodes;
     const px_hw_device *devices; /* sorted by global id */
     size_t n_devices;
-    const px_hw_link *links;     /* directional edges, sorted by (from, to, id) */
+    const px_hw_link *links; /* directional edges, sorted by (from, to, id) */
     size_t n_links;
     const px_hw_domain *domains; /* sorted by id */
     size_t n_domains;
@@ -329,18 +339,19 @@ px_status px_hw_graph_from_value(const json_t *doc, const char *name,
                                  px_diags *diags, px_err *err);
 /* Reads and checks a file (at most 64 MiB): px_hw_graph_from_json on its
  * bytes, named by path.  PX_EIO when it cannot be read. */
-px_status px_hw_graph_load(const char *path, const px_hw_read_options *options,
-                           px_hw_graph **out, px_diags *diags, px_err *err);
+px_status px_hw_graph_load(const char *path, const px_hw_read_options *options, px_hw_graph **out,
+                           px_diags *diags, px_err *err);
 /* Frees the graph and everything its view points to.  NULL is a no-op. */
 void px_hw_graph_free(px_hw_graph *g);
 
-/* Runs the semantic rules (references, contradictions with the catalogue,
- * plausibility, domain cycles) on a built graph again and adds each problem
- * to diags.  Reading already ran them; this is for graphs a caller keeps
- * and wants to re-check against a different catalogue (NULL: built-in).
- * Returns PX_OK when no error was added, PX_EVALIDATE otherwise. */
-px_status px_hw_graph_validate(const px_hw_graph *g, const px_hw_catalog *catalog,
-                               px_diags *diags, px_err *err);
+/* Runs the semantic rules (plausibility, contradictions with the
+ * catalogue and between links and their ends, domain cycles) on a built
+ * graph again and adds each problem to diags.  Reading already ran them;
+ * this is for graphs a caller keeps and wants to re-check against another
+ * catalogue (NULL: the built-in one).  Returns PX_OK when no error was
+ * added, PX_EVALIDATE otherwise. */
+px_status px_hw_graph_validate(const px_hw_graph *g, const px_hw_catalog *catalog, px_diags *diags,
+                               px_err *err);
 
 /* The graph's contents.  Borrowed; valid until px_hw_graph_free. */
 const px_hw_view *px_hw_graph_view(const px_hw_graph *g);
@@ -362,6 +373,9 @@ const char *px_hw_graph_endpoint_name(const px_hw_graph *g, uint32_t endpoint);
  * range. */
 const uint32_t *px_hw_graph_out_links(const px_hw_graph *g, uint32_t endpoint, size_t *n);
 
+/* Bytes of memory the graph holds (its arena's reservation), for
+ * capacity planning and benchmarks. */
+size_t px_hw_graph_memory(const px_hw_graph *g);
 /* Sum of the capacities of every device-local memory tier, in bytes. */
 double px_hw_graph_total_device_memory(const px_hw_graph *g);
 /* Sum of a device's local tier capacities, in bytes. */
@@ -375,11 +389,16 @@ double px_hw_device_peak(const px_hw_device *d, px_hw_dtype dt);
  * every quantity in SI units with its provenance; catalogue values written
  * out in full with their citations; bidirectional declarations kept as
  * one entry.  Equal graphs export byte-identical documents, and reading
- * an export back exports it unchanged.  Returns a new reference in *out;
+ * an export back exports it unchanged.  *text (returns owned: free()) is
+ * the document as px_json_dump_canonical prints it, newline-terminated,
+ * written directly (fast for large graphs); *len its length (len may be
+ * NULL).  PX_ENOMEM. */
+px_status px_hw_graph_export(const px_hw_graph *g, char **text, size_t *len, px_err *err);
+/* The same document as a jansson tree.  Returns a new reference in *out;
  * PX_ENOMEM. */
 px_status px_hw_graph_to_json(const px_hw_graph *g, json_t **out, px_err *err);
-/* SHA-256 of the canonical export, as 64 hex digits: the graph's content
- * id.  PX_ENOMEM. */
+/* SHA-256 of the canonical export text, as 64 hex digits: the graph's
+ * content id.  PX_ENOMEM. */
 px_status px_hw_graph_digest(const px_hw_graph *g, char out[65], px_err *err);
 
 /* ------------------------------------------------------------------ */
@@ -409,8 +428,7 @@ typedef struct px_hw_path {
  * Returns PX_EINVAL for an endpoint out of range, PX_ENOTFOUND when `to`
  * is unreachable (err names both ends), PX_ENOMEM. */
 px_status px_hw_graph_path(const px_hw_graph *g, uint32_t from, uint32_t to,
-                           px_hw_path_metric metric, double bytes, px_hw_path *out,
-                           px_err *err);
+                           px_hw_path_metric metric, double bytes, px_hw_path *out, px_err *err);
 /* Frees path->links and zeroes the struct.  NULL is a no-op. */
 void px_hw_path_release(px_hw_path *path);
 
@@ -430,9 +448,8 @@ px_status px_hw_catalog_new_builtin(px_hw_catalog **out, px_err *err);
 /* Reads catalogue entries from JSON texts, one entry per text, each named
  * for messages.  For tests and for sites with their own entries.  Problems
  * go to diags (may be NULL).  PX_EVALIDATE when an entry is invalid. */
-px_status px_hw_catalog_new_from_texts(const char *const *texts, const char *const *names,
-                                       size_t n, px_hw_catalog **out, px_diags *diags,
-                                       px_err *err);
+px_status px_hw_catalog_new_from_texts(const char *const *texts, const char *const *names, size_t n,
+                                       px_hw_catalog **out, px_diags *diags, px_err *err);
 /* NULL is a no-op. */
 void px_hw_catalog_free(px_hw_catalog *cat);
 
@@ -445,8 +462,193 @@ const px_hw_link *px_hw_catalog_link(const px_hw_catalog *cat, size_t i);
 const px_hw_device *px_hw_catalog_find_device(const px_hw_catalog *cat, const char *id);
 const px_hw_link *px_hw_catalog_find_link(const px_hw_catalog *cat, const char *id);
 /* {"schema": "plexus.catalog/1", "devices": [...], "links": [...]}, every
- * figure with its citation.  New reference in *out; PX_ENOMEM. */
+ * figure with its citation, as canonical text (returns owned: free(); len
+ * may be NULL) or as a tree (new reference).  PX_ENOMEM. */
+px_status px_hw_catalog_export(const px_hw_catalog *cat, char **text, size_t *len, px_err *err);
 px_status px_hw_catalog_to_json(const px_hw_catalog *cat, json_t **out, px_err *err);
+
+/* ------------------------------------------------------------------ */
+/* Local discovery                                                     */
+/* ------------------------------------------------------------------ */
+
+/* Discovery describes the machine it runs on as a one-node inventory
+ * document (`plexus.inventory/1`, docs/formats/inventory.md): the CPU and
+ * its caches and NUMA nodes (hwloc, /proc/cpuinfo), the node's memory
+ * (/proc/meminfo), NVIDIA GPUs and their PCIe links (nvidia-smi), the
+ * Python frameworks installed (package metadata, read as text, never
+ * imported), the operating system and, on request, short
+ * microbenchmarks of memory bandwidth and f32 throughput.
+ *
+ * Every number carries its provenance: "discovered" with the command or
+ * file it came from, "measured" for the microbenchmarks, "assumed" for
+ * estimates.  A probe that fails (no nvidia-smi, no python3, a command
+ * that hangs) never fails discovery: it adds a warning to the probe report
+ * and is recorded under the node's "x-probes" member.
+ *
+ *     px_hw_discover_options opt = {.measure = false};
+ *     px_diags report;
+ *     px_diags_init(&report);
+ *     json_t *inventory;
+ *     px_err err;
+ *     if (px_hw_discover(&opt, &inventory, &report, &err) == PX_OK) {
+ *         char *text = px_json_dump_canonical(inventory);
+ *         fputs(text, stdout);
+ *         free(text);
+ *         json_decref(inventory);
+ *     }
+ *     char *warnings = px_diags_format(&report, "discovery");
+ *     fputs(warnings ? warnings : "", stderr);
+ *     free(warnings);
+ *     px_diags_release(&report);
+ *
+ * The parsers below are pure functions over text, exposed so that the
+ * formats they read can be tested on recorded samples. */
+
+/* Options of px_hw_discover.  Zero fields take the defaults; every
+ * pointer is borrowed for the call only. */
+typedef struct px_hw_discover_options {
+    /* Python installation prefixes (a virtual environment, a conda
+     * environment, /usr/local) or site-packages folders to scan for
+     * frameworks besides the interpreter's own. */
+    const char *const *python_prefixes;
+    size_t n_python_prefixes;
+    /* The interpreter whose sys.path is scanned: NULL looks up python3 on
+     * PATH; "" skips the interpreter (only the prefixes are scanned). */
+    const char *python;
+    /* The nvidia-smi to run: NULL looks it up on PATH; "" skips the GPU
+     * probe. */
+    const char *nvidia_smi;
+    /* Folder under which /proc, /sys and /etc are read (tests point it at
+     * a recorded tree); NULL or "/" is the running system.  hwloc always
+     * examines the running system. */
+    const char *sysroot;
+    /* The node's id; NULL derives it from the host name. */
+    const char *node_id;
+    /* Run the microbenchmarks (memory bandwidth, f32 throughput). */
+    bool measure;
+    /* Time budget of each microbenchmark in seconds; 0: 0.5 s. */
+    double measure_seconds;
+    /* Bytes of each of the triad's three arrays; 0 picks four times the
+     * last-level cache, at least 64 MiB, at most 1 GiB. */
+    size_t measure_bytes;
+    /* Limit in seconds on each external command; 0: 10 s. */
+    double command_timeout;
+    /* The time stamped on every figure (Unix seconds); 0: the wall clock. */
+    int64_t now;
+} px_hw_discover_options;
+
+/* Describes the local machine.  options may be NULL (all defaults).  On
+ * success *out is a new inventory document (returns owned: json_decref)
+ * holding one node, and report (caller-initialized; may be NULL) holds a
+ * warning for each problem a probe met (a probe that failed, a malformed
+ * line of nvidia-smi output, unreadable package metadata), each pointing
+ * at the probe's record under /nodes/0/x-probes.  That array holds one
+ * record per probe (cpu, memory, os, gpu, python, measure):
+ * {"probe", "status": "ok"|"partial"|"failed"|"skipped", "message",
+ * "source", "duration"}.  Probes failing is not an error.  Returns PX_OK;
+ * PX_EINVAL for options out of range (a negative time, a node id that is
+ * not [A-Za-z0-9_-]{1,64}); PX_ENOMEM.  Not thread-safe with respect to
+ * the process's child processes: it forks and waits for its own. */
+px_status px_hw_discover(const px_hw_discover_options *options, json_t **out,
+                         px_diags *report, px_err *err);
+
+/* /proc/meminfo, in bytes. */
+typedef struct px_hw_meminfo {
+    uint64_t total;     /* MemTotal */
+    uint64_t available; /* MemAvailable, or its estimate */
+    uint64_t free;      /* MemFree */
+    /* Kernels before 3.14 have no MemAvailable; available is then
+     * MemFree + Buffers + Cached. */
+    bool available_estimated;
+} px_hw_meminfo;
+
+/* Parses /proc/meminfo text of len bytes (need not be NUL-terminated; at
+ * most 1 MiB, 4096 lines).  Lines it does not need are skipped, also
+ * malformed ones.  Returns PX_OK; PX_EPARSE when MemTotal is missing or a
+ * line it needs is malformed or overflows (err names the line);
+ * PX_ELIMIT when the text is too long. */
+px_status px_hw_parse_meminfo(const char *text, size_t len, px_hw_meminfo *out,
+                              px_err *err);
+
+/* The fields px_hw_discover asks nvidia-smi for, in the order
+ * px_hw_parse_nvidia_smi expects them:
+ * nvidia-smi --query-gpu=<these> --format=csv,noheader,nounits */
+#define PX_HW_NVIDIA_SMI_QUERY                                                \
+    "index,name,uuid,memory.total,memory.used,memory.free,utilization.gpu,"   \
+    "temperature.gpu,power.draw,power.limit,clocks.max.sm,compute_cap,"       \
+    "driver_version,pcie.link.gen.max,pcie.link.width.max"
+
+/* One GPU as nvidia-smi reports it.  Figures nvidia-smi did not report
+ * ("[N/A]", "[Not Supported]") are NAN, or 0 / "" for the integer and
+ * text fields. */
+typedef struct px_hw_nvidia_gpu {
+    int index;          /* nvidia-smi's index */
+    char name[96];      /* "NVIDIA H100 80GB HBM3" */
+    char uuid[96];      /* "GPU-5b1f..." */
+    char capability[16]; /* CUDA compute capability, "9.0" */
+    char driver[32];    /* "550.54.15" */
+    double memory_total, memory_used, memory_free; /* bytes */
+    double utilization;  /* 0..1 */
+    double temperature;  /* K */
+    double power_draw, power_limit; /* W */
+    double clock_max_sm; /* Hz */
+    int pcie_gen, pcie_width; /* link generation and lanes, the most this
+                                 GPU and slot can do */
+    const char *catalog; /* catalogue id for the name, or NULL (static) */
+    size_t line;         /* 1-based line of the output */
+} px_hw_nvidia_gpu;
+
+/* Parses the output of nvidia-smi --query-gpu=PX_HW_NVIDIA_SMI_QUERY
+ * --format=csv,noheader,nounits (len bytes, at most 1 MiB and 4096 lines
+ * of at most 1024 bytes) into gpus[0..max_gpus).  Rows that cannot be
+ * read (wrong field count, control bytes, a bad index, a repeated index)
+ * are skipped with a warning naming the line; a field that does not
+ * parse becomes absent with a warning; "No devices were found" and empty
+ * output give no GPUs.  warnings may be NULL.  Returns PX_OK with *n_gpus
+ * set; PX_ELIMIT when the text is over the size limit. */
+px_status px_hw_parse_nvidia_smi(const char *text, size_t len, px_hw_nvidia_gpu *gpus,
+                                 size_t max_gpus, size_t *n_gpus, px_diags *warnings,
+                                 px_err *err);
+
+/* One MIG instance from `nvidia-smi -L`. */
+typedef struct px_hw_mig_instance {
+    int gpu_index;    /* the physical GPU's index */
+    int device;       /* the instance's device number on that GPU */
+    char profile[32]; /* "1g.10gb" */
+    char uuid[96];    /* "MIG-feb8..." */
+} px_hw_mig_instance;
+
+/* Parses the MIG lines of `nvidia-smi -L` ("  MIG 1g.10gb Device 0:
+ * (UUID: MIG-...)", each under its "GPU N: ..." line) into
+ * out[0..max).  Other lines are ignored; a MIG line before any GPU line or
+ * that cannot be read is skipped with a warning.  Same bounds as
+ * px_hw_parse_nvidia_smi.  Returns PX_OK; PX_ELIMIT. */
+px_status px_hw_parse_nvidia_smi_list(const char *text, size_t len, px_hw_mig_instance *out,
+                                      size_t max, size_t *n, px_diags *warnings,
+                                      px_err *err);
+
+/* The device catalogue id for a GPU name as nvidia-smi prints it
+ * ("NVIDIA H100 80GB HBM3" -> "nvidia-h100-sxm5"), or NULL when the name
+ * is not one this table maps.  The id may still be absent from a given
+ * catalogue.  Returns a static string. */
+const char *px_hw_nvidia_catalog_id(const char *name);
+
+/* The head of a Python distribution's metadata (METADATA or PKG-INFO). */
+typedef struct px_hw_dist_metadata {
+    char name[128];   /* Name:, as written */
+    char version[64]; /* Version:, as written ("2.3.1+cu121") */
+    /* The CUDA runtime the distribution requires, "12.1", from a
+     * Requires-Dist on nvidia-cuda-runtime-cuXX; "" when none. */
+    char cuda_runtime[16];
+} px_hw_dist_metadata;
+
+/* Parses the RFC 822 style header block of a METADATA or PKG-INFO text
+ * (len bytes; only the first 64 KiB are read; the header block ends at
+ * the first blank line).  Returns PX_OK; PX_EPARSE when Name or Version
+ * is missing, empty, too long or holds characters that no valid name or
+ * version holds (err names the header and line). */
+px_status px_hw_parse_dist_metadata(const char *text, size_t len, px_hw_dist_metadata *out,
+                                    px_err *err);
 
 #ifdef __cplusplus
 }

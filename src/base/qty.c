@@ -110,6 +110,24 @@ static double unit_number(const unit *u, double value)
     return x / u->factor;
 }
 
+/* The value of a number written as text in unit u.  For decimal prefixes
+ * the scaling is done in the text ("2.039" TB/s reads as "2.039e12"), so
+ * the result is the correctly rounded double, the same one "2039 GB/s"
+ * gives; multiplying 2.039 by 1e12 would round twice. */
+static double unit_value_text(const unit *u, const char *text)
+{
+    double x = strtod(text, NULL);
+    double scale = u->divisor != 0 ? u->factor / u->divisor : u->factor;
+    if (u->offset != 0 || scale == 1 || strpbrk(text, "eE"))
+        return unit_value(u, x);
+    int k = (int)lround(log10(scale));
+    if (pow(10, k) != scale)
+        return unit_value(u, x);
+    char buf[96];
+    snprintf(buf, sizeof buf, "%se%d", text, k);
+    return strtod(buf, NULL);
+}
+
 /* A unit's size in SI units, for choosing the unit to print with. */
 static double unit_scale(const unit *u)
 {
@@ -268,7 +286,7 @@ px_status px_qty_parse(const char *text, px_dim expect, px_qty *out, px_err *err
                               text, px_dim_name(units[i].dim), px_dim_name(expect), known);
         }
         q.dim = units[i].dim;
-        q.value = unit_value(&units[i], x);
+        q.value = unit_value_text(&units[i], numbuf);
         if (!isfinite(q.value))
             return px_err_set(err, PX_ERANGE, "\"%s\": the value is out of range", text);
         *out = q;
@@ -291,8 +309,7 @@ static bool shortest(const unit *u, double target, char *out, size_t n)
         snprintf(out, n, "%.*g", prec, number);
         if (prec < 17 && strchr(out, 'e'))
             continue;
-        double back = strtod(out, NULL);
-        if ((u ? unit_value(u, back) : back) == target)
+        if ((u ? unit_value_text(u, out) : strtod(out, NULL)) == target)
             return true;
     }
     snprintf(out, n, "%.17g", number);

@@ -124,6 +124,8 @@ char *px_strbuf_detach(px_strbuf *sb, size_t *len)
 
 char *px_strndup(const char *s, size_t n)
 {
+    /* Like POSIX strndup: at most n bytes, never past the terminator. */
+    n = strnlen(s, n);
     char *p = malloc(n + 1);
     if (!p)
         return NULL;

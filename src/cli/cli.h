@@ -31,5 +31,7 @@ int px__cli_usage_error(const char *cmd, const char *fmt, ...) PX_PRINTF(2, 3);
 int px__cli_print_json(const json_t *v);
 /* Whether argv holds -h or --help before a "--". */
 bool px__cli_wants_help(int argc, char **argv);
+/* `plexus inventory discover` (src/cli/inventory_discover.c). */
+int px__cmd_inventory_discover(int argc, char **argv);
 
 #endif

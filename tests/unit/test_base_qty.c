@@ -111,6 +111,10 @@ static void test_qty_prints_and_round_trips(void **state)
     round_trip(1.98e9, PX_DIM_FREQUENCY, "1.98 GHz");
     round_trip(3.6e6, PX_DIM_ENERGY, "3.6 MJ");
     round_trip(0, PX_DIM_BYTES, "0 B");
+    /* Decimal prefixes scale in the text, so these stay short. */
+    round_trip(2039e9, PX_DIM_BANDWIDTH, "2.039 TB/s");
+    round_trip(1.6e9, PX_DIM_BANDWIDTH, "1.6 GB/s");
+    round_trip(4.9e-7, PX_DIM_TIME, "490 ns");
     /* Awkward values still read back exactly. */
     px_rng r;
     px_rng_seed(&r, 7);

@@ -1,0 +1,481 @@
+/*
+ * plexus/cost.h: the analytical cost model.
+ *
+ * Given a hardware graph (hw), a model (ir), a candidate placement and a
+ * workload, the cost model predicts what the placement does: time per
+ * output token and to the first token, throughput, memory per device
+ * (itemized), energy, money and the chance of a failure, each with the
+ * uncertainty its inputs carry.  The planner (plan) calls it thousands of
+ * times per search, so the hot path works on flat views built once:
+ *
+ *   px_cost_fleet  a flat view of the hardware graph: one record per device
+ *                  (memory, bandwidth, compute per dtype, power, price,
+ *                  MTBF, fast-link island, class of identical devices) and
+ *                  a cache of device-to-device paths;
+ *   px_cost_model  a flat view of the model: per block weight bytes of the
+ *                  attention and FFN regions, FLOPs per token and per
+ *                  attended pair, KV bytes per token, activation bytes per
+ *                  boundary; the embedding and the head.
+ *
+ * A candidate is a px_cost_pipeline (ordered stages; a stage is a
+ * tensor-parallel device group with a contiguous layer range, embedding and
+ * head flags, precision per region and a KV placement); a layout is one or
+ * more pipelines (replicas) serving the same workload.
+ *
+ *     px_cost_params params;
+ *     px_cost_params_default(&params);
+ *     px_cost_fleet *fleet;
+ *     px_cost_model *model;
+ *     px_cost_fleet_new(graph, &params, &fleet, &err);   // graph: px_hw_graph
+ *     px_cost_model_new(ir, &model, &err);               // ir: px_ir_model
+ *     px_cost_workload wl = px_cost_workload_default();
+ *     px_cost_pipeline p = {.n_stages = 1};
+ *     p.stages[0] = px_cost_stage_make(0, model);   // every layer on device 0
+ *     px_cost_estimate est;
+ *     px_cost_eval_pipeline(fleet, model, &params, &wl, &p, NULL, &est);
+ *     printf("%g s per token\n", est.tpot_s);
+ *     px_cost_model_free(model);
+ *     px_cost_fleet_free(fleet);
+ *
+ * Figures are sourced: they come from the inventory (with its provenance)
+ * or from the defaults in px_cost_params, each of which is listed by
+ * px_cost_assumptions_json so that a plan states what it rests on.  A
+ * calibration overlay (measured corrections per device, op class and
+ * regime that never overwrite sourced values) plugs in through
+ * px_cost_params.calibration; in this version it must be NULL and the mode
+ * PX_COST_SOURCED.
+ *
+ * Thread safety: fleets and models are read-only after construction except
+ * for the fleet's path cache, so one fleet must not be shared between
+ * threads that evaluate at the same time.
+ */
+#ifndef PLEXUS_COST_H
+#define PLEXUS_COST_H
+
+#include "plexus/base.h"
+#include "plexus/hw.h"
+#include "plexus/ir.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PX_COST_MAX_TP 16     /* devices in one tensor-parallel group */
+#define PX_COST_MAX_STAGES 64 /* stages in one pipeline */
+
+/* ------------------------------------------------------------------ */
+/* Parameters and assumptions                                          */
+/* ------------------------------------------------------------------ */
+
+typedef enum px_cost_mode {
+    PX_COST_SOURCED = 0,    /* datasheet, discovered and assumed figures only */
+    PX_COST_CALIBRATED = 1, /* plus the calibration overlay (not yet available) */
+} px_cost_mode;
+
+/* Measured corrections; reserved for the calibration overlay. */
+typedef struct px_cost_calibration px_cost_calibration;
+
+/* Every default the model uses when the inventory is silent, with the
+ * range used for uncertainty.  px_cost_params_default fills sourced values;
+ * each is listed by px_cost_assumptions_json. */
+typedef struct px_cost_params {
+    px_cost_mode mode;
+    const px_cost_calibration *calibration; /* borrowed; must be NULL for now */
+    double headroom;          /* fraction of memory kept free (0.10) */
+    /* Fraction of the datasheet memory bandwidth reached by memory-bound
+     * decode kernels: 0.80, range 0.70..0.85 (well-tuned engines). */
+    double eff_mem, eff_mem_lo, eff_mem_hi;
+    /* Fraction of peak compute reached by large matrix products (prefill,
+     * big batches): 0.60, range 0.45..0.75. */
+    double eff_compute, eff_compute_lo, eff_compute_hi;
+    /* Fraction of a link's bandwidth reached by one transfer: 0.85. */
+    double eff_link;
+    /* Per-device runtime footprint by backend, bytes (CUDA context ~500 MiB). */
+    double runtime_cuda, runtime_emu, runtime_cpu;
+    /* Workspace for kernels (scratch, cuBLAS workspace), bytes per device. */
+    double workspace_gpu, workspace_cpu;
+    /* Relative uncertainty assumed for a figure that states none (0.10). */
+    double default_rel_unc;
+    /* Figures assumed when the inventory gives none. */
+    double default_power_gpu, default_power_cpu; /* W, active */
+    double idle_fraction;      /* idle power as a fraction of active (0.25) */
+    double default_mtbf_s;     /* per device */
+    double host_link_bw;       /* device <-> host when no link is declared (PCIe 4 x16) */
+    double host_link_latency;  /* s */
+    double reliability_window_s; /* window of the failure probability (24 h) */
+    uint32_t mc_samples;       /* Monte Carlo samples for finalists (256) */
+    uint64_t seed;             /* Monte Carlo seed (1) */
+} px_cost_params;
+
+void px_cost_params_default(px_cost_params *p);
+/* Checks a parameter set; PX_EINVAL names the bad field and its range, and
+ * PX_EUNSUPPORTED refuses the calibrated mode (not available yet). */
+px_status px_cost_params_check(const px_cost_params *p, px_err *err);
+
+/* ------------------------------------------------------------------ */
+/* The fleet view                                                      */
+/* ------------------------------------------------------------------ */
+
+/* One schedulable device.  Strings are borrowed from the hardware graph. */
+typedef struct px_cost_device {
+    const char *id;      /* global id, "n1.gpu0" */
+    const char *model;   /* device model or catalogue id; never NULL */
+    const char *backend; /* "cpu", "emu", "cuda"; never NULL */
+    const char *node_id;
+    px_hw_class cls;
+    uint32_t hw_index; /* index in the graph's view */
+    uint32_t node;     /* node index in the graph's view */
+    bool emulated;
+    bool all_ops;      /* runs every standard op */
+    double mem_capacity; /* bytes of its primary memory (a CPU: its node's DDR) */
+    double mem_free;     /* live free memory when reported, else capacity */
+    double mem_bw;       /* B/s, datasheet sustained */
+    double mem_bw_rel;   /* relative uncertainty (half-width) */
+    double peak[PX_HW_DTYPE_COUNT]; /* FLOP/s; 0: not supported */
+    double peak_rel;
+    double power_active, power_idle; /* W */
+    double cost_rate;   /* $/h, 0 when free or unknown */
+    double mtbf_s;
+    double host_bw;     /* B/s to its node's host memory (KV offload) */
+    double host_latency;
+    double host_mem;    /* bytes of its node's host memory (DDR tiers) */
+    int32_t host_link;  /* hw link index of its host link, -1 when assumed */
+    uint32_t island;    /* fast-link island (devices joined by NVLink-class
+                           links share one); unique otherwise */
+    uint32_t klass;     /* class of interchangeable devices */
+    const uint32_t *domains; /* failure/power domains (hw indices), borrowed */
+    size_t n_domains;
+    unsigned assumed;   /* PX_COST_ASSUMED_* flags: figures taken from params */
+} px_cost_device;
+
+enum {
+    PX_COST_ASSUMED_POWER = 1 << 0,
+    PX_COST_ASSUMED_MTBF = 1 << 1,
+    PX_COST_ASSUMED_BW_UNC = 1 << 2,
+    PX_COST_ASSUMED_HOST_LINK = 1 << 3,
+    PX_COST_ASSUMED_MEM_BW = 1 << 4,
+};
+
+/* A route between two devices, as the cost model uses it. */
+typedef struct px_cost_path {
+    double bw;        /* B/s, bottleneck bandwidth (INFINITY for a device to itself) */
+    double bw_rel;    /* relative uncertainty of the bottleneck */
+    double latency;   /* s, latencies and setups along the route */
+    uint32_t n_hops;
+    uint32_t contention; /* contention group of the bottleneck link, or PX_HW_NONE */
+    int32_t bottleneck;  /* hw link index of the bottleneck, -1 if none */
+    px_hw_link_kind kind; /* kind of the bottleneck link */
+    bool assumed;     /* part of the route is an assumed host link */
+    bool reachable;
+} px_cost_path;
+
+typedef struct px_cost_fleet {
+    const px_hw_graph *graph; /* borrowed; must outlive the fleet */
+    px_cost_device *devices;  /* one per device of the graph, in its order */
+    size_t n_devices;
+    size_t n_classes;
+    size_t n_islands;
+    bool emulated;            /* any device is emulated */
+    char digest[65];          /* the inventory's content id */
+    struct px__cost_path_cache *paths; /* private */
+} px_cost_fleet;
+
+/* Builds the view of a graph (borrowed; must outlive the fleet).  params
+ * may be NULL (defaults).  Returns owned memory (px_cost_fleet_free).
+ * PX_EINFEASIBLE when the graph has no device; PX_ENOMEM. */
+px_status px_cost_fleet_new(const px_hw_graph *g, const px_cost_params *params,
+                            px_cost_fleet **out, px_err *err);
+void px_cost_fleet_free(px_cost_fleet *f);
+/* The route from device a to device b (indices into f->devices): the
+ * widest path in the graph; when none is declared, the route through both
+ * nodes' hosts with an assumed host link where a device has none.
+ * Cached.  Unreachable pairs give reachable = false. */
+px_cost_path px_cost_fleet_path(px_cost_fleet *f, uint32_t a, uint32_t b);
+
+/* ------------------------------------------------------------------ */
+/* The model view                                                      */
+/* ------------------------------------------------------------------ */
+
+typedef struct px_cost_layer {
+    double attn_params, ffn_params;   /* matrix values of each region */
+    double attn_bytes, ffn_bytes;     /* stored bytes of each region */
+    double flops_token, flops_pair, flops_seq;
+    double kv_bytes_token;            /* at the model's KV dtype */
+    double act_bytes_token;           /* crossing the block's output */
+    double expert_bytes;              /* MoE: one expert; 0 for dense */
+    uint32_t n_experts, n_experts_used;
+} px_cost_layer;
+
+typedef struct px_cost_model {
+    const px_ir_model *ir; /* borrowed; may be NULL for hand-built views */
+    const char *name;      /* preset name, general.name or the file name */
+    char id[80];           /* "preset:llama-3-8b" or "sha256:<digest of the file>" */
+    px_ir_arch arch;
+    bool dit;
+    bool tied_head;        /* the head's classifier is the embedding table */
+    uint32_t n_layers;
+    px_cost_layer *layers; /* n_layers */
+    px_cost_layer embedding, head; /* only params/bytes/flops/act fields used */
+    px_dtype weight_dtype; /* dtype of most matrix values as stored */
+    px_dtype kv_dtype, act_dtype;
+    uint32_t dim, hidden_dim, n_heads, n_kv_heads, head_dim, vocab;
+    uint32_t dit_steps, dit_tokens;
+    double total_params, total_bytes;
+} px_cost_model;
+
+/* Builds the view of an IR model (borrowed; must outlive the view).
+ * Returns owned memory (px_cost_model_free).  PX_EINVAL for a model
+ * without layers; PX_EIO when the file cannot be hashed; PX_ENOMEM. */
+px_status px_cost_model_new(const px_ir_model *ir, px_cost_model **out, px_err *err);
+void px_cost_model_free(px_cost_model *m);
+/* Bytes of a block's attention or FFN weights if stored at dt (dt =
+ * PX_DTYPE_COUNT_ keeps the stored dtype). */
+double px_cost_region_bytes(const px_cost_model *m, uint32_t layer, bool ffn, px_dtype dt);
+/* Bytes of the embedding or head weights at dt (PX_DTYPE_COUNT_: stored). */
+double px_cost_edge_bytes(const px_cost_model *m, bool head, px_dtype dt);
+
+/* ------------------------------------------------------------------ */
+/* Candidates                                                          */
+/* ------------------------------------------------------------------ */
+
+typedef enum px_cost_kv_place {
+    PX_COST_KV_DEVICE = 0, /* in the stage's device memory */
+    PX_COST_KV_HOST = 1,   /* in its node's host memory, read over the host link */
+} px_cost_kv_place;
+
+const char *px_cost_kv_place_name(px_cost_kv_place k); /* "device", "host" */
+
+/* Precision per region kind.  PX_DTYPE_COUNT_ in weights/ffn_weights
+ * means "as stored". */
+typedef struct px_cost_precision {
+    px_dtype weights;     /* attention, embedding and head matrices */
+    px_dtype ffn_weights; /* FFN (and expert) matrices */
+    px_dtype activations;
+    px_dtype kv;
+} px_cost_precision;
+
+typedef struct px_cost_stage {
+    uint32_t devices[PX_COST_MAX_TP]; /* fleet indices; tp of them */
+    uint32_t tp;                      /* tensor-parallel degree >= 1 */
+    int32_t first, last;              /* blocks, inclusive; last = first - 1: none */
+    bool embedding, head;
+    px_cost_precision prec;
+    px_cost_kv_place kv;
+} px_cost_stage;
+
+typedef struct px_cost_pipeline {
+    uint32_t n_stages;
+    px_cost_stage stages[PX_COST_MAX_STAGES];
+} px_cost_pipeline;
+
+/* What a run serves: per replica, `batch` sequences in flight, split into
+ * micro_batches; context is the KV length planned for, prompt_tokens the
+ * prefill, gen_tokens the decode steps. */
+typedef struct px_cost_workload {
+    uint32_t batch, micro_batches;
+    uint32_t context, prompt_tokens, gen_tokens;
+} px_cost_workload;
+
+/* batch 1, one micro-batch, context 4096, prompt 512, 256 new tokens. */
+px_cost_workload px_cost_workload_default(void);
+/* A stage holding every block, the embedding and the head on one device,
+ * at the stored precision. */
+px_cost_stage px_cost_stage_make(uint32_t device, const px_cost_model *m);
+
+/* ------------------------------------------------------------------ */
+/* Estimates                                                           */
+/* ------------------------------------------------------------------ */
+
+typedef enum px_cost_bind {
+    PX_COST_BIND_MEMORY_BW = 0, /* weights and KV streamed from memory */
+    PX_COST_BIND_COMPUTE,
+    PX_COST_BIND_ALLREDUCE,     /* tensor-parallel all-reduce over links */
+    PX_COST_BIND_KV_HOST,       /* KV read from host memory over its link */
+    PX_COST_BIND_TRANSFER,      /* activations between stages */
+    PX_COST_BIND_COUNT_
+} px_cost_bind;
+
+const char *px_cost_bind_name(px_cost_bind b);
+
+/* Why a candidate cannot run. */
+typedef enum px_cost_infeasible {
+    PX_COST_OK = 0,
+    PX_COST_NO_MEMORY,     /* a device lacks memory (stage, bytes over) */
+    PX_COST_NO_PATH,       /* two consecutive stages are not connected */
+    PX_COST_NO_CAPABILITY, /* a device lacks an op or any compute dtype */
+    PX_COST_BAD_LAYOUT,    /* layers missing, overlapping or out of order */
+} px_cost_infeasible;
+
+const char *px_cost_infeasible_name(px_cost_infeasible r); /* "memory", ... */
+
+/* Memory per device of a stage, bytes. */
+typedef struct px_cost_mem {
+    double weights, kv, activations, workspace, runtime;
+    double total;
+    double limit; /* free memory x (1 - headroom) */
+} px_cost_mem;
+
+typedef struct px_cost_stage_est {
+    double decode_s;     /* one decode step of the stage's micro-batch */
+    double mem_s, compute_s, allreduce_s, kv_host_s; /* its terms */
+    double prefill_s;    /* the prompt of the stage's micro-batch */
+    double xfer_s;       /* decode activations to the next stage */
+    double xfer_prefill_s;
+    px_cost_bind bind;
+    px_hw_dtype compute_dtype;
+    bool dtype_fallback; /* the wanted compute dtype is missing; a wider one is used */
+    px_cost_mem mem;     /* per device of the group (host bytes excluded) */
+    double host_bytes;   /* KV kept in host memory */
+} px_cost_stage_est;
+
+typedef struct px_cost_estimate {
+    px_cost_infeasible why; /* PX_COST_OK when feasible */
+    uint32_t why_stage;
+    double why_bytes;       /* memory: bytes over the limit */
+    double tpot_s;          /* time per output token of one sequence */
+    double ttft_s;          /* prefill of the prompt through the pipeline */
+    double step_s;          /* one decode step of the whole batch */
+    double throughput;      /* output tokens per second (per replica) */
+    double power_w;         /* average power of the devices used */
+    double joules_per_token;
+    double usd_per_hour, usd_per_token, tokens_per_usd;
+    double p_fail;          /* failure within the reliability window */
+    double transfer_s;      /* total inter-stage transfer per token */
+    px_cost_bind bind;      /* the term that binds the decode step */
+    uint32_t bind_stage;
+    uint32_t n_stages;
+    px_cost_stage_est stages[PX_COST_MAX_STAGES];
+} px_cost_estimate;
+
+/* Multiplicative perturbations of the inputs for one Monte Carlo sample:
+ * per device memory bandwidth and compute, per hw link bandwidth, and the
+ * efficiency factors.  NULL arrays mean 1.0. */
+typedef struct px_cost_sample {
+    const double *dev_bw, *dev_compute; /* n_devices */
+    const double *link_bw;              /* per hw link (view->n_links) */
+    double eff_mem, eff_compute;        /* absolute values */
+} px_cost_sample;
+
+/* Evaluates one pipeline (borrowed) at point estimates (sample NULL) or
+ * under a sample.  Never allocates.  Infeasible candidates fill est->why
+ * and the terms computed so far; PX_OK is returned either way, PX_EINVAL
+ * only for a malformed pipeline (no stages, tp out of range, a device
+ * index out of range). */
+px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m,
+                                const px_cost_params *p, const px_cost_workload *wl,
+                                const px_cost_pipeline *pipe, const px_cost_sample *s,
+                                px_cost_estimate *est, px_err *err);
+
+/* ------------------------------------------------------------------ */
+/* Fast stage estimates for search                                     */
+/* ------------------------------------------------------------------ */
+
+/* Prefix sums over the blocks of one precision and workload, so that a
+ * stage's load is O(1) to build.  Arrays have n_layers + 1 entries; entry
+ * i sums blocks [0, i).  Value struct: px_cost_prefix_init /
+ * px_cost_prefix_release. */
+typedef struct px_cost_prefix {
+    px_cost_precision prec;
+    px_cost_workload wl;
+    uint32_t n_layers;
+    double *w_mem, *w_decode, *w_prefill, *kv_token;
+    double *flops_tok, *flops_pair, *flops_seq;
+    const px_cost_model *model; /* borrowed */
+} px_cost_prefix;
+
+/* Builds the sums for precision prec (borrowed) under workload wl.
+ * PX_ENOMEM. */
+px_status px_cost_prefix_init(px_cost_prefix *pre, const px_cost_model *m,
+                              const px_cost_precision *prec, const px_cost_workload *wl,
+                              px_err *err);
+void px_cost_prefix_release(px_cost_prefix *pre);
+
+/* Estimates one stage alone (st borrowed; its precision must be pre's):
+ * decode and prefill time, the worst device's memory, KV placement kept
+ * as given.  Same formulas as px_cost_eval_pipeline, without transfers
+ * between stages.  Returns the infeasibility (PX_COST_OK when it fits). */
+px_cost_infeasible px_cost_stage_quick(px_cost_fleet *f, const px_cost_prefix *pre,
+                                       const px_cost_params *p, const px_cost_stage *st,
+                                       px_cost_stage_est *out);
+/* Time of the decode activations of a stage ending at block `last` from
+ * device a to device b (latency + bytes / bandwidth); INFINITY when they
+ * are not connected. */
+double px_cost_hop_s(px_cost_fleet *f, const px_cost_prefix *pre, const px_cost_params *p,
+                     uint32_t a, uint32_t b, int32_t last);
+
+/* ------------------------------------------------------------------ */
+/* Uncertainty                                                         */
+/* ------------------------------------------------------------------ */
+
+/* A distribution summary over Monte Carlo samples: median, the pessimistic
+ * 99th percentile (high for times, low for rates) and the sampled range. */
+typedef struct px_cost_interval {
+    double p50, p99, lo, hi;
+} px_cost_interval;
+
+typedef struct px_cost_uncertain {
+    uint32_t n_samples;
+    px_cost_interval tpot_s, ttft_s, throughput, joules_per_token, usd_per_token;
+    uint32_t n_stages;
+    px_cost_interval decode_s[PX_COST_MAX_STAGES];
+    px_cost_interval prefill_s[PX_COST_MAX_STAGES];
+    double p_meet_slo; /* fraction of samples meeting both limits */
+} px_cost_uncertain;
+
+/* Propagates the inputs' uncertainties through px_cost_eval_pipeline by
+ * seeded Monte Carlo (params->mc_samples samples, params->seed): the same
+ * inputs give identical numbers.  slo_tpot_s / slo_ttft_s (0: none) set
+ * p_meet_slo.  Returns PX_EINFEASIBLE when the point estimate is
+ * infeasible, PX_ENOMEM. */
+px_status px_cost_uncertainty(px_cost_fleet *f, const px_cost_model *m,
+                              const px_cost_params *p, const px_cost_workload *wl,
+                              const px_cost_pipeline *pipe, double slo_tpot_s,
+                              double slo_ttft_s, px_cost_uncertain *out, px_err *err);
+
+/* ------------------------------------------------------------------ */
+/* Lower bounds                                                        */
+/* ------------------------------------------------------------------ */
+
+typedef struct px_cost_bound {
+    double tpot_s;        /* no placement on these devices decodes faster */
+    double tpot_mem_s;    /* (weights + KV read) / aggregate attainable bandwidth */
+    double tpot_compute_s;/* 2 x active params x batch / aggregate peak */
+    double throughput;    /* no layout exceeds this many tokens/s */
+    double ttft_s;        /* prefill FLOPs / aggregate peak */
+} px_cost_bound;
+
+/* The bound over the devices listed (fleet indices, borrowed; NULL: all
+ * devices that can hold any part of the model).  Attainable bandwidth is
+ * the datasheet figure times eff_mem_hi. */
+void px_cost_lower_bound(const px_cost_fleet *f, const px_cost_model *m,
+                         const px_cost_params *p, const px_cost_workload *wl,
+                         const uint32_t *devices, size_t n_devices, px_cost_bound *out);
+/* The bound of one pipeline as placed: each stage's bytes over its
+ * attainable bandwidth (or FLOPs over peak, whichever is larger) plus each
+ * hop's bytes / bandwidth + latency. */
+double px_cost_pipeline_bound(px_cost_fleet *f, const px_cost_model *m,
+                              const px_cost_params *p, const px_cost_workload *wl,
+                              const px_cost_pipeline *pipe);
+
+/* ------------------------------------------------------------------ */
+/* Reporting                                                           */
+/* ------------------------------------------------------------------ */
+
+/* The assumptions behind estimates on this fleet and model: every default
+ * of params that was used, every inventory figure that was missing and
+ * assumed, as [{"name", "value", "source"}] (new reference; NULL on
+ * allocation failure). */
+json_t *px_cost_assumptions_json(const px_cost_fleet *f, const px_cost_model *m,
+                                 const px_cost_params *p);
+
+/* The compute dtype a matrix product with these weights and activations
+ * runs in on device d, and whether it had to fall back to a wider one
+ * (the nearest supported).  Returns false when the device computes in no
+ * floating dtype at all. */
+bool px_cost_compute_dtype(const px_cost_device *d, px_dtype weights, px_dtype acts,
+                           px_hw_dtype *out, bool *fallback);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PLEXUS_COST_H */

@@ -1,0 +1,618 @@
+/* Evaluation of one pipeline: roofline time per stage, transfers,
+ * all-reduce, memory itemized per device, energy, money, reliability.
+ * Allocates nothing: the planner calls it in its inner loop. */
+#include "base/common.h"
+
+#include "cost/cost_impl.h"
+
+#define MAX_DOMAINS_SEEN 256
+
+static px_hw_dtype hw_of(px_dtype dt)
+{
+    switch (dt) {
+    case PX_DTYPE_F16: return PX_HW_DTYPE_F16;
+    case PX_DTYPE_BF16: return PX_HW_DTYPE_BF16;
+    case PX_DTYPE_FP8_E4M3:
+    case PX_DTYPE_FP8_E5M2: return PX_HW_DTYPE_FP8;
+    case PX_DTYPE_I8: return PX_HW_DTYPE_INT8;
+    default: return PX_HW_DTYPE_F32;
+    }
+}
+
+bool px_cost_compute_dtype(const px_cost_device *d, px_dtype weights, px_dtype acts,
+                           px_hw_dtype *out, bool *fallback)
+{
+    px_hw_dtype want = hw_of(acts);
+    /* fp8 weights with fp8 activations run fp8 products where the device
+     * has them; block-quantized weights are dequantized to the activation
+     * dtype inside the kernel. */
+    if ((weights == PX_DTYPE_FP8_E4M3 || weights == PX_DTYPE_FP8_E5M2) &&
+        want == PX_HW_DTYPE_FP8)
+        want = PX_HW_DTYPE_FP8;
+    *fallback = false;
+    if (d->peak[want] > 0) {
+        *out = want;
+        return true;
+    }
+    /* The nearest supported dtype: the same width first, then wider. */
+    static const px_hw_dtype order_f16[] = {PX_HW_DTYPE_BF16, PX_HW_DTYPE_F16, PX_HW_DTYPE_F32,
+                                            PX_HW_DTYPE_TF32, PX_HW_DTYPE_F64};
+    static const px_hw_dtype order_f32[] = {PX_HW_DTYPE_F32, PX_HW_DTYPE_TF32,
+                                            PX_HW_DTYPE_BF16, PX_HW_DTYPE_F16,
+                                            PX_HW_DTYPE_F64};
+    const px_hw_dtype *order = want == PX_HW_DTYPE_F32 ? order_f32 : order_f16;
+    for (size_t i = 0; i < 5; i++) {
+        if (d->peak[order[i]] > 0) {
+            *out = order[i];
+            *fallback = true;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool has_op(const px_hw_device *d, const char *op)
+{
+    if (d->all_ops)
+        return true;
+    for (size_t i = 0; i < d->n_ops; i++)
+        if (!strcmp(d->ops[i], op))
+            return true;
+    return false;
+}
+
+static double kv_scale(const px_cost_model *m, px_dtype kv)
+{
+    return px__cost_bpe(kv, 4.0) / px__cost_bpe(m->kv_dtype, 4.0);
+}
+
+static double act_scale(const px_cost_model *m, px_dtype act)
+{
+    return px__cost_bpe(act, 4.0) / px__cost_bpe(m->act_dtype, 4.0);
+}
+
+/* What a stage's blocks weigh, read and compute for one step. */
+typedef struct stage_load {
+    double w_mem;       /* weight bytes held */
+    double w_decode;    /* weight bytes read by a decode step */
+    double w_prefill;   /* weight bytes read by a prefill */
+    double kv_token;    /* KV bytes per token of context (all its blocks) */
+    double flops_tok, flops_pair, flops_seq; /* sums over its blocks (+ head) */
+    double act_out;     /* activation bytes per token crossing its output */
+    uint32_t n_blocks;
+} stage_load;
+
+static double moe_read(const px_cost_layer *l, double ffn_at, uint64_t tokens)
+{
+    if (l->n_experts == 0 || l->expert_bytes <= 0 || l->ffn_bytes <= 0)
+        return ffn_at;
+    double scale = ffn_at / l->ffn_bytes;
+    double experts = l->expert_bytes * l->n_experts * scale;
+    double touched = (double)px_ir_moe_experts_touched(l->n_experts, l->n_experts_used, tokens);
+    return ffn_at - experts + touched * l->expert_bytes * scale;
+}
+
+/* Adds the embedding and head of a stage and sets its output width. */
+static void finish_load(const px_cost_model *m, const px_cost_stage *st, stage_load *ld)
+{
+    ld->kv_token *= kv_scale(m, st->prec.kv);
+    ld->act_out = st->last >= st->first ? m->layers[st->last].act_bytes_token : 0;
+    if (st->embedding) {
+        double e = px_cost_edge_bytes(m, false, st->prec.weights);
+        ld->w_mem += e;
+        if (ld->n_blocks == 0)
+            ld->act_out = m->embedding.act_bytes_token;
+    }
+    if (st->head) {
+        double h = px_cost_edge_bytes(m, true, st->prec.weights);
+        /* A tied classifier shares the embedding's table when both are here. */
+        if (!(m->tied_head && st->embedding))
+            ld->w_mem += h;
+        ld->w_decode += h;
+        ld->w_prefill += h;
+        ld->flops_tok += m->head.flops_token;
+        ld->flops_seq += m->head.flops_seq;
+    }
+    if (ld->act_out <= 0)
+        ld->act_out = (double)m->dim * px__cost_bpe(m->act_dtype, 4.0);
+    ld->act_out *= act_scale(m, st->prec.activations);
+}
+
+static void stage_load_of(const px_cost_model *m, const px_cost_stage *st, uint64_t dec_tokens,
+                          uint64_t pf_tokens, stage_load *ld)
+{
+    memset(ld, 0, sizeof *ld);
+    for (int32_t i = st->first; i <= st->last; i++) {
+        const px_cost_layer *l = &m->layers[i];
+        double a = px_cost_region_bytes(m, (uint32_t)i, false, st->prec.weights);
+        double f = px_cost_region_bytes(m, (uint32_t)i, true, st->prec.ffn_weights);
+        ld->w_mem += a + f;
+        ld->w_decode += a + moe_read(l, f, dec_tokens);
+        ld->w_prefill += a + moe_read(l, f, pf_tokens);
+        ld->kv_token += l->kv_bytes_token;
+        ld->flops_tok += l->flops_token;
+        ld->flops_pair += l->flops_pair;
+        ld->flops_seq += l->flops_seq;
+        ld->n_blocks++;
+    }
+    finish_load(m, st, ld);
+}
+
+static void load_from_prefix(const px_cost_prefix *pre, const px_cost_stage *st, stage_load *ld)
+{
+    memset(ld, 0, sizeof *ld);
+    if (st->last >= st->first) {
+        size_t a = (size_t)st->first, b = (size_t)st->last + 1;
+        ld->w_mem = pre->w_mem[b] - pre->w_mem[a];
+        ld->w_decode = pre->w_decode[b] - pre->w_decode[a];
+        ld->w_prefill = pre->w_prefill[b] - pre->w_prefill[a];
+        ld->kv_token = pre->kv_token[b] - pre->kv_token[a];
+        ld->flops_tok = pre->flops_tok[b] - pre->flops_tok[a];
+        ld->flops_pair = pre->flops_pair[b] - pre->flops_pair[a];
+        ld->flops_seq = pre->flops_seq[b] - pre->flops_seq[a];
+        ld->n_blocks = (uint32_t)(b - a);
+    }
+    finish_load(pre->model, st, ld);
+}
+
+static uint32_t micro_batch(const px_cost_workload *wl)
+{
+    uint32_t mb = PX_MAX(wl->micro_batches, 1u);
+    uint32_t batch = PX_MAX(wl->batch, 1u);
+    return (batch + mb - 1) / mb;
+}
+
+px_status px_cost_prefix_init(px_cost_prefix *pre, const px_cost_model *m,
+                              const px_cost_precision *prec, const px_cost_workload *wl,
+                              px_err *err)
+{
+    memset(pre, 0, sizeof *pre);
+    size_t n = (size_t)m->n_layers + 1;
+    double *all = calloc(7 * n, sizeof *all);
+    if (!all)
+        return px_err_set(err, PX_ENOMEM, "out of memory building layer sums");
+    pre->prec = *prec;
+    pre->wl = *wl;
+    pre->n_layers = m->n_layers;
+    pre->model = m;
+    pre->w_mem = all;
+    pre->w_decode = all + n;
+    pre->w_prefill = all + 2 * n;
+    pre->kv_token = all + 3 * n;
+    pre->flops_tok = all + 4 * n;
+    pre->flops_pair = all + 5 * n;
+    pre->flops_seq = all + 6 * n;
+    uint64_t b = micro_batch(wl);
+    double S = m->dit ? m->dit_tokens : 1.0;
+    double P = m->dit ? m->dit_tokens : PX_MAX(wl->prompt_tokens, 1u);
+    for (uint32_t i = 0; i < m->n_layers; i++) {
+        const px_cost_layer *l = &m->layers[i];
+        double a = px_cost_region_bytes(m, i, false, prec->weights);
+        double f = px_cost_region_bytes(m, i, true, prec->ffn_weights);
+        pre->w_mem[i + 1] = pre->w_mem[i] + a + f;
+        pre->w_decode[i + 1] = pre->w_decode[i] + a + moe_read(l, f, b * (uint64_t)S);
+        pre->w_prefill[i + 1] = pre->w_prefill[i] + a + moe_read(l, f, b * (uint64_t)P);
+        pre->kv_token[i + 1] = pre->kv_token[i] + l->kv_bytes_token;
+        pre->flops_tok[i + 1] = pre->flops_tok[i] + l->flops_token;
+        pre->flops_pair[i + 1] = pre->flops_pair[i] + l->flops_pair;
+        pre->flops_seq[i + 1] = pre->flops_seq[i] + l->flops_seq;
+    }
+    return PX_OK;
+}
+
+void px_cost_prefix_release(px_cost_prefix *pre)
+{
+    if (!pre)
+        return;
+    free(pre->w_mem);
+    memset(pre, 0, sizeof *pre);
+}
+
+static double sample_of(const double *arr, uint32_t i)
+{
+    return arr ? arr[i] : 1.0;
+}
+
+static double path_bw(const px_cost_path *pa, const px_cost_sample *s)
+{
+    double k = (s && s->link_bw && pa->bottleneck >= 0) ? s->link_bw[pa->bottleneck] : 1.0;
+    return pa->bw * k;
+}
+
+/* Ring all-reduce inside a tensor-parallel group: bandwidth of the slowest
+ * ring link (shared when ring links are in one contention group) and the
+ * largest latency. */
+static bool ring_of(px_cost_fleet *f, const px_cost_stage *st, const px_cost_sample *s,
+                    double *bw, double *lat)
+{
+    *bw = INFINITY;
+    *lat = 0;
+    uint32_t groups[PX_COST_MAX_TP];
+    uint32_t counts[PX_COST_MAX_TP];
+    double bws[PX_COST_MAX_TP];
+    uint32_t n = st->tp;
+    for (uint32_t i = 0; i < n; i++) {
+        px_cost_path pa = px_cost_fleet_path(f, st->devices[i], st->devices[(i + 1) % n]);
+        if (!pa.reachable)
+            return false;
+        groups[i] = pa.contention;
+        bws[i] = path_bw(&pa, s);
+        if (pa.latency > *lat)
+            *lat = pa.latency;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        counts[i] = 1;
+        if (groups[i] == PX_HW_NONE)
+            continue;
+        for (uint32_t j = 0; j < n; j++)
+            if (j != i && groups[j] == groups[i])
+                counts[i]++;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        double b = bws[i] / counts[i];
+        if (b < *bw)
+            *bw = b;
+    }
+    return true;
+}
+
+static double allreduce_s(uint32_t p, double bytes, double bw, double lat, double n_ops)
+{
+    if (p <= 1 || n_ops <= 0)
+        return 0;
+    double frac = 2.0 * (p - 1) / p;
+    return n_ops * (frac * bytes / bw + 2.0 * (p - 1) * lat);
+}
+
+static const char *required_ops[] = {"matmul", "attention"};
+
+static px_cost_infeasible check_capability(px_cost_fleet *f, const px_cost_stage *st)
+{
+    const px_hw_view *v = px_hw_graph_view(f->graph);
+    for (uint32_t k = 0; k < st->tp; k++) {
+        const px_cost_device *d = &f->devices[st->devices[k]];
+        const px_hw_device *hd = &v->devices[d->hw_index];
+        if (st->last >= st->first)
+            for (size_t i = 0; i < PX_ARRAY_LEN(required_ops); i++)
+                if (!has_op(hd, required_ops[i]))
+                    return PX_COST_NO_CAPABILITY;
+        if (st->embedding && !has_op(hd, "embedding"))
+            return PX_COST_NO_CAPABILITY;
+    }
+    return PX_COST_OK;
+}
+
+static double runtime_bytes(const px_cost_params *p, const px_cost_device *d)
+{
+    if (!strcmp(d->backend, "cuda"))
+        return p->runtime_cuda;
+    if (!strcmp(d->backend, "emu"))
+        return p->runtime_emu;
+    return p->runtime_cpu;
+}
+
+static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
+                       const px_cost_workload *wl, const px_cost_stage *st,
+                       const px_cost_sample *s, uint32_t b, const stage_load *ldp,
+                       px_cost_stage_est *e, px_cost_estimate *est, uint32_t si)
+{
+    double eff_mem = s ? s->eff_mem : p->eff_mem;
+    double eff_c = s ? s->eff_compute : p->eff_compute;
+    double T = m->dit ? m->dit_tokens : wl->context;
+    double P = m->dit ? m->dit_tokens : PX_MAX(wl->prompt_tokens, 1u);
+    double S = m->dit ? m->dit_tokens : 1.0; /* new tokens per sequence per step */
+    uint32_t tp = st->tp;
+    double act_bpe = px__cost_bpe(st->prec.activations, 4.0);
+    const stage_load ld = *ldp;
+
+    memset(e, 0, sizeof *e);
+    /* Decode step (a denoising step for DiT). */
+    double pairs = m->dit ? S * T : T;
+    double flops = b * (S * ld.flops_tok + pairs * ld.flops_pair + ld.flops_seq);
+    double kv_read = m->dit ? 0 : b * T * ld.kv_token;
+    double act_traffic = m->dit ? b * S * ld.act_out * 8.0 * ld.n_blocks : 0;
+    /* Prefill of the prompt from an empty cache. */
+    double pf_flops = m->dit ? 0
+                             : b * (P * ld.flops_tok + P * (P + 1) / 2 * ld.flops_pair +
+                                    ld.flops_seq);
+    double pf_bytes = ld.w_prefill + b * P * ld.kv_token + b * P * ld.act_out * 8.0 * ld.n_blocks;
+
+    double ring_bw = INFINITY, ring_lat = 0;
+    if (tp > 1 && !ring_of(f, st, s, &ring_bw, &ring_lat)) {
+        est->why = PX_COST_NO_PATH;
+        est->why_stage = si;
+        return;
+    }
+    ring_bw *= p->eff_link;
+    double ar_bytes = b * S * (double)m->dim * act_bpe;
+    double ar = allreduce_s(tp, ar_bytes, ring_bw, ring_lat, 2.0 * ld.n_blocks);
+    double ar_pf = allreduce_s(tp, b * P * (double)m->dim * act_bpe, ring_bw, ring_lat,
+                               2.0 * ld.n_blocks);
+
+    double worst = -1;
+    for (uint32_t k = 0; k < tp; k++) {
+        uint32_t di = st->devices[k];
+        const px_cost_device *d = &f->devices[di];
+        px_hw_dtype cd;
+        bool fb;
+        if (!px_cost_compute_dtype(d, st->prec.ffn_weights, st->prec.activations, &cd, &fb)) {
+            est->why = PX_COST_NO_CAPABILITY;
+            est->why_stage = si;
+            return;
+        }
+        double bw = d->mem_bw * sample_of(s ? s->dev_bw : NULL, di) * eff_mem;
+        double peak = d->peak[cd] * sample_of(s ? s->dev_compute : NULL, di) * eff_c;
+        double dev_kv = st->kv == PX_COST_KV_DEVICE ? kv_read : 0;
+        double mem_s = (ld.w_decode + dev_kv + act_traffic) / tp / bw;
+        double comp_s = flops / tp / peak;
+        double kvh_s = st->kv == PX_COST_KV_HOST ? kv_read / tp / (d->host_bw * p->eff_link) : 0;
+        double dec = PX_MAX(mem_s, comp_s) + kvh_s + ar;
+        double pf_kvh = st->kv == PX_COST_KV_HOST
+                            ? b * P * ld.kv_token / tp / (d->host_bw * p->eff_link)
+                            : 0;
+        double pf = (m->dit ? 0 : PX_MAX(pf_bytes / tp / bw, pf_flops / tp / peak)) + ar_pf +
+                    pf_kvh;
+        if (dec > worst) {
+            worst = dec;
+            e->decode_s = dec;
+            e->mem_s = mem_s;
+            e->compute_s = comp_s;
+            e->kv_host_s = kvh_s;
+            e->allreduce_s = ar;
+            e->compute_dtype = cd;
+            e->dtype_fallback = fb;
+            double top = PX_MAX(PX_MAX(mem_s, comp_s), PX_MAX(kvh_s, ar));
+            e->bind = top == comp_s   ? PX_COST_BIND_COMPUTE
+                      : top == mem_s  ? PX_COST_BIND_MEMORY_BW
+                      : top == kvh_s  ? PX_COST_BIND_KV_HOST
+                                      : PX_COST_BIND_ALLREDUCE;
+        }
+        if (pf > e->prefill_s)
+            e->prefill_s = pf;
+
+        /* Memory of this device. */
+        px_cost_mem mem = {0};
+        mem.weights = ld.w_mem / tp;
+        double kv_all = m->dit ? 0 : (double)wl->batch * wl->context * ld.kv_token / tp;
+        if (st->kv == PX_COST_KV_DEVICE)
+            mem.kv = kv_all;
+        else
+            e->host_bytes += kv_all;
+        double width = 4.0 * m->dim + 3.0 * m->hidden_dim;
+        mem.activations = b * P * width * act_bpe / tp;
+        if (st->head)
+            mem.activations += b * (double)m->vocab * 4.0;
+        /* Emulated devices run the cpu kernels and need their workspace. */
+        bool cpu_kernels = d->cls == PX_HW_CLASS_CPU || strcmp(d->backend, "cuda") != 0;
+        mem.workspace = cpu_kernels ? p->workspace_cpu : p->workspace_gpu;
+        mem.runtime = runtime_bytes(p, d);
+        mem.total = mem.weights + mem.kv + mem.activations + mem.workspace + mem.runtime;
+        mem.limit = d->mem_free * (1.0 - p->headroom);
+        if (k == 0 || mem.total - mem.limit > e->mem.total - e->mem.limit)
+            e->mem = mem;
+        if (mem.total > mem.limit && est->why == PX_COST_OK) {
+            est->why = PX_COST_NO_MEMORY;
+            est->why_stage = si;
+            est->why_bytes = mem.total - mem.limit;
+        }
+        if (st->kv == PX_COST_KV_HOST && e->host_bytes > d->host_mem * (1.0 - p->headroom) &&
+            est->why == PX_COST_OK) {
+            est->why = PX_COST_NO_MEMORY;
+            est->why_stage = si;
+            est->why_bytes = e->host_bytes - d->host_mem * (1.0 - p->headroom);
+        }
+    }
+}
+
+static px_status check_layout(const px_cost_fleet *f, const px_cost_model *m,
+                              const px_cost_pipeline *pipe, px_err *err)
+{
+    if (pipe->n_stages == 0 || pipe->n_stages > PX_COST_MAX_STAGES)
+        return px_err_set(err, PX_EINVAL, "pipeline has %u stages; use 1 to %d",
+                          pipe->n_stages, PX_COST_MAX_STAGES);
+    for (uint32_t i = 0; i < pipe->n_stages; i++) {
+        const px_cost_stage *st = &pipe->stages[i];
+        if (st->tp == 0 || st->tp > PX_COST_MAX_TP)
+            return px_err_set(err, PX_EINVAL, "stage %u: tensor-parallel degree %u; use 1 to %d",
+                              i, st->tp, PX_COST_MAX_TP);
+        for (uint32_t k = 0; k < st->tp; k++)
+            if (st->devices[k] >= f->n_devices)
+                return px_err_set(err, PX_EINVAL, "stage %u: device index %u out of range", i,
+                                  st->devices[k]);
+        (void)m;
+    }
+    return PX_OK;
+}
+
+static bool layout_ok(const px_cost_model *m, const px_cost_pipeline *pipe)
+{
+    int32_t next = 0;
+    for (uint32_t i = 0; i < pipe->n_stages; i++) {
+        const px_cost_stage *st = &pipe->stages[i];
+        if (st->first != next || st->last < st->first - 1 || st->last >= (int32_t)m->n_layers)
+            return false;
+        if (st->embedding != (i == 0) || st->head != (i + 1 == pipe->n_stages))
+            return false;
+        next = st->last + 1;
+    }
+    return next == (int32_t)m->n_layers;
+}
+
+static double domain_rate(const px_hw_view *v, const uint32_t *seen, size_t n_seen)
+{
+    double r = 0;
+    for (size_t i = 0; i < n_seen; i++) {
+        const px_hw_domain *d = &v->domains[seen[i]];
+        if (px_hw_has(d->mtbf) && d->mtbf.value > 0)
+            r += 1.0 / d->mtbf.value;
+    }
+    return r;
+}
+
+static void add_domain(const px_hw_view *v, uint32_t dom, uint32_t *seen, size_t *n_seen)
+{
+    /* Walk up the parents: a rack failure takes its zone's members too. */
+    for (int guard = 0; dom != PX_HW_NONE && dom < v->n_domains && guard < 64; guard++) {
+        bool dup = false;
+        for (size_t i = 0; i < *n_seen; i++)
+            if (seen[i] == dom)
+                dup = true;
+        if (!dup && *n_seen < MAX_DOMAINS_SEEN)
+            seen[(*n_seen)++] = dom;
+        dom = v->domains[dom].parent;
+    }
+}
+
+px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m,
+                                const px_cost_params *p, const px_cost_workload *wl,
+                                const px_cost_pipeline *pipe, const px_cost_sample *s,
+                                px_cost_estimate *est, px_err *err)
+{
+    px_status st = check_layout(f, m, pipe, err);
+    if (st != PX_OK)
+        return st;
+    memset(est, 0, offsetof(px_cost_estimate, stages));
+    est->n_stages = pipe->n_stages;
+    if (!layout_ok(m, pipe)) {
+        est->why = PX_COST_BAD_LAYOUT;
+        return PX_OK;
+    }
+    uint32_t mb = PX_MAX(wl->micro_batches, 1u);
+    uint32_t batch = PX_MAX(wl->batch, 1u);
+    uint32_t b = micro_batch(wl);
+    for (uint32_t i = 0; i < pipe->n_stages; i++) {
+        px_cost_infeasible c = check_capability(f, &pipe->stages[i]);
+        if (c != PX_COST_OK) {
+            est->why = c;
+            est->why_stage = i;
+            return PX_OK;
+        }
+    }
+    double S = m->dit ? m->dit_tokens : 1.0;
+    double P = m->dit ? 0 : PX_MAX(wl->prompt_tokens, 1u);
+    double sum = 0, cycle = 0, pf_sum = 0, pf_max = 0, xfer_sum = 0;
+    uint32_t hop_groups[PX_COST_MAX_STAGES];
+    for (uint32_t i = 0; i < pipe->n_stages; i++) {
+        px_cost_stage_est *e = &est->stages[i];
+        stage_load ld;
+        stage_load_of(m, &pipe->stages[i], (uint64_t)b * (uint64_t)S,
+                      (uint64_t)b * (uint64_t)PX_MAX(P, 1.0), &ld);
+        eval_stage(f, m, p, wl, &pipe->stages[i], s, b, &ld, e, est, i);
+        if (est->why == PX_COST_NO_PATH || est->why == PX_COST_NO_CAPABILITY)
+            return PX_OK;
+        hop_groups[i] = PX_HW_NONE;
+        if (i + 1 < pipe->n_stages) {
+            px_cost_path pa = px_cost_fleet_path(f, pipe->stages[i].devices[0],
+                                                 pipe->stages[i + 1].devices[0]);
+            if (!pa.reachable) {
+                est->why = PX_COST_NO_PATH;
+                est->why_stage = i;
+                return PX_OK;
+            }
+            double bw = path_bw(&pa, s) * p->eff_link;
+            e->xfer_s = pa.latency + b * S * ld.act_out / bw;
+            e->xfer_prefill_s = pa.latency + b * P * ld.act_out / bw;
+            hop_groups[i] = pa.contention;
+        }
+    }
+    /* Hops in one contention group share it when micro-batches overlap. */
+    for (uint32_t i = 0; i + 1 < pipe->n_stages; i++) {
+        uint32_t share = 1;
+        if (mb > 1 && hop_groups[i] != PX_HW_NONE)
+            for (uint32_t j = 0; j + 1 < pipe->n_stages; j++)
+                if (j != i && hop_groups[j] == hop_groups[i])
+                    share++;
+        est->stages[i].xfer_s *= share;
+    }
+    double loop = 0;
+    if (pipe->n_stages > 1) {
+        px_cost_path back = px_cost_fleet_path(f, pipe->stages[pipe->n_stages - 1].devices[0],
+                                               pipe->stages[0].devices[0]);
+        loop = back.reachable ? back.latency : 0;
+    }
+    uint32_t slow = 0;
+    for (uint32_t i = 0; i < pipe->n_stages; i++) {
+        const px_cost_stage_est *e = &est->stages[i];
+        sum += e->decode_s + e->xfer_s;
+        xfer_sum += e->xfer_s;
+        cycle = PX_MAX(cycle, PX_MAX(e->decode_s, e->xfer_s));
+        pf_sum += e->prefill_s + e->xfer_prefill_s;
+        pf_max = PX_MAX(pf_max, e->prefill_s);
+        if (e->decode_s > est->stages[slow].decode_s)
+            slow = i;
+    }
+    sum += loop;
+    est->transfer_s = xfer_sum + loop;
+    est->step_s = PX_MAX(sum, mb * cycle);
+    est->bind_stage = slow;
+    est->bind = est->transfer_s > est->stages[slow].decode_s ? PX_COST_BIND_TRANSFER
+                                                             : est->stages[slow].bind;
+    if (m->dit) {
+        double steps = PX_MAX(m->dit_steps, 1u);
+        est->tpot_s = est->step_s;
+        est->ttft_s = steps * est->step_s;
+        est->throughput = batch / est->ttft_s;
+    } else {
+        est->tpot_s = est->step_s;
+        est->ttft_s = pf_sum + (mb - 1) * pf_max + loop;
+        est->throughput = batch / est->step_s;
+    }
+
+    /* Energy, money and reliability of the devices used. */
+    const px_hw_view *v = px_hw_graph_view(f->graph);
+    uint32_t seen[MAX_DOMAINS_SEEN];
+    size_t n_seen = 0;
+    double rate = 0;
+    for (uint32_t i = 0; i < pipe->n_stages; i++) {
+        const px_cost_stage *stg = &pipe->stages[i];
+        double util = PX_MIN(1.0, mb * est->stages[i].decode_s / est->step_s);
+        for (uint32_t k = 0; k < stg->tp; k++) {
+            const px_cost_device *d = &f->devices[stg->devices[k]];
+            est->power_w += d->power_active * util + d->power_idle * (1.0 - util);
+            est->usd_per_hour += d->cost_rate;
+            rate += 1.0 / d->mtbf_s;
+            for (size_t j = 0; j < d->n_domains; j++)
+                add_domain(v, d->domains[j], seen, &n_seen);
+        }
+    }
+    rate += domain_rate(v, seen, n_seen);
+    double tokens_per_step = m->dit ? batch / PX_MAX(m->dit_steps, 1u) : batch;
+    est->joules_per_token = est->power_w * est->step_s / tokens_per_step;
+    est->usd_per_token = est->usd_per_hour / 3600.0 * est->step_s / tokens_per_step;
+    est->tokens_per_usd = est->usd_per_hour > 0 ? 3600.0 * est->throughput / est->usd_per_hour
+                                                : 0;
+    est->p_fail = 1.0 - exp(-rate * p->reliability_window_s);
+    return PX_OK;
+}
+
+px_cost_infeasible px_cost_stage_quick(px_cost_fleet *f, const px_cost_prefix *pre,
+                                       const px_cost_params *p, const px_cost_stage *st,
+                                       px_cost_stage_est *out)
+{
+    px_cost_estimate est; /* only the header fields are touched */
+    est.why = PX_COST_OK;
+    est.why_bytes = 0;
+    px_cost_infeasible c = check_capability(f, st);
+    if (c != PX_COST_OK)
+        return c;
+    stage_load ld;
+    load_from_prefix(pre, st, &ld);
+    eval_stage(f, pre->model, p, &pre->wl, st, NULL, micro_batch(&pre->wl), &ld, out, &est, 0);
+    return est.why;
+}
+
+double px_cost_hop_s(px_cost_fleet *f, const px_cost_prefix *pre, const px_cost_params *p,
+                     uint32_t a, uint32_t b, int32_t last)
+{
+    px_cost_path pa = px_cost_fleet_path(f, a, b);
+    if (!pa.reachable)
+        return INFINITY;
+    const px_cost_model *m = pre->model;
+    double act = last >= 0 && (uint32_t)last < m->n_layers ? m->layers[last].act_bytes_token
+                                                           : m->embedding.act_bytes_token;
+    if (act <= 0)
+        act = (double)m->dim * px__cost_bpe(m->act_dtype, 4.0);
+    act *= act_scale(m, pre->prec.activations);
+    double S = m->dit ? m->dit_tokens : 1.0;
+    return pa.latency + micro_batch(&pre->wl) * S * act / (pa.bw * p->eff_link);
+}

@@ -1,0 +1,232 @@
+/* Uncertainty propagation by seeded Monte Carlo, and lower bounds. */
+#include "base/common.h"
+
+#include "cost/cost_impl.h"
+
+/* A factor around 1 for a relative uncertainty read as a 2-sigma
+ * half-width, truncated at 2 sigma so no sample turns negative. */
+static double draw_factor(px_rng *r, double rel)
+{
+    if (rel <= 0)
+        return 1.0;
+    double z = px_rng_normal(r);
+    z = PX_MAX(-2.0, PX_MIN(2.0, z));
+    double x = 1.0 + z * rel / 2.0;
+    return x > 0.05 ? x : 0.05;
+}
+
+/* An efficiency around its point value, spread over its range (a quarter
+ * of the range as one sigma) and kept inside it. */
+static double draw_eff(px_rng *r, double point, double lo, double hi)
+{
+    double x = point + px_rng_normal(r) * (hi - lo) / 4.0;
+    return PX_MAX(lo, PX_MIN(hi, x));
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorts v and summarizes it; high_is_bad picks which tail p99 is. */
+static px_cost_interval summarize(double *v, size_t n, bool high_is_bad)
+{
+    px_cost_interval r;
+    qsort(v, n, sizeof *v, cmp_double);
+    size_t mid = n / 2;
+    size_t i99 = (size_t)ceil(0.99 * (double)n) - 1;
+    size_t i01 = n - 1 - i99;
+    r.p50 = n % 2 ? v[mid] : 0.5 * (v[mid - 1] + v[mid]);
+    r.p99 = high_is_bad ? v[i99] : v[i01];
+    r.lo = v[0];
+    r.hi = v[n - 1];
+    return r;
+}
+
+px_status px_cost_uncertainty(px_cost_fleet *f, const px_cost_model *m,
+                              const px_cost_params *p, const px_cost_workload *wl,
+                              const px_cost_pipeline *pipe, double slo_tpot_s,
+                              double slo_ttft_s, px_cost_uncertain *out, px_err *err)
+{
+    memset(out, 0, sizeof *out);
+    px_cost_estimate *est = malloc(sizeof *est);
+    if (!est)
+        return px_err_set(err, PX_ENOMEM, "out of memory propagating uncertainty");
+    px_status st = px_cost_eval_pipeline(f, m, p, wl, pipe, NULL, est, err);
+    if (st != PX_OK) {
+        free(est);
+        return st;
+    }
+    if (est->why != PX_COST_OK) {
+        px_cost_infeasible why = est->why;
+        free(est);
+        return px_err_set(err, PX_EINFEASIBLE, "uncertainty of an infeasible candidate (%s)",
+                          px_cost_infeasible_name(why));
+    }
+    const px_hw_view *v = px_hw_graph_view(f->graph);
+    size_t n = p->mc_samples, nd = f->n_devices, nl = v->n_links, ns = pipe->n_stages;
+    double *dev_bw = malloc(nd * sizeof *dev_bw);
+    double *dev_c = malloc(nd * sizeof *dev_c);
+    double *link = malloc((nl ? nl : 1) * sizeof *link);
+    double *link_rel = malloc((nl ? nl : 1) * sizeof *link_rel);
+    double *acc = malloc(n * (5 + 2 * ns) * sizeof *acc);
+    if (!dev_bw || !dev_c || !link || !link_rel || !acc) {
+        st = px_err_set(err, PX_ENOMEM, "out of memory propagating uncertainty");
+        goto done;
+    }
+    for (size_t i = 0; i < nd; i++)
+        dev_bw[i] = dev_c[i] = 1.0;
+    for (size_t i = 0; i < nl; i++) {
+        link[i] = 1.0;
+        link_rel[i] = 0;
+    }
+    /* Only the devices and links the pipeline uses are drawn, each from its
+     * own stream (seed, sample, index): two candidates sharing a device see
+     * the same draws for it (common random numbers), so comparing them
+     * carries no sampling noise, and unused parts of a big fleet cost
+     * nothing. */
+    uint32_t used_dev[PX_COST_MAX_STAGES * PX_COST_MAX_TP];
+    size_t n_used = 0;
+    int32_t used_link[PX_COST_MAX_STAGES * (PX_COST_MAX_TP + 2)];
+    size_t n_links_used = 0;
+    for (uint32_t s = 0; s < ns; s++) {
+        const px_cost_stage *stg = &pipe->stages[s];
+        for (uint32_t j = 0; j < stg->tp; j++) {
+            used_dev[n_used++] = stg->devices[j];
+            px_cost_path pa = px_cost_fleet_path(f, stg->devices[j],
+                                                 stg->devices[(j + 1) % stg->tp]);
+            if (pa.bottleneck >= 0 && stg->tp > 1)
+                used_link[n_links_used++] = pa.bottleneck;
+        }
+        if (s + 1 < ns) {
+            px_cost_path pa = px_cost_fleet_path(f, stg->devices[0], pipe->stages[s + 1].devices[0]);
+            if (pa.bottleneck >= 0)
+                used_link[n_links_used++] = pa.bottleneck;
+        }
+    }
+    for (size_t i = 0; i < n_links_used; i++)
+        link_rel[used_link[i]] = px__cost_qty_rel(&v->links[used_link[i]].bandwidth,
+                                                  p->default_rel_unc);
+    double *tp = acc, *tt = acc + n, *thr = acc + 2 * n, *jpt = acc + 3 * n,
+           *usd = acc + 4 * n, *stage = acc + 5 * n;
+    size_t meet = 0;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t base = p->seed * 0x9E3779B97F4A7C15ull + k;
+        for (size_t i = 0; i < n_used; i++) {
+            uint32_t d = used_dev[i];
+            px_rng r = px_rng_derive(base, d);
+            dev_bw[d] = draw_factor(&r, f->devices[d].mem_bw_rel);
+            dev_c[d] = draw_factor(&r, f->devices[d].peak_rel);
+        }
+        for (size_t i = 0; i < n_links_used; i++) {
+            uint32_t l = (uint32_t)used_link[i];
+            px_rng r = px_rng_derive(base, nd + l);
+            link[l] = draw_factor(&r, link_rel[l]);
+        }
+        px_rng r = px_rng_derive(base, UINT64_MAX);
+        px_cost_sample smp = {
+            .dev_bw = dev_bw, .dev_compute = dev_c, .link_bw = link,
+            .eff_mem = draw_eff(&r, p->eff_mem, p->eff_mem_lo, p->eff_mem_hi),
+            .eff_compute = draw_eff(&r, p->eff_compute, p->eff_compute_lo, p->eff_compute_hi)};
+        st = px_cost_eval_pipeline(f, m, p, wl, pipe, &smp, est, err);
+        if (st != PX_OK)
+            goto done;
+        tp[k] = est->tpot_s;
+        tt[k] = est->ttft_s;
+        thr[k] = est->throughput;
+        jpt[k] = est->joules_per_token;
+        usd[k] = est->usd_per_token;
+        for (size_t s = 0; s < ns; s++) {
+            stage[(2 * s) * n + k] = est->stages[s].decode_s;
+            stage[(2 * s + 1) * n + k] = est->stages[s].prefill_s;
+        }
+        if ((slo_tpot_s <= 0 || est->tpot_s <= slo_tpot_s) &&
+            (slo_ttft_s <= 0 || est->ttft_s <= slo_ttft_s))
+            meet++;
+    }
+    out->n_samples = (uint32_t)n;
+    out->tpot_s = summarize(tp, n, true);
+    out->ttft_s = summarize(tt, n, true);
+    out->throughput = summarize(thr, n, false);
+    out->joules_per_token = summarize(jpt, n, true);
+    out->usd_per_token = summarize(usd, n, true);
+    out->n_stages = (uint32_t)ns;
+    for (size_t s = 0; s < ns; s++) {
+        out->decode_s[s] = summarize(stage + (2 * s) * n, n, true);
+        out->prefill_s[s] = summarize(stage + (2 * s + 1) * n, n, true);
+    }
+    out->p_meet_slo = (double)meet / (double)n;
+done:
+    free(dev_bw);
+    free(dev_c);
+    free(link);
+    free(link_rel);
+    free(acc);
+    free(est);
+    return st;
+}
+
+void px_cost_lower_bound(const px_cost_fleet *f, const px_cost_model *m,
+                         const px_cost_params *p, const px_cost_workload *wl,
+                         const uint32_t *devices, size_t n_devices, px_cost_bound *out)
+{
+    memset(out, 0, sizeof *out);
+    double bw = 0, peak = 0;
+    size_t n = devices ? n_devices : f->n_devices;
+    for (size_t i = 0; i < n; i++) {
+        const px_cost_device *d = &f->devices[devices ? devices[i] : i];
+        if (d->mem_free <= 0)
+            continue;
+        bw += d->mem_bw * p->eff_mem_hi;
+        double best = 0;
+        for (int t = 0; t < PX_HW_DTYPE_COUNT; t++)
+            if (t != PX_HW_DTYPE_INT4 && d->peak[t] > best)
+                best = d->peak[t];
+        peak += best * p->eff_compute_hi;
+    }
+    if (bw <= 0 || peak <= 0)
+        return;
+    double batch = PX_MAX(wl->batch, 1u);
+    double T = m->dit ? m->dit_tokens : wl->context;
+    double S = m->dit ? m->dit_tokens : 1.0;
+    double P = PX_MAX(wl->prompt_tokens, 1u);
+    double weights = 0, kv = 0, flops = 0, pf_flops = 0;
+    for (uint32_t i = 0; i < m->n_layers; i++) {
+        const px_cost_layer *l = &m->layers[i];
+        double ffn = l->ffn_bytes;
+        if (l->n_experts > 0 && l->expert_bytes > 0) {
+            double touched = (double)px_ir_moe_experts_touched(
+                l->n_experts, l->n_experts_used, (uint64_t)(batch * S));
+            ffn = l->ffn_bytes - l->expert_bytes * l->n_experts + touched * l->expert_bytes;
+        }
+        weights += l->attn_bytes + ffn;
+        kv += l->kv_bytes_token;
+        flops += S * l->flops_token + (m->dit ? S * T : T) * l->flops_pair + l->flops_seq;
+        pf_flops += P * l->flops_token + P * (P + 1) / 2 * l->flops_pair + l->flops_seq;
+    }
+    weights += m->head.attn_bytes;
+    flops += m->head.flops_token + m->head.flops_seq;
+    double kv_read = m->dit ? 0 : batch * T * kv;
+    out->tpot_mem_s = (weights + kv_read) / bw;
+    out->tpot_compute_s = batch * flops / peak;
+    out->tpot_s = PX_MAX(out->tpot_mem_s, out->tpot_compute_s);
+    out->throughput = flops > 0 ? peak / flops * (m->dit ? 1.0 / PX_MAX(m->dit_steps, 1u) : 1.0)
+                                : 0;
+    out->ttft_s = m->dit ? out->tpot_s * PX_MAX(m->dit_steps, 1u) : batch * pf_flops / peak;
+}
+
+double px_cost_pipeline_bound(px_cost_fleet *f, const px_cost_model *m,
+                              const px_cost_params *p, const px_cost_workload *wl,
+                              const px_cost_pipeline *pipe)
+{
+    px_cost_estimate *est = malloc(sizeof *est);
+    if (!est)
+        return 0;
+    px_cost_sample s = {.eff_mem = p->eff_mem_hi, .eff_compute = p->eff_compute_hi};
+    double r = 0;
+    if (px_cost_eval_pipeline(f, m, p, wl, pipe, &s, est, NULL) == PX_OK)
+        r = est->tpot_s;
+    free(est);
+    return r;
+}

@@ -1,0 +1,805 @@
+/* px_plan_search: the request, the policy table, replicas, fallbacks,
+ * baselines, and the plan object. */
+#include "base/common.h"
+
+#include "plan/plan_impl.h"
+
+static const char *const objective_names[] = {"latency", "ttft", "throughput",
+                                              "tokens_per_dollar", "joules_per_token"};
+
+const char *px_plan_objective_name(px_plan_objective o)
+{
+    return (unsigned)o < PX_PLAN_OBJ_COUNT_ ? objective_names[o] : "unknown";
+}
+
+px_status px_plan_objective_parse(const char *text, px_plan_objective *out, px_err *err)
+{
+    for (int i = 0; i < PX_PLAN_OBJ_COUNT_; i++)
+        if (!strcmp(text, objective_names[i])) {
+            *out = (px_plan_objective)i;
+            return PX_OK;
+        }
+    return px_err_set(err, PX_EINVAL,
+                      "unknown objective \"%.64s\"; use latency, ttft, throughput, "
+                      "tokens_per_dollar or joules_per_token",
+                      text);
+}
+
+px_status px_plan_slo_parse(const char *text, px_plan_slo *slo, px_err *err)
+{
+    char buf[256];
+    if (strlen(text) >= sizeof buf)
+        return px_err_set(err, PX_EINVAL, "--slo: text too long (at most 255 bytes)");
+    px_strlcpy(buf, text, sizeof buf);
+    char *save = NULL;
+    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        if (!eq)
+            return px_err_set(err, PX_EINVAL,
+                              "--slo: \"%.64s\" is not KEY=VALUE (use tpot=50ms,ttft=500ms)",
+                              item);
+        *eq = 0;
+        px_qty q;
+        px_err qerr;
+        if (!strcmp(item, "tpot") || !strcmp(item, "ttft")) {
+            if (px_qty_parse(eq + 1, PX_DIM_TIME, &q, &qerr) != PX_OK)
+                return px_err_set(err, PX_EINVAL, "--slo: %s: %s", item, qerr.msg);
+            if (!(q.value > 0))
+                return px_err_set(err, PX_EINVAL, "--slo: %s must be positive", item);
+            if (item[1] == 'p')
+                slo->tpot_s = q.value;
+            else
+                slo->ttft_s = q.value;
+        } else if (!strcmp(item, "budget")) {
+            px_status st = px_plan_budget_parse(eq + 1, &slo->budget_usd_h, err);
+            if (st != PX_OK)
+                return st;
+        } else {
+            return px_err_set(err, PX_EINVAL,
+                              "--slo: unknown limit \"%.32s\"; use tpot, ttft or budget", item);
+        }
+    }
+    return PX_OK;
+}
+
+px_status px_plan_budget_parse(const char *text, double *usd_per_hour, px_err *err)
+{
+    px_qty q;
+    px_err qerr;
+    if (px_qty_parse(text, PX_DIM_MONEY_RATE, &q, &qerr) != PX_OK)
+        return px_err_set(err, PX_EINVAL, "budget \"%.64s\": %s (write it as 10$/h)", text,
+                          qerr.msg);
+    if (!(q.value > 0))
+        return px_err_set(err, PX_EINVAL, "budget must be positive");
+    *usd_per_hour = q.value;
+    return PX_OK;
+}
+
+void px_plan_request_default(px_plan_request *req)
+{
+    memset(req, 0, sizeof *req);
+    req->objective = PX_PLAN_OBJ_LATENCY;
+    req->workload = px_cost_workload_default();
+    req->workload.batch = 0;
+    req->workload.micro_batches = 0;
+    req->workload.context = 0;
+    req->workload.prompt_tokens = 0;
+    req->policy = "plexus";
+    px_cost_params_default(&req->cost);
+    req->fallbacks = true;
+    req->max_rejected = 12;
+}
+
+/* ------------------------------------------------------------------ */
+/* Policies                                                            */
+/* ------------------------------------------------------------------ */
+
+static const struct {
+    const char *name, *summary;
+    px__plan_place_fn fn;
+} policies[] = {
+    {"plexus", "hierarchical search: classes, DP cuts, tensor parallel, precision, replicas",
+     px__plan_search_plexus},
+    {"llamacpp", "llama.cpp default: layers by free memory, embedding on the host",
+     px__plan_llamacpp},
+    {"exo", "exo: smallest ring of nodes holding the model, layers by memory", px__plan_exo},
+    {"gpustack", "GPUStack: one GPU, one machine, several machines, offload, CPU",
+     px__plan_gpustack},
+    {"single-type", "Melange-like: one device type per replica, no model split",
+     px__plan_single_type},
+};
+
+size_t px_plan_policy_count(void)
+{
+    return PX_ARRAY_LEN(policies);
+}
+
+const char *px_plan_policy_name(size_t i)
+{
+    return i < PX_ARRAY_LEN(policies) ? policies[i].name : NULL;
+}
+
+const char *px_plan_policy_summary(size_t i)
+{
+    return i < PX_ARRAY_LEN(policies) ? policies[i].summary : NULL;
+}
+
+bool px_plan_policy_exists(const char *name)
+{
+    return px__plan_policy_fn(name) != NULL;
+}
+
+px__plan_place_fn px__plan_policy_fn(const char *name)
+{
+    for (size_t i = 0; i < PX_ARRAY_LEN(policies); i++)
+        if (!strcmp(policies[i].name, name))
+            return policies[i].fn;
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Context                                                             */
+/* ------------------------------------------------------------------ */
+
+/* Unset context and prompt follow the model: at most its trained context
+ * (4096 by default), a prompt of at most half of it. */
+static void resolve_request(const px_plan_request *req, px_plan_request *rq)
+{
+    *rq = *req;
+    if (rq->workload.context == 0) {
+        const px_ir_hparams *hp = px_ir_model_hparams(req->model);
+        uint32_t trained = hp && hp->context_length ? hp->context_length : 4096;
+        rq->workload.context = PX_MIN(4096u, trained);
+    }
+    if (rq->workload.prompt_tokens == 0)
+        rq->workload.prompt_tokens = PX_MIN(512u, PX_MAX(rq->workload.context / 2, 1u));
+    if (rq->workload.gen_tokens == 0)
+        rq->workload.gen_tokens = 256;
+}
+
+
+static void ctx_release(px__plan_ctx *ctx)
+{
+    free(ctx->cdev);
+    free(ctx->usable);
+    free(ctx->class_avail);
+    free(ctx->pool);
+    free(ctx->rej);
+    free(ctx->scratch);
+    px_contract_free(ctx->owned_contract);
+    px_strbuf_release(&ctx->notes);
+}
+
+static px_status ctx_init(px__plan_ctx *ctx, const px_plan_request *req, px_cost_fleet *f,
+                          const px_cost_model *m, px_err *err)
+{
+    memset(ctx, 0, sizeof *ctx);
+    px_strbuf_init(&ctx->notes);
+    resolve_request(req, &ctx->resolved);
+    ctx->req = &ctx->resolved;
+    req = ctx->req;
+    ctx->fleet = f;
+    ctx->model = m;
+    ctx->cp = &req->cost;
+    ctx->cdev = calloc(f->n_devices, sizeof *ctx->cdev);
+    ctx->usable = calloc(f->n_devices, sizeof *ctx->usable);
+    ctx->class_avail = calloc(f->n_classes ? f->n_classes : 1, sizeof *ctx->class_avail);
+    ctx->pool = calloc(PX__PLAN_POOL, sizeof *ctx->pool);
+    ctx->rej = calloc(PX__PLAN_MAX_REJECT, sizeof *ctx->rej);
+    ctx->scratch = malloc(sizeof *ctx->scratch);
+    if (!ctx->cdev || !ctx->usable || !ctx->class_avail || !ctx->pool || !ctx->rej || !ctx->scratch)
+        return px_err_set(err, PX_ENOMEM, "out of memory starting the search");
+    if (req->contract) {
+        ctx->contract = req->contract;
+    } else {
+        px_status st = px_contract_builtin("deterministic", &ctx->owned_contract, err);
+        if (st != PX_OK)
+            return st;
+        ctx->contract = ctx->owned_contract;
+        ctx->implied_contract = true;
+    }
+    const px_hw_view *v = px_hw_graph_view(f->graph);
+    for (uint32_t i = 0; i < f->n_devices; i++) {
+        const px_cost_device *d = &f->devices[i];
+        const px_hw_device *hd = &v->devices[d->hw_index];
+        /* The plexus backends run fixed-order kernels, so devices count as
+         * deterministic (listed among the assumptions). */
+        ctx->cdev[i] = (px_contract_device){
+            .id = d->id, .backend = d->backend, .vendor = hd->vendor,
+            .arch = hd->capability ? hd->capability : d->model, .deterministic = true,
+            .emulated = d->emulated};
+        bool compute = false;
+        for (int t = 0; t < PX_HW_DTYPE_COUNT; t++)
+            compute |= d->peak[t] > 0;
+        ctx->usable[i] = d->mem_free > 0 && compute;
+        if (ctx->usable[i] && !(req->excluded && req->excluded[i]))
+            ctx->class_avail[d->klass]++;
+        if (!compute)
+            px__plan_reject_add(ctx, PX__REJ_CAPABILITY, px_hash64(d->id, strlen(d->id)), d->id,
+                                NULL, "%s states no compute rate in any dtype", d->id);
+    }
+    return px__plan_precisions(ctx, err);
+}
+
+px_status px__plan_open(const px_plan_request *req, px_cost_fleet **f, px_cost_model **m,
+                        px__plan_ctx *ctx, px_err *err)
+{
+    *f = NULL;
+    *m = NULL;
+    memset(ctx, 0, sizeof *ctx);
+    px_status st = px_cost_params_check(&req->cost, err);
+    if (st == PX_OK)
+        st = px_cost_fleet_new(req->graph, &req->cost, f, err);
+    if (st == PX_OK)
+        st = px_cost_model_new(req->model, m, err);
+    if (st == PX_OK)
+        st = ctx_init(ctx, req, *f, *m, err);
+    if (st != PX_OK)
+        px__plan_close(*f, *m, ctx);
+    return st;
+}
+
+void px__plan_close(px_cost_fleet *f, px_cost_model *m, px__plan_ctx *ctx)
+{
+    ctx_release(ctx);
+    memset(ctx, 0, sizeof *ctx);
+    px_cost_model_free(m);
+    px_cost_fleet_free(f);
+}
+
+/* ------------------------------------------------------------------ */
+/* Replicas                                                            */
+/* ------------------------------------------------------------------ */
+
+/* Places a copy of pipe on unused devices of the same classes, keeping
+ * devices that shared a node together.  False when none is left. */
+static bool clone_pipeline(const px__plan_ctx *ctx, const px_cost_pipeline *pipe, bool *used,
+                           px_cost_pipeline *out)
+{
+    const px_cost_fleet *f = ctx->fleet;
+    uint32_t orig_node[PX_COST_MAX_STAGES * 2], new_node[PX_COST_MAX_STAGES * 2];
+    size_t n_map = 0;
+    *out = *pipe;
+    uint32_t taken[PX_COST_MAX_STAGES * PX_COST_MAX_TP];
+    size_t n_taken = 0;
+    for (uint32_t s = 0; s < pipe->n_stages; s++) {
+        for (uint32_t k = 0; k < pipe->stages[s].tp; k++) {
+            const px_cost_device *d = &f->devices[pipe->stages[s].devices[k]];
+            uint32_t want_node = UINT32_MAX;
+            for (size_t i = 0; i < n_map; i++)
+                if (orig_node[i] == d->node)
+                    want_node = new_node[i];
+            uint32_t pick = UINT32_MAX;
+            uint32_t island = k > 0 ? f->devices[out->stages[s].devices[0]].island : UINT32_MAX;
+            for (uint32_t i = 0; i < f->n_devices; i++) {
+                const px_cost_device *c = &f->devices[i];
+                if (used[i] || !ctx->usable[i] || c->klass != d->klass ||
+                    c->mem_free < d->mem_free || (ctx->req->excluded && ctx->req->excluded[i]))
+                    continue;
+                if (want_node != UINT32_MAX && c->node != want_node)
+                    continue;
+                if (island != UINT32_MAX && c->island != island)
+                    continue;
+                bool node_taken = false;
+                if (want_node == UINT32_MAX)
+                    for (size_t q = 0; q < n_map; q++)
+                        node_taken |= new_node[q] == c->node;
+                if (node_taken)
+                    continue;
+                pick = i;
+                break;
+            }
+            if (pick == UINT32_MAX) {
+                for (size_t q = 0; q < n_taken; q++)
+                    used[taken[q]] = false;
+                return false;
+            }
+            used[pick] = true;
+            taken[n_taken++] = pick;
+            out->stages[s].devices[k] = pick;
+            if (want_node == UINT32_MAX && n_map < PX_ARRAY_LEN(orig_node)) {
+                orig_node[n_map] = d->node;
+                new_node[n_map++] = f->devices[pick].node;
+            }
+        }
+    }
+    return true;
+}
+
+static void mark_used(bool *used, const px_cost_pipeline *p)
+{
+    for (uint32_t s = 0; s < p->n_stages; s++)
+        for (uint32_t k = 0; k < p->stages[s].tp; k++)
+            used[p->stages[s].devices[k]] = true;
+}
+
+/* Adds replicas while they help the objective: clones of the first for
+ * every objective (they keep its latency), fresh searches on what is left
+ * for throughput, tokens per dollar and energy. */
+static px_status add_replicas(px__plan_ctx *ctx, px__plan_layout *l, px_err *err)
+{
+    const px_plan_request *req = ctx->req;
+    size_t nd = ctx->fleet->n_devices;
+    bool *used = calloc(nd, sizeof *used);
+    if (!used)
+        return px_err_set(err, PX_ENOMEM, "out of memory placing replicas");
+    for (size_t i = 0; i < nd; i++)
+        used[i] = req->excluded && req->excluded[i];
+    mark_used(used, &l->replicas[0]);
+    px__plan_cand first;
+    if (!px__plan_evaluate(ctx, &l->replicas[0], &l->wl, l->prec_index, &first)) {
+        free(used);
+        return PX_OK;
+    }
+    double thr = first.throughput, usd = first.usd_per_hour;
+    double watts = first.joules_per_token * first.throughput;
+    bool fresh_ok = req->objective == PX_PLAN_OBJ_THROUGHPUT ||
+                    req->objective == PX_PLAN_OBJ_TOKENS_PER_DOLLAR ||
+                    req->objective == PX_PLAN_OBJ_JOULES_PER_TOKEN;
+    uint32_t fresh = 0;
+    px_status st = PX_OK;
+    while (l->n_replicas < 4096 && st == PX_OK) {
+        px_cost_pipeline next;
+        px__plan_cand c;
+        bool have = false;
+        if (clone_pipeline(ctx, &l->replicas[0], used, &next)) {
+            have = px__plan_evaluate(ctx, &next, &l->wl, l->prec_index, &c) &&
+                   c.tpot_s <= first.tpot_s * 1.0001 && c.ttft_s <= first.ttft_s * 1.0001;
+            if (!have) {
+                /* Keep those devices out of further clones. */
+                continue;
+            }
+        } else if (fresh_ok && fresh < 8) {
+            fresh++;
+            px_err e2;
+            if (px__plan_best_on(ctx, used, &l->wl, l->prec_index, &c, &e2) != PX_OK)
+                break;
+            next = c.pipe;
+            mark_used(used, &next);
+            have = c.meets_slo;
+        } else {
+            break;
+        }
+        if (!have)
+            break;
+        if (req->slo.budget_usd_h > 0 && usd + c.usd_per_hour > req->slo.budget_usd_h)
+            break;
+        /* A replica must not make the objective worse. */
+        if (req->objective == PX_PLAN_OBJ_TOKENS_PER_DOLLAR && usd > 0 &&
+            c.usd_per_hour > 0 && c.throughput / c.usd_per_hour < thr / usd * 0.999)
+            break;
+        if (req->objective == PX_PLAN_OBJ_JOULES_PER_TOKEN &&
+            c.joules_per_token > watts / thr * 1.001)
+            break;
+        st = px__plan_layout_push(l, &next, err);
+        thr += c.throughput;
+        usd += c.usd_per_hour;
+        watts += c.joules_per_token * c.throughput;
+    }
+    free(used);
+    return st;
+}
+
+/* ------------------------------------------------------------------ */
+/* Evaluation of the final layout                                      */
+/* ------------------------------------------------------------------ */
+
+static px_status evaluate_layout(px__plan_ctx *ctx, px__plan_result *r, px_err *err)
+{
+    px__plan_layout *l = &r->layout;
+    r->est = calloc(l->n_replicas, sizeof *r->est);
+    if (!r->est)
+        return px_err_set(err, PX_ENOMEM, "out of memory evaluating the plan");
+    double p_ok = 1.0;
+    for (uint32_t i = 0; i < l->n_replicas; i++) {
+        px_status st = px_cost_eval_pipeline(ctx->fleet, ctx->model, ctx->cp, &l->wl,
+                                             &l->replicas[i], NULL, &r->est[i], err);
+        if (st != PX_OK)
+            return st;
+        if (r->est[i].why != PX_COST_OK)
+            return px_err_set(err, PX_EINFEASIBLE, "%s placement does not fit (%s in stage %u)",
+                              r->policy, px_cost_infeasible_name(r->est[i].why),
+                              r->est[i].why_stage);
+        r->throughput += r->est[i].throughput;
+        r->usd_per_hour += r->est[i].usd_per_hour;
+        r->power_w += r->est[i].power_w;
+        p_ok *= 1.0 - r->est[i].p_fail;
+    }
+    r->p_fail = 1.0 - p_ok;
+    px_status st = px_cost_uncertainty(ctx->fleet, ctx->model, ctx->cp, &l->wl, &l->replicas[0],
+                                       ctx->req->slo.tpot_s, ctx->req->slo.ttft_s, &r->mc, err);
+    if (st != PX_OK)
+        return st;
+    /* Other replicas: point estimates, intervals scaled from the first. */
+    double k_tpot = 1, k_ttft = 1;
+    for (uint32_t i = 1; i < l->n_replicas; i++) {
+        k_tpot = PX_MAX(k_tpot, r->est[i].tpot_s / r->est[0].tpot_s);
+        k_ttft = PX_MAX(k_ttft, r->est[i].ttft_s / r->est[0].ttft_s);
+    }
+    r->tpot_p50 = r->mc.tpot_s.p50 * k_tpot;
+    r->tpot_p99 = r->mc.tpot_s.p99 * k_tpot;
+    r->ttft_p50 = r->mc.ttft_s.p50 * k_ttft;
+    r->ttft_p99 = r->mc.ttft_s.p99 * k_ttft;
+    px_cost_lower_bound(ctx->fleet, ctx->model, ctx->cp, &l->wl, NULL, 0, &r->bound);
+    r->placed_bound_s = px_cost_pipeline_bound(ctx->fleet, ctx->model, ctx->cp, &l->wl,
+                                               &l->replicas[0]);
+    r->contract = px__plan_contract_json(ctx, l, &r->verdict);
+    if (!r->contract)
+        return px_err_set(err, PX_ENOMEM, "out of memory judging the plan");
+    return PX_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Fallbacks                                                           */
+/* ------------------------------------------------------------------ */
+
+#define MAX_FALLBACK_SEARCHES 16
+
+static px_status compute_fallbacks(px__plan_ctx *ctx, px__plan_result *r, px_err *err)
+{
+    const px__plan_layout *l = &r->layout;
+    size_t nd = ctx->fleet->n_devices;
+    size_t total = 0;
+    for (uint32_t i = 0; i < l->n_replicas; i++)
+        for (uint32_t s = 0; s < l->replicas[i].n_stages; s++)
+            total += l->replicas[i].stages[s].tp;
+    r->fb = calloc(total ? total : 1, sizeof *r->fb);
+    bool *excl = calloc(nd, sizeof *excl);
+    if (!r->fb || !excl) {
+        free(excl);
+        return px_err_set(err, PX_ENOMEM, "out of memory planning fallbacks");
+    }
+    size_t searches = 0;
+    for (uint32_t i = 0; i < l->n_replicas; i++) {
+        for (uint32_t s = 0; s < l->replicas[i].n_stages; s++) {
+            for (uint32_t k = 0; k < l->replicas[i].stages[s].tp; k++) {
+                uint32_t d = l->replicas[i].stages[s].devices[k];
+                px__plan_fallback *fb = &r->fb[r->n_fb++];
+                fb->lost = d;
+                if (l->n_replicas > 1) {
+                    /* The other replicas keep serving. */
+                    fb->feasible = true;
+                    fb->n_replicas = l->n_replicas - 1;
+                    fb->tpot_s = r->est[i == 0 ? 1 : 0].tpot_s;
+                    fb->throughput = r->throughput - r->est[i].throughput;
+                    snprintf(fb->note, sizeof fb->note, "drop replica %u; the other %u keep serving",
+                             i, l->n_replicas - 1);
+                    continue;
+                }
+                if (searches >= MAX_FALLBACK_SEARCHES) {
+                    snprintf(fb->note, sizeof fb->note,
+                             "not precomputed (more than %d devices); plan again without it",
+                             MAX_FALLBACK_SEARCHES);
+                    continue;
+                }
+                searches++;
+                for (size_t q = 0; q < nd; q++)
+                    excl[q] = (ctx->req->excluded && ctx->req->excluded[q]) || q == d;
+                px__plan_cand c;
+                px_err e2;
+                px_status st = px__plan_best_on(ctx, excl, &l->wl, l->prec_index, &c, &e2);
+                if (st == PX_ENOMEM) {
+                    free(excl);
+                    return px_err_set(err, st, "%s", e2.msg);
+                }
+                if (st != PX_OK) {
+                    snprintf(fb->note, sizeof fb->note, "no placement fits without %s",
+                             ctx->fleet->devices[d].id);
+                    continue;
+                }
+                fb->feasible = true;
+                fb->n_replicas = 1;
+                fb->tpot_s = c.tpot_s;
+                fb->throughput = c.throughput;
+                px__plan_pipe_devices(ctx, &c.pipe, fb->devices, sizeof fb->devices);
+                snprintf(fb->note, sizeof fb->note, "re-planned without %s",
+                         ctx->fleet->devices[d].id);
+            }
+        }
+    }
+    free(excl);
+    return PX_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Baselines                                                           */
+/* ------------------------------------------------------------------ */
+
+/* Costs one baseline layout at batch w->batch; false when a replica does
+ * not fit (b->why says why). */
+static bool cost_baseline(px__plan_ctx *ctx, const px__plan_layout *lay, const px_cost_workload *w,
+                          px__plan_baseline *b)
+{
+    b->tpot_s = b->ttft_s = b->throughput = b->usd_per_hour = b->joules_per_token = 0;
+    for (uint32_t i = 0; i < lay->n_replicas; i++) {
+        px_cost_estimate *e = ctx->scratch;
+        if (px_cost_eval_pipeline(ctx->fleet, ctx->model, ctx->cp, w, &lay->replicas[i], NULL, e,
+                                  NULL) != PX_OK ||
+            e->why != PX_COST_OK) {
+            if (e->why == PX_COST_NO_MEMORY) {
+                char over[32];
+                px__plan_fmt_bytes(e->why_bytes, over, sizeof over);
+                snprintf(b->why, sizeof b->why,
+                         "its placement runs out of memory on %s (%s over the limit)",
+                         ctx->fleet->devices[lay->replicas[i].stages[e->why_stage].devices[0]].id,
+                         over);
+            } else {
+                snprintf(b->why, sizeof b->why, "its placement is infeasible (%s)",
+                         px_cost_infeasible_name(e->why));
+            }
+            return false;
+        }
+        b->tpot_s = PX_MAX(b->tpot_s, e->tpot_s);
+        b->ttft_s = PX_MAX(b->ttft_s, e->ttft_s);
+        b->throughput += e->throughput;
+        b->usd_per_hour += e->usd_per_hour;
+        b->joules_per_token += e->joules_per_token * e->throughput;
+    }
+    if (b->throughput > 0)
+        b->joules_per_token /= b->throughput;
+    return true;
+}
+
+static void run_baseline(px__plan_ctx *ctx, const char *name, const px_cost_workload *wl,
+                         px__plan_baseline *b)
+{
+    memset(b, 0, sizeof *b);
+    px_strlcpy(b->name, name, sizeof b->name);
+    px__plan_layout lay = {0};
+    px_err err;
+    px__plan_place_fn fn = px__plan_policy_fn(name);
+    if (!fn || fn(ctx, &lay, &err) != PX_OK) {
+        snprintf(b->why, sizeof b->why, "%s", fn ? err.msg : "unknown policy");
+        px__plan_layout_release(&lay);
+        return;
+    }
+    b->n_replicas = lay.n_replicas;
+    b->n_stages = lay.replicas[0].n_stages;
+    px__plan_pipe_devices(ctx, &lay.replicas[0], b->devices, sizeof b->devices);
+    b->contract_ok = true;
+    char cmsg[320] = "";
+    for (uint32_t i = 0; i < lay.n_replicas && b->contract_ok; i++)
+        if (px__plan_check_structure(ctx, &lay.replicas[i], cmsg, sizeof cmsg) ==
+            PX_VERDICT_FORBIDDEN)
+            b->contract_ok = false;
+    /* The plan's batch first; a baseline whose cache does not fit at it
+     * gets the largest halving that does, as its operator would choose. */
+    px_cost_workload w = *wl;
+    w.micro_batches = 1;
+    for (;;) {
+        if (cost_baseline(ctx, &lay, &w, b)) {
+            b->feasible = true;
+            b->batch = w.batch;
+            break;
+        }
+        if (w.batch <= 1)
+            break;
+        w.batch /= 2;
+    }
+    if (b->feasible) {
+        if (!b->contract_ok)
+            snprintf(b->why, sizeof b->why, "violates the contract: %.290s", cmsg);
+        else if (b->batch != wl->batch)
+            snprintf(b->why, sizeof b->why, "runs at batch %u: batch %u does not fit its memory",
+                     b->batch, wl->batch);
+        else
+            b->why[0] = 0;
+    }
+    px__plan_layout_release(&lay);
+}
+
+/* ------------------------------------------------------------------ */
+/* px_plan_search                                                      */
+/* ------------------------------------------------------------------ */
+
+static px_status infeasible_error(px__plan_ctx *ctx, px_status st, px_err *err)
+{
+    /* Only "nothing fits" is explained here; an SLO or budget refusal
+     * already says why. */
+    if (st != PX_EINFEASIBLE || ctx->n_pool > 0)
+        return st;
+    double free_total = 0, largest = 0;
+    for (uint32_t i = 0; i < ctx->fleet->n_devices; i++)
+        if (ctx->usable[i])
+            free_total += ctx->fleet->devices[i].mem_free * (1.0 - ctx->cp->headroom);
+    for (uint32_t i = 0; i < ctx->model->n_layers; i++)
+        largest = PX_MAX(largest, ctx->model->layers[i].attn_bytes + ctx->model->layers[i].ffn_bytes);
+    char need[32], have[32], blk[32];
+    px__plan_fmt_bytes(ctx->model->total_bytes, need, sizeof need);
+    px__plan_fmt_bytes(free_total, have, sizeof have);
+    px__plan_fmt_bytes(largest, blk, sizeof blk);
+    const char *first = "";
+    for (size_t i = 0; i < ctx->n_rej; i++)
+        if (ctx->rej[i].reason == PX__REJ_MEMORY || ctx->rej[i].reason == PX__REJ_CONTRACT) {
+            first = ctx->rej[i].message;
+            break;
+        }
+    if (ctx->model->total_bytes <= free_total)
+        return px_err_set(err, PX_EINFEASIBLE,
+                          "%s (%s of weights) fits in the fleet's total free memory (%s after "
+                          "headroom) but in no feasible cut: each stage must hold whole blocks "
+                          "(the largest is %s) with its KV cache and runtime overhead on one "
+                          "device group%s%s",
+                          ctx->model->name, need, have, blk, first[0] ? "; " : "", first);
+    return px_err_set(err, PX_EINFEASIBLE,
+                      "%s needs %s of weights but the fleet has %s of free memory after "
+                      "headroom%s%s",
+                      ctx->model->name, need, have, first[0] ? "; " : "", first);
+}
+
+static void fill_summary(px_plan *plan, const px__plan_ctx *ctx, const px__plan_result *r)
+{
+    px_plan_summary *s = &plan->summary;
+    memset(s, 0, sizeof *s);
+    s->policy = plan->policy;
+    s->objective = ctx->req->objective;
+    s->n_replicas = r->layout.n_replicas;
+    s->n_stages = r->layout.replicas[0].n_stages;
+    for (uint32_t i = 0; i < r->layout.n_replicas; i++)
+        for (uint32_t k = 0; k < r->layout.replicas[i].n_stages; k++)
+            s->n_devices += r->layout.replicas[i].stages[k].tp;
+    s->batch = r->layout.wl.batch;
+    s->micro_batches = r->layout.wl.micro_batches;
+    s->tpot_s = r->mc.tpot_s;
+    s->tpot_s.p50 = r->tpot_p50;
+    s->tpot_s.p99 = r->tpot_p99;
+    s->ttft_s = r->mc.ttft_s;
+    s->ttft_s.p50 = r->ttft_p50;
+    s->ttft_s.p99 = r->ttft_p99;
+    double k = r->est[0].throughput > 0 ? r->throughput / r->est[0].throughput : 1;
+    s->throughput.p50 = r->mc.throughput.p50 * k;
+    s->throughput.p99 = r->mc.throughput.p99 * k;
+    s->throughput.lo = r->mc.throughput.lo * k;
+    s->throughput.hi = r->mc.throughput.hi * k;
+    for (uint32_t i = 0; i < r->layout.n_replicas; i++)
+        s->tpot_point_s = PX_MAX(s->tpot_point_s, r->est[i].tpot_s);
+    s->throughput_point = r->throughput;
+    s->joules_per_token = r->throughput > 0 ? r->power_w / r->throughput : 0;
+    s->usd_per_hour = r->usd_per_hour;
+    s->tokens_per_usd = r->usd_per_hour > 0 ? 3600.0 * r->throughput / r->usd_per_hour : 0;
+    s->bound_fraction = r->tpot_p50 > 0 ? r->bound.tpot_s / r->tpot_p50 : 0;
+    s->p_meet_slo = r->mc.p_meet_slo;
+    s->emulated = json_is_true(json_object_get(plan->doc, "emulated"));
+    s->n_fallbacks = r->n_fb;
+    s->n_candidates = ctx->n_evaluated;
+}
+
+static void result_release(px__plan_result *r)
+{
+    free(r->est);
+    free(r->fb);
+    json_decref(r->contract);
+}
+
+px_status px_plan_search(const px_plan_request *req, px_plan **out, px_err *err)
+{
+    *out = NULL;
+    if (!req || !req->graph || !req->model)
+        return px_err_set(err, PX_EINVAL, "plan: a hardware graph and a model are required");
+    const char *policy = req->policy ? req->policy : "plexus";
+    px__plan_place_fn fn = px__plan_policy_fn(policy);
+    if (!fn)
+        return px_err_set(err, PX_EINVAL,
+                          "unknown policy \"%.64s\"; use plexus, llamacpp, exo, gpustack or "
+                          "single-type",
+                          policy);
+    if ((unsigned)req->objective >= PX_PLAN_OBJ_COUNT_)
+        return px_err_set(err, PX_EINVAL, "unknown objective %d", (int)req->objective);
+    px_plan_request rq;
+    resolve_request(req, &rq);
+    req = &rq;
+    const px_cost_workload *w = &req->workload;
+    if (w->context == 0 || w->context > (1u << 24) || w->prompt_tokens > w->context ||
+        w->batch > 65536 || w->micro_batches > 4096 || w->gen_tokens > (1u << 24))
+        return px_err_set(err, PX_EINVAL,
+                          "plan: workload out of range (context 1..16M, prompt <= context, "
+                          "batch <= 65536, micro-batches <= 4096)");
+    px_status st = px_cost_params_check(&req->cost, err);
+    if (st != PX_OK)
+        return st;
+
+    px_plan *plan = calloc(1, sizeof *plan);
+    if (!plan)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    px_strlcpy(plan->policy, policy, sizeof plan->policy);
+    px__plan_ctx ctx;
+    px__plan_result r;
+    memset(&r, 0, sizeof r);
+    memset(&ctx, 0, sizeof ctx);
+    r.policy = plan->policy;
+    st = px_cost_fleet_new(req->graph, &req->cost, &plan->fleet, err);
+    if (st == PX_OK)
+        st = px_cost_model_new(req->model, &plan->model, err);
+    if (st == PX_OK)
+        st = ctx_init(&ctx, req, plan->fleet, plan->model, err);
+    if (st != PX_OK)
+        goto fail;
+
+    st = fn(&ctx, &r.layout, err);
+    st = infeasible_error(&ctx, st, err);
+    if (st != PX_OK)
+        goto fail;
+    if (strcmp(policy, "plexus")) {
+        /* Baselines run the workload as given (batch 1 when unset). */
+        r.layout.wl = req->workload;
+        if (r.layout.wl.batch == 0)
+            r.layout.wl.batch = 1;
+        r.layout.wl.micro_batches = 1;
+        r.layout.prec_index = 0;
+    } else {
+        st = add_replicas(&ctx, &r.layout, err);
+        if (st != PX_OK)
+            goto fail;
+    }
+    st = evaluate_layout(&ctx, &r, err);
+    if (st == PX_OK && req->fallbacks)
+        st = compute_fallbacks(&ctx, &r, err);
+    if (st != PX_OK)
+        goto fail;
+    if (req->compare_baselines) {
+        for (size_t i = 1; i < PX_ARRAY_LEN(policies) && r.n_bl < PX_ARRAY_LEN(r.bl); i++)
+            if (strcmp(policies[i].name, policy))
+                run_baseline(&ctx, policies[i].name, &r.layout.wl, &r.bl[r.n_bl++]);
+    }
+    plan->doc = px__plan_document(&ctx, &r);
+    if (!plan->doc) {
+        st = px_err_set(err, PX_ENOMEM, "out of memory writing the plan");
+        goto fail;
+    }
+    px_strlcpy(plan->id, json_string_value(json_object_get(plan->doc, "id")), sizeof plan->id);
+    fill_summary(plan, &ctx, &r);
+    plan->summary.n_rejected = json_array_size(json_object_get(plan->doc, "rejected"));
+    plan->layout = r.layout;
+    r.layout.replicas = NULL;
+    result_release(&r);
+    ctx_release(&ctx);
+    *out = plan;
+    return PX_OK;
+fail:
+    px__plan_layout_release(&r.layout);
+    result_release(&r);
+    ctx_release(&ctx);
+    px_plan_free(plan);
+    return st;
+}
+
+void px_plan_free(px_plan *p)
+{
+    if (!p)
+        return;
+    json_decref(p->doc);
+    px__plan_layout_release(&p->layout);
+    px_cost_model_free(p->model);
+    px_cost_fleet_free(p->fleet);
+    free(p);
+}
+
+json_t *px_plan_to_json(const px_plan *p)
+{
+    return json_deep_copy(p->doc);
+}
+
+char *px_plan_dump(const px_plan *p)
+{
+    return px__plan_dump_json(p->doc);
+}
+
+const char *px_plan_id(const px_plan *p)
+{
+    return p->id;
+}
+
+void px_plan_get_summary(const px_plan *p, px_plan_summary *out)
+{
+    *out = p->summary;
+}
+
+const px_cost_pipeline *px_plan_pipeline(const px_plan *p, uint32_t replica)
+{
+    return replica < p->layout.n_replicas ? &p->layout.replicas[replica] : NULL;
+}
+
+const px_cost_fleet *px_plan_fleet(const px_plan *p)
+{
+    return p->fleet;
+}

@@ -1,0 +1,336 @@
+/* Human-facing views of a plan, both drawn from its document: a short text
+ * report and an SVG of the stages on the devices and links. */
+#include "base/common.h"
+
+#include "plan/plan_impl.h"
+
+static double getnum(const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+    return v ? json_number_value(v) : 0;
+}
+
+static const char *getstr(const json_t *o, const char *key)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "";
+}
+
+static void t(double s, char *buf, size_t n)
+{
+    px__plan_fmt_time(s, buf, n);
+}
+
+static void add_interval(px_strbuf *sb, const char *name, const json_t *iv, bool time)
+{
+    char a[32], b[32], c[32], d[32];
+    if (time) {
+        t(getnum(iv, "p50"), a, sizeof a);
+        t(getnum(iv, "p99"), b, sizeof b);
+        t(getnum(iv, "lo"), c, sizeof c);
+        t(getnum(iv, "hi"), d, sizeof d);
+    } else {
+        snprintf(a, sizeof a, "%.4g", getnum(iv, "p50"));
+        snprintf(b, sizeof b, "%.4g", getnum(iv, "p99"));
+        snprintf(c, sizeof c, "%.4g", getnum(iv, "lo"));
+        snprintf(d, sizeof d, "%.4g", getnum(iv, "hi"));
+    }
+    px_strbuf_addf(sb, "  %-22s p50 %-10s p99 %-10s range [%s, %s]\n", name, a, b, c, d);
+}
+
+px_status px_plan_report(const px_plan *p, px_strbuf *sb)
+{
+    const json_t *doc = p->doc;
+    const json_t *model = json_object_get(doc, "model");
+    const json_t *inv = json_object_get(doc, "inventory");
+    const json_t *obj = json_object_get(doc, "objective");
+    const json_t *wl = json_object_get(doc, "workload");
+    char a[32], b[32];
+    px_strbuf_addf(sb, "plan %.12s  policy %s  objective %s\n", p->id, getstr(doc, "policy"),
+                   getstr(obj, "name"));
+    px__plan_fmt_bytes(getnum(model, "weight_bytes"), a, sizeof a);
+    px_strbuf_addf(sb, "model %s (%s, %d blocks, %s %s) on %s (%d devices)\n",
+                   getstr(model, "name"), getstr(model, "id"), (int)getnum(model, "blocks"), a,
+                   getstr(model, "weight_dtype"),
+                   getstr(inv, "name")[0] ? getstr(inv, "name") : "inventory",
+                   (int)getnum(inv, "devices"));
+    if (json_is_true(json_object_get(doc, "emulated")))
+        px_strbuf_adds(sb, "EMULATED: these devices are emulated or simulated; the figures "
+                           "describe the emulated hardware, not real hardware\n");
+    px_strbuf_addf(sb, "workload: batch %d x %d replica(s), %d micro-batch(es), context %d, "
+                       "prompt %d, %d new tokens; contract %s (%s)\n\n",
+                   (int)getnum(wl, "batch"),
+                   (int)getnum(json_object_get(doc, "batching"), "replicas"),
+                   (int)getnum(wl, "micro_batches"), (int)getnum(wl, "context"),
+                   (int)getnum(wl, "prompt_tokens"), (int)getnum(wl, "gen_tokens"),
+                   getstr(json_object_get(doc, "contract"), "name"),
+                   getstr(json_object_get(doc, "contract"), "verdict"));
+    px_strbuf_addf(sb, "%-5s %-28s %-7s %-9s %-3s %-4s %-2s %-24s %-6s %-12s %s\n", "stage",
+                   "devices", "backend", "layers", "emb", "head", "tp",
+                   "weights/ffn/act/kv", "kv", "decode p50", "prefill p50");
+    const json_t *stages = json_object_get(doc, "stages");
+    size_t i;
+    const json_t *st;
+    json_array_foreach(stages, i, st)
+    {
+        char devs[160] = "";
+        size_t len = 0;
+        size_t k;
+        const json_t *d;
+        json_array_foreach(json_object_get(st, "devices"), k, d)
+        {
+            int w = snprintf(devs + len, sizeof devs - len, "%s%s", k ? "+" : "",
+                             json_string_value(d));
+            if (w < 0 || (size_t)w >= sizeof devs - len)
+                break;
+            len += (size_t)w;
+        }
+        const json_t *ly = json_object_get(st, "layers");
+        char layers[24];
+        int first = (int)getnum(ly, "first"), last = (int)getnum(ly, "last");
+        if (last < first)
+            snprintf(layers, sizeof layers, "-");
+        else
+            snprintf(layers, sizeof layers, "%d-%d", first, last);
+        const json_t *pr = json_object_get(st, "precision");
+        char prec[64];
+        snprintf(prec, sizeof prec, "%s/%s/%s/%s", getstr(pr, "weights"),
+                 getstr(pr, "ffn_weights"), getstr(pr, "activations"), getstr(pr, "kv"));
+        const json_t *pred = json_object_get(st, "predicted");
+        t(getnum(json_object_get(pred, "decode_s_per_token"), "p50"), a, sizeof a);
+        t(getnum(json_object_get(pred, "prefill_s"), "p50"), b, sizeof b);
+        px_strbuf_addf(sb, "%-5d %-28s %-7s %-9s %-3s %-4s %-2d %-24s %-6s %-12s %s%s%s\n",
+                       (int)i, devs, getstr(st, "backend"), layers,
+                       json_is_true(json_object_get(st, "embedding")) ? "y" : "-",
+                       json_is_true(json_object_get(st, "head")) ? "y" : "-",
+                       (int)getnum(st, "tensor_parallel"), prec, getstr(st, "kv_placement"), a, b,
+                       json_is_true(json_object_get(st, "emulated")) ? "  (emulated)" : "",
+                       json_is_true(json_object_get(st, "offload")) ? "  (CPU offload)" : "");
+    }
+    const json_t *pred = json_object_get(doc, "predictions");
+    px_strbuf_adds(sb, "\npredictions (Monte Carlo over the inputs' uncertainty):\n");
+    add_interval(sb, "time per token", json_object_get(pred, "tpot_s"), true);
+    add_interval(sb, "time to first token", json_object_get(pred, "ttft_s"), true);
+    add_interval(sb, "throughput (tokens/s)", json_object_get(pred, "throughput_tokens_per_s"),
+                 false);
+    px_strbuf_addf(sb, "  energy %.3g J/token, power %.4g W, cost %.4g $/h", getnum(pred, "joules_per_token"),
+                   getnum(pred, "power_w"), getnum(pred, "usd_per_hour"));
+    if (getnum(pred, "tokens_per_dollar") > 0)
+        px_strbuf_addf(sb, " (%.4g tokens/$)", getnum(pred, "tokens_per_dollar"));
+    px_strbuf_addf(sb, ", failure within %.3g h: %.3g%%\n",
+                   getnum(pred, "failure_window_s") / 3600.0,
+                   100.0 * getnum(pred, "failure_probability"));
+    if (getnum(obj, "slo_tpot_s") > 0 || getnum(obj, "slo_ttft_s") > 0)
+        px_strbuf_addf(sb, "  probability of meeting the SLO: %.3g\n", getnum(pred, "p_meet_slo"));
+    const json_t *lb = json_object_get(doc, "lower_bound");
+    t(getnum(lb, "tpot_s"), a, sizeof a);
+    t(getnum(lb, "placed_tpot_s"), b, sizeof b);
+    px_strbuf_addf(sb, "lower bound: %s per token on the whole fleet (plan reaches %.0f%% of it); "
+                       "%s on these stages (%.0f%%)\n",
+                   a, 100.0 * getnum(lb, "fraction"), b, 100.0 * getnum(lb, "placed_fraction"));
+    px_strbuf_adds(sb, "\nwhy:\n");
+    const json_t *e;
+    json_array_foreach(json_object_get(doc, "explanation"), i, e)
+        px_strbuf_addf(sb, "  - %s\n", json_string_value(e));
+    const json_t *bind;
+    px_strbuf_adds(sb, "binding:");
+    json_array_foreach(json_object_get(doc, "binding"), i, bind)
+    {
+        const char *kind = getstr(bind, "kind");
+        if (!strcmp(kind, "memory")) {
+            px__plan_fmt_bytes(getnum(bind, "used"), a, sizeof a);
+            px__plan_fmt_bytes(getnum(bind, "limit"), b, sizeof b);
+            px_strbuf_addf(sb, " memory of %s (%s of %s);", getstr(bind, "device"), a, b);
+        } else if (!strcmp(kind, "decode-term")) {
+            px_strbuf_addf(sb, " %s on %s;", getstr(bind, "term"), getstr(bind, "device"));
+        } else {
+            px_strbuf_addf(sb, " %s;", kind);
+        }
+    }
+    px_strbuf_adds(sb, "\n");
+    const json_t *rej = json_object_get(doc, "rejected");
+    if (json_array_size(rej)) {
+        px_strbuf_adds(sb, "\nrejected alternatives:\n");
+        const json_t *x;
+        json_array_foreach(rej, i, x)
+        {
+            if (i >= 6)
+                break;
+            px_strbuf_addf(sb, "  %-10s %s: %s%s%s\n", getstr(x, "reason"),
+                           getstr(x, "devices")[0] ? getstr(x, "devices") : "-",
+                           getstr(x, "message"), getstr(x, "cause")[0] ? "; " : "",
+                           getstr(x, "cause"));
+        }
+    }
+    const json_t *bl = json_object_get(doc, "baselines");
+    if (json_array_size(bl)) {
+        px_strbuf_adds(sb, "\nbaselines (same cost model, same workload):\n");
+        const json_t *x;
+        json_array_foreach(bl, i, x)
+        {
+            if (!json_is_true(json_object_get(x, "feasible"))) {
+                px_strbuf_addf(sb, "  %-12s infeasible: %s\n", getstr(x, "policy"),
+                               getstr(x, "note"));
+                continue;
+            }
+            t(getnum(x, "tpot_s"), a, sizeof a);
+            px_strbuf_addf(sb, "  %-12s tpot %-10s %8.4g tokens/s  plexus: %.2fx per token, "
+                               "%.2fx throughput%s%s\n",
+                           getstr(x, "policy"), a, getnum(x, "throughput"),
+                           getnum(x, "plexus_speedup_tpot"),
+                           getnum(x, "plexus_speedup_throughput"),
+                           json_is_true(json_object_get(x, "contract_ok")) ? ""
+                                                                           : "  (violates the "
+                                                                             "contract)",
+                           "");
+        }
+    }
+    const json_t *fb = json_object_get(doc, "fallbacks");
+    if (json_array_size(fb)) {
+        px_strbuf_adds(sb, "\nfallbacks if one device is lost:\n");
+        const json_t *x;
+        json_array_foreach(fb, i, x)
+        {
+            if (i >= 8) {
+                px_strbuf_addf(sb, "  ... %zu more in the JSON\n", json_array_size(fb) - i);
+                break;
+            }
+            if (json_is_true(json_object_get(x, "feasible"))) {
+                t(getnum(x, "tpot_s"), a, sizeof a);
+                px_strbuf_addf(sb, "  lose %-14s -> %s per token, %.4g tokens/s (%s)\n",
+                               getstr(x, "lost"), a, getnum(x, "throughput"), getstr(x, "note"));
+            } else {
+                px_strbuf_addf(sb, "  lose %-14s -> %s\n", getstr(x, "lost"), getstr(x, "note"));
+            }
+        }
+    }
+    return sb->len ? PX_OK : PX_ENOMEM;
+}
+
+/* ------------------------------------------------------------------ */
+/* SVG                                                                 */
+/* ------------------------------------------------------------------ */
+
+static void xml_text(px_strbuf *sb, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '<': px_strbuf_adds(sb, "&lt;"); break;
+        case '>': px_strbuf_adds(sb, "&gt;"); break;
+        case '&': px_strbuf_adds(sb, "&amp;"); break;
+        case '"': px_strbuf_adds(sb, "&quot;"); break;
+        default: px_strbuf_addch(sb, *s); break;
+        }
+    }
+}
+
+static const char *const palette[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
+                                      "#76b7b2", "#edc948", "#b07aa1", "#9c755f"};
+
+px_status px_plan_svg(const px_plan *p, px_strbuf *sb)
+{
+    const px_cost_fleet *f = p->fleet;
+    const px_hw_view *v = px_hw_graph_view(f->graph);
+    const px_cost_pipeline *pipe = &p->layout.replicas[0];
+    /* Only nodes that hold a stage, and at most 64 devices per node. */
+    size_t n_nodes = v->n_nodes;
+    int *col = malloc((n_nodes ? n_nodes : 1) * sizeof *col);
+    int *dev_row = malloc(f->n_devices * sizeof *dev_row);
+    int *dev_stage = malloc(f->n_devices * sizeof *dev_stage);
+    if (!col || !dev_row || !dev_stage) {
+        free(col);
+        free(dev_row);
+        free(dev_stage);
+        return PX_ENOMEM;
+    }
+    for (size_t i = 0; i < f->n_devices; i++)
+        dev_stage[i] = -1;
+    for (uint32_t s = 0; s < pipe->n_stages; s++)
+        for (uint32_t k = 0; k < pipe->stages[s].tp; k++)
+            dev_stage[pipe->stages[s].devices[k]] = (int)s;
+    int n_cols = 0, max_rows = 0;
+    for (size_t j = 0; j < n_nodes; j++) {
+        col[j] = -1;
+        int rows = 0;
+        bool used = false;
+        for (size_t i = 0; i < f->n_devices; i++)
+            if (f->devices[i].node == j) {
+                used |= dev_stage[i] >= 0;
+                rows++;
+            }
+        if (used && n_cols < 16)
+            col[j] = n_cols++;
+        if (used && rows > max_rows)
+            max_rows = PX_MIN(rows, 64);
+    }
+    for (size_t j = 0; j < n_nodes; j++) {
+        int r = 0;
+        for (size_t i = 0; i < f->n_devices; i++)
+            if (f->devices[i].node == j)
+                dev_row[i] = r++;
+    }
+    const int cw = 230, rh = 54, top = 70;
+    int width = 40 + n_cols * cw, height = top + 40 + max_rows * rh + 40;
+    px_strbuf_addf(sb,
+                   "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+                   "font-family=\"sans-serif\" font-size=\"12\">\n"
+                   "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+                   width, height);
+    px_strbuf_adds(sb, "<text x=\"20\" y=\"24\" font-size=\"15\">plan ");
+    xml_text(sb, p->id);
+    px_strbuf_adds(sb, " (");
+    xml_text(sb, p->policy);
+    px_strbuf_addf(sb, ")%s</text>\n", f->emulated ? " EMULATED DEVICES" : "");
+    for (size_t j = 0; j < n_nodes; j++) {
+        if (col[j] < 0)
+            continue;
+        int x = 20 + col[j] * cw;
+        px_strbuf_addf(sb, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#f4f4f4\" "
+                           "stroke=\"#999\"/>\n<text x=\"%d\" y=\"%d\">node ",
+                       x, top - 20, cw - 20, max_rows * rh + 30, x + 6, top - 6);
+        xml_text(sb, v->nodes[j].id);
+        px_strbuf_adds(sb, "</text>\n");
+    }
+    for (size_t i = 0; i < f->n_devices; i++) {
+        const px_cost_device *d = &f->devices[i];
+        if (d->node >= n_nodes || col[d->node] < 0 || dev_row[i] >= 64)
+            continue;
+        int x = 30 + col[d->node] * cw, y = top + dev_row[i] * rh;
+        int s = dev_stage[i];
+        const char *fill = s >= 0 ? palette[s % 8] : "#dddddd";
+        px_strbuf_addf(sb, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"4\" "
+                           "fill=\"%s\" stroke=\"#333\"/>\n<text x=\"%d\" y=\"%d\">",
+                       x, y, cw - 40, rh - 12, fill, x + 6, y + 16);
+        xml_text(sb, d->id);
+        px_strbuf_adds(sb, " ");
+        xml_text(sb, d->model);
+        px_strbuf_adds(sb, "</text>\n");
+        if (s >= 0) {
+            const px_cost_stage *st = &pipe->stages[s];
+            px_strbuf_addf(sb, "<text x=\"%d\" y=\"%d\">stage %d: layers %d-%d%s%s%s</text>\n",
+                           x + 6, y + 33, s, st->first, st->last, st->embedding ? " +emb" : "",
+                           st->head ? " +head" : "", st->tp > 1 ? " (TP)" : "");
+        }
+    }
+    /* Arrows between consecutive stages, labelled with the link kind. */
+    for (uint32_t s = 0; s + 1 < pipe->n_stages; s++) {
+        uint32_t a = pipe->stages[s].devices[0], b = pipe->stages[s + 1].devices[0];
+        const px_cost_device *da = &f->devices[a], *db = &f->devices[b];
+        if (col[da->node] < 0 || col[db->node] < 0 || dev_row[a] >= 64 || dev_row[b] >= 64)
+            continue;
+        int x1 = 30 + col[da->node] * cw + (cw - 40) / 2, y1 = top + dev_row[a] * rh + rh - 12;
+        int x2 = 30 + col[db->node] * cw + (cw - 40) / 2, y2 = top + dev_row[b] * rh;
+        px_cost_path pa = px_cost_fleet_path((px_cost_fleet *)f, a, b);
+        px_strbuf_addf(sb, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#c00\" "
+                           "stroke-width=\"2\"/>\n<text x=\"%d\" y=\"%d\" fill=\"#c00\">%s</text>\n",
+                       x1, y1, x2, y2, (x1 + x2) / 2 + 4, (y1 + y2) / 2,
+                       px_hw_link_kind_name(pa.kind));
+    }
+    px_strbuf_addf(sb, "<text x=\"20\" y=\"%d\">%u stage(s), %u replica(s); colours mark "
+                       "stages, grey devices are unused</text>\n</svg>\n",
+                   height - 12, pipe->n_stages, p->layout.n_replicas);
+    free(col);
+    free(dev_row);
+    free(dev_stage);
+    return PX_OK;
+}

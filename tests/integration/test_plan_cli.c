@@ -1,0 +1,140 @@
+/* `plexus plan` end to end: reports, JSON, files, refusals, usage. */
+#include "px_test.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int run(char **out, char **err, const char *a1, const char *a2, const char *a3,
+               const char *a4, const char *a5, const char *a6, const char *a7, const char *a8)
+{
+    char *argv[12] = {(char *)px_test_plexus_bin(), "plan", (char *)a1, (char *)a2, (char *)a3,
+                      (char *)a4, (char *)a5, (char *)a6, (char *)a7, (char *)a8, NULL};
+    return px_test_run(argv, 120, out, err);
+}
+
+static void test_plan_cli_prints_a_readable_report(void **state)
+{
+    (void)state;
+    char *inv = px_test_source_path("data/scenarios/hetero-pair-h100-l4.json");
+    char *out = NULL, *err = NULL;
+    int rc = run(&out, &err, "--model", "llama-3-8b", "--inventory", inv, "--compare-baselines",
+                 NULL, NULL, NULL);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    px_assert_contains(out, "stage");
+    px_assert_contains(out, "time per token");
+    px_assert_contains(out, "lower bound");
+    px_assert_contains(out, "why:");
+    px_assert_contains(out, "baselines");
+    px_assert_contains(out, "llamacpp");
+    free(out);
+    free(err);
+    free(inv);
+}
+
+static void test_plan_cli_json_is_deterministic_and_written(void **state)
+{
+    (void)state;
+    char *inv = px_test_source_path("data/scenarios/irregular-4dev.json");
+    char *plan_path = px_asprintf("%s/plan.json", px_test_tmpdir());
+    char *svg_path = px_asprintf("%s/plan.svg", px_test_tmpdir());
+    char *a = NULL, *b = NULL, *err = NULL;
+    int rc = run(&a, &err, "--model", "qwen2.5-7b", "--inventory", inv, "-o", "json", "--out",
+                 plan_path);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    free(err);
+    rc = run(&b, &err, "--model", "qwen2.5-7b", "--inventory", inv, "-o", "json", "--svg",
+             svg_path);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    assert_string_equal(a, b);
+    json_t *doc;
+    px_err perr;
+    px_assert_ok(px_json_parse(a, strlen(a), "plan", NULL, &doc, &perr), &perr);
+    assert_string_equal(json_string_value(json_object_get(doc, "schema")), "plexus.plan/1");
+    assert_int_equal(strlen(json_string_value(json_object_get(doc, "id"))), 64);
+    json_decref(doc);
+    char *file;
+    size_t len;
+    px_assert_ok(px_read_file(plan_path, 1 << 24, &file, &len, &perr), &perr);
+    assert_string_equal(file, a);
+    free(file);
+    px_assert_ok(px_read_file(svg_path, 1 << 24, &file, &len, &perr), &perr);
+    assert_true(!strncmp(file, "<svg", 4));
+    px_assert_contains(file, "stage 0");
+    free(file);
+    free(a);
+    free(b);
+    free(err);
+    free(inv);
+    free(plan_path);
+    free(svg_path);
+}
+
+static void test_plan_cli_refuses_malicious_inventories(void **state)
+{
+    (void)state;
+    char *inv = px_test_source_path("data/scenarios/malicious/link-to-undefined-device.json");
+    char *out = NULL, *err = NULL;
+    int rc = run(&out, &err, "--model", "llama-3-8b", "--inventory", inv, NULL, NULL, NULL, NULL);
+    assert_int_equal(rc, 1);
+    px_assert_contains(err, "refusing the inventory");
+    px_assert_contains(err, "/links");
+    free(out);
+    free(err);
+    free(inv);
+}
+
+static void test_plan_cli_refuses_bad_usage(void **state)
+{
+    (void)state;
+    char *out = NULL, *err = NULL;
+    assert_int_equal(run(&out, &err, "--inventory", "x.json", NULL, NULL, NULL, NULL, NULL, NULL),
+                     2);
+    px_assert_contains(err, "--model");
+    free(out);
+    free(err);
+    out = err = NULL;
+    assert_int_equal(run(&out, &err, "--model", "llama-3-8b", "--inventory", "x.json",
+                         "--objective", "fastest", NULL, NULL),
+                     2);
+    px_assert_contains(err, "tokens_per_dollar");
+    free(out);
+    free(err);
+    out = err = NULL;
+    assert_int_equal(run(&out, &err, "--model", "llama-3-8b", "--inventory", "x.json", "--batch",
+                         "-3", NULL, NULL),
+                     2);
+    free(out);
+    free(err);
+}
+
+static void test_plan_cli_plans_a_real_model_on_emulated_devices(void **state)
+{
+    (void)state;
+    char *model = px_test_require_shared_model("stories260K.gguf");
+    char *inv = px_test_source_path("data/scenarios/emu-small.json");
+    char *out = NULL, *err = NULL;
+    int rc = run(&out, &err, "--model", model, "--inventory", inv, "-o", "json", NULL, NULL);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    px_assert_contains(out, "\"source\": \"gguf\"");
+    px_assert_contains(out, "sha256:");
+    free(out);
+    free(err);
+    free(inv);
+    free(model);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_cli_prints_a_readable_report),
+        cmocka_unit_test(test_plan_cli_json_is_deterministic_and_written),
+        cmocka_unit_test(test_plan_cli_refuses_malicious_inventories),
+        cmocka_unit_test(test_plan_cli_refuses_bad_usage),
+        cmocka_unit_test(test_plan_cli_plans_a_real_model_on_emulated_devices),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,426 @@
+/* The cost model: roofline times, transfers, all-reduce, memory items,
+ * energy, money, reliability, uncertainty and bounds. */
+#include "px_test.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "plexus/cost.h"
+#include "plexus/hw.h"
+#include "plexus/ir.h"
+
+/* One GPU (24 GiB, 1 TB/s, 400 TFLOP/s bf16, 2 $/h, MTBF 1000 h) and a
+ * host CPU on node n1; optionally a second GPU on n2 behind `link`. */
+static const char *gpu_json =
+    "{\"id\":\"%s\",\"class\":\"gpu\",\"model\":\"%s\",\"backend\":\"cuda\","
+    "\"compute\":{\"bf16\":\"400 TFLOP/s\",\"f16\":\"400 TFLOP/s\",\"f32\":\"50 TFLOP/s\"},"
+    "\"memory\":[{\"id\":\"hbm\",\"kind\":\"hbm\",\"capacity\":\"%s\",\"bandwidth\":"
+    "{\"value\":\"%s\",\"uncertainty\":0.05}}],"
+    "\"power\":{\"tdp\":\"300 W\",\"idle\":\"50 W\"},\"cost\":\"2 $/h\",\"mtbf\":\"1000 h\"}";
+
+static char *gpu(const char *id, const char *model, const char *cap, const char *bw)
+{
+    char *s = px_asprintf(gpu_json, id, model, cap, bw);
+    assert_non_null(s);
+    return s;
+}
+
+static px_hw_graph *load(const char *text)
+{
+    px_hw_graph *g = NULL;
+    px_diags d;
+    px_diags_init(&d);
+    px_err err;
+    if (px_hw_graph_from_json(text, strlen(text), "test.json", NULL, &g, &d, &err) != PX_OK) {
+        char *r = px_diags_format(&d, "test.json");
+        fail_msg("inventory refused: %s\n%s", err.msg, r ? r : "");
+    }
+    px_diags_release(&d);
+    return g;
+}
+
+/* n1: gpu0 (+ gpu1 when two) with NVLink between them; n2: gpu0 behind a
+ * link of the given bandwidth and latency from n1. */
+static px_hw_graph *fleet_json(bool two_local, const char *remote_bw, const char *remote_lat,
+                               const char *nvl_lat)
+{
+    char *g0 = gpu("gpu0", "card", "24 GiB", "1 TB/s");
+    char *g1 = gpu("gpu1", "card", "24 GiB", "1 TB/s");
+    char *r0 = gpu("gpu0", "card", "24 GiB", "1 TB/s");
+    char *doc = px_asprintf(
+        "{\"schema\":\"plexus.inventory/1\",\"name\":\"t\",\"nodes\":["
+        "{\"id\":\"n1\",\"memory\":[{\"id\":\"ddr0\",\"kind\":\"ddr\",\"capacity\":\"256 GiB\","
+        "\"bandwidth\":\"200 GB/s\"}],\"devices\":[%s%s%s,"
+        "{\"id\":\"cpu0\",\"class\":\"cpu\",\"model\":\"host\",\"backend\":\"cpu\","
+        "\"compute\":{\"f32\":\"2 TFLOP/s\"}}]},"
+        "{\"id\":\"n2\",\"devices\":[%s]}],"
+        "\"links\":[{\"id\":\"p0\",\"from\":\"n1.gpu0\",\"to\":\"n1\",\"kind\":\"pcie4\","
+        "\"bandwidth\":\"32 GB/s\",\"latency\":\"2 us\"},"
+        "{\"id\":\"p2\",\"from\":\"n2.gpu0\",\"to\":\"n2\",\"kind\":\"pcie4\","
+        "\"bandwidth\":\"32 GB/s\",\"latency\":\"2 us\"},"
+        "{\"id\":\"net\",\"from\":\"n1\",\"to\":\"n2\",\"kind\":\"ethernet\","
+        "\"bandwidth\":\"%s\",\"latency\":\"%s\"}%s%s%s]}",
+        g0, two_local ? "," : "", two_local ? g1 : "", r0, remote_bw, remote_lat,
+        two_local ? ",{\"id\":\"nvl\",\"from\":\"n1.gpu0\",\"to\":\"n1.gpu1\",\"kind\":"
+                    "\"nvlink4\",\"bandwidth\":\"300 GB/s\",\"latency\":\""
+                  : "",
+        two_local ? nvl_lat : "", two_local ? "\"}" : "");
+    px_hw_graph *g = load(doc);
+    free(g0);
+    free(g1);
+    free(r0);
+    free(doc);
+    return g;
+}
+
+typedef struct fixture {
+    px_hw_graph *graph;
+    px_ir_model *ir;
+    px_cost_fleet *fleet;
+    px_cost_model *model;
+    px_cost_params params;
+    px_cost_workload wl;
+} fixture;
+
+static void setup_fixture(fixture *fx, px_hw_graph *g, const char *preset, px_dtype dt)
+{
+    px_err err;
+    memset(fx, 0, sizeof *fx);
+    fx->graph = g;
+    px_cost_params_default(&fx->params);
+    px_assert_ok(px_ir_preset_new(preset, dt, NULL, &fx->ir, &err), &err);
+    px_assert_ok(px_cost_fleet_new(g, &fx->params, &fx->fleet, &err), &err);
+    px_assert_ok(px_cost_model_new(fx->ir, &fx->model, &err), &err);
+    fx->wl = px_cost_workload_default();
+}
+
+static void teardown_fixture(fixture *fx)
+{
+    px_cost_model_free(fx->model);
+    px_cost_fleet_free(fx->fleet);
+    px_ir_model_free(fx->ir);
+    px_hw_graph_free(fx->graph);
+}
+
+static uint32_t dev(const fixture *fx, const char *id)
+{
+    for (uint32_t i = 0; i < fx->fleet->n_devices; i++)
+        if (!strcmp(fx->fleet->devices[i].id, id))
+            return i;
+    fail_msg("no device %s", id);
+    return 0;
+}
+
+static px_cost_pipeline one_stage(const fixture *fx, uint32_t d)
+{
+    px_cost_pipeline p;
+    memset(&p, 0, sizeof p);
+    p.n_stages = 1;
+    p.stages[0] = px_cost_stage_make(d, fx->model);
+    return p;
+}
+
+static px_cost_pipeline two_stages(const fixture *fx, uint32_t a, uint32_t b, int32_t cut)
+{
+    px_cost_pipeline p = one_stage(fx, a);
+    p.n_stages = 2;
+    p.stages[1] = p.stages[0];
+    p.stages[0].last = cut - 1;
+    p.stages[0].head = false;
+    p.stages[1].devices[0] = b;
+    p.stages[1].first = cut;
+    p.stages[1].embedding = false;
+    return p;
+}
+
+static px_cost_estimate *eval(fixture *fx, const px_cost_pipeline *p)
+{
+    static px_cost_estimate est;
+    px_err err;
+    px_assert_ok(px_cost_eval_pipeline(fx->fleet, fx->model, &fx->params, &fx->wl, p, NULL, &est,
+                                       &err),
+                 &err);
+    return &est;
+}
+
+static void test_cost_decode_is_memory_bound_at_batch_one(void **state)
+{
+    (void)state;
+    fixture fx;
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b",
+                  PX_DTYPE_COUNT_);
+    px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.gpu0"));
+    px_cost_estimate *e = eval(&fx, &p);
+    assert_int_equal(e->why, PX_COST_OK);
+    assert_int_equal(e->stages[0].bind, PX_COST_BIND_MEMORY_BW);
+    double kv = 0;
+    for (uint32_t i = 0; i < fx.model->n_layers; i++)
+        kv += fx.model->layers[i].kv_bytes_token;
+    double bytes = fx.model->total_bytes - fx.model->embedding.attn_bytes + kv * fx.wl.context;
+    double want = bytes / (1e12 * fx.params.eff_mem);
+    if (fabs(e->tpot_s - want) > 0.05 * want)
+        fail_msg("tpot %g s, roofline says %g s", e->tpot_s, want);
+    assert_true(e->throughput > 0.99 / e->tpot_s && e->throughput < 1.01 / e->tpot_s);
+    teardown_fixture(&fx);
+}
+
+static void test_cost_memory_is_itemized_and_sums(void **state)
+{
+    (void)state;
+    fixture fx;
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b",
+                  PX_DTYPE_COUNT_);
+    px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.gpu0"));
+    px_cost_estimate *e = eval(&fx, &p);
+    const px_cost_mem *m = &e->stages[0].mem;
+    double sum = m->weights + m->kv + m->activations + m->workspace + m->runtime;
+    assert_true(fabs(sum - m->total) <= 1e-6 * m->total);
+    assert_true(m->runtime >= 500.0 * 1024 * 1024 - 1); /* CUDA context assumption */
+    assert_true(fabs(m->weights - fx.model->total_bytes) < 0.01 * fx.model->total_bytes ||
+                m->weights < fx.model->total_bytes); /* tied tables count once */
+    assert_true(m->limit <= 24.0 * 1073741824 * 0.9 + 1);
+    teardown_fixture(&fx);
+}
+
+static void test_cost_refuses_model_larger_than_memory(void **state)
+{
+    (void)state;
+    fixture fx;
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b", PX_DTYPE_F32);
+    px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.gpu0"));
+    px_cost_estimate *e = eval(&fx, &p);
+    assert_int_equal(e->why, PX_COST_NO_MEMORY);
+    assert_true(e->why_bytes > 1e9);
+    assert_string_equal(px_cost_infeasible_name(e->why), "memory");
+    teardown_fixture(&fx);
+}
+
+static void test_cost_kv_on_host_is_slower_and_frees_device_memory(void **state)
+{
+    (void)state;
+    fixture fx;
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b",
+                  PX_DTYPE_COUNT_);
+    fx.wl.batch = 4;
+    px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.gpu0"));
+    px_cost_estimate a = *eval(&fx, &p);
+    p.stages[0].kv = PX_COST_KV_HOST;
+    px_cost_estimate *b = eval(&fx, &p);
+    assert_true(b->tpot_s > a.tpot_s);
+    assert_true(b->stages[0].kv_host_s > 0);
+    assert_true(b->stages[0].mem.kv == 0 && a.stages[0].mem.kv > 0);
+    assert_true(b->stages[0].host_bytes > 0);
+    teardown_fixture(&fx);
+}
+
+static void test_cost_falls_back_to_a_supported_dtype(void **state)
+{
+    (void)state;
+    fixture fx;
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b",
+                  PX_DTYPE_COUNT_);
+    px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.cpu0"));
+    p.stages[0].prec.activations = PX_DTYPE_BF16; /* the CPU states f32 only */
+    px_cost_estimate *e = eval(&fx, &p);
+    assert_true(e->stages[0].dtype_fallback);
+    assert_int_equal(e->stages[0].compute_dtype, PX_HW_DTYPE_F32);
+    teardown_fixture(&fx);
+}
+
+static void test_cost_slow_link_adds_transfer_time(void **state)
+{
+    (void)state;
+    fixture fx;
+    setup_fixture(&fx, fleet_json(false, "10 Mbit/s", "20 ms", ""), "llama-3-8b",
+                  PX_DTYPE_COUNT_);
+    px_cost_pipeline p = two_stages(&fx, dev(&fx, "n1.gpu0"), dev(&fx, "n2.gpu0"), 16);
+    px_cost_estimate *e = eval(&fx, &p);
+    assert_int_equal(e->why, PX_COST_OK);
+    double bytes = fx.model->layers[15].act_bytes_token;
+    double min = 20e-3 + bytes / (10e6 / 8);
+    assert_true(e->stages[0].xfer_s >= min);
+    assert_true(e->transfer_s >= e->stages[0].xfer_s + 20e-3); /* the token goes back too */
+    assert_true(e->tpot_s > e->stages[0].decode_s + e->stages[1].decode_s + min);
+    teardown_fixture(&fx);
+}
+
+static void test_cost_allreduce_grows_with_link_latency(void **state)
+{
+    (void)state;
+    double ar[2];
+    const char *lat[2] = {"1 us", "200 us"};
+    for (int k = 0; k < 2; k++) {
+        fixture fx;
+        setup_fixture(&fx, fleet_json(true, "100 Gbit/s", "5 us", lat[k]), "llama-3-8b",
+                      PX_DTYPE_COUNT_);
+        px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.gpu0"));
+        p.stages[0].devices[1] = dev(&fx, "n1.gpu1");
+        p.stages[0].tp = 2;
+        px_cost_estimate *e = eval(&fx, &p);
+        assert_int_equal(e->why, PX_COST_OK);
+        ar[k] = e->stages[0].allreduce_s;
+        assert_true(ar[k] > 0);
+        teardown_fixture(&fx);
+    }
+    /* 2 all-reduces per block, 2 (p-1) latency terms each. */
+    assert_true(ar[1] - ar[0] > 32 * 2 * 2 * 199e-6 * 0.99);
+}
+
+static void test_cost_money_energy_and_reliability(void **state)
+{
+    (void)state;
+    fixture fx;
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b",
+                  PX_DTYPE_COUNT_);
+    px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.gpu0"));
+    px_cost_estimate *e = eval(&fx, &p);
+    assert_true(fabs(e->usd_per_hour - 2.0) < 1e-9);
+    assert_true(fabs(e->usd_per_token - 2.0 / 3600 * e->tpot_s) < 1e-12);
+    assert_true(fabs(e->tokens_per_usd - 3600 * e->throughput / 2.0) < 1e-6 * e->tokens_per_usd);
+    /* Busy all the time at batch 1: active power. */
+    assert_true(e->power_w > 299 && e->power_w <= 300.0001);
+    assert_true(fabs(e->joules_per_token - e->power_w * e->tpot_s) < 1e-9);
+    double want = 1.0 - exp(-24.0 / 1000.0);
+    assert_true(fabs(e->p_fail - want) < 1e-9);
+    teardown_fixture(&fx);
+}
+
+static void test_cost_uncertainty_is_seeded_and_ordered(void **state)
+{
+    (void)state;
+    fixture fx;
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b",
+                  PX_DTYPE_COUNT_);
+    px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.gpu0"));
+    px_cost_uncertain a, b, c;
+    px_err err;
+    px_assert_ok(px_cost_uncertainty(fx.fleet, fx.model, &fx.params, &fx.wl, &p, 0.02, 0, &a,
+                                     &err),
+                 &err);
+    px_assert_ok(px_cost_uncertainty(fx.fleet, fx.model, &fx.params, &fx.wl, &p, 0.02, 0, &b,
+                                     &err),
+                 &err);
+    assert_memory_equal(&a, &b, sizeof a);
+    assert_true(a.tpot_s.lo <= a.tpot_s.p50 && a.tpot_s.p50 <= a.tpot_s.p99 &&
+                a.tpot_s.p99 <= a.tpot_s.hi);
+    assert_true(a.throughput.p99 <= a.throughput.p50); /* pessimistic tail of a rate */
+    assert_true(a.tpot_s.hi > a.tpot_s.lo);
+    assert_true(a.p_meet_slo >= 0 && a.p_meet_slo <= 1);
+    fx.params.seed = 7;
+    px_assert_ok(px_cost_uncertainty(fx.fleet, fx.model, &fx.params, &fx.wl, &p, 0.02, 0, &c,
+                                     &err),
+                 &err);
+    assert_true(c.tpot_s.hi != a.tpot_s.hi || c.tpot_s.lo != a.tpot_s.lo);
+    teardown_fixture(&fx);
+}
+
+static void test_cost_lower_bound_is_below_every_prediction(void **state)
+{
+    (void)state;
+    fixture fx;
+    setup_fixture(&fx, fleet_json(true, "100 Gbit/s", "5 us", "2 us"), "llama-3-8b",
+                  PX_DTYPE_COUNT_);
+    px_cost_bound bound;
+    px_cost_lower_bound(fx.fleet, fx.model, &fx.params, &fx.wl, NULL, 0, &bound);
+    assert_true(bound.tpot_s > 0);
+    uint32_t ids[3] = {dev(&fx, "n1.gpu0"), dev(&fx, "n1.gpu1"), dev(&fx, "n2.gpu0")};
+    for (int a = 0; a < 3; a++) {
+        px_cost_pipeline p = one_stage(&fx, ids[a]);
+        px_cost_estimate *e = eval(&fx, &p);
+        assert_true(e->tpot_s >= bound.tpot_s);
+        assert_true(px_cost_pipeline_bound(fx.fleet, fx.model, &fx.params, &fx.wl, &p) <=
+                    e->tpot_s);
+        for (int b = 0; b < 3; b++) {
+            if (a == b)
+                continue;
+            px_cost_pipeline q = two_stages(&fx, ids[a], ids[b], 10);
+            e = eval(&fx, &q);
+            assert_true(e->why != PX_COST_OK || e->tpot_s >= bound.tpot_s);
+        }
+    }
+    teardown_fixture(&fx);
+}
+
+static void test_cost_stage_quick_matches_pipeline_eval(void **state)
+{
+    (void)state;
+    fixture fx;
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "mixtral-8x7b",
+                  PX_DTYPE_Q4_0);
+    fx.wl.batch = 3;
+    px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.gpu0"));
+    px_cost_prefix pre;
+    px_err err;
+    px_assert_ok(px_cost_prefix_init(&pre, fx.model, &p.stages[0].prec, &fx.wl, &err), &err);
+    px_cost_stage_est q;
+    px_cost_infeasible r = px_cost_stage_quick(fx.fleet, &pre, &fx.params, &p.stages[0], &q);
+    px_cost_estimate *e = eval(&fx, &p);
+    assert_int_equal(r, e->why);
+    assert_true(fabs(q.decode_s - e->stages[0].decode_s) <= 1e-9 * e->stages[0].decode_s);
+    assert_true(fabs(q.mem.total - e->stages[0].mem.total) <= 1e-6 * e->stages[0].mem.total);
+    px_cost_prefix_release(&pre);
+    teardown_fixture(&fx);
+}
+
+static void test_cost_refuses_bad_parameters_and_layouts(void **state)
+{
+    (void)state;
+    px_cost_params p;
+    px_err err;
+    px_cost_params_default(&p);
+    px_assert_ok(px_cost_params_check(&p, &err), &err);
+    p.mode = PX_COST_CALIBRATED;
+    assert_int_equal(px_cost_params_check(&p, &err), PX_EUNSUPPORTED);
+    px_assert_contains(err.msg, "calibrated");
+    px_cost_params_default(&p);
+    p.headroom = 2;
+    assert_int_equal(px_cost_params_check(&p, &err), PX_EINVAL);
+    px_assert_contains(err.msg, "headroom");
+
+    fixture fx;
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b",
+                  PX_DTYPE_COUNT_);
+    px_cost_pipeline bad = one_stage(&fx, 0);
+    bad.stages[0].tp = 0;
+    px_cost_estimate est;
+    assert_int_equal(px_cost_eval_pipeline(fx.fleet, fx.model, &fx.params, &fx.wl, &bad, NULL,
+                                           &est, &err),
+                     PX_EINVAL);
+    bad = one_stage(&fx, 0);
+    bad.stages[0].devices[0] = 999;
+    assert_int_equal(px_cost_eval_pipeline(fx.fleet, fx.model, &fx.params, &fx.wl, &bad, NULL,
+                                           &est, &err),
+                     PX_EINVAL);
+    /* A gap in the layers is infeasible, not a crash. */
+    bad = two_stages(&fx, dev(&fx, "n1.gpu0"), dev(&fx, "n2.gpu0"), 16);
+    bad.stages[1].first = 18;
+    px_cost_estimate *e = eval(&fx, &bad);
+    assert_int_equal(e->why, PX_COST_BAD_LAYOUT);
+    json_t *a = px_cost_assumptions_json(fx.fleet, fx.model, &fx.params);
+    assert_non_null(a);
+    char *text = px_json_dump_canonical(a);
+    px_assert_contains(text, "70-85%");
+    free(text);
+    json_decref(a);
+    teardown_fixture(&fx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cost_decode_is_memory_bound_at_batch_one),
+        cmocka_unit_test(test_cost_memory_is_itemized_and_sums),
+        cmocka_unit_test(test_cost_refuses_model_larger_than_memory),
+        cmocka_unit_test(test_cost_kv_on_host_is_slower_and_frees_device_memory),
+        cmocka_unit_test(test_cost_falls_back_to_a_supported_dtype),
+        cmocka_unit_test(test_cost_slow_link_adds_transfer_time),
+        cmocka_unit_test(test_cost_allreduce_grows_with_link_latency),
+        cmocka_unit_test(test_cost_money_energy_and_reliability),
+        cmocka_unit_test(test_cost_uncertainty_is_seeded_and_ordered),
+        cmocka_unit_test(test_cost_lower_bound_is_below_every_prediction),
+        cmocka_unit_test(test_cost_stage_quick_matches_pipeline_eval),
+        cmocka_unit_test(test_cost_refuses_bad_parameters_and_layouts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
