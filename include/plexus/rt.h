@@ -1,0 +1,1027 @@
+/*
+ * plexus/rt.h: the runtime.  Runs the models the IR describes: tensors,
+ * the backend interface (device, buffer, stream), the cpu backend, the
+ * transformer forward pass over a batch of sequences and a range of
+ * layers, a plain scalar reference pass, tokenizers and sampling.
+ *
+ * Usage (greedy generation with the cpu backend):
+ *
+ *     px_err err;
+ *     px_rt_model *model;
+ *     px_rt_session *s;
+ *     px_rt_model_open("stories260K.gguf", &model, &err);
+ *     px_rt_session_opts so = {.n_threads = 2, .max_seqs = 1};
+ *     px_rt_session_new(model, &so, &s, &err);
+ *     int32_t seq;
+ *     px_rt_seq_add(s, &seq, &err);
+ *     int32_t prompt[] = {1, 403, 407, 261, 378};
+ *     px_rt_seq_step step = {.seq = seq, .pos = 0, .n_tokens = 5, .tokens = prompt};
+ *     px_rt_batch batch = {.n_seqs = 1, .seqs = &step};
+ *     px_rt_output out;
+ *     px_rt_forward(s, &batch, NULL, &out, &err);   // logits of the last token
+ *     int32_t next = px_rt_argmax(out.data, out.row_len);
+ *     ...
+ *     px_rt_session_free(s);
+ *     px_rt_model_free(model);
+ *
+ * px_rt_generate does the whole loop (tokenize, prefill, decode, sample,
+ * detokenize) for one or several prompts.
+ *
+ * Layers.  A session holds a contiguous range of layers [layer_begin,
+ * layer_end) of a model and the KV cache of those layers only, so that a
+ * pipeline stage can run its part: the first stage takes token ids and
+ * embeds them; every other stage takes the hidden states (the residual
+ * stream) the previous stage produced; the last stage applies the final
+ * norm and the classifier.
+ *
+ * Batches.  A step carries several sequences, each with its own position
+ * and KV-cache slot, and any number of new tokens each (a prefill
+ * micro-batch or one decode token).  Sequences join (px_rt_seq_add) and
+ * leave (px_rt_seq_remove) between steps.
+ *
+ * Backends.  Three layers of function tables, as in ggml: a device says
+ * what it is and what it supports, a buffer owns memory on a device, a
+ * stream runs ops.  Every table starts with abi_version and size; a slot
+ * exists only if it lies within size, new slots are only ever added at the
+ * end, and optional slots are marked "(optional) ... defaults to ...":
+ * the public wrappers supply the default.  Nothing outside a backend
+ * touches tensor memory except through the buffer interface, unless the
+ * buffer says it is host-visible (px_rt_buffer_base is not NULL).
+ *
+ * Determinism.  The cpu backend splits work by output rows (matrix rows,
+ * attention heads, activation rows), never along a reduction, and every
+ * output element is computed by the same code in the same order whatever
+ * thread computes it: results are bit-identical from run to run and for
+ * any thread count.  They are not identical across machines whose cpu
+ * kernels differ (AVX2/FMA or the portable path), nor between a step of
+ * up to PX_RT_SMALL_BATCH rows (own kernels, where a row's result does not
+ * depend on the other rows of the step) and a larger one (OpenBLAS sgemm,
+ * whose blocking may make it depend on them); they differ from the scalar
+ * reference by float rounding only (the tests bound logits to 1e-4).
+ *
+ * Thread safety: a model is immutable and may be shared by any number of
+ * sessions and threads.  A session, a stream, a sampler are used by one
+ * thread at a time.  The backend registry is thread-safe.
+ */
+#ifndef PLEXUS_RT_H
+#define PLEXUS_RT_H
+
+#include "plexus/base.h"
+#include "plexus/ir.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Tensors                                                             */
+/* ------------------------------------------------------------------ */
+
+#define PX_RT_MAX_DIMS 4
+
+typedef struct px_rt_buffer px_rt_buffer;
+
+/* A view of memory in a buffer.  ne[0] is the innermost (contiguous)
+ * dimension; nb[i] is the byte stride of dimension i (nb[0] is the size of
+ * one element or block).  Unused dimensions have ne = 1.  A matrix of
+ * `rows` rows of `cols` values has ne = {cols, rows}.  Tensors do not own
+ * their buffer. */
+typedef struct px_rt_tensor {
+    px_dtype dtype;
+    int64_t ne[PX_RT_MAX_DIMS];
+    size_t nb[PX_RT_MAX_DIMS];
+    px_rt_buffer *buffer; /* borrowed; the memory owner */
+    size_t offset;        /* byte offset of element 0 in the buffer */
+    const char *name;     /* borrowed; for messages ("blk.3.attn_q.weight") */
+} px_rt_tensor;
+
+/* Clears t, then sets dtype, ne (innermost first, n_dims <= 4, the rest 1)
+ * and contiguous strides; buffer, offset and name are left for the caller.
+ * Returns PX_EINVAL when a row is not a whole number of blocks, PX_ERANGE
+ * when the size overflows. */
+px_status px_rt_tensor_init(px_rt_tensor *t, px_dtype dtype, uint32_t n_dims,
+                            const int64_t *ne, px_err *err);
+/* Bytes spanned by the tensor (ne[3]*nb[3] for contiguous tensors). */
+size_t px_rt_tensor_nbytes(const px_rt_tensor *t);
+/* Host address of element 0, or NULL when the buffer is not host-visible. */
+void *px_rt_tensor_data(const px_rt_tensor *t);
+
+/* ------------------------------------------------------------------ */
+/* Ops                                                                 */
+/* ------------------------------------------------------------------ */
+
+/* Which sequence, KV-cache slot and position each activation row of a
+ * step belongs to.  Arrays have n_rows entries, host memory. */
+typedef struct px_rt_rows {
+    uint32_t n_rows;
+    const int32_t *slot; /* KV-cache slot of the row's sequence */
+    const int32_t *pos;  /* position of the row's token in its sequence */
+} px_rt_rows;
+
+/* One op of a step.  Kinds are the IR's (px_ir_op_kind); the runtime
+ * uses these, with activations f32 and row-major ([width, rows]):
+ *
+ *   EMBEDDING   dst[r] = src[0] row ids[r], src[1] the ids (i32 [rows]);
+ *               src[0] any supported dtype.
+ *   RMSNORM     dst[r] = src[0][r] / rms(src[0][r]) * src[1]; eps.
+ *   MATMUL      dst[r] = src[1] * src[0][r] (+ src[2]); src[1] is the
+ *               weight [d_in, d_out] in any supported dtype, src[2] an
+ *               optional f32 bias [d_out].
+ *   CLASSIFIER  as MATMUL (the logits).
+ *   ROPE        rotates src[0] in place (dst == src[0]) at rows->pos;
+ *               src[1] the table [rope_dim, context] holding, for position
+ *               p and pair i, cos(p * theta^(-2i/rope_dim)) at 2i and the
+ *               sine at 2i+1 (sessions compute it once, in double);
+ *               n_heads, head_dim, rope_dim, rope_style.
+ *   ATTENTION   stores src[1] (k) and src[2] (v) at (slot, pos) of the
+ *               caches src[3] (K) and src[4] (V), each
+ *               [n_kv_heads*head_dim, context, slots], then attends each
+ *               row of src[0] (q) causally over its slot's positions
+ *               [max(0, pos-window+1), pos]; dst [n_heads*head_dim, rows].
+ *   SWIGLU      dst = silu(src[0]) * src[1]; dst may be src[0].
+ *   ADD         dst = src[0] + src[1]; dst may be src[0].
+ *
+ * When `select` is set, RMSNORM, MATMUL and CLASSIFIER read only rows
+ * select[0..n_select) of src[0] and write n_select rows (the head reads the
+ * last row of each sequence only). */
+typedef struct px_rt_op {
+    px_ir_op_kind kind;
+    int32_t layer; /* -1 outside the blocks */
+    const px_rt_tensor *src[5];
+    const px_rt_tensor *dst;
+    const px_rt_rows *rows; /* host memory */
+    const uint32_t *select;
+    uint32_t n_select;
+    float eps;                  /* RMSNORM */
+    uint32_t n_heads, n_kv_heads, head_dim; /* ROPE (n_heads of src[0]), ATTENTION */
+    uint32_t rope_dim;          /* ROPE: dimensions rotated per head */
+    px_ir_rope_style rope_style;/* ROPE */
+    uint32_t window;            /* ATTENTION: sliding window, 0: none */
+    /* Scratch of px_rt_device_work_size(op) bytes, or NULL when that is 0:
+     * the caller allocates it once, so running an op allocates nothing. */
+    const px_rt_tensor *work;
+} px_rt_op;
+
+/* FLOPs and bytes an op moves (the IR's conventions: weights read once,
+ * attention reads the K and V of every attended position). */
+void px_rt_op_cost(const px_rt_op *op, uint64_t *flops, uint64_t *bytes);
+/* "embedding", "matmul", ... (the IR's op names). */
+const char *px_rt_op_name(const px_rt_op *op);
+
+/* ------------------------------------------------------------------ */
+/* Backend interface                                                   */
+/* ------------------------------------------------------------------ */
+
+/* ABI of the tables below: major in the high 16 bits.  A table whose major
+ * differs is refused; a smaller minor simply has fewer slots (size says
+ * which). */
+#define PX_RT_ABI_MAJOR 1u
+#define PX_RT_ABI_MINOR 0u
+#define PX_RT_ABI_VERSION ((PX_RT_ABI_MAJOR << 16) | PX_RT_ABI_MINOR)
+
+typedef struct px_rt_device px_rt_device;
+typedef struct px_rt_stream px_rt_stream;
+
+typedef enum px_rt_device_kind {
+    PX_RT_DEVICE_CPU = 0,
+    PX_RT_DEVICE_GPU = 1,
+    PX_RT_DEVICE_ACCEL = 2, /* NPU or other accelerator */
+} px_rt_device_kind;
+
+/* Capability flags. */
+enum {
+    PX_RT_CAP_HOST_MEMORY = 1 << 0, /* its buffers are host-visible */
+    PX_RT_CAP_HOST_PTR = 1 << 1,    /* can wrap host memory (mmapped weights) */
+    PX_RT_CAP_ASYNC = 1 << 2,       /* streams return before ops complete */
+};
+
+typedef struct px_rt_device_props {
+    char name[64];         /* "cpu", "emu:a100-like" */
+    char description[128]; /* "cpu: 2 threads, AVX2+FMA kernels, OpenBLAS" */
+    px_rt_device_kind kind;
+    uint64_t memory_total; /* bytes the device may allocate; 0: unknown */
+    uint64_t memory_free;  /* bytes still free; 0: unknown */
+    uint32_t caps;         /* PX_RT_CAP_* */
+    uint32_t n_threads;    /* execution threads (cpu), 0 elsewhere */
+    bool emulated;         /* an emulated device: never hardware results */
+} px_rt_device_props;
+
+/* Options for opening a device. */
+typedef struct px_rt_device_opts {
+    uint32_t n_threads; /* cpu: worker threads, 0: online CPUs */
+    bool portable_kernels; /* cpu: skip the AVX2/FMA kernels */
+    const char *profile;   /* emulated backends: profile name or path */
+} px_rt_device_opts;
+
+/* A buffer's table.  `buf` is the backend's context for the buffer. */
+typedef struct px_rt_buffer_iface {
+    uint32_t abi_version;
+    size_t size; /* sizeof the table the backend was built with */
+    /* Frees the memory. */
+    void (*free)(void *buf);
+    /* (optional) Host address of byte 0, or NULL.  Defaults to NULL: the
+     * memory is reached only through set/get. */
+    void *(*base)(void *buf);
+    /* Copies n bytes from host memory to byte `offset`.  Required unless
+     * base returns non-NULL (the default then is memcpy). */
+    px_status (*set)(void *buf, size_t offset, const void *src, size_t n,
+                     px_err *err);
+    /* Copies n bytes at `offset` to host memory.  Required unless base. */
+    px_status (*get)(void *buf, size_t offset, void *dst, size_t n,
+                     px_err *err);
+    /* (optional) Fills n bytes at offset with value.  Defaults to set
+     * from a host staging buffer. */
+    px_status (*fill)(void *buf, size_t offset, uint8_t value, size_t n,
+                      px_err *err);
+    /* (optional) Copies from another buffer (of any device).  Defaults to
+     * get into a host staging buffer, then set. */
+    px_status (*copy_from)(void *buf, size_t offset, const px_rt_buffer *src,
+                           size_t src_offset, size_t n, px_err *err);
+} px_rt_buffer_iface;
+
+/* What a stream measured for one op. */
+typedef struct px_rt_op_timing {
+    uint64_t ns; /* device time of the op; 0: unknown (the wrapper then
+                    reports host time around the call) */
+} px_rt_op_timing;
+
+/* A stream's table.  `stream` is the backend's context. */
+typedef struct px_rt_stream_iface {
+    uint32_t abi_version;
+    size_t size;
+    void (*free)(void *stream);
+    /* Runs ops in order.  timing has n_ops entries or is NULL.  A
+     * synchronous stream returns when they are done. */
+    px_status (*run)(void *stream, const px_rt_op *ops, size_t n_ops,
+                     px_rt_op_timing *timing, px_err *err);
+    /* (optional) Waits until every op queued is done.  Defaults to nothing
+     * (synchronous streams). */
+    px_status (*synchronize)(void *stream, px_err *err);
+    /* (optional, reserved for fault injection) Applies the fault hook
+     * after op, the backend's way (on the device, at the right point of an
+     * asynchronous queue).  Defaults to the wrapper calling the hook on
+     * the host after the op completed (px_rt_stream_set_fault_hook). */
+    px_status (*fault)(void *stream, const px_rt_op *op,
+                       px_status (*hook)(const px_rt_op *op, void *ud,
+                                         px_err *err),
+                       void *ud, px_err *err);
+} px_rt_stream_iface;
+
+/* A device's table.  `dev` is the backend's context. */
+typedef struct px_rt_device_iface {
+    uint32_t abi_version;
+    size_t size;
+    void (*free)(void *dev);
+    void (*props)(void *dev, px_rt_device_props *out);
+    /* Whether the device can run `op` with weights (or its main input) of
+     * dtype `dtype`.  (optional) Defaults to: nothing is supported. */
+    bool (*supports_op)(void *dev, px_ir_op_kind op, px_dtype dtype);
+    /* Allocates size bytes (zero-filled). */
+    px_status (*buffer_alloc)(void *dev, size_t size,
+                              const px_rt_buffer_iface **iface, void **buf,
+                              px_err *err);
+    /* Creates a stream. */
+    px_status (*stream_new)(void *dev, const px_rt_stream_iface **iface,
+                            void **stream, px_err *err);
+    /* (optional) Wraps host memory (borrowed, must outlive the buffer)
+     * without copying.  Defaults to PX_EUNSUPPORTED: callers allocate and
+     * copy. */
+    px_status (*buffer_from_host)(void *dev, void *ptr, size_t size,
+                                  const px_rt_buffer_iface **iface,
+                                  void **buf, px_err *err);
+    /* (optional) Bytes of scratch op needs (its `work` tensor), for the
+     * largest shapes it will run with.  Defaults to 0. */
+    size_t (*work_size)(void *dev, const px_rt_op *op);
+} px_rt_device_iface;
+
+/* A backend as registered by name. */
+typedef struct px_rt_backend_iface {
+    uint32_t abi_version;
+    size_t size;
+    const char *name; /* "cpu", "emu", "cuda" */
+    const char *description;
+    /* Opens a device; opts is never NULL. */
+    px_status (*device_open)(const px_rt_device_opts *opts,
+                             const px_rt_device_iface **iface, void **dev,
+                             px_err *err);
+} px_rt_backend_iface;
+
+/* Registers a backend (the table is borrowed and must stay valid: use a
+ * static table).  "cpu" is built in.  Errors: PX_EEXIST for a name already
+ * taken, PX_EUNSUPPORTED for an unknown ABI major or a table missing
+ * required slots, PX_ELIMIT past 32 backends. */
+px_status px_rt_backend_register(const px_rt_backend_iface *b, px_err *err);
+/* Registered backends, in registration order ("cpu" first). */
+size_t px_rt_backend_count(void);
+const px_rt_backend_iface *px_rt_backend_at(size_t i);
+
+/* Opens a device of the backend `name`.  opts may be NULL.  Returns an
+ * owned device (px_rt_device_free).  Errors: PX_ENOTFOUND naming the
+ * registered backends, PX_EUNSUPPORTED (ABI), the backend's own. */
+px_status px_rt_device_open(const char *name, const px_rt_device_opts *opts,
+                            px_rt_device **out, px_err *err);
+/* NULL is a no-op.  Buffers and streams must be freed first. */
+void px_rt_device_free(px_rt_device *d);
+void px_rt_device_props_get(const px_rt_device *d, px_rt_device_props *out);
+bool px_rt_device_supports_op(const px_rt_device *d, px_ir_op_kind op,
+                              px_dtype dtype);
+/* Scratch bytes op needs on the device (see px_rt_op.work). */
+size_t px_rt_device_work_size(const px_rt_device *d, const px_rt_op *op);
+
+/* Allocates a zero-filled buffer.  Returns owned memory
+ * (px_rt_buffer_free).  Errors: PX_ENOMEM, the backend's. */
+px_status px_rt_buffer_alloc(px_rt_device *d, size_t size,
+                             px_rt_buffer **out, px_err *err);
+/* Wraps host memory (borrowed) if the device can, else allocates a buffer
+ * and copies the bytes in.  *copied says which. */
+px_status px_rt_buffer_from_host(px_rt_device *d, const void *ptr,
+                                 size_t size, px_rt_buffer **out,
+                                 bool *copied, px_err *err);
+void px_rt_buffer_free(px_rt_buffer *b); /* NULL is a no-op */
+size_t px_rt_buffer_size(const px_rt_buffer *b);
+/* Host address, or NULL when the memory is not host-visible. */
+void *px_rt_buffer_base(const px_rt_buffer *b);
+px_rt_device *px_rt_buffer_device(const px_rt_buffer *b);
+/* Byte transfers; PX_ERANGE outside the buffer. */
+px_status px_rt_buffer_set(px_rt_buffer *b, size_t offset, const void *src,
+                           size_t n, px_err *err);
+px_status px_rt_buffer_get(const px_rt_buffer *b, size_t offset, void *dst,
+                           size_t n, px_err *err);
+px_status px_rt_buffer_fill(px_rt_buffer *b, size_t offset, uint8_t value,
+                            size_t n, px_err *err);
+px_status px_rt_buffer_copy(px_rt_buffer *dst, size_t dst_offset,
+                            const px_rt_buffer *src, size_t src_offset,
+                            size_t n, px_err *err);
+
+/* Telemetry of one op, reported after it ran. */
+typedef struct px_rt_op_record {
+    px_ir_op_kind kind;
+    int32_t layer;
+    uint64_t flops;
+    uint64_t bytes;
+    uint64_t ns; /* measured */
+} px_rt_op_record;
+
+typedef void (*px_rt_telemetry_fn)(const px_rt_op_record *rec, void *ud);
+/* Called on the host after each op; may corrupt the op's output through
+ * the buffer interface or sleep to inject a delay.  A status other than
+ * PX_OK fails the run with that status. */
+typedef px_status (*px_rt_fault_hook)(const px_rt_op *op, void *ud,
+                                      px_err *err);
+
+/* Creates a stream on the device.  Returns owned (px_rt_stream_free). */
+px_status px_rt_stream_new(px_rt_device *d, px_rt_stream **out, px_err *err);
+void px_rt_stream_free(px_rt_stream *s); /* NULL is a no-op */
+px_rt_device *px_rt_stream_device(const px_rt_stream *s);
+/* Runs ops in order and waits for them.  With a telemetry sink or a fault
+ * hook set, ops are issued one at a time and each is reported.  Errors:
+ * the backend's (PX_EUNSUPPORTED for an op it cannot run, PX_EINVAL for
+ * inconsistent shapes), the hook's. */
+px_status px_rt_stream_run(px_rt_stream *s, const px_rt_op *ops,
+                           size_t n_ops, px_err *err);
+px_status px_rt_stream_synchronize(px_rt_stream *s, px_err *err);
+/* Sets or clears (fn NULL) the telemetry sink. */
+void px_rt_stream_set_telemetry(px_rt_stream *s, px_rt_telemetry_fn fn,
+                                void *ud);
+void px_rt_stream_set_fault_hook(px_rt_stream *s, px_rt_fault_hook hook,
+                                 void *ud);
+
+/* ------------------------------------------------------------------ */
+/* Models                                                              */
+/* ------------------------------------------------------------------ */
+
+/* A model the runtime can execute: an IR model checked for what the
+ * runtime supports (llama-family architectures, qwen2's biases, sliding
+ * windows; matrices in f32, f16, bf16 or q8_0; norms and biases in f32). */
+typedef struct px_rt_model px_rt_model;
+
+/* Checks `ir` (borrowed; must outlive the model).  Errors:
+ * PX_EUNSUPPORTED (a preset without weights, an architecture or dtype the
+ * runtime cannot run, naming it), PX_EVALIDATE (a missing tensor or a
+ * wrong shape, naming the tensor). */
+px_status px_rt_model_new(const px_ir_model *ir, px_rt_model **out,
+                          px_err *err);
+/* Opens a model file (GGUF or llama2.c) and checks it; the model owns the
+ * IR.  Errors: px_ir_model_open's and px_rt_model_new's. */
+px_status px_rt_model_open(const char *path, px_rt_model **out, px_err *err);
+void px_rt_model_free(px_rt_model *m); /* NULL is a no-op */
+const px_ir_model *px_rt_model_ir(const px_rt_model *m);
+const px_ir_hparams *px_rt_model_hparams(const px_rt_model *m);
+
+/* ------------------------------------------------------------------ */
+/* Sessions and the forward pass                                       */
+/* ------------------------------------------------------------------ */
+
+typedef struct px_rt_session px_rt_session;
+
+/* Steps of at most this many rows use the own multi-row kernels for
+ * matrix products; larger steps use OpenBLAS sgemm. */
+#define PX_RT_SMALL_BATCH 4
+
+typedef struct px_rt_session_opts {
+    px_rt_device *device;   /* borrowed; NULL: open `backend` */
+    const char *backend;    /* registry name; NULL: "cpu" */
+    uint32_t n_threads;     /* when opening a device; 0: the online CPUs,
+                               but no more than one per 16 MiB of weights
+                               held (small models run best on one) */
+    bool portable_kernels;  /* when opening a cpu device */
+    uint32_t max_seqs;      /* sequences at once (KV-cache slots); 0: 1 */
+    uint32_t context;       /* positions per sequence; 0: the model's */
+    uint32_t max_batch_tokens; /* rows per step; 0: min(context, 512) */
+    uint32_t max_logit_rows;   /* logit rows per step; 0: max_seqs */
+    uint32_t layer_begin;   /* layers held: [layer_begin, layer_end) */
+    uint32_t layer_end;     /* 0: the model's last */
+} px_rt_session_opts;
+
+/* Sets up a session: opens or borrows the device, wraps or uploads the
+ * weights of its layers, allocates the KV cache, the activations and the
+ * scratch of every step, all at once.  model is borrowed (must outlive
+ * the session); opts may be NULL.  Returns owned (px_rt_session_free).
+ * Errors: PX_EINVAL (bad options, naming them), PX_EUNSUPPORTED (an op or
+ * dtype the device cannot run), PX_ENOMEM. */
+px_status px_rt_session_new(const px_rt_model *model,
+                            const px_rt_session_opts *opts,
+                            px_rt_session **out, px_err *err);
+void px_rt_session_free(px_rt_session *s); /* NULL is a no-op */
+
+/* What a session holds. */
+typedef struct px_rt_session_info {
+    uint32_t layer_begin, layer_end;
+    uint32_t context, max_seqs, max_batch_tokens, max_logit_rows;
+    uint32_t n_threads;
+    uint64_t weight_bytes;  /* weights of its layers */
+    uint64_t kv_bytes;      /* KV cache of all slots */
+    uint64_t scratch_bytes; /* activations and scratch */
+    bool weights_copied;    /* weights were copied to the device */
+    px_rt_device_props device;
+} px_rt_session_info;
+
+void px_rt_session_info_get(const px_rt_session *s, px_rt_session_info *out);
+/* The session's stream (borrowed), for telemetry and fault hooks. */
+px_rt_stream *px_rt_session_stream(px_rt_session *s);
+
+/* Takes a free KV-cache slot for a new sequence and returns its id (the
+ * lowest free slot, so that stages adding sequences in the same order
+ * agree on ids).  Errors: PX_ELIMIT when max_seqs are active. */
+px_status px_rt_seq_add(px_rt_session *s, int32_t *seq, px_err *err);
+/* Frees the sequence's slot.  PX_ENOTFOUND for an unknown id. */
+px_status px_rt_seq_remove(px_rt_session *s, int32_t seq, px_err *err);
+/* Positions cached for the sequence, or -1 for an unknown id. */
+int64_t px_rt_seq_len(const px_rt_session *s, int32_t seq);
+
+/* One sequence's part of a step. */
+typedef struct px_rt_seq_step {
+    int32_t seq;           /* id from px_rt_seq_add */
+    uint32_t pos;          /* position of its first new token; at most the
+                              sequence's length (less rewinds it) */
+    uint32_t n_tokens;     /* new tokens (>= 1) */
+    const int32_t *tokens; /* n_tokens ids when the step embeds tokens */
+} px_rt_seq_step;
+
+/* A step: sequences in order; rows are numbered sequence by sequence,
+ * token by token. */
+typedef struct px_rt_batch {
+    uint32_t n_seqs;
+    const px_rt_seq_step *seqs;
+    /* Input hidden states [rows x dim], row-major, host memory, when the
+     * step starts after the embedding (every seqs[i].tokens NULL). */
+    const float *hidden;
+} px_rt_batch;
+
+typedef enum px_rt_output_kind {
+    PX_RT_OUTPUT_HIDDEN = 0,      /* residual stream after layer_end-1 */
+    PX_RT_OUTPUT_LOGITS_LAST = 1, /* logits of each sequence's last row */
+    PX_RT_OUTPUT_LOGITS_ALL = 2,  /* logits of every row */
+} px_rt_output_kind;
+
+typedef struct px_rt_forward_opts {
+    uint32_t layer_begin, layer_end; /* within the session's range */
+    px_rt_output_kind output;
+} px_rt_forward_opts;
+
+/* Outputs of a step: host memory owned by the session, valid until its
+ * next forward or free. */
+typedef struct px_rt_output {
+    const float *data; /* n_rows x row_len, row-major */
+    uint32_t n_rows, row_len;
+} px_rt_output;
+
+/* Runs one step: embeds the batch's tokens (when the range starts at layer
+ * 0 and tokens are given) or takes its hidden states, runs layers
+ * [layer_begin, layer_end), and returns hidden states or logits (which
+ * need layer_end = n_layers).  opts NULL runs the session's whole range
+ * and returns the last logits (or hidden states if the session does not
+ * hold the head).  Allocates nothing.  On success every sequence's length
+ * becomes pos + n_tokens.  Errors: PX_EINVAL (unknown or repeated
+ * sequence, a gap in positions, a token id out of range, a range outside
+ * the session's, missing inputs), PX_ELIMIT (more rows than
+ * max_batch_tokens or max_logit_rows, a position past the context), the
+ * backend's.  On failure sequence lengths are unchanged but their caches
+ * past those lengths may have been overwritten. */
+px_status px_rt_forward(px_rt_session *s, const px_rt_batch *batch,
+                        const px_rt_forward_opts *opts, px_rt_output *out,
+                        px_err *err);
+
+/* Index of the largest value (the first on ties); -1 when n is 0. */
+int32_t px_rt_argmax(const float *x, size_t n);
+
+/* ------------------------------------------------------------------ */
+/* Scalar reference                                                    */
+/* ------------------------------------------------------------------ */
+
+/* The plain forward pass every backend is checked against: one sequence,
+ * one token at a time, no threads, no BLAS, double accumulation, weights
+ * dequantized value by value.  Slow by design. */
+typedef struct px_rt_ref px_rt_ref;
+
+/* model is borrowed.  context 0: the model's.  Returns owned. */
+px_status px_rt_ref_new(const px_rt_model *model, uint32_t context,
+                        px_rt_ref **out, px_err *err);
+void px_rt_ref_free(px_rt_ref *r); /* NULL is a no-op */
+/* Runs token at pos (pos at most the positions already run) and writes
+ * vocab_size logits.  Errors: PX_EINVAL, PX_ELIMIT (pos past context). */
+px_status px_rt_ref_forward(px_rt_ref *r, int32_t token, uint32_t pos,
+                            float *logits, px_err *err);
+
+/* ------------------------------------------------------------------ */
+/* Tokenizer                                                           */
+/* ------------------------------------------------------------------ */
+
+/* llama2.c / sentencepiece-style BPE over a vocabulary with scores: the
+ * text (with a leading space as dummy prefix) is split into code points,
+ * unknown ones into byte tokens <0xXX>, then the adjacent pair whose merge
+ * scores highest is merged until none can be.  Vocabularies that write
+ * spaces as U+2581 (GGUF from sentencepiece) are handled both ways. */
+typedef struct px_rt_tokenizer px_rt_tokenizer;
+
+/* Builds a tokenizer from a vocabulary (copied; vocab may be freed
+ * after).  Where two tokens have the same text, the lower id is used.
+ * Errors: PX_EINVAL (no vocabulary), PX_EUNSUPPORTED (a tokenizer model
+ * other than llama, such as gpt2), PX_ELIMIT (more than 4M tokens, a token
+ * over 64 KiB), PX_ENOMEM. */
+px_status px_rt_tokenizer_new(const px_ir_vocab *vocab,
+                              px_rt_tokenizer **out, px_err *err);
+void px_rt_tokenizer_free(px_rt_tokenizer *t); /* NULL is a no-op */
+uint32_t px_rt_tokenizer_n_tokens(const px_rt_tokenizer *t);
+int32_t px_rt_tokenizer_bos(const px_rt_tokenizer *t);
+int32_t px_rt_tokenizer_eos(const px_rt_tokenizer *t);
+
+enum {
+    PX_RT_ENCODE_BOS = 1 << 0, /* start with the BOS token */
+    PX_RT_ENCODE_EOS = 1 << 1, /* end with the EOS token */
+};
+
+/* Encodes len bytes of text (any bytes; invalid UTF-8 falls back to byte
+ * tokens) into at most cap ids.  Thread-safe.  Errors: PX_ELIMIT when the
+ * ids do not fit in cap (*n_ids then says how many were needed) or the
+ * text is longer than 16 MiB, PX_EUNSUPPORTED when a byte has no token
+ * (a vocabulary without byte fallback), PX_ENOMEM. */
+px_status px_rt_tokenizer_encode(const px_rt_tokenizer *t, const char *text,
+                                 size_t len, unsigned flags, int32_t *ids,
+                                 size_t cap, size_t *n_ids, px_err *err);
+/* The bytes token stands for when it follows prev: byte tokens become
+ * their byte, U+2581 becomes a space, and the leading space of a piece
+ * right after BOS is dropped (llama2.c's decoding).  *piece is owned by
+ * the tokenizer.  Errors: PX_EINVAL for an id out of range. */
+px_status px_rt_tokenizer_decode(const px_rt_tokenizer *t, int32_t prev,
+                                 int32_t token, const char **piece,
+                                 size_t *len, px_err *err);
+
+/* ------------------------------------------------------------------ */
+/* Sampling                                                            */
+/* ------------------------------------------------------------------ */
+
+typedef struct px_rt_sampler_opts {
+    float temperature; /* 0: greedy (argmax) */
+    float top_p;       /* nucleus sampling when in (0, 1); else all tokens */
+    uint64_t seed;     /* px_rng: the same seed gives the same choices */
+} px_rt_sampler_opts;
+
+typedef struct px_rt_sampler px_rt_sampler;
+
+/* Errors: PX_EINVAL (negative or non-finite temperature, top_p outside
+ * [0, 1], vocab 0).  Returns owned (px_rt_sampler_free). */
+px_status px_rt_sampler_new(uint32_t vocab_size, const px_rt_sampler_opts *o,
+                            px_rt_sampler **out, px_err *err);
+void px_rt_sampler_free(px_rt_sampler *s); /* NULL is a no-op */
+/* Picks a token from vocab_size logits, which it overwrites (scaled and
+ * turned into probabilities).  Allocates nothing. */
+int32_t px_rt_sampler_sample(px_rt_sampler *s, float *logits);
+
+/* ------------------------------------------------------------------ */
+/* Generation                                                          */
+/* ------------------------------------------------------------------ */
+
+/* Called for each token produced (prompt is the index of its prompt);
+ * piece is the decoded text (not NUL-terminated). */
+typedef void (*px_rt_token_fn)(uint32_t prompt, int32_t token,
+                               const char *piece, size_t len, void *ud);
+
+typedef struct px_rt_generate_opts {
+    const char *const *prompts; /* borrowed */
+    uint32_t n_prompts;         /* at most the session's max_seqs */
+    uint32_t max_new_tokens;    /* per prompt */
+    px_rt_sampler_opts sampling;/* prompt i samples with seed + i */
+    bool ignore_eos;            /* keep going after BOS/EOS */
+    px_rt_token_fn on_token;    /* may be NULL */
+    void *ud;
+} px_rt_generate_opts;
+
+typedef struct px_rt_generate_stats {
+    uint64_t prompt_tokens;  /* prefilled (BOS included) */
+    uint64_t prefill_ns;
+    uint64_t decode_tokens;  /* tokens produced by decode steps */
+    uint64_t decode_ns;
+    uint64_t new_tokens;     /* tokens produced in all */
+    uint32_t n_stopped_at_context; /* prompts cut short by the context */
+} px_rt_generate_stats;
+
+/* Generates text for each prompt, the prompts decoding together as one
+ * batch: encodes (with BOS), prefills in micro-batches of at most
+ * max_batch_tokens rows, then decodes one token per prompt per step until
+ * max_new_tokens, EOS/BOS, or the context ends.  The session must hold the
+ * whole model; its sequences are added and removed here.  stats may be
+ * NULL.  Errors: PX_EINVAL (options; a session without all layers),
+ * PX_ELIMIT (a prompt longer than the context, naming it), the
+ * forward pass's. */
+px_status px_rt_generate(px_rt_session *s, const px_rt_tokenizer *t,
+                         const px_rt_generate_opts *opts,
+                         px_rt_generate_stats *stats, px_err *err);
+
+/* ================================================================== */
+/* Pipelined execution: the emu backend, the framed transport, stage   */
+/* workers and the executor                                            */
+/* ================================================================== */
+/*
+ * A plan runs as one stage worker process per stage (`plexus worker`),
+ * each holding its layer range, its KV cache and its backend.  The
+ * executor starts them (fork and exec of the plexus binary) and joins
+ * them in a ring of framed connections over Unix sockets (default) or TCP
+ * on 127.0.0.1:
+ *
+ *     executor -> stage 0 -> stage 1 -> ... -> stage n-1 -> executor
+ *
+ * Every message travels the whole ring: a step's tokens go to stage 0,
+ * hidden states from stage to stage, the logits from the last stage back
+ * to the executor; control messages (sequences joining or leaving, the
+ * telemetry request, shutdown) are applied by each stage and passed on,
+ * so that their return to the executor is the acknowledgement.  A stage
+ * that fails sends an error frame on (naming itself) and exits; a stage
+ * that dies or stops answering is found by the executor's timeout and
+ * named by its stage index, device and pid.
+ *
+ *     px_rt_pipeline_spec spec;
+ *     px_rt_pipeline_spec_from_plan(plan_json, graph, "plan.json", &spec, &err);
+ *     px_rt_executor_opts xo = {.model_path = "stories260K.gguf"};
+ *     px_rt_executor *ex;
+ *     px_rt_executor_new(&spec, &xo, &ex, &err);
+ *     px_rt_pipeline_stats stats;
+ *     px_rt_executor_generate(ex, tokenizer, &gen_opts, &stats, &err);
+ *     px_rt_executor_free(ex);   // shuts the workers down
+ */
+
+/* The hardware graph (plexus/hw.h) the executor reads emu profiles from. */
+typedef struct px_hw_graph px_hw_graph;
+
+/* ------------------------------------------------------------------ */
+/* The emu backend                                                     */
+/* ------------------------------------------------------------------ */
+
+/* An emulated accelerator: it runs the cpu kernels, then waits until each
+ * op has taken its real time times the slowdown of its class (compute-
+ * or memory-bound, from the op's FLOPs per byte), with optional seeded
+ * jitter.  It never consults the planner's cost model.  Its buffers count
+ * against memory_bytes.  Devices it opens always say emulated. */
+typedef struct px_rt_emu_profile {
+    double compute_slowdown; /* >= 1: an emulated device is never faster */
+    double memory_slowdown;  /* >= 1 */
+    double jitter;           /* in [0, 1): each op's stretch is scaled by a
+                                uniform factor in [1 - jitter, 1 + jitter]
+                                (never below the real time) */
+    uint64_t seed;           /* of the jitter */
+    uint64_t memory_bytes;   /* capacity; 0: unlimited */
+    char name[64];           /* device name in messages ("local.emu-a") */
+} px_rt_emu_profile;
+
+/* Ops with at least this many FLOPs per byte moved are compute-bound;
+ * the rest (matrix-vector products, elementwise ops, decode attention)
+ * are memory-bound. */
+#define PX_RT_EMU_COMPUTE_INTENSITY 4.0
+
+/* Parses a profile from JSON text (the inventory's "emu" member, plus the
+ * optional "memory_bytes" and "name"): {"compute_slowdown": 3,
+ * "memory_slowdown": 2, "jitter": 0.02, "seed": 1}.  Missing slowdowns
+ * are 1.  Errors: PX_EPARSE (not JSON), PX_EINVAL (a slowdown below 1 or
+ * not finite, jitter outside [0, 1), an unknown member; naming it). */
+px_status px_rt_emu_profile_parse(const char *json, px_rt_emu_profile *out, px_err *err);
+/* Writes the profile as the JSON text px_rt_emu_profile_parse reads.
+ * PX_ENOMEM. */
+px_status px_rt_emu_profile_format(const px_rt_emu_profile *p, px_strbuf *out, px_err *err);
+/* Registers the "emu" backend (idempotent, thread-safe).  Its devices
+ * take the profile's JSON text in px_rt_device_opts.profile (NULL: all
+ * slowdowns 1, unlimited memory). */
+px_status px_rt_emu_register(px_err *err);
+/* The class the emu backend gives an op: true when compute-bound. */
+bool px_rt_emu_op_compute_bound(const px_rt_op *op);
+
+/* ------------------------------------------------------------------ */
+/* The framed transport                                                */
+/* ------------------------------------------------------------------ */
+
+/* A frame: a 24-byte header, then `length` bytes of payload.  The header
+ * is little-endian: magic "PXFR" (u32), version (u16), type (u8), flags
+ * (u8), sequence number (u64), payload length (u32), CRC-32 (IEEE) of the
+ * payload (u32). */
+#define PX_RT_FRAME_MAGIC 0x52465850u /* "PXFR" read as little-endian */
+#define PX_RT_FRAME_VERSION 1u
+#define PX_RT_FRAME_HEADER_BYTES 24u
+/* Largest payload any connection accepts; the hello agrees on a lower
+ * bound per connection. */
+#define PX_RT_FRAME_MAX_PAYLOAD (256u << 20)
+
+typedef enum px_rt_frame_type {
+    PX_RT_FRAME_HELLO = 1,     /* connection set-up (JSON) */
+    PX_RT_FRAME_HELLO_ACK = 2, /* its answer (JSON) */
+    PX_RT_FRAME_STEP = 3,      /* a step: tokens or hidden states */
+    PX_RT_FRAME_RESULT = 4,    /* the logits of a step */
+    PX_RT_FRAME_SEQ = 5,       /* a sequence joins or leaves */
+    PX_RT_FRAME_INFO = 6,      /* each stage appends what it holds */
+    PX_RT_FRAME_STATS = 7,     /* each stage appends its op telemetry */
+    PX_RT_FRAME_SHUTDOWN = 8,  /* each stage passes it on and exits */
+    PX_RT_FRAME_ERROR = 9,     /* a stage failed: the message (text) */
+} px_rt_frame_type;
+
+typedef struct px_rt_frame_header {
+    uint32_t magic;
+    uint16_t version;
+    uint8_t type;
+    uint8_t flags;
+    uint64_t seq;
+    uint32_t length;
+    uint32_t checksum;
+} px_rt_frame_header;
+
+/* CRC-32 (IEEE 802.3, reflected, as zlib's crc32) of n bytes, continuing
+ * from crc (0 to start). */
+uint32_t px_rt_crc32(uint32_t crc, const void *data, size_t n);
+/* Writes the header's 24 bytes. */
+void px_rt_frame_header_encode(const px_rt_frame_header *h,
+                               uint8_t out[PX_RT_FRAME_HEADER_BYTES]);
+/* Reads and checks a header: magic, version, a known type, length at
+ * most max_payload.  `peer` names the sender in messages.  Errors:
+ * PX_EPARSE (wrong magic, unknown type), PX_EUNSUPPORTED (version),
+ * PX_ELIMIT (length). */
+px_status px_rt_frame_header_decode(const uint8_t in[PX_RT_FRAME_HEADER_BYTES],
+                                    uint32_t max_payload, const char *peer,
+                                    px_rt_frame_header *out, px_err *err);
+
+/* A transport address: "unix:PATH" or "tcp:127.0.0.1:PORT" (port 0 when
+ * listening picks a free one).  Other hosts are refused: the transport
+ * joins processes on one machine. */
+typedef struct px_rt_listener px_rt_listener;
+typedef struct px_rt_conn px_rt_conn;
+
+/* Listens on addr.  Returns owned (px_rt_listener_free, which also
+ * removes a Unix socket file).  Errors: PX_EINVAL (a malformed address,
+ * naming the accepted forms), PX_EIO (the system's refusal). */
+px_status px_rt_listener_new(const char *addr, px_rt_listener **out, px_err *err);
+void px_rt_listener_free(px_rt_listener *l);
+/* The address as peers reach it (the chosen port for "tcp:...:0");
+ * borrowed. */
+const char *px_rt_listener_address(const px_rt_listener *l);
+/* Waits at most timeout_ms for a peer.  peer names it in messages
+ * (copied).  Returns owned (px_rt_conn_free).  PX_ETIMEOUT, PX_EIO. */
+px_status px_rt_listener_accept(px_rt_listener *l, int timeout_ms, const char *peer,
+                                px_rt_conn **out, px_err *err);
+/* Connects to addr, retrying while nobody listens yet, for at most
+ * timeout_ms.  Returns owned.  PX_EINVAL, PX_ETIMEOUT, PX_EIO. */
+px_status px_rt_conn_connect(const char *addr, int timeout_ms, const char *peer,
+                             px_rt_conn **out, px_err *err);
+void px_rt_conn_free(px_rt_conn *c); /* NULL is a no-op */
+
+/* Every read and write waits at most this long (default 10 s). */
+void px_rt_conn_set_timeout(px_rt_conn *c, int timeout_ms);
+/* The largest payload this side accepts (default and ceiling
+ * PX_RT_FRAME_MAX_PAYLOAD). */
+void px_rt_conn_set_max_payload(px_rt_conn *c, uint32_t max_payload);
+uint32_t px_rt_conn_max_payload(const px_rt_conn *c);
+/* Renames the peer in messages ("stage 2 (local.emu-b, pid 4242)"). */
+void px_rt_conn_set_peer(px_rt_conn *c, const char *peer);
+
+/* Faults a connection applies to what it sends, for fault injection:
+ * added latency per frame, a bandwidth cap, and a cut (every later send
+ * fails and the socket is shut down, as when a link goes away). */
+typedef struct px_rt_link_faults {
+    uint64_t latency_ns;   /* waited before each frame */
+    double bandwidth_bps;  /* bytes per second; 0: unlimited */
+    bool cut;              /* drop the connection */
+    uint64_t cut_after;    /* cut once this many frames were sent (0: off) */
+    bool cut_mid_frame;    /* send half of the next frame, then cut */
+} px_rt_link_faults;
+
+void px_rt_conn_set_faults(px_rt_conn *c, const px_rt_link_faults *f);
+
+/* Sends one frame (header and payload; payload may be NULL when len is
+ * 0).  Errors: PX_ETIMEOUT (the peer stopped reading), PX_EPEER (the
+ * connection is closed or cut), PX_ELIMIT (len above the agreed maximum),
+ * each naming the peer. */
+px_status px_rt_conn_send(px_rt_conn *c, px_rt_frame_type type, uint8_t flags,
+                          const void *payload, uint32_t len, px_err *err);
+/* Sends a frame whose payload is the concatenation of n parts. */
+px_status px_rt_conn_sendv(px_rt_conn *c, px_rt_frame_type type, uint8_t flags,
+                           const void *const *parts, const uint32_t *lens, uint32_t n,
+                           px_err *err);
+/* Receives one frame.  *payload points into the connection's buffer,
+ * valid until its next receive.  Errors: PX_ETIMEOUT (nothing within the
+ * timeout), PX_EPEER (the peer closed, possibly mid-frame: "truncated
+ * frame"), PX_EPARSE (bad magic or checksum), PX_EUNSUPPORTED (version),
+ * PX_ELIMIT (length), each naming the peer. */
+px_status px_rt_conn_recv(px_rt_conn *c, px_rt_frame_header *h, const uint8_t **payload,
+                          px_err *err);
+/* Frames and bytes sent and received so far. */
+void px_rt_conn_counters(const px_rt_conn *c, uint64_t *frames_out, uint64_t *bytes_out,
+                         uint64_t *frames_in, uint64_t *bytes_in);
+
+/* What one side of a connection says in its hello. */
+typedef struct px_rt_hello {
+    uint32_t stage;        /* the sender's stage; UINT32_MAX: the executor */
+    uint32_t layer_begin, layer_end; /* the sender's layers */
+    uint32_t dim;          /* hidden size of the model */
+    uint32_t max_payload;  /* largest payload the sender accepts */
+    char model[80];        /* "sha256:<hex>" of the model file */
+} px_rt_hello;
+
+/* The connecting side: sends its hello, reads the answer, checks the
+ * protocol and model, and sets the connection's maximum payload to the
+ * lower of both.  Errors: PX_EVALIDATE (another model), the transport's. */
+px_status px_rt_hello_client(px_rt_conn *c, const px_rt_hello *mine, px_rt_hello *theirs,
+                             px_err *err);
+/* The accepting side: reads the peer's hello, checks it, answers. */
+px_status px_rt_hello_server(px_rt_conn *c, const px_rt_hello *mine, px_rt_hello *theirs,
+                             px_err *err);
+
+/* ------------------------------------------------------------------ */
+/* Stage workers                                                       */
+/* ------------------------------------------------------------------ */
+
+typedef struct px_rt_worker_opts {
+    uint32_t stage;
+    const char *model_path;
+    uint32_t layer_begin, layer_end; /* [begin, end) */
+    bool embedding, head;            /* must agree with the range */
+    const char *backend;             /* "cpu" or "emu" */
+    const char *emu_profile;         /* JSON text for emu */
+    const char *device_name;         /* for messages; may be NULL */
+    uint32_t n_threads;
+    const char *listen;              /* where the previous hop connects */
+    const char *next;                /* the next stage, or the executor */
+    int timeout_ms;                  /* set-up and every write, and reads
+                                        within a frame; 0: 10 s.  The wait
+                                        for the next frame from upstream is
+                                        10 minutes (an idle executor); a
+                                        dead upstream is seen at once */
+    uint32_t max_seqs, context, max_batch_tokens; /* 0: defaults */
+} px_rt_worker_opts;
+
+/* Runs a stage worker until shutdown: opens the model and a session of
+ * its layers, listens, connects to the next hop, accepts the previous
+ * one, then serves frames.  A failure is also sent on as an error frame
+ * naming the stage.  Errors: the model's, the session's, the
+ * transport's. */
+px_status px_rt_worker_run(const px_rt_worker_opts *o, px_err *err);
+
+/* ------------------------------------------------------------------ */
+/* The executor                                                        */
+/* ------------------------------------------------------------------ */
+
+#define PX_RT_MAX_STAGES 16
+
+/* A prediction interval of the plan (seconds); NAN when absent. */
+typedef struct px_rt_interval {
+    double p50, lo, hi;
+} px_rt_interval;
+
+typedef struct px_rt_stage_spec {
+    uint32_t layer_begin, layer_end; /* [begin, end) */
+    bool embedding, head;
+    char device[64];     /* inventory global id ("local.emu-a"), or "" */
+    char backend[16];    /* "cpu" or "emu" */
+    bool emulated;
+    px_rt_emu_profile emu; /* for backend "emu" */
+    px_rt_interval pred_decode_s; /* per token */
+    px_rt_interval pred_prefill_s;
+} px_rt_stage_spec;
+
+typedef struct px_rt_pipeline_spec {
+    uint32_t n_stages;
+    px_rt_stage_spec stages[PX_RT_MAX_STAGES];
+    char plan_id[72];    /* may be "" */
+    char model_id[80];   /* the plan's "sha256:<hex>", or "" */
+    uint32_t model_blocks; /* the plan's count, 0 when absent */
+    bool emulated;       /* some stage runs on an emulated device */
+    uint32_t plan_prompt_tokens; /* the workload the plan predicted for */
+    px_rt_interval pred_tpot_s, pred_ttft_s;
+} px_rt_pipeline_spec;
+
+/* Reads the stages of a `plexus.plan/1` document (borrowed): layers
+ * {first, last} (inclusive blocks), embedding, head, devices, backend,
+ * emulated, predicted; replica 0 only.  With an inventory (borrowed; may
+ * be NULL) each device's backend and emu profile come from it; without,
+ * an emu stage must carry its profile as "emu".  name labels messages.
+ * Errors: PX_EVALIDATE naming the member (JSON pointer) and the fix:
+ * gaps or overlaps between stages, a device missing from the inventory,
+ * an emu device without a profile, more than PX_RT_MAX_STAGES stages. */
+px_status px_rt_pipeline_spec_from_plan(const json_t *plan, const px_hw_graph *inventory,
+                                        const char *name, px_rt_pipeline_spec *out,
+                                        px_err *err);
+
+typedef enum px_rt_transport {
+    PX_RT_TRANSPORT_UNIX = 0,
+    PX_RT_TRANSPORT_TCP = 1,
+} px_rt_transport;
+
+typedef struct px_rt_executor_opts {
+    const char *model_path;  /* borrowed; required */
+    const char *worker_bin;  /* the plexus binary; NULL: /proc/self/exe */
+    px_rt_transport transport;
+    uint32_t n_threads;      /* per worker; 0: 1 */
+    int timeout_ms;          /* per read or write; 0: 10 s */
+    uint32_t max_seqs;       /* sequences at once; 0: 8 */
+    uint32_t context;        /* 0: the model's */
+    uint32_t max_batch_tokens; /* prefill micro-batch rows; 0: the session default */
+} px_rt_executor_opts;
+
+typedef struct px_rt_executor px_rt_executor;
+
+/* Checks the model against the plan (digest and block count), starts one
+ * worker per stage and joins them.  spec and opts are copied.  Returns
+ * owned (px_rt_executor_free).  Errors: PX_EVALIDATE (the model does not
+ * match the plan), PX_EIO (a worker cannot start), the workers' (their
+ * error frames), PX_ETIMEOUT / PX_EPEER naming the stage. */
+px_status px_rt_executor_new(const px_rt_pipeline_spec *spec, const px_rt_executor_opts *opts,
+                             px_rt_executor **out, px_err *err);
+/* Shuts the workers down (killing any that do not exit within the
+ * timeout) and reaps them.  NULL is a no-op. */
+void px_rt_executor_free(px_rt_executor *ex);
+/* Sets (or clears, f NULL) the faults of the executor's connection to
+ * stage 0, for fault injection. */
+void px_rt_executor_set_faults(px_rt_executor *ex, const px_rt_link_faults *f);
+/* Process id of stage i's worker, or -1. */
+int px_rt_executor_stage_pid(const px_rt_executor *ex, uint32_t i);
+/* What stage i reported when the ring was set up: its device's
+ * properties (borrowed; NULL for i out of range). */
+const px_rt_device_props *px_rt_executor_stage_device(const px_rt_executor *ex, uint32_t i);
+
+/* Per-op telemetry of one stage: totals per (layer, op kind). */
+typedef struct px_rt_op_total {
+    int32_t layer;
+    px_ir_op_kind kind;
+    uint64_t count, ns, flops, bytes;
+} px_rt_op_total;
+
+typedef struct px_rt_stage_stats {
+    uint64_t prefill_steps, prefill_rows, prefill_ns; /* compute in prefill */
+    uint64_t decode_steps, decode_ns;                 /* compute in decode */
+    uint64_t xfer_in_prefill_ns, xfer_in_decode_ns;   /* into this stage */
+    px_rt_op_total *ops; /* owned by the stats (px_rt_pipeline_stats_release) */
+    size_t n_ops;
+} px_rt_stage_stats;
+
+typedef struct px_rt_pipeline_stats {
+    uint32_t n_stages;
+    px_rt_stage_stats stages[PX_RT_MAX_STAGES];
+    uint64_t xfer_out_prefill_ns, xfer_out_decode_ns; /* last stage -> executor */
+    px_rt_generate_stats gen; /* end to end, as px_rt_generate's */
+    uint64_t ttft_ns;         /* first prompt's first token */
+    uint64_t decode_steps;
+    uint32_t n_prompts;
+} px_rt_pipeline_stats;
+
+void px_rt_pipeline_stats_release(px_rt_pipeline_stats *st);
+
+/* Generates like px_rt_generate, through the pipeline: prefill in
+ * micro-batches of max_batch_tokens rows, then one token per unfinished
+ * prompt per step; prompts decode together.  stats (may be NULL) gets the
+ * telemetry (release it with px_rt_pipeline_stats_release).  On failure
+ * the pipeline is unusable; free it.  Errors: px_rt_generate's, and the
+ * transport's naming the stage (stage index, device, pid) that died,
+ * stopped answering or failed. */
+px_status px_rt_executor_generate(px_rt_executor *ex, const px_rt_tokenizer *t,
+                                  const px_rt_generate_opts *o, px_rt_pipeline_stats *stats,
+                                  px_err *err);
+
+/* The predicted-versus-observed report: per stage, decode time per token
+ * and prefill time against the plan's intervals (inside or outside), end
+ * to end, and tokens/s; every line naming an emulated device says so.
+ * Appends to out.  PX_ENOMEM. */
+px_status px_rt_pipeline_report(const px_rt_pipeline_spec *spec, const px_rt_executor *ex,
+                                const px_rt_pipeline_stats *st, px_strbuf *out);
+/* The same as a JSON object (new reference; NULL on allocation
+ * failure). */
+json_t *px_rt_pipeline_report_json(const px_rt_pipeline_spec *spec, const px_rt_executor *ex,
+                                   const px_rt_pipeline_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PLEXUS_RT_H */

@@ -1,0 +1,122 @@
+/* plexus artifacts: list a job's artifacts, or fetch one. */
+#include "cli/fleet_cli.h"
+
+#include <unistd.h>
+
+const char px__cmd_artifacts_summary[] =
+    "list a job's artifacts, or fetch one (--get NAME -o FILE)";
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: plexus artifacts JOB [--server URL] [--token T] [-o text|json]\n"
+               "       plexus artifacts JOB --get NAME -o FILE\n"
+               "\n"
+               "Lists the files the job declared with --artifact and its agents uploaded\n"
+               "(name, size, SHA-256, rank, attempt).  With --get, writes one to FILE\n"
+               "(\"-\" for stdout); -o then names the file, not the format.\n");
+}
+
+int px__cmd_artifacts(int argc, char **argv)
+{
+    px__fleet_cli o = {.cmd = "artifacts"};
+    if (px__cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return PX_EXIT_OK;
+    }
+    const char *id = NULL, *get = NULL, *out = NULL;
+    /* With --get, -o names the output file. */
+    bool getting = false;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--get"))
+            getting = true;
+    for (int i = 1; i < argc; i++) {
+        if (getting && (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output"))) {
+            if (!(out = px__fleet_cli_value(&o, argc, argv, &i)))
+                return PX_EXIT_USAGE;
+            continue;
+        }
+        int r = px__fleet_cli_common(&o, argc, argv, &i);
+        if (r < 0)
+            return PX_EXIT_USAGE;
+        if (r > 0)
+            continue;
+        if (!strcmp(argv[i], "--get")) {
+            if (!(get = px__fleet_cli_value(&o, argc, argv, &i)))
+                return PX_EXIT_USAGE;
+        } else if (argv[i][0] != '-' && !id) {
+            id = argv[i];
+        } else {
+            return px__cli_usage_error("artifacts", "unexpected argument \"%s\"", argv[i]);
+        }
+    }
+    if (!id)
+        return px__cli_usage_error("artifacts", "give the job id");
+    if (!px__fleet_cli_valid_id(id))
+        return px__cli_usage_error("artifacts", "\"%s\" is not a job id (e.g. j-000012)", id);
+    if (get && !out)
+        return px__cli_usage_error("artifacts", "--get NAME needs -o FILE (or -o - for stdout)");
+    px_fleet_client *c = px__fleet_cli_connect(&o);
+    if (!c)
+        return PX_EXIT_FAIL;
+    int rc = PX_EXIT_OK;
+    if (get) {
+        char *esc = px_fleet_url_escape(get);
+        char path[2048];
+        snprintf(path, sizeof path, "/v1/jobs/%s/artifacts/%s", id, esc ? esc : "");
+        free(esc);
+        px_err err;
+        if (!strcmp(out, "-")) {
+            char tmpl[] = "/tmp/plexus-artifact-XXXXXX";
+            int fd = mkstemp(tmpl);
+            if (fd < 0) {
+                px_err_set(&err, PX_EIO, "cannot create a temporary file");
+                rc = px__cli_fail("artifacts", &err);
+            } else {
+                close(fd);
+                if (px_fleet_client_download(c, path, tmpl, NULL, &err) != PX_OK) {
+                    rc = px__cli_fail("artifacts", &err);
+                } else {
+                    char *data;
+                    size_t len;
+                    if (px_read_file(tmpl, (size_t)1 << 32, &data, &len, &err) == PX_OK) {
+                        fwrite(data, 1, len, stdout);
+                        free(data);
+                    } else {
+                        rc = px__cli_fail("artifacts", &err);
+                    }
+                }
+                unlink(tmpl);
+            }
+        } else if (px_fleet_client_download(c, path, out, NULL, &err) != PX_OK) {
+            rc = px__cli_fail("artifacts", &err);
+        }
+        px_fleet_client_free(c);
+        return rc;
+    }
+    char path[256];
+    snprintf(path, sizeof path, "/v1/jobs/%s/artifacts", id);
+    json_t *reply = px__fleet_cli_get(&o, c, "GET", path, NULL);
+    px_fleet_client_free(c);
+    if (!reply)
+        return PX_EXIT_FAIL;
+    if (o.format == PX_CLI_JSON) {
+        rc = px__cli_print_json(reply);
+    } else {
+        const json_t *list = json_object_get(reply, "artifacts");
+        if (!json_array_size(list))
+            printf("job %s has no artifacts\n", id);
+        size_t i;
+        json_t *a;
+        json_array_foreach(list, i, a)
+        {
+            char size[32];
+            px__fleet_cli_bytes(json_number_value(json_object_get(a, "size")), size, sizeof size);
+            printf("%-32s %10s  %.16s  rank %lld  attempt %lld\n",
+                   px__fleet_cli_str(a, "name", "?"), size, px__fleet_cli_str(a, "sha256", ""),
+                   (long long)json_integer_value(json_object_get(a, "rank")),
+                   (long long)json_integer_value(json_object_get(a, "attempt")));
+        }
+    }
+    json_decref(reply);
+    return rc;
+}

@@ -1,0 +1,90 @@
+/* plexus nodes: the fleet's nodes, their devices, frameworks and load. */
+#include "cli/fleet_cli.h"
+
+const char px__cmd_nodes_summary[] = "list the fleet's nodes (state, devices, frameworks, work)";
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: plexus nodes [--server URL] [--token T] [-o text|json]\n"
+               "\n"
+               "Lists the nodes attached to the server: state (online, offline,\n"
+               "draining), whether the node is emulated, CPUs, memory, devices with\n"
+               "their free memory, installed frameworks, resident models and running\n"
+               "work.  The server comes from --server or PLEXUS_SERVER (default\n"
+               "http://127.0.0.1:7070), the API token from --token or PLEXUS_TOKEN.\n");
+}
+
+static void print_node(const json_t *n)
+{
+    char mem[32];
+    double memory = json_number_value(json_object_get(n, "memory"));
+    const json_t *devices = json_object_get(n, "devices");
+    const json_t *running = json_object_get(n, "running");
+    const json_t *resident = json_object_get(n, "resident");
+    printf("%-20s %-9s %-4s %5lld %10s %3zu dev %3zu running %3zu resident\n",
+           px__fleet_cli_str(n, "id", "?"), px__fleet_cli_str(n, "state", "?"),
+           json_is_true(json_object_get(n, "emulated")) ? "emu" : "",
+           (long long)json_number_value(json_object_get(n, "cpus")),
+           px__fleet_cli_bytes(memory, mem, sizeof mem), json_array_size(devices),
+           json_array_size(running), json_array_size(resident));
+    size_t i;
+    json_t *d;
+    json_array_foreach(devices, i, d)
+    {
+        const json_t *m = json_object_get(d, "memory");
+        char dm[32] = "";
+        if (json_is_number(m))
+            px__fleet_cli_bytes(json_number_value(m), dm, sizeof dm);
+        else if (json_is_string(m))
+            snprintf(dm, sizeof dm, "%s", json_string_value(m));
+        const char *alloc = px__fleet_cli_str(d, "allocated_to", "");
+        printf("    %-8s %-5s %-8s %-24s cap %-6s %10s%s%s\n", px__fleet_cli_str(d, "id", "?"),
+               px__fleet_cli_str(d, "class", ""), px__fleet_cli_str(d, "vendor", ""),
+               px__fleet_cli_str(d, "model", ""), px__fleet_cli_str(d, "capability", "-"), dm,
+               alloc[0] ? "  used by " : "", alloc);
+    }
+    const json_t *fw = json_object_get(n, "frameworks");
+    if (json_array_size(fw)) {
+        printf("    frameworks:");
+        json_array_foreach(fw, i, d)
+            printf(" %s%s%s", px__fleet_cli_str(d, "name", "?"),
+                   json_object_get(d, "version") ? " " : "", px__fleet_cli_str(d, "version", ""));
+        printf("\n");
+    }
+}
+
+int px__cmd_nodes(int argc, char **argv)
+{
+    px__fleet_cli o = {.cmd = "nodes"};
+    if (px__cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return PX_EXIT_OK;
+    }
+    for (int i = 1; i < argc; i++) {
+        int r = px__fleet_cli_common(&o, argc, argv, &i);
+        if (r < 0)
+            return PX_EXIT_USAGE;
+        if (r == 0)
+            return px__cli_usage_error("nodes", "unexpected argument \"%s\"", argv[i]);
+    }
+    px_fleet_client *c = px__fleet_cli_connect(&o);
+    if (!c)
+        return PX_EXIT_FAIL;
+    json_t *reply = px__fleet_cli_get(&o, c, "GET", "/v1/nodes", NULL);
+    px_fleet_client_free(c);
+    if (!reply)
+        return PX_EXIT_FAIL;
+    int rc = PX_EXIT_OK;
+    if (o.format == PX_CLI_JSON) {
+        rc = px__cli_print_json(reply);
+    } else {
+        const json_t *nodes = json_object_get(reply, "nodes");
+        if (!json_array_size(nodes))
+            printf("no nodes are attached; start one with `plexus agent --server URL --token T`\n");
+        size_t i;
+        json_t *n;
+        json_array_foreach(nodes, i, n) print_node(n);
+    }
+    json_decref(reply);
+    return rc;
+}

@@ -1,0 +1,42 @@
+/*
+ * Helpers shared by the fleet client commands (nodes, submit, jobs, logs,
+ * explain, cancel, artifacts): the server and token options and their
+ * environment variables, connecting, and printing replies.
+ */
+#ifndef PX_CLI_FLEET_CLI_H
+#define PX_CLI_FLEET_CLI_H
+
+#include "cli/cli.h"
+#include "plexus/fleet.h"
+
+/* Options every client command takes. */
+typedef struct px__fleet_cli {
+    const char *cmd;    /* the subcommand, for messages */
+    const char *server; /* --server, else PLEXUS_SERVER, else http://127.0.0.1:7070 */
+    const char *token;  /* --token, else PLEXUS_TOKEN */
+    px_cli_format format;
+    bool format_given;
+} px__fleet_cli;
+
+/* Consumes a common option at argv[*i] (--server URL, --token T,
+ * -o/--output text|json), advancing *i past its value.  Returns 1 when
+ * consumed, 0 when argv[*i] is not one of them, -1 after a usage error
+ * (already printed). */
+int px__fleet_cli_common(px__fleet_cli *o, int argc, char **argv, int *i);
+/* Takes the value of option argv[*i]: returns it and advances *i, or
+ * prints a usage error and returns NULL. */
+const char *px__fleet_cli_value(const px__fleet_cli *o, int argc, char **argv, int *i);
+/* Connects a client (owned: px_fleet_client_free); prints the error and
+ * returns NULL on failure. */
+px_fleet_client *px__fleet_cli_connect(px__fleet_cli *o);
+/* Calls the API and prints the error on failure (returns NULL). */
+json_t *px__fleet_cli_get(px__fleet_cli *o, px_fleet_client *c, const char *method,
+                          const char *path, const json_t *body);
+/* Formats bytes ("16 GiB") into buf. */
+const char *px__fleet_cli_bytes(double bytes, char *buf, size_t n);
+/* A job id or node name fit for a URL path: [A-Za-z0-9_.-]{1,128}. */
+bool px__fleet_cli_valid_id(const char *s);
+/* The text of a JSON value member, or def. */
+const char *px__fleet_cli_str(const json_t *obj, const char *key, const char *def);
+
+#endif

@@ -1,0 +1,181 @@
+/*
+ * Private declarations of the agent and client side of the fleet module:
+ * the process runner, the Python function runner and the agent's pieces.
+ * The server side keeps its own in fleet_impl.h.
+ */
+#ifndef PX_FLEET_AGENT_IMPL_H
+#define PX_FLEET_AGENT_IMPL_H
+
+#include "base/common.h"
+
+#include <sys/types.h>
+
+/* ------------------------------------------------------------------ */
+/* Process runner                                                      */
+/* ------------------------------------------------------------------ */
+
+/* What to start.  Every pointer is borrowed for the duration of
+ * px__proc_spawn only. */
+typedef struct px__proc_spec {
+    /* The program and its arguments (argv[0] is looked up in PATH), or
+     * NULL when `shell` is set. */
+    char *const *argv;
+    /* A command line run by /bin/sh -c, only when the job asked for it. */
+    const char *shell;
+    /* The job's own variables, "KEY=VALUE" each; n_env entries. */
+    char *const *env;
+    size_t n_env;
+    /* Device indices the job may see ("0,2"); "" hides every accelerator;
+     * NULL leaves the visibility variables unset. */
+    const char *visible_devices;
+    /* Per-vendor overrides of visible_devices (NULL: visible_devices):
+     * NVIDIA (CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES), AMD
+     * (HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, GPU_DEVICE_ORDINAL) and
+     * Intel (ZE_AFFINITY_MASK).  Indices are ordinals among the node's
+     * devices of that vendor, so a node with GPUs of two vendors exposes
+     * only the assigned ones of each. */
+    const char *visible_nvidia, *visible_amd, *visible_intel;
+    /* Working folder; NULL keeps the agent's. */
+    const char *cwd;
+    /* Opens a pipe on the child's fd 3 for a structured result. */
+    bool result_fd;
+} px__proc_spec;
+
+typedef struct px__proc px__proc;
+
+/* Which pipe a chunk of output came from. */
+typedef enum px__proc_stream {
+    PX__PROC_STDOUT = 1,
+    PX__PROC_STDERR = 2,
+    PX__PROC_RESULT = 3,
+} px__proc_stream;
+
+typedef void (*px__proc_sink)(px__proc_stream stream, const char *data, size_t len, void *ud);
+
+/* How a process ended. */
+typedef struct px__proc_exit {
+    int code;   /* exit status, or -1 when killed by a signal */
+    int signal; /* the signal that killed it, 0 when it exited */
+} px__proc_exit;
+
+/* Starts the process in its own process group with a scrubbed
+ * environment: only PATH, HOME, LANG and TMPDIR of the agent, then the
+ * job's variables, then the device visibility variables (which the job
+ * cannot override).  stdin is /dev/null.  A program that cannot be
+ * executed fails here (PX_ENOTFOUND or PX_EIO, with errno's text) instead
+ * of exiting 127.  Returns owned memory (px__proc_free). */
+px_status px__proc_spawn(const px__proc_spec *spec, px__proc **out, px_err *err);
+/* Waits up to timeout_ms for output and hands every chunk read to sink.
+ * Returns true while any pipe is still open. */
+bool px__proc_pump(px__proc *p, int timeout_ms, px__proc_sink sink, void *ud);
+/* Non-blocking: whether the main process has ended (reaped into *ex). */
+bool px__proc_done(px__proc *p, px__proc_exit *ex);
+/* Sends sig to the whole process group. */
+void px__proc_signal(px__proc *p, int sig);
+/* Terminates the group: SIGTERM, then SIGKILL after grace_ms; reaps the
+ * main process. */
+void px__proc_stop(px__proc *p, int grace_ms);
+pid_t px__proc_pid(const px__proc *p);
+/* Kills what is left of the group, closes the pipes, frees.  NULL is a
+ * no-op. */
+void px__proc_free(px__proc *p);
+/* Runs to completion with a time limit (ms, 0: none), collecting stdout
+ * (bounded by max_out bytes, the rest dropped) and the exit status.
+ * Returns PX_ETIMEOUT after killing the group when the limit passes. */
+px_status px__proc_run_capture(const px__proc_spec *spec, int limit_ms, size_t max_out, char **out,
+                               px__proc_exit *ex, px_err *err);
+
+/* ------------------------------------------------------------------ */
+/* Python function runner                                              */
+/* ------------------------------------------------------------------ */
+
+/* Fills argv (8 slots) to run FUNCTION of the Python file at script_path
+ * with the JSON arguments in args_path, using the interpreter `python`.
+ * The runner writes {"ok": true, "result": ...} or {"ok": false,
+ * "error": "...", "traceback": "..."} on fd 3 (set result_fd).  An object
+ * of arguments is passed as keywords, anything else as one positional
+ * argument; args_path "-" calls the function without arguments.  Borrows
+ * every string. */
+void px__python_argv(const char *python, const char *script_path, const char *function,
+                     const char *args_path, const char *argv[8]);
+
+/* Validates "FILE.py:FUNCTION": a non-empty path ending in .py and a
+ * Python identifier.  Splits into the two parts (owned by the caller). */
+px_status px__python_target_parse(const char *target, char **file, char **function, px_err *err);
+
+/* ------------------------------------------------------------------ */
+/* The agent                                                           */
+/* ------------------------------------------------------------------ */
+
+#include "plexus/fleet.h"
+
+#include <pthread.h>
+
+typedef struct px__agent px__agent;
+
+/* One member of a job this agent runs (one assignment). */
+typedef struct px__agent_job {
+    struct px__agent_job *next;
+    px__agent *agent;
+    char job[128];
+    int attempt;
+    int rank;
+    json_t *assignment; /* owned */
+    pthread_t thread;
+    bool thread_started;
+    volatile int stop_requested; /* the server said stop: cancelled or stale */
+    volatile int done;           /* the thread has finished; join and drop */
+} px__agent_job;
+
+/* How many (job, attempt, rank) keys of finished work are remembered, so
+ * a repeated assignment of work already done is not run twice. */
+#define PX__AGENT_RECENT 1024
+
+struct px__agent {
+    const px_fleet_agent_config *cfg;
+    char *node_id;
+    char *work_dir;
+    char *python;         /* interpreter for Python jobs */
+    json_t *registration; /* body of POST /v1/agent/register (owned) */
+    bool emulated;
+    px_fleet_cache *cache;
+    double heartbeat_s, lease_s;
+    volatile int stopping;
+    pthread_mutex_t mu; /* guards jobs, recent and registration */
+    px__agent_job *jobs;
+    char recent[PX__AGENT_RECENT][160];
+    size_t n_recent;
+};
+
+/* Describes the node (inventory or discovery) into a->registration,
+ * a->node_id, a->python and a->emulated.  Messages name the inventory. */
+px_status px__agent_describe(px__agent *a, px_err *err);
+/* The "live" member of a heartbeat: free memory, load, GPU figures from
+ * nvidia-smi when the node is real and has it.  New reference. */
+json_t *px__agent_live(px__agent *a);
+/* Registers (or registers again) with the server; sets heartbeat and
+ * lease figures.  Returns the stop list of the reply (new reference, may
+ * be NULL). */
+px_status px__agent_register(px__agent *a, px_fleet_client *c, json_t **stop, px_err *err);
+/* The "running" array for register and heartbeat (new reference). */
+json_t *px__agent_running(px__agent *a);
+/* Marks work named in a stop list for stopping. */
+void px__agent_apply_stop(px__agent *a, const json_t *stop);
+/* Runs one assignment in the calling thread: prepares the folder, starts
+ * the process, streams output, checks a service's health, uploads
+ * artifacts and reports.  Entry point of a job thread. */
+void *px__agent_job_main(void *job);
+/* Whether the key "job/attempt/rank" was started before; marks it. */
+bool px__agent_seen(px__agent *a, const char *key);
+
+/* Service health: one check.  HTTP GET on 127.0.0.1:port/path (2xx is
+ * healthy) or a command (exit 0 is healthy), each bounded in time.
+ * Writes a short reason for an unhealthy result. */
+bool px__agent_health_check(const json_t *service, char *why, size_t n);
+
+/* Validates an artifact name (relative, no "..", no NUL, no backslash)
+ * and opens it under the folder dir_fd without following any link.
+ * Returns the fd, or -1 with a reason in err. */
+int px__agent_open_artifact(int dir_fd, const char *name, size_t name_len, px_err *err);
+
+#endif

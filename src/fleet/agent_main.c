@@ -1,0 +1,368 @@
+/*
+ * The agent: registers its node, heartbeats in a thread of its own, long
+ * polls for assignments and runs each in a thread (agent_job.c).  A server
+ * that cannot be reached is retried with backoff, never fatal: the agent
+ * outlives server restarts, and its reports get through once the server is
+ * back.  An unknown-node answer (the server lost the node) registers
+ * again, listing the work still running.
+ */
+#include "base/common.h"
+
+#include "fleet/agent_impl.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Sleeps up to ms, returning early when the agent stops. */
+static void nap(px__agent *a, int ms)
+{
+    while (ms > 0 && !a->stopping) {
+        int step = PX_MIN(ms, 50);
+        sleep_ms(step);
+        ms -= step;
+        if (a->cfg->stop && *a->cfg->stop)
+            a->stopping = 1;
+    }
+}
+
+json_t *px__agent_running(px__agent *a)
+{
+    json_t *arr = json_array();
+    if (!arr)
+        return NULL;
+    pthread_mutex_lock(&a->mu);
+    for (px__agent_job *j = a->jobs; j; j = j->next)
+        if (!j->done && !j->stop_requested)
+            json_array_append_new(arr, json_pack("{s:s, s:i, s:i}", "job", j->job, "attempt",
+                                                 j->attempt, "rank", j->rank));
+    pthread_mutex_unlock(&a->mu);
+    return arr;
+}
+
+void px__agent_apply_stop(px__agent *a, const json_t *stop)
+{
+    size_t i;
+    json_t *it;
+    json_array_foreach(stop, i, it)
+    {
+        const char *job = json_string_value(json_object_get(it, "job"));
+        json_int_t attempt = json_integer_value(json_object_get(it, "attempt"));
+        json_t *rank_v = json_object_get(it, "rank");
+        if (!job)
+            continue;
+        pthread_mutex_lock(&a->mu);
+        for (px__agent_job *j = a->jobs; j; j = j->next)
+            if (!strcmp(j->job, job) && j->attempt == attempt &&
+                (!rank_v || json_integer_value(rank_v) == j->rank)) {
+                if (!j->stop_requested)
+                    px_log_info("agent: stopping job %s attempt %d rank %d as the server asked",
+                                j->job, j->attempt, j->rank);
+                j->stop_requested = 1;
+            }
+        pthread_mutex_unlock(&a->mu);
+    }
+}
+
+bool px__agent_seen(px__agent *a, const char *key)
+{
+    for (size_t i = 0; i < PX_MIN(a->n_recent, (size_t)PX__AGENT_RECENT); i++)
+        if (!strcmp(a->recent[i], key))
+            return true;
+    px_strlcpy(a->recent[a->n_recent % PX__AGENT_RECENT], key, sizeof a->recent[0]);
+    a->n_recent++;
+    return false;
+}
+
+static json_t *resident(px__agent *a)
+{
+    json_t *arr = json_array();
+    json_t *list = a->cache ? px_fleet_cache_list(a->cache) : NULL;
+    size_t i;
+    json_t *it;
+    json_array_foreach(list, i, it) json_array_append(arr, json_object_get(it, "digest"));
+    json_decref(list);
+    return arr;
+}
+
+px_status px__agent_register(px__agent *a, px_fleet_client *c, json_t **stop, px_err *err)
+{
+    if (stop)
+        *stop = NULL;
+    pthread_mutex_lock(&a->mu);
+    json_t *body = json_deep_copy(a->registration);
+    pthread_mutex_unlock(&a->mu);
+    if (!body)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    json_object_set_new(body, "resident", resident(a));
+    json_object_set_new(body, "running", px__agent_running(a));
+    json_t *reply = NULL;
+    px_status st = px_fleet_client_call(c, "POST", "/v1/agent/register", body, NULL, &reply, err);
+    json_decref(body);
+    if (st != PX_OK)
+        return st;
+    double hb = json_number_value(json_object_get(reply, "heartbeat_s"));
+    double lease = json_number_value(json_object_get(reply, "lease_s"));
+    const char *node = json_string_value(json_object_get(reply, "node"));
+    pthread_mutex_lock(&a->mu);
+    if (hb > 0)
+        a->heartbeat_s = hb;
+    if (lease > 0)
+        a->lease_s = lease;
+    if (node && strcmp(node, a->node_id)) {
+        char *n = px_strdup(node);
+        if (n) {
+            free(a->node_id);
+            a->node_id = n;
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+    if (stop)
+        *stop = json_incref(json_object_get(reply, "stop"));
+    json_decref(reply);
+    return PX_OK;
+}
+
+static void *heartbeat_main(void *arg)
+{
+    px__agent *a = arg;
+    px_fleet_client *c;
+    px_err err;
+    if (px_fleet_client_new(a->cfg->server, a->cfg->token, &c, &err) != PX_OK) {
+        px_log_error("agent: heartbeat: %s", err.msg);
+        return NULL;
+    }
+    px_fleet_client_set_abort(c, &a->stopping);
+    while (!a->stopping) {
+        json_t *body =
+            json_pack("{s:s, s:o, s:o, s:o}", "node", a->node_id, "live", px__agent_live(a),
+                      "resident", resident(a), "running", px__agent_running(a));
+        px_fleet_client_set_timeout(c, (int)(PX_MAX(a->lease_s, 2.0) * 1000));
+        json_t *reply = NULL;
+        long code = 0;
+        px_status st =
+            body ? px_fleet_client_call(c, "POST", "/v1/agent/heartbeat", body, &code, &reply, &err)
+                 : PX_ENOMEM;
+        json_decref(body);
+        if (st == PX_OK) {
+            px__agent_apply_stop(a, json_object_get(reply, "stop"));
+            double hb = json_number_value(json_object_get(reply, "heartbeat_s"));
+            if (hb > 0)
+                a->heartbeat_s = hb;
+        } else if (code == 404) {
+            json_t *stop = NULL;
+            px_log_info("agent: the server does not know node %s; registering again", a->node_id);
+            if (px__agent_register(a, c, &stop, &err) == PX_OK)
+                px__agent_apply_stop(a, stop);
+            json_decref(stop);
+        } else if (!a->stopping) {
+            px_log_info("agent: heartbeat: %s", err.msg);
+        }
+        json_decref(reply);
+        nap(a, (int)(a->heartbeat_s * 1000));
+    }
+    px_fleet_client_free(c);
+    return NULL;
+}
+
+/* Joins and drops the threads of finished work. */
+static void reap_jobs(px__agent *a, bool all)
+{
+    for (;;) {
+        px__agent_job *found = NULL;
+        pthread_mutex_lock(&a->mu);
+        for (px__agent_job **pp = &a->jobs; *pp; pp = &(*pp)->next)
+            if ((*pp)->done || (all && !(*pp)->thread_started)) {
+                found = *pp;
+                *pp = found->next;
+                break;
+            }
+        if (!found && all && a->jobs) {
+            found = a->jobs;
+            a->jobs = found->next;
+        }
+        pthread_mutex_unlock(&a->mu);
+        if (!found)
+            return;
+        if (found->thread_started)
+            pthread_join(found->thread, NULL);
+        json_decref(found->assignment);
+        free(found);
+    }
+}
+
+/* Starts the work of an assignment; returns false when it was seen before. */
+static bool take(px__agent *a, const json_t *as)
+{
+    const char *job = json_string_value(json_object_get(as, "job"));
+    json_int_t attempt = json_integer_value(json_object_get(as, "attempt"));
+    json_int_t rank = json_integer_value(json_object_get(as, "rank"));
+    if (!job || strlen(job) >= 100 || !json_is_object(json_object_get(as, "spec"))) {
+        px_log_warn("agent: ignoring a malformed assignment");
+        return false;
+    }
+    char key[160];
+    snprintf(key, sizeof key, "%s/%lld/%lld", job, (long long)attempt, (long long)rank);
+    pthread_mutex_lock(&a->mu);
+    bool seen = px__agent_seen(a, key);
+    pthread_mutex_unlock(&a->mu);
+    if (seen)
+        return false;
+    px__agent_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return false;
+    j->agent = a;
+    px_strlcpy(j->job, job, sizeof j->job);
+    j->attempt = (int)attempt;
+    j->rank = (int)rank;
+    j->assignment = json_deep_copy(as);
+    px_log_info("agent: running job %s attempt %d rank %d", j->job, j->attempt, j->rank);
+    pthread_mutex_lock(&a->mu);
+    j->next = a->jobs;
+    a->jobs = j;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 1u << 20);
+    j->thread_started =
+        j->assignment && pthread_create(&j->thread, &attr, px__agent_job_main, j) == 0;
+    pthread_attr_destroy(&attr);
+    if (!j->thread_started)
+        j->done = 1;
+    pthread_mutex_unlock(&a->mu);
+    return true;
+}
+
+static px_status setup(px__agent *a, const px_fleet_agent_config *cfg, px_err *err)
+{
+    a->cfg = cfg;
+    a->heartbeat_s = 2;
+    a->lease_s = 10;
+    pthread_mutex_init(&a->mu, NULL);
+    if (!cfg->token || !cfg->token[0])
+        return px_err_set(err, PX_EINVAL,
+                          "the agent needs the cluster token: give --token or PLEXUS_TOKEN");
+    px_status st = px__agent_describe(a, err);
+    if (st != PX_OK)
+        return st;
+    if (cfg->work_dir) {
+        a->work_dir = px_strdup(cfg->work_dir);
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        a->work_dir = px_asprintf("%s/plexus-agent-%s", tmp && tmp[0] ? tmp : "/tmp", a->node_id);
+    }
+    if (!a->work_dir)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    char *cache_dir =
+        cfg->cache_dir ? px_strdup(cfg->cache_dir) : px_asprintf("%s/cache", a->work_dir);
+    if (!cache_dir)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    st = px_fleet_cache_open(cache_dir, cfg->cache_budget ? cfg->cache_budget : (uint64_t)10 << 30,
+                             &a->cache, err);
+    free(cache_dir);
+    return st;
+}
+
+px_status px_fleet_agent_run(const px_fleet_agent_config *cfg, px_err *err)
+{
+    px__agent *a = calloc(1, sizeof *a);
+    if (!a)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    px_fleet_client *c = NULL;
+    pthread_t hb;
+    bool hb_started = false;
+    /* A server that goes away mid-request must not kill the agent. */
+    signal(SIGPIPE, SIG_IGN);
+    px_status st = setup(a, cfg, err);
+    if (st != PX_OK)
+        goto done;
+    if ((st = px_fleet_client_new(cfg->server, cfg->token, &c, err)) != PX_OK)
+        goto done;
+    px_fleet_client_set_abort(c, &a->stopping);
+    px_fleet_client_set_timeout(c, 5000);
+    /* Register, waiting for the server to come up. */
+    int delay = 100;
+    for (;;) {
+        long code = 0;
+        json_t *stop = NULL;
+        st = px__agent_register(a, c, &stop, err);
+        json_decref(stop);
+        if (st == PX_OK)
+            break;
+        if (st == PX_EAUTH || st == PX_EINVAL) {
+            px_err_prefix(err, st, "registering node %s: ", a->node_id);
+            goto done;
+        }
+        (void)code;
+        if (a->stopping || (cfg->stop && *cfg->stop)) {
+            st = PX_OK;
+            goto done;
+        }
+        px_log_info("agent: cannot register yet: %s", err ? err->msg : "");
+        nap(a, delay);
+        delay = PX_MIN(delay * 2, 2000);
+    }
+    px_log_info("agent: node %s registered with %s", a->node_id, px_fleet_client_server(c));
+    if (pthread_create(&hb, NULL, heartbeat_main, a) == 0)
+        hb_started = true;
+    delay = 100;
+    while (!a->stopping) {
+        if (cfg->stop && *cfg->stop) {
+            a->stopping = 1;
+            break;
+        }
+        reap_jobs(a, false);
+        /* A long poll never outlives half the lease: a poll still open on
+         * the server after this agent died must not look like a live node. */
+        double wait_s = PX_MIN(10.0, PX_MAX(0.5, a->lease_s / 2));
+        char *path = px_asprintf("/v1/agent/assignments?node=%s&wait=%g", a->node_id, wait_s);
+        px_fleet_client_set_timeout(c, 15000);
+        json_t *reply = NULL;
+        long code = 0;
+        px_err e2;
+        st = path ? px_fleet_client_call(c, "GET", path, NULL, &code, &reply, &e2) : PX_ENOMEM;
+        free(path);
+        if (st == PX_OK) {
+            delay = 100;
+            size_t i, n_new = 0;
+            json_t *as, *list = json_object_get(reply, "assignments");
+            json_array_foreach(list, i, as) n_new += take(a, as);
+            /* The server repeats an assignment until its start is reported;
+             * while only those come back, poll gently instead of spinning. */
+            if (json_array_size(list) > 0 && n_new == 0)
+                nap(a, 20);
+        } else if (code == 404) {
+            json_t *stop = NULL;
+            if (px__agent_register(a, c, &stop, &e2) == PX_OK)
+                px__agent_apply_stop(a, stop);
+            json_decref(stop);
+        } else if (code == 401 || code == 403) {
+            px_log_error("agent: %s", e2.msg);
+            nap(a, 2000);
+        } else if (!a->stopping) {
+            px_log_info("agent: assignments: %s", e2.msg);
+            nap(a, delay);
+            delay = PX_MIN(delay * 2, 2000);
+        }
+        json_decref(reply);
+    }
+    st = PX_OK;
+done:
+    a->stopping = 1;
+    if (hb_started)
+        pthread_join(hb, NULL);
+    reap_jobs(a, true);
+    px_fleet_client_free(c);
+    px_fleet_cache_free(a->cache);
+    json_decref(a->registration);
+    free(a->node_id);
+    free(a->work_dir);
+    free(a->python);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+    return st;
+}

@@ -1,0 +1,425 @@
+/* Agent endpoints: register, heartbeat, assignments (long poll), and the
+ * reports of each member: start, log chunks, artifacts, finish.  Reports
+ * for an attempt that is not the job's current one are refused (409) and
+ * change nothing.  Called with the server lock held. */
+#include "base/common.h"
+
+#include "fleet/fleet_impl.h"
+
+#include <unistd.h>
+
+#define MAX_WAIT_S 30
+
+static const char *const node_states[] = {"online", "offline", "draining"};
+
+/* Work the agent says it runs that it must stop: ended or unknown jobs,
+ * stale attempts, members no longer assigned to this node. */
+static json_t *stop_list(px_fleet_server *srv, size_t node, const json_t *running)
+{
+    json_t *stop = json_array();
+    for (size_t k = 0; json_is_array(running) && k < json_array_size(running) && k < 4096; k++) {
+        const json_t *r = json_array_get(running, k);
+        const char *id = json_string_value(json_object_get(r, "job"));
+        const json_t *att = json_object_get(r, "attempt");
+        const json_t *rank = json_object_get(r, "rank");
+        if (!id || !json_is_integer(att))
+            continue;
+        px__job *j = px__srv_find_job(srv, id);
+        json_int_t rk = json_is_integer(rank) ? json_integer_value(rank) : 0;
+        bool keep = j && json_integer_value(att) == j->row.attempt && rk >= 0 &&
+                    rk < j->n_members && j->members[rk].node == (int)node &&
+                    j->state != PX__JOB_QUEUED;
+        if (!keep)
+            json_array_append_new(
+                stop, json_pack("{s:s, s:O, s:I}", "job", id, "attempt", att, "rank", rk));
+    }
+    return stop;
+}
+
+static void lease_reply(px_fleet_server *srv, px__api_resp *rs, size_t node, const json_t *running,
+                        bool with_node)
+{
+    json_t *o = json_pack("{s:f, s:f, s:o}", "lease_s", srv->opt.lease_s, "heartbeat_s",
+                          srv->opt.heartbeat_s, "stop", stop_list(srv, node, running));
+    if (with_node)
+        json_object_set_new(o, "node", json_string(px_fleet_sched_node_name(srv->sched, node)));
+    px__api_json(rs, 200, o);
+}
+
+static void bring_online(px_fleet_server *srv, size_t i)
+{
+    px__srv_touch_node(srv, i);
+    if (px_fleet_sched_state(srv->sched, i) == PX_FLEET_NODE_OFFLINE) {
+        px_fleet_sched_set_state(srv->sched, i, PX_FLEET_NODE_ONLINE);
+        srv->store.ops->put_node(srv->store.self, px_fleet_sched_node_name(srv->sched, i), NULL,
+                                 "online", px_wall_time(), NULL);
+        srv->dirty = true;
+        pthread_cond_signal(&srv->kick);
+    }
+}
+
+static void do_register(px__api_req *rq, px__api_resp *rs)
+{
+    px_fleet_server *srv = rq->srv;
+    json_t *body = px__api_body_json(rq, rs);
+    if (!body)
+        return;
+    size_t i;
+    px_err err;
+    if (px_fleet_sched_add_node(srv->sched, body, &i, &err) != PX_OK) {
+        px__api_fail(rs, &err);
+        json_decref(body);
+        return;
+    }
+    /* The registration minus its volatile parts is what a restart reloads. */
+    json_t *keep = json_deep_copy(body);
+    json_object_del(keep, "running");
+    char *text = keep ? json_dumps(keep, JSON_COMPACT) : NULL;
+    json_decref(keep);
+    px__srv_touch_node(srv, i);
+    if (!text || srv->store.ops->put_node(srv->store.self, px_fleet_sched_node_name(srv->sched, i),
+                                          text, node_states[px_fleet_sched_state(srv->sched, i)],
+                                          px_wall_time(), &err) != PX_OK) {
+        free(text);
+        json_decref(body);
+        px__api_error(rs, 503, "node registered but not stored: %s",
+                      text ? err.msg : "out of memory");
+        return;
+    }
+    free(text);
+    px_log_info("fleet: node %s registered", px_fleet_sched_node_name(srv->sched, i));
+    px__srv_reconcile_node(srv, i, json_object_get(body, "running"));
+    srv->dirty = true;
+    pthread_cond_signal(&srv->kick);
+    lease_reply(srv, rs, i, json_object_get(body, "running"), true);
+    json_decref(body);
+}
+
+static bool find_node(px__api_req *rq, px__api_resp *rs, const char *name, size_t *i)
+{
+    if (!name) {
+        px__api_error(rs, 400, "%s: name the node (\"node\" in the body or ?node=)", rq->url);
+        return false;
+    }
+    if (px_fleet_sched_find_node(rq->srv->sched, name, i) != PX_OK) {
+        px__api_error(rs, 404, "unknown node \"%.64s\": register again", name);
+        return false;
+    }
+    return true;
+}
+
+static void heartbeat(px__api_req *rq, px__api_resp *rs)
+{
+    px_fleet_server *srv = rq->srv;
+    json_t *body = px__api_body_json(rq, rs);
+    if (!body)
+        return;
+    size_t i;
+    if (find_node(rq, rs, json_string_value(json_object_get(body, "node")), &i)) {
+        bring_online(srv, i);
+        px_fleet_sched_update_live(srv->sched, i, body);
+        double now = (double)px_now_ns();
+        if (i < srv->cap_last_seen && now - srv->hb_written_ns[i] > 30e9) {
+            srv->hb_written_ns[i] = now;
+            char *live = json_dumps(json_object_get(body, "live") ? json_object_get(body, "live")
+                                                                  : json_null(),
+                                    JSON_COMPACT | JSON_ENCODE_ANY);
+            srv->store.ops->put_heartbeat(srv->store.self, px_fleet_sched_node_name(srv->sched, i),
+                                          px_wall_time(), live, NULL);
+            free(live);
+        }
+        bool queued = false;
+        for (px__job *j = srv->jobs; j && !queued; j = j->next)
+            queued = j->state == PX__JOB_QUEUED;
+        if (queued) {
+            srv->dirty = true;
+            pthread_cond_signal(&srv->kick);
+        }
+        lease_reply(srv, rs, i, json_object_get(body, "running"), false);
+    }
+    json_decref(body);
+}
+
+json_t *px__srv_assignment_json(px_fleet_server *srv, px__job *job, int rank)
+{
+    const px__sched_node *n = &srv->sched->nodes[job->members[rank].node];
+    const px__sched_node *master = &srv->sched->nodes[job->members[0].node];
+    json_t *idx = json_array(), *hosts = json_array();
+    const json_t *devs = job->members[rank].devices;
+    for (size_t k = 0; json_is_array(devs) && k < json_array_size(devs); k++) {
+        const char *id = json_string_value(json_array_get(devs, k));
+        for (int d = 0; id && d < n->n_devs; d++)
+            if (strcmp(n->devs[d].id, id) == 0)
+                json_array_append_new(idx, json_integer(n->devs[d].vendor_ordinal));
+    }
+    for (int m = 0; m < job->n_members; m++)
+        json_array_append_new(hosts, json_string(srv->sched->nodes[job->members[m].node].address));
+    char rk[16], ws[16], port[16];
+    snprintf(rk, sizeof rk, "%d", rank);
+    snprintf(ws, sizeof ws, "%d", job->n_members);
+    snprintf(port, sizeof port, "%d", job->master_port);
+    json_t *env = json_pack("{s:s, s:s, s:s, s:s, s:s}", "RANK", rk, "WORLD_SIZE", ws, "LOCAL_RANK",
+                            "0", "MASTER_ADDR", master->address, "MASTER_PORT", port);
+    const char *launcher = json_string_value(json_object_get(job->req->spec, "launcher"));
+    launcher = launcher ? launcher : "env";
+    json_t *dv = devs ? json_incref((json_t *)devs) : json_array();
+    json_t *a = json_pack("{s:s, s:i, s:i, s:i, s:O, s:o, s:o, s:o, s:o, s:s}", "job", job->row.id,
+                          "attempt", job->row.attempt, "rank", rank, "world_size", job->n_members,
+                          "spec", job->req->spec, "devices", dv, "device_indices", idx, "env", env,
+                          "hosts", hosts, "launcher", launcher);
+    if (strcmp(launcher, "torchrun") == 0) {
+        json_t *args = json_array();
+        char buf[300];
+        snprintf(buf, sizeof buf, "--nnodes=%d", job->n_members);
+        json_array_append_new(args, json_string(buf));
+        snprintf(buf, sizeof buf, "--node_rank=%d", rank);
+        json_array_append_new(args, json_string(buf));
+        json_array_append_new(args, json_string("--nproc_per_node=1"));
+        snprintf(buf, sizeof buf, "--master_addr=%s", master->address);
+        json_array_append_new(args, json_string(buf));
+        snprintf(buf, sizeof buf, "--master_port=%d", job->master_port);
+        json_array_append_new(args, json_string(buf));
+        json_object_set_new(a, "torchrun_args", args);
+    }
+    const json_t *model = json_object_get(job->req->spec, "model");
+    const char *digest = json_string_value(json_object_get(model, "digest"));
+    if (digest) {
+        char url[120];
+        snprintf(url, sizeof url, "/v1/blobs/%s", digest);
+        json_object_set_new(a, "model", json_pack("{s:s, s:s}", "digest", digest, "url", url));
+    }
+    return a;
+}
+
+static json_t *pending_for(px_fleet_server *srv, size_t node)
+{
+    json_t *arr = json_array();
+    for (px__job *j = srv->jobs; j; j = j->next) {
+        if (j->state != PX__JOB_ASSIGNED && j->state != PX__JOB_RUNNING)
+            continue;
+        for (int m = 0; m < j->n_members; m++)
+            if (j->members[m].node == (int)node && j->members[m].state == PX__MEM_PENDING)
+                json_array_append_new(arr, px__srv_assignment_json(srv, j, m));
+    }
+    return arr;
+}
+
+static void assignments(px__api_req *rq, px__api_resp *rs)
+{
+    px_fleet_server *srv = rq->srv;
+    const char *w = px__api_query(rq, "wait");
+    double wait = 10;
+    if (w) {
+        char *end;
+        wait = strtod(w, &end);
+        if (*end || end == w || !(wait >= 0 && wait <= MAX_WAIT_S)) {
+            px__api_error(rs, 400, "wait \"%.16s\": expected 0..%d seconds", w, MAX_WAIT_S);
+            return;
+        }
+    }
+    size_t i;
+    if (!find_node(rq, rs, px__api_query(rq, "node"), &i))
+        return;
+    uint64_t deadline = px_now_ns() + (uint64_t)(wait * 1e9);
+    for (;;) {
+        bring_online(srv, i);
+        json_t *arr = pending_for(srv, i);
+        if (json_array_size(arr) > 0 || !px__srv_wait(srv, deadline)) {
+            px__api_json(rs, 200, json_pack("{s:o}", "assignments", arr));
+            return;
+        }
+        json_decref(arr);
+    }
+}
+
+/* Finds an active job, answering 409 for an ended one and 404 otherwise. */
+static px__job *active_job(px__api_req *rq, px__api_resp *rs, const char *id)
+{
+    px__job *j = px__srv_find_job(rq->srv, id);
+    if (j)
+        return j;
+    px__job_row row;
+    px_err err;
+    if (rq->srv->store.ops->get_job(rq->srv->store.self, id, &row, &err) == PX_OK) {
+        px__api_error(rs, 409, "stale attempt: job %s has ended (%s); stop this work", id,
+                      row.state);
+        px__job_row_release(&row);
+    } else
+        px__api_fail(rs, &err);
+    return NULL;
+}
+
+static bool int_arg(px__api_req *rq, px__api_resp *rs, const json_t *body, const char *key,
+                    int *out)
+{
+    long v;
+    if (body) {
+        const json_t *x = json_object_get(body, key);
+        if (!json_is_integer(x) || json_integer_value(x) < -1000000 ||
+            json_integer_value(x) > 1000000) {
+            px__api_error(rs, 400, "/%s: expected an integer", key);
+            return false;
+        }
+        *out = (int)json_integer_value(x);
+        return true;
+    }
+    const char *q = px__api_query(rq, key);
+    char *end;
+    if (!q || (v = strtol(q, &end, 10), *end) || v < 0 || v > 1000000) {
+        px__api_error(rs, 400, "?%s=: expected a non-negative integer", key);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+static void report(px__api_req *rq, px__api_resp *rs, px__job *job, const char *what)
+{
+    px_fleet_server *srv = rq->srv;
+    json_t *body = px__api_body_json(rq, rs);
+    if (!body)
+        return;
+    int attempt, rank = 0;
+    size_t node;
+    if (!int_arg(rq, rs, body, "attempt", &attempt) ||
+        (json_object_get(body, "rank") && !int_arg(rq, rs, body, "rank", &rank)) ||
+        !find_node(rq, rs, json_string_value(json_object_get(body, "node")), &node)) {
+        json_decref(body);
+        return;
+    }
+    px__srv_touch_node(srv, node);
+    px_err err;
+    px_status st;
+    if (strcmp(what, "start") == 0)
+        st = px__srv_member_start(srv, job, attempt, rank, (int)node, &err);
+    else {
+        int code = -1, sig = 0;
+        const json_t *c = json_object_get(body, "exit_code");
+        const json_t *s = json_object_get(body, "signal");
+        const json_t *e = json_object_get(body, "error");
+        if (json_is_integer(c))
+            code = (int)json_integer_value(c);
+        if (json_is_integer(s))
+            sig = (int)json_integer_value(s);
+        if (e && !json_is_string(e) && !json_is_null(e)) {
+            px__api_error(rs, 400, "/error: expected a string or null");
+            json_decref(body);
+            return;
+        }
+        st = px__srv_member_finish(srv, job, attempt, rank, (int)node, code, sig,
+                                   json_object_get(body, "result"), json_string_value(e), &err);
+    }
+    json_decref(body);
+    if (st != PX_OK) {
+        px__api_fail(rs, &err);
+        return;
+    }
+    px__api_json(rs, 200, json_object());
+}
+
+static void upload_log(px__api_req *rq, px__api_resp *rs, px__job *job)
+{
+    int attempt, rank;
+    if (!int_arg(rq, rs, NULL, "attempt", &attempt) || !int_arg(rq, rs, NULL, "rank", &rank))
+        return;
+    const char *stream = px__api_query(rq, "stream");
+    if (!stream || (strcmp(stream, "stdout") != 0 && strcmp(stream, "stderr") != 0)) {
+        px__api_error(rs, 400, "?stream=: expected stdout or stderr");
+        return;
+    }
+    if (attempt != job->row.attempt) {
+        px__api_error(rs, 409, "stale attempt: job %s is at attempt %d, not %d; stop this work",
+                      job->row.id, job->row.attempt, attempt);
+        return;
+    }
+    int64_t seq;
+    px_err err;
+    if (rq->srv->store.ops->append_log(rq->srv->store.self, job->row.id, attempt, rank, stream,
+                                       rq->body, rq->body_len, &seq, &err) != PX_OK) {
+        px__api_fail(rs, &err);
+        return;
+    }
+    pthread_cond_broadcast(&rq->srv->changed);
+    px__api_json(rs, 200, json_pack("{s:I}", "seq", (json_int_t)seq));
+}
+
+static void upload_artifact(px__api_req *rq, px__api_resp *rs, px__job *job, const char *name)
+{
+    int attempt, rank = 0;
+    if (!int_arg(rq, rs, NULL, "attempt", &attempt) ||
+        (px__api_query(rq, "rank") && !int_arg(rq, rs, NULL, "rank", &rank)))
+        return;
+    if (attempt != job->row.attempt) {
+        px__api_error(rs, 409, "stale attempt: job %s is at attempt %d, not %d; stop this work",
+                      job->row.id, job->row.attempt, attempt);
+        return;
+    }
+    int fd;
+    px_err err;
+    if (px__artifact_open(rq->srv->data_dir, job->row.id, name, true, &fd, &err) != PX_OK) {
+        px__api_fail(rs, &err);
+        return;
+    }
+    px_status st = px__write_all(fd, rq->body, rq->body_len, &err);
+    close(fd);
+    if (st != PX_OK) {
+        px__api_fail(rs, &err);
+        return;
+    }
+    px_digest d;
+    px_sha256(rq->body, rq->body_len, &d);
+    char hex[65];
+    px_digest_hex(&d, hex);
+    px__artifact_row a = {job->row.id, (char *)name, hex,           (int64_t)rq->body_len,
+                          rank,        attempt,      px_wall_time()};
+    if (rq->srv->store.ops->put_artifact(rq->srv->store.self, &a, &err) != PX_OK) {
+        px__api_fail(rs, &err);
+        return;
+    }
+    px__api_json(rs, 201,
+                 json_pack("{s:s, s:I, s:s}", "name", name, "size", (json_int_t)rq->body_len,
+                           "sha256", hex));
+}
+
+static void job_report_route(px__api_req *rq, px__api_resp *rs, const char *rest)
+{
+    char id[64];
+    const char *slash = strchr(rest, '/');
+    size_t n = slash ? (size_t)(slash - rest) : 0;
+    if (!slash || n == 0 || n >= sizeof id) {
+        px__api_error(rs, 404, "%s: no such endpoint", rq->url);
+        return;
+    }
+    memcpy(id, rest, n);
+    id[n] = '\0';
+    const char *sub = slash + 1;
+    bool post = strcmp(rq->method, "POST") == 0;
+    px__job *job = active_job(rq, rs, id);
+    if (!job)
+        return;
+    if ((strcmp(sub, "start") == 0 || strcmp(sub, "finish") == 0) && post)
+        report(rq, rs, job, sub);
+    else if (strcmp(sub, "logs") == 0 && post)
+        upload_log(rq, rs, job);
+    else if (px_str_starts_with(sub, "artifacts/") && strcmp(rq->method, "PUT") == 0)
+        upload_artifact(rq, rs, job, sub + strlen("artifacts/"));
+    else
+        px__api_error(rs, 405, "%s %s: method or path not supported", rq->method, rq->url);
+}
+
+bool px__api_agent_route(px__api_req *rq, px__api_resp *rs)
+{
+    const char *u = rq->url;
+    bool post = strcmp(rq->method, "POST") == 0;
+    if (strcmp(u, "/v1/agent/register") == 0 && post)
+        do_register(rq, rs);
+    else if (strcmp(u, "/v1/agent/heartbeat") == 0 && post)
+        heartbeat(rq, rs);
+    else if (strcmp(u, "/v1/agent/assignments") == 0 && strcmp(rq->method, "GET") == 0)
+        assignments(rq, rs);
+    else if (px_str_starts_with(u, "/v1/agent/jobs/"))
+        job_report_route(rq, rs, u + strlen("/v1/agent/jobs/"));
+    else
+        return false;
+    return true;
+}

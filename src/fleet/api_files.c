@@ -1,0 +1,146 @@
+/* Artifact and blob files on the server: names that cannot escape their
+ * folder, every path component opened with O_NOFOLLOW, atomic blobs. */
+#include "base/common.h"
+
+#include "fleet/fleet_impl.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+px_status px__artifact_name_check(const char *name, size_t len, px_err *err)
+{
+    if (len == 0 || len > 255)
+        return px_err_set(err, PX_EINVAL, "artifact name must have 1 to 255 bytes");
+    if (strlen(name) != len)
+        return px_err_set(err, PX_EINVAL, "artifact name contains a NUL byte");
+    if (name[0] == '/')
+        return px_err_set(err, PX_EINVAL,
+                          "artifact name \"%.64s\" is absolute; use a path "
+                          "relative to the job's folder",
+                          name);
+    if (strchr(name, '\\'))
+        return px_err_set(err, PX_EINVAL, "artifact name \"%.64s\" contains a backslash", name);
+    for (const char *c = name; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            return px_err_set(err, PX_EINVAL,
+                              "artifact name contains a NUL or control character (byte %zu); "
+                              "use printable names",
+                              (size_t)(c - name));
+    const char *p = name;
+    while (*p) {
+        const char *slash = strchr(p, '/');
+        size_t n = slash ? (size_t)(slash - p) : strlen(p);
+        if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+            return px_err_set(err, PX_EINVAL,
+                              "artifact name \"%.64s\" has an empty, \".\" or \"..\" component; "
+                              "artifacts cannot leave their job's folder",
+                              name);
+        if (!slash)
+            break;
+        p = slash + 1;
+        if (!*p)
+            return px_err_set(err, PX_EINVAL, "artifact name \"%.64s\" ends with /", name);
+    }
+    return PX_OK;
+}
+
+/* Opens DATA/artifacts/<job>/<name> walking one component at a time with
+ * O_NOFOLLOW, so a symbolic link planted anywhere on the way is refused. */
+px_status px__artifact_open(const char *data_dir, const char *job, const char *name, bool create,
+                            int *out_fd, px_err *err)
+{
+    px_status st = px__artifact_name_check(name, strlen(name), err);
+    if (st != PX_OK)
+        return st;
+    char base[PATH_MAX];
+    snprintf(base, sizeof base, "%s/artifacts", data_dir);
+    int dir = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0)
+        return px_err_set(err, PX_EIO, "%s: %s", base, strerror(errno));
+    char *path = px_asprintf("%s/%s", job, name);
+    if (!path) {
+        close(dir);
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    }
+    char *p = path;
+    for (;;) {
+        char *slash = strchr(p, '/');
+        if (!slash)
+            break;
+        *slash = '\0';
+        if (create && mkdirat(dir, p, 0700) != 0 && errno != EEXIST) {
+            st = px_err_set(err, PX_EIO, "artifact %s: cannot create folder: %s", name,
+                            strerror(errno));
+            goto done;
+        }
+        int next = openat(dir, p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (next < 0) {
+            st = px_err_set(err, errno == ENOENT ? PX_ENOTFOUND : PX_EINVAL, "artifact %s: %s",
+                            name, errno == ENOENT ? "not found" : "a folder on its path is a link");
+            goto done;
+        }
+        close(dir);
+        dir = next;
+        p = slash + 1;
+    }
+    int fd = openat(dir, p,
+                    create ? O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC
+                           : O_RDONLY | O_NOFOLLOW | O_CLOEXEC,
+                    0600);
+    if (fd < 0)
+        st = px_err_set(err, errno == ENOENT ? PX_ENOTFOUND : PX_EINVAL, "artifact %s: %s", name,
+                        errno == ENOENT ? "not found" : strerror(errno));
+    else
+        *out_fd = fd;
+done:
+    free(path);
+    close(dir);
+    return st;
+}
+
+px_status px__write_all(int fd, const void *data, size_t len, px_err *err)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return px_err_set(err, PX_EIO, "write failed: %s", strerror(errno));
+        p += n;
+        len -= (size_t)n;
+    }
+    if (fsync(fd) != 0)
+        return px_err_set(err, PX_EIO, "fsync failed: %s", strerror(errno));
+    return PX_OK;
+}
+
+px_status px__blob_path(const char *data_dir, const char *hex, char *out, size_t n, px_err *err)
+{
+    px_digest d;
+    if (strlen(hex) != 64 || px_digest_parse(hex, &d) != PX_OK)
+        return px_err_set(err, PX_EINVAL, "blob \"%.80s\": expected a SHA-256 as 64 hex digits",
+                          hex);
+    char canon[65];
+    px_digest_hex(&d, canon);
+    snprintf(out, n, "%s/blobs/%s", data_dir, canon);
+    return PX_OK;
+}
+
+/* Opens a file for reading (no links) and reports its size. */
+px_status px__open_read(const char *path, int *fd, size_t *size, px_err *err)
+{
+    int f = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (f < 0)
+        return px_err_set(err, errno == ENOENT ? PX_ENOTFOUND : PX_EIO, "%s",
+                          errno == ENOENT ? "not found" : strerror(errno));
+    struct stat stt;
+    if (fstat(f, &stt) != 0 || !S_ISREG(stt.st_mode)) {
+        close(f);
+        return px_err_set(err, PX_EIO, "not a regular file");
+    }
+    *fd = f;
+    *size = (size_t)stt.st_size;
+    return PX_OK;
+}

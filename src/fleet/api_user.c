@@ -1,0 +1,512 @@
+/* User endpoints: submit, list, inspect, cancel, explain, logs, artifacts,
+ * nodes, blobs.  Called with the server lock held. */
+#include "base/common.h"
+
+#include "fleet/fleet_impl.h"
+
+#include <unistd.h>
+
+#define LOG_REPLY_MAX (4u << 20)
+#define MAX_WAIT_S    30
+
+static json_t *parse_or_null(const char *text)
+{
+    json_t *v = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
+    return v ? v : json_null();
+}
+
+static json_t *time_json(int64_t t)
+{
+    if (t <= 0)
+        return json_null();
+    char buf[32];
+    px_time_format(t, buf);
+    return json_string(buf);
+}
+
+json_t *px__srv_job_json(px_fleet_server *srv, const px__job_row *row, const px__job *live,
+                         bool detail)
+{
+    (void)srv;
+    json_t *members = parse_or_null(row->members);
+    json_t *nodes = json_array();
+    for (size_t i = 0; json_is_array(members) && i < json_array_size(members); i++) {
+        const json_t *n = json_object_get(json_array_get(members, i), "node");
+        if (json_is_string(n))
+            json_array_append(nodes, (json_t *)n);
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(row->id));
+    json_object_set_new(o, "name", json_string(row->name ? row->name : row->id));
+    json_object_set_new(o, "state",
+                        json_string(live ? px__job_state_name(live->state) : row->state));
+    json_object_set_new(o, "attempt", json_integer(row->attempt));
+    json_object_set_new(o, "nodes", nodes);
+    json_object_set_new(o, "created", time_json(row->created));
+    json_object_set_new(o, "updated", time_json(row->updated));
+    json_object_set_new(o, "exit_code",
+                        row->exit_code == INT_MIN ? json_null() : json_integer(row->exit_code));
+    if (detail) {
+        json_object_set_new(o, "spec", parse_or_null(row->spec));
+        json_object_set(o, "members", members);
+        json_object_set_new(o, "result", parse_or_null(row->result));
+        json_object_set_new(o, "error", row->error ? json_string(row->error) : json_null());
+        json_object_set_new(o, "restarts", json_integer(row->restarts));
+        json_object_set_new(o, "plan", parse_or_null(row->plan));
+    }
+    json_decref(members);
+    return o;
+}
+
+json_t *px__srv_node_json(px_fleet_server *srv, size_t i)
+{
+    const px__sched_node *n = &srv->sched->nodes[i];
+    static const char *const states[] = {"online", "offline", "draining"};
+    json_t *devs = json_array(), *fws = json_array(), *res = json_array(), *run = json_array();
+    for (int d = 0; d < n->n_devs; d++) {
+        const px__sched_device *dv = &n->devs[d];
+        const char *owner = NULL;
+        for (size_t a = 0; a < n->n_allocs && !owner; a++)
+            if (n->allocs[a].devices >> d & 1)
+                owner = n->allocs[a].owner;
+        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:f}", "id", dv->id, "class",
+                              dv->gpu ? "gpu" : "cpu", "vendor", dv->vendor, "model", dv->model,
+                              "capability", dv->capability, "memory", dv->mem_total);
+        json_object_set_new(o, "memory_free",
+                            dv->mem_free >= 0 ? json_real(dv->mem_free) : json_null());
+        json_object_set_new(o, "allocated_to", owner ? json_string(owner) : json_null());
+        json_array_append_new(devs, o);
+    }
+    for (int f = 0; f < n->n_fws; f++)
+        json_array_append_new(
+            fws, json_pack("{s:s, s:s}", "name", n->fws[f].name, "version", n->fws[f].version));
+    for (size_t r = 0; r < n->n_resident && r < 1000; r++) {
+        char hex[65];
+        px_digest_hex(&n->resident[r], hex);
+        json_array_append_new(res, json_string(hex));
+    }
+    for (size_t a = 0; a < n->n_allocs; a++) {
+        px__job *j = px__srv_find_job(srv, n->allocs[a].owner);
+        json_array_append_new(run,
+                              json_pack("{s:s, s:i, s:i}", "job", n->allocs[a].owner, "attempt",
+                                        j ? j->row.attempt : 0, "rank", n->allocs[a].rank));
+    }
+    double age = i < srv->cap_last_seen ? ((double)px_now_ns() - srv->last_seen_ns[i]) / 1e9 : -1;
+    json_t *o =
+        json_pack("{s:s, s:s, s:s, s:b, s:s, s:f, s:f, s:f, s:f, s:o, s:o, s:o, s:o}", "id",
+                  n->name, "name", n->name, "state", states[n->state], "emulated", n->emulated,
+                  "address", n->address ? n->address : "", "cpus", n->cpus, "cpus_allocated",
+                  n->cpus_used, "memory", n->memory, "memory_allocated", n->memory_used, "devices",
+                  devs, "frameworks", fws, "resident", res, "running", run);
+    json_object_set_new(
+        o, "live",
+        json_pack("{s:f, s:o}", "load", n->load, "memory_free",
+                  n->mem_free_live >= 0 ? json_real(n->mem_free_live) : json_null()));
+    json_object_set_new(o, "seconds_since_heartbeat", json_real(round(age * 10) / 10));
+    return o;
+}
+
+/* ---- jobs ---- */
+
+static void submit(px__api_req *rq, px__api_resp *rs)
+{
+    json_t *spec = px__api_body_json(rq, rs);
+    if (!spec)
+        return;
+    px__job *job;
+    px_err err;
+    if (px__srv_submit(rq->srv, spec, &job, &err) != PX_OK)
+        px__api_fail(rs, &err);
+    else
+        px__api_json(rs, 201,
+                     json_pack("{s:s, s:s, s:i}", "id", job->row.id, "state", "queued", "attempt",
+                               job->row.attempt));
+    json_decref(spec);
+}
+
+typedef struct list_ctx {
+    px_fleet_server *srv;
+    json_t *arr;
+} list_ctx;
+
+static void list_one(const px__job_row *row, void *ud)
+{
+    list_ctx *c = ud;
+    px__job *live = px__srv_find_job(c->srv, row->id);
+    json_array_append_new(c->arr, px__srv_job_json(c->srv, live ? &live->row : row, live, false));
+}
+
+static void list(px__api_req *rq, px__api_resp *rs)
+{
+    const char *state = px__api_query(rq, "state");
+    const char *lim = px__api_query(rq, "limit");
+    px__job_state ignored;
+    if (state && strcmp(state, "active") != 0 && !px__job_state_parse(state, &ignored)) {
+        px__api_error(rs, 400,
+                      "state \"%.32s\": expected queued, assigned, running, succeeded, "
+                      "failed, cancelled or active",
+                      state);
+        return;
+    }
+    long limit = 100;
+    if (lim) {
+        char *end;
+        limit = strtol(lim, &end, 10);
+        if (*end || limit < 1 || limit > 1000) {
+            px__api_error(rs, 400, "limit \"%.32s\": expected 1..1000", lim);
+            return;
+        }
+    }
+    list_ctx c = {rq->srv, json_array()};
+    px_err err;
+    if (rq->srv->store.ops->list_jobs(rq->srv->store.self, state ? state : "", (int)limit, list_one,
+                                      &c, &err) != PX_OK) {
+        json_decref(c.arr);
+        px__api_fail(rs, &err);
+        return;
+    }
+    px__api_json(rs, 200, json_pack("{s:o}", "jobs", c.arr));
+}
+
+/* Loads a job's row: the live one when active, else from the store. */
+static bool job_row(px__api_req *rq, px__api_resp *rs, const char *id, px__job_row *row,
+                    px__job **live)
+{
+    *live = px__srv_find_job(rq->srv, id);
+    memset(row, 0, sizeof *row);
+    if (*live)
+        return true;
+    px_err err;
+    if (rq->srv->store.ops->get_job(rq->srv->store.self, id, row, &err) != PX_OK) {
+        px__api_fail(rs, &err);
+        return false;
+    }
+    return true;
+}
+
+static void explain(px__api_req *rq, px__api_resp *rs, const char *id)
+{
+    px__job_row row;
+    px__job *live;
+    if (!job_row(rq, rs, id, &row, &live))
+        return;
+    if (live && live->explain) {
+        px__api_json(rs, 200, json_incref(live->explain));
+        return;
+    }
+    char *text;
+    px_err err;
+    px_status st = rq->srv->store.ops->get_explanation(rq->srv->store.self, id, &text, &err);
+    if (st == PX_OK) {
+        json_t *v = json_loads(text, 0, NULL);
+        free(text);
+        px__api_json(rs, v ? 200 : 500,
+                     v ? v : json_pack("{s:s}", "error", "stored explanation unreadable"));
+    } else if (st == PX_ENOTFOUND)
+        px__api_json(rs, 200,
+                     json_pack("{s:s, s:{s:b, s:[], s:s}}", "job", id, "decision", "placed", 0,
+                               "nodes", "summary", "not yet considered"));
+    else
+        px__api_fail(rs, &err);
+    px__job_row_release(&row);
+}
+
+/* Appends text as valid UTF-8: bytes that are not become U+FFFD. */
+static void add_utf8(px_strbuf *sb, const unsigned char *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = p[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = len > 0 && i + len <= n && c != 0;
+        for (size_t k = 1; ok && k < len; k++)
+            ok = (p[i + k] & 0xC0) == 0x80;
+        if (ok && len == 2 && c < 0xC2)
+            ok = false;
+        if (ok) {
+            px_strbuf_add(sb, p + i, len);
+            i += len;
+        } else {
+            px_strbuf_adds(sb, "\xEF\xBF\xBD");
+            i++;
+        }
+    }
+}
+
+typedef struct logs_ctx {
+    json_t *chunks;
+    int64_t next;
+    size_t bytes;
+    bool more;
+    size_t n;
+} logs_ctx;
+
+static void log_one(const px__log_chunk *c, void *ud)
+{
+    logs_ctx *x = ud;
+    x->n++;
+    if (x->more || (x->bytes > 0 && x->bytes + c->len > LOG_REPLY_MAX)) {
+        x->more = true;
+        return;
+    }
+    x->bytes += c->len;
+    px_strbuf sb = PX_STRBUF_INIT;
+    add_utf8(&sb, (const unsigned char *)c->data, c->len);
+    json_array_append_new(x->chunks,
+                          json_pack("{s:I, s:s, s:i, s:i, s:s%}", "seq", (json_int_t)c->seq,
+                                    "stream", c->stream, "rank", c->rank, "attempt", c->attempt,
+                                    "data", sb.buf, sb.len));
+    px_strbuf_release(&sb);
+    x->next = c->seq;
+}
+
+static bool parse_num(const char *text, double lo, double hi, double *out)
+{
+    if (!text)
+        return true;
+    char *end;
+    double v = strtod(text, &end);
+    if (*end || end == text || !(v >= lo && v <= hi))
+        return false;
+    *out = v;
+    return true;
+}
+
+static void logs(px__api_req *rq, px__api_resp *rs, const char *id)
+{
+    double after = 0, wait = 0;
+    const char *stream = px__api_query(rq, "stream");
+    if (!parse_num(px__api_query(rq, "after"), 0, 9e15, &after) ||
+        !parse_num(px__api_query(rq, "wait"), 0, MAX_WAIT_S, &wait)) {
+        px__api_error(rs, 400, "logs: after must be a sequence number, wait 0..%d seconds",
+                      MAX_WAIT_S);
+        return;
+    }
+    if (stream && strcmp(stream, "stdout") != 0 && strcmp(stream, "stderr") != 0) {
+        px__api_error(rs, 400, "logs: stream must be stdout or stderr");
+        return;
+    }
+    px__job_row row;
+    px__job *live;
+    if (!job_row(rq, rs, id, &row, &live))
+        return;
+    px__job_row_release(&row);
+    uint64_t deadline = px_now_ns() + (uint64_t)(wait * 1e9);
+    for (;;) {
+        logs_ctx x = {json_array(), (int64_t)after, 0, false, 0};
+        px_err err;
+        if (rq->srv->store.ops->read_logs(rq->srv->store.self, id, (int64_t)after, stream, SIZE_MAX,
+                                          log_one, &x, &err) != PX_OK) {
+            json_decref(x.chunks);
+            px__api_fail(rs, &err);
+            return;
+        }
+        bool active = px__srv_find_job(rq->srv, id) != NULL;
+        if (x.n > 0 || !active || !px__srv_wait(rq->srv, deadline)) {
+            bool done = !active && !x.more && x.n < 10000;
+            px__api_json(rs, 200,
+                         json_pack("{s:o, s:I, s:b}", "chunks", x.chunks, "next",
+                                   (json_int_t)x.next, "done", done));
+            return;
+        }
+        json_decref(x.chunks);
+    }
+}
+
+typedef struct arts_ctx {
+    json_t *arr;
+} arts_ctx;
+
+static void art_one(const px__artifact_row *a, void *ud)
+{
+    arts_ctx *c = ud;
+    json_t *o = json_pack("{s:s, s:I, s:s, s:i, s:i}", "name", a->name, "size", (json_int_t)a->size,
+                          "sha256", a->sha256, "rank", a->rank, "attempt", a->attempt);
+    json_object_set_new(o, "created", time_json(a->created));
+    json_array_append_new(c->arr, o);
+}
+
+static void artifacts(px__api_req *rq, px__api_resp *rs, const char *id, const char *name)
+{
+    px__job_row row;
+    px__job *live;
+    if (!job_row(rq, rs, id, &row, &live))
+        return;
+    px__job_row_release(&row);
+    px_err err;
+    if (!name) {
+        arts_ctx c = {json_array()};
+        if (rq->srv->store.ops->list_artifacts(rq->srv->store.self, id, art_one, &c, &err) !=
+            PX_OK) {
+            json_decref(c.arr);
+            px__api_fail(rs, &err);
+        } else
+            px__api_json(rs, 200, json_pack("{s:o}", "artifacts", c.arr));
+        return;
+    }
+    int fd;
+    if (px__artifact_open(rq->srv->data_dir, id, name, false, &fd, &err) != PX_OK) {
+        px__api_fail(rs, &err);
+        return;
+    }
+    size_t size;
+    off_t end = lseek(fd, 0, SEEK_END);
+    lseek(fd, 0, SEEK_SET);
+    size = end > 0 ? (size_t)end : 0;
+    rs->status = 200;
+    rs->fd = fd;
+    rs->len = size;
+    rs->ctype = "application/octet-stream";
+}
+
+static void jobs_route(px__api_req *rq, px__api_resp *rs, const char *rest)
+{
+    /* rest: "<id>", "<id>/cancel", "<id>/explain", "<id>/logs", "<id>/artifacts[/<name>]" */
+    char id[64];
+    const char *slash = strchr(rest, '/');
+    size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
+    if (n == 0 || n >= sizeof id) {
+        px__api_error(rs, 404, "no job \"%.64s\"", rest);
+        return;
+    }
+    memcpy(id, rest, n);
+    id[n] = '\0';
+    const char *sub = slash ? slash + 1 : "";
+    bool get = strcmp(rq->method, "GET") == 0, post = strcmp(rq->method, "POST") == 0;
+    if (!*sub && get) {
+        px__job_row row;
+        px__job *live;
+        if (!job_row(rq, rs, id, &row, &live))
+            return;
+        px__api_json(rs, 200, px__srv_job_json(rq->srv, live ? &live->row : &row, live, true));
+        px__job_row_release(&row);
+    } else if (strcmp(sub, "cancel") == 0 && post) {
+        px_err err;
+        if (px__srv_cancel(rq->srv, id, &err) != PX_OK)
+            px__api_fail(rs, &err);
+        else
+            px__api_json(rs, 200, json_pack("{s:s, s:s}", "id", id, "state", "cancelled"));
+    } else if (strcmp(sub, "explain") == 0 && get)
+        explain(rq, rs, id);
+    else if (strcmp(sub, "logs") == 0 && get)
+        logs(rq, rs, id);
+    else if (strcmp(sub, "artifacts") == 0 && get)
+        artifacts(rq, rs, id, NULL);
+    else if (px_str_starts_with(sub, "artifacts/") && get)
+        artifacts(rq, rs, id, sub + strlen("artifacts/"));
+    else
+        px__api_error(rs, 405, "%s /v1/jobs/%s: method or path not supported", rq->method, rest);
+}
+
+/* ---- nodes and blobs ---- */
+
+static void nodes_route(px__api_req *rq, px__api_resp *rs, const char *rest)
+{
+    px_fleet_server *srv = rq->srv;
+    if (!*rest && strcmp(rq->method, "GET") == 0) {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < px_fleet_sched_n_nodes(srv->sched); i++)
+            json_array_append_new(arr, px__srv_node_json(srv, i));
+        px__api_json(rs, 200, json_pack("{s:o}", "nodes", arr));
+        return;
+    }
+    const char *slash = strchr(rest, '/');
+    if (!slash || strcmp(rq->method, "POST") != 0 ||
+        (strcmp(slash + 1, "drain") != 0 && strcmp(slash + 1, "undrain") != 0)) {
+        px__api_error(rs, 404, "%s /v1/nodes/%.64s: no such endpoint", rq->method, rest);
+        return;
+    }
+    char name[80];
+    size_t n = (size_t)(slash - rest);
+    if (n >= sizeof name) {
+        px__api_error(rs, 404, "no node \"%.64s\"", rest);
+        return;
+    }
+    memcpy(name, rest, n);
+    name[n] = '\0';
+    size_t i;
+    if (px_fleet_sched_find_node(srv->sched, name, &i) != PX_OK) {
+        px__api_error(rs, 404, "no node \"%s\"; see GET /v1/nodes", name);
+        return;
+    }
+    bool drain = strcmp(slash + 1, "drain") == 0;
+    px_fleet_node_state st = px_fleet_sched_state(srv->sched, i);
+    if (drain && st == PX_FLEET_NODE_ONLINE)
+        px_fleet_sched_set_state(srv->sched, i, PX_FLEET_NODE_DRAINING);
+    else if (!drain && st == PX_FLEET_NODE_DRAINING) {
+        px_fleet_sched_set_state(srv->sched, i, PX_FLEET_NODE_ONLINE);
+        srv->dirty = true;
+        pthread_cond_signal(&srv->kick);
+    }
+    static const char *const names[] = {"online", "offline", "draining"};
+    srv->store.ops->put_node(srv->store.self, name, NULL,
+                             names[px_fleet_sched_state(srv->sched, i)], px_wall_time(), NULL);
+    px__api_json(rs, 200, px__srv_node_json(srv, i));
+}
+
+static void blobs_route(px__api_req *rq, px__api_resp *rs, const char *rest)
+{
+    char path[PATH_MAX];
+    px_err err;
+    if (!*rest && strcmp(rq->method, "POST") == 0) {
+        px_digest d;
+        px_sha256(rq->body, rq->body_len, &d);
+        char hex[65];
+        px_digest_hex(&d, hex);
+        snprintf(path, sizeof path, "%s/blobs/%s", rq->srv->data_dir, hex);
+        if (access(path, F_OK) != 0 &&
+            px_write_file(path, rq->body_len ? rq->body : "", rq->body_len, &err) != PX_OK) {
+            px__api_fail(rs, &err);
+            return;
+        }
+        px__api_json(rs, 201,
+                     json_pack("{s:s, s:I}", "digest", hex, "size", (json_int_t)rq->body_len));
+        return;
+    }
+    if (*rest && strcmp(rq->method, "GET") == 0) {
+        int fd;
+        size_t size;
+        if (px__blob_path(rq->srv->data_dir, rest, path, sizeof path, &err) != PX_OK ||
+            px__open_read(path, &fd, &size, &err) != PX_OK) {
+            if (err.code == PX_ENOTFOUND)
+                px_err_set(&err, PX_ENOTFOUND, "no blob %.64s; upload it with POST /v1/blobs",
+                           rest);
+            px__api_fail(rs, &err);
+            return;
+        }
+        rs->status = 200;
+        rs->fd = fd;
+        rs->len = size;
+        rs->ctype = "application/octet-stream";
+        return;
+    }
+    px__api_error(rs, 405, "%s /v1/blobs: use POST /v1/blobs or GET /v1/blobs/<digest>",
+                  rq->method);
+}
+
+bool px__api_user_route(px__api_req *rq, px__api_resp *rs)
+{
+    const char *u = rq->url;
+    if (strcmp(u, "/v1/jobs") == 0) {
+        if (strcmp(rq->method, "POST") == 0)
+            submit(rq, rs);
+        else if (strcmp(rq->method, "GET") == 0)
+            list(rq, rs);
+        else
+            px__api_error(rs, 405, "%s /v1/jobs: use GET or POST", rq->method);
+        return true;
+    }
+    if (px_str_starts_with(u, "/v1/jobs/")) {
+        jobs_route(rq, rs, u + strlen("/v1/jobs/"));
+        return true;
+    }
+    if (strcmp(u, "/v1/nodes") == 0 || px_str_starts_with(u, "/v1/nodes/")) {
+        nodes_route(rq, rs, u[strlen("/v1/nodes")] ? u + strlen("/v1/nodes/") : "");
+        return true;
+    }
+    if (strcmp(u, "/v1/blobs") == 0 || px_str_starts_with(u, "/v1/blobs/")) {
+        blobs_route(rq, rs, u[strlen("/v1/blobs")] ? u + strlen("/v1/blobs/") : "");
+        return true;
+    }
+    return false;
+}

@@ -1,0 +1,396 @@
+/*
+ * The HTTP client of the fleet API over libcurl, used by the agent and by
+ * the client commands.  One client is one connection (kept alive between
+ * calls); it is not shared between threads.  Replies are bounded, and
+ * curl's and the server's errors become px_err messages that name the
+ * server, the request and the server's own explanation.  The token is
+ * sent in a header and never appears in a message.
+ */
+#include "base/common.h"
+
+#include "plexus/fleet.h"
+
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define REPLY_MAX_BYTES    (64u << 20)
+#define DOWNLOAD_MAX_BYTES (1ull << 32)
+
+struct px_fleet_client {
+    CURL *curl;
+    char *base; /* "http://127.0.0.1:7070", no trailing slash */
+    char *auth; /* "Authorization: Bearer ..." */
+    long timeout_ms;
+    volatile int *abort_flag; /* a request in flight ends when it becomes nonzero */
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_status;
+
+static void curl_init(void)
+{
+    curl_init_status = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+px_status px_fleet_client_new(const char *server_url, const char *token, px_fleet_client **out,
+                              px_err *err)
+{
+    *out = NULL;
+    if (!server_url || !server_url[0])
+        server_url = "http://127.0.0.1:7070";
+    if (!px_str_starts_with(server_url, "http://") && !px_str_starts_with(server_url, "https://"))
+        return px_err_set(err, PX_EINVAL,
+                          "server URL \"%s\" must start with http:// or https:// (e.g. "
+                          "http://127.0.0.1:7070)",
+                          server_url);
+    if (strlen(server_url) > 2048)
+        return px_err_set(err, PX_EINVAL, "server URL is longer than 2048 characters");
+    if (token) {
+        for (const char *t = token; *t; t++)
+            if ((unsigned char)*t <= ' ' || (unsigned char)*t >= 127)
+                return px_err_set(err, PX_EINVAL,
+                                  "the token holds a space or a non-printable character; "
+                                  "check --token or PLEXUS_TOKEN");
+    }
+    pthread_once(&curl_once, curl_init);
+    if (curl_init_status != CURLE_OK)
+        return px_err_set(err, PX_EIO, "cannot initialise libcurl: %s",
+                          curl_easy_strerror(curl_init_status));
+    px_fleet_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    c->base = px_strdup(server_url);
+    c->auth = token && token[0] ? px_asprintf("Authorization: Bearer %s", token) : NULL;
+    c->curl = curl_easy_init();
+    c->timeout_ms = 30000;
+    if (!c->base || !c->curl || (token && token[0] && !c->auth)) {
+        px_fleet_client_free(c);
+        return px_err_set(err, PX_ENOMEM, "out of memory creating the HTTP client");
+    }
+    size_t n = strlen(c->base);
+    while (n > 0 && c->base[n - 1] == '/')
+        c->base[--n] = '\0';
+    *out = c;
+    return PX_OK;
+}
+
+void px_fleet_client_free(px_fleet_client *c)
+{
+    if (!c)
+        return;
+    if (c->curl)
+        curl_easy_cleanup(c->curl);
+    if (c->auth) {
+        /* The token should not outlive the client in freed memory. */
+        volatile char *p = c->auth;
+        while (*p)
+            *p++ = 0;
+        free(c->auth);
+    }
+    free(c->base);
+    free(c);
+}
+
+void px_fleet_client_set_timeout(px_fleet_client *c, int timeout_ms)
+{
+    c->timeout_ms = timeout_ms > 0 ? timeout_ms : 30000;
+}
+
+void px_fleet_client_set_abort(px_fleet_client *c, volatile int *flag)
+{
+    c->abort_flag = flag;
+}
+
+static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    volatile int *flag = ud;
+    return *flag ? 1 : 0;
+}
+
+const char *px_fleet_client_server(const px_fleet_client *c)
+{
+    return c->base;
+}
+
+typedef struct sink {
+    px_strbuf body;
+    int fd; /* download target, or -1 */
+    uint64_t n;
+    uint64_t max;
+    bool too_big;
+    bool write_failed;
+} sink;
+
+static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    sink *s = ud;
+    size_t len = size * nmemb;
+    if (s->n + len > s->max) {
+        s->too_big = true;
+        return 0;
+    }
+    s->n += len;
+    if (s->fd >= 0) {
+        for (size_t off = 0; off < len;) {
+            ssize_t w = write(s->fd, ptr + off, len - off);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0) {
+                s->write_failed = true;
+                return 0;
+            }
+            off += (size_t)w;
+        }
+        /* Error replies are JSON: keep their start for the message. */
+        if (s->body.len < 4096)
+            px_strbuf_add(&s->body, ptr, PX_MIN(len, 4096 - s->body.len));
+        return len;
+    }
+    return px_strbuf_add(&s->body, ptr, len) == PX_OK ? len : 0;
+}
+
+static px_status status_for_http(long code)
+{
+    switch (code) {
+    case 400:
+        return PX_EINVAL;
+    case 401:
+    case 403:
+        return PX_EAUTH;
+    case 404:
+        return PX_ENOTFOUND;
+    case 409:
+        return PX_ESTATE;
+    case 413:
+        return PX_ELIMIT;
+    default:
+        return code >= 500 ? PX_EPEER : PX_EINVAL;
+    }
+}
+
+/* The server's {"error": "..."} text, or the start of the body. */
+static void error_text(const px_strbuf *body, char *out, size_t n)
+{
+    json_t *v = json_loadb(body->buf, body->len, 0, NULL);
+    const char *e = json_string_value(json_object_get(v, "error"));
+    if (e)
+        px_strlcpy(out, e, n);
+    else
+        snprintf(out, n, "%.*s", (int)PX_MIN(body->len, 200), body->buf);
+    json_decref(v);
+}
+
+typedef struct request {
+    const char *method;
+    const char *path;
+    const void *data; /* request body, or NULL */
+    size_t len;
+    const char *content_type;
+    int upload_fd; /* stream a file as the body, or -1 */
+    uint64_t upload_len;
+    int download_fd; /* write the reply body here, or -1 */
+} request;
+
+static size_t on_read(char *buf, size_t size, size_t nmemb, void *ud)
+{
+    int fd = *(int *)ud;
+    ssize_t r;
+    do
+        r = read(fd, buf, size * nmemb);
+    while (r < 0 && errno == EINTR);
+    return r < 0 ? CURL_READFUNC_ABORT : (size_t)r;
+}
+
+static px_status perform(px_fleet_client *c, const request *rq, long *http_status, sink *s,
+                         px_err *err)
+{
+    CURL *h = c->curl;
+    curl_easy_reset(h);
+    char *url = px_asprintf("%s%s", c->base, rq->path);
+    if (!url)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    struct curl_slist *hdrs = NULL;
+    if (c->auth)
+        hdrs = curl_slist_append(hdrs, c->auth);
+    char ct[128];
+    snprintf(ct, sizeof ct, "Content-Type: %s",
+             rq->content_type ? rq->content_type : "application/json");
+    hdrs = curl_slist_append(hdrs, ct);
+    /* No "100 continue" round trip for uploads on loopback. */
+    hdrs = curl_slist_append(hdrs, "Expect:");
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, c->timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    if (c->abort_flag) {
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)c->abort_flag);
+    }
+    int upload_fd = rq->upload_fd;
+    if (!strcmp(rq->method, "GET")) {
+        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    } else if (upload_fd >= 0) {
+        curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+        curl_easy_setopt(h, CURLOPT_READDATA, &upload_fd);
+        curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)rq->upload_len);
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, rq->method);
+    } else {
+        curl_easy_setopt(h, CURLOPT_POST, 1L);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, rq->data ? rq->data : "");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(rq->data ? rq->len : 0));
+        if (strcmp(rq->method, "POST"))
+            curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, rq->method);
+    }
+    CURLcode rc = curl_easy_perform(h);
+    long code = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    curl_slist_free_all(hdrs);
+    if (http_status)
+        *http_status = code;
+    px_status st = PX_OK;
+    if (rc != CURLE_OK) {
+        if (s->too_big)
+            st = px_err_set(err, PX_ELIMIT, "%s %s: reply larger than %llu bytes", rq->method, url,
+                            (unsigned long long)s->max);
+        else if (s->write_failed)
+            st = px_err_set(err, PX_EIO, "%s %s: cannot write the download: %s", rq->method, url,
+                            strerror(errno));
+        else if (rc == CURLE_ABORTED_BY_CALLBACK)
+            st = px_err_set(err, PX_ETIMEOUT, "%s %s: interrupted", rq->method, rq->path);
+        else
+            st = px_err_set(err, rc == CURLE_OPERATION_TIMEDOUT ? PX_ETIMEOUT : PX_EIO,
+                            "cannot reach the plexus server at %s (%s %s): %s; check --server "
+                            "or PLEXUS_SERVER and that the server runs",
+                            c->base, rq->method, rq->path, curl_easy_strerror(rc));
+    } else if (code < 200 || code >= 300) {
+        char text[200];
+        error_text(&s->body, text, sizeof text);
+        st = px_err_set(err, status_for_http(code), "%s %s: server answered %ld: %s", rq->method,
+                        rq->path, code, text);
+    }
+    free(url);
+    return st;
+}
+
+static px_status parse_reply(const sink *s, const char *path, json_t **reply, px_err *err)
+{
+    if (!reply)
+        return PX_OK;
+    *reply = NULL;
+    if (s->body.len == 0) {
+        *reply = json_object();
+        return *reply ? PX_OK : px_err_set(err, PX_ENOMEM, "out of memory");
+    }
+    px_json_limits lim = {.max_bytes = REPLY_MAX_BYTES, .max_string = REPLY_MAX_BYTES};
+    px_status st = px_json_parse(s->body.buf, s->body.len, path, &lim, reply, err);
+    if (st != PX_OK)
+        return px_err_prefix(err, st, "reply of the server: ");
+    return PX_OK;
+}
+
+px_status px_fleet_client_call(px_fleet_client *c, const char *method, const char *path,
+                               const json_t *body, long *http_status, json_t **reply, px_err *err)
+{
+    if (reply)
+        *reply = NULL;
+    char *text = NULL;
+    if (body && !(text = json_dumps(body, JSON_COMPACT)))
+        return px_err_set(err, PX_ENOMEM, "out of memory encoding the request");
+    request rq = {method, path, text, text ? strlen(text) : 0, NULL, -1, 0, -1};
+    sink s = {PX_STRBUF_INIT, -1, 0, REPLY_MAX_BYTES, false, false};
+    px_status st = perform(c, &rq, http_status, &s, err);
+    free(text);
+    if (st == PX_OK)
+        st = parse_reply(&s, path, reply, err);
+    px_strbuf_release(&s.body);
+    return st;
+}
+
+px_status px_fleet_client_send(px_fleet_client *c, const char *method, const char *path,
+                               const void *data, size_t len, long *http_status, json_t **reply,
+                               px_err *err)
+{
+    if (reply)
+        *reply = NULL;
+    request rq = {method, path, data, len, "application/octet-stream", -1, 0, -1};
+    sink s = {PX_STRBUF_INIT, -1, 0, REPLY_MAX_BYTES, false, false};
+    px_status st = perform(c, &rq, http_status, &s, err);
+    if (st == PX_OK)
+        st = parse_reply(&s, path, reply, err);
+    px_strbuf_release(&s.body);
+    return st;
+}
+
+px_status px_fleet_client_send_file(px_fleet_client *c, const char *method, const char *path,
+                                    const char *file, long *http_status, json_t **reply,
+                                    px_err *err)
+{
+    if (reply)
+        *reply = NULL;
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return px_err_set(err, errno == ENOENT ? PX_ENOTFOUND : PX_EIO, "%s: cannot open: %s", file,
+                          strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return px_err_set(err, PX_EINVAL, "%s: not a regular file", file);
+    }
+    request rq = {method, path, NULL, 0, "application/octet-stream", fd, (uint64_t)sb.st_size, -1};
+    sink s = {PX_STRBUF_INIT, -1, 0, REPLY_MAX_BYTES, false, false};
+    px_status st = perform(c, &rq, http_status, &s, err);
+    close(fd);
+    if (st == PX_OK)
+        st = parse_reply(&s, path, reply, err);
+    px_strbuf_release(&s.body);
+    return st;
+}
+
+px_status px_fleet_client_download(px_fleet_client *c, const char *path, const char *dest,
+                                   long *http_status, px_err *err)
+{
+    char *tmp = px_asprintf("%s.part.%ld", dest, (long)getpid());
+    if (!tmp)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) {
+        px_status st = px_err_set(err, PX_EIO, "%s: cannot create: %s", dest, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    request rq = {"GET", path, NULL, 0, NULL, -1, 0, fd};
+    sink s = {PX_STRBUF_INIT, fd, 0, DOWNLOAD_MAX_BYTES, false, false};
+    px_status st = perform(c, &rq, http_status, &s, err);
+    if (close(fd) != 0 && st == PX_OK)
+        st = px_err_set(err, PX_EIO, "%s: cannot write: %s", dest, strerror(errno));
+    if (st == PX_OK && rename(tmp, dest) != 0)
+        st = px_err_set(err, PX_EIO, "%s: cannot write: %s", dest, strerror(errno));
+    if (st != PX_OK)
+        unlink(tmp);
+    free(tmp);
+    px_strbuf_release(&s.body);
+    return st;
+}
+
+char *px_fleet_url_escape(const char *s)
+{
+    pthread_once(&curl_once, curl_init);
+    char *e = curl_easy_escape(NULL, s, 0);
+    if (!e)
+        return NULL;
+    char *r = px_strdup(e);
+    curl_free(e);
+    return r;
+}

@@ -1,0 +1,173 @@
+/*
+ * Portable cpu kernels (plain C) and the dtype helpers every kernel
+ * variant shares: row dequantisation and single-value reads.
+ *
+ * The portable kernels keep eight partial sums per dot product, in a
+ * fixed order, so that the compiler may vectorise them without changing
+ * results; they serve processors without AVX2 and are checked against the
+ * reference like the vectorised ones.
+ */
+#include "base/common.h"
+
+#include "rt/rt_impl.h"
+
+bool px__rt_dtype_supported(px_dtype t)
+{
+    return t == PX_DTYPE_F32 || t == PX_DTYPE_F16 || t == PX_DTYPE_BF16 || t == PX_DTYPE_Q8_0;
+}
+
+static inline uint16_t load_u16(const void *p)
+{
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+void px__rt_dequant_row(px_dtype t, const void *row, float *dst, uint32_t k)
+{
+    switch (t) {
+    case PX_DTYPE_F32:
+        memcpy(dst, row, (size_t)k * sizeof(float));
+        break;
+    case PX_DTYPE_F16: {
+        const uint8_t *p = row;
+        for (uint32_t i = 0; i < k; i++)
+            dst[i] = px__rt_f16(load_u16(p + 2 * (size_t)i));
+        break;
+    }
+    case PX_DTYPE_BF16: {
+        const uint8_t *p = row;
+        for (uint32_t i = 0; i < k; i++)
+            dst[i] = px__rt_bf16(load_u16(p + 2 * (size_t)i));
+        break;
+    }
+    case PX_DTYPE_Q8_0: {
+        const uint8_t *blk = row;
+        for (uint32_t b = 0; b < k / PX__RT_Q8_0_ELEMS; b++, blk += PX__RT_Q8_0_BYTES) {
+            float d = px__rt_f16(load_u16(blk));
+            const int8_t *q = (const int8_t *)(blk + 2);
+            for (uint32_t j = 0; j < PX__RT_Q8_0_ELEMS; j++)
+                dst[b * PX__RT_Q8_0_ELEMS + j] = d * (float)q[j];
+        }
+        break;
+    }
+    default:
+        PX_ASSERT(!"dtype checked at model load");
+    }
+}
+
+double px__rt_weight_at(px_dtype t, const void *row, uint32_t i)
+{
+    const uint8_t *p = row;
+    switch (t) {
+    case PX_DTYPE_F32: {
+        float f;
+        memcpy(&f, p + 4 * (size_t)i, sizeof f);
+        return f;
+    }
+    case PX_DTYPE_F16:
+        return px__rt_f16(load_u16(p + 2 * (size_t)i));
+    case PX_DTYPE_BF16:
+        return px__rt_bf16(load_u16(p + 2 * (size_t)i));
+    case PX_DTYPE_Q8_0: {
+        const uint8_t *blk = p + (size_t)(i / PX__RT_Q8_0_ELEMS) * PX__RT_Q8_0_BYTES;
+        /* The scale is an f16; the product is exact in double. */
+        return (double)px__rt_f16(load_u16(blk)) *
+               (double)((const int8_t *)(blk + 2))[i % PX__RT_Q8_0_ELEMS];
+    }
+    default:
+        PX_ASSERT(!"dtype checked at model load");
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Portable variant                                                    */
+/* ------------------------------------------------------------------ */
+
+static inline float lanes_sum(const float a[8])
+{
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+static float dot_f32(const float *a, const float *b, uint32_t n)
+{
+    float acc[8] = {0};
+    uint32_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++)
+            acc[l] += a[j + l] * b[j + l];
+    float s = lanes_sum(acc);
+    for (; j < n; j++)
+        s += a[j] * b[j];
+    return s;
+}
+
+static void axpy_f32(float a, const float *x, float *y, uint32_t n)
+{
+    for (uint32_t j = 0; j < n; j++)
+        y[j] += a * x[j];
+}
+
+/* Dot of one weight row with x; the row is converted 8 values at a time
+ * into a small buffer, so every dtype shares dot_f32's order. */
+static float dot_row(px_dtype t, const uint8_t *w, uint32_t k, const float *x)
+{
+    switch (t) {
+    case PX_DTYPE_F32:
+        return dot_f32((const float *)(const void *)w, x, k);
+    case PX_DTYPE_Q8_0: {
+        float s = 0;
+        for (uint32_t b = 0; b < k / PX__RT_Q8_0_ELEMS; b++) {
+            const uint8_t *blk = w + (size_t)b * PX__RT_Q8_0_BYTES;
+            const int8_t *q = (const int8_t *)(blk + 2);
+            const float *xb = x + (size_t)b * PX__RT_Q8_0_ELEMS;
+            float acc[8] = {0};
+            for (uint32_t j = 0; j < PX__RT_Q8_0_ELEMS; j += 8)
+                for (int l = 0; l < 8; l++)
+                    acc[l] += (float)q[j + l] * xb[j + l];
+            s += px__rt_f16(load_u16(blk)) * lanes_sum(acc);
+        }
+        return s;
+    }
+    default: {
+        float acc[8] = {0}, tmp[8];
+        uint32_t j = 0;
+        for (; j + 8 <= k; j += 8) {
+            px__rt_dequant_row(t, w + 2 * (size_t)j, tmp, 8);
+            for (int l = 0; l < 8; l++)
+                acc[l] += tmp[l] * x[j + l];
+        }
+        float s = lanes_sum(acc);
+        for (; j < k; j++) {
+            px__rt_dequant_row(t, w + 2 * (size_t)j, tmp, 1);
+            s += tmp[0] * x[j];
+        }
+        return s;
+    }
+    }
+}
+
+static void matvec(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                   uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
+{
+    for (uint32_t i = i0; i < i1; i++) {
+        const uint8_t *row = (const uint8_t *)w + (size_t)i * row_bytes;
+        for (uint32_t r = 0; r < n_x; r++)
+            y[r * ldy + i] = dot_row(t, row, k, x + r * ldx);
+    }
+}
+
+const px__rt_kernels px__rt_kernels_portable = {
+    .name = "portable",
+    .matvec = matvec,
+    .dequant = px__rt_dequant_row,
+    .dot_f32 = dot_f32,
+    .axpy_f32 = axpy_f32,
+};
+
+#if !(defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)))
+const px__rt_kernels *px__rt_kernels_avx2(void)
+{
+    return NULL;
+}
+#endif

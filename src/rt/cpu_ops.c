@@ -1,0 +1,465 @@
+/*
+ * The cpu backend's ops: shape checks, then the kernels, split among the
+ * pool's threads by output rows (matrix rows, attention heads, activation
+ * rows) with a static partition, so each output is computed by the same
+ * code in the same order whatever the number of threads.
+ *
+ * Matrix products of up to PX_RT_SMALL_BATCH rows use the own multi-row
+ * kernels (weights streamed once: decode is bandwidth-bound); larger ones
+ * call OpenBLAS sgemm per chunk of PX__RT_GEMM_CHUNK weight rows, each
+ * thread on its own chunks with OpenBLAS single-threaded, so that the pool
+ * and OpenBLAS never compete for the cores.
+ */
+#include "base/common.h"
+
+#include <cblas.h>
+
+#include "rt/rt_impl.h"
+
+bool px__rt_cpu_supports(px_ir_op_kind op, px_dtype t)
+{
+    switch (op) {
+    case PX_IR_OP_EMBEDDING:
+    case PX_IR_OP_MATMUL:
+    case PX_IR_OP_CLASSIFIER:
+        return px__rt_dtype_supported(t);
+    case PX_IR_OP_RMSNORM:
+    case PX_IR_OP_ROPE:
+    case PX_IR_OP_ATTENTION:
+    case PX_IR_OP_SWIGLU:
+    case PX_IR_OP_ADD:
+        return t == PX_DTYPE_F32;
+    default:
+        return false;
+    }
+}
+
+/* Rows an op reads from src[0] (its selection, or all). */
+static uint32_t op_out_rows(const px_rt_op *op)
+{
+    return op->select ? op->n_select : (uint32_t)op->src[0]->ne[1];
+}
+
+static bool is_matmul(const px_rt_op *op)
+{
+    return op->kind == PX_IR_OP_MATMUL || op->kind == PX_IR_OP_CLASSIFIER;
+}
+
+/* Matmul scratch: gathered rows (with a selection), then one dequantised
+ * chunk per thread (sgemm over non-f32 weights). */
+static size_t gather_bytes(const px_rt_op *op)
+{
+    return op->select ? (size_t)op->n_select * (size_t)op->src[1]->ne[0] * sizeof(float) : 0;
+}
+
+static bool needs_dequant(const px_rt_op *op, uint32_t rows)
+{
+    const px_rt_tensor *w = op->src[1];
+    return rows > PX_RT_SMALL_BATCH &&
+           (w->dtype != PX_DTYPE_F32 || w->nb[1] != (size_t)w->ne[0] * sizeof(float));
+}
+
+size_t px__rt_cpu_work_size(uint32_t n_threads, const px_rt_op *op)
+{
+    if (is_matmul(op)) {
+        uint32_t rows = op_out_rows(op);
+        size_t n = gather_bytes(op);
+        if (needs_dequant(op, rows))
+            n += (size_t)n_threads * PX__RT_GEMM_CHUNK * (size_t)op->src[1]->ne[0] * sizeof(float);
+        return n;
+    }
+    if (op->kind == PX_IR_OP_ATTENTION && op->n_kv_heads) {
+        size_t group = op->n_heads / op->n_kv_heads;
+        return (size_t)n_threads * group * (size_t)op->src[3]->ne[1] * sizeof(float);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Checks                                                              */
+/* ------------------------------------------------------------------ */
+
+static px_status op_error(px_err *err, const px_rt_op *op, const char *what)
+{
+    return px_err_set(err, PX_EINVAL, "cpu: %s op (layer %d): %s", px_ir_op_kind_name(op->kind),
+                      op->layer, what);
+}
+
+static bool host_f32(const px_rt_tensor *t)
+{
+    return t && t->dtype == PX_DTYPE_F32 && px_rt_tensor_data(t) && t->nb[0] == sizeof(float) &&
+           t->nb[1] == (size_t)t->ne[0] * sizeof(float);
+}
+
+static px_status check_op(const px_rt_op *op, px_err *err)
+{
+    const px_rt_tensor *x = op->src[0], *y = op->dst;
+    if (!x || !y || !px_rt_tensor_data(x) || !px_rt_tensor_data(y))
+        return op_error(err, op, "missing input or output tensor, or not in host memory");
+    if (!px__rt_cpu_supports(op->kind, x->dtype))
+        return px_err_set(err, PX_EUNSUPPORTED, "cpu: cannot run %s on %s input",
+                          px_ir_op_kind_name(op->kind), px_dtype_name(x->dtype));
+    if (!host_f32(y))
+        return op_error(err, op, "output must be a contiguous f32 host tensor");
+    switch (op->kind) {
+    case PX_IR_OP_EMBEDDING: {
+        const px_rt_tensor *ids = op->src[1];
+        if (!ids || ids->dtype != PX_DTYPE_I32 || !px_rt_tensor_data(ids))
+            return op_error(err, op, "src[1] must hold i32 token ids");
+        if (y->ne[0] != x->ne[0] || y->ne[1] < ids->ne[0])
+            return op_error(err, op, "output shape does not match the table and the ids");
+        const int32_t *id = px_rt_tensor_data(ids);
+        for (int64_t r = 0; r < ids->ne[0]; r++)
+            if (id[r] < 0 || id[r] >= x->ne[1])
+                return px_err_set(err, PX_EINVAL,
+                                  "cpu: embedding: token id %d at row %" PRId64
+                                  " is outside the vocabulary [0, %" PRId64 ")",
+                                  id[r], r, x->ne[1]);
+        return PX_OK;
+    }
+    case PX_IR_OP_MATMUL:
+    case PX_IR_OP_CLASSIFIER: {
+        const px_rt_tensor *w = op->src[1], *b = op->src[2];
+        if (!host_f32(x) || !w || !px_rt_tensor_data(w))
+            return op_error(err, op, "needs f32 activations and a host weight");
+        if (!px__rt_cpu_supports(op->kind, w->dtype))
+            return px_err_set(err, PX_EUNSUPPORTED, "cpu: cannot multiply by %s weights (%s)",
+                              px_dtype_name(w->dtype), w->name ? w->name : "weight");
+        if (w->ne[0] != x->ne[0] || y->ne[0] != w->ne[1] || y->ne[1] < op_out_rows(op))
+            return op_error(err, op, "shapes of activations, weight and output disagree");
+        if (b && (!host_f32(b) || b->ne[0] != w->ne[1]))
+            return op_error(err, op, "bias must be f32 of the output width");
+        break;
+    }
+    case PX_IR_OP_RMSNORM: {
+        const px_rt_tensor *w = op->src[1];
+        if (!host_f32(x) || !host_f32(w) || w->ne[0] != x->ne[0] || y->ne[0] != x->ne[0] ||
+            y->ne[1] < op_out_rows(op))
+            return op_error(err, op, "shapes of input, weight and output disagree");
+        break;
+    }
+    case PX_IR_OP_ROPE: {
+        const px_rt_tensor *tab = op->src[1];
+        if (y != x || !host_f32(x) || !host_f32(tab) || !op->rows)
+            return op_error(err, op,
+                            "rotates src[0] in place and needs the table and row positions");
+        if (op->rope_dim == 0 || op->rope_dim % 2 || op->rope_dim > op->head_dim ||
+            (uint64_t)op->n_heads * op->head_dim != (uint64_t)x->ne[0] ||
+            tab->ne[0] != op->rope_dim || op->rows->n_rows != x->ne[1])
+            return op_error(err, op, "heads, rotated dimensions or rows disagree with the tensors");
+        for (uint32_t r = 0; r < op->rows->n_rows; r++)
+            if (op->rows->pos[r] < 0 || op->rows->pos[r] >= tab->ne[1])
+                return op_error(err, op, "a position lies outside the rotation table");
+        break;
+    }
+    case PX_IR_OP_ATTENTION: {
+        const px_rt_tensor *k = op->src[1], *v = op->src[2], *kc = op->src[3], *vc = op->src[4];
+        uint64_t kv_dim = (uint64_t)op->n_kv_heads * op->head_dim;
+        if (!host_f32(x) || !host_f32(k) || !host_f32(v) || !host_f32(kc) || !host_f32(vc) ||
+            !op->rows)
+            return op_error(err, op, "needs f32 q, k, v, both caches and the row layout");
+        if (op->n_kv_heads == 0 || op->n_heads % op->n_kv_heads ||
+            (uint64_t)x->ne[0] != (uint64_t)op->n_heads * op->head_dim ||
+            (uint64_t)k->ne[0] != kv_dim || (uint64_t)v->ne[0] != kv_dim ||
+            (uint64_t)kc->ne[0] != kv_dim || (uint64_t)vc->ne[0] != kv_dim ||
+            kc->ne[1] != vc->ne[1] || kc->ne[2] != vc->ne[2] || y->ne[0] != x->ne[0] ||
+            op->rows->n_rows != x->ne[1] || k->ne[1] < x->ne[1] || v->ne[1] < x->ne[1])
+            return op_error(err, op, "heads and tensor shapes disagree");
+        for (uint32_t r = 0; r < op->rows->n_rows; r++)
+            if (op->rows->pos[r] < 0 || op->rows->pos[r] >= kc->ne[1] || op->rows->slot[r] < 0 ||
+                op->rows->slot[r] >= kc->ne[2])
+                return op_error(err, op, "a row's position or slot lies outside the cache");
+        break;
+    }
+    case PX_IR_OP_SWIGLU:
+    case PX_IR_OP_ADD: {
+        const px_rt_tensor *b = op->src[1];
+        if (!host_f32(x) || !host_f32(b) || b->ne[0] != x->ne[0] || b->ne[1] < x->ne[1] ||
+            y->ne[0] != x->ne[0] || y->ne[1] < x->ne[1])
+            return op_error(err, op, "input and output shapes disagree");
+        break;
+    }
+    default:
+        return px_err_set(err, PX_EUNSUPPORTED, "cpu: cannot run %s ops",
+                          px_ir_op_kind_name(op->kind));
+    }
+    size_t need = px__rt_cpu_work_size(1, op);
+    if (need && (!op->work || !px_rt_tensor_data(op->work)))
+        return op_error(err, op, "needs a work buffer (px_rt_device_work_size)");
+    return PX_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Kernels                                                             */
+/* ------------------------------------------------------------------ */
+
+typedef struct task {
+    const px_rt_op *op;
+    const px__rt_kernels *k;
+    const float *x; /* matmul input rows (gathered when selected) */
+    uint32_t rows;
+    float *scratch; /* per-thread scratch, stride `scratch_stride` floats */
+    size_t scratch_stride;
+} task;
+
+static void run_split(const px__rt_cpu_exec *ex, px__rt_pool_fn fn, task *t, size_t work)
+{
+    if (work < PX__RT_PAR_MIN_WORK || px__rt_pool_size(ex->pool) == 1)
+        fn(t, 0, 1);
+    else
+        px__rt_pool_run(ex->pool, fn, t);
+}
+
+static void embedding(const px__rt_cpu_exec *ex, const px_rt_op *op)
+{
+    const px_rt_tensor *tab = op->src[0];
+    const int32_t *ids = px_rt_tensor_data(op->src[1]);
+    const uint8_t *base = px_rt_tensor_data(tab);
+    float *y = px_rt_tensor_data(op->dst);
+    uint32_t dim = (uint32_t)tab->ne[0];
+    for (int64_t r = 0; r < op->src[1]->ne[0]; r++)
+        ex->k->dequant(tab->dtype, base + (size_t)ids[r] * tab->nb[1], y + (size_t)r * dim, dim);
+}
+
+static void rmsnorm_rows(void *arg, uint32_t ith, uint32_t nth)
+{
+    task *t = arg;
+    const px_rt_op *op = t->op;
+    uint32_t n = (uint32_t)op->src[0]->ne[0];
+    const float *x = px_rt_tensor_data(op->src[0]), *w = px_rt_tensor_data(op->src[1]);
+    float *y = px_rt_tensor_data(op->dst);
+    size_t r0, r1;
+    px__rt_split(t->rows, ith, nth, &r0, &r1);
+    for (size_t r = r0; r < r1; r++) {
+        const float *xr = x + (size_t)(op->select ? op->select[r] : r) * n;
+        float *yr = y + r * n;
+        float ss = t->k->dot_f32(xr, xr, n) / (float)n + op->eps;
+        float scale = 1.0f / sqrtf(ss);
+        for (uint32_t j = 0; j < n; j++)
+            yr[j] = w[j] * (scale * xr[j]);
+    }
+}
+
+static void matmul_rows(void *arg, uint32_t ith, uint32_t nth)
+{
+    task *t = arg;
+    const px_rt_op *op = t->op;
+    const px_rt_tensor *w = op->src[1];
+    const uint8_t *wd = px_rt_tensor_data(w);
+    uint32_t k = (uint32_t)w->ne[0], n = (uint32_t)w->ne[1];
+    float *y = px_rt_tensor_data(op->dst);
+    if (t->rows <= PX_RT_SMALL_BATCH) {
+        size_t i0, i1;
+        px__rt_split(n, ith, nth, &i0, &i1);
+        if (i1 > i0)
+            t->k->matvec(w->dtype, wd, w->nb[1], k, (uint32_t)i0, (uint32_t)i1, t->x, k, t->rows, y,
+                         n);
+        return;
+    }
+    /* Large steps: sgemm per aligned chunk of weight rows. */
+    size_t n_chunks = (n + PX__RT_GEMM_CHUNK - 1) / PX__RT_GEMM_CHUNK, c0, c1;
+    px__rt_split(n_chunks, ith, nth, &c0, &c1);
+    float *deq = t->scratch ? t->scratch + ith * t->scratch_stride : NULL;
+    for (size_t c = c0; c < c1; c++) {
+        uint32_t i0 = (uint32_t)(c * PX__RT_GEMM_CHUNK);
+        uint32_t nc = PX_MIN(PX__RT_GEMM_CHUNK, n - i0);
+        const float *wc;
+        if (deq) {
+            for (uint32_t i = 0; i < nc; i++)
+                t->k->dequant(w->dtype, wd + (size_t)(i0 + i) * w->nb[1], deq + (size_t)i * k, k);
+            wc = deq;
+        } else {
+            wc = (const float *)(const void *)(wd + (size_t)i0 * w->nb[1]);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)t->rows, (int)nc, (int)k, 1.0f,
+                    t->x, (int)k, wc, (int)k, 0.0f, y + i0, (int)n);
+    }
+}
+
+static void matmul(const px__rt_cpu_exec *ex, const px_rt_op *op)
+{
+    const px_rt_tensor *w = op->src[1];
+    uint32_t k = (uint32_t)w->ne[0], n = (uint32_t)w->ne[1];
+    task t = {.op = op, .k = ex->k, .rows = op_out_rows(op)};
+    const float *x = px_rt_tensor_data(op->src[0]);
+    float *work = op->work ? px_rt_tensor_data(op->work) : NULL;
+    if (op->select) {
+        for (uint32_t r = 0; r < op->n_select; r++)
+            memcpy(work + (size_t)r * k, x + (size_t)op->select[r] * k, (size_t)k * sizeof(float));
+        t.x = work;
+        work += (size_t)op->n_select * k;
+    } else {
+        t.x = x;
+    }
+    if (needs_dequant(op, t.rows)) {
+        t.scratch = work;
+        t.scratch_stride = (size_t)PX__RT_GEMM_CHUNK * k;
+    }
+    run_split(ex, matmul_rows, &t, (size_t)w->nb[1] * n / 4 + (size_t)t.rows * n);
+    if (op->src[2]) {
+        const float *b = px_rt_tensor_data(op->src[2]);
+        float *y = px_rt_tensor_data(op->dst);
+        for (uint32_t r = 0; r < t.rows; r++)
+            for (uint32_t i = 0; i < n; i++)
+                y[(size_t)r * n + i] += b[i];
+    }
+}
+
+static void rope_rows(void *arg, uint32_t ith, uint32_t nth)
+{
+    task *t = arg;
+    const px_rt_op *op = t->op;
+    float *x = px_rt_tensor_data(op->dst);
+    const float *tab = px_rt_tensor_data(op->src[1]);
+    uint32_t width = (uint32_t)op->dst->ne[0], half = op->rope_dim / 2;
+    size_t r0, r1;
+    px__rt_split(t->rows, ith, nth, &r0, &r1);
+    for (size_t r = r0; r < r1; r++) {
+        const float *cs = tab + (size_t)op->rows->pos[r] * op->rope_dim;
+        for (uint32_t h = 0; h < op->n_heads; h++) {
+            float *v = x + r * width + (size_t)h * op->head_dim;
+            for (uint32_t i = 0; i < half; i++) {
+                uint32_t a = op->rope_style == PX_IR_ROPE_HALVES ? i : 2 * i;
+                uint32_t b = op->rope_style == PX_IR_ROPE_HALVES ? i + half : 2 * i + 1;
+                float c = cs[2 * i], s = cs[2 * i + 1], v0 = v[a], v1 = v[b];
+                v[a] = v0 * c - v1 * s;
+                v[b] = v0 * s + v1 * c;
+            }
+        }
+    }
+}
+
+static void attention_tasks(void *arg, uint32_t ith, uint32_t nth)
+{
+    task *t = arg;
+    const px_rt_op *op = t->op;
+    uint32_t hd = op->head_dim, group = op->n_heads / op->n_kv_heads;
+    size_t q_dim = (size_t)op->n_heads * hd, kv_dim = (size_t)op->n_kv_heads * hd;
+    size_t ctx = (size_t)op->src[3]->ne[1];
+    const float *q = px_rt_tensor_data(op->src[0]);
+    const float *kc = px_rt_tensor_data(op->src[3]), *vc = px_rt_tensor_data(op->src[4]);
+    float *out = px_rt_tensor_data(op->dst);
+    float *scores = t->scratch + ith * t->scratch_stride;
+    float scale = 1.0f / sqrtf((float)hd);
+    size_t j0, j1;
+    px__rt_split((size_t)t->rows * op->n_kv_heads, ith, nth, &j0, &j1);
+    for (size_t j = j0; j < j1; j++) {
+        size_t r = j / op->n_kv_heads, h = j % op->n_kv_heads;
+        int32_t pos = op->rows->pos[r];
+        int32_t first =
+            op->window && (uint32_t)pos >= op->window ? pos - (int32_t)op->window + 1 : 0;
+        size_t n_att = (size_t)(pos - first + 1);
+        const float *kbase =
+            kc + ((size_t)op->rows->slot[r] * ctx + (size_t)first) * kv_dim + h * hd;
+        const float *vbase =
+            vc + ((size_t)op->rows->slot[r] * ctx + (size_t)first) * kv_dim + h * hd;
+        for (uint32_t g = 0; g < group; g++) {
+            size_t hq = h * group + g;
+            const float *qh = q + r * q_dim + hq * hd;
+            float *sc = scores + (size_t)g * ctx;
+            float max = -INFINITY;
+            for (size_t p = 0; p < n_att; p++) {
+                sc[p] = t->k->dot_f32(qh, kbase + p * kv_dim, hd) * scale;
+                if (sc[p] > max)
+                    max = sc[p];
+            }
+            float sum = 0;
+            for (size_t p = 0; p < n_att; p++) {
+                sc[p] = expf(sc[p] - max);
+                sum += sc[p];
+            }
+            float inv = 1.0f / sum;
+            float *oh = out + r * q_dim + hq * hd;
+            memset(oh, 0, hd * sizeof(float));
+            for (size_t p = 0; p < n_att; p++)
+                t->k->axpy_f32(sc[p] * inv, vbase + p * kv_dim, oh, hd);
+        }
+    }
+}
+
+static void attention(const px__rt_cpu_exec *ex, const px_rt_op *op)
+{
+    const px_rt_tensor *k = op->src[1], *v = op->src[2], *kc = op->src[3], *vc = op->src[4];
+    size_t kv_dim = (size_t)k->ne[0], ctx = (size_t)kc->ne[1];
+    const float *kd = px_rt_tensor_data(k), *vd = px_rt_tensor_data(v);
+    float *kcd = px_rt_tensor_data(kc), *vcd = px_rt_tensor_data(vc);
+    uint32_t rows = op->rows->n_rows;
+    /* Store every new row first: later rows of a sequence attend to
+     * earlier rows of the same step. */
+    for (uint32_t r = 0; r < rows; r++) {
+        size_t at = ((size_t)op->rows->slot[r] * ctx + (size_t)op->rows->pos[r]) * kv_dim;
+        memcpy(kcd + at, kd + r * kv_dim, kv_dim * sizeof(float));
+        memcpy(vcd + at, vd + r * kv_dim, kv_dim * sizeof(float));
+    }
+    uint32_t nth = px__rt_pool_size(ex->pool);
+    size_t pairs = 0;
+    for (uint32_t r = 0; r < rows; r++)
+        pairs += (size_t)op->rows->pos[r] + 1;
+    task t = {.op = op,
+              .k = ex->k,
+              .rows = rows,
+              .scratch = px_rt_tensor_data(op->work),
+              .scratch_stride = (size_t)(op->n_heads / op->n_kv_heads) * ctx};
+    if (pairs * op->n_heads * op->head_dim < PX__RT_PAR_MIN_WORK || nth == 1)
+        attention_tasks(&t, 0, 1);
+    else
+        px__rt_pool_run(ex->pool, attention_tasks, &t);
+}
+
+static void elementwise_rows(void *arg, uint32_t ith, uint32_t nth)
+{
+    task *t = arg;
+    const px_rt_op *op = t->op;
+    size_t n = (size_t)op->src[0]->ne[0], i0, i1;
+    px__rt_split(t->rows, ith, nth, &i0, &i1);
+    const float *a = px_rt_tensor_data(op->src[0]), *b = px_rt_tensor_data(op->src[1]);
+    float *y = px_rt_tensor_data(op->dst);
+    for (size_t i = i0 * n; i < i1 * n; i++) {
+        if (op->kind == PX_IR_OP_ADD)
+            y[i] = a[i] + b[i];
+        else
+            y[i] = a[i] / (1.0f + expf(-a[i])) * b[i];
+    }
+}
+
+px_status px__rt_cpu_run_op(const px__rt_cpu_exec *ex, const px_rt_op *op, px_err *err)
+{
+    px_status st = check_op(op, err);
+    if (st)
+        return st;
+    if (op->work) {
+        size_t need = px__rt_cpu_work_size(px__rt_pool_size(ex->pool), op);
+        if (px_rt_tensor_nbytes(op->work) < need)
+            return op_error(err, op, "work buffer smaller than px_rt_device_work_size says");
+    }
+    task t = {.op = op, .k = ex->k, .rows = op_out_rows(op)};
+    size_t width = (size_t)op->src[0]->ne[0];
+    switch (op->kind) {
+    case PX_IR_OP_EMBEDDING:
+        embedding(ex, op);
+        break;
+    case PX_IR_OP_RMSNORM:
+        run_split(ex, rmsnorm_rows, &t, t.rows * width);
+        break;
+    case PX_IR_OP_MATMUL:
+    case PX_IR_OP_CLASSIFIER:
+        matmul(ex, op);
+        break;
+    case PX_IR_OP_ROPE:
+        run_split(ex, rope_rows, &t, t.rows * width);
+        break;
+    case PX_IR_OP_ATTENTION:
+        attention(ex, op);
+        break;
+    case PX_IR_OP_SWIGLU:
+        run_split(ex, elementwise_rows, &t, t.rows * width * 8);
+        break;
+    case PX_IR_OP_ADD:
+        run_split(ex, elementwise_rows, &t, t.rows * width);
+        break;
+    default:
+        return px_err_set(err, PX_EUNSUPPORTED, "cpu: cannot run %s ops",
+                          px_ir_op_kind_name(op->kind));
+    }
+    return PX_OK;
+}

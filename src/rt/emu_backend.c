@@ -1,0 +1,460 @@
+/*
+ * The emu backend: an emulated accelerator for hardware this machine
+ * lacks.  It runs the cpu kernels (so its results are the cpu backend's,
+ * bit for bit), then stretches each op's real time by its profile's
+ * slowdown for the op's class, compute-bound or memory-bound, by waiting
+ * out the difference: clock_nanosleep to an absolute deadline, then a busy
+ * wait over the last PACE_SPIN_NS for accuracy.  The slowdowns come from
+ * the inventory (the device's "emu" member), never from the planner's cost
+ * model, so that predicted against observed stays an honest comparison.
+ * Buffers count against the profile's memory capacity.
+ */
+#include "base/common.h"
+
+#include <cblas.h>
+#include <pthread.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rt/rt_impl.h"
+
+/* The last stretch of a wait is spun, not slept: a sleep overshoots by
+ * tens of microseconds even with the timer slack lowered, and on a busy
+ * host a thread that sleeps waits for a processor again when it wakes
+ * (milliseconds under load), while one that spins keeps its share.  Ops
+ * last microseconds to milliseconds, so waits under PACE_SLEEP_MIN_NS are
+ * spun whole; longer ones sleep until PACE_SPIN_NS before the deadline. */
+#define PACE_SPIN_NS      2000000u
+#define PACE_SLEEP_MIN_NS 20000000u
+
+/* Linux lets a sleep end up to the thread's timer slack (50 us by
+ * default) late; pacing wants it as small as it gets. */
+static _Thread_local bool slack_set;
+
+typedef struct emu_device {
+    px_rt_emu_profile prof;
+    uint32_t n_threads;
+    const px__rt_kernels *kernels;
+    pthread_mutex_t lock;
+    uint64_t used; /* bytes of live buffers */
+} emu_device;
+
+typedef struct emu_buffer {
+    emu_device *dev;
+    void *data;
+    size_t size;
+    bool owned;
+} emu_buffer;
+
+typedef struct emu_stream {
+    emu_device *dev;
+    px__rt_cpu_exec exec;
+    px_rng rng;
+} emu_stream;
+
+/* ------------------------------------------------------------------ */
+/* Profiles                                                            */
+/* ------------------------------------------------------------------ */
+
+static px_status read_number(json_t *doc, const char *key, double lo, double hi, bool hi_open,
+                             double *out, px_err *err)
+{
+    json_t *v = json_object_get(doc, key);
+    if (!v)
+        return PX_OK;
+    if (!json_is_number(v))
+        return px_err_set(err, PX_EINVAL, "emu profile: /%s must be a number, found %s", key,
+                          px_json_type_name(v));
+    double x = json_number_value(v);
+    if (!isfinite(x) || x < lo || (hi_open ? x >= hi : x > hi)) {
+        if (!strcmp(key, "jitter"))
+            return px_err_set(err, PX_EINVAL,
+                              "emu profile: /jitter is %g; it must lie in "
+                              "[0, 1)",
+                              x);
+        return px_err_set(err, PX_EINVAL,
+                          "emu profile: /%s is %g; an emulated device can only "
+                          "be slower than the host: use a value of at least %g",
+                          key, x, lo);
+    }
+    *out = x;
+    return PX_OK;
+}
+
+px_status px_rt_emu_profile_parse(const char *text, px_rt_emu_profile *out, px_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->compute_slowdown = 1;
+    out->memory_slowdown = 1;
+    if (!text || !text[0])
+        return PX_OK;
+    px_json_limits lim = {.max_bytes = 16384, .max_depth = 4, .max_string = 256};
+    json_t *doc = NULL;
+    px_status st = px_json_parse(text, strlen(text), "emu profile", &lim, &doc, err);
+    if (st)
+        return st;
+    static const char *const known[] = {
+        "compute_slowdown", "memory_slowdown", "jitter", "seed", "memory_bytes", "name", NULL};
+    if (!json_is_object(doc)) {
+        st = px_err_set(err, PX_EINVAL,
+                        "emu profile: expected an object such as "
+                        "{\"compute_slowdown\": 3, \"memory_slowdown\": 2}");
+        goto done;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(doc, key, v)
+    {
+        bool ok = px_str_starts_with(key, "x-");
+        for (size_t i = 0; known[i] && !ok; i++)
+            ok = !strcmp(known[i], key);
+        if (!ok) {
+            st = px_err_set(err, PX_EINVAL,
+                            "emu profile: unknown member \"%.40s\" (known: "
+                            "compute_slowdown, memory_slowdown, jitter, seed, memory_bytes, "
+                            "name)",
+                            key);
+            goto done;
+        }
+    }
+    double seed = 0, mem = 0;
+    if ((st = read_number(doc, "compute_slowdown", 1, 1e6, false, &out->compute_slowdown, err)) ||
+        (st = read_number(doc, "memory_slowdown", 1, 1e6, false, &out->memory_slowdown, err)) ||
+        (st = read_number(doc, "jitter", 0, 1, true, &out->jitter, err)) ||
+        (st = read_number(doc, "seed", 0, 9007199254740992.0, false, &seed, err)) ||
+        (st = read_number(doc, "memory_bytes", 0, 1e18, false, &mem, err)))
+        goto done;
+    out->seed = (uint64_t)seed;
+    out->memory_bytes = (uint64_t)mem;
+    json_t *name = json_object_get(doc, "name");
+    if (name) {
+        if (!json_is_string(name)) {
+            st = px_err_set(err, PX_EINVAL, "emu profile: /name must be a string");
+            goto done;
+        }
+        px_strlcpy(out->name, json_string_value(name), sizeof out->name);
+    }
+done:
+    json_decref(doc);
+    return st;
+}
+
+px_status px_rt_emu_profile_format(const px_rt_emu_profile *p, px_strbuf *out, px_err *err)
+{
+    json_t *o = json_object();
+    if (!o || px_json_set(o, "compute_slowdown", json_real(p->compute_slowdown)) ||
+        px_json_set(o, "memory_slowdown", json_real(p->memory_slowdown)) ||
+        px_json_set(o, "jitter", json_real(p->jitter)) ||
+        px_json_set(o, "seed", json_integer((json_int_t)p->seed)) ||
+        px_json_set(o, "memory_bytes", json_integer((json_int_t)p->memory_bytes)) ||
+        (p->name[0] && px_json_set(o, "name", json_string(p->name)))) {
+        json_decref(o);
+        return px_err_set(err, PX_ENOMEM, "emu profile: out of memory");
+    }
+    char *text = px_json_dump_line(o);
+    json_decref(o);
+    px_status st = text ? px_strbuf_adds(out, text) : PX_ENOMEM;
+    free(text);
+    if (st)
+        return px_err_set(err, PX_ENOMEM, "emu profile: out of memory");
+    return PX_OK;
+}
+
+bool px_rt_emu_op_compute_bound(const px_rt_op *op)
+{
+    uint64_t flops = 0, bytes = 0;
+    px_rt_op_cost(op, &flops, &bytes);
+    return bytes > 0 && (double)flops >= PX_RT_EMU_COMPUTE_INTENSITY * (double)bytes;
+}
+
+/* ------------------------------------------------------------------ */
+/* Buffers: host memory, counted against the capacity                  */
+/* ------------------------------------------------------------------ */
+
+static px_status reserve(emu_device *d, size_t size, px_err *err)
+{
+    px_status st = PX_OK;
+    pthread_mutex_lock(&d->lock);
+    uint64_t cap = d->prof.memory_bytes;
+    if (cap && (d->used > cap || size > cap - d->used))
+        st = px_err_set(err, PX_ENOMEM,
+                        "emu device %s (emulated): cannot allocate %zu bytes: "
+                        "%" PRIu64 " of its %" PRIu64 " bytes are in use; give the stage fewer "
+                        "layers or a device with more memory",
+                        d->prof.name[0] ? d->prof.name : "emu", size, d->used, cap);
+    else
+        d->used += size;
+    pthread_mutex_unlock(&d->lock);
+    return st;
+}
+
+static void release(emu_device *d, size_t size)
+{
+    pthread_mutex_lock(&d->lock);
+    d->used -= PX_MIN(d->used, (uint64_t)size);
+    pthread_mutex_unlock(&d->lock);
+}
+
+static void buffer_free(void *b)
+{
+    emu_buffer *eb = b;
+    release(eb->dev, eb->size);
+    if (eb->owned)
+        free(eb->data);
+    free(eb);
+}
+
+static void *buffer_base(void *b)
+{
+    return ((emu_buffer *)b)->data;
+}
+
+static const px_rt_buffer_iface emu_buffer_iface = {
+    .abi_version = PX_RT_ABI_VERSION,
+    .size = sizeof(px_rt_buffer_iface),
+    .free = buffer_free,
+    .base = buffer_base,
+};
+
+static px_status buffer_make(emu_device *d, void *host, size_t size,
+                             const px_rt_buffer_iface **iface, void **buf, px_err *err)
+{
+    px_status st = reserve(d, size, err);
+    if (st)
+        return st;
+    emu_buffer *eb = calloc(1, sizeof *eb);
+    void *data = host ? host : calloc(1, size ? size : 1);
+    if (!eb || !data) {
+        free(eb);
+        if (!host)
+            free(data);
+        release(d, size);
+        return px_err_set(err, PX_ENOMEM, "emu: cannot allocate %zu bytes", size);
+    }
+    eb->dev = d;
+    eb->data = data;
+    eb->size = size;
+    eb->owned = host == NULL;
+    *iface = &emu_buffer_iface;
+    *buf = eb;
+    return PX_OK;
+}
+
+static px_status buffer_alloc(void *dev, size_t size, const px_rt_buffer_iface **iface, void **buf,
+                              px_err *err)
+{
+    return buffer_make(dev, NULL, size, iface, buf, err);
+}
+
+/* Weights stay where they are mapped, but count as if copied: a real
+ * accelerator would hold them. */
+static px_status buffer_from_host(void *dev, void *ptr, size_t size,
+                                  const px_rt_buffer_iface **iface, void **buf, px_err *err)
+{
+    return buffer_make(dev, ptr, size, iface, buf, err);
+}
+
+/* ------------------------------------------------------------------ */
+/* Streams: the cpu kernels, paced                                     */
+/* ------------------------------------------------------------------ */
+
+static void wait_until(uint64_t deadline)
+{
+    if (!slack_set) {
+        (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+        slack_set = true;
+    }
+    uint64_t now = px_now_ns();
+    if (now + PACE_SLEEP_MIN_NS < deadline) {
+        uint64_t wake = deadline - PACE_SPIN_NS;
+        struct timespec ts = {.tv_sec = (time_t)(wake / 1000000000u),
+                              .tv_nsec = (long)(wake % 1000000000u)};
+        /* px_now_ns reads CLOCK_MONOTONIC too. */
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+            ;
+    }
+    while (px_now_ns() < deadline)
+        ;
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void stream_free(void *s)
+{
+    emu_stream *es = s;
+    px__rt_pool_free(es->exec.pool);
+    free(es);
+}
+
+static px_status stream_run(void *s, const px_rt_op *ops, size_t n_ops, px_rt_op_timing *timing,
+                            px_err *err)
+{
+    emu_stream *es = s;
+    const px_rt_emu_profile *p = &es->dev->prof;
+    for (size_t i = 0; i < n_ops; i++) {
+        uint64_t c0 = thread_cpu_ns();
+        uint64_t t0 = px_now_ns();
+        px_status st = px__rt_cpu_run_op(&es->exec, &ops[i], err);
+        if (st)
+            return px_err_prefix(err, st,
+                                 "emu device %s (emulated): ", p->name[0] ? p->name : "emu");
+        /* The op's own time is the processor time it took, not the wall
+         * time: a preemption in the middle would otherwise be stretched
+         * too, and a busy host would emulate a much slower device. */
+        uint64_t wall = px_now_ns() - t0;
+        uint64_t cpu = thread_cpu_ns() - c0;
+        uint64_t real = cpu > 0 && cpu < wall ? cpu : wall;
+        double k = px_rt_emu_op_compute_bound(&ops[i]) ? p->compute_slowdown : p->memory_slowdown;
+        if (p->jitter > 0)
+            k *= 1.0 + p->jitter * (2.0 * px_rng_uniform(&es->rng) - 1.0);
+        if (k < 1)
+            k = 1;
+        uint64_t target = (uint64_t)((double)real * k);
+        wait_until(t0 + target);
+        /* The device's time is the stretched one; a late wake-up of a
+         * busy host is the host's, not the emulated device's. */
+        if (timing)
+            timing[i].ns = PX_MAX(PX_MAX(target, wall), 1);
+    }
+    return PX_OK;
+}
+
+static const px_rt_stream_iface emu_stream_iface = {
+    .abi_version = PX_RT_ABI_VERSION,
+    .size = sizeof(px_rt_stream_iface),
+    .free = stream_free,
+    .run = stream_run,
+};
+
+static px_status stream_new(void *dev, const px_rt_stream_iface **iface, void **stream, px_err *err)
+{
+    emu_device *d = dev;
+    emu_stream *es = calloc(1, sizeof *es);
+    if (!es)
+        return px_err_set(err, PX_ENOMEM, "emu: out of memory");
+    es->dev = d;
+    es->exec.k = d->kernels;
+    px_rng_seed(&es->rng, d->prof.seed);
+    px_status st = px__rt_pool_new(d->n_threads, &es->exec.pool, err);
+    if (st) {
+        free(es);
+        return st;
+    }
+    *iface = &emu_stream_iface;
+    *stream = es;
+    return PX_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Device                                                              */
+/* ------------------------------------------------------------------ */
+
+static void device_free(void *dev)
+{
+    emu_device *d = dev;
+    pthread_mutex_destroy(&d->lock);
+    free(d);
+}
+
+static void device_props(void *dev, px_rt_device_props *out)
+{
+    emu_device *d = dev;
+    snprintf(out->name, sizeof out->name, "emu:%.58s", d->prof.name[0] ? d->prof.name : "device");
+    snprintf(out->description, sizeof out->description,
+             "%.40s (emulated): compute x%.3g, memory x%.3g of the host cpu, %u thread%s",
+             d->prof.name[0] ? d->prof.name : "emu", d->prof.compute_slowdown,
+             d->prof.memory_slowdown, d->n_threads, d->n_threads == 1 ? "" : "s");
+    out->kind = PX_RT_DEVICE_ACCEL;
+    pthread_mutex_lock(&d->lock);
+    out->memory_total = d->prof.memory_bytes;
+    out->memory_free =
+        d->prof.memory_bytes ? d->prof.memory_bytes - PX_MIN(d->used, d->prof.memory_bytes) : 0;
+    pthread_mutex_unlock(&d->lock);
+    out->caps = PX_RT_CAP_HOST_MEMORY | PX_RT_CAP_HOST_PTR;
+    out->n_threads = d->n_threads;
+    out->emulated = true;
+}
+
+static bool device_supports_op(void *dev, px_ir_op_kind op, px_dtype dtype)
+{
+    (void)dev;
+    return px__rt_cpu_supports(op, dtype);
+}
+
+static size_t device_work_size(void *dev, const px_rt_op *op)
+{
+    return px__rt_cpu_work_size(((emu_device *)dev)->n_threads, op);
+}
+
+static const px_rt_device_iface emu_device_iface = {
+    .abi_version = PX_RT_ABI_VERSION,
+    .size = sizeof(px_rt_device_iface),
+    .free = device_free,
+    .props = device_props,
+    .supports_op = device_supports_op,
+    .buffer_alloc = buffer_alloc,
+    .stream_new = stream_new,
+    .buffer_from_host = buffer_from_host,
+    .work_size = device_work_size,
+};
+
+static px_status device_open(const px_rt_device_opts *opts, const px_rt_device_iface **iface,
+                             void **dev, px_err *err)
+{
+    px_rt_emu_profile prof;
+    px_status st = px_rt_emu_profile_parse(opts->profile, &prof, err);
+    if (st)
+        return st;
+    uint32_t n = opts->n_threads;
+    if (n == 0) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        n = online > 0 ? (uint32_t)PX_MIN(online, 256) : 1;
+    }
+    if (n > 1024)
+        return px_err_set(err, PX_EINVAL, "emu: %u threads requested (at most 1024)", n);
+    emu_device *d = calloc(1, sizeof *d);
+    if (!d)
+        return px_err_set(err, PX_ENOMEM, "emu: out of memory");
+    d->prof = prof;
+    d->n_threads = n;
+    /* The same kernels the cpu backend picks, so that results match it. */
+    d->kernels = opts->portable_kernels ? NULL : px__rt_kernels_avx2();
+    if (!d->kernels)
+        d->kernels = &px__rt_kernels_portable;
+    pthread_mutex_init(&d->lock, NULL);
+    /* As the cpu backend: each pool thread runs its own sgemm chunks. */
+    openblas_set_num_threads(1);
+    *iface = &emu_device_iface;
+    *dev = d;
+    return PX_OK;
+}
+
+static const px_rt_backend_iface emu_backend = {
+    .abi_version = PX_RT_ABI_VERSION,
+    .size = sizeof(px_rt_backend_iface),
+    .name = "emu",
+    .description = "emulated accelerator: the cpu kernels, paced by a profile's slowdowns",
+    .device_open = device_open,
+};
+
+static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;
+
+px_status px_rt_emu_register(px_err *err)
+{
+    pthread_mutex_lock(&register_lock);
+    px_status st = PX_OK;
+    bool found = false;
+    for (size_t i = 0; i < px_rt_backend_count() && !found; i++)
+        found = px_rt_backend_at(i) == &emu_backend;
+    if (!found)
+        st = px_rt_backend_register(&emu_backend, err);
+    pthread_mutex_unlock(&register_lock);
+    return st;
+}

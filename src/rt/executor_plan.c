@@ -1,0 +1,196 @@
+/*
+ * The executor's reading of a plan: the stages of replica 0 (layers,
+ * embedding and head, devices, backend, emulation, predictions) and the
+ * emu profiles of their devices from the inventory.
+ */
+#include "base/common.h"
+
+#include "plexus/hw.h"
+#include "rt/pipeline_impl.h"
+
+static void interval_from(const json_t *v, px_rt_interval *out)
+{
+    out->p50 = out->lo = out->hi = NAN;
+    if (!json_is_object(v))
+        return;
+    json_t *p50 = json_object_get(v, "p50"), *lo = json_object_get(v, "lo"),
+           *hi = json_object_get(v, "hi");
+    if (json_is_number(p50))
+        out->p50 = json_number_value(p50);
+    if (json_is_number(lo))
+        out->lo = json_number_value(lo);
+    if (json_is_number(hi))
+        out->hi = json_number_value(hi);
+}
+
+static px_status bad(px_err *err, const char *name, const char *ptr, const char *fmt, ...)
+    PX_PRINTF(4, 5);
+
+static px_status bad(px_err *err, const char *name, const char *ptr, const char *fmt, ...)
+{
+    char msg[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return px_err_set(err, PX_EVALIDATE, "%s: %s: %s", name, ptr, msg);
+}
+
+static px_status stage_layers(const json_t *st, const char *name, uint32_t i, px_rt_stage_spec *s,
+                              px_err *err)
+{
+    char ptr[64];
+    snprintf(ptr, sizeof ptr, "/stages/%u/layers", i);
+    json_t *l = json_object_get(st, "layers");
+    json_t *first = json_object_get(l, "first"), *last = json_object_get(l, "last");
+    if (!json_is_integer(first) || !json_is_integer(last))
+        return bad(err, name, ptr, "expected {\"first\": F, \"last\": L} (inclusive blocks)");
+    json_int_t f = json_integer_value(first), la = json_integer_value(last);
+    if (f < 0 || la < f || la >= 1000000)
+        return bad(err, name, ptr,
+                   "blocks %" JSON_INTEGER_FORMAT " to %" JSON_INTEGER_FORMAT
+                   " are not a range (first <= last, both >= 0)",
+                   f, la);
+    s->layer_begin = (uint32_t)f;
+    s->layer_end = (uint32_t)la + 1;
+    return PX_OK;
+}
+
+/* The emu profile of a stage's device: the inventory's, else the
+ * stage's own "emu" member. */
+static px_status stage_profile(const json_t *st, const px_hw_graph *g, const char *name, uint32_t i,
+                               px_rt_stage_spec *s, px_err *err)
+{
+    char ptr[64];
+    snprintf(ptr, sizeof ptr, "/stages/%u/devices/0", i);
+    const px_hw_device *d = NULL;
+    if (g && s->device[0]) {
+        uint32_t idx;
+        if (!px_hw_graph_find_device(g, s->device, &idx))
+            return bad(err, name, ptr,
+                       "device \"%s\" is not in the inventory %s: pass the "
+                       "inventory the plan was made for",
+                       s->device, px_hw_graph_source(g));
+        d = &px_hw_graph_view(g)->devices[idx];
+        if (d->backend)
+            px_strlcpy(s->backend, d->backend, sizeof s->backend);
+        s->emulated |= d->emulated;
+    }
+    if (strcmp(s->backend, "emu"))
+        return PX_OK;
+    s->emulated = true;
+    if (d && d->emu.present) {
+        s->emu.compute_slowdown = d->emu.compute_slowdown;
+        s->emu.memory_slowdown = d->emu.memory_slowdown;
+        s->emu.jitter = d->emu.jitter;
+        s->emu.seed = d->emu.seed;
+        double cap = px_hw_device_memory_capacity(d);
+        s->emu.memory_bytes = cap > 0 && cap < 1e18 ? (uint64_t)cap : 0;
+    } else if (json_object_get(st, "emu")) {
+        char *text = px_json_dump_line(json_object_get(st, "emu"));
+        if (!text)
+            return px_err_set(err, PX_ENOMEM, "out of memory");
+        px_status rc = px_rt_emu_profile_parse(text, &s->emu, err);
+        free(text);
+        if (rc)
+            return px_err_prefix(err, PX_EVALIDATE, "%s: /stages/%u/emu: ", name, i);
+    } else {
+        return bad(err, name, ptr,
+                   "device \"%s\" runs on the emu backend but has no emulation "
+                   "profile: pass --inventory with its \"emu\" member, or give the stage an "
+                   "\"emu\" object",
+                   s->device[0] ? s->device : "(unnamed)");
+    }
+    px_strlcpy(s->emu.name, s->device[0] ? s->device : "emu", sizeof s->emu.name);
+    return PX_OK;
+}
+
+px_status px_rt_pipeline_spec_from_plan(const json_t *plan, const px_hw_graph *g, const char *name,
+                                        px_rt_pipeline_spec *out, px_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!name)
+        name = "plan";
+    if (!json_is_object(plan))
+        return bad(err, name, "(root)", "a plan is a JSON object (plexus.plan/1)");
+    const char *schema = json_string_value(json_object_get(plan, "schema"));
+    if (schema && strcmp(schema, "plexus.plan/1"))
+        return bad(err, name, "/schema", "\"%.40s\" is not plexus.plan/1", schema);
+    const char *id = json_string_value(json_object_get(plan, "id"));
+    if (id)
+        px_strlcpy(out->plan_id, id, sizeof out->plan_id);
+    json_t *model = json_object_get(plan, "model");
+    const char *mid = json_string_value(json_object_get(model, "id"));
+    if (mid)
+        px_strlcpy(out->model_id, mid, sizeof out->model_id);
+    json_t *blocks = json_object_get(model, "blocks");
+    if (json_is_integer(blocks) && json_integer_value(blocks) > 0 &&
+        json_integer_value(blocks) < 1000000)
+        out->model_blocks = (uint32_t)json_integer_value(blocks);
+    json_t *pt = json_object_get(json_object_get(plan, "workload"), "prompt_tokens");
+    if (json_is_integer(pt) && json_integer_value(pt) > 0 && json_integer_value(pt) < (1 << 30))
+        out->plan_prompt_tokens = (uint32_t)json_integer_value(pt);
+    json_t *pred = json_object_get(plan, "predictions");
+    interval_from(json_object_get(pred, "tpot_s"), &out->pred_tpot_s);
+    interval_from(json_object_get(pred, "ttft_s"), &out->pred_ttft_s);
+    out->emulated = json_is_true(json_object_get(plan, "emulated"));
+
+    json_t *stages = json_object_get(plan, "stages");
+    if (!json_is_array(stages) || json_array_size(stages) == 0)
+        return bad(err, name, "/stages", "the plan has no stages");
+    if (json_array_size(stages) > PX_RT_MAX_STAGES)
+        return bad(err, name, "/stages", "%zu stages; the executor runs at most %d",
+                   json_array_size(stages), PX_RT_MAX_STAGES);
+    out->n_stages = (uint32_t)json_array_size(stages);
+    for (uint32_t i = 0; i < out->n_stages; i++) {
+        json_t *st = json_array_get(stages, i);
+        px_rt_stage_spec *s = &out->stages[i];
+        char ptr[64];
+        snprintf(ptr, sizeof ptr, "/stages/%u", i);
+        if (!json_is_object(st))
+            return bad(err, name, ptr, "a stage is an object");
+        px_status rc = stage_layers(st, name, i, s, err);
+        if (rc)
+            return rc;
+        if (i == 0 && s->layer_begin != 0)
+            return bad(err, name, ptr, "the first stage starts at block %u; it must start at 0",
+                       s->layer_begin);
+        if (i > 0 && s->layer_begin != out->stages[i - 1].layer_end)
+            return bad(err, name, ptr,
+                       "starts at block %u but stage %u ends at block %u: the "
+                       "stages must cover the blocks in order without gaps or overlaps",
+                       s->layer_begin, i - 1, out->stages[i - 1].layer_end - 1);
+        s->embedding = json_is_true(json_object_get(st, "embedding")) || i == 0;
+        s->head = json_is_true(json_object_get(st, "head"));
+        json_t *tp = json_object_get(st, "tensor_parallel");
+        if (json_is_integer(tp) && json_integer_value(tp) > 1)
+            return bad(err, name, ptr,
+                       "tensor_parallel %" JSON_INTEGER_FORMAT ": the executor "
+                       "runs one device per stage",
+                       json_integer_value(tp));
+        const char *dev = json_string_value(json_array_get(json_object_get(st, "devices"), 0));
+        if (dev)
+            px_strlcpy(s->device, dev, sizeof s->device);
+        const char *be = json_string_value(json_object_get(st, "backend"));
+        px_strlcpy(s->backend, be ? be : "cpu", sizeof s->backend);
+        s->emulated = json_is_true(json_object_get(st, "emulated"));
+        if ((rc = stage_profile(st, g, name, i, s, err)) != PX_OK)
+            return rc;
+        if (strcmp(s->backend, "cpu") && strcmp(s->backend, "emu"))
+            return bad(err, name, ptr, "backend \"%s\": the executor runs cpu and emu stages",
+                       s->backend);
+        json_t *p = json_object_get(st, "predicted");
+        interval_from(json_object_get(p, "decode_s_per_token"), &s->pred_decode_s);
+        interval_from(json_object_get(p, "prefill_s"), &s->pred_prefill_s);
+        out->emulated |= s->emulated;
+    }
+    px_rt_stage_spec *last = &out->stages[out->n_stages - 1];
+    if (out->model_blocks && last->layer_end != out->model_blocks)
+        return bad(err, name, "/stages", "the stages end at block %u but the model has %u",
+                   last->layer_end - 1, out->model_blocks);
+    last->head = true;
+    for (uint32_t i = 0; i + 1 < out->n_stages; i++)
+        if (out->stages[i].head)
+            return bad(err, name, "/stages", "stage %u holds the head but is not the last", i);
+    return PX_OK;
+}

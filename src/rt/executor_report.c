@@ -1,0 +1,230 @@
+/*
+ * The pipeline's report: each stage's observed decode time per token and
+ * prefill time against the plan's predicted intervals, end to end, and
+ * throughput; text for people, JSON for tools.  Emulated devices say so
+ * on every line that names them.
+ */
+#include "base/common.h"
+
+#include "rt/pipeline_impl.h"
+
+static void fmt_s(double s, char *buf, size_t n)
+{
+    if (!isfinite(s))
+        snprintf(buf, n, "-");
+    else if (s >= 1)
+        snprintf(buf, n, "%.3g s", s);
+    else if (s >= 1e-3)
+        snprintf(buf, n, "%.3g ms", s * 1e3);
+    else
+        snprintf(buf, n, "%.3g us", s * 1e6);
+}
+
+static const char *verdict(const px_rt_interval *iv, double observed)
+{
+    if (!isfinite(iv->lo) || !isfinite(iv->hi) || !isfinite(observed))
+        return "no prediction";
+    if (observed < iv->lo)
+        return "outside (faster)";
+    if (observed > iv->hi)
+        return "outside (slower)";
+    return "inside";
+}
+
+static px_rt_interval scaled(px_rt_interval iv, double k)
+{
+    iv.p50 *= k;
+    iv.lo *= k;
+    iv.hi *= k;
+    return iv;
+}
+
+/* Predicted prefill figures are for the plan's prompt length (per
+ * sequence); they scale linearly to this run's mean prompt. */
+static double prefill_scale(const px_rt_pipeline_spec *sp, const px_rt_pipeline_stats *st)
+{
+    if (!sp->plan_prompt_tokens || !st->gen.prompt_tokens || !st->n_prompts)
+        return 1;
+    return (double)st->gen.prompt_tokens / st->n_prompts / sp->plan_prompt_tokens;
+}
+
+static double per(uint64_t ns, uint64_t n)
+{
+    return n ? (double)ns / 1e9 / (double)n : NAN;
+}
+
+static void device_label(const px_rt_pipeline_spec *sp, const px_rt_executor *ex, uint32_t i,
+                         char *buf, size_t n)
+{
+    const px_rt_stage_spec *s = &sp->stages[i];
+    const px_rt_device_props *p = ex ? px_rt_executor_stage_device(ex, i) : NULL;
+    bool emu = s->emulated || (p && p->emulated);
+    snprintf(buf, n, "%.40s (%s%s)", s->device[0] ? s->device : s->backend, s->backend,
+             emu ? ", emulated" : "");
+}
+
+px_status px_rt_pipeline_report(const px_rt_pipeline_spec *sp, const px_rt_executor *ex,
+                                const px_rt_pipeline_stats *st, px_strbuf *out)
+{
+    char a[32], b[32], c[32], d[32], dev[96];
+    px_strbuf_addf(out, "plan %.12s: %u stage%s%s\n", sp->plan_id[0] ? sp->plan_id : "(no id)",
+                   sp->n_stages, sp->n_stages == 1 ? "" : "s",
+                   sp->emulated ? "; EMULATED devices: their times come from emulation "
+                                  "profiles on this machine, no claim about real hardware"
+                                : "");
+    double k = prefill_scale(sp, st);
+    if (k != 1)
+        px_strbuf_addf(out,
+                       "(prefill predictions scaled from the plan's %u prompt tokens per "
+                       "sequence to this run's %.3g)\n",
+                       sp->plan_prompt_tokens, k * sp->plan_prompt_tokens);
+    px_strbuf_addf(out, "%-5s %-34s %-7s %-34s %-10s %-17s | %-30s %-10s %s\n", "stage", "device",
+                   "layers", "decode/token predicted p50 [lo, hi]", "observed", "",
+                   "prefill predicted p50 [lo, hi]", "observed", "");
+    for (uint32_t i = 0; i < sp->n_stages; i++) {
+        const px_rt_stage_spec *s = &sp->stages[i];
+        const px_rt_stage_stats *ss = &st->stages[i];
+        device_label(sp, ex, i, dev, sizeof dev);
+        double dec = per(ss->decode_ns, ss->decode_steps);
+        double pf = ss->prefill_steps ? (double)ss->prefill_ns / 1e9 : NAN;
+        px_rt_interval ppf = scaled(s->pred_prefill_s, k);
+        char layers[24], pd[112], pp[112];
+        snprintf(layers, sizeof layers, "%u-%u", s->layer_begin, s->layer_end - 1);
+        fmt_s(s->pred_decode_s.p50, a, sizeof a);
+        fmt_s(s->pred_decode_s.lo, b, sizeof b);
+        fmt_s(s->pred_decode_s.hi, c, sizeof c);
+        snprintf(pd, sizeof pd, "%s [%s, %s]", a, b, c);
+        fmt_s(dec, d, sizeof d);
+        px_strbuf_addf(out, "%-5u %-34s %-7s %-34s %-10s %-17s | ", i, dev, layers, pd, d,
+                       verdict(&s->pred_decode_s, dec));
+        fmt_s(ppf.p50, a, sizeof a);
+        fmt_s(ppf.lo, b, sizeof b);
+        fmt_s(ppf.hi, c, sizeof c);
+        snprintf(pp, sizeof pp, "%s [%s, %s]", a, b, c);
+        fmt_s(pf, d, sizeof d);
+        px_strbuf_addf(out, "%-30s %-10s %s\n", pp, d, verdict(&ppf, pf));
+    }
+    /* Transfers: into each stage, and back to the executor. */
+    px_strbuf_adds(out, "transfers per decode step:");
+    for (uint32_t i = 0; i < sp->n_stages; i++) {
+        fmt_s(per(st->stages[i].xfer_in_decode_ns, st->stages[i].decode_steps), a, sizeof a);
+        if (i == 0)
+            px_strbuf_addf(out, " executor->0 %s;", a);
+        else
+            px_strbuf_addf(out, " %u->%u %s;", i - 1, i, a);
+    }
+    fmt_s(per(st->xfer_out_decode_ns, st->decode_steps), a, sizeof a);
+    px_strbuf_addf(out, " %u->executor %s\n", sp->n_stages - 1, a);
+    double tpot = per(st->gen.decode_ns, st->decode_steps);
+    double ttft = (double)st->ttft_ns / 1e9;
+    fmt_s(sp->pred_tpot_s.p50, a, sizeof a);
+    fmt_s(sp->pred_tpot_s.lo, b, sizeof b);
+    fmt_s(sp->pred_tpot_s.hi, c, sizeof c);
+    fmt_s(tpot, d, sizeof d);
+    px_strbuf_addf(out, "end to end: time per token predicted %s [%s, %s], observed %s: %s\n", a, b,
+                   c, d, verdict(&sp->pred_tpot_s, tpot));
+    px_rt_interval pt = scaled(sp->pred_ttft_s, k);
+    fmt_s(pt.p50, a, sizeof a);
+    fmt_s(pt.lo, b, sizeof b);
+    fmt_s(pt.hi, c, sizeof c);
+    fmt_s(ttft, d, sizeof d);
+    px_strbuf_addf(out,
+                   "            time to first token predicted %s [%s, %s], observed %s: "
+                   "%s\n",
+                   a, b, c, d, verdict(&pt, ttft));
+    double pf_tps =
+        st->gen.prefill_ns ? (double)st->gen.prompt_tokens / ((double)st->gen.prefill_ns / 1e9) : 0;
+    double dc_tps =
+        st->gen.decode_ns ? (double)st->gen.decode_tokens / ((double)st->gen.decode_ns / 1e9) : 0;
+    px_strbuf_addf(out,
+                   "prefill: %" PRIu64 " tokens in %.1f ms (%.1f tokens/s); decode: %" PRIu64
+                   " tokens in %.1f ms (%.1f tokens/s)%s\n",
+                   st->gen.prompt_tokens, (double)st->gen.prefill_ns / 1e6, pf_tps,
+                   st->gen.decode_tokens, (double)st->gen.decode_ns / 1e6, dc_tps,
+                   sp->emulated ? " [emulated devices]" : "");
+    return out->buf ? PX_OK : PX_ENOMEM;
+}
+
+static json_t *interval_json(px_rt_interval iv)
+{
+    json_t *o = json_object();
+    if (isfinite(iv.p50))
+        px_json_set(o, "p50", json_real(iv.p50));
+    if (isfinite(iv.lo))
+        px_json_set(o, "lo", json_real(iv.lo));
+    if (isfinite(iv.hi))
+        px_json_set(o, "hi", json_real(iv.hi));
+    return o;
+}
+
+static json_t *measure(px_rt_interval pred, double observed)
+{
+    json_t *o = json_object();
+    px_json_set(o, "predicted", interval_json(pred));
+    if (isfinite(observed))
+        px_json_set(o, "observed", json_real(observed));
+    px_json_set(o, "verdict", json_string(verdict(&pred, observed)));
+    return o;
+}
+
+json_t *px_rt_pipeline_report_json(const px_rt_pipeline_spec *sp, const px_rt_executor *ex,
+                                   const px_rt_pipeline_stats *st)
+{
+    json_t *doc = json_object(), *stages = json_array();
+    if (!doc || !stages) {
+        json_decref(doc);
+        json_decref(stages);
+        return NULL;
+    }
+    double k = prefill_scale(sp, st);
+    for (uint32_t i = 0; i < sp->n_stages; i++) {
+        const px_rt_stage_spec *s = &sp->stages[i];
+        const px_rt_stage_stats *ss = &st->stages[i];
+        const px_rt_device_props *p = ex ? px_rt_executor_stage_device(ex, i) : NULL;
+        json_t *o = json_object();
+        px_json_set(o, "index", json_integer(i));
+        px_json_set(o, "device", json_string(s->device[0] ? s->device : s->backend));
+        px_json_set(o, "backend", json_string(s->backend));
+        px_json_set(o, "emulated", json_boolean(s->emulated || (p && p->emulated)));
+        if (p)
+            px_json_set(o, "description", json_string(p->description));
+        px_json_set(o, "pid", json_integer(px_rt_executor_stage_pid(ex, i)));
+        px_json_set(
+            o, "layers",
+            json_pack("{s:i, s:i}", "first", (int)s->layer_begin, "last", (int)s->layer_end - 1));
+        px_json_set(o, "decode_s_per_token",
+                    measure(s->pred_decode_s, per(ss->decode_ns, ss->decode_steps)));
+        px_json_set(o, "prefill_s",
+                    measure(scaled(s->pred_prefill_s, k),
+                            ss->prefill_steps ? (double)ss->prefill_ns / 1e9 : NAN));
+        px_json_set(o, "transfer_in_s_per_decode_step",
+                    json_real(ss->decode_steps ? per(ss->xfer_in_decode_ns, ss->decode_steps) : 0));
+        json_t *ops = json_array();
+        for (size_t e = 0; e < ss->n_ops; e++)
+            px_json_push(ops,
+                         json_pack("{s:i, s:s, s:I, s:I, s:I, s:I}", "layer", (int)ss->ops[e].layer,
+                                   "op", px_ir_op_kind_name(ss->ops[e].kind), "count",
+                                   (json_int_t)ss->ops[e].count, "ns", (json_int_t)ss->ops[e].ns,
+                                   "flops", (json_int_t)ss->ops[e].flops, "bytes",
+                                   (json_int_t)ss->ops[e].bytes));
+        px_json_set(o, "ops", ops);
+        px_json_push(stages, o);
+    }
+    px_json_set(doc, "plan", json_string(sp->plan_id));
+    px_json_set(doc, "emulated", json_boolean(sp->emulated));
+    if (sp->emulated)
+        px_json_set(doc, "notice",
+                    json_string("emulated devices: times come from emulation "
+                                "profiles on this machine, no claim about real "
+                                "hardware"));
+    px_json_set(doc, "stages", stages);
+    px_json_set(doc, "tpot_s", measure(sp->pred_tpot_s, per(st->gen.decode_ns, st->decode_steps)));
+    px_json_set(doc, "ttft_s", measure(scaled(sp->pred_ttft_s, k), (double)st->ttft_ns / 1e9));
+    px_json_set(doc, "prefill",
+                json_pack("{s:I, s:f}", "tokens", (json_int_t)st->gen.prompt_tokens, "seconds",
+                          (double)st->gen.prefill_ns / 1e9));
+    px_json_set(doc, "decode",
+                json_pack("{s:I, s:f}", "tokens", (json_int_t)st->gen.decode_tokens, "seconds",
+                          (double)st->gen.decode_ns / 1e9));
+    return doc;
+}

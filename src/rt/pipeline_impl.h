@@ -1,0 +1,89 @@
+/*
+ * Private declarations shared by the pipeline's files: the transport
+ * (transport_*.c), the stage worker (worker.c) and the executor
+ * (executor_*.c), including the binary layout of step, result and
+ * telemetry payloads.
+ */
+#ifndef PX_RT_PIPELINE_IMPL_H
+#define PX_RT_PIPELINE_IMPL_H
+
+#include "rt/rt_impl.h"
+
+/* The peer's name in messages; never NULL. */
+const char *px__rt_conn_peer(const px_rt_conn *c);
+
+/* Payloads are little-endian structs copied with memcpy. */
+
+/* STEP and RESULT start with this. */
+typedef struct px__rt_step_head {
+    uint32_t n_seqs;
+    uint32_t n_rows;  /* STEP: activation rows; RESULT: logit rows */
+    uint32_t row_len; /* STEP: dim (hidden) or 0 (tokens); RESULT: vocab */
+    uint32_t n_records;
+    uint32_t prefill; /* 1 for a prefill micro-batch, 0 for decode */
+    uint32_t reserved;
+} px__rt_step_head;
+
+/* Then n_seqs of these (STEP only). */
+typedef struct px__rt_step_seq {
+    int32_t seq;
+    uint32_t pos;
+    uint32_t n_tokens;
+    uint32_t reserved;
+} px__rt_step_seq;
+
+/* Then the tokens (i32 x n_rows) or rows (f32 x n_rows x row_len), then
+ * n_records of these: each stage appends its own.  Times are
+ * CLOCK_MONOTONIC, shared by every process of the machine, so that hop
+ * times are the receiver's recv_done minus the sender's send_start. */
+typedef struct px__rt_stage_record {
+    uint32_t stage;
+    uint32_t rows;
+    uint64_t recv_done_ns;
+    uint64_t compute_ns;
+    uint64_t send_start_ns;
+} px__rt_stage_record;
+
+/* SEQ payload. */
+typedef struct px__rt_seq_msg {
+    uint32_t op; /* 1 add, 2 remove */
+    int32_t seq;
+} px__rt_seq_msg;
+
+/* INFO: each stage appends one of these. */
+typedef struct px__rt_stage_info {
+    uint32_t stage;
+    int32_t pid;
+    uint32_t layer_begin, layer_end;
+    uint64_t weight_bytes, kv_bytes;
+    px_rt_device_props device;
+} px__rt_stage_info;
+
+/* STATS: each stage appends a head and n entries. */
+typedef struct px__rt_stats_head {
+    uint32_t stage;
+    uint32_t n_entries;
+} px__rt_stats_head;
+
+typedef struct px__rt_stats_entry {
+    int32_t layer;
+    uint32_t kind;
+    uint64_t count, ns, flops, bytes;
+} px__rt_stats_entry;
+
+/* The most sequences one step carries. */
+#define PX__RT_MAX_STEP_SEQS 4096u
+
+/* The executor's parts that executor_generate.c uses (executor_run.c). */
+px_status px__rt_exec_fail(px_rt_executor *ex, px_status st, px_err *err);
+px_rt_conn *px__rt_exec_first(px_rt_executor *ex);
+px_status px__rt_exec_recv(px_rt_executor *ex, px_rt_frame_type want, px_rt_frame_header *h,
+                           const uint8_t **p, px_err *err);
+const px_rt_model *px__rt_exec_model(const px_rt_executor *ex);
+void px__rt_exec_limits(const px_rt_executor *ex, uint32_t *max_seqs, uint32_t *context,
+                        uint32_t *max_rows);
+bool *px__rt_exec_slots(px_rt_executor *ex);
+bool px__rt_exec_failed(const px_rt_executor *ex);
+const px_rt_pipeline_spec *px__rt_exec_spec(const px_rt_executor *ex);
+
+#endif

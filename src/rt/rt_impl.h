@@ -1,0 +1,259 @@
+/*
+ * Private declarations shared by the files of the runtime module: the
+ * objects behind the backend wrappers, the cpu backend's thread pool and
+ * kernels, and the model's resolved weights.
+ */
+#ifndef PX_RT_IMPL_H
+#define PX_RT_IMPL_H
+
+#include "base/common.h"
+
+#include "plexus/ir.h"
+#include "plexus/rt.h"
+
+/* Whether a versioned table has a (non-NULL) slot: the slot must lie
+ * within the size the backend declared. */
+#define PX__RT_HAS(tbl, type, field)                                          \
+    ((tbl)->size >= offsetof(type, field) + sizeof((tbl)->field) &&            \
+     (tbl)->field != NULL)
+
+/* ------------------------------------------------------------------ */
+/* Objects behind the wrappers (backend.c)                             */
+/* ------------------------------------------------------------------ */
+
+struct px_rt_device {
+    const px_rt_backend_iface *backend;
+    const px_rt_device_iface *iface;
+    void *ctx;
+};
+
+struct px_rt_buffer {
+    const px_rt_buffer_iface *iface;
+    void *ctx;
+    px_rt_device *device;
+    size_t size;
+    void *base; /* cached iface->base(), NULL when not host-visible */
+};
+
+struct px_rt_stream {
+    const px_rt_stream_iface *iface;
+    void *ctx;
+    px_rt_device *device;
+    px_rt_telemetry_fn telemetry;
+    void *telemetry_ud;
+    px_rt_fault_hook fault_hook;
+    void *fault_ud;
+};
+
+/* The built-in cpu backend's table (cpu_backend.c). */
+extern const px_rt_backend_iface px__rt_cpu_backend;
+
+/* ------------------------------------------------------------------ */
+/* Thread pool (cpu_pool.c)                                            */
+/* ------------------------------------------------------------------ */
+
+/* Persistent workers.  px__rt_pool_run calls fn(arg, ith, nth) on every
+ * thread (the caller is ith 0) and returns when all are done: a barrier
+ * per call, no allocation.  Workers spin briefly, then sleep. */
+typedef struct px__rt_pool px__rt_pool;
+typedef void (*px__rt_pool_fn)(void *arg, uint32_t ith, uint32_t nth);
+
+px_status px__rt_pool_new(uint32_t n_threads, px__rt_pool **out, px_err *err);
+void px__rt_pool_free(px__rt_pool *p);
+uint32_t px__rt_pool_size(const px__rt_pool *p);
+void px__rt_pool_run(px__rt_pool *p, px__rt_pool_fn fn, void *arg);
+
+/* Static partition of n items among nth threads: thread ith gets
+ * [*begin, *end).  Depends only on (n, nth, ith). */
+static inline void px__rt_split(size_t n, uint32_t ith, uint32_t nth,
+                                size_t *begin, size_t *end)
+{
+    *begin = n * ith / nth;
+    *end = n * (ith + 1) / nth;
+}
+
+/* ------------------------------------------------------------------ */
+/* Kernels (cpu_kernels.c, cpu_kernels_x86.c)                          */
+/* ------------------------------------------------------------------ */
+
+/* Kernels that have a vectorised variant.  Every variant computes each
+ * output with one fixed order of operations, whatever the row range or
+ * the number of x vectors, so that splitting rows among threads and
+ * batching rows never changes a result. */
+typedef struct px__rt_kernels {
+    const char *name; /* "avx2" or "portable" */
+    /* y[r*ldy + i] = dot(row i of w, x + r*ldx) for i in [i0, i1) and
+     * r < n_x (n_x <= PX_RT_SMALL_BATCH).  Rows are row_bytes apart and
+     * k values long, of dtype t (f32, f16, bf16, q8_0). */
+    void (*matvec)(px_dtype t, const void *w, size_t row_bytes, uint32_t k,
+                   uint32_t i0, uint32_t i1, const float *x, size_t ldx,
+                   uint32_t n_x, float *y, size_t ldy);
+    /* Converts k values of a row of dtype t to f32. */
+    void (*dequant)(px_dtype t, const void *row, float *dst, uint32_t k);
+    float (*dot_f32)(const float *a, const float *b, uint32_t n);
+    /* y += a * x */
+    void (*axpy_f32)(float a, const float *x, float *y, uint32_t n);
+} px__rt_kernels;
+
+extern const px__rt_kernels px__rt_kernels_portable;
+/* The AVX2+FMA+F16C variant, or NULL when the build or the processor
+ * lacks it. */
+const px__rt_kernels *px__rt_kernels_avx2(void);
+
+/* ------------------------------------------------------------------ */
+/* The cpu backend's ops (cpu_ops.c), reusable by backends that run    */
+/* the cpu kernels (an emulated device)                                */
+/* ------------------------------------------------------------------ */
+
+typedef struct px__rt_cpu_exec {
+    px__rt_pool *pool;
+    const px__rt_kernels *k;
+} px__rt_cpu_exec;
+
+/* Work (values touched, roughly) below which an op runs on the calling
+ * thread alone: smaller ops cost less than waking the pool.  Which thread
+ * computes an output never changes it, so this only affects speed. */
+#define PX__RT_PAR_MIN_WORK 16384u
+/* Weight rows per sgemm call.  Chunks start at multiples of this in every
+ * thread count, so each output comes from the same call. */
+#define PX__RT_GEMM_CHUNK 128u
+
+/* Whether the cpu kernels run op with weights (or main input) of dtype t. */
+bool px__rt_cpu_supports(px_ir_op_kind op, px_dtype t);
+/* Scratch bytes op needs with n_threads threads. */
+size_t px__rt_cpu_work_size(uint32_t n_threads, const px_rt_op *op);
+/* Checks op's shapes and runs it; host-visible tensors only.  Errors:
+ * PX_EUNSUPPORTED, PX_EINVAL (shapes, ids, positions, naming them). */
+px_status px__rt_cpu_run_op(const px__rt_cpu_exec *x, const px_rt_op *op, px_err *err);
+
+/* Whether the runtime has kernels for weights of dtype t. */
+bool px__rt_dtype_supported(px_dtype t);
+/* Converts k values of a row of dtype t to f32. */
+void px__rt_dequant_row(px_dtype t, const void *row, float *dst, uint32_t k);
+/* One value of a row of dtype t (the reference pass reads weights so). */
+double px__rt_weight_at(px_dtype t, const void *row, uint32_t i);
+
+/* IEEE half to float without the ir module's table (exact). */
+static inline float px__rt_f16(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else {
+            /* Subnormal: normalise. */
+            exp = 127 - 15 + 1;
+            while (!(man & 0x400)) {
+                man <<= 1;
+                exp--;
+            }
+            bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline float px__rt_bf16(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Q8_0: 32 values in 34 bytes, an f16 scale then 32 int8. */
+#define PX__RT_Q8_0_ELEMS 32u
+#define PX__RT_Q8_0_BYTES 34u
+
+/* ------------------------------------------------------------------ */
+/* Models (model.c)                                                    */
+/* ------------------------------------------------------------------ */
+
+typedef struct px__rt_layer_weights {
+    const px_ir_tensor *attn_norm, *wq, *wk, *wv, *wo;
+    const px_ir_tensor *bq, *bk, *bv; /* NULL unless qkv_bias */
+    const px_ir_tensor *ffn_norm, *w1, *w2, *w3;
+} px__rt_layer_weights;
+
+struct px_rt_model {
+    const px_ir_model *ir;
+    px_ir_model *owned_ir; /* set when the model opened the file */
+    px_ir_hparams hp;
+    uint32_t q_dim, kv_dim; /* n_heads*head_dim, n_kv_heads*head_dim */
+    const px_ir_tensor *tok_embd, *output_norm, *output;
+    px__rt_layer_weights *layers; /* n_layers */
+};
+
+/* ------------------------------------------------------------------ */
+/* Sessions (session.c, forward.c)                                     */
+/* ------------------------------------------------------------------ */
+
+typedef struct px__rt_layer_state {
+    px_rt_tensor attn_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3;
+    px_rt_tensor bq, bk, bv; /* dtype F32 and buffer NULL when absent */
+    px_rt_tensor k_cache, v_cache; /* [kv_dim, context, max_seqs] */
+} px__rt_layer_state;
+
+struct px_rt_session {
+    const px_rt_model *model;
+    px_rt_device *device;
+    bool own_device;
+    px_rt_stream *stream;
+    uint32_t layer_begin, layer_end;
+    uint32_t context, max_seqs, max_rows, max_logit_rows;
+    bool has_embedding, has_head;
+    bool weights_copied;
+    uint64_t weight_bytes;
+
+    /* Weights: one buffer per distinct stored tensor. */
+    px_rt_buffer **weight_bufs;
+    const px_ir_tensor **weight_src; /* the stored tensor of each buffer */
+    size_t n_weight_bufs;
+    px_rt_tensor tok_embd, output_norm, output;
+    px__rt_layer_state *layers; /* layer_end - layer_begin */
+
+    /* Activations, sized for max_rows rows (the head: max_logit_rows). */
+    px_rt_buffer *act_buf, *kv_buf;
+    px_rt_tensor x, xb, xb2, q, k, v, att, hb, hb2, xn, logits, ids, rope, work;
+    bool has_work;
+
+    /* Host memory for the step's layout and outputs. */
+    int32_t *row_slot, *row_pos;
+    uint32_t *select;
+    px_rt_rows rows;
+    float *out_host; /* outputs copied here when buffers are not host-visible */
+    int64_t *seq_len; /* per slot; -1 when free */
+    uint8_t *seq_mark; /* per slot; duplicate detection within a step */
+    px_rt_op *ops;
+    size_t ops_cap;
+};
+
+/* Builds the ops of a step of `rows` rows over layers [lb, le), with the
+ * head when n_logits > 0 (selecting `select` rows when set), into s->ops.
+ * Returns the number of ops.  Sets the row counts of the activation
+ * tensors. */
+size_t px__rt_build_ops(px_rt_session *s, bool embed, uint32_t lb, uint32_t le, uint32_t rows,
+                        uint32_t n_logits, bool select);
+
+/* Bytes between rows of a 2-D weight tensor. */
+static inline size_t px__rt_row_bytes(const px_ir_tensor *t)
+{
+    return (size_t)t->nb[1];
+}
+
+/* Fills cos/sin for every position < context: table[p*rope_dim + 2i] =
+ * cos(p * theta^(-2i/rope_dim)), [.. + 2i + 1] = sin(...), computed in
+ * double. */
+void px__rt_rope_table(float *table, uint32_t context, uint32_t rope_dim,
+                       float theta);
+
+#endif

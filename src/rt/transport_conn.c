@@ -1,0 +1,511 @@
+/*
+ * The transport's connections: Unix or loopback TCP sockets, every read
+ * and write bounded by poll, frames checked on arrival, and the fault
+ * hooks (latency, bandwidth, cut) applied on the sending side.
+ */
+#include "base/common.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rt/pipeline_impl.h"
+
+#define DEFAULT_TIMEOUT_MS 10000
+
+struct px_rt_listener {
+    int fd;
+    bool is_unix;
+    char path[108];
+    char address[128];
+};
+
+struct px_rt_conn {
+    int fd;
+    int timeout_ms;
+    uint32_t max_payload;
+    char peer[160];
+    uint64_t next_seq;
+    uint8_t *buf;
+    size_t cap;
+    px_rt_link_faults faults;
+    bool broken;
+    uint64_t frames_out, bytes_out, frames_in, bytes_in;
+};
+
+/* ------------------------------------------------------------------ */
+/* Addresses                                                           */
+/* ------------------------------------------------------------------ */
+
+typedef struct parsed_addr {
+    bool is_unix;
+    struct sockaddr_un un;
+    struct sockaddr_in in;
+} parsed_addr;
+
+static px_status parse_addr(const char *addr, parsed_addr *out, px_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!addr)
+        addr = "";
+    if (px_str_starts_with(addr, "unix:")) {
+        const char *path = addr + 5;
+        if (!path[0] || strlen(path) >= sizeof out->un.sun_path)
+            return px_err_set(err, PX_EINVAL,
+                              "address \"%.200s\": the socket path must be 1 to "
+                              "%zu bytes",
+                              addr, sizeof out->un.sun_path - 1);
+        out->is_unix = true;
+        out->un.sun_family = AF_UNIX;
+        px_strlcpy(out->un.sun_path, path, sizeof out->un.sun_path);
+        return PX_OK;
+    }
+    if (px_str_starts_with(addr, "tcp:")) {
+        const char *host = addr + 4;
+        const char *colon = strrchr(host, ':');
+        char h[64];
+        if (colon && (size_t)(colon - host) < sizeof h) {
+            memcpy(h, host, (size_t)(colon - host));
+            h[colon - host] = 0;
+            char *end;
+            errno = 0;
+            unsigned long port = strtoul(colon + 1, &end, 10);
+            if (!errno && end != colon + 1 && !*end && port <= 65535 &&
+                (!strcmp(h, "127.0.0.1") || !strcmp(h, "localhost"))) {
+                out->in.sin_family = AF_INET;
+                out->in.sin_port = htons((uint16_t)port);
+                out->in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+                return PX_OK;
+            }
+        }
+    }
+    return px_err_set(err, PX_EINVAL,
+                      "address \"%.200s\": use unix:PATH or tcp:127.0.0.1:PORT "
+                      "(the transport joins processes on one machine)",
+                      addr);
+}
+
+static void socket_options(int fd, bool is_unix)
+{
+    int one = 1;
+    if (!is_unix)
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    /* A peer that vanished must give EPIPE, not kill the process. */
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        (void)fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
+/* ------------------------------------------------------------------ */
+/* Listeners                                                           */
+/* ------------------------------------------------------------------ */
+
+px_status px_rt_listener_new(const char *addr, px_rt_listener **out, px_err *err)
+{
+    *out = NULL;
+    parsed_addr pa;
+    px_status st = parse_addr(addr, &pa, err);
+    if (st)
+        return st;
+    px_rt_listener *l = calloc(1, sizeof *l);
+    if (!l)
+        return px_err_set(err, PX_ENOMEM, "listener: out of memory");
+    l->is_unix = pa.is_unix;
+    l->fd = socket(pa.is_unix ? AF_UNIX : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (l->fd < 0) {
+        st = px_err_set(err, PX_EIO, "listen on %s: socket: %s", addr, strerror(errno));
+        goto fail;
+    }
+    int rc;
+    if (pa.is_unix) {
+        (void)unlink(pa.un.sun_path);
+        px_strlcpy(l->path, pa.un.sun_path, sizeof l->path);
+        rc = bind(l->fd, (struct sockaddr *)&pa.un, sizeof pa.un);
+    } else {
+        int one = 1;
+        (void)setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        rc = bind(l->fd, (struct sockaddr *)&pa.in, sizeof pa.in);
+    }
+    if (rc != 0 || listen(l->fd, 16) != 0) {
+        st = px_err_set(err, PX_EIO, "listen on %s: %s", addr, strerror(errno));
+        l->path[0] = 0;
+        goto fail;
+    }
+    if (pa.is_unix) {
+        snprintf(l->address, sizeof l->address, "unix:%s", l->path);
+    } else {
+        struct sockaddr_in got;
+        socklen_t n = sizeof got;
+        getsockname(l->fd, (struct sockaddr *)&got, &n);
+        snprintf(l->address, sizeof l->address, "tcp:127.0.0.1:%u", ntohs(got.sin_port));
+    }
+    socket_options(l->fd, true);
+    *out = l;
+    return PX_OK;
+fail:
+    px_rt_listener_free(l);
+    return st;
+}
+
+void px_rt_listener_free(px_rt_listener *l)
+{
+    if (!l)
+        return;
+    if (l->fd >= 0)
+        close(l->fd);
+    if (l->is_unix && l->path[0])
+        (void)unlink(l->path);
+    free(l);
+}
+
+const char *px_rt_listener_address(const px_rt_listener *l)
+{
+    return l->address;
+}
+
+static px_status conn_wrap(int fd, bool is_unix, const char *peer, px_rt_conn **out, px_err *err)
+{
+    px_rt_conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return px_err_set(err, PX_ENOMEM, "connection: out of memory");
+    }
+    socket_options(fd, is_unix);
+    c->fd = fd;
+    c->timeout_ms = DEFAULT_TIMEOUT_MS;
+    c->max_payload = PX_RT_FRAME_MAX_PAYLOAD;
+    px_strlcpy(c->peer, peer ? peer : "peer", sizeof c->peer);
+    *out = c;
+    return PX_OK;
+}
+
+static int remaining_ms(uint64_t deadline)
+{
+    uint64_t now = px_now_ns();
+    if (now >= deadline)
+        return 0;
+    uint64_t ms = (deadline - now + 999999) / 1000000;
+    return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+px_status px_rt_listener_accept(px_rt_listener *l, int timeout_ms, const char *peer,
+                                px_rt_conn **out, px_err *err)
+{
+    *out = NULL;
+    uint64_t deadline = px_now_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
+    for (;;) {
+        int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0)
+            return conn_wrap(fd, l->is_unix, peer, out, err);
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return px_err_set(err, PX_EIO, "accept on %s: %s", l->address, strerror(errno));
+        int ms = remaining_ms(deadline);
+        if (ms == 0)
+            return px_err_set(err, PX_ETIMEOUT, "%s did not connect to %s within %d ms",
+                              peer ? peer : "the peer", l->address, timeout_ms);
+        struct pollfd p = {.fd = l->fd, .events = POLLIN};
+        (void)poll(&p, 1, ms);
+    }
+}
+
+px_status px_rt_conn_connect(const char *addr, int timeout_ms, const char *peer, px_rt_conn **out,
+                             px_err *err)
+{
+    *out = NULL;
+    parsed_addr pa;
+    px_status st = parse_addr(addr, &pa, err);
+    if (st)
+        return st;
+    uint64_t deadline = px_now_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000u;
+    for (;;) {
+        int fd = socket(pa.is_unix ? AF_UNIX : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return px_err_set(err, PX_EIO, "connect to %s: socket: %s", addr, strerror(errno));
+        int rc = pa.is_unix ? connect(fd, (struct sockaddr *)&pa.un, sizeof pa.un)
+                            : connect(fd, (struct sockaddr *)&pa.in, sizeof pa.in);
+        if (rc == 0)
+            return conn_wrap(fd, pa.is_unix, peer, out, err);
+        int e = errno;
+        close(fd);
+        if (e != ENOENT && e != ECONNREFUSED && e != EAGAIN && e != EINTR)
+            return px_err_set(err, PX_EIO, "connect to %s (%s): %s", peer ? peer : "peer", addr,
+                              strerror(e));
+        /* Nobody listens yet: the peer may still be starting. */
+        if (remaining_ms(deadline) == 0)
+            return px_err_set(err, PX_ETIMEOUT, "%s is not listening on %s after %d ms (%s)",
+                              peer ? peer : "the peer", addr, timeout_ms, strerror(e));
+        struct timespec ts = {0, 5 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+void px_rt_conn_free(px_rt_conn *c)
+{
+    if (!c)
+        return;
+    if (c->fd >= 0)
+        close(c->fd);
+    free(c->buf);
+    free(c);
+}
+
+void px_rt_conn_set_timeout(px_rt_conn *c, int timeout_ms)
+{
+    c->timeout_ms = timeout_ms > 0 ? timeout_ms : DEFAULT_TIMEOUT_MS;
+}
+
+void px_rt_conn_set_max_payload(px_rt_conn *c, uint32_t max_payload)
+{
+    c->max_payload =
+        PX_MIN(max_payload ? max_payload : PX_RT_FRAME_MAX_PAYLOAD, PX_RT_FRAME_MAX_PAYLOAD);
+}
+
+uint32_t px_rt_conn_max_payload(const px_rt_conn *c)
+{
+    return c->max_payload;
+}
+
+void px_rt_conn_set_peer(px_rt_conn *c, const char *peer)
+{
+    px_strlcpy(c->peer, peer ? peer : "peer", sizeof c->peer);
+}
+
+const char *px__rt_conn_peer(const px_rt_conn *c)
+{
+    return c->peer;
+}
+
+void px_rt_conn_set_faults(px_rt_conn *c, const px_rt_link_faults *f)
+{
+    if (f)
+        c->faults = *f;
+    else
+        memset(&c->faults, 0, sizeof c->faults);
+}
+
+void px_rt_conn_counters(const px_rt_conn *c, uint64_t *frames_out, uint64_t *bytes_out,
+                         uint64_t *frames_in, uint64_t *bytes_in)
+{
+    if (frames_out)
+        *frames_out = c->frames_out;
+    if (bytes_out)
+        *bytes_out = c->bytes_out;
+    if (frames_in)
+        *frames_in = c->frames_in;
+    if (bytes_in)
+        *bytes_in = c->bytes_in;
+}
+
+/* ------------------------------------------------------------------ */
+/* Bounded reads and writes                                            */
+/* ------------------------------------------------------------------ */
+
+static px_status write_all(px_rt_conn *c, const void *data, size_t n, uint64_t deadline,
+                           px_err *err)
+{
+    const uint8_t *p = data;
+    while (n > 0) {
+        ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            c->broken = true;
+            return px_err_set(err, PX_EPEER, "%s closed the connection (%s)", c->peer,
+                              strerror(errno));
+        }
+        int ms = remaining_ms(deadline);
+        struct pollfd pf = {.fd = c->fd, .events = POLLOUT};
+        if (ms == 0 || poll(&pf, 1, ms) == 0)
+            return px_err_set(err, PX_ETIMEOUT,
+                              "%s did not take data for %d ms: it is stuck "
+                              "or overloaded",
+                              c->peer, c->timeout_ms);
+    }
+    return PX_OK;
+}
+
+/* Reads exactly n bytes.  *got says how many arrived before a failure. */
+static px_status read_all(px_rt_conn *c, void *data, size_t n, uint64_t deadline, size_t *got,
+                          px_err *err)
+{
+    uint8_t *p = data;
+    *got = 0;
+    while (*got < n) {
+        ssize_t r = recv(c->fd, p + *got, n - *got, 0);
+        if (r > 0) {
+            *got += (size_t)r;
+            continue;
+        }
+        if (r == 0)
+            return PX_EPEER; /* the caller words it */
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            c->broken = true;
+            return px_err_set(err, PX_EPEER, "%s: connection failed (%s)", c->peer,
+                              strerror(errno));
+        }
+        int ms = remaining_ms(deadline);
+        struct pollfd pf = {.fd = c->fd, .events = POLLIN};
+        if (ms == 0 || poll(&pf, 1, ms) == 0)
+            return PX_ETIMEOUT;
+    }
+    return PX_OK;
+}
+
+static void pace(px_rt_conn *c, size_t bytes)
+{
+    uint64_t wait = c->faults.latency_ns;
+    if (c->faults.bandwidth_bps > 0)
+        wait += (uint64_t)((double)bytes / c->faults.bandwidth_bps * 1e9);
+    if (wait == 0)
+        return;
+    struct timespec ts = {.tv_sec = (time_t)(wait / 1000000000u),
+                          .tv_nsec = (long)(wait % 1000000000u)};
+    while (nanosleep(&ts, &ts) == EINTR)
+        ;
+}
+
+px_status px_rt_conn_sendv(px_rt_conn *c, px_rt_frame_type type, uint8_t flags,
+                           const void *const *parts, const uint32_t *lens, uint32_t n, px_err *err)
+{
+    if (c->faults.cut_after && c->frames_out >= c->faults.cut_after)
+        c->faults.cut = true;
+    if (c->faults.cut && !c->broken) {
+        shutdown(c->fd, SHUT_RDWR);
+        c->broken = true;
+    }
+    if (c->broken)
+        return px_err_set(err, PX_EPEER, "the connection to %s is closed (cut)", c->peer);
+    uint64_t total = 0;
+    uint32_t crc = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        total += lens[i];
+        crc = px_rt_crc32(crc, parts[i], lens[i]);
+    }
+    if (total > c->max_payload)
+        return px_err_set(err, PX_ELIMIT,
+                          "frame to %s: payload of %" PRIu64 " bytes exceeds the "
+                          "%u agreed for the connection",
+                          c->peer, total, c->max_payload);
+    pace(c, (size_t)total + PX_RT_FRAME_HEADER_BYTES);
+    px_rt_frame_header h = {.magic = PX_RT_FRAME_MAGIC,
+                            .version = PX_RT_FRAME_VERSION,
+                            .type = (uint8_t)type,
+                            .flags = flags,
+                            .seq = c->next_seq++,
+                            .length = (uint32_t)total,
+                            .checksum = crc};
+    uint8_t hb[PX_RT_FRAME_HEADER_BYTES];
+    px_rt_frame_header_encode(&h, hb);
+    uint64_t deadline = px_now_ns() + (uint64_t)c->timeout_ms * 1000000u;
+    px_status st = write_all(c, hb, sizeof hb, deadline, err);
+    if (c->faults.cut_mid_frame) {
+        /* Half the payload, then the link goes away. */
+        uint64_t left = total / 2;
+        for (uint32_t i = 0; st == PX_OK && i < n && left > 0; i++) {
+            uint32_t k = (uint32_t)PX_MIN((uint64_t)lens[i], left);
+            st = write_all(c, parts[i], k, deadline, err);
+            left -= k;
+        }
+        shutdown(c->fd, SHUT_RDWR);
+        c->broken = true;
+        return st ? st
+                  : px_err_set(err, PX_EPEER,
+                               "the connection to %s was cut mid-frame "
+                               "(fault injected)",
+                               c->peer);
+    }
+    for (uint32_t i = 0; st == PX_OK && i < n; i++)
+        st = write_all(c, parts[i], lens[i], deadline, err);
+    if (st == PX_OK) {
+        c->frames_out++;
+        c->bytes_out += total + PX_RT_FRAME_HEADER_BYTES;
+    }
+    return st;
+}
+
+px_status px_rt_conn_send(px_rt_conn *c, px_rt_frame_type type, uint8_t flags, const void *payload,
+                          uint32_t len, px_err *err)
+{
+    const void *parts[1] = {payload};
+    return px_rt_conn_sendv(c, type, flags, parts, &len, len ? 1 : 0, err);
+}
+
+px_status px_rt_conn_recv(px_rt_conn *c, px_rt_frame_header *h, const uint8_t **payload,
+                          px_err *err)
+{
+    *payload = NULL;
+    if (c->broken)
+        return px_err_set(err, PX_EPEER, "the connection to %s is closed", c->peer);
+    uint8_t hb[PX_RT_FRAME_HEADER_BYTES];
+    uint64_t deadline = px_now_ns() + (uint64_t)c->timeout_ms * 1000000u;
+    size_t got = 0;
+    px_status st = read_all(c, hb, sizeof hb, deadline, &got, err);
+    if (st == PX_ETIMEOUT)
+        return px_err_set(err, PX_ETIMEOUT, "%s sent nothing for %d ms: it is stuck or dead%s",
+                          c->peer, c->timeout_ms, got ? " (a frame header was cut short)" : "");
+    if (st == PX_EPEER && got == 0 && !c->broken) {
+        c->broken = true;
+        return px_err_set(err, PX_EPEER, "%s closed the connection", c->peer);
+    }
+    if (st == PX_EPEER && !c->broken) {
+        c->broken = true;
+        return px_err_set(err, PX_EPEER,
+                          "truncated frame from %s: the connection closed after "
+                          "%zu of the header's %u bytes",
+                          c->peer, got, PX_RT_FRAME_HEADER_BYTES);
+    }
+    if (st)
+        return st;
+    if ((st = px_rt_frame_header_decode(hb, c->max_payload, c->peer, h, err)) != PX_OK) {
+        c->broken = true;
+        return st;
+    }
+    if (h->length > c->cap) {
+        uint8_t *nb = realloc(c->buf, h->length);
+        if (!nb)
+            return px_err_set(err, PX_ENOMEM, "frame from %s: cannot hold %u bytes", c->peer,
+                              h->length);
+        c->buf = nb;
+        c->cap = h->length;
+    }
+    st = read_all(c, c->buf, h->length, deadline, &got, err);
+    if (st == PX_ETIMEOUT)
+        return px_err_set(err, PX_ETIMEOUT,
+                          "%s stopped mid-frame: %zu of %u payload bytes "
+                          "arrived within %d ms",
+                          c->peer, got, h->length, c->timeout_ms);
+    if (st == PX_EPEER && !c->broken) {
+        c->broken = true;
+        return px_err_set(err, PX_EPEER,
+                          "truncated frame from %s (sequence %" PRIu64 "): the "
+                          "connection closed after %zu of %u payload bytes",
+                          c->peer, h->seq, got, h->length);
+    }
+    if (st)
+        return st;
+    uint32_t crc = px_rt_crc32(0, c->buf, h->length);
+    if (crc != h->checksum) {
+        c->broken = true;
+        return px_err_set(err, PX_EPARSE,
+                          "frame from %s (sequence %" PRIu64 ", %u bytes): "
+                          "checksum 0x%08x does not match the header's 0x%08x: the payload was "
+                          "corrupted",
+                          c->peer, h->seq, h->length, crc, h->checksum);
+    }
+    c->frames_in++;
+    c->bytes_in += h->length + PX_RT_FRAME_HEADER_BYTES;
+    *payload = c->buf;
+    return PX_OK;
+}

@@ -1,0 +1,488 @@
+/*
+ * A small fleet for integration tests: a real `plexus server` and real
+ * `plexus agent` processes on 127.0.0.1 (ephemeral ports, a temporary data
+ * folder, emulated GPU inventories written here), API calls with the user
+ * token, and cleanup of every process group at exit, also on failure.
+ * Included by the tests/integration/test_fleet_*.c files (static helpers).
+ */
+#ifndef PX_FLEET_HARNESS_H
+#define PX_FLEET_HARNESS_H
+
+#include "px_test.h"
+
+#include "base/common.h"
+#include "plexus/fleet.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FH_MAX_PROCS     16
+#define FH_CLUSTER_TOKEN "cluster-token-for-tests-0123456789"
+#define FH_USER_TOKEN    "user-token-for-tests-abcdefghijkl"
+
+typedef struct fh_proc {
+    pid_t pid;
+    char name[64];
+    char log[1024];
+} fh_proc;
+
+typedef struct fh_fleet {
+    char dir[400];
+    char data[600];
+    char tokens[600];
+    char url[64];
+    int port;
+    double lease_s;
+    fh_proc server;
+    fh_proc agents[FH_MAX_PROCS];
+    int n_agents;
+} fh_fleet;
+
+static pid_t fh_all_pids[64];
+static int fh_n_pids;
+
+static inline void fh_kill_all(void)
+{
+    for (int i = 0; i < fh_n_pids; i++)
+        if (fh_all_pids[i] > 0) {
+            kill(-fh_all_pids[i], SIGKILL);
+            kill(fh_all_pids[i], SIGKILL);
+            waitpid(fh_all_pids[i], NULL, 0);
+            fh_all_pids[i] = 0;
+        }
+}
+
+static inline void fh_on_fatal(int sig)
+{
+    fh_kill_all();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static inline void fh_install_cleanup(void)
+{
+    static bool done;
+    if (done)
+        return;
+    done = true;
+    atexit(fh_kill_all);
+    signal(SIGTERM, fh_on_fatal);
+    signal(SIGINT, fh_on_fatal);
+    signal(SIGABRT, fh_on_fatal);
+    signal(SIGSEGV, fh_on_fatal);
+    signal(SIGALRM, fh_on_fatal);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+static inline int fh_free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(s, (struct sockaddr *)&a, &len) != 0)
+        fail_msg("cannot find a free port: %s", strerror(errno));
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+/* Starts argv in its own process group with output in log. */
+static inline pid_t fh_spawn(char *const argv[], const char *log, const char *const *env)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        fail_msg("fork: %s", strerror(errno));
+    if (pid == 0) {
+        setpgid(0, 0);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        for (int i = 0; env && env[i]; i += 2)
+            setenv(env[i], env[i + 1], 1);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    if (fh_n_pids < (int)PX_ARRAY_LEN(fh_all_pids))
+        fh_all_pids[fh_n_pids++] = pid;
+    return pid;
+}
+
+static inline void fh_forget(pid_t pid)
+{
+    for (int i = 0; i < fh_n_pids; i++)
+        if (fh_all_pids[i] == pid)
+            fh_all_pids[i] = 0;
+}
+
+static inline void fh_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static inline void fh_print_log(const char *log)
+{
+    char *text = NULL;
+    size_t len;
+    if (px_read_file(log, 1u << 20, &text, &len, NULL) == PX_OK) {
+        size_t from = len > 6000 ? len - 6000 : 0;
+        print_message("---- %s ----\n%s\n", log, text + from);
+    }
+    free(text);
+}
+
+/* A client with the user token (or another). */
+static inline px_fleet_client *fh_client(fh_fleet *f, const char *token)
+{
+    px_fleet_client *c;
+    px_err err;
+    px_assert_ok(px_fleet_client_new(f->url, token, &c, &err), &err);
+    px_fleet_client_set_timeout(c, 20000);
+    return c;
+}
+
+/* Calls the API with the user token; fails the test on error. */
+static inline json_t *fh_api(fh_fleet *f, const char *method, const char *path, const json_t *body)
+{
+    px_fleet_client *c = fh_client(f, FH_USER_TOKEN);
+    json_t *reply = NULL;
+    px_err err;
+    px_status st = px_fleet_client_call(c, method, path, body, NULL, &reply, &err);
+    px_fleet_client_free(c);
+    if (st != PX_OK)
+        fail_msg("%s %s: %s", method, path, err.msg);
+    return reply;
+}
+
+static inline bool fh_server_up(fh_fleet *f)
+{
+    px_fleet_client *c = fh_client(f, NULL);
+    px_fleet_client_set_timeout(c, 1000);
+    json_t *r = NULL;
+    bool ok = px_fleet_client_call(c, "GET", "/v1/health", NULL, NULL, &r, NULL) == PX_OK;
+    json_decref(r);
+    px_fleet_client_free(c);
+    return ok;
+}
+
+static inline void fh_start_server(fh_fleet *f)
+{
+    char lease[32], listen[64];
+    snprintf(lease, sizeof lease, "%g", f->lease_s);
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", f->port);
+    char *argv[] = {(char *)px_test_plexus_bin(),
+                    "server",
+                    "--listen",
+                    listen,
+                    "--data",
+                    f->data,
+                    "--token-file",
+                    f->tokens,
+                    "--lease",
+                    lease,
+                    NULL};
+    f->server.pid = fh_spawn(argv, f->server.log, NULL);
+    for (int i = 0; i < 200; i++) {
+        if (fh_server_up(f))
+            return;
+        int status;
+        if (waitpid(f->server.pid, &status, WNOHANG) == f->server.pid) {
+            fh_forget(f->server.pid);
+            fh_print_log(f->server.log);
+            fail_msg("plexus server exited at start (status %d)", status);
+        }
+        fh_sleep_ms(50);
+    }
+    fh_print_log(f->server.log);
+    fail_msg("plexus server did not answer /v1/health within 10 s");
+}
+
+/* Kills the server with SIGKILL (no chance to clean up). */
+static inline void fh_kill_server(fh_fleet *f)
+{
+    kill(-f->server.pid, SIGKILL);
+    waitpid(f->server.pid, NULL, 0);
+    fh_forget(f->server.pid);
+    f->server.pid = 0;
+}
+
+/* Creates the folder, the token file and starts the server. */
+static inline void fh_fleet_start(fh_fleet *f, const char *name, double lease_s)
+{
+    fh_install_cleanup();
+    memset(f, 0, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "%s/%s", px_test_tmpdir(), name);
+    mkdir(f->dir, 0755);
+    snprintf(f->data, sizeof f->data, "%s/data", f->dir);
+    snprintf(f->tokens, sizeof f->tokens, "%s/tokens.txt", f->dir);
+    const char *tok =
+        "# tokens for the test fleet\nagent " FH_CLUSTER_TOKEN "\nuser " FH_USER_TOKEN " tester\n";
+    px_err err;
+    px_assert_ok(px_write_file(f->tokens, tok, strlen(tok), &err), &err);
+    chmod(f->tokens, 0600);
+    f->port = fh_free_port();
+    f->lease_s = lease_s;
+    snprintf(f->url, sizeof f->url, "http://127.0.0.1:%d", f->port);
+    snprintf(f->server.log, sizeof f->server.log, "%s/server.log", f->dir);
+    snprintf(f->server.name, sizeof f->server.name, "server");
+    setenv("PLEXUS_SERVER", f->url, 1);
+    setenv("PLEXUS_TOKEN", FH_USER_TOKEN, 1);
+    fh_start_server(f);
+}
+
+/* Writes an emulated one-node inventory.  devices_json is the "devices"
+ * array's content; frameworks_json the "frameworks" array's. */
+static inline char *fh_inventory(fh_fleet *f, const char *node, const char *devices_json,
+                                 const char *frameworks_json)
+{
+    char *path = px_asprintf("%s/%s.json", f->dir, node);
+    char *text = px_asprintf(
+        "{\"schema\": \"plexus.inventory/1\", \"name\": \"%s\", \"emulated\": true,\n"
+        " \"nodes\": [{\"id\": \"%s\",\n"
+        "   \"memory\": [{\"id\": \"ddr0\", \"kind\": \"ddr\", \"capacity\": \"64 GiB\","
+        " \"bandwidth\": \"100 GB/s\"}],\n"
+        "   \"frameworks\": [%s],\n"
+        "   \"devices\": [%s]}]}\n",
+        node, node, frameworks_json ? frameworks_json : "", devices_json ? devices_json : "");
+    px_err err;
+    px_assert_ok(px_write_file(path, text, strlen(text), &err), &err);
+    free(text);
+    return path;
+}
+
+/* Starts an agent for an inventory (NULL: a plain CPU node). */
+static inline int fh_start_agent(fh_fleet *f, const char *name, const char *inventory)
+{
+    assert_true(f->n_agents < FH_MAX_PROCS);
+    fh_proc *p = &f->agents[f->n_agents];
+    char nm[64];
+    px_strlcpy(nm, name, sizeof nm);
+    px_strlcpy(p->name, nm, sizeof p->name);
+    char *log = px_asprintf("%s/agent-%s.log", f->dir, nm);
+    px_strlcpy(p->log, log ? log : "", sizeof p->log);
+    free(log);
+    char work[600], *inv = NULL;
+    snprintf(work, sizeof work, "%s/work-%s", f->dir, name);
+    if (!inventory)
+        inventory = inv = fh_inventory(f, name, "", "");
+    char *argv[] = {(char *)px_test_plexus_bin(),
+                    "agent",
+                    "--server",
+                    f->url,
+                    "--token",
+                    FH_CLUSTER_TOKEN,
+                    "--inventory",
+                    (char *)inventory,
+                    "--name",
+                    (char *)name,
+                    "--work",
+                    work,
+                    "--health-interval",
+                    "0.2",
+                    NULL};
+    const char *env[] = {"PLEXUS_LOG", "info", NULL};
+    p->pid = fh_spawn(argv, p->log, env);
+    free(inv);
+    return f->n_agents++;
+}
+
+static inline json_t *fh_node(fh_fleet *f, const char *name)
+{
+    json_t *r = fh_api(f, "GET", "/v1/nodes", NULL);
+    json_t *found = NULL;
+    size_t i;
+    json_t *n;
+    json_array_foreach(json_object_get(r, "nodes"), i, n)
+    {
+        const char *id = json_string_value(json_object_get(n, "id"));
+        if (id && !strcmp(id, name))
+            found = json_incref(n);
+    }
+    json_decref(r);
+    return found;
+}
+
+/* Waits until the named nodes are online. */
+static inline void fh_wait_nodes_online(fh_fleet *f, const char *const *names, int n, int timeout_s)
+{
+    uint64_t deadline = px_now_ns() + (uint64_t)timeout_s * 1000000000ull;
+    for (;;) {
+        int online = 0;
+        for (int i = 0; i < n; i++) {
+            json_t *node = fh_node(f, names[i]);
+            const char *st = json_string_value(json_object_get(node, "state"));
+            if (st && !strcmp(st, "online"))
+                online++;
+            json_decref(node);
+        }
+        if (online == n)
+            return;
+        if (px_now_ns() > deadline) {
+            for (int i = 0; i < f->n_agents; i++)
+                fh_print_log(f->agents[i].log);
+            fail_msg("only %d of %d nodes came online within %d s", online, n, timeout_s);
+        }
+        fh_sleep_ms(100);
+    }
+}
+
+/* Submits a spec (JSON text) and returns the job id (malloc'd). */
+static inline char *fh_submit(fh_fleet *f, const char *spec_text)
+{
+    json_error_t je;
+    json_t *spec = json_loads(spec_text, 0, &je);
+    if (!spec)
+        fail_msg("bad spec in the test: %s: %s", spec_text, je.text);
+    json_t *r = fh_api(f, "POST", "/v1/jobs", spec);
+    json_decref(spec);
+    const char *id = json_string_value(json_object_get(r, "id"));
+    assert_non_null(id);
+    char *copy = px_strdup(id);
+    json_decref(r);
+    return copy;
+}
+
+static inline json_t *fh_job(fh_fleet *f, const char *id)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    return fh_api(f, "GET", path, NULL);
+}
+
+static inline bool fh_state_in(const char *state, const char *states)
+{
+    if (!state)
+        return false;
+    size_t n = strlen(state);
+    for (const char *p = states; (p = strstr(p, state)); p += n)
+        if ((p == states || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+            return true;
+    return false;
+}
+
+/* Waits until the job is in one of the comma-separated states; returns
+ * the job (new reference).  Fails the test on timeout. */
+static inline json_t *fh_wait_job(fh_fleet *f, const char *id, const char *states, int timeout_s)
+{
+    uint64_t deadline = px_now_ns() + (uint64_t)timeout_s * 1000000000ull;
+    for (;;) {
+        json_t *j = fh_job(f, id);
+        const char *st = json_string_value(json_object_get(j, "state"));
+        if (fh_state_in(st, states))
+            return j;
+        if (px_now_ns() > deadline) {
+            char *text = px_json_dump_canonical(j);
+            print_message("job: %s\n", text);
+            free(text);
+            fh_print_log(f->server.log);
+            for (int i = 0; i < f->n_agents; i++)
+                fh_print_log(f->agents[i].log);
+            json_decref(j);
+            fail_msg("job %s did not reach %s within %d s", id, states, timeout_s);
+        }
+        json_decref(j);
+        fh_sleep_ms(50);
+    }
+}
+
+/* The node of the job's member `rank`, or "" (static buffer). */
+static inline const char *fh_member_node(const json_t *job, int rank)
+{
+    static char node[128];
+    node[0] = '\0';
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(job, "members"), i,
+                       m) if (json_integer_value(json_object_get(m, "rank")) == rank &&
+                              json_object_get(m, "node"))
+        snprintf(node, sizeof node, "%s", json_string_value(json_object_get(m, "node")));
+    return node;
+}
+
+/* Runs `plexus ARGS...` (NULL-terminated) and returns its exit status;
+ * out and err (may be NULL) get the output. */
+static inline int fh_plexus(char **out, char **err, ...)
+{
+    char *argv[64];
+    int n = 0;
+    argv[n++] = (char *)px_test_plexus_bin();
+    va_list ap;
+    va_start(ap, err);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) && n < 63)
+        argv[n++] = (char *)a;
+    va_end(ap);
+    argv[n] = NULL;
+    return px_test_run(argv, 60, out, err);
+}
+
+/* The explanation's rejected entry for a node, or NULL (borrowed). */
+static inline const json_t *fh_rejected(const json_t *explain, const char *node)
+{
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(explain, "rejected"), i, r)
+    {
+        const char *n = json_string_value(json_object_get(r, "node"));
+        if (n && !strcmp(n, node))
+            return r;
+    }
+    return NULL;
+}
+
+static inline void fh_fleet_stop(fh_fleet *f)
+{
+    for (int i = 0; i < f->n_agents; i++)
+        if (f->agents[i].pid > 0) {
+            kill(-f->agents[i].pid, SIGTERM);
+        }
+    for (int i = 0; i < f->n_agents; i++)
+        if (f->agents[i].pid > 0) {
+            for (int k = 0; k < 40; k++) {
+                if (waitpid(f->agents[i].pid, NULL, WNOHANG) == f->agents[i].pid)
+                    break;
+                fh_sleep_ms(50);
+            }
+            kill(-f->agents[i].pid, SIGKILL);
+            waitpid(f->agents[i].pid, NULL, WNOHANG);
+            fh_forget(f->agents[i].pid);
+            f->agents[i].pid = 0;
+        }
+    if (f->server.pid > 0) {
+        kill(-f->server.pid, SIGTERM);
+        for (int k = 0; k < 40; k++) {
+            if (waitpid(f->server.pid, NULL, WNOHANG) == f->server.pid)
+                break;
+            fh_sleep_ms(50);
+        }
+        kill(-f->server.pid, SIGKILL);
+        waitpid(f->server.pid, NULL, WNOHANG);
+        fh_forget(f->server.pid);
+        f->server.pid = 0;
+    }
+}
+
+/* Device JSON snippets for inventories. */
+#define FH_H100(id)                                                                          \
+    "{\"id\": \"" id "\", \"class\": \"gpu\", \"vendor\": \"nvidia\", \"model\": \"H100\", " \
+    "\"catalog\": \"nvidia-h100-sxm5\", \"capability\": \"9.0\"}"
+#define FH_L4(id)                                                                          \
+    "{\"id\": \"" id "\", \"class\": \"gpu\", \"vendor\": \"nvidia\", \"model\": \"L4\", " \
+    "\"catalog\": \"nvidia-l4\", \"capability\": \"8.9\"}"
+#define FH_MI300X(id)                                                                       \
+    "{\"id\": \"" id "\", \"class\": \"gpu\", \"vendor\": \"amd\", \"model\": \"MI300X\", " \
+    "\"catalog\": \"amd-mi300x\", \"capability\": \"gfx942\"}"
+
+#endif

@@ -1,0 +1,122 @@
+/*
+ * `plexus up`: a server and a local agent in one process, tokens
+ * generated into the data folder, jobs run, and a clean stop on SIGTERM.
+ */
+#include "fleet_harness.h"
+
+static void test_up_runs_jobs_and_stops_cleanly(void **state)
+{
+    (void)state;
+    fh_install_cleanup();
+    char *dir = px_asprintf("%s/up", px_test_tmpdir());
+    mkdir(dir, 0755);
+    char *data = px_asprintf("%s/data", dir);
+    char *log = px_asprintf("%s/up.log", dir);
+    int port = fh_free_port();
+    char listen[64], url[64];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    fh_fleet f;
+    memset(&f, 0, sizeof f);
+    snprintf(f.url, sizeof f.url, "%s", url);
+    snprintf(f.dir, sizeof f.dir, "%s", dir);
+    char *inv =
+        fh_inventory(&f, "local", FH_L4("gpu0"), "{\"name\": \"torch\", \"version\": \"2.3.1\"}");
+    char *argv[] = {(char *)px_test_plexus_bin(),
+                    "up",
+                    "--data",
+                    data,
+                    "--listen",
+                    listen,
+                    "--inventory",
+                    inv,
+                    NULL};
+    pid_t pid = fh_spawn(argv, log, NULL);
+    /* The tokens appear in the data folder; the user token drives the CLI. */
+    char *tokens = px_asprintf("%s/tokens", data);
+    char *user = NULL;
+    for (int i = 0; i < 200 && !user; i++) {
+        char *text = NULL;
+        size_t len;
+        if (px_read_file(tokens, 1 << 16, &text, &len, NULL) == PX_OK) {
+            char *p = strstr(text, "user ");
+            if (p) {
+                p += 5;
+                size_t n = strcspn(p, " \n");
+                if (n >= 16)
+                    user = px_strndup(p, n);
+            }
+        }
+        free(text);
+        if (!user)
+            fh_sleep_ms(50);
+    }
+    if (!user) {
+        fh_print_log(log);
+        fail_msg("plexus up wrote no user token to %s", tokens);
+    }
+    setenv("PLEXUS_SERVER", url, 1);
+    setenv("PLEXUS_TOKEN", user, 1);
+    /* Wait for the local node, then run a GPU job on it. */
+    bool online = false;
+    for (int i = 0; i < 200 && !online; i++) {
+        char *out = NULL;
+        if (fh_plexus(&out, NULL, "nodes", NULL) == 0 && strstr(out, "online"))
+            online = true;
+        free(out);
+        if (!online)
+            fh_sleep_ms(100);
+    }
+    if (!online) {
+        fh_print_log(log);
+        fail_msg("the local node of plexus up did not come online");
+    }
+    char *out = NULL, *err = NULL;
+    int rc =
+        fh_plexus(&out, &err, "submit", "--gpus", "1", "--framework", "torch>=2", "--wait",
+                  "--timeout", "30", "--", "/bin/sh", "-c", "echo gpu=$CUDA_VISIBLE_DEVICES", NULL);
+    if (rc != 0) {
+        fh_print_log(log);
+        fail_msg("submit on plexus up failed (%d): %s %s", rc, out, err);
+    }
+    px_assert_contains(out, "succeeded");
+    free(out);
+    free(err);
+    /* SIGTERM stops the agent and the server; the process exits 0. */
+    kill(pid, SIGTERM);
+    int status = -1;
+    for (int i = 0; i < 200; i++) {
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            break;
+        status = -1;
+        fh_sleep_ms(50);
+    }
+    if (status == -1) {
+        fh_print_log(log);
+        fail_msg("plexus up did not stop within 10 s of SIGTERM");
+    }
+    fh_forget(pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    /* Tokens are never written to the log. */
+    char *text = NULL;
+    size_t len;
+    px_assert_ok(px_read_file(log, 1 << 20, &text, &len, NULL), (px_err *)NULL);
+    assert_null(strstr(text, user));
+    free(text);
+    free(user);
+    free(tokens);
+    free(inv);
+    free(log);
+    free(data);
+    free(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_up_runs_jobs_and_stops_cleanly),
+    };
+    alarm(90);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,489 @@
+/* Pipelined execution: plans split into 2, 3 and 4 worker processes (cpu
+ * and emu devices mixed) produce output bitwise identical to one process
+ * with the same kernels, on the real tiny model and on a synthetic one;
+ * several prompts decode together; a worker killed mid-generation, a
+ * truncated frame, a model that does not match the plan and a prompt
+ * longer than the context each give a clear error within seconds; and
+ * `plexus run` plans on the emu-small inventory and reports predicted
+ * against observed. */
+#include "px_test.h"
+
+#include <math.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "plexus/ir.h"
+#include "plexus/rt.h"
+
+#define LIMIT_S 10.0
+
+static char *synth_path;
+
+static int setup(void **state)
+{
+    (void)state;
+    px_ir_synth_opts o;
+    px_ir_synth_defaults(&o);
+    o.dim = 64;
+    o.hidden_dim = 128;
+    o.n_layers = 4;
+    o.n_heads = 8;
+    o.n_kv_heads = 4;
+    o.vocab_size = 512;
+    o.context_length = 128;
+    o.seed = 5;
+    synth_path = px_asprintf("%s/pipe-synth.gguf", px_test_tmpdir());
+    px_err err;
+    px_assert_ok(px_ir_synth_write(&o, synth_path, &err), &err);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    free(synth_path);
+    return 0;
+}
+
+typedef struct collected {
+    int32_t tokens[8][256];
+    uint32_t n[8];
+    int kill_pid; /* killed after kill_after tokens of prompt 0 */
+    uint32_t kill_after;
+} collected;
+
+static void on_token(uint32_t prompt, int32_t token, const char *piece, size_t len, void *ud)
+{
+    (void)piece;
+    (void)len;
+    collected *c = ud;
+    if (prompt < 8 && c->n[prompt] < 256)
+        c->tokens[prompt][c->n[prompt]++] = token;
+    if (c->kill_pid > 0 && prompt == 0 && c->n[0] == c->kill_after) {
+        kill(c->kill_pid, SIGKILL);
+        c->kill_pid = 0;
+    }
+}
+
+static px_rt_tokenizer *tokenizer_of(const char *path)
+{
+    px_ir_model *ir;
+    px_err err;
+    px_assert_ok(px_ir_model_open(path, NULL, &ir, &err), &err);
+    px_rt_tokenizer *t;
+    px_assert_ok(px_rt_tokenizer_new(px_ir_model_vocab(ir), &t, &err), &err);
+    px_ir_model_free(ir);
+    return t;
+}
+
+/* Single process: px_rt_generate on the cpu backend. */
+static void run_single(const char *path, const char *const *prompts, uint32_t n, uint32_t n_new,
+                       float temp, collected *out)
+{
+    px_err err;
+    px_rt_model *m;
+    px_assert_ok(px_rt_model_open(path, &m, &err), &err);
+    px_rt_tokenizer *t = tokenizer_of(path);
+    px_rt_session_opts so = {.n_threads = 1, .max_seqs = n};
+    px_rt_session *s;
+    px_assert_ok(px_rt_session_new(m, &so, &s, &err), &err);
+    memset(out, 0, sizeof *out);
+    px_rt_generate_opts go = {.prompts = prompts,
+                              .n_prompts = n,
+                              .max_new_tokens = n_new,
+                              .sampling = {.temperature = temp, .top_p = 0.9f, .seed = 3},
+                              .on_token = on_token,
+                              .ud = out};
+    px_assert_ok(px_rt_generate(s, t, &go, NULL, &err), &err);
+    px_rt_session_free(s);
+    px_rt_tokenizer_free(t);
+    px_rt_model_free(m);
+}
+
+/* A plan over the given cuts: stage i holds blocks [cut[i], cut[i+1]);
+ * backends alternate cpu, emu, cpu, emu... */
+static void make_spec(uint32_t n_stages, const uint32_t *cut, px_rt_pipeline_spec *spec)
+{
+    memset(spec, 0, sizeof *spec);
+    spec->n_stages = n_stages;
+    for (uint32_t i = 0; i < n_stages; i++) {
+        px_rt_stage_spec *s = &spec->stages[i];
+        s->layer_begin = cut[i];
+        s->layer_end = cut[i + 1];
+        s->embedding = i == 0;
+        s->head = i == n_stages - 1;
+        bool emu = i % 2 == 1;
+        snprintf(s->device, sizeof s->device, "local.%s%u", emu ? "emu" : "cpu", i);
+        px_strlcpy(s->backend, emu ? "emu" : "cpu", sizeof s->backend);
+        s->emulated = emu;
+        s->emu = (px_rt_emu_profile){
+            .compute_slowdown = 1.5, .memory_slowdown = 1.2, .jitter = 0.1, .seed = i};
+        px_strlcpy(s->emu.name, s->device, sizeof s->emu.name);
+        s->pred_decode_s = s->pred_prefill_s = (px_rt_interval){NAN, NAN, NAN};
+    }
+    spec->pred_tpot_s = spec->pred_ttft_s = (px_rt_interval){NAN, NAN, NAN};
+}
+
+static px_rt_executor_opts exec_opts(const char *path, uint32_t max_seqs)
+{
+    return (px_rt_executor_opts){.model_path = path,
+                                 .worker_bin = px_test_plexus_bin(),
+                                 .n_threads = 1,
+                                 .timeout_ms = 5000,
+                                 .max_seqs = max_seqs};
+}
+
+static void run_pipeline(const char *path, const px_rt_pipeline_spec *spec,
+                         const char *const *prompts, uint32_t n, uint32_t n_new, float temp,
+                         px_rt_transport transport, collected *out)
+{
+    px_err err;
+    px_rt_executor_opts xo = exec_opts(path, n);
+    xo.transport = transport;
+    px_rt_executor *ex;
+    px_assert_ok(px_rt_executor_new(spec, &xo, &ex, &err), &err);
+    for (uint32_t i = 0; i < spec->n_stages; i++) {
+        const px_rt_device_props *p = px_rt_executor_stage_device(ex, i);
+        assert_non_null(p);
+        assert_int_equal(p->emulated, spec->stages[i].emulated);
+        assert_true(px_rt_executor_stage_pid(ex, i) > 0);
+    }
+    px_rt_tokenizer *t = tokenizer_of(path);
+    memset(out, 0, sizeof *out);
+    px_rt_generate_opts go = {.prompts = prompts,
+                              .n_prompts = n,
+                              .max_new_tokens = n_new,
+                              .sampling = {.temperature = temp, .top_p = 0.9f, .seed = 3},
+                              .on_token = on_token,
+                              .ud = out};
+    px_rt_pipeline_stats st;
+    px_assert_ok(px_rt_executor_generate(ex, t, &go, &st, &err), &err);
+    /* Telemetry came back from every stage. */
+    for (uint32_t i = 0; i < spec->n_stages; i++) {
+        assert_true(st.stages[i].prefill_steps > 0);
+        assert_true(st.stages[i].n_ops > 0);
+        if (st.gen.decode_tokens)
+            assert_true(st.stages[i].decode_ns > 0);
+    }
+    px_strbuf sb = PX_STRBUF_INIT;
+    px_assert_ok(px_rt_pipeline_report(spec, ex, &st, &sb), NULL);
+    px_assert_contains(sb.buf, "end to end");
+    if (spec->n_stages > 1)
+        px_assert_contains(sb.buf, "emulated");
+    px_strbuf_release(&sb);
+    px_rt_pipeline_stats_release(&st);
+    /* The pipeline serves another generation with the same slots. */
+    collected again;
+    memset(&again, 0, sizeof again);
+    go.ud = &again;
+    px_assert_ok(px_rt_executor_generate(ex, t, &go, NULL, &err), &err);
+    assert_memory_equal(again.tokens, out->tokens, sizeof out->tokens);
+    px_rt_tokenizer_free(t);
+    px_rt_executor_free(ex);
+}
+
+static void expect_same(const collected *a, const collected *b, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(a->n[i], b->n[i]);
+        assert_memory_equal(a->tokens[i], b->tokens[i], a->n[i] * sizeof(int32_t));
+    }
+}
+
+static void check_splits(const char *path, uint32_t n_layers, float temp)
+{
+    const char *prompts[] = {"Once upon a time", "The cat sat", "A big red ball"};
+    collected single, piped;
+    run_single(path, prompts, 1, 40, temp, &single);
+    assert_true(single.n[0] > 0);
+    uint32_t cuts[3][5] = {
+        {0, n_layers / 2, n_layers}, {0, 1, n_layers - 1, n_layers}, {0, 1, 2, 3, n_layers}};
+    for (uint32_t k = 0; k < 3; k++) {
+        px_rt_pipeline_spec spec;
+        make_spec(k + 2, cuts[k], &spec);
+        run_pipeline(path, &spec, prompts, 1, 40, temp, PX_RT_TRANSPORT_UNIX, &piped);
+        expect_same(&single, &piped, 1);
+    }
+    /* Several prompts decode together, over TCP too. */
+    run_single(path, prompts, 3, 24, temp, &single);
+    px_rt_pipeline_spec spec;
+    make_spec(3, cuts[1], &spec);
+    run_pipeline(path, &spec, prompts, 3, 24, temp, PX_RT_TRANSPORT_TCP, &piped);
+    expect_same(&single, &piped, 3);
+}
+
+static void test_real_model_split_matches_one_process_bitwise(void **state)
+{
+    (void)state;
+    char *path = px_test_require_shared_model("stories260K.gguf");
+    check_splits(path, 5, 0);    /* greedy */
+    check_splits(path, 5, 0.8f); /* sampled: any difference in logits shows */
+    free(path);
+}
+
+static void test_synthetic_model_split_matches_one_process_bitwise(void **state)
+{
+    (void)state;
+    check_splits(synth_path, 4, 0);
+}
+
+static double since(uint64_t t0)
+{
+    return (double)(px_now_ns() - t0) / 1e9;
+}
+
+static void test_killed_worker_is_named_within_the_timeout(void **state)
+{
+    (void)state;
+    uint32_t cut[] = {0, 1, 3, 4};
+    px_rt_pipeline_spec spec;
+    make_spec(3, cut, &spec);
+    px_err err;
+    px_rt_executor_opts xo = exec_opts(synth_path, 1);
+    px_rt_executor *ex;
+    px_assert_ok(px_rt_executor_new(&spec, &xo, &ex, &err), &err);
+    px_rt_tokenizer *t = tokenizer_of(synth_path);
+    collected c;
+    memset(&c, 0, sizeof c);
+    c.kill_pid = px_rt_executor_stage_pid(ex, 1);
+    c.kill_after = 5;
+    const char *prompt = "Once upon a time";
+    px_rt_generate_opts go = {.prompts = &prompt,
+                              .n_prompts = 1,
+                              .max_new_tokens = 100,
+                              .ignore_eos = true,
+                              .on_token = on_token,
+                              .ud = &c};
+    uint64_t t0 = px_now_ns();
+    assert_int_not_equal(px_rt_executor_generate(ex, t, &go, NULL, &err), PX_OK);
+    assert_true(since(t0) < LIMIT_S);
+    px_assert_contains(err.msg, "stage 1 (local.emu1, emulated, pid");
+    px_assert_contains(err.msg, "killed by signal 9");
+    /* A failed pipeline says so rather than hanging. */
+    assert_int_equal(px_rt_executor_generate(ex, t, &go, NULL, &err), PX_ESTATE);
+    px_rt_executor_free(ex);
+    px_rt_tokenizer_free(t);
+}
+
+static void test_stopped_worker_is_named_within_the_timeout(void **state)
+{
+    (void)state;
+    uint32_t cut[] = {0, 1, 3, 4};
+    px_rt_pipeline_spec spec;
+    make_spec(3, cut, &spec);
+    px_err err;
+    px_rt_executor_opts xo = exec_opts(synth_path, 1);
+    xo.timeout_ms = 1500;
+    px_rt_executor *ex;
+    px_assert_ok(px_rt_executor_new(&spec, &xo, &ex, &err), &err);
+    px_rt_tokenizer *t = tokenizer_of(synth_path);
+    int pid = px_rt_executor_stage_pid(ex, 1);
+    kill(pid, SIGSTOP);
+    const char *prompt = "Once upon a time";
+    px_rt_generate_opts go = {.prompts = &prompt, .n_prompts = 1, .max_new_tokens = 10};
+    uint64_t t0 = px_now_ns();
+    assert_int_equal(px_rt_executor_generate(ex, t, &go, NULL, &err), PX_ETIMEOUT);
+    assert_true(since(t0) < LIMIT_S);
+    px_assert_contains(err.msg, "stage 1 (local.emu1, emulated, pid");
+    px_assert_contains(err.msg, "is stopped");
+    kill(pid, SIGCONT);
+    px_rt_executor_free(ex);
+    px_rt_tokenizer_free(t);
+}
+
+static void test_truncated_frame_is_reported_by_the_stage_that_got_it(void **state)
+{
+    (void)state;
+    uint32_t cut[] = {0, 2, 4};
+    px_rt_pipeline_spec spec;
+    make_spec(2, cut, &spec);
+    px_err err;
+    px_rt_executor_opts xo = exec_opts(synth_path, 1);
+    px_rt_executor *ex;
+    px_assert_ok(px_rt_executor_new(&spec, &xo, &ex, &err), &err);
+    px_rt_link_faults f = {.cut_mid_frame = true};
+    px_rt_executor_set_faults(ex, &f);
+    px_rt_tokenizer *t = tokenizer_of(synth_path);
+    const char *prompt = "Once upon a time";
+    px_rt_generate_opts go = {.prompts = &prompt, .n_prompts = 1, .max_new_tokens = 10};
+    uint64_t t0 = px_now_ns();
+    assert_int_not_equal(px_rt_executor_generate(ex, t, &go, NULL, &err), PX_OK);
+    assert_true(since(t0) < LIMIT_S);
+    px_assert_contains(err.msg, "stage 0 (local.cpu0, pid");
+    px_assert_contains(err.msg, "truncated frame from the executor");
+    px_rt_executor_free(ex);
+    px_rt_tokenizer_free(t);
+}
+
+static void test_model_that_does_not_match_the_plan_is_refused(void **state)
+{
+    (void)state;
+    /* The plan's digest names another file. */
+    uint32_t cut[] = {0, 2, 4};
+    px_rt_pipeline_spec spec;
+    make_spec(2, cut, &spec);
+    px_strlcpy(spec.model_id,
+               "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+               sizeof spec.model_id);
+    px_err err;
+    px_rt_executor_opts xo = exec_opts(synth_path, 1);
+    px_rt_executor *ex = NULL;
+    uint64_t t0 = px_now_ns();
+    assert_int_equal(px_rt_executor_new(&spec, &xo, &ex, &err), PX_EVALIDATE);
+    px_assert_contains(err.msg, "is not the model the plan was made for");
+    assert_null(ex);
+    /* Its blocks do not match. */
+    uint32_t cut6[] = {0, 3, 6};
+    make_spec(2, cut6, &spec);
+    assert_int_equal(px_rt_executor_new(&spec, &xo, &ex, &err), PX_EVALIDATE);
+    px_assert_contains(err.msg, "has 4 blocks");
+    /* A plan document with a gap between stages. */
+    json_t *plan;
+    const char *doc = "{\"schema\": \"plexus.plan/1\", \"stages\": ["
+                      "{\"layers\": {\"first\": 0, \"last\": 1}, \"backend\": \"cpu\"},"
+                      "{\"layers\": {\"first\": 3, \"last\": 3}, \"backend\": \"cpu\"}]}";
+    px_assert_ok(px_json_parse(doc, strlen(doc), "plan.json", NULL, &plan, &err), &err);
+    assert_int_equal(px_rt_pipeline_spec_from_plan(plan, NULL, "plan.json", &spec, &err),
+                     PX_EVALIDATE);
+    px_assert_contains(err.msg, "plan.json: /stages/1: starts at block 3");
+    json_decref(plan);
+    /* An emu stage without a profile. */
+    doc = "{\"stages\": [{\"layers\": {\"first\": 0, \"last\": 3}, \"backend\": \"emu\", "
+          "\"devices\": [\"n.e\"]}]}";
+    px_assert_ok(px_json_parse(doc, strlen(doc), "plan.json", NULL, &plan, &err), &err);
+    assert_int_equal(px_rt_pipeline_spec_from_plan(plan, NULL, "plan.json", &spec, &err),
+                     PX_EVALIDATE);
+    px_assert_contains(err.msg, "no emulation profile");
+    json_decref(plan);
+    assert_true(since(t0) < LIMIT_S);
+}
+
+static void test_prompt_longer_than_the_context_is_refused(void **state)
+{
+    (void)state;
+    uint32_t cut[] = {0, 2, 4};
+    px_rt_pipeline_spec spec;
+    make_spec(2, cut, &spec);
+    px_err err;
+    px_rt_executor_opts xo = exec_opts(synth_path, 1);
+    xo.context = 16;
+    px_rt_executor *ex;
+    px_assert_ok(px_rt_executor_new(&spec, &xo, &ex, &err), &err);
+    px_rt_tokenizer *t = tokenizer_of(synth_path);
+    const char *prompt = "Once upon a time there was a very long prompt that goes on and on "
+                         "well past the sixteen positions of this context";
+    px_rt_generate_opts go = {.prompts = &prompt, .n_prompts = 1, .max_new_tokens = 10};
+    uint64_t t0 = px_now_ns();
+    assert_int_equal(px_rt_executor_generate(ex, t, &go, NULL, &err), PX_ELIMIT);
+    assert_true(since(t0) < LIMIT_S);
+    px_assert_contains(err.msg, "prompt 1 is");
+    px_assert_contains(err.msg, "the context holds 16");
+    /* The pipeline is still usable with a short prompt. */
+    const char *short_prompt = "Hi";
+    go.prompts = &short_prompt;
+    px_assert_ok(px_rt_executor_generate(ex, t, &go, NULL, &err), &err);
+    px_rt_executor_free(ex);
+    px_rt_tokenizer_free(t);
+}
+
+static void test_run_command_plans_on_emu_small_and_reports(void **state)
+{
+    (void)state;
+    char *model = px_test_require_shared_model("stories260K.gguf");
+    char *inv = px_test_source_path("data/scenarios/emu-small.json");
+    char *argv[] = {
+        (char *)px_test_plexus_bin(), "run", "--model", model, "--inventory", inv, "--prompt",
+        "Once upon a time",           "-n",  "20",      NULL};
+    char *out = NULL, *errs = NULL;
+    int rc = px_test_run(argv, 60, &out, &errs);
+    if (rc != 0)
+        fail_msg("plexus run exited %d:\n%s\n%s", rc, out ? out : "", errs ? errs : "");
+    px_assert_contains(out, "Once upon a time, there was a little girl named Lily.");
+    px_assert_contains(out, "end to end: time per token predicted");
+    px_assert_contains(out, "decode/token predicted");
+    px_assert_contains(out, "tokens/s");
+    if (strstr(out, "emu-a") || strstr(out, "emu-b"))
+        px_assert_contains(out, "emulated");
+    free(out);
+    free(errs);
+
+    /* A hand-written plan, JSON output, TCP. */
+    char *plan = px_asprintf("%s/plan2.json", px_test_tmpdir());
+    const char *doc = "{\"schema\": \"plexus.plan/1\", \"id\": \"hand\", \"stages\": ["
+                      "{\"devices\": [\"local.cpu0\"], \"layers\": {\"first\": 0, \"last\": 2}},"
+                      "{\"devices\": [\"local.emu-b\"], \"layers\": {\"first\": 3, \"last\": 4}}"
+                      "]}";
+    px_err err;
+    px_assert_ok(px_write_file(plan, doc, strlen(doc), &err), &err);
+    char *argv2[] = {(char *)px_test_plexus_bin(),
+                     "run",
+                     "--model",
+                     model,
+                     "--plan",
+                     plan,
+                     "--inventory",
+                     inv,
+                     "--prompt",
+                     "Once upon a time",
+                     "-n",
+                     "8",
+                     "--transport",
+                     "tcp",
+                     "-o",
+                     "json",
+                     NULL};
+    rc = px_test_run(argv2, 60, &out, &errs);
+    if (rc != 0)
+        fail_msg("plexus run exited %d:\n%s\n%s", rc, out ? out : "", errs ? errs : "");
+    px_assert_contains(out, "\"schema\": \"plexus.run/1\"");
+    px_assert_contains(out, "\"emulated\": true");
+    px_assert_contains(out, "(emulated)");
+    free(out);
+    free(errs);
+
+    /* Prompts from a file decode together. */
+    const char *prompts_text = "Once upon a time\n\nThe little dog\n";
+    char *prompts = px_asprintf("%s/prompts.txt", px_test_tmpdir());
+    px_assert_ok(px_write_file(prompts, prompts_text, strlen(prompts_text), &err), &err);
+    char *argv3[] = {(char *)px_test_plexus_bin(),
+                     "run",
+                     "--model",
+                     model,
+                     "--plan",
+                     plan,
+                     "--inventory",
+                     inv,
+                     "--prompts",
+                     prompts,
+                     "-n",
+                     "6",
+                     NULL};
+    rc = px_test_run(argv3, 60, &out, &errs);
+    if (rc != 0)
+        fail_msg("plexus run exited %d:\n%s\n%s", rc, out ? out : "", errs ? errs : "");
+    px_assert_contains(out, "--- prompt 1 ---\nOnce upon a time");
+    px_assert_contains(out, "--- prompt 2 ---\nThe little dog");
+    px_assert_contains(out, "local.emu-b (emu, emulated)");
+    free(out);
+    free(errs);
+    free(prompts);
+    free(plan);
+    free(inv);
+    free(model);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_real_model_split_matches_one_process_bitwise),
+        cmocka_unit_test(test_synthetic_model_split_matches_one_process_bitwise),
+        cmocka_unit_test(test_killed_worker_is_named_within_the_timeout),
+        cmocka_unit_test(test_stopped_worker_is_named_within_the_timeout),
+        cmocka_unit_test(test_truncated_frame_is_reported_by_the_stage_that_got_it),
+        cmocka_unit_test(test_model_that_does_not_match_the_plan_is_refused),
+        cmocka_unit_test(test_prompt_longer_than_the_context_is_refused),
+        cmocka_unit_test(test_run_command_plans_on_emu_small_and_reports),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

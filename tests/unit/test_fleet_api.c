@@ -1,0 +1,641 @@
+/* The fleet server's HTTP API, in process on an ephemeral port of
+ * 127.0.0.1, driven with libcurl: authentication, bounded and malformed
+ * requests, the job life cycle with agents' reports, attempts after a lost
+ * lease, gangs, services, cancels, artifacts and a restart of the server. */
+#include "px_test.h"
+
+#include "plexus/fleet.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define AGENT_TOKEN "agent-token-0123456789abcdef"
+#define USER_TOKEN  "user-token-0123456789abcdef"
+
+static char base_url[128];
+
+typedef struct reply {
+    long status;
+    char *body;
+    json_t *json;
+} reply;
+
+static size_t on_data(char *p, size_t size, size_t n, void *ud)
+{
+    px_strbuf_add(ud, p, size * n);
+    return size * n;
+}
+
+static reply http(const char *method, const char *path, const char *token, const char *body,
+                  size_t len)
+{
+    CURL *c = curl_easy_init();
+    assert_non_null(c);
+    char url[512];
+    snprintf(url, sizeof url, "%s%s", base_url, path);
+    px_strbuf out = PX_STRBUF_INIT;
+    struct curl_slist *h = NULL;
+    char auth[300];
+    if (token) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
+        h = curl_slist_append(h, auth);
+    }
+    h = curl_slist_append(h, "Expect:");
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &out);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    }
+    CURLcode rc = curl_easy_perform(c);
+    if (rc != CURLE_OK)
+        fail_msg("%s %s: %s", method, path, curl_easy_strerror(rc));
+    reply r = {0};
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    r.body = px_strbuf_detach(&out, NULL);
+    r.json = json_loads(r.body, JSON_DECODE_ANY, NULL);
+    return r;
+}
+
+static reply req(const char *method, const char *path, const char *token, const char *json)
+{
+    return http(method, path, token, json, json ? strlen(json) : 0);
+}
+
+static void drop(reply *r)
+{
+    free(r->body);
+    json_decref(r->json);
+}
+
+static void expect(const char *method, const char *path, const char *token, const char *json,
+                   long status, const char *needle)
+{
+    reply r = req(method, path, token, json);
+    if (r.status != status)
+        fail_msg("%s %s: expected %ld, got %ld: %s", method, path, status, r.status, r.body);
+    if (needle)
+        px_assert_contains(r.body, needle);
+    drop(&r);
+}
+
+static px_fleet_server *start(const char *data, double lease)
+{
+    px_fleet_server_options o = {.listen = "127.0.0.1:0",
+                                 .data_dir = data,
+                                 .cluster_token = AGENT_TOKEN,
+                                 .api_token = USER_TOKEN,
+                                 .lease_s = lease,
+                                 .restart_backoff_s = 0.2};
+    px_fleet_server *srv;
+    px_err err;
+    px_assert_ok(px_fleet_server_start(&o, &srv, &err), &err);
+    snprintf(base_url, sizeof base_url, "%s", px_fleet_server_url(srv));
+    return srv;
+}
+
+static char *fresh_dir(const char *name)
+{
+    char *d = px_asprintf("%s/%s", px_test_tmpdir(), name);
+    return d;
+}
+
+static void register_node(const char *name, const char *extra)
+{
+    char body[1024];
+    snprintf(body, sizeof body, "{\"name\": \"%s\", \"cpus\": 8, \"memory\": \"16 GiB\"%s}", name,
+             extra ? extra : "");
+    expect("POST", "/v1/agent/register", AGENT_TOKEN, body, 200, "\"lease_s\"");
+}
+
+static char *submit(const char *spec)
+{
+    reply r = req("POST", "/v1/jobs", USER_TOKEN, spec);
+    if (r.status != 201)
+        fail_msg("submit: %ld %s", r.status, r.body);
+    char *id = px_strdup(json_string_value(json_object_get(r.json, "id")));
+    drop(&r);
+    return id;
+}
+
+/* Long-polls node's assignments; returns the JSON array (caller decrefs). */
+static json_t *assignments(const char *node, int wait)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/agent/assignments?node=%s&wait=%d", node, wait);
+    reply r = req("GET", path, AGENT_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    json_t *a = json_incref(json_object_get(r.json, "assignments"));
+    drop(&r);
+    return a;
+}
+
+static void report(const char *id, const char *what, const char *node, int attempt, int rank,
+                   const char *extra, long status)
+{
+    char path[128], body[512];
+    snprintf(path, sizeof path, "/v1/agent/jobs/%s/%s", id, what);
+    snprintf(body, sizeof body, "{\"node\": \"%s\", \"attempt\": %d, \"rank\": %d%s}", node,
+             attempt, rank, extra ? extra : "");
+    expect("POST", path, AGENT_TOKEN, body, status, NULL);
+}
+
+static char *job_state(const char *id)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    reply r = req("GET", path, USER_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    char *s = px_strdup(json_string_value(json_object_get(r.json, "state")));
+    drop(&r);
+    return s;
+}
+
+static void heartbeat(const char *node, const char *running)
+{
+    char body[512];
+    snprintf(body, sizeof body, "{\"node\": \"%s\", \"running\": %s}", node, running);
+    expect("POST", "/v1/agent/heartbeat", AGENT_TOKEN, body, 200, NULL);
+}
+
+static void test_api_refuses_bad_tokens(void **state)
+{
+    (void)state;
+    char *d = fresh_dir("auth");
+    px_fleet_server *srv = start(d, 5);
+    expect("GET", "/v1/health", NULL, NULL, 200, "\"ok\"");
+    expect("GET", "/metrics", NULL, NULL, 200, "plexus_jobs_submitted_total");
+    expect("GET", "/v1/jobs", NULL, NULL, 401, "missing token");
+    expect("GET", "/v1/jobs", "wrong-token-0123456789", NULL, 401, "unknown token");
+    expect("GET", "/v1/jobs", AGENT_TOKEN, NULL, 403, "use an API token");
+    expect("POST", "/v1/agent/register", USER_TOKEN, "{\"name\": \"n\"}", 403, "cluster token");
+    expect("GET", "/v1/jobs", USER_TOKEN, NULL, 200, "\"jobs\"");
+    /* The token never shows up in an answer. */
+    reply r = req("GET", "/v1/jobs", "wrong-token-0123456789", NULL);
+    assert_null(strstr(r.body, "wrong-token"));
+    drop(&r);
+    px_fleet_server_stop(srv);
+    free(d);
+}
+
+static void test_api_refuses_malformed_and_oversized_requests(void **state)
+{
+    (void)state;
+    char *d = fresh_dir("bad");
+    px_fleet_server *srv = start(d, 5);
+    expect("POST", "/v1/jobs", USER_TOKEN, "{\"command\": [", 400, "request body");
+    expect("POST", "/v1/jobs", USER_TOKEN, "[1, 2]", 400, "expected a JSON object");
+    expect("POST", "/v1/jobs", USER_TOKEN, "", 400, "expected a JSON object");
+    expect("POST", "/v1/jobs", USER_TOKEN,
+           "{\"command\": [\"a\"], \"resources\": {\"gpus\": \"two\"}}", 400, "/resources/gpus");
+    expect("POST", "/v1/jobs", USER_TOKEN, "{\"comand\": [\"a\"]}", 400, "comand");
+    expect("GET", "/v1/nowhere", USER_TOKEN, NULL, 404, "no such endpoint");
+    expect("DELETE", "/v1/jobs", USER_TOKEN, NULL, 405, NULL);
+    expect("GET", "/v1/jobs/j-424242", USER_TOKEN, NULL, 404, "no job");
+    expect("GET", "/v1/jobs?limit=5000", USER_TOKEN, NULL, 400, "limit");
+    expect("GET", "/v1/jobs?state=sleeping", USER_TOKEN, NULL, 400, "state");
+    expect("GET", "/v1/blobs/zz", USER_TOKEN, NULL, 400, "64 hex digits");
+    expect("POST", "/v1/agent/register", AGENT_TOKEN, "{\"name\": \"a b\"}", 400, "/name");
+    expect("POST", "/v1/agent/heartbeat", AGENT_TOKEN, "{\"node\": \"ghost\"}", 404,
+           "register again");
+    expect("GET", "/v1/agent/assignments?node=ghost&wait=99", AGENT_TOKEN, NULL, 400, "wait");
+    /* A body over 1 MiB is refused before it is read whole. */
+    size_t n = (1u << 20) + 100;
+    char *big = malloc(n);
+    memset(big, ' ', n);
+    big[0] = '{';
+    big[n - 1] = '}';
+    reply r = http("POST", "/v1/jobs", USER_TOKEN, big, n);
+    assert_int_equal(r.status, 413);
+    px_assert_contains(r.body, "over the limit");
+    drop(&r);
+    free(big);
+    /* Deep nesting is refused by the JSON limits. */
+    px_strbuf sb = PX_STRBUF_INIT;
+    for (int i = 0; i < 100; i++)
+        px_strbuf_adds(&sb, "{\"a\":");
+    px_strbuf_adds(&sb, "1");
+    for (int i = 0; i < 100; i++)
+        px_strbuf_adds(&sb, "}");
+    expect("POST", "/v1/jobs", USER_TOKEN, sb.buf, 400, "nesting");
+    px_strbuf_release(&sb);
+    px_fleet_server_stop(srv);
+    free(d);
+}
+
+static void test_api_runs_a_job_through_its_life(void **state)
+{
+    (void)state;
+    char *d = fresh_dir("life");
+    px_fleet_server *srv = start(d, 5);
+    char *id = submit("{\"name\": \"hello\", \"command\": [\"echo\", \"hi\"], \"resources\": "
+                      "{\"vendor\": \"nvidia\"}}");
+    /* No node yet: the explanation says so once considered. */
+    register_node("cpu1", NULL);
+    register_node("gpu1", ", \"node\": {\"devices\": [{\"id\": \"gpu0\", \"class\": \"gpu\", "
+                          "\"vendor\": \"nvidia\", \"memory\": \"24 GB\"}]}");
+    json_t *a = assignments("gpu1", 5);
+    assert_int_equal(json_array_size(a), 1);
+    const json_t *as = json_array_get(a, 0);
+    assert_string_equal(json_string_value(json_object_get(as, "job")), id);
+    assert_int_equal(json_integer_value(json_object_get(as, "attempt")), 1);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(as, "devices"), 0)),
+                        "gpu0");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(as, "env"), "WORLD_SIZE")), "1");
+    json_decref(a);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/explain", id);
+    reply r = req("GET", path, USER_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    px_assert_contains(r.body, "\"placed\":true");
+    px_assert_contains(r.body, "no nvidia GPU");
+    drop(&r);
+    report(id, "start", "gpu1", 1, 0, ", \"pid\": 42", 200);
+    char *st = job_state(id);
+    assert_string_equal(st, "running");
+    free(st);
+    snprintf(path, sizeof path, "/v1/agent/jobs/%s/logs?attempt=1&rank=0&stream=stdout", id);
+    reply l = http("POST", path, AGENT_TOKEN, "hi\n\xff", 4);
+    assert_int_equal(l.status, 200);
+    drop(&l);
+    snprintf(path, sizeof path, "/v1/agent/jobs/%s/artifacts/out%%2Fresult.txt?attempt=1", id);
+    l = http("PUT", path, AGENT_TOKEN, "42", 2);
+    assert_int_equal(l.status, 201);
+    drop(&l);
+    snprintf(path, sizeof path, "/v1/agent/jobs/%s/artifacts/%%2Fetc%%2Fpasswd?attempt=1", id);
+    expect("PUT", path, AGENT_TOKEN, "x", 400, "absolute");
+    snprintf(path, sizeof path, "/v1/agent/jobs/%s/artifacts/a%%2F..%%2F..%%2Fx?attempt=1", id);
+    expect("PUT", path, AGENT_TOKEN, "x", 400, "cannot leave");
+    report(id, "finish", "gpu1", 1, 0, ", \"exit_code\": 0, \"result\": {\"answer\": 42}", 200);
+    st = job_state(id);
+    assert_string_equal(st, "succeeded");
+    free(st);
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs?after=0&wait=1", id);
+    r = req("GET", path, USER_TOKEN, NULL);
+    px_assert_contains(r.body, "\"data\":\"hi\\n\xef\xbf\xbd\"");
+    px_assert_contains(r.body, "\"done\":true");
+    drop(&r);
+    snprintf(path, sizeof path, "/v1/jobs/%s/artifacts/out%%2Fresult.txt", id);
+    r = req("GET", path, USER_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "42");
+    drop(&r);
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    r = req("GET", path, USER_TOKEN, NULL);
+    px_assert_contains(r.body, "\"result\":{\"answer\":42}");
+    drop(&r);
+    /* A late report for an ended job is refused and changes nothing. */
+    report(id, "finish", "gpu1", 1, 0, ", \"exit_code\": 1", 409);
+    snprintf(path, sizeof path, "/v1/jobs/%s/cancel", id);
+    expect("POST", path, USER_TOKEN, NULL, 409, "already ended");
+    expect("GET", "/metrics", NULL, NULL, 200, "plexus_placements_total 1");
+    free(id);
+    px_fleet_server_stop(srv);
+    free(d);
+}
+
+static void test_api_requeues_work_of_a_lost_node_with_next_attempt(void **state)
+{
+    (void)state;
+    char *d = fresh_dir("lease");
+    px_fleet_server *srv = start(d, 0.6);
+    register_node("a", NULL);
+    char *id = submit("{\"command\": [\"sleep\", \"100\"]}");
+    json_t *as = assignments("a", 5);
+    assert_int_equal(json_array_size(as), 1);
+    json_decref(as);
+    report(id, "start", "a", 1, 0, NULL, 200);
+    /* "a" goes silent; "b" keeps heartbeating and receives attempt 2. */
+    register_node("b", NULL);
+    json_t *got = NULL;
+    for (int i = 0; i < 40 && (!got || json_array_size(got) == 0); i++) {
+        json_decref(got);
+        heartbeat("b", "[]");
+        got = assignments("b", 0);
+        usleep(100000);
+    }
+    assert_int_equal(json_array_size(got), 1);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(got, 0), "attempt")), 2);
+    json_decref(got);
+    /* The old attempt's late report is refused; its agent is told to stop. */
+    report(id, "finish", "a", 1, 0, ", \"exit_code\": 0", 409);
+    char running[160];
+    snprintf(running, sizeof running, "[{\"job\": \"%s\", \"attempt\": 1, \"rank\": 0}]", id);
+    char body[300];
+    snprintf(body, sizeof body, "{\"node\": \"a\", \"running\": %s}", running);
+    reply r = req("POST", "/v1/agent/heartbeat", AGENT_TOKEN, body);
+    assert_int_equal(json_array_size(json_object_get(r.json, "stop")), 1);
+    drop(&r);
+    report(id, "start", "b", 2, 0, NULL, 200);
+    /* "b" restarts and registers again without the job: attempt 3 waits
+     * for a node at once, without waiting for a lease to run out. */
+    expect("POST", "/v1/nodes/a/drain", USER_TOKEN, NULL, 200, NULL); /* "a" came back */
+    register_node("b", NULL);
+    char jp[64];
+    snprintf(jp, sizeof jp, "/v1/jobs/%s", id);
+    expect("GET", jp, USER_TOKEN, NULL, 200, "\"attempt\":3");
+    char *st;
+    json_t *again = assignments("b", 5);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(again, 0), "attempt")), 3);
+    json_decref(again);
+    report(id, "start", "b", 3, 0, NULL, 200);
+    report(id, "finish", "b", 3, 0, ", \"exit_code\": 0", 200);
+    st = job_state(id);
+    assert_string_equal(st, "succeeded");
+    free(st);
+    free(id);
+    px_fleet_server_stop(srv);
+    free(d);
+}
+
+static void test_api_gang_and_member_failure_fail_the_group(void **state)
+{
+    (void)state;
+    char *d = fresh_dir("gang");
+    px_fleet_server *srv = start(d, 5);
+    register_node("g1", NULL);
+    char *id = submit("{\"command\": [\"train\"], \"nodes\": 2, \"launcher\": \"torchrun\"}");
+    char path[96];
+    snprintf(path, sizeof path, "/v1/jobs/%s/explain", id);
+    /* One node: nothing placed (all or nothing). */
+    reply r = req("GET", path, USER_TOKEN, NULL);
+    for (int i = 0; i < 20 && !strstr(r.body, "1 of 2 nodes fit"); i++) {
+        drop(&r);
+        usleep(50000);
+        r = req("GET", path, USER_TOKEN, NULL);
+    }
+    px_assert_contains(r.body, "1 of 2 nodes fit");
+    drop(&r);
+    json_t *none = assignments("g1", 0);
+    assert_int_equal(json_array_size(none), 0);
+    json_decref(none);
+    register_node("g2", NULL);
+    json_t *a1 = assignments("g1", 5), *a2 = assignments("g2", 5);
+    assert_int_equal(json_array_size(a1), 1);
+    assert_int_equal(json_array_size(a2), 1);
+    const json_t *m = json_array_get(a1, 0);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(m, "env"), "WORLD_SIZE")),
+                        "2");
+    assert_non_null(json_object_get(m, "torchrun_args"));
+    int rank1 = (int)json_integer_value(json_object_get(m, "rank"));
+    int rank2 = (int)json_integer_value(json_object_get(json_array_get(a2, 0), "rank"));
+    assert_int_not_equal(rank1, rank2);
+    json_decref(a1);
+    json_decref(a2);
+    report(id, "start", "g1", 1, rank1, NULL, 200);
+    report(id, "start", "g2", 1, rank2, NULL, 200);
+    report(id, "finish", "g1", 1, rank1, ", \"exit_code\": 3", 200);
+    char *st = job_state(id);
+    assert_string_equal(st, "failed");
+    free(st);
+    char running[160];
+    snprintf(running, sizeof running, "[{\"job\": \"%s\", \"attempt\": 1, \"rank\": %d}]", id,
+             rank2);
+    char body[300];
+    snprintf(body, sizeof body, "{\"node\": \"g2\", \"running\": %s}", running);
+    r = req("POST", "/v1/agent/heartbeat", AGENT_TOKEN, body);
+    assert_int_equal(json_array_size(json_object_get(r.json, "stop")), 1);
+    drop(&r);
+    free(id);
+    px_fleet_server_stop(srv);
+    free(d);
+}
+
+static void test_api_service_restarts_after_exit(void **state)
+{
+    (void)state;
+    char *d = fresh_dir("svc");
+    px_fleet_server *srv = start(d, 5);
+    register_node("s1", NULL);
+    char *id = submit(
+        "{\"command\": [\"serve\"], \"service\": {\"port\": 8080, \"health_path\": \"/h\"}}");
+    json_t *a = assignments("s1", 5);
+    assert_int_equal(json_array_size(a), 1);
+    json_decref(a);
+    report(id, "start", "s1", 1, 0, NULL, 200);
+    report(id, "finish", "s1", 1, 0, ", \"exit_code\": 137, \"error\": \"health check failed\"",
+           200);
+    /* Restarted with the next attempt after the backoff (0.2 s here). */
+    a = assignments("s1", 5);
+    assert_int_equal(json_array_size(a), 1);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(a, 0), "attempt")), 2);
+    json_decref(a);
+    char path[96];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    reply r = req("GET", path, USER_TOKEN, NULL);
+    px_assert_contains(r.body, "\"restarts\":1");
+    drop(&r);
+    snprintf(path, sizeof path, "/v1/jobs/%s/cancel", id);
+    expect("POST", path, USER_TOKEN, NULL, 200, "cancelled");
+    free(id);
+    px_fleet_server_stop(srv);
+    free(d);
+}
+
+static void test_api_keeps_jobs_across_a_restart(void **state)
+{
+    (void)state;
+    char *d = fresh_dir("restart");
+    px_fleet_server *srv = start(d, 5);
+    register_node("r1", NULL);
+    char *ids[3];
+    for (int i = 0; i < 3; i++)
+        ids[i] = submit("{\"command\": [\"true\"], \"resources\": {\"cpus\": 8}}");
+    json_t *a = assignments("r1", 5);
+    assert_int_equal(json_array_size(a), 1); /* 8 CPUs: one at a time */
+    json_decref(a);
+    report(ids[0], "start", "r1", 1, 0, NULL, 200);
+    px_fleet_server_stop(srv);
+    srv = start(d, 5);
+    /* The running job is still on r1; the others are still queued. */
+    char *st = job_state(ids[0]);
+    assert_string_equal(st, "running");
+    free(st);
+    st = job_state(ids[2]);
+    assert_string_equal(st, "queued");
+    free(st);
+    heartbeat("r1", "[]");
+    report(ids[0], "finish", "r1", 1, 0, ", \"exit_code\": 0", 200);
+    a = assignments("r1", 5);
+    assert_int_equal(json_array_size(a), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(a, 0), "job")), ids[1]);
+    json_decref(a);
+    expect("GET", "/v1/jobs?state=active", USER_TOKEN, NULL, 200, ids[2]);
+    for (int i = 0; i < 3; i++)
+        free(ids[i]);
+    px_fleet_server_stop(srv);
+    free(d);
+}
+
+static void test_api_artifacts_refuse_symlinked_folders(void **state)
+{
+    (void)state;
+    char *d = fresh_dir("links");
+    px_fleet_server *srv = start(d, 5);
+    register_node("l1", NULL);
+    char *id = submit("{\"command\": [\"true\"]}");
+    json_t *a = assignments("l1", 5);
+    json_decref(a);
+    char dir[600], link[700];
+    snprintf(dir, sizeof dir, "%s/artifacts/%s", d, id);
+    mkdir(dir, 0700);
+    snprintf(link, sizeof link, "%s/evil", dir);
+    assert_int_equal(symlink(px_test_tmpdir(), link), 0);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/agent/jobs/%s/artifacts/evil%%2Fx?attempt=1", id);
+    expect("PUT", path, AGENT_TOKEN, "x", 400, "link");
+    snprintf(path, sizeof path, "/v1/agent/jobs/%s/artifacts/ok?attempt=7", id);
+    expect("PUT", path, AGENT_TOKEN, "x", 409, "stale attempt");
+    free(id);
+    px_fleet_server_stop(srv);
+    free(d);
+}
+
+static void test_api_plan_auto_plans_or_says_why(void **state)
+{
+    (void)state;
+    char *d = fresh_dir("plan");
+    px_fleet_server *srv = start(d, 5);
+    register_node("p1", ", \"node\": {\"devices\": [{\"id\": \"cpu0\", \"class\": \"cpu\", "
+                        "\"vendor\": \"intel\", \"backend\": \"cpu\", \"compute\": {\"f32\": "
+                        "\"1 TFLOP/s\"}, \"memory\": [{\"id\": \"ddr\", \"kind\": \"ddr\", "
+                        "\"capacity\": \"16 GiB\", \"bandwidth\": \"50 GB/s\"}]}]}");
+    const char *digest = "047bf46455a544931cff6fef14d7910154c56afbc23ab1c5e56a72e69912c04b";
+    char spec[300], path[96];
+    snprintf(spec, sizeof spec,
+             "{\"command\": [\"serve\"], \"plan\": \"auto\", \"model\": {\"digest\": \"%s\"}}",
+             digest);
+    char *id = submit(spec);
+    json_t *a = assignments("p1", 5);
+    assert_int_equal(json_array_size(a), 1);
+    json_decref(a);
+    snprintf(path, sizeof path, "/v1/jobs/%s/explain", id);
+    expect("GET", path, USER_TOKEN, NULL, 200, "planner unavailable");
+    expect("GET", path, USER_TOKEN, NULL, 200, "is not on the server");
+    free(id);
+    /* The rest needs the real tiny model; stop the server before skipping. */
+    char *model = px_test_shared_model("stories260K.gguf");
+    if (!model || access(model, R_OK) != 0) {
+        free(model);
+        px_fleet_server_stop(srv);
+        free(d);
+        model = px_test_require_shared_model("stories260K.gguf"); /* skips */
+    }
+    char *data;
+    size_t len;
+    px_assert_ok(px_read_file(model, 8u << 20, &data, &len, NULL), (px_err *)NULL);
+    reply up = http("POST", "/v1/blobs", USER_TOKEN, data, len);
+    assert_int_equal(up.status, 201);
+    assert_string_equal(json_string_value(json_object_get(up.json, "digest")), digest);
+    drop(&up);
+    free(data);
+    free(model);
+    id = submit(spec);
+    a = assignments("p1", 5);
+    json_decref(a);
+    snprintf(path, sizeof path, "/v1/jobs/%s/explain", id);
+    reply r = req("GET", path, USER_TOKEN, NULL);
+    px_assert_contains(r.body, "\"status\":\"planned\"");
+    px_assert_contains(r.body, "plexus.plan/1");
+    drop(&r);
+    free(id);
+    px_fleet_server_stop(srv);
+    free(d);
+}
+
+typedef struct late_log {
+    char path[160];
+} late_log;
+
+static void *post_late_log(void *arg)
+{
+    late_log *l = arg;
+    usleep(300000);
+    reply r = http("POST", l->path, AGENT_TOKEN, "late line\n", 10);
+    drop(&r);
+    return NULL;
+}
+
+static void test_api_drain_group_restart_and_log_long_poll(void **state)
+{
+    (void)state;
+    char *d = fresh_dir("drain");
+    px_fleet_server *srv = start(d, 5);
+    register_node("d1", NULL);
+    register_node("d2", NULL);
+    expect("POST", "/v1/nodes/d1/drain", USER_TOKEN, NULL, 200, "\"state\":\"draining\"");
+    expect("POST", "/v1/nodes/nowhere/drain", USER_TOKEN, NULL, 404, "no node");
+    char *id = submit("{\"command\": [\"a\"]}");
+    json_t *a = assignments("d2", 5);
+    assert_int_equal(json_array_size(a), 1);
+    json_decref(a);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/explain", id);
+    expect("GET", path, USER_TOKEN, NULL, 200, "\"reason\":\"draining\"");
+    /* A log chunk posted while a reader waits wakes the reader. */
+    report(id, "start", "d2", 1, 0, NULL, 200);
+    late_log l;
+    snprintf(l.path, sizeof l.path, "/v1/agent/jobs/%s/logs?attempt=1&rank=0&stream=stderr", id);
+    pthread_t t;
+    pthread_create(&t, NULL, post_late_log, &l);
+    uint64_t t0 = px_now_ns();
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs?after=0&wait=10", id);
+    reply r = req("GET", path, USER_TOKEN, NULL);
+    pthread_join(t, NULL);
+    px_assert_contains(r.body, "late line");
+    px_assert_contains(r.body, "\"done\":false");
+    assert_true(px_now_ns() - t0 < 5000000000ull);
+    drop(&r);
+    report(id, "finish", "d2", 1, 0, ", \"exit_code\": 0", 200);
+    free(id);
+    expect("POST", "/v1/nodes/d1/undrain", USER_TOKEN, NULL, 200, "\"state\":\"online\"");
+    /* A group that restarts on a member's failure comes back as attempt 2. */
+    id = submit("{\"command\": [\"a\"], \"nodes\": 2, \"on_member_failure\": \"restart\"}");
+    json_t *a1 = assignments("d1", 5), *a2 = assignments("d2", 5);
+    assert_int_equal(json_array_size(a1), 1);
+    assert_int_equal(json_array_size(a2), 1);
+    int r1 = (int)json_integer_value(json_object_get(json_array_get(a1, 0), "rank"));
+    json_decref(a1);
+    json_decref(a2);
+    report(id, "finish", "d1", 1, r1, ", \"exit_code\": 1", 200);
+    a1 = assignments("d1", 5);
+    assert_int_equal(json_array_size(a1), 1);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(a1, 0), "attempt")), 2);
+    json_decref(a1);
+    char *st = job_state(id);
+    assert_string_equal(st, "assigned");
+    free(st);
+    free(id);
+    px_fleet_server_stop(srv);
+    free(d);
+}
+
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_api_refuses_bad_tokens),
+        cmocka_unit_test(test_api_refuses_malformed_and_oversized_requests),
+        cmocka_unit_test(test_api_runs_a_job_through_its_life),
+        cmocka_unit_test(test_api_requeues_work_of_a_lost_node_with_next_attempt),
+        cmocka_unit_test(test_api_gang_and_member_failure_fail_the_group),
+        cmocka_unit_test(test_api_service_restarts_after_exit),
+        cmocka_unit_test(test_api_keeps_jobs_across_a_restart),
+        cmocka_unit_test(test_api_artifacts_refuse_symlinked_folders),
+        cmocka_unit_test(test_api_plan_auto_plans_or_says_why),
+        cmocka_unit_test(test_api_drain_group_restart_and_log_long_poll),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}

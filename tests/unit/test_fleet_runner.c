@@ -1,0 +1,371 @@
+/* The agent's process runner, Python function runner and artifact opener. */
+#include "px_test.h"
+
+#include "base/common.h"
+#include "fleet/agent_impl.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct collected {
+    px_strbuf out, err, result;
+} collected;
+
+static void collect(px__proc_stream s, const char *data, size_t len, void *ud)
+{
+    collected *c = ud;
+    px_strbuf_add(s == PX__PROC_STDOUT   ? &c->out
+                  : s == PX__PROC_STDERR ? &c->err
+                                         : &c->result,
+                  data, len);
+}
+
+/* Runs spec to the end (at most 20 s), collecting every stream. */
+static px__proc_exit run_all(const px__proc_spec *spec, collected *c)
+{
+    px__proc *p;
+    px_err err;
+    px_assert_ok(px__proc_spawn(spec, &p, &err), &err);
+    uint64_t deadline = px_now_ns() + 20ull * 1000000000ull;
+    px__proc_exit ex = {0};
+    bool open = true;
+    while (open && px_now_ns() < deadline)
+        open = px__proc_pump(p, 50, collect, c);
+    while (!px__proc_done(p, &ex) && px_now_ns() < deadline)
+        usleep(10000);
+    assert_false(open);
+    px__proc_free(p);
+    return ex;
+}
+
+static void release(collected *c)
+{
+    px_strbuf_release(&c->out);
+    px_strbuf_release(&c->err);
+    px_strbuf_release(&c->result);
+}
+
+static void test_runner_scrubs_environment_and_sets_visibility(void **state)
+{
+    (void)state;
+    setenv("PLEXUS_SECRET_TEST", "leaked", 1);
+    char *argv[] = {"/usr/bin/env", NULL};
+    char *env[] = {"JOB_VAR=42", "CUDA_VISIBLE_DEVICES=7"};
+    px__proc_spec spec = {.argv = argv, .env = env, .n_env = 2, .visible_devices = "1,3"};
+    collected c = {PX_STRBUF_INIT, PX_STRBUF_INIT, PX_STRBUF_INIT};
+    px__proc_exit ex = run_all(&spec, &c);
+    assert_int_equal(ex.code, 0);
+    px_assert_contains(c.out.buf, "JOB_VAR=42\n");
+    px_assert_contains(c.out.buf, "CUDA_VISIBLE_DEVICES=1,3\n");
+    px_assert_contains(c.out.buf, "HIP_VISIBLE_DEVICES=1,3\n");
+    px_assert_contains(c.out.buf, "PATH=");
+    /* The job cannot widen its own visibility, and nothing else leaks. */
+    assert_null(strstr(c.out.buf, "CUDA_VISIBLE_DEVICES=7"));
+    assert_null(strstr(c.out.buf, "PLEXUS_SECRET_TEST"));
+    release(&c);
+    unsetenv("PLEXUS_SECRET_TEST");
+}
+
+static void test_runner_hides_every_device_for_cpu_jobs(void **state)
+{
+    (void)state;
+    char *argv[] = {"/bin/sh", "-c", "echo \"[$CUDA_VISIBLE_DEVICES]\"", NULL};
+    px__proc_spec spec = {.argv = argv, .visible_devices = ""};
+    collected c = {PX_STRBUF_INIT, PX_STRBUF_INIT, PX_STRBUF_INIT};
+    px__proc_exit ex = run_all(&spec, &c);
+    assert_int_equal(ex.code, 0);
+    assert_string_equal(c.out.buf, "[]\n");
+    release(&c);
+}
+
+static void test_runner_exposes_each_vendors_devices_separately(void **state)
+{
+    (void)state;
+    char *argv[] = {"/bin/sh", "-c",
+                    "echo \"cuda=[$CUDA_VISIBLE_DEVICES] hip=[$HIP_VISIBLE_DEVICES] "
+                    "ze=[$ZE_AFFINITY_MASK]\"",
+                    NULL};
+    px__proc_spec spec = {.argv = argv, .visible_devices = "", .visible_amd = "0,1"};
+    collected c = {PX_STRBUF_INIT, PX_STRBUF_INIT, PX_STRBUF_INIT};
+    px__proc_exit ex = run_all(&spec, &c);
+    assert_int_equal(ex.code, 0);
+    assert_string_equal(c.out.buf, "cuda=[] hip=[0,1] ze=[]\n");
+    release(&c);
+}
+
+static void test_runner_passes_no_agent_file_descriptors(void **state)
+{
+    (void)state;
+    int a = open("/dev/null", O_RDONLY), b = open("/dev/null", O_RDONLY),
+        c3 = open("/dev/null", O_RDONLY);
+    assert_true(a >= 0 && b >= 0 && c3 >= 0);
+    char *argv[] = {"/bin/ls", "/proc/self/fd", NULL};
+    px__proc_spec spec = {.argv = argv};
+    collected c = {PX_STRBUF_INIT, PX_STRBUF_INIT, PX_STRBUF_INIT};
+    px__proc_exit ex = run_all(&spec, &c);
+    assert_int_equal(ex.code, 0);
+    /* stdin, stdout, stderr and the listing's own descriptor only. */
+    assert_string_equal(c.out.buf, "0\n1\n2\n3\n");
+    release(&c);
+    close(a), close(b), close(c3);
+}
+
+static void test_runner_reports_exit_code_signal_and_streams(void **state)
+{
+    (void)state;
+    char *argv[] = {"/bin/sh", "-c", "echo out; echo err >&2; exit 3", NULL};
+    px__proc_spec spec = {.argv = argv};
+    collected c = {PX_STRBUF_INIT, PX_STRBUF_INIT, PX_STRBUF_INIT};
+    px__proc_exit ex = run_all(&spec, &c);
+    assert_int_equal(ex.code, 3);
+    assert_int_equal(ex.signal, 0);
+    assert_string_equal(c.out.buf, "out\n");
+    assert_string_equal(c.err.buf, "err\n");
+    release(&c);
+
+    char *argv2[] = {"/bin/sh", "-c", "kill -9 $$", NULL};
+    px__proc_spec spec2 = {.argv = argv2};
+    collected c2 = {PX_STRBUF_INIT, PX_STRBUF_INIT, PX_STRBUF_INIT};
+    ex = run_all(&spec2, &c2);
+    assert_int_equal(ex.code, -1);
+    assert_int_equal(ex.signal, SIGKILL);
+    release(&c2);
+}
+
+static void test_runner_refuses_missing_program_before_running(void **state)
+{
+    (void)state;
+    char *argv[] = {"no-such-program-plexus", "x", NULL};
+    px__proc_spec spec = {.argv = argv};
+    px__proc *p = NULL;
+    px_err err;
+    assert_int_equal(px__proc_spawn(&spec, &p, &err), PX_ENOTFOUND);
+    assert_null(p);
+    px_assert_contains(err.msg, "no-such-program-plexus");
+    char *empty[] = {NULL};
+    px__proc_spec spec2 = {.argv = empty};
+    assert_int_equal(px__proc_spawn(&spec2, &p, &err), PX_EINVAL);
+    /* A working folder that does not exist is an error at spawn too. */
+    char *argv3[] = {"/bin/true", NULL};
+    px__proc_spec spec3 = {.argv = argv3, .cwd = "/nonexistent/plexus/dir"};
+    assert_int_not_equal(px__proc_spawn(&spec3, &p, &err), PX_OK);
+    px_assert_contains(err.msg, "/nonexistent/plexus/dir");
+}
+
+static void test_runner_stop_kills_the_whole_process_group(void **state)
+{
+    (void)state;
+    const char *dir = px_test_tmpdir();
+    char *pidfile = px_asprintf("%s/grandchild.pid", dir);
+    char *script = px_asprintf("sleep 60 & echo $! > %s; wait", pidfile);
+    px__proc_spec spec = {.shell = script};
+    px__proc *p;
+    px_err err;
+    px_assert_ok(px__proc_spawn(&spec, &p, &err), &err);
+    pid_t grandchild = 0;
+    for (int i = 0; i < 200 && !grandchild; i++) {
+        usleep(20000);
+        FILE *f = fopen(pidfile, "r");
+        if (f) {
+            long v = 0;
+            if (fscanf(f, "%ld", &v) == 1)
+                grandchild = (pid_t)v;
+            fclose(f);
+        }
+    }
+    assert_true(grandchild > 0);
+    assert_int_equal(kill(grandchild, 0), 0);
+    px__proc_stop(p, 1000);
+    px__proc_exit ex;
+    assert_true(px__proc_done(p, &ex));
+    assert_true(ex.signal == SIGTERM || ex.signal == SIGKILL || ex.code != 0);
+    px__proc_free(p);
+    /* The grandchild was in the group: it is gone (or a zombie of init). */
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)grandchild);
+        FILE *f = fopen(path, "r");
+        if (!f) {
+            gone = true;
+            break;
+        }
+        char buf[512] = "";
+        if (!fgets(buf, sizeof buf, f))
+            buf[0] = '\0';
+        fclose(f);
+        char *rp = strrchr(buf, ')');
+        if (rp && rp[1] == ' ' && rp[2] == 'Z')
+            gone = true;
+        else
+            usleep(20000);
+    }
+    assert_true(gone);
+    free(script);
+    free(pidfile);
+}
+
+static void test_run_capture_times_out(void **state)
+{
+    (void)state;
+    char *argv[] = {"/bin/sleep", "10", NULL};
+    px__proc_spec spec = {.argv = argv};
+    px_err err;
+    uint64_t t0 = px_now_ns();
+    assert_int_equal(px__proc_run_capture(&spec, 200, 100, NULL, NULL, &err), PX_ETIMEOUT);
+    assert_true(px_now_ns() - t0 < 5ull * 1000000000ull);
+    char *argv2[] = {"/bin/echo", "hello world", NULL};
+    px__proc_spec spec2 = {.argv = argv2};
+    char *out;
+    px__proc_exit ex;
+    px_assert_ok(px__proc_run_capture(&spec2, 5000, 5, &out, &ex, &err), &err);
+    assert_string_equal(out, "hello"); /* bounded by max_out */
+    free(out);
+}
+
+static bool have_python(void)
+{
+    char *argv[] = {"python3", "-c", "pass", NULL};
+    px__proc_spec spec = {.argv = argv};
+    px__proc_exit ex = {0};
+    return px__proc_run_capture(&spec, 20000, 0, NULL, &ex, NULL) == PX_OK && ex.code == 0;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    px_err err;
+    px_assert_ok(px_write_file(path, text, strlen(text), &err), &err);
+}
+
+static void test_python_runner_returns_json_result_and_traceback(void **state)
+{
+    (void)state;
+    if (!have_python()) {
+        print_message("skipped: python3 is not installed\n");
+        skip();
+    }
+    const char *dir = px_test_tmpdir();
+    char *script = px_asprintf("%s/fn.py", dir);
+    char *args = px_asprintf("%s/args.json", dir);
+    write_text(script, "def add(a, b):\n    print('adding')\n    return {'sum': a + b}\n"
+                       "def boom(x):\n    raise ValueError('bad x %d' % x)\n"
+                       "def square(x):\n    return x * x\n");
+    write_text(args, "{\"a\": 2, \"b\": 40}");
+    const char *argv[8];
+    px__python_argv("python3", script, "add", args, argv);
+    px__proc_spec spec = {.argv = (char *const *)argv, .result_fd = true};
+    collected c = {PX_STRBUF_INIT, PX_STRBUF_INIT, PX_STRBUF_INIT};
+    px__proc_exit ex = run_all(&spec, &c);
+    assert_int_equal(ex.code, 0);
+    assert_string_equal(c.out.buf, "adding\n");
+    json_t *r = json_loads(c.result.buf, 0, NULL);
+    assert_non_null(r);
+    assert_true(json_is_true(json_object_get(r, "ok")));
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(r, "result"), "sum")), 42);
+    json_decref(r);
+    release(&c);
+
+    write_text(args, "7");
+    px__python_argv("python3", script, "boom", args, argv);
+    collected c2 = {PX_STRBUF_INIT, PX_STRBUF_INIT, PX_STRBUF_INIT};
+    ex = run_all(&spec, &c2);
+    assert_int_equal(ex.code, 1);
+    r = json_loads(c2.result.buf, 0, NULL);
+    assert_non_null(r);
+    assert_true(json_is_false(json_object_get(r, "ok")));
+    px_assert_contains(json_string_value(json_object_get(r, "error")), "ValueError: bad x 7");
+    px_assert_contains(json_string_value(json_object_get(r, "traceback")), "Traceback");
+    json_decref(r);
+    release(&c2);
+
+    /* A single non-object argument is passed positionally. */
+    px__python_argv("python3", script, "square", args, argv);
+    collected c3 = {PX_STRBUF_INIT, PX_STRBUF_INIT, PX_STRBUF_INIT};
+    ex = run_all(&spec, &c3);
+    assert_int_equal(ex.code, 0);
+    px_assert_contains(c3.result.buf, "\"result\": 49");
+    release(&c3);
+    free(script);
+    free(args);
+}
+
+static void test_python_target_parse_rejects_bad_targets(void **state)
+{
+    (void)state;
+    char *file, *fn;
+    px_err err;
+    px_assert_ok(px__python_target_parse("dir/train.py:main_2", &file, &fn, &err), &err);
+    assert_string_equal(file, "dir/train.py");
+    assert_string_equal(fn, "main_2");
+    free(file);
+    free(fn);
+    const char *bad[] = {"train.py", "train.txt:main", "train.py:", "train.py:1abc", "train.py:a-b",
+                         ":f",       ".py:f"};
+    for (size_t i = 0; i < PX_ARRAY_LEN(bad); i++) {
+        assert_int_equal(px__python_target_parse(bad[i], &file, &fn, &err), PX_EINVAL);
+        assert_null(file);
+        assert_null(fn);
+    }
+}
+
+static void test_artifact_open_refuses_escapes_and_links(void **state)
+{
+    (void)state;
+    char *dir = px_asprintf("%s/artifacts", px_test_tmpdir());
+    mkdir(dir, 0755);
+    char *sub = px_asprintf("%s/out", dir);
+    mkdir(sub, 0755);
+    char *f = px_asprintf("%s/out/model.pt", dir);
+    write_text(f, "weights");
+    char *link = px_asprintf("%s/passwd", dir);
+    assert_int_equal(symlink("/etc/passwd", link), 0);
+    char *dlink = px_asprintf("%s/etc", dir);
+    assert_int_equal(symlink("/etc", dlink), 0);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    assert_true(dfd >= 0);
+    px_err err;
+    int fd = px__agent_open_artifact(dfd, "out/model.pt", 12, &err);
+    assert_true(fd >= 0);
+    char buf[16] = "";
+    assert_int_equal(read(fd, buf, sizeof buf), 7);
+    close(fd);
+    struct {
+        const char *name;
+        const char *needle;
+    } bad[] = {
+        {"../secret", "\"..\""},        {"/etc/passwd", "relative"},
+        {"out/../../x", "\"..\""},      {"passwd", "symbolic link"},
+        {"etc/passwd", "not a folder"}, {"out\\model.pt", "backslash"},
+        {"missing.txt", "missing.txt"}, {"out", "regular file"},
+    };
+    for (size_t i = 0; i < PX_ARRAY_LEN(bad); i++) {
+        fd = px__agent_open_artifact(dfd, bad[i].name, strlen(bad[i].name), &err);
+        if (fd >= 0)
+            fail_msg("artifact \"%s\" was opened", bad[i].name);
+        px_assert_contains(err.msg, bad[i].needle);
+    }
+    /* An embedded NUL (length longer than the C string) is refused. */
+    assert_int_equal(px__agent_open_artifact(dfd, "out/model.pt", 20, &err), -1);
+    close(dfd);
+    free(dir), free(sub), free(f), free(link), free(dlink);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_runner_scrubs_environment_and_sets_visibility),
+        cmocka_unit_test(test_runner_hides_every_device_for_cpu_jobs),
+        cmocka_unit_test(test_runner_passes_no_agent_file_descriptors),
+        cmocka_unit_test(test_runner_exposes_each_vendors_devices_separately),
+        cmocka_unit_test(test_runner_reports_exit_code_signal_and_streams),
+        cmocka_unit_test(test_runner_refuses_missing_program_before_running),
+        cmocka_unit_test(test_runner_stop_kills_the_whole_process_group),
+        cmocka_unit_test(test_run_capture_times_out),
+        cmocka_unit_test(test_python_runner_returns_json_result_and_traceback),
+        cmocka_unit_test(test_python_target_parse_rejects_bad_targets),
+        cmocka_unit_test(test_artifact_open_refuses_escapes_and_links),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

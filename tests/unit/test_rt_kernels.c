@@ -1,0 +1,469 @@
+/* The cpu backend op by op, against plain double-precision definitions
+ * written here: matrix-vector kernels of every variant and dtype, and
+ * every op through the public stream interface, with several thread
+ * counts (which must not change a bit), and shapes that do not fit. */
+#include "px_test.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "plexus/rt.h"
+#include "rt/rt_impl.h"
+
+static const px__rt_kernels *variants[2];
+static size_t n_variants;
+
+static int setup(void **state)
+{
+    (void)state;
+    variants[0] = &px__rt_kernels_portable;
+    n_variants = 1;
+    if (px__rt_kernels_avx2())
+        variants[n_variants++] = px__rt_kernels_avx2();
+    else
+        print_message("note: no AVX2 on this processor; only the portable kernels are tested\n");
+    return 0;
+}
+
+/* Encodes n floats as dtype t (q8_0: one scale per 32 values). */
+static size_t encode(px_dtype t, const float *v, size_t n, uint8_t *out)
+{
+    size_t k = 0;
+    for (size_t j = 0; j < n;) {
+        if (t == PX_DTYPE_Q8_0) {
+            float amax = 0;
+            for (int i = 0; i < 32; i++)
+                amax = fmaxf(amax, fabsf(v[j + i]));
+            uint16_t dh = px_f32_to_f16(amax / 127.0f);
+            float d = px_f16_to_f32(dh);
+            memcpy(out + k, &dh, 2);
+            for (int i = 0; i < 32; i++)
+                out[k + 2 + i] = (uint8_t)(int8_t)(d > 0 ? lrintf(v[j + i] / d) : 0);
+            k += 34;
+            j += 32;
+        } else if (t == PX_DTYPE_F32) {
+            memcpy(out + k, &v[j++], 4);
+            k += 4;
+        } else {
+            uint16_t h = t == PX_DTYPE_F16 ? px_f32_to_f16(v[j]) : px_f32_to_bf16(v[j]);
+            j++;
+            memcpy(out + k, &h, 2);
+            k += 2;
+        }
+    }
+    return k;
+}
+
+static void fill(px_rng *r, float *v, size_t n, double scale)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)(scale * px_rng_normal(r));
+}
+
+/* ------------------------------------------------------------------ */
+/* Matrix-vector kernels                                               */
+/* ------------------------------------------------------------------ */
+
+static void test_matvec_matches_double_dot_for_every_variant_and_dtype(void **state)
+{
+    (void)state;
+    static const px_dtype types[] = {PX_DTYPE_F32, PX_DTYPE_F16, PX_DTYPE_BF16, PX_DTYPE_Q8_0};
+    static const uint32_t ks[] = {1, 7, 32, 37, 64, 72, 200, 1056};
+    enum { ROWS = 13 };
+    px_rng r;
+    px_rng_seed(&r, 1);
+    float *wf = malloc(ROWS * 1056 * sizeof(float)), *x = malloc(4 * 1056 * sizeof(float));
+    uint8_t *w = malloc(ROWS * 1056 * 4);
+    for (size_t vi = 0; vi < n_variants; vi++) {
+        const px__rt_kernels *kern = variants[vi];
+        for (size_t ti = 0; ti < PX_ARRAY_LEN(types); ti++) {
+            for (size_t ki = 0; ki < PX_ARRAY_LEN(ks); ki++) {
+                px_dtype t = types[ti];
+                uint32_t k = ks[ki];
+                if (t == PX_DTYPE_Q8_0 && k % 32)
+                    continue;
+                fill(&r, wf, (size_t)ROWS * k, 1.0);
+                fill(&r, x, 4 * (size_t)k, 1.0);
+                size_t row_bytes = encode(t, wf, k, w);
+                for (uint32_t i = 1; i < ROWS; i++)
+                    encode(t, wf + (size_t)i * k, k, w + i * row_bytes);
+                float y4[4 * ROWS], y1[ROWS];
+                kern->matvec(t, w, row_bytes, k, 0, ROWS, x, k, 4, y4, ROWS);
+                for (uint32_t xr = 0; xr < 4; xr++) {
+                    /* One vector at a time, in two row ranges: the same bits. */
+                    kern->matvec(t, w, row_bytes, k, 0, 5, x + xr * k, k, 1, y1, ROWS);
+                    kern->matvec(t, w, row_bytes, k, 5, ROWS, x + xr * k, k, 1, y1, ROWS);
+                    assert_memory_equal(y1, y4 + xr * ROWS, sizeof y1);
+                    for (uint32_t i = 0; i < ROWS; i++) {
+                        double want = 0, mag = 0;
+                        for (uint32_t j = 0; j < k; j++) {
+                            double p = px__rt_weight_at(t, w + i * row_bytes, j) * x[xr * k + j];
+                            want += p;
+                            mag += fabs(p);
+                        }
+                        double got = y1[i];
+                        if (fabs(got - want) > 1e-5 * mag + 1e-6)
+                            fail_msg("%s %s k=%u row %u: %.9g, want %.9g", kern->name,
+                                     px_dtype_name(t), k, i, got, want);
+                    }
+                }
+                /* Dequantisation agrees with single-value reads. */
+                float deq[1056];
+                kern->dequant(t, w, deq, k);
+                for (uint32_t j = 0; j < k; j++)
+                    assert_true(deq[j] == (float)px__rt_weight_at(t, w, j));
+            }
+        }
+    }
+    free(wf);
+    free(x);
+    free(w);
+}
+
+/* ------------------------------------------------------------------ */
+/* Ops through the stream interface                                    */
+/* ------------------------------------------------------------------ */
+
+typedef struct arena_buf {
+    px_rt_device *dev;
+    px_rt_stream *stream;
+    px_rt_buffer *buf;
+    size_t used;
+} arena_buf;
+
+static void open_cpu(arena_buf *a, uint32_t threads)
+{
+    px_err err;
+    memset(a, 0, sizeof *a);
+    px_rt_device_opts o = {.n_threads = threads};
+    px_assert_ok(px_rt_device_open("cpu", &o, &a->dev, &err), &err);
+    px_assert_ok(px_rt_stream_new(a->dev, &a->stream, &err), &err);
+    px_assert_ok(px_rt_buffer_alloc(a->dev, 8 << 20, &a->buf, &err), &err);
+}
+
+static void close_cpu(arena_buf *a)
+{
+    px_rt_buffer_free(a->buf);
+    px_rt_stream_free(a->stream);
+    px_rt_device_free(a->dev);
+}
+
+static px_rt_tensor tensor(arena_buf *a, px_dtype t, int64_t ne0, int64_t ne1, int64_t ne2)
+{
+    px_rt_tensor x;
+    px_err err;
+    int64_t ne[3] = {ne0, ne1, ne2};
+    px_assert_ok(px_rt_tensor_init(&x, t, 3, ne, &err), &err);
+    x.buffer = a->buf;
+    x.offset = a->used;
+    a->used += (px_rt_tensor_nbytes(&x) + 63) / 64 * 64;
+    assert_true(a->used <= px_rt_buffer_size(a->buf));
+    return x;
+}
+
+static float *f32(const px_rt_tensor *t)
+{
+    return px_rt_tensor_data(t);
+}
+
+static void run(arena_buf *a, const px_rt_op *op)
+{
+    px_err err;
+    px_assert_ok(px_rt_stream_run(a->stream, op, 1, &err), &err);
+}
+
+/* The work tensor an op needs on this device. */
+static px_rt_tensor work_for(arena_buf *a, const px_rt_op *op)
+{
+    size_t n = px_rt_device_work_size(a->dev, op);
+    return tensor(a, PX_DTYPE_I8, (int64_t)(n ? n : 1), 1, 1);
+}
+
+#define CLOSE(a, b, tol)                                        \
+    do {                                                        \
+        double px__a = (a), px__b = (b);                        \
+        if (!(fabs(px__a - px__b) <= (tol)))                    \
+            fail_msg("%s = %.9g, want %.9g", #a, px__a, px__b); \
+    } while (0)
+
+/* Every op once, with `threads` threads, results in `out` (for bitwise
+ * comparison across thread counts). */
+static void all_ops(uint32_t threads, float *out, size_t *n_out)
+{
+    arena_buf a;
+    open_cpu(&a, threads);
+    px_rng r;
+    px_rng_seed(&r, 42);
+    size_t o = 0;
+    enum { R = 9, DIM = 48, HD = 12, NH = 4, NKV = 2, CTX = 16, SLOTS = 3, VOC = 70 };
+
+    /* RMSNORM over selected rows. */
+    px_rt_tensor x = tensor(&a, PX_DTYPE_F32, DIM, R, 1), g = tensor(&a, PX_DTYPE_F32, DIM, 1, 1),
+                 y = tensor(&a, PX_DTYPE_F32, DIM, R, 1);
+    fill(&r, f32(&x), DIM * R, 2.0);
+    fill(&r, f32(&g), DIM, 1.0);
+    uint32_t sel[3] = {8, 0, 4};
+    px_rt_op op = {.kind = PX_IR_OP_RMSNORM,
+                   .src = {&x, &g},
+                   .dst = &y,
+                   .eps = 1e-5f,
+                   .select = sel,
+                   .n_select = 3};
+    run(&a, &op);
+    for (int rr = 0; rr < 3; rr++) {
+        const float *xr = f32(&x) + sel[rr] * DIM;
+        double ss = 0;
+        for (int j = 0; j < DIM; j++)
+            ss += (double)xr[j] * xr[j];
+        double sc = 1 / sqrt(ss / DIM + 1e-5);
+        for (int j = 0; j < DIM; j++)
+            CLOSE(f32(&y)[rr * DIM + j], f32(&g)[j] * xr[j] * sc, 1e-5);
+    }
+    memcpy(out + o, f32(&y), 3 * DIM * sizeof(float));
+    o += 3 * DIM;
+
+    /* ROPE, both pairings, 8 of 12 dimensions rotated. */
+    int32_t pos[R] = {0, 1, 2, 3, 4, 5, 6, 7, 15}, slot[R] = {0, 0, 0, 0, 1, 1, 1, 2, 2};
+    px_rt_rows rows = {.n_rows = R, .slot = slot, .pos = pos};
+    px_rt_tensor tab = tensor(&a, PX_DTYPE_F32, 8, CTX, 1);
+    px__rt_rope_table(f32(&tab), CTX, 8, 10000.0f);
+    for (int style = 1; style <= 2; style++) {
+        px_rt_tensor q = tensor(&a, PX_DTYPE_F32, NH * HD, R, 1);
+        fill(&r, f32(&q), NH * HD * R, 1.0);
+        float before[NH * HD * R];
+        memcpy(before, f32(&q), sizeof before);
+        op = (px_rt_op){.kind = PX_IR_OP_ROPE,
+                        .src = {&q, &tab},
+                        .dst = &q,
+                        .rows = &rows,
+                        .n_heads = NH,
+                        .head_dim = HD,
+                        .rope_dim = 8,
+                        .rope_style = (px_ir_rope_style)style};
+        run(&a, &op);
+        for (int rr = 0; rr < R; rr++)
+            for (int h = 0; h < NH; h++) {
+                const float *b = before + rr * NH * HD + h * HD;
+                const float *v = f32(&q) + rr * NH * HD + h * HD;
+                for (int i = 0; i < 4; i++) {
+                    int ia = style == PX_IR_ROPE_HALVES ? i : 2 * i;
+                    int ib = style == PX_IR_ROPE_HALVES ? i + 4 : 2 * i + 1;
+                    double ang = pos[rr] * pow(10000.0, -2.0 * i / 8);
+                    CLOSE(v[ia], b[ia] * cos(ang) - b[ib] * sin(ang), 1e-5);
+                    CLOSE(v[ib], b[ia] * sin(ang) + b[ib] * cos(ang), 1e-5);
+                }
+                for (int i = 8; i < HD; i++) /* past rope_dim: untouched */
+                    assert_true(v[i] == b[i]);
+            }
+        memcpy(out + o, f32(&q), sizeof before);
+        o += NH * HD * R;
+    }
+
+    /* ATTENTION: grouped-query heads, three slots, a window of 5. */
+    for (uint32_t window = 0; window <= 5; window += 5) {
+        px_rt_tensor q = tensor(&a, PX_DTYPE_F32, NH * HD, R, 1),
+                     k = tensor(&a, PX_DTYPE_F32, NKV * HD, R, 1),
+                     v = tensor(&a, PX_DTYPE_F32, NKV * HD, R, 1),
+                     kc = tensor(&a, PX_DTYPE_F32, NKV * HD, CTX, SLOTS),
+                     vc = tensor(&a, PX_DTYPE_F32, NKV * HD, CTX, SLOTS),
+                     att = tensor(&a, PX_DTYPE_F32, NH * HD, R, 1);
+        fill(&r, f32(&q), NH * HD * R, 1.0);
+        fill(&r, f32(&k), NKV * HD * R, 1.0);
+        fill(&r, f32(&v), NKV * HD * R, 1.0);
+        /* Slot 2 already holds positions 0..14. */
+        fill(&r, f32(&kc), NKV * HD * CTX * SLOTS, 1.0);
+        fill(&r, f32(&vc), NKV * HD * CTX * SLOTS, 1.0);
+        op = (px_rt_op){.kind = PX_IR_OP_ATTENTION,
+                        .src = {&q, &k, &v, &kc, &vc},
+                        .dst = &att,
+                        .rows = &rows,
+                        .n_heads = NH,
+                        .n_kv_heads = NKV,
+                        .head_dim = HD,
+                        .window = window};
+        px_rt_tensor wk = work_for(&a, &op);
+        op.work = &wk;
+        run(&a, &op);
+        for (int rr = 0; rr < R; rr++) {
+            const float *kr = f32(&k) + rr * NKV * HD, *vr = f32(&v) + rr * NKV * HD;
+            const float *kcs = f32(&kc) + (size_t)slot[rr] * CTX * NKV * HD;
+            const float *vcs = f32(&vc) + (size_t)slot[rr] * CTX * NKV * HD;
+            /* The new rows were stored at (slot, pos). */
+            assert_memory_equal(kcs + pos[rr] * NKV * HD, kr, NKV * HD * sizeof(float));
+            assert_memory_equal(vcs + pos[rr] * NKV * HD, vr, NKV * HD * sizeof(float));
+            int first = window && pos[rr] >= (int)window ? pos[rr] - (int)window + 1 : 0;
+            for (int h = 0; h < NH; h++) {
+                int kvh = h / (NH / NKV);
+                const float *qh = f32(&q) + rr * NH * HD + h * HD;
+                double sc[CTX], mx = -INFINITY, sum = 0;
+                for (int t = first; t <= pos[rr]; t++) {
+                    double s = 0;
+                    for (int d = 0; d < HD; d++)
+                        s += (double)qh[d] * kcs[t * NKV * HD + kvh * HD + d];
+                    sc[t] = s / sqrt(HD);
+                    mx = fmax(mx, sc[t]);
+                }
+                for (int t = first; t <= pos[rr]; t++)
+                    sum += (sc[t] = exp(sc[t] - mx));
+                for (int d = 0; d < HD; d++) {
+                    double want = 0;
+                    for (int t = first; t <= pos[rr]; t++)
+                        want += sc[t] / sum * vcs[t * NKV * HD + kvh * HD + d];
+                    CLOSE(f32(&att)[rr * NH * HD + h * HD + d], want, 1e-5);
+                }
+            }
+        }
+        memcpy(out + o, f32(&att), NH * HD * R * sizeof(float));
+        o += NH * HD * R;
+    }
+
+    /* SWIGLU and ADD, in place. */
+    px_rt_tensor ga = tensor(&a, PX_DTYPE_F32, DIM, R, 1), up = tensor(&a, PX_DTYPE_F32, DIM, R, 1);
+    fill(&r, f32(&ga), DIM * R, 2.0);
+    fill(&r, f32(&up), DIM * R, 2.0);
+    float g0[DIM * R];
+    memcpy(g0, f32(&ga), sizeof g0);
+    op = (px_rt_op){.kind = PX_IR_OP_SWIGLU, .src = {&ga, &up}, .dst = &ga};
+    run(&a, &op);
+    for (int i = 0; i < DIM * R; i++)
+        CLOSE(f32(&ga)[i], g0[i] / (1 + exp(-(double)g0[i])) * f32(&up)[i], 1e-5);
+    op = (px_rt_op){.kind = PX_IR_OP_ADD, .src = {&ga, &up}, .dst = &ga};
+    memcpy(g0, f32(&ga), sizeof g0);
+    run(&a, &op);
+    for (int i = 0; i < DIM * R; i++)
+        assert_true(f32(&ga)[i] == g0[i] + f32(&up)[i]);
+    memcpy(out + o, f32(&ga), sizeof g0);
+    o += DIM * R;
+
+    /* EMBEDDING and MATMUL (9 rows: the sgemm path) for every dtype, and a
+     * CLASSIFIER over selected rows (3 rows: the own kernels). */
+    static const px_dtype types[] = {PX_DTYPE_F32, PX_DTYPE_F16, PX_DTYPE_BF16, PX_DTYPE_Q8_0};
+    for (size_t ti = 0; ti < PX_ARRAY_LEN(types); ti++) {
+        px_dtype t = types[ti];
+        px_rt_tensor wt = tensor(&a, t, 64, VOC, 1), bias = tensor(&a, PX_DTYPE_F32, VOC, 1, 1);
+        float wf[64 * VOC];
+        fill(&r, wf, 64 * VOC, 0.5);
+        fill(&r, f32(&bias), VOC, 0.5);
+        encode(t, wf, 64 * VOC, px_rt_tensor_data(&wt));
+        const uint8_t *wd = px_rt_tensor_data(&wt);
+        px_rt_tensor ids = tensor(&a, PX_DTYPE_I32, R, 1, 1),
+                     e = tensor(&a, PX_DTYPE_F32, 64, R, 1);
+        int32_t *id = px_rt_tensor_data(&ids);
+        for (int i = 0; i < R; i++)
+            id[i] = (int32_t)px_rng_below(&r, VOC);
+        op = (px_rt_op){.kind = PX_IR_OP_EMBEDDING, .src = {&wt, &ids}, .dst = &e};
+        run(&a, &op);
+        for (int i = 0; i < R; i++)
+            for (int j = 0; j < 64; j++)
+                assert_true(f32(&e)[i * 64 + j] ==
+                            (float)px__rt_weight_at(t, wd + (size_t)id[i] * wt.nb[1], (uint32_t)j));
+        px_rt_tensor mm = tensor(&a, PX_DTYPE_F32, VOC, R, 1);
+        op = (px_rt_op){.kind = PX_IR_OP_MATMUL, .src = {&e, &wt, &bias}, .dst = &mm};
+        px_rt_tensor wk = work_for(&a, &op);
+        op.work = &wk;
+        run(&a, &op);
+        for (int i = 0; i < R; i++)
+            for (int n = 0; n < VOC; n++) {
+                double want = f32(&bias)[n];
+                for (int j = 0; j < 64; j++)
+                    want += px__rt_weight_at(t, wd + (size_t)n * wt.nb[1], (uint32_t)j) *
+                            f32(&e)[i * 64 + j];
+                CLOSE(f32(&mm)[i * VOC + n], want, 1e-4);
+            }
+        memcpy(out + o, f32(&mm), R * VOC * sizeof(float));
+        o += R * VOC;
+        px_rt_tensor logits = tensor(&a, PX_DTYPE_F32, VOC, 3, 1);
+        op = (px_rt_op){.kind = PX_IR_OP_CLASSIFIER,
+                        .src = {&e, &wt},
+                        .dst = &logits,
+                        .select = sel,
+                        .n_select = 3};
+        px_rt_tensor wk2 = work_for(&a, &op);
+        op.work = &wk2;
+        run(&a, &op);
+        for (int i = 0; i < 3; i++)
+            for (int n = 0; n < VOC; n++)
+                CLOSE(f32(&logits)[i * VOC + n], f32(&mm)[sel[i] * VOC + n] - f32(&bias)[n], 1e-4);
+    }
+    *n_out = o;
+    close_cpu(&a);
+}
+
+static void test_ops_match_definitions_and_ignore_thread_count(void **state)
+{
+    (void)state;
+    size_t cap = 1 << 16, n1, n3;
+    float *one = malloc(cap * sizeof(float)), *three = malloc(cap * sizeof(float));
+    all_ops(1, one, &n1);
+    all_ops(3, three, &n3);
+    assert_int_equal(n1, n3);
+    assert_true(n1 < cap);
+    assert_memory_equal(one, three, n1 * sizeof(float));
+    free(one);
+    free(three);
+}
+
+static void expect_op_error(arena_buf *a, const px_rt_op *op, px_status code, const char *needle)
+{
+    px_err err;
+    px_status st = px_rt_stream_run(a->stream, op, 1, &err);
+    if (st != code)
+        fail_msg("expected %s, got %s: %s", px_status_name(code), px_status_name(st), err.msg);
+    px_assert_contains(err.msg, needle);
+}
+
+static void test_ops_reject_shapes_ids_and_kinds_they_cannot_run(void **state)
+{
+    (void)state;
+    arena_buf a;
+    open_cpu(&a, 2);
+    px_rt_tensor x = tensor(&a, PX_DTYPE_F32, 16, 4, 1), w = tensor(&a, PX_DTYPE_F32, 17, 8, 1),
+                 y = tensor(&a, PX_DTYPE_F32, 8, 4, 1), g = tensor(&a, PX_DTYPE_F32, 16, 1, 1);
+    px_rt_op op = {.kind = PX_IR_OP_MATMUL, .src = {&x, &w}, .dst = &y};
+    expect_op_error(&a, &op, PX_EINVAL, "disagree");
+    op = (px_rt_op){.kind = PX_IR_OP_GELU, .src = {&x}, .dst = &x};
+    expect_op_error(&a, &op, PX_EUNSUPPORTED, "gelu");
+    px_rt_tensor q4 = tensor(&a, PX_DTYPE_Q4_0, 32, 8, 1), xx = tensor(&a, PX_DTYPE_F32, 32, 4, 1);
+    op = (px_rt_op){.kind = PX_IR_OP_MATMUL, .src = {&xx, &q4}, .dst = &y};
+    expect_op_error(&a, &op, PX_EUNSUPPORTED, "q4_0");
+    px_rt_tensor ids = tensor(&a, PX_DTYPE_I32, 2, 1, 1), tab = tensor(&a, PX_DTYPE_F32, 16, 5, 1),
+                 e = tensor(&a, PX_DTYPE_F32, 16, 2, 1);
+    ((int32_t *)px_rt_tensor_data(&ids))[1] = 5;
+    op = (px_rt_op){.kind = PX_IR_OP_EMBEDDING, .src = {&tab, &ids}, .dst = &e};
+    expect_op_error(&a, &op, PX_EINVAL, "token id 5 at row 1");
+    op = (px_rt_op){.kind = PX_IR_OP_RMSNORM, .src = {&x, &w}, .dst = &x};
+    expect_op_error(&a, &op, PX_EINVAL, "disagree");
+    /* sgemm over q8_0 weights needs scratch. */
+    px_rt_tensor q8 = tensor(&a, PX_DTYPE_Q8_0, 32, 8, 1), x9 = tensor(&a, PX_DTYPE_F32, 32, 9, 1),
+                 y9 = tensor(&a, PX_DTYPE_F32, 8, 9, 1);
+    op = (px_rt_op){.kind = PX_IR_OP_MATMUL, .src = {&x9, &q8}, .dst = &y9};
+    expect_op_error(&a, &op, PX_EINVAL, "work buffer");
+    px_rt_tensor small = tensor(&a, PX_DTYPE_I8, 16, 1, 1);
+    op.work = &small;
+    expect_op_error(&a, &op, PX_EINVAL, "smaller");
+    /* Attention positions outside the cache. */
+    int32_t pos[1] = {4}, slot[1] = {0};
+    px_rt_rows rows = {.n_rows = 1, .slot = slot, .pos = pos};
+    px_rt_tensor q = tensor(&a, PX_DTYPE_F32, 8, 1, 1), k = tensor(&a, PX_DTYPE_F32, 8, 1, 1),
+                 kc = tensor(&a, PX_DTYPE_F32, 8, 4, 1), att = tensor(&a, PX_DTYPE_F32, 8, 1, 1);
+    op = (px_rt_op){.kind = PX_IR_OP_ATTENTION,
+                    .src = {&q, &k, &k, &kc, &kc},
+                    .dst = &att,
+                    .rows = &rows,
+                    .n_heads = 1,
+                    .n_kv_heads = 1,
+                    .head_dim = 8};
+    expect_op_error(&a, &op, PX_EINVAL, "outside the cache");
+    (void)g;
+    close_cpu(&a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matvec_matches_double_dot_for_every_variant_and_dtype),
+        cmocka_unit_test(test_ops_match_definitions_and_ignore_thread_count),
+        cmocka_unit_test(test_ops_reject_shapes_ids_and_kinds_they_cannot_run),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
