@@ -221,8 +221,10 @@ static void assignments(px__api_req *rq, px__api_resp *rs)
     if (!find_node(rq, rs, px__api_query(rq, "node"), &i))
         return;
     uint64_t deadline = px_now_ns() + (uint64_t)(wait * 1e9);
+    /* The agent is alive when it asks, not each time this poll wakes: a
+     * poll still open when its agent died must not revive a lost node. */
+    bring_online(srv, i);
     for (;;) {
-        bring_online(srv, i);
         json_t *arr = pending_for(srv, i);
         if (json_array_size(arr) > 0 || !px__srv_wait(srv, deadline)) {
             px__api_json(rs, 200, json_pack("{s:o}", "assignments", arr));

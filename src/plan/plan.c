@@ -416,6 +416,12 @@ static px_status evaluate_layout(px__plan_ctx *ctx, px__plan_result *r, px_err *
         k_tpot = PX_MAX(k_tpot, r->est[i].tpot_s / r->est[0].tpot_s);
         k_ttft = PX_MAX(k_ttft, r->est[i].ttft_s / r->est[0].ttft_s);
     }
+    /* The slowest replica sets the figures: scale the whole interval, so
+     * p50 and p99 stay inside [lo, hi]. */
+    r->mc.tpot_s.lo *= k_tpot;
+    r->mc.tpot_s.hi *= k_tpot;
+    r->mc.ttft_s.lo *= k_ttft;
+    r->mc.ttft_s.hi *= k_ttft;
     r->tpot_p50 = r->mc.tpot_s.p50 * k_tpot;
     r->tpot_p99 = r->mc.tpot_s.p99 * k_tpot;
     r->ttft_p50 = r->mc.ttft_s.p50 * k_ttft;

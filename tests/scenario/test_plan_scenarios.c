@@ -64,6 +64,12 @@ static void check_plan(const px_plan *p, const px_ir_model *m, const char *what)
         assert_non_null(json_object_get(doc, "notice"));
     }
     assert_true(s.tpot_s.p50 > 0 && isfinite(s.tpot_s.p99));
+    /* Every reported figure lies inside its own interval. */
+    const px_cost_interval *iv[] = {&s.tpot_s, &s.ttft_s};
+    for (size_t k = 0; k < PX_ARRAY_LEN(iv); k++)
+        if (!(iv[k]->lo <= iv[k]->p50 * (1 + 1e-9) && iv[k]->p50 <= iv[k]->hi * (1 + 1e-9)))
+            fail_msg("%s: p50 %g outside its interval [%g, %g]", what, iv[k]->p50, iv[k]->lo,
+                     iv[k]->hi);
     assert_true(s.bound_fraction > 0 && s.bound_fraction <= 1.0 + 1e-9);
     json_decref(doc);
     (void)f;
