@@ -79,7 +79,8 @@ static px_hw_graph *load_text(const char *text)
 {
     px_hw_graph *g = NULL;
     px_err err;
-    if (px_hw_graph_from_json(text, strlen(text), "generated.json", NULL, &g, NULL, &err) != PX_OK) {
+    if (px_hw_graph_from_json(text, strlen(text), "generated.json", NULL, &g, NULL, &err) !=
+        PX_OK) {
         fprintf(stderr, "bench: generated inventory refused: %s\n", err.msg);
         return NULL;
     }
@@ -255,8 +256,8 @@ static void ratios_one(const char *label, px_hw_graph *g, px_ir_model *m)
                 printf("  %s: -", name);
                 continue;
             }
-            double r = json_number_value(json_object_get(
-                b, obj ? "plexus_speedup_throughput" : "plexus_speedup_tpot"));
+            double r = json_number_value(
+                json_object_get(b, obj ? "plexus_speedup_throughput" : "plexus_speedup_tpot"));
             printf("  %s: %.2fx", name, r);
         }
         printf("\n");

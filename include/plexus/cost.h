@@ -60,7 +60,7 @@
 extern "C" {
 #endif
 
-#define PX_COST_MAX_TP 16     /* devices in one tensor-parallel group */
+#define PX_COST_MAX_TP     16 /* devices in one tensor-parallel group */
 #define PX_COST_MAX_STAGES 64 /* stages in one pipeline */
 
 /* ------------------------------------------------------------------ */
@@ -81,7 +81,7 @@ typedef struct px_cost_calibration px_cost_calibration;
 typedef struct px_cost_params {
     px_cost_mode mode;
     const px_cost_calibration *calibration; /* borrowed; must be NULL for now */
-    double headroom;          /* fraction of memory kept free (0.10) */
+    double headroom;                        /* fraction of memory kept free (0.10) */
     /* Fraction of the datasheet memory bandwidth reached by memory-bound
      * decode kernels: 0.80, range 0.70..0.85 (well-tuned engines). */
     double eff_mem, eff_mem_lo, eff_mem_hi;
@@ -98,13 +98,13 @@ typedef struct px_cost_params {
     double default_rel_unc;
     /* Figures assumed when the inventory gives none. */
     double default_power_gpu, default_power_cpu; /* W, active */
-    double idle_fraction;      /* idle power as a fraction of active (0.25) */
-    double default_mtbf_s;     /* per device */
-    double host_link_bw;       /* device <-> host when no link is declared (PCIe 4 x16) */
-    double host_link_latency;  /* s */
+    double idle_fraction;                        /* idle power as a fraction of active (0.25) */
+    double default_mtbf_s;                       /* per device */
+    double host_link_bw;         /* device <-> host when no link is declared (PCIe 4 x16) */
+    double host_link_latency;    /* s */
     double reliability_window_s; /* window of the failure probability (24 h) */
-    uint32_t mc_samples;       /* Monte Carlo samples for finalists (256) */
-    uint64_t seed;             /* Monte Carlo seed (1) */
+    uint32_t mc_samples;         /* Monte Carlo samples for finalists (256) */
+    uint64_t seed;               /* Monte Carlo seed (1) */
 } px_cost_params;
 
 void px_cost_params_default(px_cost_params *p);
@@ -126,26 +126,26 @@ typedef struct px_cost_device {
     uint32_t hw_index; /* index in the graph's view */
     uint32_t node;     /* node index in the graph's view */
     bool emulated;
-    bool all_ops;      /* runs every standard op */
-    double mem_capacity; /* bytes of its primary memory (a CPU: its node's DDR) */
-    double mem_free;     /* live free memory when reported, else capacity */
-    double mem_bw;       /* B/s, datasheet sustained */
-    double mem_bw_rel;   /* relative uncertainty (half-width) */
+    bool all_ops;                   /* runs every standard op */
+    double mem_capacity;            /* bytes of its primary memory (a CPU: its node's DDR) */
+    double mem_free;                /* live free memory when reported, else capacity */
+    double mem_bw;                  /* B/s, datasheet sustained */
+    double mem_bw_rel;              /* relative uncertainty (half-width) */
     double peak[PX_HW_DTYPE_COUNT]; /* FLOP/s; 0: not supported */
     double peak_rel;
     double power_active, power_idle; /* W */
-    double cost_rate;   /* $/h, 0 when free or unknown */
+    double cost_rate;                /* $/h, 0 when free or unknown */
     double mtbf_s;
-    double host_bw;     /* B/s to its node's host memory (KV offload) */
+    double host_bw; /* B/s to its node's host memory (KV offload) */
     double host_latency;
-    double host_mem;    /* bytes of its node's host memory (DDR tiers) */
-    int32_t host_link;  /* hw link index of its host link, -1 when assumed */
-    uint32_t island;    /* fast-link island (devices joined by NVLink-class
-                           links share one); unique otherwise */
-    uint32_t klass;     /* class of interchangeable devices */
+    double host_mem;         /* bytes of its node's host memory (DDR tiers) */
+    int32_t host_link;       /* hw link index of its host link, -1 when assumed */
+    uint32_t island;         /* fast-link island (devices joined by NVLink-class
+                                links share one); unique otherwise */
+    uint32_t klass;          /* class of interchangeable devices */
     const uint32_t *domains; /* failure/power domains (hw indices), borrowed */
     size_t n_domains;
-    unsigned assumed;   /* PX_COST_ASSUMED_* flags: figures taken from params */
+    unsigned assumed; /* PX_COST_ASSUMED_* flags: figures taken from params */
 } px_cost_device;
 
 enum {
@@ -158,14 +158,14 @@ enum {
 
 /* A route between two devices, as the cost model uses it. */
 typedef struct px_cost_path {
-    double bw;        /* B/s, bottleneck bandwidth (INFINITY for a device to itself) */
-    double bw_rel;    /* relative uncertainty of the bottleneck */
-    double latency;   /* s, latencies and setups along the route */
+    double bw;      /* B/s, bottleneck bandwidth (INFINITY for a device to itself) */
+    double bw_rel;  /* relative uncertainty of the bottleneck */
+    double latency; /* s, latencies and setups along the route */
     uint32_t n_hops;
-    uint32_t contention; /* contention group of the bottleneck link, or PX_HW_NONE */
-    int32_t bottleneck;  /* hw link index of the bottleneck, -1 if none */
+    uint32_t contention;  /* contention group of the bottleneck link, or PX_HW_NONE */
+    int32_t bottleneck;   /* hw link index of the bottleneck, -1 if none */
     px_hw_link_kind kind; /* kind of the bottleneck link */
-    bool assumed;     /* part of the route is an assumed host link */
+    bool assumed;         /* part of the route is an assumed host link */
     bool reachable;
 } px_cost_path;
 
@@ -175,16 +175,16 @@ typedef struct px_cost_fleet {
     size_t n_devices;
     size_t n_classes;
     size_t n_islands;
-    bool emulated;            /* any device is emulated */
-    char digest[65];          /* the inventory's content id */
+    bool emulated;                     /* any device is emulated */
+    char digest[65];                   /* the inventory's content id */
     struct px__cost_path_cache *paths; /* private */
 } px_cost_fleet;
 
 /* Builds the view of a graph (borrowed; must outlive the fleet).  params
  * may be NULL (defaults).  Returns owned memory (px_cost_fleet_free).
  * PX_EINFEASIBLE when the graph has no device; PX_ENOMEM. */
-px_status px_cost_fleet_new(const px_hw_graph *g, const px_cost_params *params,
-                            px_cost_fleet **out, px_err *err);
+px_status px_cost_fleet_new(const px_hw_graph *g, const px_cost_params *params, px_cost_fleet **out,
+                            px_err *err);
 void px_cost_fleet_free(px_cost_fleet *f);
 /* The route from device a to device b (indices into f->devices): the
  * widest path in the graph; when none is declared, the route through both
@@ -197,12 +197,12 @@ px_cost_path px_cost_fleet_path(px_cost_fleet *f, uint32_t a, uint32_t b);
 /* ------------------------------------------------------------------ */
 
 typedef struct px_cost_layer {
-    double attn_params, ffn_params;   /* matrix values of each region */
-    double attn_bytes, ffn_bytes;     /* stored bytes of each region */
+    double attn_params, ffn_params; /* matrix values of each region */
+    double attn_bytes, ffn_bytes;   /* stored bytes of each region */
     double flops_token, flops_pair, flops_seq;
-    double kv_bytes_token;            /* at the model's KV dtype */
-    double act_bytes_token;           /* crossing the block's output */
-    double expert_bytes;              /* MoE: one expert; 0 for dense */
+    double kv_bytes_token;  /* at the model's KV dtype */
+    double act_bytes_token; /* crossing the block's output */
+    double expert_bytes;    /* MoE: one expert; 0 for dense */
     uint32_t n_experts, n_experts_used;
 } px_cost_layer;
 
@@ -212,11 +212,11 @@ typedef struct px_cost_model {
     char id[80];           /* "preset:llama-3-8b" or "sha256:<digest of the file>" */
     px_ir_arch arch;
     bool dit;
-    bool tied_head;        /* the head's classifier is the embedding table */
+    bool tied_head; /* the head's classifier is the embedding table */
     uint32_t n_layers;
-    px_cost_layer *layers; /* n_layers */
+    px_cost_layer *layers;         /* n_layers */
     px_cost_layer embedding, head; /* only params/bytes/flops/act fields used */
-    px_dtype weight_dtype; /* dtype of most matrix values as stored */
+    px_dtype weight_dtype;         /* dtype of most matrix values as stored */
     px_dtype kv_dtype, act_dtype;
     uint32_t dim, hidden_dim, n_heads, n_kv_heads, head_dim, vocab;
     uint32_t dit_steps, dit_tokens;
@@ -289,9 +289,9 @@ px_cost_stage px_cost_stage_make(uint32_t device, const px_cost_model *m);
 typedef enum px_cost_bind {
     PX_COST_BIND_MEMORY_BW = 0, /* weights and KV streamed from memory */
     PX_COST_BIND_COMPUTE,
-    PX_COST_BIND_ALLREDUCE,     /* tensor-parallel all-reduce over links */
-    PX_COST_BIND_KV_HOST,       /* KV read from host memory over its link */
-    PX_COST_BIND_TRANSFER,      /* activations between stages */
+    PX_COST_BIND_ALLREDUCE, /* tensor-parallel all-reduce over links */
+    PX_COST_BIND_KV_HOST,   /* KV read from host memory over its link */
+    PX_COST_BIND_TRANSFER,  /* activations between stages */
     PX_COST_BIND_COUNT_
 } px_cost_bind;
 
@@ -316,10 +316,10 @@ typedef struct px_cost_mem {
 } px_cost_mem;
 
 typedef struct px_cost_stage_est {
-    double decode_s;     /* one decode step of the stage's micro-batch */
+    double decode_s; /* one decode step of the stage's micro-batch */
     double mem_s, compute_s, allreduce_s, kv_host_s; /* its terms */
-    double prefill_s;    /* the prompt of the stage's micro-batch */
-    double xfer_s;       /* decode activations to the next stage */
+    double prefill_s;                                /* the prompt of the stage's micro-batch */
+    double xfer_s;                                   /* decode activations to the next stage */
     double xfer_prefill_s;
     px_cost_bind bind;
     px_hw_dtype compute_dtype;
@@ -331,17 +331,17 @@ typedef struct px_cost_stage_est {
 typedef struct px_cost_estimate {
     px_cost_infeasible why; /* PX_COST_OK when feasible */
     uint32_t why_stage;
-    double why_bytes;       /* memory: bytes over the limit */
-    double tpot_s;          /* time per output token of one sequence */
-    double ttft_s;          /* prefill of the prompt through the pipeline */
-    double step_s;          /* one decode step of the whole batch */
-    double throughput;      /* output tokens per second (per replica) */
-    double power_w;         /* average power of the devices used */
+    double why_bytes;  /* memory: bytes over the limit */
+    double tpot_s;     /* time per output token of one sequence */
+    double ttft_s;     /* prefill of the prompt through the pipeline */
+    double step_s;     /* one decode step of the whole batch */
+    double throughput; /* output tokens per second (per replica) */
+    double power_w;    /* average power of the devices used */
     double joules_per_token;
     double usd_per_hour, usd_per_token, tokens_per_usd;
-    double p_fail;          /* failure within the reliability window */
-    double transfer_s;      /* total inter-stage transfer per token */
-    px_cost_bind bind;      /* the term that binds the decode step */
+    double p_fail;     /* failure within the reliability window */
+    double transfer_s; /* total inter-stage transfer per token */
+    px_cost_bind bind; /* the term that binds the decode step */
     uint32_t bind_stage;
     uint32_t n_stages;
     px_cost_stage_est stages[PX_COST_MAX_STAGES];
@@ -361,10 +361,9 @@ typedef struct px_cost_sample {
  * and the terms computed so far; PX_OK is returned either way, PX_EINVAL
  * only for a malformed pipeline (no stages, tp out of range, a device
  * index out of range). */
-px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m,
-                                const px_cost_params *p, const px_cost_workload *wl,
-                                const px_cost_pipeline *pipe, const px_cost_sample *s,
-                                px_cost_estimate *est, px_err *err);
+px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
+                                const px_cost_workload *wl, const px_cost_pipeline *pipe,
+                                const px_cost_sample *s, px_cost_estimate *est, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Fast stage estimates for search                                     */
@@ -427,35 +426,34 @@ typedef struct px_cost_uncertain {
  * inputs give identical numbers.  slo_tpot_s / slo_ttft_s (0: none) set
  * p_meet_slo.  Returns PX_EINFEASIBLE when the point estimate is
  * infeasible, PX_ENOMEM. */
-px_status px_cost_uncertainty(px_cost_fleet *f, const px_cost_model *m,
-                              const px_cost_params *p, const px_cost_workload *wl,
-                              const px_cost_pipeline *pipe, double slo_tpot_s,
-                              double slo_ttft_s, px_cost_uncertain *out, px_err *err);
+px_status px_cost_uncertainty(px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
+                              const px_cost_workload *wl, const px_cost_pipeline *pipe,
+                              double slo_tpot_s, double slo_ttft_s, px_cost_uncertain *out,
+                              px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Lower bounds                                                        */
 /* ------------------------------------------------------------------ */
 
 typedef struct px_cost_bound {
-    double tpot_s;        /* no placement on these devices decodes faster */
-    double tpot_mem_s;    /* (weights + KV read) / aggregate attainable bandwidth */
-    double tpot_compute_s;/* 2 x active params x batch / aggregate peak */
-    double throughput;    /* no layout exceeds this many tokens/s */
-    double ttft_s;        /* prefill FLOPs / aggregate peak */
+    double tpot_s;         /* no placement on these devices decodes faster */
+    double tpot_mem_s;     /* (weights + KV read) / aggregate attainable bandwidth */
+    double tpot_compute_s; /* 2 x active params x batch / aggregate peak */
+    double throughput;     /* no layout exceeds this many tokens/s */
+    double ttft_s;         /* prefill FLOPs / aggregate peak */
 } px_cost_bound;
 
 /* The bound over the devices listed (fleet indices, borrowed; NULL: all
  * devices that can hold any part of the model).  Attainable bandwidth is
  * the datasheet figure times eff_mem_hi. */
-void px_cost_lower_bound(const px_cost_fleet *f, const px_cost_model *m,
-                         const px_cost_params *p, const px_cost_workload *wl,
-                         const uint32_t *devices, size_t n_devices, px_cost_bound *out);
+void px_cost_lower_bound(const px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
+                         const px_cost_workload *wl, const uint32_t *devices, size_t n_devices,
+                         px_cost_bound *out);
 /* The bound of one pipeline as placed: each stage's bytes over its
  * attainable bandwidth (or FLOPs over peak, whichever is larger) plus each
  * hop's bytes / bandwidth + latency. */
-double px_cost_pipeline_bound(px_cost_fleet *f, const px_cost_model *m,
-                              const px_cost_params *p, const px_cost_workload *wl,
-                              const px_cost_pipeline *pipe);
+double px_cost_pipeline_bound(px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
+                              const px_cost_workload *wl, const px_cost_pipeline *pipe);
 
 /* ------------------------------------------------------------------ */
 /* Reporting                                                           */

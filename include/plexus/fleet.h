@@ -215,8 +215,8 @@ typedef struct px_fleet_client px_fleet_client;
  * (px_fleet_client_free).  PX_EINVAL for a URL that is not http(s) or a
  * token with spaces or control characters; PX_EIO when libcurl cannot
  * start.  One client must not be used by two threads at once. */
-px_status px_fleet_client_new(const char *server_url, const char *token,
-                              px_fleet_client **out, px_err *err);
+px_status px_fleet_client_new(const char *server_url, const char *token, px_fleet_client **out,
+                              px_err *err);
 /* Frees the client and wipes its copy of the token.  NULL is a no-op. */
 void px_fleet_client_free(px_fleet_client *c);
 /* Limit on each whole request in milliseconds (default 30,000). */
@@ -235,23 +235,20 @@ const char *px_fleet_client_server(const px_fleet_client *c);
  * PX_ELIMIT, 5xx PX_EPEER) with the server's own message; PX_EIO when the
  * server cannot be reached, PX_ETIMEOUT past the time limit, PX_ELIMIT
  * for a reply over 64 MiB. */
-px_status px_fleet_client_call(px_fleet_client *c, const char *method,
-                               const char *path, const json_t *body,
-                               long *http_status, json_t **reply, px_err *err);
+px_status px_fleet_client_call(px_fleet_client *c, const char *method, const char *path,
+                               const json_t *body, long *http_status, json_t **reply, px_err *err);
 /* Like px_fleet_client_call with raw bytes as the body (borrowed). */
-px_status px_fleet_client_send(px_fleet_client *c, const char *method,
-                               const char *path, const void *data, size_t len,
-                               long *http_status, json_t **reply, px_err *err);
+px_status px_fleet_client_send(px_fleet_client *c, const char *method, const char *path,
+                               const void *data, size_t len, long *http_status, json_t **reply,
+                               px_err *err);
 /* Like px_fleet_client_send with the content of a regular file, streamed. */
-px_status px_fleet_client_send_file(px_fleet_client *c, const char *method,
-                                    const char *path, const char *file,
-                                    long *http_status, json_t **reply,
+px_status px_fleet_client_send_file(px_fleet_client *c, const char *method, const char *path,
+                                    const char *file, long *http_status, json_t **reply,
                                     px_err *err);
 /* GETs path into the file dest (written to dest.part.PID, renamed when
  * complete; never follows a link).  Statuses as px_fleet_client_call. */
-px_status px_fleet_client_download(px_fleet_client *c, const char *path,
-                                   const char *dest, long *http_status,
-                                   px_err *err);
+px_status px_fleet_client_download(px_fleet_client *c, const char *path, const char *dest,
+                                   long *http_status, px_err *err);
 /* Percent-encodes s for one path segment.  Returns owned memory (free()),
  * NULL on allocation failure. */
 char *px_fleet_url_escape(const char *s);
@@ -267,8 +264,8 @@ typedef struct px_fleet_cache px_fleet_cache;
  * index from the objects when it is missing or damaged and evicts down to
  * the budget.  Returns owned memory (px_fleet_cache_free).  PX_EINVAL for
  * an empty dir or a zero budget, PX_EIO when the folder cannot be made. */
-px_status px_fleet_cache_open(const char *dir, uint64_t budget_bytes,
-                              px_fleet_cache **out, px_err *err);
+px_status px_fleet_cache_open(const char *dir, uint64_t budget_bytes, px_fleet_cache **out,
+                              px_err *err);
 void px_fleet_cache_free(px_fleet_cache *c);
 /* Copies the file at src_path into the cache under its SHA-256 (written to
  * digest_out, may be NULL), recording `name` (borrowed; may be NULL).
@@ -276,13 +273,11 @@ void px_fleet_cache_free(px_fleet_cache *c);
  * (PX_EVALIDATE otherwise, nothing is kept).  An object already present
  * only counts as used.  PX_ELIMIT when it cannot fit the budget even after
  * evicting every unheld object. */
-px_status px_fleet_cache_put_file(px_fleet_cache *c, const char *src_path,
-                                  const char *name, const char *expect_digest,
-                                  char digest_out[65], px_err *err);
+px_status px_fleet_cache_put_file(px_fleet_cache *c, const char *src_path, const char *name,
+                                  const char *expect_digest, char digest_out[65], px_err *err);
 /* Holds the object (it will not be evicted until released), marks it
  * used and returns its path (owned: free()).  PX_ENOTFOUND if absent. */
-px_status px_fleet_cache_acquire(px_fleet_cache *c, const char *digest,
-                                 char **path, px_err *err);
+px_status px_fleet_cache_acquire(px_fleet_cache *c, const char *digest, char **path, px_err *err);
 /* Ends one hold of px_fleet_cache_acquire. */
 void px_fleet_cache_release(px_fleet_cache *c, const char *digest);
 bool px_fleet_cache_contains(px_fleet_cache *c, const char *digest);
@@ -298,20 +293,20 @@ const char *px_fleet_cache_dir(const px_fleet_cache *c);
 /* Settings of an agent.  Strings are borrowed for the duration of
  * px_fleet_agent_run.  Zero fields take the defaults. */
 typedef struct px_fleet_agent_config {
-    const char *server;     /* URL; default http://127.0.0.1:7070 */
-    const char *token;      /* the cluster token (required) */
-    const char *inventory;  /* describe the node from this inventory (marked
-                               emulated) instead of discovering it */
-    const char *name;       /* node name; default the inventory's node id or
-                               the discovered one */
-    const char *cache_dir;  /* default WORK/cache */
-    uint64_t cache_budget;  /* bytes; default 10 GiB */
-    const char *work_dir;   /* job folders; default $TMPDIR/plexus-agent-NAME */
-    const char *address;    /* address other members reach this node at;
-                               default 127.0.0.1 */
+    const char *server;       /* URL; default http://127.0.0.1:7070 */
+    const char *token;        /* the cluster token (required) */
+    const char *inventory;    /* describe the node from this inventory (marked
+                                 emulated) instead of discovering it */
+    const char *name;         /* node name; default the inventory's node id or
+                                 the discovered one */
+    const char *cache_dir;    /* default WORK/cache */
+    uint64_t cache_budget;    /* bytes; default 10 GiB */
+    const char *work_dir;     /* job folders; default $TMPDIR/plexus-agent-NAME */
+    const char *address;      /* address other members reach this node at;
+                                 default 127.0.0.1 */
     double health_interval_s; /* service health checks; default 1 */
-    int health_failures;    /* failed checks in a row that stop a service;
-                               default 3 */
+    int health_failures;      /* failed checks in a row that stop a service;
+                                 default 3 */
     /* Set to nonzero (e.g. from a signal handler) to stop: running work
      * is killed and the call returns PX_OK.  May be NULL. */
     volatile int *stop;

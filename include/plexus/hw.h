@@ -549,8 +549,8 @@ typedef struct px_hw_discover_options {
  * PX_EINVAL for options out of range (a negative time, a node id that is
  * not [A-Za-z0-9_-]{1,64}); PX_ENOMEM.  Not thread-safe with respect to
  * the process's child processes: it forks and waits for its own. */
-px_status px_hw_discover(const px_hw_discover_options *options, json_t **out,
-                         px_diags *report, px_err *err);
+px_status px_hw_discover(const px_hw_discover_options *options, json_t **out, px_diags *report,
+                         px_err *err);
 
 /* /proc/meminfo, in bytes. */
 typedef struct px_hw_meminfo {
@@ -567,35 +567,34 @@ typedef struct px_hw_meminfo {
  * malformed ones.  Returns PX_OK; PX_EPARSE when MemTotal is missing or a
  * line it needs is malformed or overflows (err names the line);
  * PX_ELIMIT when the text is too long. */
-px_status px_hw_parse_meminfo(const char *text, size_t len, px_hw_meminfo *out,
-                              px_err *err);
+px_status px_hw_parse_meminfo(const char *text, size_t len, px_hw_meminfo *out, px_err *err);
 
 /* The fields px_hw_discover asks nvidia-smi for, in the order
  * px_hw_parse_nvidia_smi expects them:
  * nvidia-smi --query-gpu=<these> --format=csv,noheader,nounits */
-#define PX_HW_NVIDIA_SMI_QUERY                                                \
-    "index,name,uuid,memory.total,memory.used,memory.free,utilization.gpu,"   \
-    "temperature.gpu,power.draw,power.limit,clocks.max.sm,compute_cap,"       \
+#define PX_HW_NVIDIA_SMI_QUERY                                              \
+    "index,name,uuid,memory.total,memory.used,memory.free,utilization.gpu," \
+    "temperature.gpu,power.draw,power.limit,clocks.max.sm,compute_cap,"     \
     "driver_version,pcie.link.gen.max,pcie.link.width.max"
 
 /* One GPU as nvidia-smi reports it.  Figures nvidia-smi did not report
  * ("[N/A]", "[Not Supported]") are NAN, or 0 / "" for the integer and
  * text fields. */
 typedef struct px_hw_nvidia_gpu {
-    int index;          /* nvidia-smi's index */
-    char name[96];      /* "NVIDIA H100 80GB HBM3" */
-    char uuid[96];      /* "GPU-5b1f..." */
-    char capability[16]; /* CUDA compute capability, "9.0" */
-    char driver[32];    /* "550.54.15" */
+    int index;                                     /* nvidia-smi's index */
+    char name[96];                                 /* "NVIDIA H100 80GB HBM3" */
+    char uuid[96];                                 /* "GPU-5b1f..." */
+    char capability[16];                           /* CUDA compute capability, "9.0" */
+    char driver[32];                               /* "550.54.15" */
     double memory_total, memory_used, memory_free; /* bytes */
-    double utilization;  /* 0..1 */
-    double temperature;  /* K */
-    double power_draw, power_limit; /* W */
-    double clock_max_sm; /* Hz */
-    int pcie_gen, pcie_width; /* link generation and lanes, the most this
-                                 GPU and slot can do */
-    const char *catalog; /* catalogue id for the name, or NULL (static) */
-    size_t line;         /* 1-based line of the output */
+    double utilization;                            /* 0..1 */
+    double temperature;                            /* K */
+    double power_draw, power_limit;                /* W */
+    double clock_max_sm;                           /* Hz */
+    int pcie_gen, pcie_width;                      /* link generation and lanes, the most this
+                                                      GPU and slot can do */
+    const char *catalog;                           /* catalogue id for the name, or NULL (static) */
+    size_t line;                                   /* 1-based line of the output */
 } px_hw_nvidia_gpu;
 
 /* Parses the output of nvidia-smi --query-gpu=PX_HW_NVIDIA_SMI_QUERY
@@ -607,8 +606,7 @@ typedef struct px_hw_nvidia_gpu {
  * output give no GPUs.  warnings may be NULL.  Returns PX_OK with *n_gpus
  * set; PX_ELIMIT when the text is over the size limit. */
 px_status px_hw_parse_nvidia_smi(const char *text, size_t len, px_hw_nvidia_gpu *gpus,
-                                 size_t max_gpus, size_t *n_gpus, px_diags *warnings,
-                                 px_err *err);
+                                 size_t max_gpus, size_t *n_gpus, px_diags *warnings, px_err *err);
 
 /* One MIG instance from `nvidia-smi -L`. */
 typedef struct px_hw_mig_instance {
@@ -624,8 +622,7 @@ typedef struct px_hw_mig_instance {
  * that cannot be read is skipped with a warning.  Same bounds as
  * px_hw_parse_nvidia_smi.  Returns PX_OK; PX_ELIMIT. */
 px_status px_hw_parse_nvidia_smi_list(const char *text, size_t len, px_hw_mig_instance *out,
-                                      size_t max, size_t *n, px_diags *warnings,
-                                      px_err *err);
+                                      size_t max, size_t *n, px_diags *warnings, px_err *err);
 
 /* The device catalogue id for a GPU name as nvidia-smi prints it
  * ("NVIDIA H100 80GB HBM3" -> "nvidia-h100-sxm5"), or NULL when the name

@@ -56,9 +56,9 @@ extern "C" {
 #define PX_PLAN_SCHEMA "plexus.plan/1"
 
 typedef enum px_plan_objective {
-    PX_PLAN_OBJ_LATENCY = 0,      /* p99 time per output token */
-    PX_PLAN_OBJ_TTFT,             /* p99 time to first token */
-    PX_PLAN_OBJ_THROUGHPUT,       /* output tokens per second */
+    PX_PLAN_OBJ_LATENCY = 0, /* p99 time per output token */
+    PX_PLAN_OBJ_TTFT,        /* p99 time to first token */
+    PX_PLAN_OBJ_THROUGHPUT,  /* output tokens per second */
     PX_PLAN_OBJ_TOKENS_PER_DOLLAR,
     PX_PLAN_OBJ_JOULES_PER_TOKEN,
     PX_PLAN_OBJ_COUNT_
@@ -92,11 +92,11 @@ typedef struct px_plan_request {
     /* The workload.  batch 0 lets the planner choose (1 for latency and
      * ttft objectives); micro_batches 0 lets it choose. */
     px_cost_workload workload;
-    const char *policy;          /* "plexus" (default) or a baseline's name */
-    px_cost_params cost;         /* cost model parameters */
-    bool compare_baselines;      /* cost every baseline on the same inputs */
-    bool fallbacks;              /* precompute single-device-loss fallbacks (default on) */
-    uint32_t max_rejected;       /* rejected candidates kept (default 12) */
+    const char *policy;     /* "plexus" (default) or a baseline's name */
+    px_cost_params cost;    /* cost model parameters */
+    bool compare_baselines; /* cost every baseline on the same inputs */
+    bool fallbacks;         /* precompute single-device-loss fallbacks (default on) */
+    uint32_t max_rejected;  /* rejected candidates kept (default 12) */
     /* Devices the plan may not use (fleet indices, borrowed; may be NULL).
      * Fallback planning uses it; so may a caller. */
     const bool *excluded;

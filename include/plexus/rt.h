@@ -99,8 +99,8 @@ typedef struct px_rt_tensor {
  * and contiguous strides; buffer, offset and name are left for the caller.
  * Returns PX_EINVAL when a row is not a whole number of blocks, PX_ERANGE
  * when the size overflows. */
-px_status px_rt_tensor_init(px_rt_tensor *t, px_dtype dtype, uint32_t n_dims,
-                            const int64_t *ne, px_err *err);
+px_status px_rt_tensor_init(px_rt_tensor *t, px_dtype dtype, uint32_t n_dims, const int64_t *ne,
+                            px_err *err);
 /* Bytes spanned by the tensor (ne[3]*nb[3] for contiguous tensors). */
 size_t px_rt_tensor_nbytes(const px_rt_tensor *t);
 /* Host address of element 0, or NULL when the buffer is not host-visible. */
@@ -152,11 +152,11 @@ typedef struct px_rt_op {
     const px_rt_rows *rows; /* host memory */
     const uint32_t *select;
     uint32_t n_select;
-    float eps;                  /* RMSNORM */
+    float eps;                              /* RMSNORM */
     uint32_t n_heads, n_kv_heads, head_dim; /* ROPE (n_heads of src[0]), ATTENTION */
-    uint32_t rope_dim;          /* ROPE: dimensions rotated per head */
-    px_ir_rope_style rope_style;/* ROPE */
-    uint32_t window;            /* ATTENTION: sliding window, 0: none */
+    uint32_t rope_dim;                      /* ROPE: dimensions rotated per head */
+    px_ir_rope_style rope_style;            /* ROPE */
+    uint32_t window;                        /* ATTENTION: sliding window, 0: none */
     /* Scratch of px_rt_device_work_size(op) bytes, or NULL when that is 0:
      * the caller allocates it once, so running an op allocates nothing. */
     const px_rt_tensor *work;
@@ -175,8 +175,8 @@ const char *px_rt_op_name(const px_rt_op *op);
 /* ABI of the tables below: major in the high 16 bits.  A table whose major
  * differs is refused; a smaller minor simply has fewer slots (size says
  * which). */
-#define PX_RT_ABI_MAJOR 1u
-#define PX_RT_ABI_MINOR 0u
+#define PX_RT_ABI_MAJOR   1u
+#define PX_RT_ABI_MINOR   0u
 #define PX_RT_ABI_VERSION ((PX_RT_ABI_MAJOR << 16) | PX_RT_ABI_MINOR)
 
 typedef struct px_rt_device px_rt_device;
@@ -208,7 +208,7 @@ typedef struct px_rt_device_props {
 
 /* Options for opening a device. */
 typedef struct px_rt_device_opts {
-    uint32_t n_threads; /* cpu: worker threads, 0: online CPUs */
+    uint32_t n_threads;    /* cpu: worker threads, 0: online CPUs */
     bool portable_kernels; /* cpu: skip the AVX2/FMA kernels */
     const char *profile;   /* emulated backends: profile name or path */
 } px_rt_device_opts;
@@ -224,19 +224,16 @@ typedef struct px_rt_buffer_iface {
     void *(*base)(void *buf);
     /* Copies n bytes from host memory to byte `offset`.  Required unless
      * base returns non-NULL (the default then is memcpy). */
-    px_status (*set)(void *buf, size_t offset, const void *src, size_t n,
-                     px_err *err);
+    px_status (*set)(void *buf, size_t offset, const void *src, size_t n, px_err *err);
     /* Copies n bytes at `offset` to host memory.  Required unless base. */
-    px_status (*get)(void *buf, size_t offset, void *dst, size_t n,
-                     px_err *err);
+    px_status (*get)(void *buf, size_t offset, void *dst, size_t n, px_err *err);
     /* (optional) Fills n bytes at offset with value.  Defaults to set
      * from a host staging buffer. */
-    px_status (*fill)(void *buf, size_t offset, uint8_t value, size_t n,
-                      px_err *err);
+    px_status (*fill)(void *buf, size_t offset, uint8_t value, size_t n, px_err *err);
     /* (optional) Copies from another buffer (of any device).  Defaults to
      * get into a host staging buffer, then set. */
-    px_status (*copy_from)(void *buf, size_t offset, const px_rt_buffer *src,
-                           size_t src_offset, size_t n, px_err *err);
+    px_status (*copy_from)(void *buf, size_t offset, const px_rt_buffer *src, size_t src_offset,
+                           size_t n, px_err *err);
 } px_rt_buffer_iface;
 
 /* What a stream measured for one op. */
@@ -252,8 +249,8 @@ typedef struct px_rt_stream_iface {
     void (*free)(void *stream);
     /* Runs ops in order.  timing has n_ops entries or is NULL.  A
      * synchronous stream returns when they are done. */
-    px_status (*run)(void *stream, const px_rt_op *ops, size_t n_ops,
-                     px_rt_op_timing *timing, px_err *err);
+    px_status (*run)(void *stream, const px_rt_op *ops, size_t n_ops, px_rt_op_timing *timing,
+                     px_err *err);
     /* (optional) Waits until every op queued is done.  Defaults to nothing
      * (synchronous streams). */
     px_status (*synchronize)(void *stream, px_err *err);
@@ -262,9 +259,8 @@ typedef struct px_rt_stream_iface {
      * asynchronous queue).  Defaults to the wrapper calling the hook on
      * the host after the op completed (px_rt_stream_set_fault_hook). */
     px_status (*fault)(void *stream, const px_rt_op *op,
-                       px_status (*hook)(const px_rt_op *op, void *ud,
-                                         px_err *err),
-                       void *ud, px_err *err);
+                       px_status (*hook)(const px_rt_op *op, void *ud, px_err *err), void *ud,
+                       px_err *err);
 } px_rt_stream_iface;
 
 /* A device's table.  `dev` is the backend's context. */
@@ -277,18 +273,16 @@ typedef struct px_rt_device_iface {
      * dtype `dtype`.  (optional) Defaults to: nothing is supported. */
     bool (*supports_op)(void *dev, px_ir_op_kind op, px_dtype dtype);
     /* Allocates size bytes (zero-filled). */
-    px_status (*buffer_alloc)(void *dev, size_t size,
-                              const px_rt_buffer_iface **iface, void **buf,
+    px_status (*buffer_alloc)(void *dev, size_t size, const px_rt_buffer_iface **iface, void **buf,
                               px_err *err);
     /* Creates a stream. */
-    px_status (*stream_new)(void *dev, const px_rt_stream_iface **iface,
-                            void **stream, px_err *err);
+    px_status (*stream_new)(void *dev, const px_rt_stream_iface **iface, void **stream,
+                            px_err *err);
     /* (optional) Wraps host memory (borrowed, must outlive the buffer)
      * without copying.  Defaults to PX_EUNSUPPORTED: callers allocate and
      * copy. */
     px_status (*buffer_from_host)(void *dev, void *ptr, size_t size,
-                                  const px_rt_buffer_iface **iface,
-                                  void **buf, px_err *err);
+                                  const px_rt_buffer_iface **iface, void **buf, px_err *err);
     /* (optional) Bytes of scratch op needs (its `work` tensor), for the
      * largest shapes it will run with.  Defaults to 0. */
     size_t (*work_size)(void *dev, const px_rt_op *op);
@@ -301,9 +295,8 @@ typedef struct px_rt_backend_iface {
     const char *name; /* "cpu", "emu", "cuda" */
     const char *description;
     /* Opens a device; opts is never NULL. */
-    px_status (*device_open)(const px_rt_device_opts *opts,
-                             const px_rt_device_iface **iface, void **dev,
-                             px_err *err);
+    px_status (*device_open)(const px_rt_device_opts *opts, const px_rt_device_iface **iface,
+                             void **dev, px_err *err);
 } px_rt_backend_iface;
 
 /* Registers a backend (the table is borrowed and must stay valid: use a
@@ -318,24 +311,21 @@ const px_rt_backend_iface *px_rt_backend_at(size_t i);
 /* Opens a device of the backend `name`.  opts may be NULL.  Returns an
  * owned device (px_rt_device_free).  Errors: PX_ENOTFOUND naming the
  * registered backends, PX_EUNSUPPORTED (ABI), the backend's own. */
-px_status px_rt_device_open(const char *name, const px_rt_device_opts *opts,
-                            px_rt_device **out, px_err *err);
+px_status px_rt_device_open(const char *name, const px_rt_device_opts *opts, px_rt_device **out,
+                            px_err *err);
 /* NULL is a no-op.  Buffers and streams must be freed first. */
 void px_rt_device_free(px_rt_device *d);
 void px_rt_device_props_get(const px_rt_device *d, px_rt_device_props *out);
-bool px_rt_device_supports_op(const px_rt_device *d, px_ir_op_kind op,
-                              px_dtype dtype);
+bool px_rt_device_supports_op(const px_rt_device *d, px_ir_op_kind op, px_dtype dtype);
 /* Scratch bytes op needs on the device (see px_rt_op.work). */
 size_t px_rt_device_work_size(const px_rt_device *d, const px_rt_op *op);
 
 /* Allocates a zero-filled buffer.  Returns owned memory
  * (px_rt_buffer_free).  Errors: PX_ENOMEM, the backend's. */
-px_status px_rt_buffer_alloc(px_rt_device *d, size_t size,
-                             px_rt_buffer **out, px_err *err);
+px_status px_rt_buffer_alloc(px_rt_device *d, size_t size, px_rt_buffer **out, px_err *err);
 /* Wraps host memory (borrowed) if the device can, else allocates a buffer
  * and copies the bytes in.  *copied says which. */
-px_status px_rt_buffer_from_host(px_rt_device *d, const void *ptr,
-                                 size_t size, px_rt_buffer **out,
+px_status px_rt_buffer_from_host(px_rt_device *d, const void *ptr, size_t size, px_rt_buffer **out,
                                  bool *copied, px_err *err);
 void px_rt_buffer_free(px_rt_buffer *b); /* NULL is a no-op */
 size_t px_rt_buffer_size(const px_rt_buffer *b);
@@ -343,15 +333,11 @@ size_t px_rt_buffer_size(const px_rt_buffer *b);
 void *px_rt_buffer_base(const px_rt_buffer *b);
 px_rt_device *px_rt_buffer_device(const px_rt_buffer *b);
 /* Byte transfers; PX_ERANGE outside the buffer. */
-px_status px_rt_buffer_set(px_rt_buffer *b, size_t offset, const void *src,
-                           size_t n, px_err *err);
-px_status px_rt_buffer_get(const px_rt_buffer *b, size_t offset, void *dst,
-                           size_t n, px_err *err);
-px_status px_rt_buffer_fill(px_rt_buffer *b, size_t offset, uint8_t value,
-                            size_t n, px_err *err);
-px_status px_rt_buffer_copy(px_rt_buffer *dst, size_t dst_offset,
-                            const px_rt_buffer *src, size_t src_offset,
-                            size_t n, px_err *err);
+px_status px_rt_buffer_set(px_rt_buffer *b, size_t offset, const void *src, size_t n, px_err *err);
+px_status px_rt_buffer_get(const px_rt_buffer *b, size_t offset, void *dst, size_t n, px_err *err);
+px_status px_rt_buffer_fill(px_rt_buffer *b, size_t offset, uint8_t value, size_t n, px_err *err);
+px_status px_rt_buffer_copy(px_rt_buffer *dst, size_t dst_offset, const px_rt_buffer *src,
+                            size_t src_offset, size_t n, px_err *err);
 
 /* Telemetry of one op, reported after it ran. */
 typedef struct px_rt_op_record {
@@ -366,8 +352,7 @@ typedef void (*px_rt_telemetry_fn)(const px_rt_op_record *rec, void *ud);
 /* Called on the host after each op; may corrupt the op's output through
  * the buffer interface or sleep to inject a delay.  A status other than
  * PX_OK fails the run with that status. */
-typedef px_status (*px_rt_fault_hook)(const px_rt_op *op, void *ud,
-                                      px_err *err);
+typedef px_status (*px_rt_fault_hook)(const px_rt_op *op, void *ud, px_err *err);
 
 /* Creates a stream on the device.  Returns owned (px_rt_stream_free). */
 px_status px_rt_stream_new(px_rt_device *d, px_rt_stream **out, px_err *err);
@@ -377,14 +362,11 @@ px_rt_device *px_rt_stream_device(const px_rt_stream *s);
  * hook set, ops are issued one at a time and each is reported.  Errors:
  * the backend's (PX_EUNSUPPORTED for an op it cannot run, PX_EINVAL for
  * inconsistent shapes), the hook's. */
-px_status px_rt_stream_run(px_rt_stream *s, const px_rt_op *ops,
-                           size_t n_ops, px_err *err);
+px_status px_rt_stream_run(px_rt_stream *s, const px_rt_op *ops, size_t n_ops, px_err *err);
 px_status px_rt_stream_synchronize(px_rt_stream *s, px_err *err);
 /* Sets or clears (fn NULL) the telemetry sink. */
-void px_rt_stream_set_telemetry(px_rt_stream *s, px_rt_telemetry_fn fn,
-                                void *ud);
-void px_rt_stream_set_fault_hook(px_rt_stream *s, px_rt_fault_hook hook,
-                                 void *ud);
+void px_rt_stream_set_telemetry(px_rt_stream *s, px_rt_telemetry_fn fn, void *ud);
+void px_rt_stream_set_fault_hook(px_rt_stream *s, px_rt_fault_hook hook, void *ud);
 
 /* ------------------------------------------------------------------ */
 /* Models                                                              */
@@ -399,8 +381,7 @@ typedef struct px_rt_model px_rt_model;
  * PX_EUNSUPPORTED (a preset without weights, an architecture or dtype the
  * runtime cannot run, naming it), PX_EVALIDATE (a missing tensor or a
  * wrong shape, naming the tensor). */
-px_status px_rt_model_new(const px_ir_model *ir, px_rt_model **out,
-                          px_err *err);
+px_status px_rt_model_new(const px_ir_model *ir, px_rt_model **out, px_err *err);
 /* Opens a model file (GGUF or llama2.c) and checks it; the model owns the
  * IR.  Errors: px_ir_model_open's and px_rt_model_new's. */
 px_status px_rt_model_open(const char *path, px_rt_model **out, px_err *err);
@@ -419,18 +400,18 @@ typedef struct px_rt_session px_rt_session;
 #define PX_RT_SMALL_BATCH 4
 
 typedef struct px_rt_session_opts {
-    px_rt_device *device;   /* borrowed; NULL: open `backend` */
-    const char *backend;    /* registry name; NULL: "cpu" */
-    uint32_t n_threads;     /* when opening a device; 0: the online CPUs,
-                               but no more than one per 16 MiB of weights
-                               held (small models run best on one) */
-    bool portable_kernels;  /* when opening a cpu device */
-    uint32_t max_seqs;      /* sequences at once (KV-cache slots); 0: 1 */
-    uint32_t context;       /* positions per sequence; 0: the model's */
+    px_rt_device *device;      /* borrowed; NULL: open `backend` */
+    const char *backend;       /* registry name; NULL: "cpu" */
+    uint32_t n_threads;        /* when opening a device; 0: the online CPUs,
+                                  but no more than one per 16 MiB of weights
+                                  held (small models run best on one) */
+    bool portable_kernels;     /* when opening a cpu device */
+    uint32_t max_seqs;         /* sequences at once (KV-cache slots); 0: 1 */
+    uint32_t context;          /* positions per sequence; 0: the model's */
     uint32_t max_batch_tokens; /* rows per step; 0: min(context, 512) */
     uint32_t max_logit_rows;   /* logit rows per step; 0: max_seqs */
-    uint32_t layer_begin;   /* layers held: [layer_begin, layer_end) */
-    uint32_t layer_end;     /* 0: the model's last */
+    uint32_t layer_begin;      /* layers held: [layer_begin, layer_end) */
+    uint32_t layer_end;        /* 0: the model's last */
 } px_rt_session_opts;
 
 /* Sets up a session: opens or borrows the device, wraps or uploads the
@@ -439,8 +420,7 @@ typedef struct px_rt_session_opts {
  * the session); opts may be NULL.  Returns owned (px_rt_session_free).
  * Errors: PX_EINVAL (bad options, naming them), PX_EUNSUPPORTED (an op or
  * dtype the device cannot run), PX_ENOMEM. */
-px_status px_rt_session_new(const px_rt_model *model,
-                            const px_rt_session_opts *opts,
+px_status px_rt_session_new(const px_rt_model *model, const px_rt_session_opts *opts,
                             px_rt_session **out, px_err *err);
 void px_rt_session_free(px_rt_session *s); /* NULL is a no-op */
 
@@ -518,9 +498,8 @@ typedef struct px_rt_output {
  * max_batch_tokens or max_logit_rows, a position past the context), the
  * backend's.  On failure sequence lengths are unchanged but their caches
  * past those lengths may have been overwritten. */
-px_status px_rt_forward(px_rt_session *s, const px_rt_batch *batch,
-                        const px_rt_forward_opts *opts, px_rt_output *out,
-                        px_err *err);
+px_status px_rt_forward(px_rt_session *s, const px_rt_batch *batch, const px_rt_forward_opts *opts,
+                        px_rt_output *out, px_err *err);
 
 /* Index of the largest value (the first on ties); -1 when n is 0. */
 int32_t px_rt_argmax(const float *x, size_t n);
@@ -535,13 +514,11 @@ int32_t px_rt_argmax(const float *x, size_t n);
 typedef struct px_rt_ref px_rt_ref;
 
 /* model is borrowed.  context 0: the model's.  Returns owned. */
-px_status px_rt_ref_new(const px_rt_model *model, uint32_t context,
-                        px_rt_ref **out, px_err *err);
+px_status px_rt_ref_new(const px_rt_model *model, uint32_t context, px_rt_ref **out, px_err *err);
 void px_rt_ref_free(px_rt_ref *r); /* NULL is a no-op */
 /* Runs token at pos (pos at most the positions already run) and writes
  * vocab_size logits.  Errors: PX_EINVAL, PX_ELIMIT (pos past context). */
-px_status px_rt_ref_forward(px_rt_ref *r, int32_t token, uint32_t pos,
-                            float *logits, px_err *err);
+px_status px_rt_ref_forward(px_rt_ref *r, int32_t token, uint32_t pos, float *logits, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Tokenizer                                                           */
@@ -559,8 +536,7 @@ typedef struct px_rt_tokenizer px_rt_tokenizer;
  * Errors: PX_EINVAL (no vocabulary), PX_EUNSUPPORTED (a tokenizer model
  * other than llama, such as gpt2), PX_ELIMIT (more than 4M tokens, a token
  * over 64 KiB), PX_ENOMEM. */
-px_status px_rt_tokenizer_new(const px_ir_vocab *vocab,
-                              px_rt_tokenizer **out, px_err *err);
+px_status px_rt_tokenizer_new(const px_ir_vocab *vocab, px_rt_tokenizer **out, px_err *err);
 void px_rt_tokenizer_free(px_rt_tokenizer *t); /* NULL is a no-op */
 uint32_t px_rt_tokenizer_n_tokens(const px_rt_tokenizer *t);
 int32_t px_rt_tokenizer_bos(const px_rt_tokenizer *t);
@@ -576,16 +552,15 @@ enum {
  * ids do not fit in cap (*n_ids then says how many were needed) or the
  * text is longer than 16 MiB, PX_EUNSUPPORTED when a byte has no token
  * (a vocabulary without byte fallback), PX_ENOMEM. */
-px_status px_rt_tokenizer_encode(const px_rt_tokenizer *t, const char *text,
-                                 size_t len, unsigned flags, int32_t *ids,
-                                 size_t cap, size_t *n_ids, px_err *err);
+px_status px_rt_tokenizer_encode(const px_rt_tokenizer *t, const char *text, size_t len,
+                                 unsigned flags, int32_t *ids, size_t cap, size_t *n_ids,
+                                 px_err *err);
 /* The bytes token stands for when it follows prev: byte tokens become
  * their byte, U+2581 becomes a space, and the leading space of a piece
  * right after BOS is dropped (llama2.c's decoding).  *piece is owned by
  * the tokenizer.  Errors: PX_EINVAL for an id out of range. */
-px_status px_rt_tokenizer_decode(const px_rt_tokenizer *t, int32_t prev,
-                                 int32_t token, const char **piece,
-                                 size_t *len, px_err *err);
+px_status px_rt_tokenizer_decode(const px_rt_tokenizer *t, int32_t prev, int32_t token,
+                                 const char **piece, size_t *len, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Sampling                                                            */
@@ -601,8 +576,8 @@ typedef struct px_rt_sampler px_rt_sampler;
 
 /* Errors: PX_EINVAL (negative or non-finite temperature, top_p outside
  * [0, 1], vocab 0).  Returns owned (px_rt_sampler_free). */
-px_status px_rt_sampler_new(uint32_t vocab_size, const px_rt_sampler_opts *o,
-                            px_rt_sampler **out, px_err *err);
+px_status px_rt_sampler_new(uint32_t vocab_size, const px_rt_sampler_opts *o, px_rt_sampler **out,
+                            px_err *err);
 void px_rt_sampler_free(px_rt_sampler *s); /* NULL is a no-op */
 /* Picks a token from vocab_size logits, which it overwrites (scaled and
  * turned into probabilities).  Allocates nothing. */
@@ -614,25 +589,25 @@ int32_t px_rt_sampler_sample(px_rt_sampler *s, float *logits);
 
 /* Called for each token produced (prompt is the index of its prompt);
  * piece is the decoded text (not NUL-terminated). */
-typedef void (*px_rt_token_fn)(uint32_t prompt, int32_t token,
-                               const char *piece, size_t len, void *ud);
+typedef void (*px_rt_token_fn)(uint32_t prompt, int32_t token, const char *piece, size_t len,
+                               void *ud);
 
 typedef struct px_rt_generate_opts {
-    const char *const *prompts; /* borrowed */
-    uint32_t n_prompts;         /* at most the session's max_seqs */
-    uint32_t max_new_tokens;    /* per prompt */
-    px_rt_sampler_opts sampling;/* prompt i samples with seed + i */
-    bool ignore_eos;            /* keep going after BOS/EOS */
-    px_rt_token_fn on_token;    /* may be NULL */
+    const char *const *prompts;  /* borrowed */
+    uint32_t n_prompts;          /* at most the session's max_seqs */
+    uint32_t max_new_tokens;     /* per prompt */
+    px_rt_sampler_opts sampling; /* prompt i samples with seed + i */
+    bool ignore_eos;             /* keep going after BOS/EOS */
+    px_rt_token_fn on_token;     /* may be NULL */
     void *ud;
 } px_rt_generate_opts;
 
 typedef struct px_rt_generate_stats {
-    uint64_t prompt_tokens;  /* prefilled (BOS included) */
+    uint64_t prompt_tokens; /* prefilled (BOS included) */
     uint64_t prefill_ns;
-    uint64_t decode_tokens;  /* tokens produced by decode steps */
+    uint64_t decode_tokens; /* tokens produced by decode steps */
     uint64_t decode_ns;
-    uint64_t new_tokens;     /* tokens produced in all */
+    uint64_t new_tokens;           /* tokens produced in all */
     uint32_t n_stopped_at_context; /* prompts cut short by the context */
 } px_rt_generate_stats;
 
@@ -645,8 +620,7 @@ typedef struct px_rt_generate_stats {
  * PX_ELIMIT (a prompt longer than the context, naming it), the
  * forward pass's. */
 px_status px_rt_generate(px_rt_session *s, const px_rt_tokenizer *t,
-                         const px_rt_generate_opts *opts,
-                         px_rt_generate_stats *stats, px_err *err);
+                         const px_rt_generate_opts *opts, px_rt_generate_stats *stats, px_err *err);
 
 /* ================================================================== */
 /* Pipelined execution: the emu backend, the framed transport, stage   */
@@ -732,8 +706,8 @@ bool px_rt_emu_op_compute_bound(const px_rt_op *op);
  * is little-endian: magic "PXFR" (u32), version (u16), type (u8), flags
  * (u8), sequence number (u64), payload length (u32), CRC-32 (IEEE) of the
  * payload (u32). */
-#define PX_RT_FRAME_MAGIC 0x52465850u /* "PXFR" read as little-endian */
-#define PX_RT_FRAME_VERSION 1u
+#define PX_RT_FRAME_MAGIC        0x52465850u /* "PXFR" read as little-endian */
+#define PX_RT_FRAME_VERSION      1u
 #define PX_RT_FRAME_HEADER_BYTES 24u
 /* Largest payload any connection accepts; the hello agrees on a lower
  * bound per connection. */
@@ -765,15 +739,14 @@ typedef struct px_rt_frame_header {
  * from crc (0 to start). */
 uint32_t px_rt_crc32(uint32_t crc, const void *data, size_t n);
 /* Writes the header's 24 bytes. */
-void px_rt_frame_header_encode(const px_rt_frame_header *h,
-                               uint8_t out[PX_RT_FRAME_HEADER_BYTES]);
+void px_rt_frame_header_encode(const px_rt_frame_header *h, uint8_t out[PX_RT_FRAME_HEADER_BYTES]);
 /* Reads and checks a header: magic, version, a known type, length at
  * most max_payload.  `peer` names the sender in messages.  Errors:
  * PX_EPARSE (wrong magic, unknown type), PX_EUNSUPPORTED (version),
  * PX_ELIMIT (length). */
 px_status px_rt_frame_header_decode(const uint8_t in[PX_RT_FRAME_HEADER_BYTES],
-                                    uint32_t max_payload, const char *peer,
-                                    px_rt_frame_header *out, px_err *err);
+                                    uint32_t max_payload, const char *peer, px_rt_frame_header *out,
+                                    px_err *err);
 
 /* A transport address: "unix:PATH" or "tcp:127.0.0.1:PORT" (port 0 when
  * listening picks a free one).  Other hosts are refused: the transport
@@ -795,8 +768,8 @@ px_status px_rt_listener_accept(px_rt_listener *l, int timeout_ms, const char *p
                                 px_rt_conn **out, px_err *err);
 /* Connects to addr, retrying while nobody listens yet, for at most
  * timeout_ms.  Returns owned.  PX_EINVAL, PX_ETIMEOUT, PX_EIO. */
-px_status px_rt_conn_connect(const char *addr, int timeout_ms, const char *peer,
-                             px_rt_conn **out, px_err *err);
+px_status px_rt_conn_connect(const char *addr, int timeout_ms, const char *peer, px_rt_conn **out,
+                             px_err *err);
 void px_rt_conn_free(px_rt_conn *c); /* NULL is a no-op */
 
 /* Every read and write waits at most this long (default 10 s). */
@@ -812,11 +785,11 @@ void px_rt_conn_set_peer(px_rt_conn *c, const char *peer);
  * added latency per frame, a bandwidth cap, and a cut (every later send
  * fails and the socket is shut down, as when a link goes away). */
 typedef struct px_rt_link_faults {
-    uint64_t latency_ns;   /* waited before each frame */
-    double bandwidth_bps;  /* bytes per second; 0: unlimited */
-    bool cut;              /* drop the connection */
-    uint64_t cut_after;    /* cut once this many frames were sent (0: off) */
-    bool cut_mid_frame;    /* send half of the next frame, then cut */
+    uint64_t latency_ns;  /* waited before each frame */
+    double bandwidth_bps; /* bytes per second; 0: unlimited */
+    bool cut;             /* drop the connection */
+    uint64_t cut_after;   /* cut once this many frames were sent (0: off) */
+    bool cut_mid_frame;   /* send half of the next frame, then cut */
 } px_rt_link_faults;
 
 void px_rt_conn_set_faults(px_rt_conn *c, const px_rt_link_faults *f);
@@ -825,12 +798,11 @@ void px_rt_conn_set_faults(px_rt_conn *c, const px_rt_link_faults *f);
  * 0).  Errors: PX_ETIMEOUT (the peer stopped reading), PX_EPEER (the
  * connection is closed or cut), PX_ELIMIT (len above the agreed maximum),
  * each naming the peer. */
-px_status px_rt_conn_send(px_rt_conn *c, px_rt_frame_type type, uint8_t flags,
-                          const void *payload, uint32_t len, px_err *err);
+px_status px_rt_conn_send(px_rt_conn *c, px_rt_frame_type type, uint8_t flags, const void *payload,
+                          uint32_t len, px_err *err);
 /* Sends a frame whose payload is the concatenation of n parts. */
 px_status px_rt_conn_sendv(px_rt_conn *c, px_rt_frame_type type, uint8_t flags,
-                           const void *const *parts, const uint32_t *lens, uint32_t n,
-                           px_err *err);
+                           const void *const *parts, const uint32_t *lens, uint32_t n, px_err *err);
 /* Receives one frame.  *payload points into the connection's buffer,
  * valid until its next receive.  Errors: PX_ETIMEOUT (nothing within the
  * timeout), PX_EPEER (the peer closed, possibly mid-frame: "truncated
@@ -844,11 +816,11 @@ void px_rt_conn_counters(const px_rt_conn *c, uint64_t *frames_out, uint64_t *by
 
 /* What one side of a connection says in its hello. */
 typedef struct px_rt_hello {
-    uint32_t stage;        /* the sender's stage; UINT32_MAX: the executor */
+    uint32_t stage;                  /* the sender's stage; UINT32_MAX: the executor */
     uint32_t layer_begin, layer_end; /* the sender's layers */
-    uint32_t dim;          /* hidden size of the model */
-    uint32_t max_payload;  /* largest payload the sender accepts */
-    char model[80];        /* "sha256:<hex>" of the model file */
+    uint32_t dim;                    /* hidden size of the model */
+    uint32_t max_payload;            /* largest payload the sender accepts */
+    char model[80];                  /* "sha256:<hex>" of the model file */
 } px_rt_hello;
 
 /* The connecting side: sends its hello, reads the answer, checks the
@@ -873,13 +845,13 @@ typedef struct px_rt_worker_opts {
     const char *emu_profile;         /* JSON text for emu */
     const char *device_name;         /* for messages; may be NULL */
     uint32_t n_threads;
-    const char *listen;              /* where the previous hop connects */
-    const char *next;                /* the next stage, or the executor */
-    int timeout_ms;                  /* set-up and every write, and reads
-                                        within a frame; 0: 10 s.  The wait
-                                        for the next frame from upstream is
-                                        10 minutes (an idle executor); a
-                                        dead upstream is seen at once */
+    const char *listen;                           /* where the previous hop connects */
+    const char *next;                             /* the next stage, or the executor */
+    int timeout_ms;                               /* set-up and every write, and reads
+                                                     within a frame; 0: 10 s.  The wait
+                                                     for the next frame from upstream is
+                                                     10 minutes (an idle executor); a
+                                                     dead upstream is seen at once */
     uint32_t max_seqs, context, max_batch_tokens; /* 0: defaults */
 } px_rt_worker_opts;
 
@@ -904,10 +876,10 @@ typedef struct px_rt_interval {
 typedef struct px_rt_stage_spec {
     uint32_t layer_begin, layer_end; /* [begin, end) */
     bool embedding, head;
-    char device[64];     /* inventory global id ("local.emu-a"), or "" */
-    char backend[16];    /* "cpu" or "emu" */
+    char device[64];  /* inventory global id ("local.emu-a"), or "" */
+    char backend[16]; /* "cpu" or "emu" */
     bool emulated;
-    px_rt_emu_profile emu; /* for backend "emu" */
+    px_rt_emu_profile emu;        /* for backend "emu" */
     px_rt_interval pred_decode_s; /* per token */
     px_rt_interval pred_prefill_s;
 } px_rt_stage_spec;
@@ -915,10 +887,10 @@ typedef struct px_rt_stage_spec {
 typedef struct px_rt_pipeline_spec {
     uint32_t n_stages;
     px_rt_stage_spec stages[PX_RT_MAX_STAGES];
-    char plan_id[72];    /* may be "" */
-    char model_id[80];   /* the plan's "sha256:<hex>", or "" */
-    uint32_t model_blocks; /* the plan's count, 0 when absent */
-    bool emulated;       /* some stage runs on an emulated device */
+    char plan_id[72];            /* may be "" */
+    char model_id[80];           /* the plan's "sha256:<hex>", or "" */
+    uint32_t model_blocks;       /* the plan's count, 0 when absent */
+    bool emulated;               /* some stage runs on an emulated device */
     uint32_t plan_prompt_tokens; /* the workload the plan predicted for */
     px_rt_interval pred_tpot_s, pred_ttft_s;
 } px_rt_pipeline_spec;
@@ -932,8 +904,7 @@ typedef struct px_rt_pipeline_spec {
  * gaps or overlaps between stages, a device missing from the inventory,
  * an emu device without a profile, more than PX_RT_MAX_STAGES stages. */
 px_status px_rt_pipeline_spec_from_plan(const json_t *plan, const px_hw_graph *inventory,
-                                        const char *name, px_rt_pipeline_spec *out,
-                                        px_err *err);
+                                        const char *name, px_rt_pipeline_spec *out, px_err *err);
 
 typedef enum px_rt_transport {
     PX_RT_TRANSPORT_UNIX = 0,
@@ -941,13 +912,13 @@ typedef enum px_rt_transport {
 } px_rt_transport;
 
 typedef struct px_rt_executor_opts {
-    const char *model_path;  /* borrowed; required */
-    const char *worker_bin;  /* the plexus binary; NULL: /proc/self/exe */
+    const char *model_path; /* borrowed; required */
+    const char *worker_bin; /* the plexus binary; NULL: /proc/self/exe */
     px_rt_transport transport;
-    uint32_t n_threads;      /* per worker; 0: 1 */
-    int timeout_ms;          /* per read or write; 0: 10 s */
-    uint32_t max_seqs;       /* sequences at once; 0: 8 */
-    uint32_t context;        /* 0: the model's */
+    uint32_t n_threads;        /* per worker; 0: 1 */
+    int timeout_ms;            /* per read or write; 0: 10 s */
+    uint32_t max_seqs;         /* sequences at once; 0: 8 */
+    uint32_t context;          /* 0: the model's */
     uint32_t max_batch_tokens; /* prefill micro-batch rows; 0: the session default */
 } px_rt_executor_opts;
 
@@ -991,8 +962,8 @@ typedef struct px_rt_pipeline_stats {
     uint32_t n_stages;
     px_rt_stage_stats stages[PX_RT_MAX_STAGES];
     uint64_t xfer_out_prefill_ns, xfer_out_decode_ns; /* last stage -> executor */
-    px_rt_generate_stats gen; /* end to end, as px_rt_generate's */
-    uint64_t ttft_ns;         /* first prompt's first token */
+    px_rt_generate_stats gen;                         /* end to end, as px_rt_generate's */
+    uint64_t ttft_ns;                                 /* first prompt's first token */
     uint64_t decode_steps;
     uint32_t n_prompts;
 } px_rt_pipeline_stats;

@@ -78,16 +78,14 @@ px_status px_trace_decision(px_trace_writer *w, const char *name, const json_t *
                             const json_t *output, char id_out[PX_TRACE_ID_LEN], px_err *err);
 /* Records a mitigation decision: like a decision, kept apart by kind. */
 px_status px_trace_mitigation(px_trace_writer *w, const char *name, const json_t *inputs,
-                              const json_t *output, char id_out[PX_TRACE_ID_LEN],
-                              px_err *err);
+                              const json_t *output, char id_out[PX_TRACE_ID_LEN], px_err *err);
 /* Records an observation (timings, telemetry).  Observations are marked
  * nondeterministic: replay feeds them back instead of recomputing them. */
 px_status px_trace_observation(px_trace_writer *w, const char *name, const json_t *data,
                                px_err *err);
 /* Records an injected or detected fault, and an outcome. */
 px_status px_trace_fault(px_trace_writer *w, const char *name, const json_t *data, px_err *err);
-px_status px_trace_outcome(px_trace_writer *w, const char *name, const json_t *data,
-                           px_err *err);
+px_status px_trace_outcome(px_trace_writer *w, const char *name, const json_t *data, px_err *err);
 /* Number of events written so far. */
 uint64_t px_trace_writer_count(const px_trace_writer *w);
 
@@ -112,8 +110,8 @@ typedef struct px_trace_reader px_trace_reader;
 
 /* Opens a trace and checks its header.  lim may be NULL for the defaults.
  * Returns an owned reader (px_trace_reader_free). */
-px_status px_trace_reader_open(const char *path, const px_trace_limits *lim,
-                               px_trace_reader **out, px_err *err);
+px_status px_trace_reader_open(const char *path, const px_trace_limits *lim, px_trace_reader **out,
+                               px_err *err);
 /* Opens a trace held in memory (borrowed; must outlive the reader). */
 px_status px_trace_reader_open_memory(const char *data, size_t len, const char *name,
                                       const px_trace_limits *lim, px_trace_reader **out,
@@ -144,9 +142,9 @@ typedef struct px_trace_deriver {
 
 typedef struct px_trace_replay_report {
     uint64_t n_events;
-    uint64_t n_decisions;   /* decisions and mitigations recomputed */
+    uint64_t n_decisions; /* decisions and mitigations recomputed */
     uint64_t n_identical;
-    uint64_t n_unreplayed;  /* decisions with no deriver registered */
+    uint64_t n_unreplayed; /* decisions with no deriver registered */
     bool diverged;
     uint64_t divergence_seq; /* first divergent event */
     char divergence[512];    /* what differed */

@@ -6,7 +6,8 @@
 #include "plexus/ir.h"
 #include "plexus/plan.h"
 
-const char px__cmd_plan_summary[] = "plan a model onto an inventory (stages, precision, predictions)";
+const char px__cmd_plan_summary[] =
+    "plan a model onto an inventory (stages, precision, predictions)";
 
 static void usage(void)
 {
@@ -80,11 +81,11 @@ int px__cmd_plan(int argc, char **argv)
         const char *a = argv[i];
         bool has_arg = i + 1 < argc;
         const char *v = has_arg ? argv[i + 1] : NULL;
-#define NEED_ARG()                                                                    \
-    do {                                                                              \
-        if (!has_arg)                                                                 \
-            return px__cli_usage_error("plan", "%s needs a value", a);                \
-        i++;                                                                          \
+#define NEED_ARG()                                                     \
+    do {                                                               \
+        if (!has_arg)                                                  \
+            return px__cli_usage_error("plan", "%s needs a value", a); \
+        i++;                                                           \
     } while (0)
         if (!strcmp(a, "--model")) {
             NEED_ARG();

@@ -10,12 +10,17 @@
 static px_hw_dtype hw_of(px_dtype dt)
 {
     switch (dt) {
-    case PX_DTYPE_F16: return PX_HW_DTYPE_F16;
-    case PX_DTYPE_BF16: return PX_HW_DTYPE_BF16;
+    case PX_DTYPE_F16:
+        return PX_HW_DTYPE_F16;
+    case PX_DTYPE_BF16:
+        return PX_HW_DTYPE_BF16;
     case PX_DTYPE_FP8_E4M3:
-    case PX_DTYPE_FP8_E5M2: return PX_HW_DTYPE_FP8;
-    case PX_DTYPE_I8: return PX_HW_DTYPE_INT8;
-    default: return PX_HW_DTYPE_F32;
+    case PX_DTYPE_FP8_E5M2:
+        return PX_HW_DTYPE_FP8;
+    case PX_DTYPE_I8:
+        return PX_HW_DTYPE_INT8;
+    default:
+        return PX_HW_DTYPE_F32;
     }
 }
 
@@ -26,8 +31,7 @@ bool px_cost_compute_dtype(const px_cost_device *d, px_dtype weights, px_dtype a
     /* fp8 weights with fp8 activations run fp8 products where the device
      * has them; block-quantized weights are dequantized to the activation
      * dtype inside the kernel. */
-    if ((weights == PX_DTYPE_FP8_E4M3 || weights == PX_DTYPE_FP8_E5M2) &&
-        want == PX_HW_DTYPE_FP8)
+    if ((weights == PX_DTYPE_FP8_E4M3 || weights == PX_DTYPE_FP8_E5M2) && want == PX_HW_DTYPE_FP8)
         want = PX_HW_DTYPE_FP8;
     *fallback = false;
     if (d->peak[want] > 0) {
@@ -37,9 +41,8 @@ bool px_cost_compute_dtype(const px_cost_device *d, px_dtype weights, px_dtype a
     /* The nearest supported dtype: the same width first, then wider. */
     static const px_hw_dtype order_f16[] = {PX_HW_DTYPE_BF16, PX_HW_DTYPE_F16, PX_HW_DTYPE_F32,
                                             PX_HW_DTYPE_TF32, PX_HW_DTYPE_F64};
-    static const px_hw_dtype order_f32[] = {PX_HW_DTYPE_F32, PX_HW_DTYPE_TF32,
-                                            PX_HW_DTYPE_BF16, PX_HW_DTYPE_F16,
-                                            PX_HW_DTYPE_F64};
+    static const px_hw_dtype order_f32[] = {PX_HW_DTYPE_F32, PX_HW_DTYPE_TF32, PX_HW_DTYPE_BF16,
+                                            PX_HW_DTYPE_F16, PX_HW_DTYPE_F64};
     const px_hw_dtype *order = want == PX_HW_DTYPE_F32 ? order_f32 : order_f16;
     for (size_t i = 0; i < 5; i++) {
         if (d->peak[order[i]] > 0) {
@@ -73,12 +76,12 @@ static double act_scale(const px_cost_model *m, px_dtype act)
 
 /* What a stage's blocks weigh, read and compute for one step. */
 typedef struct stage_load {
-    double w_mem;       /* weight bytes held */
-    double w_decode;    /* weight bytes read by a decode step */
-    double w_prefill;   /* weight bytes read by a prefill */
-    double kv_token;    /* KV bytes per token of context (all its blocks) */
+    double w_mem;                            /* weight bytes held */
+    double w_decode;                         /* weight bytes read by a decode step */
+    double w_prefill;                        /* weight bytes read by a prefill */
+    double kv_token;                         /* KV bytes per token of context (all its blocks) */
     double flops_tok, flops_pair, flops_seq; /* sums over its blocks (+ head) */
-    double act_out;     /* activation bytes per token crossing its output */
+    double act_out;                          /* activation bytes per token crossing its output */
     uint32_t n_blocks;
 } stage_load;
 
@@ -222,8 +225,8 @@ static double path_bw(const px_cost_path *pa, const px_cost_sample *s)
 /* Ring all-reduce inside a tensor-parallel group: bandwidth of the slowest
  * ring link (shared when ring links are in one contention group) and the
  * largest latency. */
-static bool ring_of(px_cost_fleet *f, const px_cost_stage *st, const px_cost_sample *s,
-                    double *bw, double *lat)
+static bool ring_of(px_cost_fleet *f, const px_cost_stage *st, const px_cost_sample *s, double *bw,
+                    double *lat)
 {
     *bw = INFINITY;
     *lat = 0;
@@ -292,9 +295,9 @@ static double runtime_bytes(const px_cost_params *p, const px_cost_device *d)
 }
 
 static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
-                       const px_cost_workload *wl, const px_cost_stage *st,
-                       const px_cost_sample *s, uint32_t b, const stage_load *ldp,
-                       px_cost_stage_est *e, px_cost_estimate *est, uint32_t si)
+                       const px_cost_workload *wl, const px_cost_stage *st, const px_cost_sample *s,
+                       uint32_t b, const stage_load *ldp, px_cost_stage_est *e,
+                       px_cost_estimate *est, uint32_t si)
 {
     double eff_mem = s ? s->eff_mem : p->eff_mem;
     double eff_c = s ? s->eff_compute : p->eff_compute;
@@ -312,9 +315,8 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
     double kv_read = m->dit ? 0 : b * T * ld.kv_token;
     double act_traffic = m->dit ? b * S * ld.act_out * 8.0 * ld.n_blocks : 0;
     /* Prefill of the prompt from an empty cache. */
-    double pf_flops = m->dit ? 0
-                             : b * (P * ld.flops_tok + P * (P + 1) / 2 * ld.flops_pair +
-                                    ld.flops_seq);
+    double pf_flops =
+        m->dit ? 0 : b * (P * ld.flops_tok + P * (P + 1) / 2 * ld.flops_pair + ld.flops_seq);
     double pf_bytes = ld.w_prefill + b * P * ld.kv_token + b * P * ld.act_out * 8.0 * ld.n_blocks;
 
     double ring_bw = INFINITY, ring_lat = 0;
@@ -326,8 +328,8 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
     ring_bw *= p->eff_link;
     double ar_bytes = b * S * (double)m->dim * act_bpe;
     double ar = allreduce_s(tp, ar_bytes, ring_bw, ring_lat, 2.0 * ld.n_blocks);
-    double ar_pf = allreduce_s(tp, b * P * (double)m->dim * act_bpe, ring_bw, ring_lat,
-                               2.0 * ld.n_blocks);
+    double ar_pf =
+        allreduce_s(tp, b * P * (double)m->dim * act_bpe, ring_bw, ring_lat, 2.0 * ld.n_blocks);
 
     double worst = -1;
     for (uint32_t k = 0; k < tp; k++) {
@@ -347,11 +349,10 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
         double comp_s = flops / tp / peak;
         double kvh_s = st->kv == PX_COST_KV_HOST ? kv_read / tp / (d->host_bw * p->eff_link) : 0;
         double dec = PX_MAX(mem_s, comp_s) + kvh_s + ar;
-        double pf_kvh = st->kv == PX_COST_KV_HOST
-                            ? b * P * ld.kv_token / tp / (d->host_bw * p->eff_link)
-                            : 0;
-        double pf = (m->dit ? 0 : PX_MAX(pf_bytes / tp / bw, pf_flops / tp / peak)) + ar_pf +
-                    pf_kvh;
+        double pf_kvh =
+            st->kv == PX_COST_KV_HOST ? b * P * ld.kv_token / tp / (d->host_bw * p->eff_link) : 0;
+        double pf =
+            (m->dit ? 0 : PX_MAX(pf_bytes / tp / bw, pf_flops / tp / peak)) + ar_pf + pf_kvh;
         if (dec > worst) {
             worst = dec;
             e->decode_s = dec;
@@ -362,10 +363,10 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
             e->compute_dtype = cd;
             e->dtype_fallback = fb;
             double top = PX_MAX(PX_MAX(mem_s, comp_s), PX_MAX(kvh_s, ar));
-            e->bind = top == comp_s   ? PX_COST_BIND_COMPUTE
-                      : top == mem_s  ? PX_COST_BIND_MEMORY_BW
-                      : top == kvh_s  ? PX_COST_BIND_KV_HOST
-                                      : PX_COST_BIND_ALLREDUCE;
+            e->bind = top == comp_s  ? PX_COST_BIND_COMPUTE
+                      : top == mem_s ? PX_COST_BIND_MEMORY_BW
+                      : top == kvh_s ? PX_COST_BIND_KV_HOST
+                                     : PX_COST_BIND_ALLREDUCE;
         }
         if (pf > e->prefill_s)
             e->prefill_s = pf;
@@ -408,13 +409,13 @@ static px_status check_layout(const px_cost_fleet *f, const px_cost_model *m,
                               const px_cost_pipeline *pipe, px_err *err)
 {
     if (pipe->n_stages == 0 || pipe->n_stages > PX_COST_MAX_STAGES)
-        return px_err_set(err, PX_EINVAL, "pipeline has %u stages; use 1 to %d",
-                          pipe->n_stages, PX_COST_MAX_STAGES);
+        return px_err_set(err, PX_EINVAL, "pipeline has %u stages; use 1 to %d", pipe->n_stages,
+                          PX_COST_MAX_STAGES);
     for (uint32_t i = 0; i < pipe->n_stages; i++) {
         const px_cost_stage *st = &pipe->stages[i];
         if (st->tp == 0 || st->tp > PX_COST_MAX_TP)
-            return px_err_set(err, PX_EINVAL, "stage %u: tensor-parallel degree %u; use 1 to %d",
-                              i, st->tp, PX_COST_MAX_TP);
+            return px_err_set(err, PX_EINVAL, "stage %u: tensor-parallel degree %u; use 1 to %d", i,
+                              st->tp, PX_COST_MAX_TP);
         for (uint32_t k = 0; k < st->tp; k++)
             if (st->devices[k] >= f->n_devices)
                 return px_err_set(err, PX_EINVAL, "stage %u: device index %u out of range", i,
@@ -463,10 +464,9 @@ static void add_domain(const px_hw_view *v, uint32_t dom, uint32_t *seen, size_t
     }
 }
 
-px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m,
-                                const px_cost_params *p, const px_cost_workload *wl,
-                                const px_cost_pipeline *pipe, const px_cost_sample *s,
-                                px_cost_estimate *est, px_err *err)
+px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
+                                const px_cost_workload *wl, const px_cost_pipeline *pipe,
+                                const px_cost_sample *s, px_cost_estimate *est, px_err *err)
 {
     px_status st = check_layout(f, m, pipe, err);
     if (st != PX_OK)
@@ -502,8 +502,8 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m,
             return PX_OK;
         hop_groups[i] = PX_HW_NONE;
         if (i + 1 < pipe->n_stages) {
-            px_cost_path pa = px_cost_fleet_path(f, pipe->stages[i].devices[0],
-                                                 pipe->stages[i + 1].devices[0]);
+            px_cost_path pa =
+                px_cost_fleet_path(f, pipe->stages[i].devices[0], pipe->stages[i + 1].devices[0]);
             if (!pa.reachable) {
                 est->why = PX_COST_NO_PATH;
                 est->why_stage = i;
@@ -579,8 +579,7 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m,
     double tokens_per_step = m->dit ? batch / PX_MAX(m->dit_steps, 1u) : batch;
     est->joules_per_token = est->power_w * est->step_s / tokens_per_step;
     est->usd_per_token = est->usd_per_hour / 3600.0 * est->step_s / tokens_per_step;
-    est->tokens_per_usd = est->usd_per_hour > 0 ? 3600.0 * est->throughput / est->usd_per_hour
-                                                : 0;
+    est->tokens_per_usd = est->usd_per_hour > 0 ? 3600.0 * est->throughput / est->usd_per_hour : 0;
     est->p_fail = 1.0 - exp(-rate * p->reliability_window_s);
     return PX_OK;
 }

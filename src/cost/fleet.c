@@ -55,8 +55,7 @@ static const px_qty *best_bw_qty(const px_hw_device *d)
 {
     const px_qty *q = NULL;
     for (size_t i = 0; i < d->n_memory; i++)
-        if (px_hw_has(d->memory[i].bandwidth) &&
-            (!q || d->memory[i].bandwidth.value > q->value))
+        if (px_hw_has(d->memory[i].bandwidth) && (!q || d->memory[i].bandwidth.value > q->value))
             q = &d->memory[i].bandwidth;
     return q;
 }
@@ -72,8 +71,7 @@ static uint32_t uf_find(uint32_t *parent, uint32_t x)
 
 static bool fast_link(px_hw_link_kind k)
 {
-    return px_hw_link_kind_is_nvlink(k) || k == PX_HW_LINK_INFINITY_FABRIC ||
-           k == PX_HW_LINK_ICI;
+    return px_hw_link_kind_is_nvlink(k) || k == PX_HW_LINK_INFINITY_FABRIC || k == PX_HW_LINK_ICI;
 }
 
 typedef struct class_key {
@@ -125,8 +123,12 @@ static px_status assign_classes(px_cost_fleet *f, px_err *err)
         island_size[f->devices[i].island]++;
     for (size_t i = 0; i < n; i++) {
         const px_cost_device *d = &f->devices[i];
-        keys[i] = (class_key){.dev = (uint32_t)i, .model = d->model, .backend = d->backend,
-                              .cls = d->cls, .cap = d->mem_capacity, .bw = d->mem_bw,
+        keys[i] = (class_key){.dev = (uint32_t)i,
+                              .model = d->model,
+                              .backend = d->backend,
+                              .cls = d->cls,
+                              .cap = d->mem_capacity,
+                              .bw = d->mem_bw,
                               .peak = d->peak[PX_HW_DTYPE_F16] + d->peak[PX_HW_DTYPE_F32],
                               .island_size = island_size[d->island]};
     }
@@ -229,8 +231,8 @@ static void fill_device(px_cost_device *cd, const px_hw_view *v, uint32_t i,
     const px_qty *pq = NULL;
     for (int t = 0; t < PX_HW_DTYPE_COUNT; t++) {
         cd->peak[t] = px_hw_device_peak(d, (px_hw_dtype)t);
-        if (!pq && cd->peak[t] > 0 && (t == PX_HW_DTYPE_F16 || t == PX_HW_DTYPE_BF16 ||
-                                       t == PX_HW_DTYPE_F32))
+        if (!pq && cd->peak[t] > 0 &&
+            (t == PX_HW_DTYPE_F16 || t == PX_HW_DTYPE_BF16 || t == PX_HW_DTYPE_F32))
             pq = &d->compute[t];
     }
     cd->peak_rel = pq ? px__cost_qty_rel(pq, p->default_rel_unc) : p->default_rel_unc;
@@ -241,8 +243,8 @@ static void fill_device(px_cost_device *cd, const px_hw_view *v, uint32_t i,
         cd->power_active = d->cls == PX_HW_CLASS_CPU ? p->default_power_cpu : p->default_power_gpu;
         cd->assumed |= PX_COST_ASSUMED_POWER;
     }
-    cd->power_idle = px_hw_has(d->power_idle) ? d->power_idle.value
-                                              : cd->power_active * p->idle_fraction;
+    cd->power_idle =
+        px_hw_has(d->power_idle) ? d->power_idle.value : cd->power_active * p->idle_fraction;
     cd->cost_rate = px_hw_has(d->cost) ? d->cost.value : 0;
     if (px_hw_has(d->mtbf) && d->mtbf.value > 0) {
         cd->mtbf_s = d->mtbf.value;
@@ -274,8 +276,11 @@ static bool direct_link(const px_hw_graph *g, uint32_t from, uint32_t to, px_cos
                         .bw_rel = px__cost_qty_rel(&l->bandwidth, 0.10),
                         .latency = (px_hw_has(l->latency) ? l->latency.value : 0) +
                                    (px_hw_has(l->setup) ? l->setup.value : 0),
-                        .n_hops = 1, .contention = l->contention, .bottleneck = (int32_t)best,
-                        .kind = l->kind, .reachable = true};
+                        .n_hops = 1,
+                        .contention = l->contention,
+                        .bottleneck = (int32_t)best,
+                        .kind = l->kind,
+                        .reachable = true};
     return true;
 }
 
@@ -300,8 +305,8 @@ static void host_route(px_cost_fleet *f, px_cost_device *cd, const px_hw_view *v
     }
     if (d->node < v->n_nodes) {
         px_hw_path path;
-        if (px_hw_graph_path(f->graph, d->endpoint, v->nodes[d->node].endpoint,
-                             PX_HW_PATH_WIDEST, 0, &path, NULL) == PX_OK) {
+        if (px_hw_graph_path(f->graph, d->endpoint, v->nodes[d->node].endpoint, PX_HW_PATH_WIDEST,
+                             0, &path, NULL) == PX_OK) {
             bool ok = path.n_links > 0 && isfinite(path.bandwidth);
             if (ok) {
                 cd->host_bw = path.bandwidth;
@@ -319,8 +324,8 @@ static void host_route(px_cost_fleet *f, px_cost_device *cd, const px_hw_view *v
     cd->assumed |= PX_COST_ASSUMED_HOST_LINK;
 }
 
-px_status px_cost_fleet_new(const px_hw_graph *g, const px_cost_params *params,
-                            px_cost_fleet **out, px_err *err)
+px_status px_cost_fleet_new(const px_hw_graph *g, const px_cost_params *params, px_cost_fleet **out,
+                            px_err *err)
 {
     px_cost_params defaults;
     if (!params) {
@@ -433,8 +438,12 @@ static px_cost_path node_path(px_cost_fleet *f, uint32_t na, uint32_t nb);
  * PCIe link. */
 static px_cost_path host_segment(const px_cost_device *d)
 {
-    px_cost_path seg = {.bw = d->host_bw, .bw_rel = 0.10, .latency = d->host_latency,
-                        .n_hops = 1, .contention = PX_HW_NONE, .bottleneck = d->host_link,
+    px_cost_path seg = {.bw = d->host_bw,
+                        .bw_rel = 0.10,
+                        .latency = d->host_latency,
+                        .n_hops = 1,
+                        .contention = PX_HW_NONE,
+                        .bottleneck = d->host_link,
                         .kind = d->cls == PX_HW_CLASS_CPU ? PX_HW_LINK_LOOPBACK : PX_HW_LINK_PCIE4,
                         .assumed = (d->assumed & PX_COST_ASSUMED_HOST_LINK) != 0,
                         .reachable = true};
@@ -450,15 +459,21 @@ static px_cost_path compute_path(px_cost_fleet *f, uint32_t a, uint32_t b)
 {
     const px_hw_view *v = px_hw_graph_view(f->graph);
     const px_cost_device *da = &f->devices[a], *db = &f->devices[b];
-    px_cost_path r = {.bw = INFINITY, .contention = PX_HW_NONE, .bottleneck = -1,
-                      .kind = PX_HW_LINK_LOOPBACK, .reachable = true};
+    px_cost_path r = {.bw = INFINITY,
+                      .contention = PX_HW_NONE,
+                      .bottleneck = -1,
+                      .kind = PX_HW_LINK_LOOPBACK,
+                      .reachable = true};
     if (a == b)
         return r;
     uint32_t ea = v->devices[da->hw_index].endpoint, eb = v->devices[db->hw_index].endpoint;
     if (direct_link(f->graph, ea, eb, &r))
         return r;
-    r = (px_cost_path){.bw = INFINITY, .contention = PX_HW_NONE, .bottleneck = -1,
-                       .kind = PX_HW_LINK_LOOPBACK, .reachable = false};
+    r = (px_cost_path){.bw = INFINITY,
+                       .contention = PX_HW_NONE,
+                       .bottleneck = -1,
+                       .kind = PX_HW_LINK_LOOPBACK,
+                       .reachable = false};
     if (da->node >= v->n_nodes || db->node >= v->n_nodes) {
         /* Devices outside nodes: only the graph can say. */
         if (hw_route(f, ea, eb, &r))
@@ -544,8 +559,8 @@ static px_cost_path node_path(px_cost_fleet *f, uint32_t na, uint32_t nb)
 
 px_cost_path px_cost_fleet_path(px_cost_fleet *f, uint32_t a, uint32_t b)
 {
-    px_cost_path unreachable = {.bw = 0, .contention = PX_HW_NONE, .bottleneck = -1,
-                                .reachable = false};
+    px_cost_path unreachable = {
+        .bw = 0, .contention = PX_HW_NONE, .bottleneck = -1, .reachable = false};
     if (a >= f->n_devices || b >= f->n_devices)
         return unreachable;
     struct px__cost_path_cache *c = f->paths;

@@ -18,13 +18,13 @@ static double region_bytes(const px_ir_model *ir, const char *name)
 static void split_block(const px_ir_model *ir, const px_ir_hparams *hp, uint32_t i,
                         const px_ir_layer_cost *row, px_cost_layer *l)
 {
-    static const px_ir_role attn_roles[] = {PX_IR_ROLE_WQ, PX_IR_ROLE_WK, PX_IR_ROLE_WV,
-                                            PX_IR_ROLE_WO, PX_IR_ROLE_DIT_QKV,
-                                            PX_IR_ROLE_DIT_PROJ, PX_IR_ROLE_DIT_ADALN};
+    static const px_ir_role attn_roles[] = {
+        PX_IR_ROLE_WQ,      PX_IR_ROLE_WK,       PX_IR_ROLE_WV,       PX_IR_ROLE_WO,
+        PX_IR_ROLE_DIT_QKV, PX_IR_ROLE_DIT_PROJ, PX_IR_ROLE_DIT_ADALN};
     static const px_ir_role ffn_roles[] = {
-        PX_IR_ROLE_W1_GATE, PX_IR_ROLE_W2_DOWN, PX_IR_ROLE_W3_UP, PX_IR_ROLE_MOE_ROUTER,
-        PX_IR_ROLE_MOE_GATE_EXPS, PX_IR_ROLE_MOE_DOWN_EXPS, PX_IR_ROLE_MOE_UP_EXPS,
-        PX_IR_ROLE_DIT_FC1, PX_IR_ROLE_DIT_FC2};
+        PX_IR_ROLE_W1_GATE,     PX_IR_ROLE_W2_DOWN,       PX_IR_ROLE_W3_UP,
+        PX_IR_ROLE_MOE_ROUTER,  PX_IR_ROLE_MOE_GATE_EXPS, PX_IR_ROLE_MOE_DOWN_EXPS,
+        PX_IR_ROLE_MOE_UP_EXPS, PX_IR_ROLE_DIT_FC1,       PX_IR_ROLE_DIT_FC2};
     bool dit = hp->arch == PX_IR_ARCH_DIT;
     for (size_t k = 0; k < PX_ARRAY_LEN(attn_roles); k++) {
         bool dit_role = attn_roles[k] >= PX_IR_ROLE_DIT_PATCH_EMBD;
@@ -125,8 +125,8 @@ px_status px_cost_model_new(const px_ir_model *ir, px_cost_model **out, px_err *
     m->kv_dtype = PX_DTYPE_F32;
     if (px_ir_model_n_kv(ir) > 0)
         m->kv_dtype = px_ir_model_kv(ir, 0)->dtype;
-    const px_ir_tensor *probe = px_ir_model_weight(ir, 0, m->dit ? PX_IR_ROLE_DIT_QKV
-                                                                 : PX_IR_ROLE_WQ);
+    const px_ir_tensor *probe =
+        px_ir_model_weight(ir, 0, m->dit ? PX_IR_ROLE_DIT_QKV : PX_IR_ROLE_WQ);
     m->weight_dtype = probe ? probe->dtype : PX_DTYPE_F32;
 
     for (uint32_t i = 0; i < hp->n_layers; i++) {

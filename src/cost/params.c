@@ -69,12 +69,10 @@ px_status px_cost_params_check(const px_cost_params *p, px_err *err)
         return px_err_set(err, PX_EINVAL, "cost model: link efficiency %g is outside (0, 1]",
                           p->eff_link);
     if (!in_range(p->default_rel_unc, 0.0, 0.9))
-        return px_err_set(err, PX_EINVAL,
-                          "cost model: default uncertainty %g is outside [0, 0.9]",
+        return px_err_set(err, PX_EINVAL, "cost model: default uncertainty %g is outside [0, 0.9]",
                           p->default_rel_unc);
     if (p->mc_samples < 8 || p->mc_samples > 100000)
-        return px_err_set(err, PX_EINVAL,
-                          "cost model: %u Monte Carlo samples; use 8 to 100000",
+        return px_err_set(err, PX_EINVAL, "cost model: %u Monte Carlo samples; use 8 to 100000",
                           p->mc_samples);
     if (!(p->host_link_bw > 0) || !(p->reliability_window_s > 0) || !(p->default_mtbf_s > 0))
         return px_err_set(err, PX_EINVAL,
@@ -91,31 +89,43 @@ const char *px_cost_kv_place_name(px_cost_kv_place k)
 const char *px_cost_bind_name(px_cost_bind b)
 {
     switch (b) {
-    case PX_COST_BIND_MEMORY_BW: return "memory-bandwidth";
-    case PX_COST_BIND_COMPUTE: return "compute";
-    case PX_COST_BIND_ALLREDUCE: return "allreduce";
-    case PX_COST_BIND_KV_HOST: return "kv-host-link";
-    case PX_COST_BIND_TRANSFER: return "transfer";
-    default: return "unknown";
+    case PX_COST_BIND_MEMORY_BW:
+        return "memory-bandwidth";
+    case PX_COST_BIND_COMPUTE:
+        return "compute";
+    case PX_COST_BIND_ALLREDUCE:
+        return "allreduce";
+    case PX_COST_BIND_KV_HOST:
+        return "kv-host-link";
+    case PX_COST_BIND_TRANSFER:
+        return "transfer";
+    default:
+        return "unknown";
     }
 }
 
 const char *px_cost_infeasible_name(px_cost_infeasible r)
 {
     switch (r) {
-    case PX_COST_OK: return "ok";
-    case PX_COST_NO_MEMORY: return "memory";
-    case PX_COST_NO_PATH: return "no-path";
-    case PX_COST_NO_CAPABILITY: return "capability";
-    case PX_COST_BAD_LAYOUT: return "layout";
-    default: return "unknown";
+    case PX_COST_OK:
+        return "ok";
+    case PX_COST_NO_MEMORY:
+        return "memory";
+    case PX_COST_NO_PATH:
+        return "no-path";
+    case PX_COST_NO_CAPABILITY:
+        return "capability";
+    case PX_COST_BAD_LAYOUT:
+        return "layout";
+    default:
+        return "unknown";
     }
 }
 
 px_cost_workload px_cost_workload_default(void)
 {
-    px_cost_workload wl = {.batch = 1, .micro_batches = 1, .context = 4096,
-                           .prompt_tokens = 512, .gen_tokens = 256};
+    px_cost_workload wl = {
+        .batch = 1, .micro_batches = 1, .context = 4096, .prompt_tokens = 512, .gen_tokens = 256};
     return wl;
 }
 

@@ -44,10 +44,10 @@ static px_cost_interval summarize(double *v, size_t n, bool high_is_bad)
     return r;
 }
 
-px_status px_cost_uncertainty(px_cost_fleet *f, const px_cost_model *m,
-                              const px_cost_params *p, const px_cost_workload *wl,
-                              const px_cost_pipeline *pipe, double slo_tpot_s,
-                              double slo_ttft_s, px_cost_uncertain *out, px_err *err)
+px_status px_cost_uncertainty(px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
+                              const px_cost_workload *wl, const px_cost_pipeline *pipe,
+                              double slo_tpot_s, double slo_ttft_s, px_cost_uncertain *out,
+                              px_err *err)
 {
     memset(out, 0, sizeof *out);
     px_cost_estimate *est = malloc(sizeof *est);
@@ -94,22 +94,23 @@ px_status px_cost_uncertainty(px_cost_fleet *f, const px_cost_model *m,
         const px_cost_stage *stg = &pipe->stages[s];
         for (uint32_t j = 0; j < stg->tp; j++) {
             used_dev[n_used++] = stg->devices[j];
-            px_cost_path pa = px_cost_fleet_path(f, stg->devices[j],
-                                                 stg->devices[(j + 1) % stg->tp]);
+            px_cost_path pa =
+                px_cost_fleet_path(f, stg->devices[j], stg->devices[(j + 1) % stg->tp]);
             if (pa.bottleneck >= 0 && stg->tp > 1)
                 used_link[n_links_used++] = pa.bottleneck;
         }
         if (s + 1 < ns) {
-            px_cost_path pa = px_cost_fleet_path(f, stg->devices[0], pipe->stages[s + 1].devices[0]);
+            px_cost_path pa =
+                px_cost_fleet_path(f, stg->devices[0], pipe->stages[s + 1].devices[0]);
             if (pa.bottleneck >= 0)
                 used_link[n_links_used++] = pa.bottleneck;
         }
     }
     for (size_t i = 0; i < n_links_used; i++)
-        link_rel[used_link[i]] = px__cost_qty_rel(&v->links[used_link[i]].bandwidth,
-                                                  p->default_rel_unc);
-    double *tp = acc, *tt = acc + n, *thr = acc + 2 * n, *jpt = acc + 3 * n,
-           *usd = acc + 4 * n, *stage = acc + 5 * n;
+        link_rel[used_link[i]] =
+            px__cost_qty_rel(&v->links[used_link[i]].bandwidth, p->default_rel_unc);
+    double *tp = acc, *tt = acc + n, *thr = acc + 2 * n, *jpt = acc + 3 * n, *usd = acc + 4 * n,
+           *stage = acc + 5 * n;
     size_t meet = 0;
     for (size_t k = 0; k < n; k++) {
         uint64_t base = p->seed * 0x9E3779B97F4A7C15ull + k;
@@ -126,7 +127,9 @@ px_status px_cost_uncertainty(px_cost_fleet *f, const px_cost_model *m,
         }
         px_rng r = px_rng_derive(base, UINT64_MAX);
         px_cost_sample smp = {
-            .dev_bw = dev_bw, .dev_compute = dev_c, .link_bw = link,
+            .dev_bw = dev_bw,
+            .dev_compute = dev_c,
+            .link_bw = link,
             .eff_mem = draw_eff(&r, p->eff_mem, p->eff_mem_lo, p->eff_mem_hi),
             .eff_compute = draw_eff(&r, p->eff_compute, p->eff_compute_lo, p->eff_compute_hi)};
         st = px_cost_eval_pipeline(f, m, p, wl, pipe, &smp, est, err);
@@ -167,9 +170,9 @@ done:
     return st;
 }
 
-void px_cost_lower_bound(const px_cost_fleet *f, const px_cost_model *m,
-                         const px_cost_params *p, const px_cost_workload *wl,
-                         const uint32_t *devices, size_t n_devices, px_cost_bound *out)
+void px_cost_lower_bound(const px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
+                         const px_cost_workload *wl, const uint32_t *devices, size_t n_devices,
+                         px_cost_bound *out)
 {
     memset(out, 0, sizeof *out);
     double bw = 0, peak = 0;
@@ -196,8 +199,8 @@ void px_cost_lower_bound(const px_cost_fleet *f, const px_cost_model *m,
         const px_cost_layer *l = &m->layers[i];
         double ffn = l->ffn_bytes;
         if (l->n_experts > 0 && l->expert_bytes > 0) {
-            double touched = (double)px_ir_moe_experts_touched(
-                l->n_experts, l->n_experts_used, (uint64_t)(batch * S));
+            double touched = (double)px_ir_moe_experts_touched(l->n_experts, l->n_experts_used,
+                                                               (uint64_t)(batch * S));
             ffn = l->ffn_bytes - l->expert_bytes * l->n_experts + touched * l->expert_bytes;
         }
         weights += l->attn_bytes + ffn;
@@ -211,14 +214,13 @@ void px_cost_lower_bound(const px_cost_fleet *f, const px_cost_model *m,
     out->tpot_mem_s = (weights + kv_read) / bw;
     out->tpot_compute_s = batch * flops / peak;
     out->tpot_s = PX_MAX(out->tpot_mem_s, out->tpot_compute_s);
-    out->throughput = flops > 0 ? peak / flops * (m->dit ? 1.0 / PX_MAX(m->dit_steps, 1u) : 1.0)
-                                : 0;
+    out->throughput =
+        flops > 0 ? peak / flops * (m->dit ? 1.0 / PX_MAX(m->dit_steps, 1u) : 1.0) : 0;
     out->ttft_s = m->dit ? out->tpot_s * PX_MAX(m->dit_steps, 1u) : batch * pf_flops / peak;
 }
 
-double px_cost_pipeline_bound(px_cost_fleet *f, const px_cost_model *m,
-                              const px_cost_params *p, const px_cost_workload *wl,
-                              const px_cost_pipeline *pipe)
+double px_cost_pipeline_bound(px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
+                              const px_cost_workload *wl, const px_cost_pipeline *pipe)
 {
     px_cost_estimate *est = malloc(sizeof *est);
     if (!est)

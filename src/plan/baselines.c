@@ -85,8 +85,8 @@ void px__plan_pipeline_from_counts(const px__plan_ctx *ctx, const uint32_t *devi
     for (size_t i = 0; i < n && out->n_stages < PX_COST_MAX_STAGES; i++) {
         if (counts[i] == 0)
             continue;
-        out->stages[out->n_stages++] = px__plan_stage(ctx, &devices[i], 1, next,
-                                                      next + (int32_t)counts[i] - 1, prec_index);
+        out->stages[out->n_stages++] =
+            px__plan_stage(ctx, &devices[i], 1, next, next + (int32_t)counts[i] - 1, prec_index);
         next += (int32_t)counts[i];
     }
     if (out->n_stages) {
@@ -456,9 +456,8 @@ px_status px__plan_gpustack(px__plan_ctx *ctx, px__plan_layout *out, px_err *err
             uint32_t counts[PX_COST_MAX_STAGES] = {0};
             uint32_t placed = 0;
             for (size_t i = 0; i < n; i++) {
-                while (placed < L &&
-                       gpustack_estimate(ctx, counts[i] + 1, false) <=
-                           f->devices[sel[i]].mem_free) {
+                while (placed < L && gpustack_estimate(ctx, counts[i] + 1, false) <=
+                                         f->devices[sel[i]].mem_free) {
                     counts[i]++;
                     placed++;
                 }
@@ -540,8 +539,8 @@ px_status px__plan_single_type(px__plan_ctx *ctx, px__plan_layout *out, px_err *
         px__plan_layout lay = {0};
         memset(used, 0, f->n_devices * sizeof *used);
         for (uint32_t p = 1; p <= PX_COST_MAX_TP && lay.n_replicas == 0; p *= 2) {
-            if (p > 1 && (ctx->model->n_heads % p ||
-                          (ctx->model->n_kv_heads && ctx->model->n_kv_heads % p)))
+            if (p > 1 &&
+                (ctx->model->n_heads % p || (ctx->model->n_kv_heads && ctx->model->n_kv_heads % p)))
                 continue;
             for (uint32_t i = 0; i < f->n_devices; i++) {
                 const px_cost_device *d = &f->devices[i];
@@ -587,8 +586,8 @@ px_status px__plan_single_type(px__plan_ctx *ctx, px__plan_layout *out, px_err *
                               ctx->scratch, NULL);
         const px_cost_estimate *e = ctx->scratch;
         bool meets = ctx->req->slo.tpot_s <= 0 || e->tpot_s <= ctx->req->slo.tpot_s;
-        double score = (meets ? 0 : 1e6) + (e->usd_per_hour > 0 ? e->usd_per_token * 1e3
-                                                                : e->tpot_s);
+        double score =
+            (meets ? 0 : 1e6) + (e->usd_per_hour > 0 ? e->usd_per_token * 1e3 : e->tpot_s);
         if (score < best_score) {
             best_score = score;
             px__plan_layout_release(&best);

@@ -7,14 +7,22 @@
 const char *px__plan_reason_name(px__plan_reason r)
 {
     switch (r) {
-    case PX__REJ_MEMORY: return "memory";
-    case PX__REJ_CONTRACT: return "contract";
-    case PX__REJ_CAPABILITY: return "capability";
-    case PX__REJ_NO_PATH: return "no-path";
-    case PX__REJ_SLO: return "slo";
-    case PX__REJ_BUDGET: return "budget";
-    case PX__REJ_DOMINATED: return "dominated";
-    default: return "unknown";
+    case PX__REJ_MEMORY:
+        return "memory";
+    case PX__REJ_CONTRACT:
+        return "contract";
+    case PX__REJ_CAPABILITY:
+        return "capability";
+    case PX__REJ_NO_PATH:
+        return "no-path";
+    case PX__REJ_SLO:
+        return "slo";
+    case PX__REJ_BUDGET:
+        return "budget";
+    case PX__REJ_DOMINATED:
+        return "dominated";
+    default:
+        return "unknown";
     }
 }
 
@@ -81,8 +89,7 @@ uint64_t px__plan_pipe_key(const px_cost_pipeline *p)
     return h;
 }
 
-void px__plan_pipe_devices(const px__plan_ctx *ctx, const px_cost_pipeline *p, char *buf,
-                           size_t n)
+void px__plan_pipe_devices(const px__plan_ctx *ctx, const px_cost_pipeline *p, char *buf, size_t n)
 {
     size_t len = 0;
     buf[0] = 0;
@@ -124,23 +131,26 @@ double px__plan_replica_capacity(const px__plan_ctx *ctx, const px_cost_pipeline
     return isfinite(r) && r >= 1 ? r : 1;
 }
 
-double px__plan_score(const px__plan_ctx *ctx, const px_cost_estimate *e,
-                      const px_cost_pipeline *p)
+double px__plan_score(const px__plan_ctx *ctx, const px_cost_estimate *e, const px_cost_pipeline *p)
 {
     switch (ctx->req->objective) {
-    case PX_PLAN_OBJ_TTFT: return e->ttft_s;
-    case PX_PLAN_OBJ_THROUGHPUT: return -e->throughput * px__plan_replica_capacity(ctx, p);
+    case PX_PLAN_OBJ_TTFT:
+        return e->ttft_s;
+    case PX_PLAN_OBJ_THROUGHPUT:
+        return -e->throughput * px__plan_replica_capacity(ctx, p);
     case PX_PLAN_OBJ_TOKENS_PER_DOLLAR:
         /* Free devices cost nothing: then more tokens per second wins. */
         return e->usd_per_hour > 0 ? e->usd_per_token : -1e-30 * e->throughput;
-    case PX_PLAN_OBJ_JOULES_PER_TOKEN: return e->joules_per_token;
+    case PX_PLAN_OBJ_JOULES_PER_TOKEN:
+        return e->joules_per_token;
     case PX_PLAN_OBJ_LATENCY:
-    default: return e->tpot_s;
+    default:
+        return e->tpot_s;
     }
 }
 
-void px__plan_reject_add(px__plan_ctx *ctx, px__plan_reason r, uint64_t key,
-                         const char *devices, const char *cause, const char *fmt, ...)
+void px__plan_reject_add(px__plan_ctx *ctx, px__plan_reason r, uint64_t key, const char *devices,
+                         const char *cause, const char *fmt, ...)
 {
     for (size_t i = 0; i < ctx->n_rej; i++)
         if (ctx->rej[i].reason == r && ctx->rej[i].key == key)
@@ -212,7 +222,8 @@ px_verdict px__plan_check_structure(px__plan_ctx *ctx, const px_cost_pipeline *p
                 if (n_seen < PX_ARRAY_LEN(seen))
                     seen[n_seen++] = cl;
                 px_transform t = {.kind = PX_TRANSFORM_TENSOR_SPLIT,
-                                  .split = PX_SPLIT_REDUCTION, .devices = group,
+                                  .split = PX_SPLIT_REDUCTION,
+                                  .devices = group,
                                   .n_devices = s->tp};
                 px_contract_decision d;
                 if (px_contract_evaluate(ctx->contract, region, &t, NULL, 0, &d, NULL) != PX_OK)
@@ -322,8 +333,7 @@ static void fill_cand(px__plan_ctx *ctx, const px_cost_pipeline *p, const px_cos
 
 static uint64_t cand_key(const px_cost_pipeline *p, const px_cost_workload *wl)
 {
-    return px__plan_pipe_key(p) ^ ((uint64_t)wl->batch << 40) ^
-           ((uint64_t)wl->micro_batches << 52);
+    return px__plan_pipe_key(p) ^ ((uint64_t)wl->batch << 40) ^ ((uint64_t)wl->micro_batches << 52);
 }
 
 bool px__plan_evaluate(px__plan_ctx *ctx, const px_cost_pipeline *p, const px_cost_workload *wl,

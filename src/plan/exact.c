@@ -43,8 +43,8 @@ static void visit(enum_state *s, size_t len)
         px_status st = px__plan_dp_devices(s->session, devs, len, false, true, &pipe, &v, s->err);
         if (st == PX_OK) {
             px_cost_estimate *e = s->ctx->scratch;
-            if (px_cost_eval_pipeline(s->ctx->fleet, s->ctx->model, s->ctx->cp, &s->wl, &pipe,
-                                      NULL, e, NULL) == PX_OK &&
+            if (px_cost_eval_pipeline(s->ctx->fleet, s->ctx->model, s->ctx->cp, &s->wl, &pipe, NULL,
+                                      e, NULL) == PX_OK &&
                 e->why == PX_COST_OK && e->tpot_s < s->best)
                 s->best = e->tpot_s;
         } else if (st != PX_EINFEASIBLE) {
@@ -64,8 +64,7 @@ static void visit(enum_state *s, size_t len)
     }
 }
 
-px_status px_plan_exact(const px_plan_request *req, uint32_t max_devices, double *best,
-                        px_err *err)
+px_status px_plan_exact(const px_plan_request *req, uint32_t max_devices, double *best, px_err *err)
 {
     px_cost_fleet *f;
     px_cost_model *m;
@@ -85,9 +84,14 @@ px_status px_plan_exact(const px_plan_request *req, uint32_t max_devices, double
         }
         devs[n++] = i;
     }
-    enum_state s = {.ctx = &ctx, .devs = devs, .n = n,
-                    .max_len = PX_MIN((size_t)max_devices, n), .wl = yard_workload(ctx.req),
-                    .best = INFINITY, .st = PX_OK, .err = err};
+    enum_state s = {.ctx = &ctx,
+                    .devs = devs,
+                    .n = n,
+                    .max_len = PX_MIN((size_t)max_devices, n),
+                    .wl = yard_workload(ctx.req),
+                    .best = INFINITY,
+                    .st = PX_OK,
+                    .err = err};
     st = px__plan_dp_session_new(&ctx, &s.wl, &s.session, err);
     if (st == PX_OK) {
         visit(&s, 0);
@@ -133,9 +137,8 @@ static px_status linear_model(px__plan_ctx *ctx, const px_cost_workload *wl, lin
         const px_cost_device *d = &ctx->fleet->devices[i];
         px_hw_dtype cd;
         bool fb;
-        double peak = px_cost_compute_dtype(d, m->weight_dtype, m->act_dtype, &cd, &fb)
-                          ? d->peak[cd]
-                          : 0;
+        double peak =
+            px_cost_compute_dtype(d, m->weight_dtype, m->act_dtype, &cd, &fb) ? d->peak[cd] : 0;
         if (!ctx->usable[i] || peak <= 0) {
             ld[i].t_block = INFINITY;
             ld[i].cap = 0;
@@ -145,10 +148,11 @@ static px_status linear_model(px__plan_ctx *ctx, const px_cost_workload *wl, lin
                                per_flops / (peak * ctx->cp->eff_compute));
         ld[i].t_head = PX_MAX(m->head.attn_bytes / (d->mem_bw * ctx->cp->eff_mem),
                               head_flops / (peak * ctx->cp->eff_compute));
-        double over = (d->cls == PX_HW_CLASS_CPU ? ctx->cp->workspace_cpu : ctx->cp->workspace_gpu) +
-                      (!strcmp(d->backend, "cuda")  ? ctx->cp->runtime_cuda
-                       : !strcmp(d->backend, "emu") ? ctx->cp->runtime_emu
-                                                    : ctx->cp->runtime_cpu);
+        double over =
+            (d->cls == PX_HW_CLASS_CPU ? ctx->cp->workspace_cpu : ctx->cp->workspace_gpu) +
+            (!strcmp(d->backend, "cuda")  ? ctx->cp->runtime_cuda
+             : !strcmp(d->backend, "emu") ? ctx->cp->runtime_emu
+                                          : ctx->cp->runtime_cpu);
         ld[i].cap = d->mem_free * (1.0 - ctx->cp->headroom) - over;
     }
     (void)err;

@@ -69,7 +69,8 @@ static void cause_of(px__plan_ctx *ctx, const px_cost_pipeline *wp, const px_cos
             px__plan_fmt_time(l->stages[hop].xfer_s, a, sizeof a);
             px__plan_fmt_time(d_xfer, b, sizeof b);
             const char *kind = px_hw_link_kind_name(pa.kind);
-            snprintf(buf, n, "%s %s hop %s -> %s costs %s per token (%s more transfer than the plan)",
+            snprintf(buf, n,
+                     "%s %s hop %s -> %s costs %s per token (%s more transfer than the plan)",
                      strchr("aeiou", kind[0]) ? "an" : "a", kind, ctx->fleet->devices[da].id,
                      ctx->fleet->devices[db].id, a, b);
             return;
@@ -89,8 +90,8 @@ static void cause_of(px__plan_ctx *ctx, const px_cost_pipeline *wp, const px_cos
     uint32_t s = l->bind_stage < l->n_stages ? l->bind_stage : 0;
     px__plan_fmt_time(sum_compute(l), a, sizeof a);
     px__plan_fmt_time(sum_compute(w), b, sizeof b);
-    snprintf(buf, n, "its stages compute for %s per token against %s (slowest: %s, %s-bound)", a,
-             b, ctx->fleet->devices[lp->stages[s].devices[0]].id,
+    snprintf(buf, n, "its stages compute for %s per token against %s (slowest: %s, %s-bound)", a, b,
+             ctx->fleet->devices[lp->stages[s].devices[0]].id,
              px_cost_bind_name(l->stages[s].bind));
     (void)wp;
 }
@@ -199,8 +200,9 @@ json_t *px__plan_explanation(px__plan_ctx *ctx, const px__plan_result *r)
     char devs[160], a[32], b[32];
     px__plan_pipe_devices(ctx, wp, devs, sizeof devs);
     px__plan_fmt_time(r->tpot_p50, a, sizeof a);
-    say(arr, "objective %s: %s in %u stage%s, %u replica%s, batch %u, %s precision; %s per token "
-             "(p50), %.4g tokens/s",
+    say(arr,
+        "objective %s: %s in %u stage%s, %u replica%s, batch %u, %s precision; %s per token "
+        "(p50), %.4g tokens/s",
         px_plan_objective_name(ctx->req->objective), devs, wp->n_stages,
         wp->n_stages == 1 ? "" : "s", r->layout.n_replicas, r->layout.n_replicas == 1 ? "" : "s",
         r->layout.wl.batch, ctx->prec[r->layout.prec_index].label, a, r->throughput);
@@ -225,9 +227,9 @@ json_t *px__plan_explanation(px__plan_ctx *ctx, const px__plan_result *r)
         if (l->tpot_s < w->tpot_s * 0.999) {
             px__plan_fmt_time(l->tpot_s, a, sizeof a);
             px__plan_fmt_time(w->tpot_s, b, sizeof b);
-            len += (size_t)snprintf(terms + len, sizeof terms - len,
-                                    "%s it is faster per token (%s against %s)", len ? ";" : "", a,
-                                    b);
+            len +=
+                (size_t)snprintf(terms + len, sizeof terms - len,
+                                 "%s it is faster per token (%s against %s)", len ? ";" : "", a, b);
         }
         if (l->throughput > w->throughput * 1.001 && len < sizeof terms)
             len += (size_t)snprintf(terms + len, sizeof terms - len,
@@ -274,8 +276,9 @@ json_t *px__plan_explanation(px__plan_ctx *ctx, const px__plan_result *r)
             why = "said";
         }
         if (!why)
-            say(arr, "the fastest device %s is not used: no candidate with it fits or meets the "
-                     "contract (see rejected)",
+            say(arr,
+                "the fastest device %s is not used: no candidate with it fits or meets the "
+                "contract (see rejected)",
                 ctx->fleet->devices[fastest].id);
     }
     free(l);
@@ -286,11 +289,11 @@ json_t *px__plan_explanation(px__plan_ctx *ctx, const px__plan_result *r)
         say(arr, "decode is bound by transfers between stages (%s per token)", b);
     } else {
         say(arr, "decode is bound by %s on stage %u (%s, %s per step)",
-            px_cost_bind_name(w->stages[s].bind), s, ctx->fleet->devices[wp->stages[s].devices[0]].id,
-            a);
+            px_cost_bind_name(w->stages[s].bind), s,
+            ctx->fleet->devices[wp->stages[s].devices[0]].id, a);
     }
-    if (r->layout.n_replicas == 1 && (ctx->req->objective == PX_PLAN_OBJ_LATENCY ||
-                                      ctx->req->objective == PX_PLAN_OBJ_TTFT))
+    if (r->layout.n_replicas == 1 &&
+        (ctx->req->objective == PX_PLAN_OBJ_LATENCY || ctx->req->objective == PX_PLAN_OBJ_TTFT))
         say(arr, "one replica: no spare devices of the same classes to copy it onto without "
                  "changing its latency");
     if (r->verdict == PX_VERDICT_ALLOWED_AFTER_VALIDATION)
@@ -298,4 +301,3 @@ json_t *px__plan_explanation(px__plan_ctx *ctx, const px__plan_result *r)
                  "listed under contract before running it");
     return arr;
 }
-

@@ -4,8 +4,8 @@
 
 #include "plan/plan_impl.h"
 
-static const char *const objective_names[] = {"latency", "ttft", "throughput",
-                                              "tokens_per_dollar", "joules_per_token"};
+static const char *const objective_names[] = {"latency", "ttft", "throughput", "tokens_per_dollar",
+                                              "joules_per_token"};
 
 const char *px_plan_objective_name(px_plan_objective o)
 {
@@ -36,8 +36,7 @@ px_status px_plan_slo_parse(const char *text, px_plan_slo *slo, px_err *err)
         char *eq = strchr(item, '=');
         if (!eq)
             return px_err_set(err, PX_EINVAL,
-                              "--slo: \"%.64s\" is not KEY=VALUE (use tpot=50ms,ttft=500ms)",
-                              item);
+                              "--slo: \"%.64s\" is not KEY=VALUE (use tpot=50ms,ttft=500ms)", item);
         *eq = 0;
         px_qty q;
         px_err qerr;
@@ -157,7 +156,6 @@ static void resolve_request(const px_plan_request *req, px_plan_request *rq)
         rq->workload.gen_tokens = 256;
 }
 
-
 static void ctx_release(px__plan_ctx *ctx)
 {
     free(ctx->cdev);
@@ -204,10 +202,12 @@ static px_status ctx_init(px__plan_ctx *ctx, const px_plan_request *req, px_cost
         const px_hw_device *hd = &v->devices[d->hw_index];
         /* The plexus backends run fixed-order kernels, so devices count as
          * deterministic (listed among the assumptions). */
-        ctx->cdev[i] = (px_contract_device){
-            .id = d->id, .backend = d->backend, .vendor = hd->vendor,
-            .arch = hd->capability ? hd->capability : d->model, .deterministic = true,
-            .emulated = d->emulated};
+        ctx->cdev[i] = (px_contract_device){.id = d->id,
+                                            .backend = d->backend,
+                                            .vendor = hd->vendor,
+                                            .arch = hd->capability ? hd->capability : d->model,
+                                            .deterministic = true,
+                                            .emulated = d->emulated};
         bool compute = false;
         for (int t = 0; t < PX_HW_DTYPE_COUNT; t++)
             compute |= d->peak[t] > 0;
@@ -365,8 +365,8 @@ static px_status add_replicas(px__plan_ctx *ctx, px__plan_layout *l, px_err *err
         if (req->slo.budget_usd_h > 0 && usd + c.usd_per_hour > req->slo.budget_usd_h)
             break;
         /* A replica must not make the objective worse. */
-        if (req->objective == PX_PLAN_OBJ_TOKENS_PER_DOLLAR && usd > 0 &&
-            c.usd_per_hour > 0 && c.throughput / c.usd_per_hour < thr / usd * 0.999)
+        if (req->objective == PX_PLAN_OBJ_TOKENS_PER_DOLLAR && usd > 0 && c.usd_per_hour > 0 &&
+            c.throughput / c.usd_per_hour < thr / usd * 0.999)
             break;
         if (req->objective == PX_PLAN_OBJ_JOULES_PER_TOKEN &&
             c.joules_per_token > watts / thr * 1.001)
@@ -427,8 +427,8 @@ static px_status evaluate_layout(px__plan_ctx *ctx, px__plan_result *r, px_err *
     r->ttft_p50 = r->mc.ttft_s.p50 * k_ttft;
     r->ttft_p99 = r->mc.ttft_s.p99 * k_ttft;
     px_cost_lower_bound(ctx->fleet, ctx->model, ctx->cp, &l->wl, NULL, 0, &r->bound);
-    r->placed_bound_s = px_cost_pipeline_bound(ctx->fleet, ctx->model, ctx->cp, &l->wl,
-                                               &l->replicas[0]);
+    r->placed_bound_s =
+        px_cost_pipeline_bound(ctx->fleet, ctx->model, ctx->cp, &l->wl, &l->replicas[0]);
     r->contract = px__plan_contract_json(ctx, l, &r->verdict);
     if (!r->contract)
         return px_err_set(err, PX_ENOMEM, "out of memory judging the plan");
@@ -468,8 +468,8 @@ static px_status compute_fallbacks(px__plan_ctx *ctx, px__plan_result *r, px_err
                     fb->n_replicas = l->n_replicas - 1;
                     fb->tpot_s = r->est[i == 0 ? 1 : 0].tpot_s;
                     fb->throughput = r->throughput - r->est[i].throughput;
-                    snprintf(fb->note, sizeof fb->note, "drop replica %u; the other %u keep serving",
-                             i, l->n_replicas - 1);
+                    snprintf(fb->note, sizeof fb->note,
+                             "drop replica %u; the other %u keep serving", i, l->n_replicas - 1);
                     continue;
                 }
                 if (searches >= MAX_FALLBACK_SEARCHES) {
@@ -609,7 +609,8 @@ static px_status infeasible_error(px__plan_ctx *ctx, px_status st, px_err *err)
         if (ctx->usable[i])
             free_total += ctx->fleet->devices[i].mem_free * (1.0 - ctx->cp->headroom);
     for (uint32_t i = 0; i < ctx->model->n_layers; i++)
-        largest = PX_MAX(largest, ctx->model->layers[i].attn_bytes + ctx->model->layers[i].ffn_bytes);
+        largest =
+            PX_MAX(largest, ctx->model->layers[i].attn_bytes + ctx->model->layers[i].ffn_bytes);
     char need[32], have[32], blk[32];
     px__plan_fmt_bytes(ctx->model->total_bytes, need, sizeof need);
     px__plan_fmt_bytes(free_total, have, sizeof have);

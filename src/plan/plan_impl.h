@@ -4,10 +4,10 @@
 
 #include "plexus/plan.h"
 
-#define PX__PLAN_MAX_PREC 4
-#define PX__PLAN_POOL 48
+#define PX__PLAN_MAX_PREC   4
+#define PX__PLAN_POOL       48
 #define PX__PLAN_MAX_REJECT 256
-#define PX__PLAN_SEQ_UNITS 64
+#define PX__PLAN_SEQ_UNITS  64
 
 /* Why a candidate lost, machine-readable (docs/formats/plan.md). */
 typedef enum px__plan_reason {
@@ -72,8 +72,8 @@ typedef struct px__plan_layout {
 } px__plan_layout;
 
 typedef struct px__plan_ctx {
-    const px_plan_request *req;  /* points at resolved */
-    px_plan_request resolved;    /* the request with defaults filled in */
+    const px_plan_request *req; /* points at resolved */
+    px_plan_request resolved;   /* the request with defaults filled in */
     px_cost_fleet *fleet;
     const px_cost_model *model;
     const px_cost_params *cp;
@@ -90,8 +90,8 @@ typedef struct px__plan_ctx {
     px__plan_reject *rej;
     size_t n_rej;
     size_t n_evaluated;
-    px_cost_estimate *scratch;   /* one estimate for evaluations */
-    px_strbuf notes;             /* lines for the explanation */
+    px_cost_estimate *scratch; /* one estimate for evaluations */
+    px_strbuf notes;           /* lines for the explanation */
 } px__plan_ctx;
 
 typedef px_status (*px__plan_place_fn)(px__plan_ctx *ctx, px__plan_layout *out, px_err *err);
@@ -103,8 +103,7 @@ void px__plan_layout_release(px__plan_layout *l);
 /* Candidates: evaluate a pipeline under the request (contract cuts,
  * SLO, budget), score it, keep it in the pool or record its rejection. */
 uint64_t px__plan_pipe_key(const px_cost_pipeline *p);
-void px__plan_pipe_devices(const px__plan_ctx *ctx, const px_cost_pipeline *p, char *buf,
-                           size_t n);
+void px__plan_pipe_devices(const px__plan_ctx *ctx, const px_cost_pipeline *p, char *buf, size_t n);
 /* Scores an evaluated estimate by the objective: lower is better. */
 /* For throughput the pipeline counts as often as the fleet could copy it
  * (replicas of the same device classes), so small pipelines that replicate
@@ -119,9 +118,8 @@ bool px__plan_evaluate(px__plan_ctx *ctx, const px_cost_pipeline *p, const px_co
 /* Returns true when it entered the pool. */
 bool px__plan_consider(px__plan_ctx *ctx, const px_cost_pipeline *p, const px_cost_workload *wl,
                        uint32_t prec_index, const char *origin);
-void px__plan_reject_add(px__plan_ctx *ctx, px__plan_reason r, uint64_t key,
-                         const char *devices, const char *cause, const char *fmt, ...)
-    PX_PRINTF(6, 7);
+void px__plan_reject_add(px__plan_ctx *ctx, px__plan_reason r, uint64_t key, const char *devices,
+                         const char *cause, const char *fmt, ...) PX_PRINTF(6, 7);
 /* The contract's verdict on the cuts and splits of a pipeline: FORBIDDEN
  * fills msg. */
 px_verdict px__plan_check_structure(px__plan_ctx *ctx, const px_cost_pipeline *p, char *msg,
@@ -132,8 +130,7 @@ px_status px__plan_precisions(px__plan_ctx *ctx, px_err *err);
 /* {"name", "digest", "verdict", "decisions": [...]} for a layout: every
  * transformation it applies, judged on the regions it touches.  *verdict
  * gets the most restrictive.  New reference; NULL on allocation failure. */
-json_t *px__plan_contract_json(px__plan_ctx *ctx, const px__plan_layout *l,
-                               px_verdict *verdict);
+json_t *px__plan_contract_json(px__plan_ctx *ctx, const px__plan_layout *l, px_verdict *verdict);
 
 /* A device sequence the layer search runs on. */
 typedef struct px__plan_seq {
@@ -157,8 +154,8 @@ px_status px__plan_make_sequences(px__plan_ctx *ctx, const px__plan_unit *units,
 void px__plan_order_by_speed(const px__plan_unit *units, size_t nu, uint32_t *order);
 
 /* The search (plexus policy) and its parts. */
-px_status px__plan_units(px__plan_ctx *ctx, const bool *excluded, px__plan_unit **out,
-                         size_t *n, px_err *err);
+px_status px__plan_units(px__plan_ctx *ctx, const bool *excluded, px__plan_unit **out, size_t *n,
+                         px_err *err);
 px_status px__plan_search_plexus(px__plan_ctx *ctx, px__plan_layout *out, px_err *err);
 /* Best single pipeline on the devices not excluded, at a fixed workload
  * and precision (used for replicas and fallbacks).  PX_EINFEASIBLE. */
@@ -194,8 +191,8 @@ px_cost_stage px__plan_stage(const px__plan_ctx *ctx, const uint32_t *devices, u
                              int32_t first, int32_t last, uint32_t prec_index);
 /* Splits n_layers over n shares proportional to weights (largest
  * remainder, at least min_each each when possible) into counts. */
-void px__plan_split_layers(const double *weights, size_t n, uint32_t n_layers,
-                           uint32_t min_each, uint32_t *counts);
+void px__plan_split_layers(const double *weights, size_t n, uint32_t n_layers, uint32_t min_each,
+                           uint32_t *counts);
 /* Builds a pipeline from per-device layer counts (devices in order, counts
  * may be 0 for a device that holds none). */
 void px__plan_pipeline_from_counts(const px__plan_ctx *ctx, const uint32_t *devices,
@@ -230,8 +227,8 @@ typedef struct px__plan_baseline {
 /* Everything the document is built from. */
 typedef struct px__plan_result {
     px__plan_layout layout;
-    px_cost_estimate *est;   /* one per replica */
-    px_cost_uncertain mc;    /* replica 0 */
+    px_cost_estimate *est; /* one per replica */
+    px_cost_uncertain mc;  /* replica 0 */
     double throughput, usd_per_hour, power_w, p_fail;
     double tpot_p50, tpot_p99, ttft_p50, ttft_p99;
     px_cost_bound bound;
@@ -240,7 +237,7 @@ typedef struct px__plan_result {
     size_t n_fb;
     px__plan_baseline bl[8];
     size_t n_bl;
-    json_t *contract;        /* owned */
+    json_t *contract; /* owned */
     px_verdict verdict;
     const char *policy;
 } px__plan_result;

@@ -173,11 +173,9 @@ static json_t *stage_json(const px__plan_ctx *ctx, const px_cost_pipeline *p, ui
         px_json_set(pred, "transfer_s_per_token", num(se->xfer_s)))
         goto fail;
     bool offload = d0->cls == PX_HW_CLASS_CPU && any_accel(ctx, p);
-    if (px_json_set(o, "index", json_integer(i)) ||
-        px_json_set(o, "devices", device_ids(ctx, s)) ||
+    if (px_json_set(o, "index", json_integer(i)) || px_json_set(o, "devices", device_ids(ctx, s)) ||
         px_json_set(o, "backend", json_string(d0->backend)) ||
-        px_json_set(o, "emulated", json_boolean(emulated)) ||
-        px_json_set(o, "layers", layers)) {
+        px_json_set(o, "emulated", json_boolean(emulated)) || px_json_set(o, "layers", layers)) {
         layers = NULL;
         goto fail;
     }
@@ -229,11 +227,16 @@ static json_t *reject_json(const px__plan_reject *x)
 static int reason_rank(px__plan_reason r)
 {
     switch (r) {
-    case PX__REJ_DOMINATED: return 0;
-    case PX__REJ_SLO: return 1;
-    case PX__REJ_CONTRACT: return 2;
-    case PX__REJ_MEMORY: return 3;
-    default: return 4;
+    case PX__REJ_DOMINATED:
+        return 0;
+    case PX__REJ_SLO:
+        return 1;
+    case PX__REJ_CONTRACT:
+        return 2;
+    case PX__REJ_MEMORY:
+        return 3;
+    default:
+        return 4;
     }
 }
 
@@ -322,12 +325,12 @@ static json_t *binding_json(px__plan_ctx *ctx, const px__plan_result *r)
         goto fail;
     const px_plan_slo *slo = &ctx->req->slo;
     if (slo->tpot_s > 0 && r->tpot_p99 >= 0.8 * slo->tpot_s &&
-        px_json_push(arr, json_pack("{s:s, s:o, s:o}", "kind", "slo-tpot", "p99",
-                                    num(r->tpot_p99), "limit", num(slo->tpot_s))))
+        px_json_push(arr, json_pack("{s:s, s:o, s:o}", "kind", "slo-tpot", "p99", num(r->tpot_p99),
+                                    "limit", num(slo->tpot_s))))
         goto fail;
     if (slo->ttft_s > 0 && r->ttft_p99 >= 0.8 * slo->ttft_s &&
-        px_json_push(arr, json_pack("{s:s, s:o, s:o}", "kind", "slo-ttft", "p99",
-                                    num(r->ttft_p99), "limit", num(slo->ttft_s))))
+        px_json_push(arr, json_pack("{s:s, s:o, s:o}", "kind", "slo-ttft", "p99", num(r->ttft_p99),
+                                    "limit", num(slo->ttft_s))))
         goto fail;
     if (slo->budget_usd_h > 0 && r->usd_per_hour >= 0.8 * slo->budget_usd_h &&
         px_json_push(arr, json_pack("{s:s, s:o, s:o}", "kind", "budget", "usd_per_hour",
@@ -348,14 +351,13 @@ static json_t *model_json(const px__plan_ctx *ctx)
     const px_cost_model *m = ctx->model;
     const char *src = "preset";
     if (m->ir)
-        src = px_ir_model_source(m->ir) == PX_IR_SOURCE_GGUF     ? "gguf"
+        src = px_ir_model_source(m->ir) == PX_IR_SOURCE_GGUF      ? "gguf"
               : px_ir_model_source(m->ir) == PX_IR_SOURCE_LLAMA2C ? "llama2c"
                                                                   : "preset";
     return json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:o, s:s}", "name", m->name, "id", m->id,
                      "arch", px_ir_arch_name(m->arch), "source", src, "blocks",
-                     (json_int_t)m->n_layers, "parameters", num(m->total_params),
-                     "weight_bytes", num(m->total_bytes), "weight_dtype",
-                     px_dtype_name(m->weight_dtype));
+                     (json_int_t)m->n_layers, "parameters", num(m->total_params), "weight_bytes",
+                     num(m->total_bytes), "weight_dtype", px_dtype_name(m->weight_dtype));
 }
 
 static json_t *predictions_json(const px__plan_ctx *ctx, const px__plan_result *r)
@@ -392,8 +394,9 @@ static json_t *predictions_json(const px__plan_ctx *ctx, const px__plan_result *
         return NULL;
     }
     if (ctx->model->dit &&
-        (px_json_set(o, "unit", json_string("DiT: tpot is one denoising step of the batch, ttft "
-                                            "one whole sample, throughput samples per second")))) {
+        (px_json_set(o, "unit",
+                     json_string("DiT: tpot is one denoising step of the batch, ttft "
+                                 "one whole sample, throughput samples per second")))) {
         json_decref(o);
         return NULL;
     }
@@ -482,19 +485,19 @@ static json_t *replicas_json(const px__plan_ctx *ctx, const px__plan_result *r)
         const px_cost_pipeline *p = &r->layout.replicas[i];
         json_t *stages = json_array();
         for (uint32_t s = 0; stages && s < p->n_stages; s++) {
-            json_t *st = json_pack("{s:i, s:o, s:{s:i, s:i}, s:i}", "index", (json_int_t)s,
-                                   "devices", device_ids(ctx, &p->stages[s]), "layers", "first",
-                                   (json_int_t)p->stages[s].first, "last",
-                                   (json_int_t)p->stages[s].last, "tensor_parallel",
-                                   (json_int_t)p->stages[s].tp);
+            json_t *st =
+                json_pack("{s:i, s:o, s:{s:i, s:i}, s:i}", "index", (json_int_t)s, "devices",
+                          device_ids(ctx, &p->stages[s]), "layers", "first",
+                          (json_int_t)p->stages[s].first, "last", (json_int_t)p->stages[s].last,
+                          "tensor_parallel", (json_int_t)p->stages[s].tp);
             if (px_json_push(stages, st)) {
                 json_decref(stages);
                 stages = NULL;
             }
         }
-        json_t *o = json_pack("{s:i, s:o, s:o, s:o}", "index", (json_int_t)i, "stages", stages,
-                              "tpot_s", num(r->est[i].tpot_s), "throughput",
-                              num(r->est[i].throughput));
+        json_t *o =
+            json_pack("{s:i, s:o, s:o, s:o}", "index", (json_int_t)i, "stages", stages, "tpot_s",
+                      num(r->est[i].tpot_s), "throughput", num(r->est[i].throughput));
         if (px_json_push(arr, o)) {
             json_decref(arr);
             return NULL;
@@ -535,29 +538,28 @@ json_t *px__plan_document(px__plan_ctx *ctx, px__plan_result *r)
         px_json_set(doc, "emulated", json_boolean(px__plan_layout_emulated(ctx, &r->layout))) ||
         px_json_set(doc, "model", model_json(ctx)) ||
         px_json_set(doc, "inventory",
-                    json_pack("{s:s, s:s, s:i, s:b}", "name", v->name ? v->name : "",
-                              "digest", ctx->fleet->digest, "devices",
-                              (json_int_t)ctx->fleet->n_devices, "emulated",
-                              ctx->fleet->emulated)) ||
+                    json_pack("{s:s, s:s, s:i, s:b}", "name", v->name ? v->name : "", "digest",
+                              ctx->fleet->digest, "devices", (json_int_t)ctx->fleet->n_devices,
+                              "emulated", ctx->fleet->emulated)) ||
         px_json_set(doc, "contract", cc) || px_json_set(doc, "objective", objective) ||
         px_json_set(doc, "workload",
                     json_pack("{s:i, s:i, s:i, s:i, s:i}", "batch", (json_int_t)wl->batch,
-                              "micro_batches", (json_int_t)PX_MAX(wl->micro_batches, 1u),
-                              "context", (json_int_t)wl->context, "prompt_tokens",
+                              "micro_batches", (json_int_t)PX_MAX(wl->micro_batches, 1u), "context",
+                              (json_int_t)wl->context, "prompt_tokens",
                               (json_int_t)wl->prompt_tokens, "gen_tokens",
                               (json_int_t)wl->gen_tokens)) ||
         px_json_set(doc, "batching",
                     json_pack("{s:i, s:i, s:i, s:i}", "batch_per_replica", (json_int_t)wl->batch,
                               "micro_batches", (json_int_t)PX_MAX(wl->micro_batches, 1u),
-                              "replicas", (json_int_t)r->layout.n_replicas,
-                              "sequences_in_flight",
+                              "replicas", (json_int_t)r->layout.n_replicas, "sequences_in_flight",
                               (json_int_t)wl->batch * r->layout.n_replicas)) ||
         px_json_set(doc, "precision", precision_json(ctx, &ctx->prec[r->layout.prec_index].prec)) ||
         px_json_set(doc, "stages", stages) || px_json_set(doc, "replicas", replicas_json(ctx, r)) ||
         px_json_set(doc, "predictions", predictions_json(ctx, r)) ||
         px_json_set(doc, "lower_bound", bound_json(r)) ||
         px_json_set(doc, "binding", binding_json(ctx, r)) ||
-        px_json_set(doc, "assumptions", px_cost_assumptions_json(ctx->fleet, ctx->model, ctx->cp)) ||
+        px_json_set(doc, "assumptions",
+                    px_cost_assumptions_json(ctx->fleet, ctx->model, ctx->cp)) ||
         px_json_set(doc, "explanation", px__plan_explanation(ctx, r)) ||
         px_json_set(doc, "rejected", rejected_json(ctx)) ||
         px_json_set(doc, "fallbacks", fallbacks_json(ctx, r)) ||
@@ -568,15 +570,16 @@ json_t *px__plan_document(px__plan_ctx *ctx, px__plan_result *r)
         return NULL;
     }
     if (px__plan_layout_emulated(ctx, &r->layout) &&
-        px_json_set(doc, "notice", json_string("plan for emulated or simulated devices: no claim "
-                                               "about real hardware"))) {
+        px_json_set(doc, "notice",
+                    json_string("plan for emulated or simulated devices: no claim "
+                                "about real hardware"))) {
         json_decref(doc);
         return NULL;
     }
     json_t *assumptions = json_object_get(doc, "assumptions");
-    json_t *extra = json_pack("{s:s, s:s, s:s}", "name", "kernel determinism", "value",
-                              "deterministic", "source",
-                              "assumed: the plexus backends run fixed-order kernels");
+    json_t *extra =
+        json_pack("{s:s, s:s, s:s}", "name", "kernel determinism", "value", "deterministic",
+                  "source", "assumed: the plexus backends run fixed-order kernels");
     if (!assumptions || px_json_push(assumptions, extra)) {
         json_decref(doc);
         return NULL;

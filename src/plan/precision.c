@@ -16,10 +16,14 @@ enum {
 static unsigned kind_bit(px_ir_region_kind k)
 {
     switch (k) {
-    case PX_IR_REGION_EMBEDDING: return R_EMBED;
-    case PX_IR_REGION_ATTENTION: return R_ATTN;
-    case PX_IR_REGION_FFN: return R_FFN;
-    default: return R_HEAD;
+    case PX_IR_REGION_EMBEDDING:
+        return R_EMBED;
+    case PX_IR_REGION_ATTENTION:
+        return R_ATTN;
+    case PX_IR_REGION_FFN:
+        return R_FFN;
+    default:
+        return R_HEAD;
     }
 }
 
@@ -44,11 +48,16 @@ static const char **region_names(const px_cost_model *m, unsigned kinds, size_t 
 static const char *kinds_text(unsigned kinds)
 {
     switch (kinds) {
-    case R_ALL: return "every region";
-    case R_ATTN: return "layer.*.attention";
-    case R_FFN: return "layer.*.ffn";
-    case R_ATTN | R_EMBED | R_HEAD: return "embedding, layer.*.attention, head";
-    default: return "some regions";
+    case R_ALL:
+        return "every region";
+    case R_ATTN:
+        return "layer.*.attention";
+    case R_FFN:
+        return "layer.*.ffn";
+    case R_ATTN | R_EMBED | R_HEAD:
+        return "embedding, layer.*.attention, head";
+    default:
+        return "some regions";
     }
 }
 
@@ -67,8 +76,7 @@ static px_verdict judge(px__plan_ctx *ctx, const px_transform *t, unsigned kinds
     }
     px_contract_decision d;
     px_err err;
-    if (px_contract_evaluate_all(ctx->contract, names, n_names, t, 1, NULL, 0, &d, &err) !=
-        PX_OK) {
+    if (px_contract_evaluate_all(ctx->contract, names, n_names, t, 1, NULL, 0, &d, &err) != PX_OK) {
         snprintf(msg, n, "%s", err.msg);
         free(names);
         return v;
@@ -97,19 +105,20 @@ px_status px__plan_precisions(px__plan_ctx *ctx, px_err *err)
 {
     (void)err;
     const px_cost_model *m = ctx->model;
-    px_cost_precision cur = {.weights = PX_DTYPE_COUNT_, .ffn_weights = PX_DTYPE_COUNT_,
-                             .activations = m->act_dtype, .kv = m->kv_dtype};
+    px_cost_precision cur = {.weights = PX_DTYPE_COUNT_,
+                             .ffn_weights = PX_DTYPE_COUNT_,
+                             .activations = m->act_dtype,
+                             .kv = m->kv_dtype};
     ctx->n_prec = 0;
-    ctx->prec[ctx->n_prec++] = (px__plan_prec){.prec = cur, .label = "stored",
-                                               .verdict = PX_VERDICT_ALLOWED};
+    ctx->prec[ctx->n_prec++] =
+        (px__plan_prec){.prec = cur, .label = "stored", .verdict = PX_VERDICT_ALLOWED};
     if (ctx->implied_contract)
         return PX_OK;
     const step steps[] = {
         {"bf16 activations", PX_TENSORS_ACTIVATIONS, R_ALL, PX_DTYPE_BF16},
         {"f16 KV cache", PX_TENSORS_KV, R_ATTN, PX_DTYPE_F16},
         {"fp8 FFN weights", PX_TENSORS_WEIGHTS, R_FFN, PX_DTYPE_FP8_E4M3},
-        {"fp8 attention weights", PX_TENSORS_WEIGHTS, R_ATTN | R_EMBED | R_HEAD,
-         PX_DTYPE_FP8_E4M3},
+        {"fp8 attention weights", PX_TENSORS_WEIGHTS, R_ATTN | R_EMBED | R_HEAD, PX_DTYPE_FP8_E4M3},
         {"fp8 KV cache", PX_TENSORS_KV, R_ATTN, PX_DTYPE_FP8_E4M3},
     };
     px_verdict worst = PX_VERDICT_ALLOWED;
@@ -129,13 +138,15 @@ px_status px__plan_precisions(px__plan_ctx *ctx, px_err *err)
             continue;
         if (!lowers(from, s->to))
             continue;
-        px_transform t = {.kind = PX_TRANSFORM_PRECISION, .tensors = s->tensors,
-                          .from_dtype = px_dtype_name(from), .to_dtype = px_dtype_name(s->to)};
+        px_transform t = {.kind = PX_TRANSFORM_PRECISION,
+                          .tensors = s->tensors,
+                          .from_dtype = px_dtype_name(from),
+                          .to_dtype = px_dtype_name(s->to)};
         char msg[320];
         px_verdict v = judge(ctx, &t, s->kinds, msg, sizeof msg, NULL);
         if (v == PX_VERDICT_FORBIDDEN) {
-            px__plan_reject_add(ctx, PX__REJ_CONTRACT, px_hash64(s->label, strlen(s->label)),
-                                "", NULL, "%s on %s: %s", s->label, kinds_text(s->kinds), msg);
+            px__plan_reject_add(ctx, PX__REJ_CONTRACT, px_hash64(s->label, strlen(s->label)), "",
+                                NULL, "%s on %s: %s", s->label, kinds_text(s->kinds), msg);
             continue;
         }
         if (v > worst)
@@ -172,8 +183,8 @@ px_status px__plan_precisions(px__plan_ctx *ctx, px_err *err)
     return PX_OK;
 }
 
-static px_status add_decision(json_t *arr, const char *what, const char *regions,
-                              json_t *decision, px_verdict *worst, px_verdict v)
+static px_status add_decision(json_t *arr, const char *what, const char *regions, json_t *decision,
+                              px_verdict *worst, px_verdict v)
 {
     json_t *o = json_object();
     if (!o || !decision) {
@@ -182,8 +193,7 @@ static px_status add_decision(json_t *arr, const char *what, const char *regions
         return PX_ENOMEM;
     }
     if (px_json_set(o, "transformation", json_string(what)) ||
-        px_json_set(o, "regions", json_string(regions)) ||
-        px_json_set(o, "decision", decision)) {
+        px_json_set(o, "regions", json_string(regions)) || px_json_set(o, "decision", decision)) {
         json_decref(o);
         return PX_ENOMEM;
     }
@@ -193,13 +203,15 @@ static px_status add_decision(json_t *arr, const char *what, const char *regions
 }
 
 static px_status judge_precision(px__plan_ctx *ctx, json_t *arr, px_verdict *worst,
-                                 const char *what, unsigned tensors, unsigned kinds,
-                                 px_dtype from, px_dtype to)
+                                 const char *what, unsigned tensors, unsigned kinds, px_dtype from,
+                                 px_dtype to)
 {
     if (to >= PX_DTYPE_COUNT_ || from == to)
         return PX_OK;
-    px_transform t = {.kind = PX_TRANSFORM_PRECISION, .tensors = tensors,
-                      .from_dtype = px_dtype_name(from), .to_dtype = px_dtype_name(to)};
+    px_transform t = {.kind = PX_TRANSFORM_PRECISION,
+                      .tensors = tensors,
+                      .from_dtype = px_dtype_name(from),
+                      .to_dtype = px_dtype_name(to)};
     char msg[320];
     json_t *dj = NULL;
     px_verdict v = judge(ctx, &t, kinds, msg, sizeof msg, &dj);
@@ -208,8 +220,7 @@ static px_status judge_precision(px__plan_ctx *ctx, json_t *arr, px_verdict *wor
     return add_decision(arr, what, kinds_text(kinds), dj, worst, v);
 }
 
-json_t *px__plan_contract_json(px__plan_ctx *ctx, const px__plan_layout *l,
-                               px_verdict *verdict)
+json_t *px__plan_contract_json(px__plan_ctx *ctx, const px__plan_layout *l, px_verdict *verdict)
 {
     json_t *o = json_object();
     json_t *arr = json_array();
@@ -221,12 +232,11 @@ json_t *px__plan_contract_json(px__plan_ctx *ctx, const px__plan_layout *l,
     const px_cost_precision *pr = &ctx->prec[l->prec_index].prec;
     if (judge_precision(ctx, arr, &worst, "activations", PX_TENSORS_ACTIVATIONS, R_ALL,
                         m->act_dtype, pr->activations) ||
-        judge_precision(ctx, arr, &worst, "kv-cache", PX_TENSORS_KV, R_ATTN, m->kv_dtype,
-                        pr->kv) ||
-        judge_precision(ctx, arr, &worst, "ffn-weights", PX_TENSORS_WEIGHTS, R_FFN,
-                        m->weight_dtype, pr->ffn_weights) ||
-        judge_precision(ctx, arr, &worst, "weights", PX_TENSORS_WEIGHTS,
-                        R_ATTN | R_EMBED | R_HEAD, m->weight_dtype, pr->weights))
+        judge_precision(ctx, arr, &worst, "kv-cache", PX_TENSORS_KV, R_ATTN, m->kv_dtype, pr->kv) ||
+        judge_precision(ctx, arr, &worst, "ffn-weights", PX_TENSORS_WEIGHTS, R_FFN, m->weight_dtype,
+                        pr->ffn_weights) ||
+        judge_precision(ctx, arr, &worst, "weights", PX_TENSORS_WEIGHTS, R_ATTN | R_EMBED | R_HEAD,
+                        m->weight_dtype, pr->weights))
         goto fail;
     /* Cuts and splits of every replica. */
     for (uint32_t r = 0; r < l->n_replicas; r++) {

@@ -49,16 +49,16 @@ px_status px_plan_report(const px_plan *p, px_strbuf *sb)
     px_strbuf_addf(sb, "plan %.12s  policy %s  objective %s\n", p->id, getstr(doc, "policy"),
                    getstr(obj, "name"));
     px__plan_fmt_bytes(getnum(model, "weight_bytes"), a, sizeof a);
-    px_strbuf_addf(sb, "model %s (%s, %d blocks, %s %s) on %s (%d devices)\n",
-                   getstr(model, "name"), getstr(model, "id"), (int)getnum(model, "blocks"), a,
-                   getstr(model, "weight_dtype"),
-                   getstr(inv, "name")[0] ? getstr(inv, "name") : "inventory",
-                   (int)getnum(inv, "devices"));
+    px_strbuf_addf(
+        sb, "model %s (%s, %d blocks, %s %s) on %s (%d devices)\n", getstr(model, "name"),
+        getstr(model, "id"), (int)getnum(model, "blocks"), a, getstr(model, "weight_dtype"),
+        getstr(inv, "name")[0] ? getstr(inv, "name") : "inventory", (int)getnum(inv, "devices"));
     if (json_is_true(json_object_get(doc, "emulated")))
         px_strbuf_adds(sb, "EMULATED: these devices are emulated or simulated; the figures "
                            "describe the emulated hardware, not real hardware\n");
-    px_strbuf_addf(sb, "workload: batch %d x %d replica(s), %d micro-batch(es), context %d, "
-                       "prompt %d, %d new tokens; contract %s (%s)\n\n",
+    px_strbuf_addf(sb,
+                   "workload: batch %d x %d replica(s), %d micro-batch(es), context %d, "
+                   "prompt %d, %d new tokens; contract %s (%s)\n\n",
                    (int)getnum(wl, "batch"),
                    (int)getnum(json_object_get(doc, "batching"), "replicas"),
                    (int)getnum(wl, "micro_batches"), (int)getnum(wl, "context"),
@@ -66,8 +66,8 @@ px_status px_plan_report(const px_plan *p, px_strbuf *sb)
                    getstr(json_object_get(doc, "contract"), "name"),
                    getstr(json_object_get(doc, "contract"), "verdict"));
     px_strbuf_addf(sb, "%-5s %-28s %-7s %-9s %-3s %-4s %-2s %-24s %-6s %-12s %s\n", "stage",
-                   "devices", "backend", "layers", "emb", "head", "tp",
-                   "weights/ffn/act/kv", "kv", "decode p50", "prefill p50");
+                   "devices", "backend", "layers", "emb", "head", "tp", "weights/ffn/act/kv", "kv",
+                   "decode p50", "prefill p50");
     const json_t *stages = json_object_get(doc, "stages");
     size_t i;
     const json_t *st;
@@ -79,8 +79,8 @@ px_status px_plan_report(const px_plan *p, px_strbuf *sb)
         const json_t *d;
         json_array_foreach(json_object_get(st, "devices"), k, d)
         {
-            int w = snprintf(devs + len, sizeof devs - len, "%s%s", k ? "+" : "",
-                             json_string_value(d));
+            int w =
+                snprintf(devs + len, sizeof devs - len, "%s%s", k ? "+" : "", json_string_value(d));
             if (w < 0 || (size_t)w >= sizeof devs - len)
                 break;
             len += (size_t)w;
@@ -94,13 +94,13 @@ px_status px_plan_report(const px_plan *p, px_strbuf *sb)
             snprintf(layers, sizeof layers, "%d-%d", first, last);
         const json_t *pr = json_object_get(st, "precision");
         char prec[64];
-        snprintf(prec, sizeof prec, "%s/%s/%s/%s", getstr(pr, "weights"),
-                 getstr(pr, "ffn_weights"), getstr(pr, "activations"), getstr(pr, "kv"));
+        snprintf(prec, sizeof prec, "%s/%s/%s/%s", getstr(pr, "weights"), getstr(pr, "ffn_weights"),
+                 getstr(pr, "activations"), getstr(pr, "kv"));
         const json_t *pred = json_object_get(st, "predicted");
         t(getnum(json_object_get(pred, "decode_s_per_token"), "p50"), a, sizeof a);
         t(getnum(json_object_get(pred, "prefill_s"), "p50"), b, sizeof b);
-        px_strbuf_addf(sb, "%-5d %-28s %-7s %-9s %-3s %-4s %-2d %-24s %-6s %-12s %s%s%s\n",
-                       (int)i, devs, getstr(st, "backend"), layers,
+        px_strbuf_addf(sb, "%-5d %-28s %-7s %-9s %-3s %-4s %-2d %-24s %-6s %-12s %s%s%s\n", (int)i,
+                       devs, getstr(st, "backend"), layers,
                        json_is_true(json_object_get(st, "embedding")) ? "y" : "-",
                        json_is_true(json_object_get(st, "head")) ? "y" : "-",
                        (int)getnum(st, "tensor_parallel"), prec, getstr(st, "kv_placement"), a, b,
@@ -113,8 +113,9 @@ px_status px_plan_report(const px_plan *p, px_strbuf *sb)
     add_interval(sb, "time to first token", json_object_get(pred, "ttft_s"), true);
     add_interval(sb, "throughput (tokens/s)", json_object_get(pred, "throughput_tokens_per_s"),
                  false);
-    px_strbuf_addf(sb, "  energy %.3g J/token, power %.4g W, cost %.4g $/h", getnum(pred, "joules_per_token"),
-                   getnum(pred, "power_w"), getnum(pred, "usd_per_hour"));
+    px_strbuf_addf(sb, "  energy %.3g J/token, power %.4g W, cost %.4g $/h",
+                   getnum(pred, "joules_per_token"), getnum(pred, "power_w"),
+                   getnum(pred, "usd_per_hour"));
     if (getnum(pred, "tokens_per_dollar") > 0)
         px_strbuf_addf(sb, " (%.4g tokens/$)", getnum(pred, "tokens_per_dollar"));
     px_strbuf_addf(sb, ", failure within %.3g h: %.3g%%\n",
@@ -125,8 +126,9 @@ px_status px_plan_report(const px_plan *p, px_strbuf *sb)
     const json_t *lb = json_object_get(doc, "lower_bound");
     t(getnum(lb, "tpot_s"), a, sizeof a);
     t(getnum(lb, "placed_tpot_s"), b, sizeof b);
-    px_strbuf_addf(sb, "lower bound: %s per token on the whole fleet (plan reaches %.0f%% of it); "
-                       "%s on these stages (%.0f%%)\n",
+    px_strbuf_addf(sb,
+                   "lower bound: %s per token on the whole fleet (plan reaches %.0f%% of it); "
+                   "%s on these stages (%.0f%%)\n",
                    a, 100.0 * getnum(lb, "fraction"), b, 100.0 * getnum(lb, "placed_fraction"));
     px_strbuf_adds(sb, "\nwhy:\n");
     const json_t *e;
@@ -174,11 +176,11 @@ px_status px_plan_report(const px_plan *p, px_strbuf *sb)
                 continue;
             }
             t(getnum(x, "tpot_s"), a, sizeof a);
-            px_strbuf_addf(sb, "  %-12s tpot %-10s %8.4g tokens/s  plexus: %.2fx per token, "
-                               "%.2fx throughput%s%s\n",
+            px_strbuf_addf(sb,
+                           "  %-12s tpot %-10s %8.4g tokens/s  plexus: %.2fx per token, "
+                           "%.2fx throughput%s%s\n",
                            getstr(x, "policy"), a, getnum(x, "throughput"),
-                           getnum(x, "plexus_speedup_tpot"),
-                           getnum(x, "plexus_speedup_throughput"),
+                           getnum(x, "plexus_speedup_tpot"), getnum(x, "plexus_speedup_throughput"),
                            json_is_true(json_object_get(x, "contract_ok")) ? ""
                                                                            : "  (violates the "
                                                                              "contract)",
@@ -215,11 +217,21 @@ static void xml_text(px_strbuf *sb, const char *s)
 {
     for (; *s; s++) {
         switch (*s) {
-        case '<': px_strbuf_adds(sb, "&lt;"); break;
-        case '>': px_strbuf_adds(sb, "&gt;"); break;
-        case '&': px_strbuf_adds(sb, "&amp;"); break;
-        case '"': px_strbuf_adds(sb, "&quot;"); break;
-        default: px_strbuf_addch(sb, *s); break;
+        case '<':
+            px_strbuf_adds(sb, "&lt;");
+            break;
+        case '>':
+            px_strbuf_adds(sb, "&gt;");
+            break;
+        case '&':
+            px_strbuf_adds(sb, "&amp;");
+            break;
+        case '"':
+            px_strbuf_adds(sb, "&quot;");
+            break;
+        default:
+            px_strbuf_addch(sb, *s);
+            break;
         }
     }
 }
@@ -285,8 +297,9 @@ px_status px_plan_svg(const px_plan *p, px_strbuf *sb)
         if (col[j] < 0)
             continue;
         int x = 20 + col[j] * cw;
-        px_strbuf_addf(sb, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#f4f4f4\" "
-                           "stroke=\"#999\"/>\n<text x=\"%d\" y=\"%d\">node ",
+        px_strbuf_addf(sb,
+                       "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#f4f4f4\" "
+                       "stroke=\"#999\"/>\n<text x=\"%d\" y=\"%d\">node ",
                        x, top - 20, cw - 20, max_rows * rh + 30, x + 6, top - 6);
         xml_text(sb, v->nodes[j].id);
         px_strbuf_adds(sb, "</text>\n");
@@ -298,8 +311,9 @@ px_status px_plan_svg(const px_plan *p, px_strbuf *sb)
         int x = 30 + col[d->node] * cw, y = top + dev_row[i] * rh;
         int s = dev_stage[i];
         const char *fill = s >= 0 ? palette[s % 8] : "#dddddd";
-        px_strbuf_addf(sb, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"4\" "
-                           "fill=\"%s\" stroke=\"#333\"/>\n<text x=\"%d\" y=\"%d\">",
+        px_strbuf_addf(sb,
+                       "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"4\" "
+                       "fill=\"%s\" stroke=\"#333\"/>\n<text x=\"%d\" y=\"%d\">",
                        x, y, cw - 40, rh - 12, fill, x + 6, y + 16);
         xml_text(sb, d->id);
         px_strbuf_adds(sb, " ");
@@ -321,13 +335,15 @@ px_status px_plan_svg(const px_plan *p, px_strbuf *sb)
         int x1 = 30 + col[da->node] * cw + (cw - 40) / 2, y1 = top + dev_row[a] * rh + rh - 12;
         int x2 = 30 + col[db->node] * cw + (cw - 40) / 2, y2 = top + dev_row[b] * rh;
         px_cost_path pa = px_cost_fleet_path((px_cost_fleet *)f, a, b);
-        px_strbuf_addf(sb, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#c00\" "
-                           "stroke-width=\"2\"/>\n<text x=\"%d\" y=\"%d\" fill=\"#c00\">%s</text>\n",
+        px_strbuf_addf(sb,
+                       "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#c00\" "
+                       "stroke-width=\"2\"/>\n<text x=\"%d\" y=\"%d\" fill=\"#c00\">%s</text>\n",
                        x1, y1, x2, y2, (x1 + x2) / 2 + 4, (y1 + y2) / 2,
                        px_hw_link_kind_name(pa.kind));
     }
-    px_strbuf_addf(sb, "<text x=\"20\" y=\"%d\">%u stage(s), %u replica(s); colours mark "
-                       "stages, grey devices are unused</text>\n</svg>\n",
+    px_strbuf_addf(sb,
+                   "<text x=\"20\" y=\"%d\">%u stage(s), %u replica(s); colours mark "
+                   "stages, grey devices are unused</text>\n</svg>\n",
                    height - 12, pipe->n_stages, p->layout.n_replicas);
     free(col);
     free(dev_row);

@@ -62,8 +62,11 @@ static stage_cell *shape_cells(px__plan_ctx *ctx, dp_cache *c, const px__plan_un
     stage_cell *cells = calloc(L * L, sizeof *cells);
     if (!cells)
         return NULL;
-    c->shapes[c->n++] = (shape_cache){.klass = u->klass, .tp = u->tp, .mem_free = d->mem_free,
-                                      .island = u->island, .cells = cells};
+    c->shapes[c->n++] = (shape_cache){.klass = u->klass,
+                                      .tp = u->tp,
+                                      .mem_free = d->mem_free,
+                                      .island = u->island,
+                                      .cells = cells};
     return cells;
 }
 
@@ -83,8 +86,8 @@ static px_cost_stage unit_stage(const px__plan_ctx *ctx, const px_cost_prefix *p
     return st;
 }
 
-static const stage_cell *cell_of(px__plan_ctx *ctx, dp_cache *c, const px__plan_unit *u,
-                                 uint32_t a, uint32_t b)
+static const stage_cell *cell_of(px__plan_ctx *ctx, dp_cache *c, const px__plan_unit *u, uint32_t a,
+                                 uint32_t b)
 {
     stage_cell *cells = shape_cells(ctx, c, u);
     if (!cells)
@@ -299,8 +302,8 @@ static px_status search_one(px__plan_ctx *ctx, const px__plan_unit *units, const
                     w.micro_batches = PX_MIN(wl->batch, pipe.n_stages);
                 }
                 if (record) {
-                    px__plan_consider(ctx, &pipe, &w, prec_index, mode ? "dp-throughput"
-                                                                       : "dp-latency");
+                    px__plan_consider(ctx, &pipe, &w, prec_index,
+                                      mode ? "dp-throughput" : "dp-latency");
                 } else {
                     px__plan_cand c;
                     if (px__plan_evaluate(ctx, &pipe, &w, prec_index, &c) &&
@@ -411,20 +414,26 @@ px_status px__plan_search_plexus(px__plan_ctx *ctx, px__plan_layout *out, px_err
         if (!c->within_budget)
             continue;
         px_cost_uncertain u;
-        if (px_cost_uncertainty(ctx->fleet, ctx->model, ctx->cp, &c->wl, &c->pipe,
-                                req->slo.tpot_s, req->slo.ttft_s, &u, NULL) != PX_OK)
+        if (px_cost_uncertainty(ctx->fleet, ctx->model, ctx->cp, &c->wl, &c->pipe, req->slo.tpot_s,
+                                req->slo.ttft_s, &u, NULL) != PX_OK)
             continue;
         double val;
         switch (req->objective) {
-        case PX_PLAN_OBJ_TTFT: val = u.ttft_s.p99; break;
+        case PX_PLAN_OBJ_TTFT:
+            val = u.ttft_s.p99;
+            break;
         case PX_PLAN_OBJ_THROUGHPUT:
             val = -u.throughput.p99 * px__plan_replica_capacity(ctx, &c->pipe);
             break;
         case PX_PLAN_OBJ_TOKENS_PER_DOLLAR:
             val = c->usd_per_hour > 0 ? u.usd_per_token.p99 : -1e-30 * u.throughput.p99;
             break;
-        case PX_PLAN_OBJ_JOULES_PER_TOKEN: val = u.joules_per_token.p99; break;
-        default: val = u.tpot_s.p99; break;
+        case PX_PLAN_OBJ_JOULES_PER_TOKEN:
+            val = u.joules_per_token.p99;
+            break;
+        default:
+            val = u.tpot_s.p99;
+            break;
         }
         bool slo = req->slo.tpot_s > 0 || req->slo.ttft_s > 0;
         double meet = slo ? u.p_meet_slo : 1.0;
@@ -451,8 +460,7 @@ px_status px__plan_search_plexus(px__plan_ctx *ctx, px__plan_layout *out, px_err
                           "no placement meets the SLO: the best predicts %s per token (limit "
                           "%s) and %s to the first token (limit %s); relax --slo or add faster "
                           "devices",
-                          a, req->slo.tpot_s > 0 ? b : "none", c,
-                          req->slo.ttft_s > 0 ? d : "none");
+                          a, req->slo.tpot_s > 0 ? b : "none", c, req->slo.ttft_s > 0 ? d : "none");
     }
     if (!win->within_budget)
         return px_err_set(err, PX_EINFEASIBLE,

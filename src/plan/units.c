@@ -80,8 +80,8 @@ px_status px__plan_units(px__plan_ctx *ctx, const bool *excluded, px__plan_unit 
     size_t m = 0, nu = 0;
     for (uint32_t i = 0; i < f->n_devices; i++)
         if (ctx->usable[i] && !(excluded && excluded[i]))
-            ord[m++] = (dev_order){.dev = i, .island = f->devices[i].island,
-                                   .klass = f->devices[i].klass};
+            ord[m++] =
+                (dev_order){.dev = i, .island = f->devices[i].island, .klass = f->devices[i].klass};
     qsort(ord, m, sizeof *ord, cmp_dev_order);
     for (size_t i = 0; i < m;) {
         size_t j = i;
@@ -154,10 +154,14 @@ static crit g_crit;
 static double crit_value(const px__plan_unit *u, crit c)
 {
     switch (c) {
-    case CRIT_SPEED_PER_USD: return u->usd_h > 0 ? u->speed / u->usd_h : u->speed * 1e6;
-    case CRIT_SPEED_PER_W: return u->speed / PX_MAX(u->watts, 1.0);
-    case CRIT_MEMORY: return u->mem;
-    default: return u->speed;
+    case CRIT_SPEED_PER_USD:
+        return u->usd_h > 0 ? u->speed / u->usd_h : u->speed * 1e6;
+    case CRIT_SPEED_PER_W:
+        return u->speed / PX_MAX(u->watts, 1.0);
+    case CRIT_MEMORY:
+        return u->mem;
+    default:
+        return u->speed;
     }
 }
 
@@ -253,7 +257,7 @@ static void greedy(const px__plan_unit *units, const uint32_t *order, size_t n, 
 }
 
 px_status px__plan_make_sequences(px__plan_ctx *ctx, const px__plan_unit *units, size_t nu,
-                                 seq_set *out, px_err *err)
+                                  seq_set *out, px_err *err)
 {
     uint32_t *order = malloc((nu ? nu : 1) * sizeof *order);
     if (!order)

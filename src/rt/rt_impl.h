@@ -13,9 +13,8 @@
 
 /* Whether a versioned table has a (non-NULL) slot: the slot must lie
  * within the size the backend declared. */
-#define PX__RT_HAS(tbl, type, field)                                          \
-    ((tbl)->size >= offsetof(type, field) + sizeof((tbl)->field) &&            \
-     (tbl)->field != NULL)
+#define PX__RT_HAS(tbl, type, field) \
+    ((tbl)->size >= offsetof(type, field) + sizeof((tbl)->field) && (tbl)->field != NULL)
 
 /* ------------------------------------------------------------------ */
 /* Objects behind the wrappers (backend.c)                             */
@@ -65,8 +64,7 @@ void px__rt_pool_run(px__rt_pool *p, px__rt_pool_fn fn, void *arg);
 
 /* Static partition of n items among nth threads: thread ith gets
  * [*begin, *end).  Depends only on (n, nth, ith). */
-static inline void px__rt_split(size_t n, uint32_t ith, uint32_t nth,
-                                size_t *begin, size_t *end)
+static inline void px__rt_split(size_t n, uint32_t ith, uint32_t nth, size_t *begin, size_t *end)
 {
     *begin = n * ith / nth;
     *end = n * (ith + 1) / nth;
@@ -85,9 +83,8 @@ typedef struct px__rt_kernels {
     /* y[r*ldy + i] = dot(row i of w, x + r*ldx) for i in [i0, i1) and
      * r < n_x (n_x <= PX_RT_SMALL_BATCH).  Rows are row_bytes apart and
      * k values long, of dtype t (f32, f16, bf16, q8_0). */
-    void (*matvec)(px_dtype t, const void *w, size_t row_bytes, uint32_t k,
-                   uint32_t i0, uint32_t i1, const float *x, size_t ldx,
-                   uint32_t n_x, float *y, size_t ldy);
+    void (*matvec)(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                   uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy);
     /* Converts k values of a row of dtype t to f32. */
     void (*dequant)(px_dtype t, const void *row, float *dst, uint32_t k);
     float (*dot_f32)(const float *a, const float *b, uint32_t n);
@@ -199,7 +196,7 @@ struct px_rt_model {
 
 typedef struct px__rt_layer_state {
     px_rt_tensor attn_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3;
-    px_rt_tensor bq, bk, bv; /* dtype F32 and buffer NULL when absent */
+    px_rt_tensor bq, bk, bv;       /* dtype F32 and buffer NULL when absent */
     px_rt_tensor k_cache, v_cache; /* [kv_dim, context, max_seqs] */
 } px__rt_layer_state;
 
@@ -230,8 +227,8 @@ struct px_rt_session {
     int32_t *row_slot, *row_pos;
     uint32_t *select;
     px_rt_rows rows;
-    float *out_host; /* outputs copied here when buffers are not host-visible */
-    int64_t *seq_len; /* per slot; -1 when free */
+    float *out_host;   /* outputs copied here when buffers are not host-visible */
+    int64_t *seq_len;  /* per slot; -1 when free */
     uint8_t *seq_mark; /* per slot; duplicate detection within a step */
     px_rt_op *ops;
     size_t ops_cap;
@@ -253,7 +250,6 @@ static inline size_t px__rt_row_bytes(const px_ir_tensor *t)
 /* Fills cos/sin for every position < context: table[p*rope_dim + 2i] =
  * cos(p * theta^(-2i/rope_dim)), [.. + 2i + 1] = sin(...), computed in
  * double. */
-void px__rt_rope_table(float *table, uint32_t context, uint32_t rope_dim,
-                       float theta);
+void px__rt_rope_table(float *table, uint32_t context, uint32_t rope_dim, float theta);
 
 #endif

@@ -1,22 +1,22 @@
 /* Reading plexus.trace/1 files: bounded, validated, chain-checked. */
 #include "trace/trace_impl.h"
 
-#define DEFAULT_MAX_LINE ((size_t)16 << 20)
+#define DEFAULT_MAX_LINE   ((size_t)16 << 20)
 #define DEFAULT_MAX_EVENTS ((size_t)10000000)
-#define DEFAULT_MAX_FILE ((size_t)4 << 30)
+#define DEFAULT_MAX_FILE   ((size_t)4 << 30)
 
 struct px_trace_reader {
-    FILE *f;            /* file source, or NULL */
-    const char *mem;    /* memory source */
+    FILE *f;         /* file source, or NULL */
+    const char *mem; /* memory source */
     size_t mem_len, mem_pos;
     char *name;
     px_trace_limits lim;
-    size_t consumed;    /* bytes read so far */
+    size_t consumed; /* bytes read so far */
     uint64_t line_no;
     uint64_t next_seq;
     char chain[PX_TRACE_ID_LEN];
     px_strbuf line;
-    json_t *current;    /* the event handed out last */
+    json_t *current; /* the event handed out last */
     char *command, *tool;
 };
 
@@ -32,8 +32,8 @@ static px_status read_line(px_trace_reader *r, bool *eof, px_err *err)
         while ((c = getc(r->f)) != EOF) {
             any = true;
             if (++r->consumed > r->lim.max_file)
-                return px_err_set(err, PX_ELIMIT, "%s: larger than the limit of %zu bytes",
-                                  r->name, r->lim.max_file);
+                return px_err_set(err, PX_ELIMIT, "%s: larger than the limit of %zu bytes", r->name,
+                                  r->lim.max_file);
             if (c == '\n')
                 return PX_OK;
             if (r->line.len >= r->lim.max_line)
@@ -56,9 +56,8 @@ static px_status read_line(px_trace_reader *r, bool *eof, px_err *err)
     const char *nl = memchr(start, '\n', r->mem_len - r->mem_pos);
     size_t len = nl ? (size_t)(nl - start) : r->mem_len - r->mem_pos;
     if (len > r->lim.max_line)
-        return px_err_set(err, PX_ELIMIT,
-                          "%s:%" PRIu64 ": line longer than the limit of %zu bytes", r->name,
-                          r->line_no + 1, r->lim.max_line);
+        return px_err_set(err, PX_ELIMIT, "%s:%" PRIu64 ": line longer than the limit of %zu bytes",
+                          r->name, r->line_no + 1, r->lim.max_line);
     r->mem_pos += len + (nl ? 1 : 0);
     if (px_strbuf_add(&r->line, start, len) != PX_OK)
         return px_err_set(err, PX_ENOMEM, "%s: out of memory", r->name);
@@ -129,11 +128,10 @@ static px_status open_common(px_trace_reader *r, px_trace_reader **out, px_err *
         const char *cmd = json_string_value(json_object_get(hdr, "command"));
         if (!schema || strcmp(schema, PX_TRACE_SCHEMA) != 0)
             st = px_err_set(err, PX_EPARSE,
-                            "%s:1: schema is \"%.40s\", expected \"" PX_TRACE_SCHEMA "\"",
-                            r->name, schema ? schema : "(none)");
+                            "%s:1: schema is \"%.40s\", expected \"" PX_TRACE_SCHEMA "\"", r->name,
+                            schema ? schema : "(none)");
         else if (!tool || !cmd)
-            st = px_err_set(err, PX_EPARSE, "%s:1: header lacks \"tool\" or \"command\"",
-                            r->name);
+            st = px_err_set(err, PX_EPARSE, "%s:1: header lacks \"tool\" or \"command\"", r->name);
         else {
             r->tool = px_strdup(tool);
             r->command = px_strdup(cmd);
@@ -173,8 +171,8 @@ static px_trace_reader *reader_new(const char *name, const px_trace_limits *lim)
     return r;
 }
 
-px_status px_trace_reader_open(const char *path, const px_trace_limits *lim,
-                               px_trace_reader **out, px_err *err)
+px_status px_trace_reader_open(const char *path, const px_trace_limits *lim, px_trace_reader **out,
+                               px_err *err)
 {
     px_trace_reader *r = reader_new(path, lim);
     if (!r)
@@ -244,8 +242,7 @@ px_status px_trace_next(px_trace_reader *r, px_trace_event *ev, bool *done, px_e
     }
     r->line_no++;
     if (r->next_seq > r->lim.max_events)
-        return px_err_set(err, PX_ELIMIT, "%s: more than %zu events", r->name,
-                          r->lim.max_events);
+        return px_err_set(err, PX_ELIMIT, "%s: more than %zu events", r->name, r->lim.max_events);
     json_t *obj;
     st = parse_checked(r, &obj, err);
     if (st != PX_OK)
@@ -255,13 +252,11 @@ px_status px_trace_next(px_trace_reader *r, px_trace_event *ev, bool *done, px_e
     snprintf(where, sizeof where, "%s:%" PRIu64, r->name, r->line_no);
     json_t *jseq = json_object_get(obj, "seq");
     if (!json_is_integer(jseq) || (uint64_t)json_integer_value(jseq) != r->next_seq)
-        return px_err_set(err, PX_EPARSE, "%s: expected event seq %" PRIu64, where,
-                          r->next_seq);
+        return px_err_set(err, PX_EPARSE, "%s: expected event seq %" PRIu64, where, r->next_seq);
     const char *kind = json_string_value(json_object_get(obj, "kind"));
     const char *name = json_string_value(json_object_get(obj, "name"));
     if (!kind || !name)
-        return px_err_set(err, PX_EPARSE, "%s: an event needs a \"kind\" and a \"name\"",
-                          where);
+        return px_err_set(err, PX_EPARSE, "%s: an event needs a \"kind\" and a \"name\"", where);
     px_trace_kind k = px__trace_kind_parse(kind);
     if (k == PX_TRACE_KIND_COUNT_)
         return px_err_set(err, PX_EPARSE,
@@ -280,8 +275,8 @@ px_status px_trace_next(px_trace_reader *r, px_trace_event *ev, bool *done, px_e
     if (needs_id) {
         px_digest d;
         if (!id || px_digest_parse(id, &d) != PX_OK)
-            return px_err_set(err, PX_EPARSE, "%s: %s event needs a 64-digit hex \"id\"",
-                              where, kind);
+            return px_err_set(err, PX_EPARSE, "%s: %s event needs a 64-digit hex \"id\"", where,
+                              kind);
         px_strlcpy(ev->id, id, sizeof ev->id);
         /* Ids are derived, never trusted: recompute them. */
         char expect[PX_TRACE_ID_LEN];
@@ -291,8 +286,8 @@ px_status px_trace_next(px_trace_reader *r, px_trace_event *ev, bool *done, px_e
             return px_err_set(err, PX_ENOMEM, "%s: out of memory", where);
         if (strcmp(expect, id) != 0)
             return px_err_set(err, PX_EPARSE,
-                              "%s: the id of %s \"%.40s\" does not match its content", where,
-                              kind, name);
+                              "%s: the id of %s \"%.40s\" does not match its content", where, kind,
+                              name);
     }
     r->next_seq++;
     return PX_OK;

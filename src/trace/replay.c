@@ -1,8 +1,7 @@
 /* Replay: recompute every recorded decision and compare. */
 #include "trace/trace_impl.h"
 
-static const px_trace_deriver *find_deriver(const px_trace_deriver *d, size_t n,
-                                            const char *name)
+static const px_trace_deriver *find_deriver(const px_trace_deriver *d, size_t n, const char *name)
 {
     for (size_t i = 0; i < n; i++)
         if (!strcmp(d[i].name, name))
@@ -40,13 +39,13 @@ px_status px_trace_replay(const char *path, const px_trace_deriver *derivers, si
                 json_t *again = NULL;
                 st = d->derive(ctx, &ev, history, &again, err);
                 if (st != PX_OK) {
-                    px_err_prefix(err, st, "%s: event %" PRIu64 " (%s \"%s\"): ", path,
-                                  ev.seq, px_trace_kind_name(ev.kind), ev.name);
+                    px_err_prefix(err, st, "%s: event %" PRIu64 " (%s \"%s\"): ", path, ev.seq,
+                                  px_trace_kind_name(ev.kind), ev.name);
                     report->diverged = true;
                     report->divergence_seq = ev.seq;
                     snprintf(report->divergence, sizeof report->divergence,
-                             "%s \"%s\" could not be recomputed: %s",
-                             px_trace_kind_name(ev.kind), ev.name, err ? err->msg : "");
+                             "%s \"%s\" could not be recomputed: %s", px_trace_kind_name(ev.kind),
+                             ev.name, err ? err->msg : "");
                     st = PX_EDIVERGED;
                     break;
                 }

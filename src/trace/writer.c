@@ -11,9 +11,12 @@ struct px_trace_writer {
 };
 
 static const char *kind_names[PX_TRACE_KIND_COUNT_] = {
-    [PX_TRACE_INPUT] = "input",           [PX_TRACE_DECISION] = "decision",
-    [PX_TRACE_OBSERVATION] = "observation", [PX_TRACE_FAULT] = "fault",
-    [PX_TRACE_MITIGATION] = "mitigation", [PX_TRACE_OUTCOME] = "outcome",
+    [PX_TRACE_INPUT] = "input",
+    [PX_TRACE_DECISION] = "decision",
+    [PX_TRACE_OBSERVATION] = "observation",
+    [PX_TRACE_FAULT] = "fault",
+    [PX_TRACE_MITIGATION] = "mitigation",
+    [PX_TRACE_OUTCOME] = "outcome",
 };
 
 const char *px_trace_kind_name(px_trace_kind kind)
@@ -48,8 +51,7 @@ void px__trace_chain(const char prev[PX_TRACE_ID_LEN], const char *line, size_t 
     px_digest_hex(&d, out);
 }
 
-px_status px__trace_decision_id(const char *name, const json_t *inputs,
-                                char out[PX_TRACE_ID_LEN])
+px_status px__trace_decision_id(const char *name, const json_t *inputs, char out[PX_TRACE_ID_LEN])
 {
     char *canon = px_json_dump_line(inputs ? inputs : json_null());
     if (!canon)
@@ -101,8 +103,8 @@ px_status px_trace_writer_open(const char *path, const char *command, px_trace_w
     w->path = px_strdup(path);
     w->f = fopen(path, "w");
     if (!w->path || !w->f) {
-        px_status st = px_err_set(err, PX_EIO, "%s: cannot create the trace: %s", path,
-                                  strerror(errno));
+        px_status st =
+            px_err_set(err, PX_EIO, "%s: cannot create the trace: %s", path, strerror(errno));
         if (w->f)
             fclose(w->f);
         free(w->path);
@@ -113,8 +115,8 @@ px_status px_trace_writer_open(const char *path, const char *command, px_trace_w
     snprintf(tool, sizeof tool, "plexus %s", px_version());
     json_t *hdr = json_pack("{s:s, s:s, s:s, s:I}", "schema", PX_TRACE_SCHEMA, "tool", tool,
                             "command", command ? command : "", "seq", (json_int_t)0);
-    px_status st = hdr ? write_line(w, hdr, err)
-                       : px_err_set(err, PX_ENOMEM, "out of memory opening a trace");
+    px_status st =
+        hdr ? write_line(w, hdr, err) : px_err_set(err, PX_ENOMEM, "out of memory opening a trace");
     json_decref(hdr);
     if (st != PX_OK) {
         fclose(w->f);
@@ -132,11 +134,9 @@ px_status px_trace_writer_close(px_trace_writer *w, px_err *err)
         return PX_OK;
     px_status st = PX_OK;
     if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0)
-        st = px_err_set(err, PX_EIO, "%s: cannot flush the trace: %s", w->path,
-                        strerror(errno));
+        st = px_err_set(err, PX_EIO, "%s: cannot flush the trace: %s", w->path, strerror(errno));
     if (fclose(w->f) != 0 && st == PX_OK)
-        st = px_err_set(err, PX_EIO, "%s: cannot close the trace: %s", w->path,
-                        strerror(errno));
+        st = px_err_set(err, PX_EIO, "%s: cannot close the trace: %s", w->path, strerror(errno));
     free(w->path);
     free(w);
     return st;
@@ -148,8 +148,7 @@ uint64_t px_trace_writer_count(const px_trace_writer *w)
 }
 
 static px_status write_event(px_trace_writer *w, px_trace_kind kind, const char *name,
-                             const char *id, const json_t *inputs, const json_t *data,
-                             px_err *err)
+                             const char *id, const json_t *inputs, const json_t *data, px_err *err)
 {
     json_t *ev = json_pack("{s:I, s:s, s:s}", "seq", (json_int_t)(w->seq + 1), "kind",
                            px_trace_kind_name(kind), "name", name);
@@ -164,8 +163,8 @@ static px_status write_event(px_trace_writer *w, px_trace_kind kind, const char 
         ok = json_object_set(ev, "data", data ? (json_t *)data : json_null()) == 0;
     if (ok && kind == PX_TRACE_OBSERVATION)
         ok = px_json_set(ev, "nondeterministic", json_true()) == PX_OK;
-    px_status st = ok ? write_line(w, ev, err)
-                      : px_err_set(err, PX_ENOMEM, "out of memory writing the trace");
+    px_status st =
+        ok ? write_line(w, ev, err) : px_err_set(err, PX_ENOMEM, "out of memory writing the trace");
     json_decref(ev);
     if (st == PX_OK)
         w->seq++;
@@ -190,8 +189,7 @@ static px_status write_decision(px_trace_writer *w, px_trace_kind kind, const ch
     char id[PX_TRACE_ID_LEN];
     if (px__trace_decision_id(name, inputs, id) != PX_OK)
         return px_err_set(err, PX_ENOMEM, "out of memory writing the trace");
-    px_status st =
-        write_event(w, kind, name, id, inputs ? inputs : json_null(), output, err);
+    px_status st = write_event(w, kind, name, id, inputs ? inputs : json_null(), output, err);
     if (st == PX_OK && id_out)
         memcpy(id_out, id, sizeof id);
     return st;
@@ -204,8 +202,7 @@ px_status px_trace_decision(px_trace_writer *w, const char *name, const json_t *
 }
 
 px_status px_trace_mitigation(px_trace_writer *w, const char *name, const json_t *inputs,
-                              const json_t *output, char id_out[PX_TRACE_ID_LEN],
-                              px_err *err)
+                              const json_t *output, char id_out[PX_TRACE_ID_LEN], px_err *err)
 {
     return write_decision(w, PX_TRACE_MITIGATION, name, inputs, output, id_out, err);
 }
@@ -221,8 +218,7 @@ px_status px_trace_fault(px_trace_writer *w, const char *name, const json_t *dat
     return write_event(w, PX_TRACE_FAULT, name, NULL, NULL, data, err);
 }
 
-px_status px_trace_outcome(px_trace_writer *w, const char *name, const json_t *data,
-                           px_err *err)
+px_status px_trace_outcome(px_trace_writer *w, const char *name, const json_t *data, px_err *err)
 {
     return write_event(w, PX_TRACE_OUTCOME, name, NULL, NULL, data, err);
 }

@@ -7,8 +7,17 @@
 static int run(char **out, char **err, const char *a1, const char *a2, const char *a3,
                const char *a4, const char *a5, const char *a6, const char *a7, const char *a8)
 {
-    char *argv[12] = {(char *)px_test_plexus_bin(), "plan", (char *)a1, (char *)a2, (char *)a3,
-                      (char *)a4, (char *)a5, (char *)a6, (char *)a7, (char *)a8, NULL};
+    char *argv[12] = {(char *)px_test_plexus_bin(),
+                      "plan",
+                      (char *)a1,
+                      (char *)a2,
+                      (char *)a3,
+                      (char *)a4,
+                      (char *)a5,
+                      (char *)a6,
+                      (char *)a7,
+                      (char *)a8,
+                      NULL};
     return px_test_run(argv, 120, out, err);
 }
 
@@ -44,8 +53,8 @@ static void test_plan_cli_json_is_deterministic_and_written(void **state)
     if (rc != 0)
         fail_msg("exit %d: %s", rc, err);
     free(err);
-    rc = run(&b, &err, "--model", "qwen2.5-7b", "--inventory", inv, "-o", "json", "--svg",
-             svg_path);
+    rc =
+        run(&b, &err, "--model", "qwen2.5-7b", "--inventory", inv, "-o", "json", "--svg", svg_path);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, err);
     assert_string_equal(a, b);

@@ -55,9 +55,8 @@ static void check_plan(const px_plan *p, const px_ir_model *m, const char *what)
         assert_non_null(json_object_get(st, "backend"));
         assert_non_null(json_object_get(json_object_get(st, "layers"), "first"));
         assert_non_null(json_object_get(json_object_get(st, "precision"), "kv"));
-        assert_non_null(json_object_get(json_object_get(json_object_get(st, "predicted"),
-                                                        "decode_s_per_token"),
-                                        "p99"));
+        assert_non_null(json_object_get(
+            json_object_get(json_object_get(st, "predicted"), "decode_s_per_token"), "p99"));
     }
     if (any_emulated) {
         assert_true(json_is_true(json_object_get(doc, "emulated")));

@@ -138,9 +138,9 @@ static px_cost_estimate *eval(fixture *fx, const px_cost_pipeline *p)
 {
     static px_cost_estimate est;
     px_err err;
-    px_assert_ok(px_cost_eval_pipeline(fx->fleet, fx->model, &fx->params, &fx->wl, p, NULL, &est,
-                                       &err),
-                 &err);
+    px_assert_ok(
+        px_cost_eval_pipeline(fx->fleet, fx->model, &fx->params, &fx->wl, p, NULL, &est, &err),
+        &err);
     return &est;
 }
 
@@ -148,8 +148,7 @@ static void test_cost_decode_is_memory_bound_at_batch_one(void **state)
 {
     (void)state;
     fixture fx;
-    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b",
-                  PX_DTYPE_COUNT_);
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b", PX_DTYPE_COUNT_);
     px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.gpu0"));
     px_cost_estimate *e = eval(&fx, &p);
     assert_int_equal(e->why, PX_COST_OK);
@@ -169,8 +168,7 @@ static void test_cost_memory_is_itemized_and_sums(void **state)
 {
     (void)state;
     fixture fx;
-    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b",
-                  PX_DTYPE_COUNT_);
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b", PX_DTYPE_COUNT_);
     px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.gpu0"));
     px_cost_estimate *e = eval(&fx, &p);
     const px_cost_mem *m = &e->stages[0].mem;
@@ -200,8 +198,7 @@ static void test_cost_kv_on_host_is_slower_and_frees_device_memory(void **state)
 {
     (void)state;
     fixture fx;
-    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b",
-                  PX_DTYPE_COUNT_);
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b", PX_DTYPE_COUNT_);
     fx.wl.batch = 4;
     px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.gpu0"));
     px_cost_estimate a = *eval(&fx, &p);
@@ -218,8 +215,7 @@ static void test_cost_falls_back_to_a_supported_dtype(void **state)
 {
     (void)state;
     fixture fx;
-    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b",
-                  PX_DTYPE_COUNT_);
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b", PX_DTYPE_COUNT_);
     px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.cpu0"));
     p.stages[0].prec.activations = PX_DTYPE_BF16; /* the CPU states f32 only */
     px_cost_estimate *e = eval(&fx, &p);
@@ -232,8 +228,7 @@ static void test_cost_slow_link_adds_transfer_time(void **state)
 {
     (void)state;
     fixture fx;
-    setup_fixture(&fx, fleet_json(false, "10 Mbit/s", "20 ms", ""), "llama-3-8b",
-                  PX_DTYPE_COUNT_);
+    setup_fixture(&fx, fleet_json(false, "10 Mbit/s", "20 ms", ""), "llama-3-8b", PX_DTYPE_COUNT_);
     px_cost_pipeline p = two_stages(&fx, dev(&fx, "n1.gpu0"), dev(&fx, "n2.gpu0"), 16);
     px_cost_estimate *e = eval(&fx, &p);
     assert_int_equal(e->why, PX_COST_OK);
@@ -271,8 +266,7 @@ static void test_cost_money_energy_and_reliability(void **state)
 {
     (void)state;
     fixture fx;
-    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b",
-                  PX_DTYPE_COUNT_);
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b", PX_DTYPE_COUNT_);
     px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.gpu0"));
     px_cost_estimate *e = eval(&fx, &p);
     assert_true(fabs(e->usd_per_hour - 2.0) < 1e-9);
@@ -290,16 +284,13 @@ static void test_cost_uncertainty_is_seeded_and_ordered(void **state)
 {
     (void)state;
     fixture fx;
-    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b",
-                  PX_DTYPE_COUNT_);
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b", PX_DTYPE_COUNT_);
     px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.gpu0"));
     px_cost_uncertain a, b, c;
     px_err err;
-    px_assert_ok(px_cost_uncertainty(fx.fleet, fx.model, &fx.params, &fx.wl, &p, 0.02, 0, &a,
-                                     &err),
+    px_assert_ok(px_cost_uncertainty(fx.fleet, fx.model, &fx.params, &fx.wl, &p, 0.02, 0, &a, &err),
                  &err);
-    px_assert_ok(px_cost_uncertainty(fx.fleet, fx.model, &fx.params, &fx.wl, &p, 0.02, 0, &b,
-                                     &err),
+    px_assert_ok(px_cost_uncertainty(fx.fleet, fx.model, &fx.params, &fx.wl, &p, 0.02, 0, &b, &err),
                  &err);
     assert_memory_equal(&a, &b, sizeof a);
     assert_true(a.tpot_s.lo <= a.tpot_s.p50 && a.tpot_s.p50 <= a.tpot_s.p99 &&
@@ -308,8 +299,7 @@ static void test_cost_uncertainty_is_seeded_and_ordered(void **state)
     assert_true(a.tpot_s.hi > a.tpot_s.lo);
     assert_true(a.p_meet_slo >= 0 && a.p_meet_slo <= 1);
     fx.params.seed = 7;
-    px_assert_ok(px_cost_uncertainty(fx.fleet, fx.model, &fx.params, &fx.wl, &p, 0.02, 0, &c,
-                                     &err),
+    px_assert_ok(px_cost_uncertainty(fx.fleet, fx.model, &fx.params, &fx.wl, &p, 0.02, 0, &c, &err),
                  &err);
     assert_true(c.tpot_s.hi != a.tpot_s.hi || c.tpot_s.lo != a.tpot_s.lo);
     teardown_fixture(&fx);
@@ -346,8 +336,7 @@ static void test_cost_stage_quick_matches_pipeline_eval(void **state)
 {
     (void)state;
     fixture fx;
-    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "mixtral-8x7b",
-                  PX_DTYPE_Q4_0);
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "mixtral-8x7b", PX_DTYPE_Q4_0);
     fx.wl.batch = 3;
     px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.gpu0"));
     px_cost_prefix pre;
@@ -379,19 +368,18 @@ static void test_cost_refuses_bad_parameters_and_layouts(void **state)
     px_assert_contains(err.msg, "headroom");
 
     fixture fx;
-    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b",
-                  PX_DTYPE_COUNT_);
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b", PX_DTYPE_COUNT_);
     px_cost_pipeline bad = one_stage(&fx, 0);
     bad.stages[0].tp = 0;
     px_cost_estimate est;
-    assert_int_equal(px_cost_eval_pipeline(fx.fleet, fx.model, &fx.params, &fx.wl, &bad, NULL,
-                                           &est, &err),
-                     PX_EINVAL);
+    assert_int_equal(
+        px_cost_eval_pipeline(fx.fleet, fx.model, &fx.params, &fx.wl, &bad, NULL, &est, &err),
+        PX_EINVAL);
     bad = one_stage(&fx, 0);
     bad.stages[0].devices[0] = 999;
-    assert_int_equal(px_cost_eval_pipeline(fx.fleet, fx.model, &fx.params, &fx.wl, &bad, NULL,
-                                           &est, &err),
-                     PX_EINVAL);
+    assert_int_equal(
+        px_cost_eval_pipeline(fx.fleet, fx.model, &fx.params, &fx.wl, &bad, NULL, &est, &err),
+        PX_EINVAL);
     /* A gap in the layers is infeasible, not a crash. */
     bad = two_stages(&fx, dev(&fx, "n1.gpu0"), dev(&fx, "n2.gpu0"), 16);
     bad.stages[1].first = 18;

@@ -57,9 +57,10 @@ static px_hw_graph *pricing_fleet(void)
 {
     char *a = gpu("gpu0", "fast", "80 GiB", "3.35 TB/s", "989 TFLOP/s", "10 $/h");
     char *b = gpu("gpu0", "cheap", "24 GiB", "300 GB/s", "121 TFLOP/s", "0.5 $/h");
-    px_hw_graph *g = two_nodes(a, b,
-                               "{\"id\":\"net\",\"from\":\"n1\",\"to\":\"n2\",\"kind\":\"ethernet\","
-                               "\"bandwidth\":\"100 Gbit/s\",\"latency\":\"10 us\"}");
+    px_hw_graph *g =
+        two_nodes(a, b,
+                  "{\"id\":\"net\",\"from\":\"n1\",\"to\":\"n2\",\"kind\":\"ethernet\","
+                  "\"bandwidth\":\"100 Gbit/s\",\"latency\":\"10 us\"}");
     free(a);
     free(b);
     return g;
@@ -237,9 +238,8 @@ static void test_plan_avoids_fastest_device_behind_slow_link_and_says_so(void **
     json_t *doc = doc_of(p);
     size_t i;
     const json_t *st;
-    json_array_foreach(json_object_get(doc, "stages"), i, st)
-        assert_string_not_equal(json_string_value(json_array_get(json_object_get(st, "devices"), 0)),
-                                "n2.gpu0");
+    json_array_foreach(json_object_get(doc, "stages"), i, st) assert_string_not_equal(
+        json_string_value(json_array_get(json_object_get(st, "devices"), 0)), "n2.gpu0");
     char *why = joined_explanation(doc);
     px_assert_contains(why, "the fastest device n2.gpu0 is not used");
     px_assert_contains(why, "ethernet hop");
@@ -335,9 +335,8 @@ static void test_plan_rejects_fp8_under_bitwise_contract(void **state)
             fp8_refused = true;
     }
     assert_true(fp8_refused);
-    assert_string_equal(json_string_value(json_object_get(json_object_get(doc, "contract"),
-                                                          "verdict")),
-                        "allowed");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(doc, "contract"), "verdict")), "allowed");
     json_decref(doc);
     px_plan_free(p);
     px_contract_free(c);
@@ -350,9 +349,10 @@ static void test_plan_bounded_relaxation_lowers_only_allowed_regions(void **stat
     (void)state;
     px_hw_graph *g = pricing_fleet();
     px_ir_model *m = preset("llama-3-8b", PX_DTYPE_COUNT_);
-    px_contract *c = contract_of("{\"schema\":\"plexus.contract/1\",\"name\":\"ffn-only\","
-                                 "\"default\":{\"bitwise\":true},"
-                                 "\"regions\":{\"layer.*.ffn\":{\"divergence\":{\"kl_max\":0.05}}}}");
+    px_contract *c =
+        contract_of("{\"schema\":\"plexus.contract/1\",\"name\":\"ffn-only\","
+                    "\"default\":{\"bitwise\":true},"
+                    "\"regions\":{\"layer.*.ffn\":{\"divergence\":{\"kl_max\":0.05}}}}");
     px_plan_request req;
     px_plan_request_default(&req);
     req.graph = g;

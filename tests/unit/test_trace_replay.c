@@ -88,7 +88,6 @@ static void test_trace_replay_reports_first_divergence(void **state)
     free(path);
 }
 
-
 static void expect_refused(const char *text, size_t len, const char *needle)
 {
     px_trace_reader *r;
@@ -140,8 +139,7 @@ static void test_trace_tampering_is_refused(void **state)
     px_trace_limits lim = {.max_line = 64};
     px_trace_reader *r;
     px_err err;
-    assert_int_equal(px_trace_reader_open_memory(text, len, "t.trace", &lim, &r, &err),
-                     PX_ELIMIT);
+    assert_int_equal(px_trace_reader_open_memory(text, len, "t.trace", &lim, &r, &err), PX_ELIMIT);
     free(edited);
     free(text);
     free(path);
