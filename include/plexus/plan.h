@@ -48,6 +48,7 @@
 #include "plexus/cost.h"
 #include "plexus/hw.h"
 #include "plexus/ir.h"
+#include "plexus/trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -177,6 +178,34 @@ px_status px_plan_milp(const px_plan_request *req, double *best_stage_s, px_err 
 /* The heuristic's answer to the same question as px_plan_milp. */
 px_status px_plan_heuristic_bottleneck(const px_plan_request *req, double *best_stage_s,
                                        px_err *err);
+
+/* ---- traces and replay ---- */
+
+/* What a planning run read, as recorded in its trace.  All borrowed. */
+typedef struct px_plan_trace_inputs {
+    const json_t *inventory;    /* the inventory document as read; required */
+    const char *model_spec;     /* the preset name or model file path; required */
+    const json_t *contract_doc; /* the contract file's document, or NULL */
+    const char *contract_name;  /* a built-in contract's name when contract_doc
+                                   is NULL; both NULL: the implied contract */
+} px_plan_trace_inputs;
+
+/* Records a planning run in a trace (w borrowed): the inputs "inventory",
+ * "model" (preset name, or file path with its SHA-256, and the
+ * hyper-parameters), "contract" and "request" (objective, SLO, budget,
+ * policy, workload), then the decision "plan" whose output is the plan
+ * document px_plan_dump writes and whose inputs name the input ids.
+ * req must be the request plan was searched with.  Errors: PX_EINVAL for a
+ * missing argument, PX_EIO when the model file cannot be hashed, the
+ * writer's errors, PX_ENOMEM. */
+px_status px_plan_trace_record(px_trace_writer *w, const px_plan_request *req,
+                               const px_plan_trace_inputs *in, const px_plan *plan, px_err *err);
+/* The derivers for decisions px_plan_trace_record writes: "plan" rebuilds
+ * the request from the recorded inputs (presets by name; model files
+ * re-opened by path and refused when absent or when their SHA-256
+ * differs), searches again and returns the plan document.  Returns a
+ * static table of *n entries. */
+const px_trace_deriver *px_plan_replay_derivers(size_t *n);
 
 #ifdef __cplusplus
 }

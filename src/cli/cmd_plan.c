@@ -5,6 +5,7 @@
 #include "plexus/hw.h"
 #include "plexus/ir.h"
 #include "plexus/plan.h"
+#include "plexus/trace.h"
 
 const char px__cmd_plan_summary[] =
     "plan a model onto an inventory (stages, precision, predictions)";
@@ -36,7 +37,8 @@ static void usage(void)
            "  --no-fallbacks         skip the fallback plans for device loss\n"
            "  -o text|json           report format on stdout (default text)\n"
            "  --out FILE             write the plan JSON to FILE\n"
-           "  --svg FILE             draw the stages on the devices and links\n");
+           "  --svg FILE             draw the stages on the devices and links\n"
+           "  --trace FILE           record the inputs and the plan for plexus replay\n");
 }
 
 static bool parse_u32(const char *opt, const char *arg, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -64,6 +66,42 @@ static int print_diags(px_diags *d, const char *name, const px_err *err)
     return PX_EXIT_FAIL;
 }
 
+/* Records what the run read and decided, for `plexus replay`.  The
+ * inventory and a contract file are re-read as documents: the trace holds
+ * them as they were, not the path. */
+static px_status write_trace(const char *path, const px_plan_request *req, const char *inv_path,
+                             const char *model_spec, const char *contract_spec, const px_plan *plan,
+                             px_err *err)
+{
+    json_t *inv_doc = NULL, *contract_doc = NULL;
+    px_trace_writer *w = NULL;
+    px_status st = px_json_load_file(inv_path, NULL, &inv_doc, err);
+    if (st != PX_OK)
+        goto done;
+    FILE *f = contract_spec ? fopen(contract_spec, "rb") : NULL;
+    if (f) {
+        fclose(f);
+        if ((st = px_json_load_file(contract_spec, NULL, &contract_doc, err)) != PX_OK)
+            goto done;
+    }
+    px_plan_trace_inputs in = {
+        .inventory = inv_doc,
+        .model_spec = model_spec,
+        .contract_doc = contract_doc,
+        .contract_name = contract_doc ? NULL : contract_spec,
+    };
+    if ((st = px_trace_writer_open(path, "plan", &w, err)) != PX_OK)
+        goto done;
+    st = px_plan_trace_record(w, req, &in, plan, err);
+    px_status cst = px_trace_writer_close(w, st == PX_OK ? err : NULL);
+    if (st == PX_OK)
+        st = cst;
+done:
+    json_decref(contract_doc);
+    json_decref(inv_doc);
+    return st;
+}
+
 int px__cmd_plan(int argc, char **argv)
 {
     if (px__cli_wants_help(argc, argv)) {
@@ -71,7 +109,7 @@ int px__cmd_plan(int argc, char **argv)
         return PX_EXIT_OK;
     }
     const char *model_spec = NULL, *inv_path = NULL, *contract_spec = NULL, *out_path = NULL,
-               *svg_path = NULL;
+               *svg_path = NULL, *trace_path = NULL;
     px_cli_format fmt = PX_CLI_TEXT;
     px_plan_request req;
     px_plan_request_default(&req);
@@ -146,6 +184,9 @@ int px__cmd_plan(int argc, char **argv)
         } else if (!strcmp(a, "--svg")) {
             NEED_ARG();
             svg_path = v;
+        } else if (!strcmp(a, "--trace")) {
+            NEED_ARG();
+            trace_path = v;
         } else {
             return px__cli_usage_error("plan", "unexpected argument \"%s\"", a);
         }
@@ -195,6 +236,12 @@ int px__cmd_plan(int argc, char **argv)
         goto done;
     }
     if (out_path && px_write_file(out_path, json, strlen(json), &err) != PX_OK) {
+        free(json);
+        rc = px__cli_fail("plan", &err);
+        goto done;
+    }
+    if (trace_path &&
+        write_trace(trace_path, &req, inv_path, model_spec, contract_spec, plan, &err) != PX_OK) {
         free(json);
         rc = px__cli_fail("plan", &err);
         goto done;
