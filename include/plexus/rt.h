@@ -32,7 +32,9 @@
  * pipeline stage can run its part: the first stage takes token ids and
  * embeds them; every other stage takes the hidden states (the residual
  * stream) the previous stage produced; the last stage applies the final
- * norm and the classifier.
+ * norm and the classifier.  A stage may also hold no layer at all: only
+ * the embedding (it passes the embedded rows on) or only the head (see
+ * px_rt_session_opts.explicit_parts).
  *
  * Batches.  A step carries several sequences, each with its own position
  * and KV-cache slot, and any number of new tokens each (a prefill
@@ -411,7 +413,17 @@ typedef struct px_rt_session_opts {
     uint32_t max_batch_tokens; /* rows per step; 0: min(context, 512) */
     uint32_t max_logit_rows;   /* logit rows per step; 0: max_seqs */
     uint32_t layer_begin;      /* layers held: [layer_begin, layer_end) */
-    uint32_t layer_end;        /* 0: the model's last */
+    uint32_t layer_end;        /* 0: the model's last (unless explicit_parts) */
+    /* false (the default): layer_end 0 means the model's last layer, the
+     * session holds the embedding when layer_begin is 0 and the head when
+     * layer_end is the model's last.  true: layer_end is taken as given,
+     * so the range may be empty ([n, n)), and the session holds the
+     * embedding and the head only as `embedding` and `head` say.  The
+     * embedding needs layer_begin 0, the head layer_end n_layers, and an
+     * empty range one of them: an embedding-only stage is {0, 0,
+     * .embedding = true}, a head-only stage {n, n, .head = true}. */
+    bool explicit_parts;
+    bool embedding, head; /* with explicit_parts */
 } px_rt_session_opts;
 
 /* Sets up a session: opens or borrows the device, wraps or uploads the
@@ -494,7 +506,8 @@ typedef struct px_rt_output {
  * hold the head).  Allocates nothing.  On success every sequence's length
  * becomes pos + n_tokens.  Errors: PX_EINVAL (unknown or repeated
  * sequence, a gap in positions, a token id out of range, a range outside
- * the session's, missing inputs), PX_ELIMIT (more rows than
+ * the session's, missing inputs, tokens to a session without the
+ * embedding, logits from one without the head), PX_ELIMIT (more rows than
  * max_batch_tokens or max_logit_rows, a position past the context), the
  * backend's.  On failure sequence lengths are unchanged but their caches
  * past those lengths may have been overwritten. */
@@ -839,8 +852,12 @@ px_status px_rt_hello_server(px_rt_conn *c, const px_rt_hello *mine, px_rt_hello
 typedef struct px_rt_worker_opts {
     uint32_t stage;
     const char *model_path;
-    uint32_t layer_begin, layer_end; /* [begin, end) */
-    bool embedding, head;            /* must agree with the range */
+    uint32_t layer_begin, layer_end; /* [begin, end); may be empty with
+                                        embedding or head */
+    bool embedding, head;            /* embedding needs begin 0, head end
+                                        n_layers (a stage starting at 0
+                                        without it follows an embedding-only
+                                        stage) */
     const char *backend;             /* "cpu" or "emu" */
     const char *emu_profile;         /* JSON text for emu */
     const char *device_name;         /* for messages; may be NULL */
@@ -874,10 +891,11 @@ typedef struct px_rt_interval {
 } px_rt_interval;
 
 typedef struct px_rt_stage_spec {
-    uint32_t layer_begin, layer_end; /* [begin, end) */
-    bool embedding, head;
-    char device[64];  /* inventory global id ("local.emu-a"), or "" */
-    char backend[16]; /* "cpu" or "emu" */
+    uint32_t layer_begin, layer_end; /* [begin, end); empty for a stage that
+                                        holds only the embedding or the head */
+    bool embedding, head;            /* the first stage, the last stage */
+    char device[64];                 /* inventory global id ("local.emu-a"), or "" */
+    char backend[16];                /* "cpu" or "emu" */
     bool emulated;
     px_rt_emu_profile emu;        /* for backend "emu" */
     px_rt_interval pred_decode_s; /* per token */
@@ -896,12 +914,16 @@ typedef struct px_rt_pipeline_spec {
 } px_rt_pipeline_spec;
 
 /* Reads the stages of a `plexus.plan/1` document (borrowed): layers
- * {first, last} (inclusive blocks), embedding, head, devices, backend,
+ * {first, last} (inclusive blocks; last = first - 1 for a stage with no
+ * block, allowed only for the first stage, which holds the embedding, or
+ * the last, which holds the head), embedding, head, devices, backend,
  * emulated, predicted; replica 0 only.  With an inventory (borrowed; may
  * be NULL) each device's backend and emu profile come from it; without,
  * an emu stage must carry its profile as "emu".  name labels messages.
  * Errors: PX_EVALIDATE naming the member (JSON pointer) and the fix:
- * gaps or overlaps between stages, a device missing from the inventory,
+ * gaps or overlaps between stages, an empty stage in the middle, the
+ * embedding on a stage other than the first or the head on one other than
+ * the last, a device missing from the inventory,
  * an emu device without a profile, more than PX_RT_MAX_STAGES stages. */
 px_status px_rt_pipeline_spec_from_plan(const json_t *plan, const px_hw_graph *inventory,
                                         const char *name, px_rt_pipeline_spec *out, px_err *err);

@@ -21,7 +21,9 @@ static const char usage_text[] =
     "\n"
     "options:\n"
     "  --stage N          the stage's index in the plan\n"
-    "  --layers A-B       blocks held (inclusive)\n"
+    "  --layers A-B       blocks held (inclusive); none@A: no block, the stage sits\n"
+    "                     before block A (none@0 with --embedding: embedding only;\n"
+    "                     none@<blocks> with --head: head only)\n"
     "  --embedding        the stage embeds token ids (it starts at block 0)\n"
     "  --head             the stage applies the final norm and classifier\n"
     "  --backend NAME     cpu, or emu (an emulated device paced by --emu-profile)\n"
@@ -76,11 +78,16 @@ int px__cmd_worker(int argc, char **argv)
         } else if (!strcmp(a, "--layers")) {
             unsigned a0, b0;
             char tail;
-            if (sscanf(v, "%u-%u%c", &a0, &b0, &tail) != 2 || b0 < a0 || b0 >= 1000000)
-                return px__cli_usage_error("worker", "--layers takes A-B with A <= B, not \"%s\"",
-                                           v);
-            o.layer_begin = a0;
-            o.layer_end = b0 + 1;
+            if (!strncmp(v, "none@", 5) && v[5] >= '0' && v[5] <= '9' &&
+                sscanf(v + 5, "%u%c", &a0, &tail) == 1 && a0 < 1000000) {
+                o.layer_begin = o.layer_end = a0;
+            } else if (sscanf(v, "%u-%u%c", &a0, &b0, &tail) == 2 && b0 >= a0 && b0 < 1000000) {
+                o.layer_begin = a0;
+                o.layer_end = b0 + 1;
+            } else {
+                return px__cli_usage_error(
+                    "worker", "--layers takes A-B with A <= B, or none@A, not \"%s\"", v);
+            }
             have_layers = true;
         } else if (!strcmp(a, "--backend")) {
             o.backend = v;

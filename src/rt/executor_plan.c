@@ -46,10 +46,13 @@ static px_status stage_layers(const json_t *st, const char *name, uint32_t i, px
     if (!json_is_integer(first) || !json_is_integer(last))
         return bad(err, name, ptr, "expected {\"first\": F, \"last\": L} (inclusive blocks)");
     json_int_t f = json_integer_value(first), la = json_integer_value(last);
-    if (f < 0 || la < f || la >= 1000000)
+    /* last = first - 1: the stage runs no block (it holds only the
+     * embedding or the head, which the caller checks). */
+    if (f < 0 || f >= 1000000 || la < f - 1 || la >= 1000000)
         return bad(err, name, ptr,
                    "blocks %" JSON_INTEGER_FORMAT " to %" JSON_INTEGER_FORMAT
-                   " are not a range (first <= last, both >= 0)",
+                   " are not a range (first <= last, both >= 0; or last = first - 1 "
+                   "for a stage with no block)",
                    f, la);
     s->layer_begin = (uint32_t)f;
     s->layer_end = (uint32_t)la + 1;
@@ -157,11 +160,21 @@ px_status px_rt_pipeline_spec_from_plan(const json_t *plan, const px_hw_graph *g
                        s->layer_begin);
         if (i > 0 && s->layer_begin != out->stages[i - 1].layer_end)
             return bad(err, name, ptr,
-                       "starts at block %u but stage %u ends at block %u: the "
+                       "starts at block %u but stage %u ends at block %" PRId64 ": the "
                        "stages must cover the blocks in order without gaps or overlaps",
-                       s->layer_begin, i - 1, out->stages[i - 1].layer_end - 1);
-        s->embedding = json_is_true(json_object_get(st, "embedding")) || i == 0;
-        s->head = json_is_true(json_object_get(st, "head"));
+                       s->layer_begin, i - 1, (int64_t)out->stages[i - 1].layer_end - 1);
+        bool embd = json_is_true(json_object_get(st, "embedding"));
+        if (embd && i > 0)
+            return bad(err, name, ptr,
+                       "holds the embedding but is not the first stage: the first "
+                       "stage embeds the tokens");
+        s->embedding = i == 0;
+        s->head = json_is_true(json_object_get(st, "head")) || i + 1 == out->n_stages;
+        if (s->layer_begin == s->layer_end && !s->embedding && !s->head)
+            return bad(err, name, ptr,
+                       "runs no block (layers first %u, last %" PRId64 ") and holds "
+                       "neither the embedding nor the head: drop the stage",
+                       s->layer_begin, (int64_t)s->layer_begin - 1);
         json_t *tp = json_object_get(st, "tensor_parallel");
         if (json_is_integer(tp) && json_integer_value(tp) > 1)
             return bad(err, name, ptr,
@@ -186,9 +199,8 @@ px_status px_rt_pipeline_spec_from_plan(const json_t *plan, const px_hw_graph *g
     }
     px_rt_stage_spec *last = &out->stages[out->n_stages - 1];
     if (out->model_blocks && last->layer_end != out->model_blocks)
-        return bad(err, name, "/stages", "the stages end at block %u but the model has %u",
-                   last->layer_end - 1, out->model_blocks);
-    last->head = true;
+        return bad(err, name, "/stages", "the stages end at block %" PRId64 " but the model has %u",
+                   (int64_t)last->layer_end - 1, out->model_blocks);
     for (uint32_t i = 0; i + 1 < out->n_stages; i++)
         if (out->stages[i].head)
             return bad(err, name, "/stages", "stage %u holds the head but is not the last", i);

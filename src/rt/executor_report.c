@@ -89,7 +89,10 @@ px_status px_rt_pipeline_report(const px_rt_pipeline_spec *sp, const px_rt_execu
         double pf = ss->prefill_steps ? (double)ss->prefill_ns / 1e9 : NAN;
         px_rt_interval ppf = scaled(s->pred_prefill_s, k);
         char layers[24], pd[112], pp[112];
-        snprintf(layers, sizeof layers, "%u-%u", s->layer_begin, s->layer_end - 1);
+        if (s->layer_begin < s->layer_end)
+            snprintf(layers, sizeof layers, "%u-%u", s->layer_begin, s->layer_end - 1);
+        else
+            snprintf(layers, sizeof layers, "%s", s->embedding ? "embd" : "head");
         fmt_s(s->pred_decode_s.p50, a, sizeof a);
         fmt_s(s->pred_decode_s.lo, b, sizeof b);
         fmt_s(s->pred_decode_s.hi, c, sizeof c);

@@ -174,7 +174,10 @@ static px_status spawn(px_rt_executor *ex, uint32_t i, px_err *err)
     const px_rt_stage_spec *s = &ex->spec.stages[i];
     char stage[16], layers[48], threads[16], tmo[16], seqs[16], ctx[16], rows[16];
     snprintf(stage, sizeof stage, "%u", i);
-    snprintf(layers, sizeof layers, "%u-%u", s->layer_begin, s->layer_end - 1);
+    if (s->layer_begin == s->layer_end)
+        snprintf(layers, sizeof layers, "none@%u", s->layer_begin);
+    else
+        snprintf(layers, sizeof layers, "%u-%u", s->layer_begin, s->layer_end - 1);
     snprintf(threads, sizeof threads, "%u", ex->n_threads);
     snprintf(tmo, sizeof tmo, "%d", ex->timeout_ms);
     snprintf(seqs, sizeof seqs, "%u", ex->max_seqs);
@@ -342,9 +345,10 @@ static px_status check_model(px_rt_executor *ex, px_err *err)
     }
     if (sp->stages[sp->n_stages - 1].layer_end != n_layers)
         return px_err_set(err, PX_EVALIDATE,
-                          "the plan's stages cover blocks 0-%u but model %s "
+                          "the plan's stages cover blocks 0-%" PRId64 " but model %s "
                           "has %u blocks: the model does not match the plan",
-                          sp->stages[sp->n_stages - 1].layer_end - 1, ex->model_path, n_layers);
+                          (int64_t)sp->stages[sp->n_stages - 1].layer_end - 1, ex->model_path,
+                          n_layers);
     return PX_OK;
 }
 

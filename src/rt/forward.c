@@ -287,9 +287,16 @@ px_status px_rt_forward(px_rt_session *s, const px_rt_batch *batch, const px_rt_
                           "forward: logits need the layers up to the last (%u); "
                           "this step ends at %u",
                           s->model->hp.n_layers, o.layer_end);
+    if (logits && !s->has_head)
+        return px_err_set(err, PX_EINVAL,
+                          "forward: logits asked of a session that does not hold the head");
     if (!batch || batch->n_seqs == 0 || !batch->seqs)
         return px_err_set(err, PX_EINVAL, "forward: the batch has no sequences");
     bool embed = batch->seqs[0].tokens != NULL;
+    if (embed && !s->has_embedding)
+        return px_err_set(err, PX_EINVAL,
+                          "forward: tokens given to a session that does not hold the "
+                          "embedding (pass hidden states)");
     if (embed && o.layer_begin != 0)
         return px_err_set(err, PX_EINVAL,
                           "forward: a step starting at layer %u takes hidden "

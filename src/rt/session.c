@@ -236,14 +236,34 @@ static px_status check_opts(const px_rt_model *m, const px_rt_session_opts *o, p
 {
     const px_ir_hparams *hp = &m->hp;
     s->layer_begin = o->layer_begin;
-    s->layer_end = o->layer_end ? o->layer_end : hp->n_layers;
+    s->layer_end = o->layer_end || o->explicit_parts ? o->layer_end : hp->n_layers;
     if (s->layer_begin > s->layer_end || s->layer_end > hp->n_layers)
         return px_err_set(err, PX_EINVAL,
                           "session: layers [%u, %u) are not a range of the "
                           "model's %u layers",
                           s->layer_begin, s->layer_end, hp->n_layers);
-    s->has_embedding = s->layer_begin == 0;
-    s->has_head = s->layer_end == hp->n_layers;
+    if (o->explicit_parts) {
+        if (o->embedding && s->layer_begin != 0)
+            return px_err_set(err, PX_EINVAL,
+                              "session: the embedding goes with a range that starts at "
+                              "layer 0, not [%u, %u)",
+                              s->layer_begin, s->layer_end);
+        if (o->head && s->layer_end != hp->n_layers)
+            return px_err_set(err, PX_EINVAL,
+                              "session: the head goes with a range that ends at the "
+                              "model's last layer (%u), not [%u, %u)",
+                              hp->n_layers, s->layer_begin, s->layer_end);
+        if (s->layer_begin == s->layer_end && !o->embedding && !o->head)
+            return px_err_set(err, PX_EINVAL,
+                              "session: layers [%u, %u) are empty and the session holds "
+                              "neither the embedding nor the head: it would do nothing",
+                              s->layer_begin, s->layer_end);
+        s->has_embedding = o->embedding;
+        s->has_head = o->head;
+    } else {
+        s->has_embedding = s->layer_begin == 0;
+        s->has_head = s->layer_end == hp->n_layers;
+    }
     s->max_seqs = o->max_seqs ? o->max_seqs : 1;
     if (s->max_seqs > 65536)
         return px_err_set(err, PX_EINVAL, "session: max_seqs %u is above 65536", s->max_seqs);

@@ -73,15 +73,22 @@ static px_status setup(worker *w, px_err *err)
     if (st)
         return st;
     const px_ir_hparams *hp = px_rt_model_hparams(w->model);
-    if (o->layer_end > hp->n_layers || o->layer_begin >= o->layer_end)
-        return px_err_set(err, PX_EINVAL, "layers %u-%u: %s has %u layers (0-%u)", o->layer_begin,
-                          o->layer_end ? o->layer_end - 1 : 0, o->model_path, hp->n_layers,
-                          hp->n_layers - 1);
-    if (o->embedding != (o->layer_begin == 0) || o->head != (o->layer_end == hp->n_layers))
+    bool empty = o->layer_begin == o->layer_end;
+    if (o->layer_end > hp->n_layers || o->layer_begin > o->layer_end ||
+        (empty && !o->embedding && !o->head))
         return px_err_set(err, PX_EINVAL,
-                          "layers %u-%u: --embedding goes with the stage that "
-                          "starts at layer 0 and --head with the one that ends at layer %u",
-                          o->layer_begin, o->layer_end - 1, hp->n_layers - 1);
+                          "layers [%u, %u): %s has %u layers (0-%u); a stage without "
+                          "layers must hold the embedding or the head",
+                          o->layer_begin, o->layer_end, o->model_path, hp->n_layers,
+                          hp->n_layers ? hp->n_layers - 1 : 0);
+    /* A stage that starts at layer 0 without the embedding follows an
+     * embedding-only stage; one that ends at the last layer without the
+     * head precedes a head-only stage. */
+    if ((o->embedding && o->layer_begin != 0) || (o->head && o->layer_end != hp->n_layers))
+        return px_err_set(err, PX_EINVAL,
+                          "layers [%u, %u): --embedding goes with a stage that "
+                          "starts at layer 0 and --head with one that ends after layer %u",
+                          o->layer_begin, o->layer_end, hp->n_layers ? hp->n_layers - 1 : 0);
     if (!strcmp(o->backend, "emu") && (st = px_rt_emu_register(err)) != PX_OK)
         return st;
     px_rt_device *dev = NULL;
@@ -94,7 +101,10 @@ static px_status setup(worker *w, px_err *err)
                              .context = o->context,
                              .max_batch_tokens = o->max_batch_tokens,
                              .layer_begin = o->layer_begin,
-                             .layer_end = o->layer_end};
+                             .layer_end = o->layer_end,
+                             .explicit_parts = true,
+                             .embedding = o->embedding,
+                             .head = o->head};
     st = px_rt_session_new(w->model, &so, &w->s, err);
     if (st) {
         px_rt_device_free(dev);
