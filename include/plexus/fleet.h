@@ -253,6 +253,14 @@ px_status px_fleet_client_download(px_fleet_client *c, const char *path, const c
  * NULL on allocation failure. */
 char *px_fleet_url_escape(const char *s);
 
+/* Validates a Python function target "FILE.py:FUNCTION" (what `plexus
+ * submit --python` takes): a non-empty path ending in .py and a Python
+ * identifier.  On success *file and *function are owned by the caller
+ * (free()); on failure both are NULL and err says what is wrong.
+ * Returns PX_OK, PX_EINVAL or PX_ENOMEM. */
+px_status px_fleet_python_target_parse(const char *target, char **file, char **function,
+                                       px_err *err);
+
 /* ---- Content-addressed cache ---- */
 
 /* Models and artifacts by SHA-256 under DIR/objects/<digest>, an index of

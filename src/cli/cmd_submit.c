@@ -1,8 +1,8 @@
 /* plexus submit: send a command, a Python function, a distributed job or a
  * service to the fleet. */
 #include "cli/fleet_cli.h"
-#include "fleet/agent_impl.h"
 
+#include <time.h>
 #include <unistd.h>
 
 const char px__cmd_submit_summary[] =
@@ -121,7 +121,7 @@ static json_t *python_member(submit_opts *s)
 {
     char *file, *function;
     px_err err;
-    if (px__python_target_parse(s->python, &file, &function, &err) != PX_OK) {
+    if (px_fleet_python_target_parse(s->python, &file, &function, &err) != PX_OK) {
         px__cli_usage_error("submit", "%s", err.msg);
         return NULL;
     }

@@ -99,10 +99,6 @@ px_status px__proc_run_capture(const px__proc_spec *spec, int limit_ms, size_t m
 void px__python_argv(const char *python, const char *script_path, const char *function,
                      const char *args_path, const char *argv[8]);
 
-/* Validates "FILE.py:FUNCTION": a non-empty path ending in .py and a
- * Python identifier.  Splits into the two parts (owned by the caller). */
-px_status px__python_target_parse(const char *target, char **file, char **function, px_err *err);
-
 /* ------------------------------------------------------------------ */
 /* The agent                                                           */
 /* ------------------------------------------------------------------ */

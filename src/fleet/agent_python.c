@@ -59,7 +59,8 @@ void px__python_argv(const char *python, const char *script_path, const char *fu
     argv[7] = NULL;
 }
 
-px_status px__python_target_parse(const char *target, char **file, char **function, px_err *err)
+px_status px_fleet_python_target_parse(const char *target, char **file, char **function,
+                                       px_err *err)
 {
     *file = *function = NULL;
     const char *colon = target ? strrchr(target, ':') : NULL;

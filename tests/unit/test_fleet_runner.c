@@ -296,7 +296,7 @@ static void test_python_target_parse_rejects_bad_targets(void **state)
     (void)state;
     char *file, *fn;
     px_err err;
-    px_assert_ok(px__python_target_parse("dir/train.py:main_2", &file, &fn, &err), &err);
+    px_assert_ok(px_fleet_python_target_parse("dir/train.py:main_2", &file, &fn, &err), &err);
     assert_string_equal(file, "dir/train.py");
     assert_string_equal(fn, "main_2");
     free(file);
@@ -304,7 +304,7 @@ static void test_python_target_parse_rejects_bad_targets(void **state)
     const char *bad[] = {"train.py", "train.txt:main", "train.py:", "train.py:1abc", "train.py:a-b",
                          ":f",       ".py:f"};
     for (size_t i = 0; i < PX_ARRAY_LEN(bad); i++) {
-        assert_int_equal(px__python_target_parse(bad[i], &file, &fn, &err), PX_EINVAL);
+        assert_int_equal(px_fleet_python_target_parse(bad[i], &file, &fn, &err), PX_EINVAL);
         assert_null(file);
         assert_null(fn);
     }
