@@ -605,6 +605,8 @@ int32_t px_rt_sampler_sample(px_rt_sampler *s, float *logits);
 typedef void (*px_rt_token_fn)(uint32_t prompt, int32_t token, const char *piece, size_t len,
                                void *ud);
 
+typedef struct px_rt_supervisor px_rt_supervisor; /* below, with the executor */
+
 typedef struct px_rt_generate_opts {
     const char *const *prompts;  /* borrowed */
     uint32_t n_prompts;          /* at most the session's max_seqs */
@@ -613,6 +615,8 @@ typedef struct px_rt_generate_opts {
     bool ignore_eos;             /* keep going after BOS/EOS */
     px_rt_token_fn on_token;     /* may be NULL */
     void *ud;
+    /* px_rt_executor_generate only (borrowed; may be NULL). */
+    const px_rt_supervisor *supervisor;
 } px_rt_generate_opts;
 
 typedef struct px_rt_generate_stats {
@@ -736,7 +740,13 @@ typedef enum px_rt_frame_type {
     PX_RT_FRAME_STATS = 7,     /* each stage appends its op telemetry */
     PX_RT_FRAME_SHUTDOWN = 8,  /* each stage passes it on and exits */
     PX_RT_FRAME_ERROR = 9,     /* a stage failed: the message (text) */
+    PX_RT_FRAME_FAULT = 10,    /* a fault to inject (px_rt_fault); the
+                                  stage it names applies it */
 } px_rt_frame_type;
+
+/* Flags of a STEP frame: with AUDIT every stage appends its output's
+ * first row (see px_rt_step_obs.audit). */
+#define PX_RT_STEP_AUDIT 0x01u
 
 typedef struct px_rt_frame_header {
     uint32_t magic;
@@ -803,6 +813,18 @@ typedef struct px_rt_link_faults {
     bool cut;             /* drop the connection */
     uint64_t cut_after;   /* cut once this many frames were sent (0: off) */
     bool cut_mid_frame;   /* send half of the next frame, then cut */
+    /* Intermittent degradation: latency and bandwidth apply only during
+     * the first duty * period_s of every period (wall clock, counted from
+     * when the faults were set); period_s 0: always. */
+    double period_s, duty;
+    /* A lost frame is sent again after resend_ns (0: 200 ms), as a
+     * retransmission would: loss is the probability per frame. */
+    double loss;
+    uint64_t resend_ns;
+    /* Probability per frame that one payload byte is flipped after the
+     * checksum was computed: the receiver must refuse the frame. */
+    double flip;
+    uint64_t seed; /* of loss and flip */
 } px_rt_link_faults;
 
 void px_rt_conn_set_faults(px_rt_conn *c, const px_rt_link_faults *f);
@@ -965,6 +987,176 @@ int px_rt_executor_stage_pid(const px_rt_executor *ex, uint32_t i);
  * properties (borrowed; NULL for i out of range). */
 const px_rt_device_props *px_rt_executor_stage_device(const px_rt_executor *ex, uint32_t i);
 
+/* ------------------------------------------------------------------ */
+/* Fault injection, health and supervision                             */
+/* ------------------------------------------------------------------ */
+
+/* Faults a running pipeline can be given, for fault injection.  Each
+ * names one stage.  KILL and STOP are signals the executor sends to the
+ * stage's worker; the rest travel the ring as a FAULT frame (its return
+ * is the acknowledgement) and the named stage's worker applies them. */
+typedef enum px_rt_fault_kind {
+    PX_RT_FAULT_CLEAR = 0, /* the stage clears every fault it applies */
+    PX_RT_FAULT_LINK,      /* the stage's outgoing link (to the next stage,
+                              or the last stage's to the executor): `link` */
+    PX_RT_FAULT_SLOW,      /* every op of the stage slows down towards
+                              `factor` with time constant tau_s, as a
+                              device throttling when it heats up */
+    PX_RT_FAULT_CORRUPT,   /* silent corruption: after each op of `layer`
+                              (-1: every op) one output element is moved by
+                              `magnitude` times the row's RMS */
+    PX_RT_FAULT_CRASH,     /* the worker aborts at its next step */
+    PX_RT_FAULT_MEMORY,    /* the worker takes `bytes` more of its device's
+                              memory (memory pressure) */
+    PX_RT_FAULT_KILL,      /* SIGKILL: the device is lost */
+    PX_RT_FAULT_STOP,      /* SIGSTOP: the device hangs */
+    PX_RT_FAULT_KIND_COUNT_
+} px_rt_fault_kind;
+
+/* "clear", "link", "slow", "corrupt", "crash", "memory", "kill", "stop". */
+const char *px_rt_fault_kind_name(px_rt_fault_kind k);
+
+typedef struct px_rt_fault {
+    px_rt_fault_kind kind;
+    uint32_t stage;
+    px_rt_link_faults link; /* LINK */
+    double factor;          /* SLOW: final slowdown, >= 1 */
+    double tau_s;           /* SLOW: time constant; 0: at once */
+    int32_t layer;          /* CORRUPT: the layer, -1: every op */
+    double magnitude;       /* CORRUPT: > 0 */
+    uint64_t bytes;         /* MEMORY */
+    uint64_t seed;          /* CORRUPT: which element */
+} px_rt_fault;
+
+/* Injects a fault into the running pipeline.  KILL and STOP return once
+ * the process table shows the signal took effect (at most 1 s); the other
+ * kinds once the FAULT frame came back around the ring.  A LINK fault
+ * replaces the stage's link faults; MEMORY faults add up (at most 8 per
+ * stage) until CLEAR, and after MEMORY and CLEAR the stages' descriptions
+ * are read again, so px_rt_executor_stage_device shows the new
+ * memory_free.  SLOW's extra time shows in the stage's compute and op
+ * telemetry.  A stage that cannot hold a MEMORY fault's bytes fails (its
+ * error names the device and the bytes) and the pipeline with it.  Call
+ * between steps (between generations, or from a supervisor's
+ * before_step).  Errors: PX_EINVAL (a stage out of
+ * range, a bad parameter, naming it), PX_ESTATE (the pipeline failed
+ * before, or the stage already ended), the transport's naming the
+ * stage. */
+px_status px_rt_executor_inject(px_rt_executor *ex, const px_rt_fault *f, px_err *err);
+
+typedef enum px_rt_stage_state {
+    PX_RT_STAGE_RUNNING = 0,
+    PX_RT_STAGE_STOPPED, /* stopped by a signal (it answers nothing) */
+    PX_RT_STAGE_EXITED,  /* exited with a status */
+    PX_RT_STAGE_KILLED,  /* killed by a signal */
+} px_rt_stage_state;
+
+/* The health of stage i's worker, from the process table (the
+ * executor's heartbeat: it never waits).  *detail (may be NULL) gets "killed by
+ * signal 9 (Killed)" or "" .  PX_RT_STAGE_RUNNING for i out of range. */
+px_rt_stage_state px_rt_executor_stage_health(px_rt_executor *ex, uint32_t i, char *detail,
+                                              size_t cap);
+/* The stage a failure of the ring is blamed on (killed or exited first,
+ * else stopped), or -1 when none is known. */
+int px_rt_executor_culprit(px_rt_executor *ex);
+/* Limits each wait for a step's result to ms (0: the executor's timeout),
+ * so that a hung stage is found within a deadline the caller derives from
+ * the predicted step time. */
+void px_rt_executor_set_step_timeout(px_rt_executor *ex, int ms);
+/* The spec the executor runs (borrowed). */
+const px_rt_pipeline_spec *px_rt_executor_spec(const px_rt_executor *ex);
+
+/* One step of a generation, as the supervisor sees it.  Pointers are
+ * valid during the callback only. */
+typedef struct px_rt_step_obs {
+    uint64_t index; /* steps of this generation so far, from 0 */
+    bool prefill;   /* a prefill micro-batch (else one decode token) */
+    bool replay;    /* re-run while rebuilding KV caches */
+    uint32_t n_seqs, n_rows;
+    const uint32_t *prompt;   /* n_seqs: the prompt index of each entry */
+    const uint32_t *pos;      /* n_seqs: its first position */
+    const uint32_t *n_tokens; /* n_seqs */
+    const int32_t *tokens;    /* n_rows: the tokens the step embedded */
+    uint64_t tokens_out;      /* tokens produced before this step, all prompts */
+    uint64_t t_send_ns;       /* CLOCK_MONOTONIC when the step was sent */
+    uint64_t wall_ns;         /* send to result */
+    uint32_t n_stages;
+    uint64_t compute_ns[PX_RT_MAX_STAGES];
+    uint64_t xfer_in_ns[PX_RT_MAX_STAGES]; /* the hop into stage i */
+    uint64_t xfer_out_ns;                  /* the last stage to the executor */
+    const float *logits;                   /* n_seqs rows of vocab values */
+    uint32_t vocab;
+    /* Audited steps (PX_RT_STEP_AUDIT): audit[i] is stage i's output row
+     * for the step's first row (hidden states, dim values; the last
+     * stage's is its logits row, vocab values); NULL otherwise. */
+    const float *audit[PX_RT_MAX_STAGES];
+    uint32_t audit_len[PX_RT_MAX_STAGES];
+} px_rt_step_obs;
+
+/* What a supervisor asks for after a step. */
+typedef struct px_rt_step_verdict {
+    /* Continue on this executor from now on (the supervisor owns it): the
+     * generation rebuilds its state on it (see px_rt_supervisor) and the
+     * old one is handed back through `switched`. */
+    px_rt_executor *switch_to;
+    /* With switch_to: keep only the first `keep_steps` steps (the rest are
+     * taken back and generated again: rollback after corruption);
+     * UINT64_MAX keeps every step. */
+    uint64_t keep_steps;
+    /* Audit the next step. */
+    bool audit_next;
+} px_rt_step_verdict;
+
+/* How a rebuild went. */
+typedef struct px_rt_rebuild_info {
+    uint64_t steps_replayed;  /* steps re-run to rebuild the KV caches */
+    uint64_t tokens_replayed; /* rows those steps carried */
+    uint64_t steps_dropped;   /* steps taken back (rollback) */
+    uint64_t tokens_dropped;  /* tokens produced by them, taken back */
+    uint64_t ns;              /* wall time of the rebuild */
+    /* Every replayed step produced the token recorded the first time
+     * (the rebuild is bit for bit; when false, the recorded tokens were
+     * kept and first_mismatch_step says where they parted). */
+    bool identical;
+    uint64_t first_mismatch_step;
+} px_rt_rebuild_info;
+
+/* A supervisor of one generation (px_rt_generate_opts.supervisor).  Every
+ * slot is optional.  Recovery: the generation keeps a log of its steps
+ * and the tokens each produced; on a new executor it re-adds its
+ * sequences and re-runs the logged steps in the same order and shapes (so
+ * that with the same kernels every KV cache is rebuilt bit for bit),
+ * forcing the recorded tokens and emitting nothing, then goes on.  An
+ * executor to continue on must run the same model with at least the
+ * generation's sequences, context and rows per step (else PX_EINVAL).
+ * Every executor the generation leaves, the caller's included, comes back
+ * through `switched` exactly once (one left during a rebuild comes back
+ * when the next rebuild begins); when the generation fails, the ones not
+ * handed back stay with whoever made them. */
+struct px_rt_supervisor {
+    /* Before each step (obs has index, prefill, the entries and tokens;
+     * no timings): inject faults, set deadlines.  Not called for replayed
+     * steps.  A status other than PX_OK ends the generation with it. */
+    px_status (*before_step)(void *ud, px_rt_executor *ex, const px_rt_step_obs *next, px_err *err);
+    /* After each step, replayed ones included (obs.replay).  Fill *v to
+     * switch executors or audit the next step. */
+    px_status (*after_step)(void *ud, px_rt_executor *ex, const px_rt_step_obs *obs,
+                            px_rt_step_verdict *v, px_err *err);
+    /* A step failed with st (why says how; ex is unusable).  Return PX_OK
+     * with *replacement set to go on there, or an error to end the
+     * generation (st and why are kept when it returns st). */
+    px_status (*recover)(void *ud, px_rt_executor *failed, px_status st, const px_err *why,
+                         px_rt_executor **replacement, px_err *err);
+    /* The state was rebuilt on `now` (after recover or switch_to);
+     * `before` is the executor left (the supervisor may free it). */
+    void (*switched)(void *ud, px_rt_executor *before, px_rt_executor *now,
+                     const px_rt_rebuild_info *info);
+    /* Tokens of prompt i past its first `kept` were taken back (rollback);
+     * they will be produced again through on_token. */
+    void (*retracted)(void *ud, uint32_t prompt, uint32_t kept);
+    void *ud;
+};
+
 /* Per-op telemetry of one stage: totals per (layer, op kind). */
 typedef struct px_rt_op_total {
     int32_t layer;
@@ -995,10 +1187,13 @@ void px_rt_pipeline_stats_release(px_rt_pipeline_stats *st);
 /* Generates like px_rt_generate, through the pipeline: prefill in
  * micro-batches of max_batch_tokens rows, then one token per unfinished
  * prompt per step; prompts decode together.  stats (may be NULL) gets the
- * telemetry (release it with px_rt_pipeline_stats_release).  On failure
- * the pipeline is unusable; free it.  Errors: px_rt_generate's, and the
- * transport's naming the stage (stage index, device, pid) that died,
- * stopped answering or failed. */
+ * telemetry (release it with px_rt_pipeline_stats_release).  With a
+ * supervisor (o->supervisor) the generation may move to other executors
+ * (recovery, adaptation): the stats then describe the stages of the last
+ * one, and gen totals count every token once (replayed steps are not
+ * counted).  On failure the pipeline is unusable; free it.  Errors:
+ * px_rt_generate's, and the transport's naming the stage (stage index,
+ * device, pid) that died, stopped answering or failed. */
 px_status px_rt_executor_generate(px_rt_executor *ex, const px_rt_tokenizer *t,
                                   const px_rt_generate_opts *o, px_rt_pipeline_stats *stats,
                                   px_err *err);
@@ -1013,6 +1208,75 @@ px_status px_rt_pipeline_report(const px_rt_pipeline_spec *spec, const px_rt_exe
  * failure). */
 json_t *px_rt_pipeline_report_json(const px_rt_pipeline_spec *spec, const px_rt_executor *ex,
                                    const px_rt_pipeline_stats *st);
+
+/* ------------------------------------------------------------------ */
+/* Profiling (microbenchmarks for calibration)                         */
+/* ------------------------------------------------------------------ */
+/*
+ * Times the work a stage worker does, in this process, on a device of a
+ * backend: prefill and decode steps of a session at the model's own shapes
+ * and dtypes (matrix-vector and matrix-matrix products, attention at a
+ * growing context), each step split by op class from the stream's
+ * telemetry, and copies through the kind of link the transport uses (a
+ * Unix socket to a peer thread).  The cost model's calibration
+ * (plexus/cost.h) turns these timings into corrections.
+ *
+ *     px_rt_profile_opts po = {.backend = "emu", .emu = &profile, .decode_steps = 32};
+ *     px_rt_profile_result r;
+ *     px_rt_profile_run(model, &po, &r, &err);
+ *     ... r.decode[i].ns, r.decode[i].attention_ns ...
+ *     px_rt_profile_result_release(&r);
+ */
+
+typedef struct px_rt_profile_opts {
+    const char *backend;          /* "cpu" (NULL) or "emu" */
+    const px_rt_emu_profile *emu; /* backend "emu": its profile (borrowed) */
+    uint32_t n_threads;           /* 0: 1, as a stage worker by default */
+    uint32_t layer_begin;         /* layers held: [layer_begin, layer_end) */
+    uint32_t layer_end;           /* 0: the model's last */
+    uint32_t prompt_tokens;       /* rows of the prefill step; 0: 8 */
+    uint32_t decode_steps;        /* decode steps timed; 0: 32 */
+    uint32_t warmup_steps;        /* untimed steps first; 0: 4 */
+    /* Idle time before each timed step, as a stage worker waits for its
+     * next step while the rest of the ring runs (caches cool down, the
+     * core may sleep); 0: none. */
+    uint32_t idle_us;
+} px_rt_profile_opts;
+
+/* One timed step. */
+typedef struct px_rt_profile_step {
+    uint32_t rows;         /* rows of the step */
+    uint32_t context;      /* positions cached after the step */
+    uint64_t ns;           /* px_rt_forward, wall time */
+    uint64_t attention_ns; /* attention ops */
+    uint64_t matmul_ns;    /* matrix products and the classifier */
+    uint64_t other_ns;     /* norms, rope, activations, residuals, embedding */
+} px_rt_profile_step;
+
+typedef struct px_rt_profile_result {
+    px_rt_profile_step prefill; /* the prompt after the warm-up */
+    px_rt_profile_step *decode; /* owned (px_rt_profile_result_release) */
+    size_t n_decode;
+    px_rt_device_props device; /* what ran it */
+    uint32_t layer_begin, layer_end;
+    bool embedding, head;
+} px_rt_profile_result;
+
+/* Opens a device of o->backend, a session holding the layers asked for
+ * (the embedding with layer 0, the head with the last; a session that
+ * starts after layer 0 is fed hidden states), warms it up, then times one
+ * prefill of prompt_tokens rows and decode_steps decode steps of one
+ * sequence.  model is borrowed.  Errors: PX_EINVAL (options, naming
+ * them), the session's and the backend's. */
+px_status px_rt_profile_run(const px_rt_model *model, const px_rt_profile_opts *o,
+                            px_rt_profile_result *out, px_err *err);
+void px_rt_profile_result_release(px_rt_profile_result *r);
+
+/* Times n_reps one-way copies of `bytes` bytes (at most 64 MiB) through a
+ * Unix stream socket to a peer thread that sends them back; ns gets
+ * n_reps one-way times (half of each round trip).  Errors: PX_EINVAL,
+ * PX_EIO, PX_ENOMEM. */
+px_status px_rt_profile_copy(size_t bytes, uint32_t n_reps, uint64_t *ns, px_err *err);
 
 #ifdef __cplusplus
 }

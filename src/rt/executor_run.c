@@ -17,31 +17,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rt/pipeline_impl.h"
+#include "rt/executor_impl.h"
 
 #define DEFAULT_TIMEOUT_MS 10000
 #define MAX_ARGS           40
-
-struct px_rt_executor {
-    px_rt_pipeline_spec spec;
-    px_rt_executor_opts opts;
-    char *model_path, *worker_bin;
-    px_rt_model *model;
-    uint32_t max_seqs, context, max_rows, n_threads;
-    int timeout_ms;
-    char dir[64];
-    char addr[PX_RT_MAX_STAGES + 1][128]; /* stage i's; [n]: the executor's return */
-    pid_t pid[PX_RT_MAX_STAGES];
-    int wstatus[PX_RT_MAX_STAGES];
-    bool reaped[PX_RT_MAX_STAGES];
-    px_rt_listener *ret;
-    px_rt_conn *first, *last;
-    px__rt_stage_info info[PX_RT_MAX_STAGES];
-    bool *slot_used;
-    bool failed;
-    uint8_t *sendbuf;
-    size_t sendcap;
-};
 
 /* ------------------------------------------------------------------ */
 /* Workers                                                             */
@@ -63,6 +42,7 @@ static void reap(px_rt_executor *ex, bool block)
         if (r == ex->pid[i]) {
             ex->reaped[i] = true;
             ex->wstatus[i] = status;
+            ex->reap_order[i] = ++ex->n_reaped;
         }
     }
 }
@@ -83,7 +63,7 @@ static bool describe_exit(const px_rt_executor *ex, uint32_t i, px_strbuf *sb)
 }
 
 /* Whether /proc says the process is stopped (state T or t). */
-static bool process_stopped(pid_t pid)
+bool px__rt_exec_stopped(pid_t pid)
 {
     char path[64], buf[256];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -103,39 +83,47 @@ static bool process_stopped(pid_t pid)
 static px_status ring_failed(px_rt_executor *ex, px_status st, px_err *err)
 {
     ex->failed = true;
-    /* Give the rest of the ring a moment to notice and exit. */
-    for (int k = 0; k < 20; k++) {
+    /* Give the rest of the ring a moment to notice and exit, but no more
+     * than it takes to know whom to blame: a worker killed by a signal
+     * (its socket closes a moment before it can be reaped), or a stopped
+     * one when the ring timed out.  A worker that only exited is usually
+     * one that saw its neighbour die, so a killed one is waited for a
+     * little longer. */
+    uint64_t t0 = px_now_ns(), grace = 200000000u;
+    int culprit = -1;
+    bool stopped = false;
+    for (;;) {
         reap(ex, false);
-        bool any = false;
-        for (uint32_t i = 0; i < ex->spec.n_stages; i++)
-            any |= ex->reaped[i];
-        if (any)
+        culprit = px__rt_exec_blame(ex, &stopped);
+        if (culprit >= 0 && !stopped && WIFSIGNALED(ex->wstatus[culprit]))
             break;
-        struct timespec ts = {0, 10 * 1000000};
+        if (culprit >= 0 && stopped && st == PX_ETIMEOUT)
+            break;
+        if (culprit >= 0 && !stopped)
+            grace = PX_MIN(grace, px_now_ns() - t0 + 20000000u);
+        if (px_now_ns() - t0 >= grace)
+            break;
+        struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
-    int culprit = -1;
-    for (uint32_t i = 0; i < ex->spec.n_stages && culprit < 0; i++)
-        if (ex->reaped[i] && WIFSIGNALED(ex->wstatus[i]))
-            culprit = (int)i;
     char why[256];
     px_strlcpy(why, err ? err->msg : "", sizeof why);
-    if (culprit < 0 && st == PX_ETIMEOUT) {
+    if (culprit >= 0 && stopped) {
+        if (st != PX_ETIMEOUT)
+            return st;
         /* A worker that answers nothing may be stopped (SIGSTOP, a
          * debugger): name it rather than the hop that timed out. */
-        for (uint32_t i = 0; i < ex->spec.n_stages; i++)
-            if (!ex->reaped[i] && process_stopped(ex->pid[i])) {
-                px_err_set(err, PX_ETIMEOUT,
-                           "stage %u (%s%s, pid %d) is stopped and answers "
-                           "nothing; the pipeline timed out (%s)",
-                           i, stage_device(ex, i), ex->spec.stages[i].emulated ? ", emulated" : "",
-                           (int)ex->pid[i], why);
-                return PX_ETIMEOUT;
-            }
+        uint32_t i = (uint32_t)culprit;
+        px_err_set(err, PX_ETIMEOUT,
+                   "stage %u (%s%s, pid %d) is stopped and answers "
+                   "nothing; the pipeline timed out (%s)",
+                   i, stage_device(ex, i), ex->spec.stages[i].emulated ? ", emulated" : "",
+                   (int)ex->pid[i], why);
+        return PX_ETIMEOUT;
     }
     /* Otherwise a stage's own error frame, or the timeout naming the
      * stage that stopped answering, already says what happened. */
-    if (culprit < 0)
+    if (culprit < 0 || !WIFSIGNALED(ex->wstatus[culprit]))
         return st;
     px_strbuf sb = PX_STRBUF_INIT;
     describe_exit(ex, (uint32_t)culprit, &sb);
@@ -295,7 +283,14 @@ static px_status join_ring(px_rt_executor *ex, px_err *err)
 static px_status recv_last(px_rt_executor *ex, px_rt_frame_type want, px_rt_frame_header *h,
                            const uint8_t **p, px_err *err)
 {
+    /* A step's result may have a tighter deadline than the transport's
+     * (px_rt_executor_set_step_timeout): a hung stage is found sooner. */
+    bool step = want == PX_RT_FRAME_RESULT && ex->step_timeout_ms > 0;
+    if (step)
+        px_rt_conn_set_timeout(ex->last, ex->step_timeout_ms);
     px_status st = px_rt_conn_recv(ex->last, h, p, err);
+    if (step)
+        px_rt_conn_set_timeout(ex->last, ex->timeout_ms);
     if (st)
         return st;
     if (h->type == PX_RT_FRAME_ERROR && want != PX_RT_FRAME_ERROR)
@@ -306,7 +301,7 @@ static px_status recv_last(px_rt_executor *ex, px_rt_frame_type want, px_rt_fram
     return PX_OK;
 }
 
-static px_status gather_info(px_rt_executor *ex, px_err *err)
+px_status px__rt_exec_gather_info(px_rt_executor *ex, px_err *err)
 {
     px_status st = px_rt_conn_send(ex->first, PX_RT_FRAME_INFO, 0, NULL, 0, err);
     px_rt_frame_header h;
@@ -423,7 +418,7 @@ px_status px_rt_executor_new(const px_rt_pipeline_spec *spec, const px_rt_execut
     for (uint32_t i = 0; i < spec->n_stages; i++)
         if ((st = spawn(ex, i, err)) != PX_OK)
             goto fail;
-    if ((st = join_ring(ex, err)) != PX_OK || (st = gather_info(ex, err)) != PX_OK) {
+    if ((st = join_ring(ex, err)) != PX_OK || (st = px__rt_exec_gather_info(ex, err)) != PX_OK) {
         st = ring_failed(ex, st, err);
         goto fail;
     }
@@ -494,8 +489,13 @@ const px_rt_device_props *px_rt_executor_stage_device(const px_rt_executor *ex, 
 }
 
 /* ------------------------------------------------------------------ */
-/* Shared with executor_generate.c                                     */
+/* Shared with executor_generate.c and executor_fault.c                */
 /* ------------------------------------------------------------------ */
+
+void px__rt_exec_reap(px_rt_executor *ex)
+{
+    reap(ex, false);
+}
 
 px_status px__rt_exec_fail(px_rt_executor *ex, px_status st, px_err *err)
 {

@@ -44,6 +44,18 @@ typedef struct px__rt_stage_record {
     uint64_t send_start_ns;
 } px__rt_stage_record;
 
+/* Audited steps (frame flag PX_RT_STEP_AUDIT): after the records come
+ * n_records blocks, one per stage in ring order, each this head and then
+ * n f32 values: the stage's output row for the step's first row. */
+typedef struct px__rt_audit_head {
+    uint32_t stage;
+    uint32_t n;
+} px__rt_audit_head;
+
+/* FAULT payload: a px_rt_fault as the executor's binary lays it out (the
+ * workers run the same binary).  Every stage passes it on; the one it
+ * names applies it first. */
+
 /* SEQ payload. */
 typedef struct px__rt_seq_msg {
     uint32_t op; /* 1 add, 2 remove */

@@ -1,7 +1,8 @@
 /*
  * The transport's connections: Unix or loopback TCP sockets, every read
  * and write bounded by poll, frames checked on arrival, and the fault
- * hooks (latency, bandwidth, cut) applied on the sending side.
+ * hooks (latency, bandwidth, intermittent degradation, loss with
+ * retransmission, bit flips, cut) applied on the sending side.
  */
 #include "base/common.h"
 
@@ -36,6 +37,8 @@ struct px_rt_conn {
     uint8_t *buf;
     size_t cap;
     px_rt_link_faults faults;
+    uint64_t faults_t0; /* when the faults were set: the intermittent clock */
+    px_rng fault_rng;   /* loss and flip draws */
     bool broken;
     uint64_t frames_out, bytes_out, frames_in, bytes_in;
 };
@@ -290,6 +293,8 @@ void px_rt_conn_set_faults(px_rt_conn *c, const px_rt_link_faults *f)
         c->faults = *f;
     else
         memset(&c->faults, 0, sizeof c->faults);
+    c->faults_t0 = px_now_ns();
+    px_rng_seed(&c->fault_rng, c->faults.seed);
 }
 
 void px_rt_conn_counters(const px_rt_conn *c, uint64_t *frames_out, uint64_t *bytes_out,
@@ -363,17 +368,64 @@ static px_status read_all(px_rt_conn *c, void *data, size_t n, uint64_t deadline
     return PX_OK;
 }
 
+static void sleep_ns(uint64_t ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
+                          .tv_nsec = (long)(ns % 1000000000u)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Whether an intermittent fault is in its on-phase: the first duty *
+ * period of every period since the faults were set. */
+static bool degraded_now(const px_rt_conn *c)
+{
+    double period = c->faults.period_s;
+    if (!(period > 0))
+        return true;
+    double t = (double)(px_now_ns() - c->faults_t0) / 1e9;
+    double phase = fmod(t, period);
+    return phase < c->faults.duty * period;
+}
+
 static void pace(px_rt_conn *c, size_t bytes)
 {
-    uint64_t wait = c->faults.latency_ns;
-    if (c->faults.bandwidth_bps > 0)
-        wait += (uint64_t)((double)bytes / c->faults.bandwidth_bps * 1e9);
-    if (wait == 0)
-        return;
-    struct timespec ts = {.tv_sec = (time_t)(wait / 1000000000u),
-                          .tv_nsec = (long)(wait % 1000000000u)};
-    while (nanosleep(&ts, &ts) == EINTR)
-        ;
+    uint64_t wait = 0;
+    if (degraded_now(c)) {
+        wait = c->faults.latency_ns;
+        if (c->faults.bandwidth_bps > 0)
+            wait += (uint64_t)((double)bytes / c->faults.bandwidth_bps * 1e9);
+    }
+    /* A lost frame is noticed by the sender's retransmission timer and
+     * sent again: the receiver sees it resend_ns later. */
+    if (c->faults.loss > 0 && px_rng_uniform(&c->fault_rng) < c->faults.loss)
+        wait += c->faults.resend_ns ? c->faults.resend_ns : 200000000u;
+    if (wait)
+        sleep_ns(wait);
+}
+
+/* Writes the parts, the byte at `flip_at` (UINT64_MAX: none) inverted. */
+static px_status write_parts(px_rt_conn *c, const void *const *parts, const uint32_t *lens,
+                             uint32_t n, uint64_t flip_at, uint64_t deadline, px_err *err)
+{
+    px_status st = PX_OK;
+    uint64_t at = 0;
+    for (uint32_t i = 0; st == PX_OK && i < n; i++) {
+        const uint8_t *p = parts[i];
+        if (flip_at >= at && flip_at < at + lens[i]) {
+            size_t k = (size_t)(flip_at - at);
+            uint8_t b = (uint8_t)~p[k];
+            st = write_all(c, p, k, deadline, err);
+            if (st == PX_OK)
+                st = write_all(c, &b, 1, deadline, err);
+            if (st == PX_OK)
+                st = write_all(c, p + k + 1, lens[i] - k - 1, deadline, err);
+        } else {
+            st = write_all(c, p, lens[i], deadline, err);
+        }
+        at += lens[i];
+    }
+    return st;
 }
 
 px_status px_rt_conn_sendv(px_rt_conn *c, px_rt_frame_type type, uint8_t flags,
@@ -426,8 +478,12 @@ px_status px_rt_conn_sendv(px_rt_conn *c, px_rt_frame_type type, uint8_t flags,
                                "(fault injected)",
                                c->peer);
     }
-    for (uint32_t i = 0; st == PX_OK && i < n; i++)
-        st = write_all(c, parts[i], lens[i], deadline, err);
+    /* A flip happens on the wire, after the checksum was computed. */
+    uint64_t flip_at = UINT64_MAX;
+    if (c->faults.flip > 0 && total > 0 && px_rng_uniform(&c->fault_rng) < c->faults.flip)
+        flip_at = px_rng_below(&c->fault_rng, total);
+    if (st == PX_OK)
+        st = write_parts(c, parts, lens, n, flip_at, deadline, err);
     if (st == PX_OK) {
         c->frames_out++;
         c->bytes_out += total + PX_RT_FRAME_HEADER_BYTES;

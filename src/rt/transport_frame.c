@@ -77,7 +77,7 @@ px_status px_rt_frame_header_decode(const uint8_t in[PX_RT_FRAME_HEADER_BYTES],
                           "frame from %s: transport version %u; this "
                           "build speaks %u: run the same plexus binary on both ends",
                           who, out->version, PX_RT_FRAME_VERSION);
-    if (out->type < PX_RT_FRAME_HELLO || out->type > PX_RT_FRAME_ERROR)
+    if (out->type < PX_RT_FRAME_HELLO || out->type > PX_RT_FRAME_FAULT)
         return px_err_set(err, PX_EPARSE,
                           "frame from %s (sequence %" PRIu64 "): unknown type "
                           "%u",

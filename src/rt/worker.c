@@ -3,7 +3,8 @@
  * over its layers (its weights, its KV cache, its backend), sits between
  * the previous hop (the executor or the previous stage) and the next (the
  * next stage or the executor), and serves frames until shutdown: steps
- * are run and passed on, control frames are applied and passed on, and
+ * are run and passed on, control frames are applied and passed on (a
+ * FAULT frame naming this stage is applied first: worker_fault.c), and
  * its own failure is passed on as an error frame that names it.
  */
 #include "base/common.h"
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "rt/pipeline_impl.h"
+#include "rt/worker_fault.h"
 
 /* How long a worker waits for the next frame from upstream: between
  * steps the executor may be idle (a caller between generations), and a
@@ -31,12 +33,15 @@ typedef struct worker {
     uint8_t *scratch; /* INFO and STATS replies */
     size_t scratch_cap;
     bool relayed; /* the failure is another stage's, passed on */
+    px__rt_wfault fault;
 } worker;
 
 /* Telemetry slots: layer -1 (embedding and head) then the stage's layers. */
 static void on_op(const px_rt_op_record *rec, void *ud)
 {
     worker *w = ud;
+    /* A slowed device takes longer for every op; telemetry sees it. */
+    uint64_t extra = px__rt_wfault_after_op(&w->fault, rec->ns);
     int64_t slot = rec->layer < 0 ? 0 : (int64_t)rec->layer - w->o->layer_begin + 1;
     if (slot < 0 || (uint32_t)rec->kind >= PX_IR_OP_COUNT_)
         return;
@@ -47,7 +52,7 @@ static void on_op(const px_rt_op_record *rec, void *ud)
     e->layer = rec->layer;
     e->kind = rec->kind;
     e->count++;
-    e->ns += rec->ns;
+    e->ns += rec->ns + extra;
     e->flops += rec->flops;
     e->bytes += rec->bytes;
 }
@@ -120,6 +125,8 @@ static px_status setup(worker *w, px_err *err)
     if (!w->steps || !w->tel)
         return px_err_set(err, PX_ENOMEM, "out of memory");
     px_rt_stream_set_telemetry(px_rt_session_stream(w->s), on_op, w);
+    w->fault.session = w->s;
+    w->fault.device = o->device_name && o->device_name[0] ? o->device_name : o->backend;
     return PX_OK;
 }
 
@@ -165,6 +172,7 @@ static px_status connect_ring(worker *w, px_err *err)
         snprintf(peer, sizeof peer, "stage %u", theirs.stage);
     px_rt_conn_set_peer(w->up, peer);
     px_rt_conn_set_timeout(w->up, IDLE_TIMEOUT_MS);
+    w->fault.down = w->down;
     return PX_OK;
 }
 
@@ -185,14 +193,42 @@ static px_status bad_frame(worker *w, const char *what, px_err *err)
     return px_err_set(err, PX_EPARSE, "malformed %s frame from %s", what, px__rt_conn_peer(w->up));
 }
 
-static px_status on_step(worker *w, const uint8_t *p, uint32_t len, uint64_t t_recv, px_err *err)
+/* Checks the audit blocks of an audited step (one per record, each a head
+ * and n values, n at most the widest row a stage outputs) and returns
+ * their bytes. */
+static px_status audit_bytes(worker *w, const uint8_t *p, uint64_t len, uint32_t n_blocks,
+                             uint64_t *out, px_err *err)
 {
+    const px_ir_hparams *hp = px_rt_model_hparams(w->model);
+    uint32_t widest = PX_MAX(hp->dim, hp->vocab_size);
+    uint64_t at = 0;
+    for (uint32_t i = 0; i < n_blocks; i++) {
+        px__rt_audit_head ah;
+        if (len - at < sizeof ah)
+            return bad_frame(w, "step (audit block)", err);
+        memcpy(&ah, p + at, sizeof ah);
+        if (ah.n > widest || len - at - sizeof ah < (uint64_t)ah.n * 4)
+            return px_err_set(err, PX_EPARSE,
+                              "malformed step frame from %s: audit block %u holds %u values "
+                              "(at most %u) in %" PRIu64 " bytes left",
+                              px__rt_conn_peer(w->up), i, ah.n, widest, len - at - sizeof ah);
+        at += sizeof ah + (uint64_t)ah.n * 4;
+    }
+    *out = at;
+    return PX_OK;
+}
+
+static px_status on_step(worker *w, uint8_t flags, const uint8_t *p, uint32_t len, uint64_t t_recv,
+                         px_err *err)
+{
+    px__rt_wfault_before_step(&w->fault);
     px__rt_step_head h;
     if (len < sizeof h)
         return bad_frame(w, "step", err);
     memcpy(&h, p, sizeof h);
     uint32_t dim = px_rt_model_hparams(w->model)->dim;
     bool tokens = h.row_len == 0;
+    bool audit = flags & PX_RT_STEP_AUDIT;
     if (h.n_seqs == 0 || h.n_seqs > w->info.max_seqs || h.n_rows == 0 ||
         h.n_rows > w->info.max_batch_tokens || (!tokens && h.row_len != dim) ||
         tokens != w->o->embedding || h.n_records >= PX_RT_MAX_STAGES)
@@ -206,7 +242,13 @@ static px_status on_step(worker *w, const uint8_t *p, uint32_t len, uint64_t t_r
     uint64_t data = (uint64_t)h.n_rows * (tokens ? 1 : dim) * 4;
     uint64_t want = sizeof h + (uint64_t)h.n_seqs * sizeof(px__rt_step_seq) + data +
                     (uint64_t)h.n_records * sizeof(px__rt_stage_record);
-    if (want != len)
+    uint64_t audit_in = 0;
+    if (want > len || (!audit && want != len))
+        return bad_frame(w, "step", err);
+    px_status st;
+    if (audit && (st = audit_bytes(w, p + want, len - want, h.n_records, &audit_in, err)) != PX_OK)
+        return st;
+    if (want + audit_in != len)
         return bad_frame(w, "step", err);
     const uint8_t *q = p + sizeof h;
     const uint8_t *rows = q + (size_t)h.n_seqs * sizeof(px__rt_step_seq);
@@ -230,9 +272,10 @@ static px_status on_step(worker *w, const uint8_t *p, uint32_t len, uint64_t t_r
         .n_seqs = h.n_seqs, .seqs = w->steps, .hidden = tokens ? NULL : (const float *)rows};
     px_rt_output out;
     uint64_t t0 = px_now_ns();
-    px_status st = px_rt_forward(w->s, &b, NULL, &out, err);
+    st = px_rt_forward(w->s, &b, NULL, &out, err);
     if (st)
         return st;
+    px__rt_wfault_after_step(&w->fault);
     px__rt_stage_record *mine = &recs[h.n_records];
     *mine = (px__rt_stage_record){.stage = w->o->stage,
                                   .rows = h.n_rows,
@@ -243,13 +286,33 @@ static px_status on_step(worker *w, const uint8_t *p, uint32_t len, uint64_t t_r
     oh.row_len = out.row_len;
     oh.n_records = h.n_records + 1;
     bool result = w->o->head;
-    const void *parts[4] = {&oh, q, out.data, recs};
-    uint32_t lens[4] = {sizeof oh, result ? 0 : h.n_seqs * (uint32_t)sizeof(px__rt_step_seq),
+    /* Audited: the blocks so far, then this stage's output's first row. */
+    px__rt_audit_head ah = {.stage = w->o->stage, .n = audit && out.n_rows ? out.row_len : 0};
+    const void *parts[7] = {
+        &oh, q, out.data, recs, rows + data + (size_t)h.n_records * sizeof *recs, &ah, out.data};
+    uint32_t lens[7] = {sizeof oh,
+                        result ? 0 : h.n_seqs * (uint32_t)sizeof(px__rt_step_seq),
                         out.n_rows * out.row_len * 4,
-                        oh.n_records * (uint32_t)sizeof(px__rt_stage_record)};
+                        oh.n_records * (uint32_t)sizeof(px__rt_stage_record),
+                        (uint32_t)audit_in,
+                        sizeof ah,
+                        ah.n * 4};
     mine->send_start_ns = px_now_ns();
-    return px_rt_conn_sendv(w->down, result ? PX_RT_FRAME_RESULT : PX_RT_FRAME_STEP, 0, parts, lens,
-                            4, err);
+    return px_rt_conn_sendv(w->down, result ? PX_RT_FRAME_RESULT : PX_RT_FRAME_STEP,
+                            audit ? PX_RT_STEP_AUDIT : 0, parts, lens, audit ? 7 : 4, err);
+}
+
+/* A fault: applied first when it names this stage, then passed on (its
+ * return to the executor is the acknowledgement). */
+static px_status on_fault(worker *w, const uint8_t *p, uint32_t len, px_err *err)
+{
+    px_rt_fault f;
+    px_status st = px__rt_wfault_parse(p, len, px__rt_conn_peer(w->up), &f, err);
+    if (st)
+        return st;
+    if (f.stage == w->o->stage && (st = px__rt_wfault_apply(&w->fault, &f, err)) != PX_OK)
+        return st;
+    return px_rt_conn_send(w->down, PX_RT_FRAME_FAULT, 0, p, len, err);
 }
 
 static px_status on_seq(worker *w, const uint8_t *p, uint32_t len, px_err *err)
@@ -292,6 +355,8 @@ static px_status on_info(worker *w, const uint8_t *p, uint32_t len, px_err *err)
                             .weight_bytes = w->info.weight_bytes,
                             .kv_bytes = w->info.kv_bytes,
                             .device = w->info.device};
+    /* Free memory changes (memory faults): report it as it is now. */
+    px_rt_device_props_get(w->s->device, &in.device);
     memcpy(buf + len, &in, sizeof in);
     return px_rt_conn_send(w->down, PX_RT_FRAME_INFO, 0, buf,
                            len + (uint32_t)sizeof(px__rt_stage_info), err);
@@ -332,7 +397,7 @@ static px_status serve(worker *w, px_err *err)
         uint64_t t_recv = px_now_ns();
         switch (h.type) {
         case PX_RT_FRAME_STEP:
-            st = on_step(w, p, h.length, t_recv, err);
+            st = on_step(w, h.flags, p, h.length, t_recv, err);
             break;
         case PX_RT_FRAME_SEQ:
             st = on_seq(w, p, h.length, err);
@@ -342,6 +407,9 @@ static px_status serve(worker *w, px_err *err)
             break;
         case PX_RT_FRAME_STATS:
             st = on_stats(w, p, h.length, err);
+            break;
+        case PX_RT_FRAME_FAULT:
+            st = on_fault(w, p, h.length, err);
             break;
         case PX_RT_FRAME_SHUTDOWN:
             return px_rt_conn_send(w->down, PX_RT_FRAME_SHUTDOWN, 0, NULL, 0, err);
@@ -384,6 +452,7 @@ px_status px_rt_worker_run(const px_rt_worker_opts *o, px_err *err)
     if (st && !w.relayed && w.down)
         (void)px_rt_conn_send(w.down, PX_RT_FRAME_ERROR, 0, err->msg, (uint32_t)strlen(err->msg),
                               NULL);
+    px__rt_wfault_release(&w.fault);
     px_rt_conn_free(w.up);
     px_rt_conn_free(w.down);
     px_rt_listener_free(w.listener);

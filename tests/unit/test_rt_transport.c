@@ -5,13 +5,17 @@
  * latency and cut the link. */
 #include "px_test.h"
 
+#include <stddef.h>
+#include <math.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "plexus/rt.h"
+#include "rt/worker_fault.h"
 
 /* A listener, a raw client socket connected to it (to write anything at
  * all), and the accepted end as a px_rt_conn. */
@@ -28,7 +32,7 @@ static void pair_open(pair *p, int timeout_ms)
     px_assert_ok(px_rt_listener_new(addr, &p->l, &err), &err);
     p->raw = socket(AF_UNIX, SOCK_STREAM, 0);
     struct sockaddr_un un = {.sun_family = AF_UNIX};
-    strncpy(un.sun_path, addr + 5, sizeof un.sun_path - 1); /* test code: banned.h not included */
+    snprintf(un.sun_path, sizeof un.sun_path, "%s", addr + 5);
     assert_int_equal(connect(p->raw, (struct sockaddr *)&un, sizeof un), 0);
     px_assert_ok(px_rt_listener_accept(p->l, 2000, "the test peer", &p->server, &err), &err);
     px_rt_conn_set_timeout(p->server, timeout_ms);
@@ -357,6 +361,183 @@ static void test_fault_hooks_delay_and_cut_a_link(void **state)
     free(addr);
 }
 
+/* A connected pair over a Unix socket for the fault tests. */
+static void fault_pair(const char *name, px_rt_listener **l, px_rt_conn **c, px_rt_conn **s)
+{
+    char *addr = px_asprintf("unix:%s/%s.sock", px_test_tmpdir(), name);
+    px_err err;
+    px_assert_ok(px_rt_listener_new(addr, l, &err), &err);
+    px_assert_ok(px_rt_conn_connect(addr, 2000, "server", c, &err), &err);
+    px_assert_ok(px_rt_listener_accept(*l, 2000, "client", s, &err), &err);
+    free(addr);
+}
+
+static void test_flipped_byte_is_refused_by_the_receivers_checksum(void **state)
+{
+    (void)state;
+    px_rt_listener *l;
+    px_rt_conn *c, *s;
+    fault_pair("flip", &l, &c, &s);
+    px_err err;
+    px_rt_link_faults f = {.flip = 1, .seed = 9};
+    px_rt_conn_set_faults(c, &f);
+    static uint8_t data[4096];
+    px_assert_ok(px_rt_conn_send(c, PX_RT_FRAME_STEP, 0, data, sizeof data, &err), &err);
+    px_rt_frame_header h;
+    const uint8_t *p;
+    assert_int_equal(px_rt_conn_recv(s, &h, &p, &err), PX_EPARSE);
+    px_assert_contains(err.msg, "frame from client");
+    px_assert_contains(err.msg, "checksum");
+    px_rt_conn_free(s);
+    px_rt_conn_free(c);
+
+    /* Without the fault (flip 0) the same frame arrives whole. */
+    px_rt_listener_free(l);
+    fault_pair("flip", &l, &c, &s);
+    px_rt_conn_set_faults(c, &(px_rt_link_faults){.flip = 0, .seed = 9});
+    px_assert_ok(px_rt_conn_send(c, PX_RT_FRAME_STEP, 0, data, sizeof data, &err), &err);
+    px_assert_ok(px_rt_conn_recv(s, &h, &p, &err), &err);
+    assert_int_equal(h.length, sizeof data);
+    px_rt_conn_free(s);
+    px_rt_conn_free(c);
+    px_rt_listener_free(l);
+}
+
+/* Sends n frames and marks those delayed by a retransmission. */
+static uint32_t lossy_sends(px_rt_conn *c, px_rt_conn *s, bool *resent, uint32_t n)
+{
+    px_err err;
+    uint8_t data[64] = {1};
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t t0 = px_now_ns();
+        px_assert_ok(px_rt_conn_send(c, PX_RT_FRAME_STEP, 0, data, sizeof data, &err), &err);
+        double ms = (double)(px_now_ns() - t0) / 1e6;
+        resent[i] = ms >= 15;
+        k += resent[i];
+        assert_true(ms < 15 || ms >= 20); /* either sent at once or after resend_ns */
+        px_rt_frame_header h;
+        const uint8_t *p;
+        px_assert_ok(px_rt_conn_recv(s, &h, &p, &err), &err);
+    }
+    return k;
+}
+
+static void test_lost_frames_arrive_after_the_resend_delay_with_seeded_choice(void **state)
+{
+    (void)state;
+    px_rt_listener *l;
+    px_rt_conn *c, *s;
+    fault_pair("loss", &l, &c, &s);
+    px_rt_link_faults f = {.loss = 0.5, .resend_ns = 20000000, .seed = 42};
+    bool first[12], second[12];
+    px_rt_conn_set_faults(c, &f);
+    uint32_t k1 = lossy_sends(c, s, first, 12);
+    /* The same seed loses the same frames. */
+    px_rt_conn_set_faults(c, &f);
+    uint32_t k2 = lossy_sends(c, s, second, 12);
+    assert_int_equal(k1, k2);
+    assert_memory_equal(first, second, sizeof first);
+    assert_true(k1 > 0 && k1 < 12);
+    /* Loss 1 resends every frame; the default delay is 200 ms. */
+    px_rt_conn_set_faults(c, &(px_rt_link_faults){.loss = 1, .seed = 1});
+    px_err err;
+    uint64_t t0 = px_now_ns();
+    px_assert_ok(px_rt_conn_send(c, PX_RT_FRAME_STEP, 0, "x", 1, &err), &err);
+    assert_true(px_now_ns() - t0 >= 200000000u);
+    px_rt_conn_free(s);
+    px_rt_conn_free(c);
+    px_rt_listener_free(l);
+}
+
+static double timed_send_ms(px_rt_conn *c, px_rt_conn *s)
+{
+    px_err err;
+    uint64_t t0 = px_now_ns();
+    px_assert_ok(px_rt_conn_send(c, PX_RT_FRAME_STEP, 0, "abc", 3, &err), &err);
+    double ms = (double)(px_now_ns() - t0) / 1e6;
+    px_rt_frame_header h;
+    const uint8_t *p;
+    px_assert_ok(px_rt_conn_recv(s, &h, &p, &err), &err);
+    return ms;
+}
+
+static void sleep_until(uint64_t t)
+{
+    uint64_t now = px_now_ns();
+    if (now < t) {
+        struct timespec ts = {(time_t)((t - now) / 1000000000u), (long)((t - now) % 1000000000u)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void test_intermittent_link_is_degraded_only_in_its_on_phase(void **state)
+{
+    (void)state;
+    px_rt_listener *l;
+    px_rt_conn *c, *s;
+    fault_pair("intermittent", &l, &c, &s);
+    /* 30 ms of latency during the first 150 ms of every 300 ms. */
+    px_rt_link_faults f = {.latency_ns = 30000000, .period_s = 0.3, .duty = 0.5};
+    uint64_t t0 = px_now_ns();
+    px_rt_conn_set_faults(c, &f);
+    assert_true(timed_send_ms(c, s) >= 30); /* on */
+    sleep_until(t0 + 180000000u);
+    assert_true(timed_send_ms(c, s) < 25); /* off */
+    sleep_until(t0 + 305000000u);
+    assert_true(timed_send_ms(c, s) >= 30); /* on again */
+    px_rt_conn_free(s);
+    px_rt_conn_free(c);
+    px_rt_listener_free(l);
+}
+
+/* A worker checks a FAULT frame it cannot trust: its length, its kind
+ * (signals never travel as frames), its booleans and every field. */
+static void test_malformed_fault_frames_are_refused(void **state)
+{
+    (void)state;
+    px_rt_fault f, got;
+    px_err err;
+    memset(&f, 0, sizeof f);
+    f.kind = PX_RT_FAULT_SLOW;
+    f.stage = 1;
+    f.factor = 3;
+    px_assert_ok(px__rt_wfault_parse((const uint8_t *)&f, sizeof f, "stage 0", &got, &err), &err);
+    assert_int_equal(got.kind, PX_RT_FAULT_SLOW);
+    assert_true(got.factor == 3);
+
+    assert_int_equal(px__rt_wfault_parse((const uint8_t *)&f, sizeof f - 1, "stage 0", &got, &err),
+                     PX_EPARSE);
+    px_assert_contains(err.msg, "malformed fault frame from stage 0");
+
+    px_rt_fault bad = f;
+    bad.factor = NAN;
+    assert_int_equal(px__rt_wfault_parse((const uint8_t *)&bad, sizeof bad, "stage 0", &got, &err),
+                     PX_EPARSE);
+    px_assert_contains(err.msg, "factor");
+
+    bad = f;
+    bad.stage = 99;
+    assert_int_equal(px__rt_wfault_parse((const uint8_t *)&bad, sizeof bad, "stage 0", &got, &err),
+                     PX_EPARSE);
+    px_assert_contains(err.msg, "stage 99");
+
+    uint8_t raw[sizeof f];
+    memcpy(raw, &f, sizeof f);
+    uint32_t kill_kind = PX_RT_FAULT_KILL;
+    memcpy(raw + offsetof(px_rt_fault, kind), &kill_kind, sizeof kill_kind);
+    assert_int_equal(px__rt_wfault_parse(raw, sizeof raw, "stage 0", &got, &err), PX_EPARSE);
+    px_assert_contains(err.msg, "kind 6");
+    uint32_t huge = 0xfffffff0u;
+    memcpy(raw + offsetof(px_rt_fault, kind), &huge, sizeof huge);
+    assert_int_equal(px__rt_wfault_parse(raw, sizeof raw, "stage 0", &got, &err), PX_EPARSE);
+
+    memcpy(raw, &f, sizeof f);
+    raw[offsetof(px_rt_fault, link) + offsetof(px_rt_link_faults, cut)] = 7;
+    assert_int_equal(px__rt_wfault_parse(raw, sizeof raw, "stage 0", &got, &err), PX_EPARSE);
+    px_assert_contains(err.msg, "boolean");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -371,6 +552,10 @@ int main(void)
         cmocka_unit_test(test_addresses_outside_this_machine_are_refused),
         cmocka_unit_test(test_hello_agrees_on_payload_and_refuses_another_model),
         cmocka_unit_test(test_fault_hooks_delay_and_cut_a_link),
+        cmocka_unit_test(test_flipped_byte_is_refused_by_the_receivers_checksum),
+        cmocka_unit_test(test_lost_frames_arrive_after_the_resend_delay_with_seeded_choice),
+        cmocka_unit_test(test_intermittent_link_is_degraded_only_in_its_on_phase),
+        cmocka_unit_test(test_malformed_fault_frames_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

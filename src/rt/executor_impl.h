@@ -1,0 +1,53 @@
+/*
+ * Private declarations of the executor's files: the executor object
+ * (executor_run.c sets it up and runs the ring, executor_fault.c injects
+ * faults and reads the workers' health) and the fault checks the executor
+ * and the workers share.
+ */
+#ifndef PX_RT_EXECUTOR_IMPL_H
+#define PX_RT_EXECUTOR_IMPL_H
+
+#include "rt/pipeline_impl.h"
+
+#include <sys/types.h>
+
+struct px_rt_executor {
+    px_rt_pipeline_spec spec;
+    px_rt_executor_opts opts;
+    char *model_path, *worker_bin;
+    px_rt_model *model;
+    uint32_t max_seqs, context, max_rows, n_threads;
+    int timeout_ms;
+    int step_timeout_ms; /* the wait for a step's result; 0: timeout_ms */
+    char dir[64];
+    char addr[PX_RT_MAX_STAGES + 1][128]; /* stage i's; [n]: the executor's return */
+    pid_t pid[PX_RT_MAX_STAGES];
+    int wstatus[PX_RT_MAX_STAGES];
+    bool reaped[PX_RT_MAX_STAGES];
+    uint32_t reap_order[PX_RT_MAX_STAGES]; /* 1, 2, ...: the order workers ended in */
+    uint32_t n_reaped;
+    px_rt_listener *ret;
+    px_rt_conn *first, *last;
+    px__rt_stage_info info[PX_RT_MAX_STAGES];
+    bool *slot_used;
+    bool failed;
+    uint8_t *sendbuf;
+    size_t sendcap;
+};
+
+/* Collects the workers that ended, without waiting (executor_run.c). */
+void px__rt_exec_reap(px_rt_executor *ex);
+/* Whether /proc says the process is stopped (executor_run.c). */
+bool px__rt_exec_stopped(pid_t pid);
+/* Asks every stage for its description again (executor_run.c). */
+px_status px__rt_exec_gather_info(px_rt_executor *ex, px_err *err);
+/* The stage to blame: the first killed by a signal, else the first that
+ * exited, else a stopped one; -1 when none (executor_fault.c).  Reads
+ * what was reaped; reap first. */
+int px__rt_exec_blame(const px_rt_executor *ex, bool *stopped);
+
+/* Checks a fault's fields: a stage below n_stages and every parameter in
+ * range.  PX_EINVAL naming the field and the fix (executor_fault.c). */
+px_status px__rt_fault_check(const px_rt_fault *f, uint32_t n_stages, px_err *err);
+
+#endif
