@@ -40,10 +40,10 @@
  * Figures are sourced: they come from the inventory (with its provenance)
  * or from the defaults in px_cost_params, each of which is listed by
  * px_cost_assumptions_json so that a plan states what it rests on.  A
- * calibration overlay (measured corrections per device, op class and
- * regime that never overwrite sourced values) plugs in through
- * px_cost_params.calibration; in this version it must be NULL and the mode
- * PX_COST_SOURCED.
+ * calibration overlay (`plexus.calibration/1`: measured corrections per
+ * device, op class and regime that never overwrite sourced values) plugs in
+ * through px_cost_params.calibration with mode PX_COST_CALIBRATED (section
+ * "Calibration" below).  Either mode reproduces its figures exactly.
  *
  * Thread safety: fleets and models are read-only after construction except
  * for the fleet's path cache, so one fleet must not be shared between
@@ -69,10 +69,10 @@ extern "C" {
 
 typedef enum px_cost_mode {
     PX_COST_SOURCED = 0,    /* datasheet, discovered and assumed figures only */
-    PX_COST_CALIBRATED = 1, /* plus the calibration overlay (not yet available) */
+    PX_COST_CALIBRATED = 1, /* plus the calibration overlay (params.calibration) */
 } px_cost_mode;
 
-/* Measured corrections; reserved for the calibration overlay. */
+/* Measured corrections: the calibration overlay (section "Calibration"). */
 typedef struct px_cost_calibration px_cost_calibration;
 
 /* Every default the model uses when the inventory is silent, with the
@@ -80,7 +80,8 @@ typedef struct px_cost_calibration px_cost_calibration;
  * each is listed by px_cost_assumptions_json. */
 typedef struct px_cost_params {
     px_cost_mode mode;
-    const px_cost_calibration *calibration; /* borrowed; must be NULL for now */
+    const px_cost_calibration *calibration; /* borrowed; required in (and only in)
+                                               the calibrated mode */
     double headroom;                        /* fraction of memory kept free (0.10) */
     /* Fraction of the datasheet memory bandwidth reached by memory-bound
      * decode kernels: 0.80, range 0.70..0.85 (well-tuned engines). */
@@ -108,8 +109,8 @@ typedef struct px_cost_params {
 } px_cost_params;
 
 void px_cost_params_default(px_cost_params *p);
-/* Checks a parameter set; PX_EINVAL names the bad field and its range, and
- * PX_EUNSUPPORTED refuses the calibrated mode (not available yet). */
+/* Checks a parameter set; PX_EINVAL names the bad field and its range, a
+ * calibrated mode without an overlay or an overlay in the sourced mode. */
 px_status px_cost_params_check(const px_cost_params *p, px_err *err);
 
 /* ------------------------------------------------------------------ */
@@ -354,6 +355,9 @@ typedef struct px_cost_sample {
     const double *dev_bw, *dev_compute; /* n_devices */
     const double *link_bw;              /* per hw link (view->n_links) */
     double eff_mem, eff_compute;        /* absolute values */
+    /* Calibrated mode: per correction of the overlay (in its order), a
+     * multiplicative draw of its factor; NULL means 1.0. */
+    const double *calib;
 } px_cost_sample;
 
 /* Evaluates one pipeline (borrowed) at point estimates (sample NULL) or
@@ -472,6 +476,252 @@ json_t *px_cost_assumptions_json(const px_cost_fleet *f, const px_cost_model *m,
  * floating dtype at all. */
 bool px_cost_compute_dtype(const px_cost_device *d, px_dtype weights, px_dtype acts,
                            px_hw_dtype *out, bool *fallback);
+
+/* ------------------------------------------------------------------ */
+/* Calibration                                                         */
+/* ------------------------------------------------------------------ */
+/*
+ * A calibration overlay holds corrections learned from what was observed
+ * (microbenchmarks, per-stage timings of real runs).  A correction is an
+ * affine map of the sourced model's time for one op class on one device
+ * (or one link kind) in one regime: observed time = offset_s + factor x
+ * sourced prediction (offset_s: fixed costs per step that no datasheet
+ * figure covers, such as dispatch and small elementwise ops).  Sourced figures stay as they are;
+ * the calibrated mode multiplies the predicted terms by the factors that apply, and a plan lists
+ * every correction with whether it was applied or refused and why (px_cost_assumptions_json).
+ * Format: docs/formats/calibration.md.
+ *
+ *     px_cost_calibration *cal;
+ *     px_cost_calibration_load("calibration.json", &cal, &err);
+ *     params.mode = PX_COST_CALIBRATED;
+ *     params.calibration = cal;            // borrowed by the params
+ *     px_cost_eval_pipeline(fleet, model, &params, &wl, &pipe, NULL, &est, &err);
+ *     px_cost_calibration_free(cal);
+ *
+ * Op classes and the size each one's regime is measured in:
+ *   matvec     decode weight streaming (matrix-vector products and the
+ *              elementwise ops of the block around them): weight bytes
+ *              read per block per decode step;
+ *   attention  decode attention over the KV cache: positions attended;
+ *   matmul     prefill (matrix-matrix products): rows per step;
+ *   copy       transfers between stages, per link kind: bytes per
+ *              transfer.
+ *
+ * Epistemic uncertainty: a correction is fitted by least squares (an
+ * offset only where its samples span different sizes, else the mean
+ * ratio), and [lo, hi] is the Student-t prediction interval of a new
+ * observation at `confidence` from the spread of the samples' relative
+ * residuals, factor x (1 +- t(n-k) x s x sqrt(1 + 1/n)), so few samples
+ * give wide intervals (fewer than min_samples keep at least the sourced
+ * uncertainty, see px_cost_calibration_fit); the Monte Carlo of
+ * px_cost_uncertainty draws each applied correction from its interval in
+ * place of the sourced bandwidth and efficiency of the term it corrects.
+ */
+
+#define PX_COST_CALIBRATION_SCHEMA "plexus.calibration/1"
+#define PX_COST_CALIB_MAX          4096 /* corrections in one overlay */
+
+typedef enum px_cost_op_class {
+    PX_COST_CLASS_MATVEC = 0,
+    PX_COST_CLASS_ATTENTION,
+    PX_COST_CLASS_MATMUL,
+    PX_COST_CLASS_COPY,
+    PX_COST_CLASS_COUNT_
+} px_cost_op_class;
+
+/* "matvec", "attention", "matmul", "copy"; "?" otherwise. */
+const char *px_cost_op_class_name(px_cost_op_class c);
+/* PX_EINVAL listing the names for anything else. */
+px_status px_cost_op_class_parse(const char *name, px_cost_op_class *out, px_err *err);
+
+typedef struct px_cost_correction {
+    /* Inventory global id of the device ("local.emu-a"); for the copy
+     * class the link kind ("loopback", "pcie4", ...). */
+    char device[64];
+    px_cost_op_class cls;
+    px_dtype dtype;            /* weights' dtype of the regime; PX_DTYPE_COUNT_: any */
+    double valid_lo, valid_hi; /* validity range of the regime's size (class unit) */
+    double factor;             /* observed / sourced prediction, > 0 */
+    double offset_s;           /* seconds added per step (per transfer for copy):
+                                  observed = offset_s + factor x sourced */
+    double lo, hi;             /* interval of the factor, lo <= factor <= hi; it
+                                  scales the whole corrected term */
+    double confidence;         /* level of [lo, hi], in (0, 1) */
+    uint32_t n_samples;        /* >= 1 */
+    char dataset[160];         /* what was observed ("microbench:emu-small x3") */
+    char timestamp[32];        /* RFC 3339 UTC */
+} px_cost_correction;
+
+/* An empty overlay.  Returns owned memory (px_cost_calibration_free).
+ * PX_ENOMEM. */
+px_status px_cost_calibration_new(px_cost_calibration **out, px_err *err);
+void px_cost_calibration_free(px_cost_calibration *c); /* NULL is a no-op */
+/* Appends a copy of c (checked as the reader checks it); a correction for
+ * the same device, class and dtype whose validity range overlaps c's is
+ * replaced (regimes of one key are disjoint size ranges).  PX_EINVAL
+ * naming the bad field, PX_ELIMIT past PX_COST_CALIB_MAX, PX_ENOMEM. */
+px_status px_cost_calibration_add(px_cost_calibration *cal, const px_cost_correction *c,
+                                  px_err *err);
+size_t px_cost_calibration_count(const px_cost_calibration *cal);
+/* Correction i (borrowed), NULL out of range. */
+const px_cost_correction *px_cost_calibration_at(const px_cost_calibration *cal, size_t i);
+/* The overlay's content id: SHA-256 of its canonical document. */
+const char *px_cost_calibration_digest(const px_cost_calibration *cal);
+
+/* Reads a `plexus.calibration/1` document (untrusted: bounded, strict:
+ * unknown members, wrong types, non-finite or out-of-range numbers,
+ * lo > factor > hi, an inverted validity range and duplicates are
+ * refused).  name labels messages, which give the JSON pointer of the
+ * problem and the fix.  Returns owned memory.  PX_EPARSE (not JSON),
+ * PX_EVALIDATE, PX_ELIMIT, PX_ENOMEM. */
+px_status px_cost_calibration_parse(const char *text, size_t len, const char *name,
+                                    px_cost_calibration **out, px_err *err);
+/* px_cost_calibration_parse of a file (at most 16 MiB); PX_EIO. */
+px_status px_cost_calibration_load(const char *path, px_cost_calibration **out, px_err *err);
+/* The document (new reference; NULL on allocation failure). */
+json_t *px_cost_calibration_to_json(const px_cost_calibration *cal);
+/* Canonical text of the document, byte-identical for equal overlays; the
+ * reader reads it back to an equal overlay.  Owned (free()); NULL on
+ * allocation failure. */
+char *px_cost_calibration_dump(const px_cost_calibration *cal);
+
+/* Why a correction applies or not. */
+typedef enum px_cost_calib_verdict {
+    PX_COST_CALIB_APPLIED = 0,
+    PX_COST_CALIB_NONE,         /* no correction for this device and class */
+    PX_COST_CALIB_OUT_OF_RANGE, /* the size lies outside its validity range */
+    PX_COST_CALIB_DTYPE,        /* it was measured for another dtype */
+} px_cost_calib_verdict;
+
+/* The correction for (device, class) at size and dtype: *index gets its
+ * position in the overlay (for px_cost_sample.calib) when one applies.
+ * A correction outside its validity range or for another dtype is never
+ * applied.  cal may be NULL (PX_COST_CALIB_NONE).  Allocates nothing. */
+px_cost_calib_verdict px_cost_calibration_lookup(const px_cost_calibration *cal, const char *device,
+                                                 px_cost_op_class cls, px_dtype dtype, double size,
+                                                 size_t *index);
+
+/* One observation for fitting: the same work timed and predicted by the
+ * sourced model (px_cost_stage_terms gives the predictions). */
+typedef struct px_cost_calib_sample {
+    const char *device; /* borrowed; device id or link kind */
+    px_cost_op_class cls;
+    px_dtype dtype;     /* PX_DTYPE_COUNT_: any */
+    double size;        /* the regime's size (class unit) */
+    double predicted_s; /* sourced prediction, > 0 */
+    double observed_s;  /* > 0 */
+} px_cost_calib_sample;
+
+typedef struct px_cost_fit_opts {
+    double confidence;  /* of the intervals; 0: 0.95 */
+    double range_slack; /* validity = [min size / slack, max size x slack]; 0: 2 */
+    /* With fewer samples than this (>= 1) a correction's interval is
+     * widened to at least the sourced relative uncertainty below; 0: 3. */
+    uint32_t min_samples;
+    double sourced_rel;    /* 0: 0.5 */
+    const char *dataset;   /* borrowed; copied into each correction */
+    const char *timestamp; /* borrowed; NULL: now */
+} px_cost_fit_opts;
+
+/* Groups samples (borrowed) by device, class and dtype, splits each group
+ * into regimes where consecutive sizes differ by more than range_slack,
+ * and adds one correction per regime to cal (replacing overlapping ones);
+ * neighbouring regimes' validity ranges meet half way (geometrically)
+ * instead of overlapping.  Samples
+ * with a non-positive or non-finite time are refused (PX_EINVAL naming the
+ * sample).  opts may be NULL.  PX_ENOMEM, PX_ELIMIT. */
+px_status px_cost_calibration_fit(px_cost_calibration *cal, const px_cost_calib_sample *samples,
+                                  size_t n, const px_cost_fit_opts *opts, px_err *err);
+
+/* The sourced model's terms for one stage, per op class, for fitting
+ * samples and reports: decode weight streaming and KV reading (memory
+ * terms at the point efficiency), decode compute, prefill, the decode
+ * transfer to the next device, and each class's regime size.  Uses
+ * params' sourced figures whatever its mode. */
+typedef struct px_cost_stage_terms {
+    double matvec_s, attention_s, compute_s, prefill_s;
+    double matvec_size;    /* weight bytes read per block per decode step */
+    double attention_size; /* positions attended (the workload's context) */
+    double matmul_size;    /* rows of a prefill step */
+    px_dtype dtype;        /* weights' dtype */
+} px_cost_stage_terms;
+
+/* Terms of stage st (borrowed) on its first device under wl.  PX_EINVAL
+ * for a device index out of range or a malformed stage. */
+px_status px_cost_stage_terms_of(px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
+                                 const px_cost_workload *wl, const px_cost_stage *st,
+                                 px_cost_stage_terms *out, px_err *err);
+
+/* Predicted against observed, for one quantity. */
+typedef struct px_cost_calib_obs {
+    char label[96];       /* "run.json stage 1 local.emu-a decode" */
+    px_cost_op_class cls; /* the class it falls in (matvec for a decode step) */
+    double observed_s;
+    px_cost_interval before; /* sourced prediction: p50 and [lo, hi] */
+    px_cost_interval after;  /* calibrated prediction */
+} px_cost_calib_obs;
+
+typedef struct px_cost_calib_summary {
+    size_t n;
+    double mae_before, mae_after;           /* median |predicted p50 - observed| / observed */
+    double coverage_before, coverage_after; /* fraction of observations in [lo, hi] */
+} px_cost_calib_summary;
+
+/* A `plexus.run/1` report (`plexus run -o json`, or
+ * px_rt_pipeline_report_json) as calibration reads it: per stage its
+ * device, blocks and observed times, and the workload the run served. */
+typedef struct px_cost_run_stage {
+    char device[64];
+    int32_t first, last; /* blocks, inclusive; last = first - 1: none */
+    double decode_s;     /* observed compute per decode step */
+    double prefill_s;    /* observed compute of the prefill */
+    double xfer_in_s;    /* observed transfer into the stage per decode step; NAN */
+} px_cost_run_stage;
+
+typedef struct px_cost_run {
+    uint32_t n_stages;
+    px_cost_run_stage stages[PX_COST_MAX_STAGES];
+    uint32_t n_prompts;   /* "results" entries, else 1 */
+    double prompt_tokens; /* prefilled, all prompts */
+    double decode_tokens; /* produced by decode steps, all prompts */
+    double tpot_s;        /* observed time per decode step end to end; NAN */
+} px_cost_run;
+
+/* Reads a run report (borrowed; untrusted: strict about what it uses,
+ * naming the JSON pointer of a problem).  PX_EVALIDATE, PX_ELIMIT. */
+px_status px_cost_run_parse(const json_t *doc, const char *name, px_cost_run *out, px_err *err);
+/* The pipeline and workload of a run on a fleet and model: each stage on
+ * its device (PX_ENOTFOUND naming a device not in the fleet), at the stored
+ * precision; batch = prompts, prompt = prefilled tokens per prompt,
+ * context = the mean context attended by its decode steps. */
+px_status px_cost_run_pipeline(const px_cost_run *run, px_cost_fleet *f, const px_cost_model *m,
+                               px_cost_pipeline *pipe, px_cost_workload *wl, px_err *err);
+/* Samples of a run for px_cost_calibration_fit: one per stage holding
+ * blocks, class matvec: the observed decode step less its attention (the
+ * calibrated prediction of attention when p carries an overlay in the
+ * calibrated mode and a correction applies, else the sourced one), against
+ * the sourced weight-streaming term.  samples needs run->n_stages
+ * entries; their device strings borrow from run.  *n gets the count. */
+px_status px_cost_run_samples(const px_cost_run *run, px_cost_fleet *f, const px_cost_model *m,
+                              const px_cost_params *p, px_cost_calib_sample *samples, size_t *n,
+                              px_err *err);
+/* Predicted against observed for each stage of a run holding blocks: the
+ * decode time per step, sourced (p in the sourced mode) and calibrated
+ * (cal), each with its Monte Carlo interval [lo, hi].  obs needs
+ * run->n_stages entries; labels start with name.  *n gets the count.
+ * end_to_end (may be NULL) gets the time per token of the whole pipeline
+ * (transfers included) when the run observed it: *has_e2e (may be NULL)
+ * says whether. */
+px_status px_cost_run_check(const px_cost_run *run, const char *name, px_cost_fleet *f,
+                            const px_cost_model *m, const px_cost_params *p,
+                            const px_cost_calibration *cal, px_cost_calib_obs *obs, size_t *n,
+                            px_cost_calib_obs *end_to_end, bool *has_e2e, px_err *err);
+
+/* Summarizes observations (borrowed) and, when out is not NULL, appends a
+ * table: one line per observation, before and after, whether it lies
+ * inside each interval, then the medians and coverage.  PX_ENOMEM. */
+px_status px_cost_calib_report(const px_cost_calib_obs *obs, size_t n, px_cost_calib_summary *sum,
+                               px_strbuf *out);
 
 #ifdef __cplusplus
 }

@@ -38,7 +38,11 @@ static void usage(void)
            "  -o text|json           report format on stdout (default text)\n"
            "  --out FILE             write the plan JSON to FILE\n"
            "  --svg FILE             draw the stages on the devices and links\n"
-           "  --trace FILE           record the inputs and the plan for plexus replay\n");
+           "  --trace FILE           record the inputs and the plan for plexus replay\n"
+           "  --mode MODE            sourced (default: datasheet, discovered and assumed\n"
+           "                         figures) or calibrated (plus --calibration)\n"
+           "  --calibration FILE     plexus.calibration/1 overlay (plexus calibrate); the\n"
+           "                         plan lists each correction, applied or refused\n");
 }
 
 static bool parse_u32(const char *opt, const char *arg, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -109,7 +113,7 @@ int px__cmd_plan(int argc, char **argv)
         return PX_EXIT_OK;
     }
     const char *model_spec = NULL, *inv_path = NULL, *contract_spec = NULL, *out_path = NULL,
-               *svg_path = NULL, *trace_path = NULL;
+               *svg_path = NULL, *trace_path = NULL, *mode = NULL, *calib_path = NULL;
     px_cli_format fmt = PX_CLI_TEXT;
     px_plan_request req;
     px_plan_request_default(&req);
@@ -187,6 +191,15 @@ int px__cmd_plan(int argc, char **argv)
         } else if (!strcmp(a, "--trace")) {
             NEED_ARG();
             trace_path = v;
+        } else if (!strcmp(a, "--mode")) {
+            NEED_ARG();
+            if (strcmp(v, "sourced") && strcmp(v, "calibrated"))
+                return px__cli_usage_error("plan", "--mode takes sourced or calibrated, not \"%s\"",
+                                           v);
+            mode = v;
+        } else if (!strcmp(a, "--calibration")) {
+            NEED_ARG();
+            calib_path = v;
         } else {
             return px__cli_usage_error("plan", "unexpected argument \"%s\"", a);
         }
@@ -194,6 +207,14 @@ int px__cmd_plan(int argc, char **argv)
     }
     if (!model_spec || !inv_path)
         return px__cli_usage_error("plan", "--model and --inventory are required");
+    bool calibrated = mode && !strcmp(mode, "calibrated");
+    if (calibrated != (calib_path != NULL))
+        return px__cli_usage_error("plan", "%s",
+                                   calibrated ? "--mode calibrated needs --calibration FILE"
+                                              : "--calibration goes with --mode calibrated");
+    if (calibrated && trace_path)
+        return px__cli_usage_error("plan", "--trace records sourced plans only; drop --trace or "
+                                           "plan in the sourced mode");
     if (req.workload.prompt_tokens > req.workload.context)
         return px__cli_usage_error("plan", "--prompt-tokens (%u) exceeds --context (%u)",
                                    req.workload.prompt_tokens, req.workload.context);
@@ -202,6 +223,7 @@ int px__cmd_plan(int argc, char **argv)
     px_hw_graph *graph = NULL;
     px_ir_model *model = NULL;
     px_contract *contract = NULL;
+    px_cost_calibration *calibration = NULL;
     px_plan *plan = NULL;
     px_diags diags;
     px_diags_init(&diags);
@@ -222,6 +244,14 @@ int px__cmd_plan(int argc, char **argv)
             rc = print_diags(&diags, contract_spec, &err);
             goto done;
         }
+    }
+    if (calib_path) {
+        if (px_cost_calibration_load(calib_path, &calibration, &err) != PX_OK) {
+            fprintf(stderr, "plexus plan: refusing the calibration overlay: %s\n", err.msg);
+            goto done;
+        }
+        req.cost.mode = PX_COST_CALIBRATED;
+        req.cost.calibration = calibration;
     }
     req.graph = graph;
     req.model = model;
@@ -269,6 +299,7 @@ int px__cmd_plan(int argc, char **argv)
     rc = PX_EXIT_OK;
 done:
     px_plan_free(plan);
+    px_cost_calibration_free(calibration);
     px_contract_free(contract);
     px_ir_model_free(model);
     px_hw_graph_free(graph);

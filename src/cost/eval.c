@@ -294,6 +294,60 @@ static double runtime_bytes(const px_cost_params *p, const px_cost_device *d)
     return p->runtime_cpu;
 }
 
+static bool calibrated(const px_cost_params *p)
+{
+    return p->mode == PX_COST_CALIBRATED && p->calibration;
+}
+
+static px_dtype weights_dtype(const px_cost_model *m, const px_cost_stage *st)
+{
+    return st->prec.ffn_weights == PX_DTYPE_COUNT_ ? m->weight_dtype : st->prec.ffn_weights;
+}
+
+/* A sourced time t corrected by the correction that applies (t itself
+ * when none does), drawn under a sample. */
+static double calib_apply(const px_cost_params *p, const px_cost_sample *s, const char *device,
+                          px_cost_op_class cls, px_dtype dt, double size, double t, bool *applied)
+{
+    size_t idx = 0;
+    *applied = false;
+    if (px_cost_calibration_lookup(p->calibration, device, cls, dt, size, &idx) !=
+        PX_COST_CALIB_APPLIED)
+        return t;
+    *applied = true;
+    const px_cost_correction *c = px_cost_calibration_at(p->calibration, idx);
+    double v = c->offset_s + c->factor * t;
+    return PX_MAX(v, 0.0) * (s && s->calib ? s->calib[idx] : 1.0);
+}
+
+/* The decode memory term and the prefill of one device in the calibrated
+ * mode.  A corrected term rests on its measurement: it scales the sourced
+ * point prediction (datasheet bandwidth at the point efficiency), and its
+ * uncertainty is the correction's, not the sourced bandwidth's. */
+static void calibrate_device(const px_cost_params *p, const px_cost_sample *s,
+                             const px_cost_device *d, const px_cost_model *m,
+                             const px_cost_stage *st, const stage_load *ld, double tp, double bw,
+                             double dev_kv, double act_traffic, double T, double rows,
+                             double pf_point, double *mem_s, double *pf)
+{
+    px_dtype dt = weights_dtype(m, st);
+    double size = ld->w_decode / PX_MAX(ld->n_blocks, 1u);
+    double bw_pt = d->mem_bw * p->eff_mem;
+    bool a_mv, a_att, a_mm;
+    double w_s =
+        calib_apply(p, s, d->id, PX_COST_CLASS_MATVEC, dt, size, ld->w_decode / tp / bw_pt, &a_mv);
+    double kv_s =
+        calib_apply(p, s, d->id, PX_COST_CLASS_ATTENTION, dt, T, dev_kv / tp / bw_pt, &a_att);
+    if (!a_mv)
+        w_s = ld->w_decode / tp / bw;
+    if (!a_att)
+        kv_s = dev_kv / tp / bw;
+    *mem_s = w_s + kv_s + act_traffic / tp / bw;
+    double pf_cal = calib_apply(p, s, d->id, PX_COST_CLASS_MATMUL, dt, rows, pf_point, &a_mm);
+    if (a_mm)
+        *pf = pf_cal;
+}
+
 static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
                        const px_cost_workload *wl, const px_cost_stage *st, const px_cost_sample *s,
                        uint32_t b, const stage_load *ldp, px_cost_stage_est *e,
@@ -353,6 +407,16 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
             st->kv == PX_COST_KV_HOST ? b * P * ld.kv_token / tp / (d->host_bw * p->eff_link) : 0;
         double pf =
             (m->dit ? 0 : PX_MAX(pf_bytes / tp / bw, pf_flops / tp / peak)) + ar_pf + pf_kvh;
+        if (calibrated(p)) {
+            double bw_pt = d->mem_bw * p->eff_mem;
+            double peak_pt = d->peak[cd] * p->eff_compute;
+            double pf_point =
+                (m->dit ? 0 : PX_MAX(pf_bytes / tp / bw_pt, pf_flops / tp / peak_pt)) + ar_pf +
+                pf_kvh;
+            calibrate_device(p, s, d, m, st, &ld, tp, bw, dev_kv, act_traffic, T, b * P, pf_point,
+                             &mem_s, &pf);
+            dec = PX_MAX(mem_s, comp_s) + kvh_s + ar;
+        }
         if (dec > worst) {
             worst = dec;
             e->decode_s = dec;
@@ -512,6 +576,19 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
             double bw = path_bw(&pa, s) * p->eff_link;
             e->xfer_s = pa.latency + b * S * ld.act_out / bw;
             e->xfer_prefill_s = pa.latency + b * P * ld.act_out / bw;
+            if (calibrated(p) && pa.bottleneck >= 0) {
+                bool a;
+                const char *kind = px_hw_link_kind_name(pa.kind);
+                double bytes = b * S * ld.act_out, pf_bytes = b * P * ld.act_out;
+                double t = calib_apply(p, s, kind, PX_COST_CLASS_COPY, PX_DTYPE_COUNT_, bytes,
+                                       pa.latency + bytes / (pa.bw * p->eff_link), &a);
+                if (a)
+                    e->xfer_s = t;
+                t = calib_apply(p, s, kind, PX_COST_CLASS_COPY, PX_DTYPE_COUNT_, pf_bytes,
+                                pa.latency + pf_bytes / (pa.bw * p->eff_link), &a);
+                if (a)
+                    e->xfer_prefill_s = t;
+            }
             hop_groups[i] = pa.contention;
         }
     }
@@ -613,5 +690,48 @@ double px_cost_hop_s(px_cost_fleet *f, const px_cost_prefix *pre, const px_cost_
         act = (double)m->dim * px__cost_bpe(m->act_dtype, 4.0);
     act *= act_scale(m, pre->prec.activations);
     double S = m->dit ? m->dit_tokens : 1.0;
-    return pa.latency + micro_batch(&pre->wl) * S * act / (pa.bw * p->eff_link);
+    double t = pa.latency + micro_batch(&pre->wl) * S * act / (pa.bw * p->eff_link);
+    if (calibrated(p) && pa.bottleneck >= 0) {
+        bool applied;
+        t = calib_apply(p, NULL, px_hw_link_kind_name(pa.kind), PX_COST_CLASS_COPY, PX_DTYPE_COUNT_,
+                        micro_batch(&pre->wl) * S * act, t, &applied);
+    }
+    return t;
+}
+
+px_status px_cost_stage_terms_of(px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
+                                 const px_cost_workload *wl, const px_cost_stage *st,
+                                 px_cost_stage_terms *out, px_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (st->tp == 0 || st->tp > PX_COST_MAX_TP || st->devices[0] >= f->n_devices || st->first < 0 ||
+        st->last >= (int32_t)m->n_layers || st->last < st->first - 1)
+        return px_err_set(err, PX_EINVAL, "stage terms: a malformed stage or device index");
+    px_cost_params sp = *p;
+    sp.mode = PX_COST_SOURCED;
+    sp.calibration = NULL;
+    uint32_t b = micro_batch(wl);
+    double S = m->dit ? m->dit_tokens : 1.0;
+    double P = m->dit ? 0 : PX_MAX(wl->prompt_tokens, 1u);
+    stage_load ld;
+    stage_load_of(m, st, (uint64_t)b * (uint64_t)S, (uint64_t)b * (uint64_t)PX_MAX(P, 1.0), &ld);
+    const px_cost_device *d = &f->devices[st->devices[0]];
+    double bw = d->mem_bw * p->eff_mem;
+    double T = m->dit ? m->dit_tokens : wl->context;
+    double kv_read = m->dit ? 0 : b * T * ld.kv_token;
+    out->matvec_s = ld.w_decode / st->tp / bw;
+    out->attention_s = st->kv == PX_COST_KV_DEVICE ? kv_read / st->tp / bw : 0;
+    out->matvec_size = ld.w_decode / PX_MAX(ld.n_blocks, 1u);
+    out->attention_size = T;
+    out->matmul_size = b * PX_MAX(P, 1.0);
+    out->dtype = weights_dtype(m, st);
+    px_cost_estimate *est = malloc(sizeof *est);
+    if (!est)
+        return px_err_set(err, PX_ENOMEM, "out of memory estimating a stage");
+    est->why = PX_COST_OK;
+    eval_stage(f, m, &sp, wl, st, NULL, b, &ld, &est->stages[0], est, 0);
+    out->compute_s = est->stages[0].compute_s;
+    out->prefill_s = est->stages[0].prefill_s;
+    free(est);
+    return PX_OK;
 }

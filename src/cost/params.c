@@ -45,10 +45,17 @@ static bool in_range(double v, double lo, double hi)
 
 px_status px_cost_params_check(const px_cost_params *p, px_err *err)
 {
-    if (p->mode == PX_COST_CALIBRATED || p->calibration)
-        return px_err_set(err, PX_EUNSUPPORTED,
-                          "cost model: the calibrated mode is not available yet; "
-                          "use the sourced mode (no calibration overlay)");
+    if (p->mode != PX_COST_SOURCED && p->mode != PX_COST_CALIBRATED)
+        return px_err_set(err, PX_EINVAL, "cost model: unknown mode %d; use sourced or calibrated",
+                          (int)p->mode);
+    if (p->mode == PX_COST_CALIBRATED && !p->calibration)
+        return px_err_set(err, PX_EINVAL,
+                          "cost model: the calibrated mode needs a calibration overlay "
+                          "(--calibration FILE)");
+    if (p->mode == PX_COST_SOURCED && p->calibration)
+        return px_err_set(err, PX_EINVAL,
+                          "cost model: a calibration overlay is given in the sourced mode; "
+                          "use the calibrated mode or drop the overlay");
     if (!in_range(p->headroom, 0.0, 0.9))
         return px_err_set(err, PX_EINVAL, "cost model: headroom %g is outside [0, 0.9]",
                           p->headroom);
@@ -229,6 +236,9 @@ json_t *px_cost_assumptions_json(const px_cost_fleet *f, const px_cost_model *m,
                 goto fail;
         }
     }
+    if (p->mode == PX_COST_CALIBRATED && p->calibration &&
+        px__cost_calib_assumptions(arr, f, m, p) != PX_OK)
+        goto fail;
     if (m && m->ir && m->n_layers > 0 && m->layers[0].n_experts > 0) {
         if (add_assumption(arr, "MoE expert traffic", "uniform routing",
                            "model IR: E*(1-(1-k/E)^n) distinct experts per step"))

@@ -23,6 +23,19 @@ static double draw_eff(px_rng *r, double point, double lo, double hi)
     return PX_MAX(lo, PX_MIN(hi, x));
 }
 
+/* A correction's factor around 1: its interval [lo, hi] read like every
+ * other uncertainty of the model, as the 2-sigma half-widths (one on each
+ * side, since a ratio's interval need not be symmetric) of a normal
+ * truncated at 2 sigma. */
+static double draw_correction(px_rng *r, const px_cost_correction *c)
+{
+    double z = px_rng_normal(r);
+    z = PX_MAX(-2.0, PX_MIN(2.0, z));
+    double side = z < 0 ? c->factor - c->lo : c->hi - c->factor;
+    double x = 1.0 + z * side / c->factor / 2.0;
+    return x > 0.05 ? x : 0.05;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -71,7 +84,10 @@ px_status px_cost_uncertainty(px_cost_fleet *f, const px_cost_model *m, const px
     double *link = malloc((nl ? nl : 1) * sizeof *link);
     double *link_rel = malloc((nl ? nl : 1) * sizeof *link_rel);
     double *acc = malloc(n * (5 + 2 * ns) * sizeof *acc);
-    if (!dev_bw || !dev_c || !link || !link_rel || !acc) {
+    const px_cost_calibration *cal = p->mode == PX_COST_CALIBRATED ? p->calibration : NULL;
+    size_t n_cal = px_cost_calibration_count(cal);
+    double *corr = n_cal ? malloc(n_cal * sizeof *corr) : NULL;
+    if (!dev_bw || !dev_c || !link || !link_rel || !acc || (n_cal && !corr)) {
         st = px_err_set(err, PX_ENOMEM, "out of memory propagating uncertainty");
         goto done;
     }
@@ -125,8 +141,16 @@ px_status px_cost_uncertainty(px_cost_fleet *f, const px_cost_model *m, const px
             px_rng r = px_rng_derive(base, nd + l);
             link[l] = draw_factor(&r, link_rel[l]);
         }
+        /* Corrections draw from streams of their own, after every device
+         * and link index, so that the sourced draws are those of the
+         * sourced mode. */
+        for (size_t i = 0; i < n_cal; i++) {
+            px_rng rc = px_rng_derive(base ^ 0xCA11B4A7E0000000ull, i);
+            corr[i] = draw_correction(&rc, px_cost_calibration_at(cal, i));
+        }
         px_rng r = px_rng_derive(base, UINT64_MAX);
         px_cost_sample smp = {
+            .calib = corr,
             .dev_bw = dev_bw,
             .dev_compute = dev_c,
             .link_bw = link,
@@ -161,6 +185,7 @@ px_status px_cost_uncertainty(px_cost_fleet *f, const px_cost_model *m, const px
     }
     out->p_meet_slo = (double)meet / (double)n;
 done:
+    free(corr);
     free(dev_bw);
     free(dev_c);
     free(link);
