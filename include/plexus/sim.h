@@ -38,7 +38,9 @@
  *
  * Self-healing plugs in through px_sim_hooks: on each fault the engine asks
  * the hook for an action (none, switch to a fallback plan after a delay,
- * drop a device, pace admission), and carries it out.
+ * drop a device, pace admission), and carries it out; every tick it hands
+ * the hook what an operator could observe (step and transfer times,
+ * temperatures, heartbeats) and carries out the action it returns.
  *
  * Thread safety: a run touches only its own state; distinct runs may go
  * on in parallel on the same (read-only) plan, load and faults.
@@ -287,6 +289,13 @@ typedef struct px_sim_action {
     /* Requeue the requests a lost replica held (their progress is lost)
      * instead of failing them. */
     bool requeue;
+    /* SWITCH_PLAN (hooks version 2): install this plan after delay_s
+     * instead of options.fallbacks[plan].  Borrowed: it must outlive the
+     * run and share the primary plan's device table (the same inventory).
+     * A plan already running or installed before (the primary included) is
+     * switched back to, not added again, so a rollback names the plan it
+     * returns to.  At most 64 distinct plans per run. */
+    const px_sim_plan *install;
 } px_sim_action;
 
 /* What happened, as the hook sees it. */
@@ -299,17 +308,87 @@ typedef struct px_sim_fault_event {
     uint32_t n_in_flight; /* requests on the replica(s) it stopped */
 } px_sim_fault_event;
 
+/* What an operator could observe of a running replication, handed to
+ * on_tick (hooks version 2) every tick_s of simulated time.  Nothing here
+ * names a fault: a lost device shows as heartbeats that stop, a slow link
+ * as longer transfers, heat as a rising temperature.  Arrays are borrowed
+ * for the call. */
+typedef struct px_sim_obs_stage {
+    uint32_t replica, stage; /* of the running plan */
+    uint32_t n_steps;        /* steps that finished on this stage during the tick */
+    double step_p50_s;       /* median compute time of those steps; NAN when none */
+    /* Median over those steps of the compute time divided by the time the
+     * plan predicts for the same batch (its tokens and context): 1 when the
+     * stage runs as planned.  NAN when none. */
+    double step_ratio_p50;
+    double last_step_t; /* when a step last finished here (-1: never) */
+    /* The hop to the next stage (none on the last stage: n_xfers 0). */
+    uint32_t n_xfers;
+    double xfer_p50_s;     /* median transfer time, latency included; NAN when none */
+    double xfer_ratio_p50; /* ...over the time the plan predicts for those bytes */
+    uint32_t link;         /* index into the running plan's links, or PX_SIM_NONE */
+} px_sim_obs_stage;
+
+typedef struct px_sim_obs_device {
+    double temp_k;
+    double power_w;
+    double clock;            /* fraction of the full clock it runs at now */
+    bool throttled;          /* its clock is held down by heat */
+    double last_heartbeat_t; /* a device answers every tick while it lives */
+} px_sim_obs_device;
+
+/* A probe of one contention domain of the running plan or the primary
+ * plan: the time a probe of probe_bytes would take on it now (latency
+ * included), so a link the plan no longer uses can still be watched. */
+typedef struct px_sim_obs_link {
+    uint32_t plan; /* 0: the primary plan; else the running plan's index */
+    uint32_t link; /* index into that plan's links */
+    double probe_s, nominal_s;
+    uint32_t n_flows; /* transfers in flight on it */
+} px_sim_obs_link;
+
+typedef struct px_sim_obs {
+    double t, tick_s;
+    const px_sim_plan *plan;        /* the plan running now */
+    const px_sim_obs_stage *stages; /* every stage of every replica of it */
+    uint32_t n_stages;
+    const px_sim_obs_device *devices; /* the whole device table */
+    uint32_t n_devices;
+    const px_sim_obs_link *links;
+    uint32_t n_links;
+    double probe_bytes;
+    /* Since the run began: */
+    double tokens, completed, failed, requeued, arrivals;
+    double tokens_lost; /* generated, then lost with the requests that failed or restarted */
+    uint32_t queued, in_flight; /* now */
+} px_sim_obs;
+
 /* The hook table.  version is PX_SIM_HOOKS_VERSION; the table only grows
- * at the end.  on_fault (optional, NULL: no action) is called when a
- * fault starts (injected or random; not for losses its own actions cause)
- * and fills *action (pre-set to NONE); it must not call back into the
- * simulator except px_sim_now. */
-#define PX_SIM_HOOKS_VERSION 1
+ * at the end, and a version 1 table (version, on_fault, ctx) still works.
+ * on_fault (optional, NULL: no action) is called when a fault starts
+ * (injected or random; not for losses its own actions cause) and fills
+ * *action (pre-set to NONE); it must not call back into the simulator
+ * except px_sim_now.  It is the ground truth: a healer that must detect
+ * faults by observation uses it only to score itself and to record the
+ * faults injected.
+ *
+ * Version 2 adds: on_begin (optional) at the start of each replication
+ * with its index and seed; on_tick (optional) every tick_s (> 0) of
+ * simulated time with what could be observed (px_sim_obs), filling
+ * *action like on_fault; on_end (optional) when the replication ends,
+ * with its figures. */
+#define PX_SIM_HOOKS_VERSION 2
+typedef struct px_sim_metrics px_sim_metrics;
 typedef struct px_sim_hooks {
     int version;
     void (*on_fault)(void *ctx, const px_sim *sim, const px_sim_fault_event *ev,
                      px_sim_action *action);
     void *ctx;
+    /* version 2 */
+    double tick_s;
+    void (*on_begin)(void *ctx, const px_sim *sim, uint32_t replication, uint64_t seed);
+    void (*on_tick)(void *ctx, const px_sim *sim, const px_sim_obs *obs, px_sim_action *action);
+    void (*on_end)(void *ctx, const px_sim *sim, const px_sim_metrics *m);
 } px_sim_hooks;
 
 /* Simulated time of a running replication, seconds. */
@@ -374,11 +453,11 @@ typedef struct px_sim_device_stats {
     X(throttled_s, "throttled_s", "s")                  \
     X(events, "events", "")
 
-typedef struct px_sim_metrics {
+struct px_sim_metrics {
 #define PX__SIM_FIELD(f, name, unit) double f;
     PX_SIM_METRICS(PX__SIM_FIELD)
 #undef PX__SIM_FIELD
-} px_sim_metrics;
+};
 
 /* A mean with its 95% confidence interval over replications. */
 typedef struct px_sim_ci {
@@ -430,6 +509,214 @@ const px_trace_deriver *px_sim_replay_derivers(size_t *n);
 /* The inputs object recorded with the "simulate" decision. */
 json_t *px_sim_options_to_json(const px_sim_options *opt);
 px_status px_sim_options_from_json(const json_t *v, px_sim_options *opt, px_err *err);
+
+/* ------------------------------------------------------------------ */
+/* Policy comparison                                                   */
+/* ------------------------------------------------------------------ */
+
+/*
+ * `plexus compare` runs several planning policies on the same scenarios
+ * (docs/compare.md): each policy plans each scenario once, then every plan
+ * is simulated under the same load, faults and seeds 1..N (common random
+ * numbers), so differences between policies are paired by seed.  The
+ * result separates model error (the plan's predicted TPOT against the
+ * simulated one) from policy error (regret against the best policy on the
+ * scenario, and the predicted gap to the exact optimum on small fleets).
+ *
+ *     px_sim_pack pack;
+ *     if (px_sim_pack_load("data/packs/hetero.json", &pack, &err) != PX_OK) ...
+ *     const char *policies[] = {"plexus", "llamacpp"};   // the first is the reference
+ *     px_sim_compare_options opt;
+ *     px_sim_compare_options_default(&opt);
+ *     opt.policies = policies;
+ *     opt.n_policies = 2;
+ *     opt.seeds = 10;
+ *     px_sim_comparison cmp;
+ *     if (px_sim_compare(&pack, &opt, &cmp, &err) == PX_OK) {
+ *         px_strbuf sb = PX_STRBUF_INIT;
+ *         px_sim_comparison_report(&cmp, &sb);   // or _to_json, _svg
+ *         ...
+ *         px_strbuf_release(&sb);
+ *         px_sim_comparison_release(&cmp);
+ *     }
+ *     px_sim_pack_release(&pack);
+ */
+
+#define PX_SIM_PACK_SCHEMA          "plexus.pack/1"
+#define PX_SIM_COMPARE_SCHEMA       "plexus.compare/1"
+#define PX_SIM_PACK_MAX_SCENARIOS   256
+#define PX_SIM_COMPARE_MAX_POLICIES 16
+#define PX_SIM_COMPARE_MAX_SEEDS    1000
+
+/* One scenario of a pack (docs/formats/pack.md).  Strings belong to the
+ * pack's arena; paths are already resolved against the pack's folder. */
+typedef struct px_sim_scenario {
+    const char *name;      /* unique within the pack */
+    const char *inventory; /* path of a plexus.inventory/1 file */
+    const char *model;     /* preset name or model file path ("llama-3-8b") */
+    const char *load;      /* load spec; NULL: Poisson sized to the plans */
+    const char *objective; /* planner objective name ("latency") */
+    const char *slo;       /* "tpot=50ms,ttft=500ms" or NULL */
+    const char *faults;    /* plexus.faults/1 path or NULL */
+    uint32_t context, prompt_tokens, gen_tokens;
+    uint32_t batch; /* 0: the planner chooses */
+} px_sim_scenario;
+
+typedef struct px_sim_pack {
+    px_sim_scenario *scenarios;
+    size_t n_scenarios;
+    px_arena *arena;
+} px_sim_pack;
+
+/* Reads a pack of len bytes (borrowed; need not be NUL-terminated) named
+ * path: a plexus.pack/1 document, or a plain plexus.inventory/1 document
+ * (one scenario with the defaults of docs/formats/pack.md, inventory =
+ * path).  Relative paths inside resolve against path's folder.  Bounded
+ * (1 MiB, depth 8, 256 scenarios) and strict: unknown members, duplicate
+ * names, bad objectives, SLOs, load specs and numbers out of range are
+ * refused with "path: /scenarios/2/objective: ..." and the fix.  On
+ * success `out` owns its strings (px_sim_pack_release).  PX_EPARSE,
+ * PX_ELIMIT, PX_ENOMEM. */
+px_status px_sim_pack_parse(const char *text, size_t len, const char *path, px_sim_pack *out,
+                            px_err *err);
+/* Reads the file at path (at most 1 MiB) and parses it.  PX_ENOTFOUND and
+ * PX_EIO from reading as well. */
+px_status px_sim_pack_load(const char *path, px_sim_pack *out, px_err *err);
+/* Frees the pack's strings and zeroes it.  NULL is a no-op. */
+void px_sim_pack_release(px_sim_pack *pack);
+
+/* The figures compared: X(enum suffix, name, unit, higher is better). */
+#define PX_SIM_CMP_METRICS(X)                           \
+    X(TPOT_P50, "tpot_p50_s", "s", false)               \
+    X(TPOT_P99, "tpot_p99_s", "s", false)               \
+    X(TTFT_P99, "ttft_p99_s", "s", false)               \
+    X(TOKENS_PER_S, "tokens_per_s", "1/s", true)        \
+    X(JOULES_PER_TOKEN, "joules_per_token", "J", false) \
+    X(USD_PER_MTOKEN, "usd_per_mtoken", "$", false)     \
+    X(FAILED, "failed", "", false)
+
+typedef enum px_sim_cmp_metric {
+#define PX__SIM_CMP_ENUM(e, name, unit, higher) PX_SIM_CMP_##e,
+    PX_SIM_CMP_METRICS(PX__SIM_CMP_ENUM)
+#undef PX__SIM_CMP_ENUM
+        PX_SIM_CMP_COUNT_
+} px_sim_cmp_metric;
+
+/* "tpot_p50_s", ...; "unknown" out of range. */
+const char *px_sim_cmp_metric_name(px_sim_cmp_metric m);
+bool px_sim_cmp_metric_higher_is_better(px_sim_cmp_metric m);
+/* PX_EINVAL listing the names. */
+px_status px_sim_cmp_metric_parse(const char *text, px_sim_cmp_metric *out, px_err *err);
+
+/* The mean of n paired differences and its 95% Student-t interval.
+ * significant: the interval excludes 0.  With no spread (every difference
+ * equal) the interval is the point; with fewer than two pairs it is
+ * unbounded (lo = -inf, hi = +inf) unless the one difference is 0. */
+typedef struct px_sim_paired {
+    double mean, lo, hi;
+    uint32_t n; /* pairs used */
+    bool significant;
+} px_sim_paired;
+
+/* Pairs a[i] - b[i] over i < n, leaving out pairs where either side is
+ * not finite (a run with no completed request has no TPOT).  a and b are
+ * borrowed.  Never fails; n = 0 gives mean NAN and no significance. */
+void px_sim_paired_diff(const double *a, const double *b, size_t n, px_sim_paired *out);
+
+typedef struct px_sim_compare_options {
+    /* Borrowed; 1..16 names, the first is the reference.  A name may
+     * repeat: a policy against itself must show no difference at all. */
+    const char *const *policies;
+    size_t n_policies;
+    uint32_t seeds;           /* seeds 1..seeds (10); at most 1000 */
+    double duration_s;        /* simulated time per seed; 0 (default): sized to the load */
+    px_sim_cmp_metric metric; /* the figure regret and "best" use (TPOT_P50) */
+    const char *faults;       /* borrowed path; replaces every scenario's faults; NULL */
+    bool random_failures;     /* draw failures from MTBFs (true) */
+    /* The exact yardstick (px_plan_exact) on fleets of at most this many
+     * devices: 6 by default (seconds); up to 8 (minutes); 0: off. */
+    uint32_t exact_max_devices;
+} px_sim_compare_options;
+
+void px_sim_compare_options_default(px_sim_compare_options *opt);
+
+/* One policy on one scenario. */
+typedef struct px_sim_policy_outcome {
+    const char *policy;
+    bool feasible;      /* false: no plan, or one the simulator refused */
+    const char *reason; /* why not, when not feasible; else NULL */
+    const char *plan_id;
+    uint32_t n_devices, n_stages, n_replicas, batch;
+    double predicted_tpot_p50_s; /* the plan's own p50 */
+    double predicted_tokens_per_s;
+    double *samples;                       /* seeds x PX_SIM_CMP_COUNT_, seed-major */
+    px_sim_ci stats[PX_SIM_CMP_COUNT_];    /* over seeds (finite values) */
+    px_sim_paired diff[PX_SIM_CMP_COUNT_]; /* this minus the reference, by seed */
+    double model_error;                    /* simulated TPOT p50 mean / predicted - 1 */
+    double regret;    /* against the scenario's best policy on the metric (>= 0) */
+    double exact_gap; /* predicted TPOT / exact optimum - 1; NAN when not computed */
+} px_sim_policy_outcome;
+
+typedef struct px_sim_scenario_outcome {
+    const char *name;
+    const char *load;   /* the load spec used */
+    const char *faults; /* the faults file used, or NULL */
+    const char *objective;
+    size_t n_devices; /* devices of the inventory */
+    double duration_s;
+    double exact_tpot_s;             /* px_plan_exact's optimum; NAN when not computed */
+    const char *best;                /* the best policy on the metric; NULL when none is feasible */
+    px_sim_policy_outcome *policies; /* in the order of the options */
+} px_sim_scenario_outcome;
+
+/* One policy over every scenario. */
+typedef struct px_sim_policy_overall {
+    const char *policy;
+    /* this / reference - 1 per (scenario, seed) pair, pooled: a relative
+     * paired difference that does not mix the scenarios' scales. */
+    px_sim_paired rel_diff[PX_SIM_CMP_COUNT_];
+    double mean_regret; /* over the scenarios where it is feasible */
+    uint32_t wins;      /* scenarios where it is (tied) best */
+    uint32_t n_feasible;
+} px_sim_policy_overall;
+
+/* A whole comparison.  Value struct; px_sim_comparison_release frees it. */
+typedef struct px_sim_comparison {
+    const char **policies;
+    size_t n_policies;
+    uint32_t seeds;
+    px_sim_cmp_metric metric;
+    px_sim_scenario_outcome *scenarios;
+    size_t n_scenarios;
+    px_sim_policy_overall *overall; /* n_policies */
+    px_arena *arena;
+} px_sim_comparison;
+
+/* Plans every scenario with every policy (once; fallbacks off), simulates
+ * each plan for seeds 1..N under the scenario's load and faults, and
+ * computes the statistics above.  pack and opt are borrowed.  A policy
+ * that finds no plan is reported infeasible, not an error.  On success
+ * `out` owns everything (px_sim_comparison_release).  Deterministic: the
+ * same inputs give identical numbers.  PX_EINVAL for bad options (unknown
+ * policy, seeds out of range); the inventory, model, faults and
+ * simulator errors prefixed with the scenario's name; PX_ENOMEM.
+ * Distinct comparisons may run in parallel. */
+px_status px_sim_compare(const px_sim_pack *pack, const px_sim_compare_options *opt,
+                         px_sim_comparison *out, px_err *err);
+void px_sim_comparison_release(px_sim_comparison *c);
+
+/* The comparison as a plexus.compare/1 document (docs/compare.md):
+ * per scenario and policy the samples, means, intervals, paired
+ * differences, model and policy error; the overall figures.  Numbers
+ * rounded to 10 significant digits; infinities and NaN become null.
+ * New reference; NULL on allocation failure. */
+json_t *px_sim_comparison_to_json(const px_sim_comparison *c);
+/* Tables per scenario and overall, appended to out.  PX_ENOMEM. */
+px_status px_sim_comparison_report(const px_sim_comparison *c, px_strbuf *out);
+/* A box and strip plot of metric's distribution over seeds, one panel per
+ * scenario and one row per policy: plain, deterministic SVG.  PX_ENOMEM. */
+px_status px_sim_comparison_svg(const px_sim_comparison *c, px_sim_cmp_metric metric,
+                                px_strbuf *out);
 
 #ifdef __cplusplus
 }

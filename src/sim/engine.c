@@ -69,6 +69,10 @@ void px__sim_dev_touch(px_sim *s, uint32_t d)
     const px_sim_device *spec = &s->plans[0]->devices[d];
     px__sim_thermal_advance(&v->th, s->now, v->ambient_k, v->r_th, spec->thermal_tau_s);
     v->th.t_last = s->now;
+    /* A device that cooled while idle runs at its full clock again: the
+     * release does not wait for its next step. */
+    if (v->th.throttled && !v->busy && v->th.temp_k < spec->thermal_limit_k - 3.0)
+        v->th.throttled = false;
 }
 
 /* The clock fraction a device runs at: throttling and power caps, with
@@ -211,6 +215,17 @@ static void begin_compute(px_sim *s, uint32_t gi)
     if (g->prefill_tokens > 0)
         dur += ps->prefill_s * g->prefill_tokens / (cap * prompt) *
                lognormal(&s->rng_service, ps->prefill_s, ps->prefill_p99_s);
+    if (s->observe) {
+        /* What the plan predicts for this batch: the same terms without the
+         * random factor, throttling or caps. */
+        double pred = 0;
+        if (g->n_decode > 0)
+            pred += ps->decode_s *
+                    (ps->weight_fraction + (1 - ps->weight_fraction) * g->sum_ctx / (cap * ctx));
+        if (g->prefill_tokens > 0)
+            pred += ps->prefill_s * g->prefill_tokens / (cap * prompt);
+        g->pred_s = pred;
+    }
     double slow = 1.0;
     for (uint32_t i = 0; i < ps->n_devices; i++) {
         uint32_t d = ps->devices[i];
@@ -321,6 +336,14 @@ void px__sim_stage_done(px_sim *s, uint32_t gi)
         s->dev[d].busy_s += s->now - g->t_start;
         px__sim_dev_set_power(s, d);
     }
+    if (s->observe) {
+        double dur = s->now - g->t_start;
+        uint32_t k = st->n_steps++ % PX__SIM_OBS_RING;
+        st->step_s[k] = dur;
+        st->step_ratio[k] = g->pred_s > 0 ? dur / g->pred_s : 1.0;
+        st->last_step_t = s->now;
+        g->t_xfer = s->now;
+    }
     st->busy = PX_SIM_NONE;
     if (st->n) {
         uint32_t next = st->waiting[st->head];
@@ -349,6 +372,11 @@ void px__sim_xfer_start(px_sim *s, uint32_t gi)
     uint32_t p = rp->ps_base + ps->link;
     double tokens = (double)g->n_decode + g->prefill_tokens;
     double bytes = ps->xfer_bytes * tokens / g->cap;
+    if (s->observe) {
+        const px_sim_plan *plan = s->plans[rp->plan];
+        double bw = ps->link < plan->n_links ? plan->links[ps->link].bandwidth : 0;
+        g->xfer_pred_s = ps->xfer_latency_s + (bw > 0 ? bytes / bw : 0);
+    }
     if (px__sim_ps_add(&s->ps[p].ps, s->now, gi, bytes) != PX_OK) {
         /* Cannot happen: a domain holds one flow per group at most. */
         g->stage++;
@@ -370,6 +398,14 @@ void px__sim_ps_done(px_sim *s, uint32_t p, uint32_t version)
         return;
     px__sim_ps_remove(d, gi);
     px__sim_ps_reschedule(s, p);
+    if (s->observe) {
+        px__sim_group *g = &s->groups[gi];
+        px__sim_stage_rt *st = &s->replicas[g->replica].stages[g->stage];
+        double dur = s->now - g->t_xfer;
+        uint32_t k = st->n_xfers++ % PX__SIM_OBS_RING;
+        st->xfer_s[k] = dur;
+        st->xfer_ratio[k] = g->xfer_pred_s > 0 ? dur / g->xfer_pred_s : 1.0;
+    }
     s->groups[gi].stage++;
     request_stage(s, gi);
 }

@@ -38,10 +38,14 @@ static void replica_stop(px_sim *s, uint32_t ri, bool requeue, bool reset_progre
             uint32_t id = g->members[i];
             s->n_active--;
             if (requeue && px__sim_fifo_push(s, id, true)) {
-                if (reset_progress)
+                s->requeued++;
+                if (reset_progress) {
+                    s->tokens_lost += s->reqs[id].done;
                     s->reqs[id].done = 0;
+                }
                 continue;
             }
+            s->tokens_lost += s->reqs[id].done;
             s->failed++;
             px__sim_free_req(s, id);
         }
@@ -99,8 +103,6 @@ static uint32_t in_flight_on(const px_sim *s, uint32_t ri)
     return n;
 }
 
-static void apply_action(px_sim *s, const px_sim_action *act);
-
 /* Takes devices out of service at once (a domain loss takes all its
  * members), tells the hook, and stops the replicas that used them. */
 void px__sim_lose_devices(px_sim *s, const uint32_t *devs, uint32_t n, uint32_t domain,
@@ -144,7 +146,7 @@ void px__sim_lose_devices(px_sim *s, const uint32_t *devs, uint32_t n, uint32_t 
             replica_stop(s, ri, act.requeue, true);
         rp->alive = false;
     }
-    apply_action(s, &act);
+    px__sim_apply_action(s, &act);
     px__sim_wake_idle(s);
 }
 
@@ -177,11 +179,16 @@ void px__sim_switch_plan(px_sim *s, uint32_t k)
             px__sim_replica_start(s, ri);
 }
 
-static void apply_action(px_sim *s, const px_sim_action *act)
+void px__sim_apply_action(px_sim *s, const px_sim_action *act)
 {
     switch (act->kind) {
     case PX_SIM_ACT_SWITCH_PLAN:
-        if (act->plan < s->n_plans - 1)
+        if (act->install && s->opt->hooks && s->opt->hooks->version >= 2) {
+            uint32_t k = px__sim_install_plan(s, act->install);
+            if (k != PX_SIM_NONE)
+                (void)px__sim_push(s, s->now + (act->delay_s > 0 ? act->delay_s : 0),
+                                   PX__SIM_EV_SWITCH, k, 0);
+        } else if (act->plan < s->opt->n_fallbacks && act->plan + 1 < s->n_plans)
             (void)px__sim_push(s, s->now + (act->delay_s > 0 ? act->delay_s : 0), PX__SIM_EV_SWITCH,
                                act->plan + 1, 0);
         break;
@@ -294,7 +301,7 @@ static void notify(px_sim *s, px_sim_fault_kind kind, uint32_t device, bool inje
     s->in_hook = true;
     s->opt->hooks->on_fault(s->opt->hooks->ctx, s, &ev, &act);
     s->in_hook = false;
-    apply_action(s, &act);
+    px__sim_apply_action(s, &act);
 }
 
 void px__sim_lose_domain(px_sim *s, uint32_t dom, bool injected)

@@ -32,6 +32,7 @@ static void sim_free(px_sim *s)
     free(s->fifo);
     free(s->ttft);
     free(s->tpot);
+    px__sim_observe_release(s);
     px__sim_queue_release(&s->q);
 }
 
@@ -213,8 +214,20 @@ px_status px__sim_run_one(const px_sim_plan *plan, const px_sim_load *load,
                           const px_sim_faults *faults, const px_sim_options *opt, uint64_t seed,
                           px_sim_metrics *m, px_sim_device_stats *devs, px_err *err)
 {
+    return px__sim_run_one_at(plan, load, faults, opt, 0, seed, m, devs, err);
+}
+
+px_status px__sim_run_one_at(const px_sim_plan *plan, const px_sim_load *load,
+                             const px_sim_faults *faults, const px_sim_options *opt,
+                             uint32_t replication, uint64_t seed, px_sim_metrics *m,
+                             px_sim_device_stats *devs, px_err *err)
+{
     px_sim s;
     memset(&s, 0, sizeof s);
+    const px_sim_hooks *hooks = opt->hooks;
+    bool v2 = hooks && hooks->version >= 2;
+    s.replication = replication;
+    s.observe = v2 && hooks->on_tick && hooks->tick_s > 0;
     s.opt = opt;
     s.load = load;
     s.faults = faults;
@@ -231,6 +244,8 @@ px_status px__sim_run_one(const px_sim_plan *plan, const px_sim_load *load,
     px_status st = sim_setup(&s, err);
     if (st != PX_OK)
         goto done;
+    if (s.observe && px__sim_observe_init(&s) != PX_OK)
+        goto fail_nomem;
     for (uint32_t d = 0; d < plan->n_devices; d++) {
         px__sim_device_rt *v = &s.dev[d];
         v->ambient_k = opt->ambient_k;
@@ -281,6 +296,14 @@ px_status px__sim_run_one(const px_sim_plan *plan, const px_sim_load *load,
     px__sim_schedule_arrival(&s, 0);
     if (px__sim_push(&s, s.end, PX__SIM_EV_END, 0, 0) != PX_OK)
         goto fail_nomem;
+    if (s.observe && hooks->tick_s < s.end &&
+        px__sim_push(&s, hooks->tick_s, PX__SIM_EV_TICK, 0, 0) != PX_OK)
+        goto fail_nomem;
+    if (v2 && hooks->on_begin) {
+        s.in_hook = true;
+        hooks->on_begin(hooks->ctx, &s, replication, seed);
+        s.in_hook = false;
+    }
 
     px__sim_event ev;
     while (px__sim_queue_pop(&s.q, &ev)) {
@@ -321,11 +344,19 @@ px_status px__sim_run_one(const px_sim_plan *plan, const px_sim_load *load,
         case PX__SIM_EV_SWITCH:
             px__sim_switch_plan(&s, ev.a);
             break;
+        case PX__SIM_EV_TICK:
+            px__sim_tick(&s);
+            break;
         default:
             break;
         }
     }
     finish(&s, m, devs);
+    if (v2 && hooks->on_end) {
+        s.in_hook = true;
+        hooks->on_end(hooks->ctx, &s, m);
+        s.in_hook = false;
+    }
     st = PX_OK;
     goto done;
 fail_nomem:

@@ -176,7 +176,14 @@ static px_status read_stage(builder *b, const json_t *js, const json_t *detail, 
     st->decode_p99_s = num_at(pred, "decode_s_per_token", "p99", 0) * scale;
     st->prefill_s = num_at(pred, "prefill_s", "p50", 0) * scale;
     st->prefill_p99_s = num_at(pred, "prefill_s", "p99", 0) * scale;
-    if (!(st->decode_s > 0))
+    /* A stage that holds no block (only the embedding or only the head,
+     * as llama.cpp-style placements make) may take no measurable time. */
+    const json_t *layers = json_object_get(js, "layers");
+    if (!layers)
+        layers = json_object_get(detail, "layers");
+    bool empty = json_integer_value(json_object_get(layers, "last")) <
+                 json_integer_value(json_object_get(layers, "first"));
+    if (!(st->decode_s > 0) && !(empty && st->decode_s == 0))
         return px_err_set(b->err, PX_EPARSE,
                           "plan: %s: no predicted decode time (predicted/decode_s_per_token/p50); "
                           "simulate a plan written by plexus plan",

@@ -54,9 +54,14 @@ static px_status check_options(const px_sim_options *o, px_err *err)
                           "or throttle clock out of range");
     if (o->n_fallbacks > 64)
         return px_err_set(err, PX_EINVAL, "simulate: at most 64 fallback plans");
-    if (o->hooks && o->hooks->version != PX_SIM_HOOKS_VERSION)
-        return px_err_set(err, PX_EINVAL, "simulate: hooks version %d; this library speaks %d",
+    if (o->hooks && (o->hooks->version < 1 || o->hooks->version > PX_SIM_HOOKS_VERSION))
+        return px_err_set(err, PX_EINVAL, "simulate: hooks version %d; this library speaks 1 to %d",
                           o->hooks->version, PX_SIM_HOOKS_VERSION);
+    if (o->hooks && o->hooks->version >= 2 && o->hooks->on_tick &&
+        !(o->hooks->tick_s > 0 && isfinite(o->hooks->tick_s)))
+        return px_err_set(err, PX_EINVAL,
+                          "simulate: hooks.tick_s %g: on_tick needs a positive tick",
+                          o->hooks->tick_s);
     return PX_OK;
 }
 
@@ -161,8 +166,8 @@ px_status px_sim_run(const px_sim_plan *plan, const px_sim_load *load, const px_
     for (uint32_t r = 0; r < n; r++) {
         /* Replication r's seed: an independent stream of the base seed. */
         px_rng rr = px_rng_derive(options->seed, PX__SIM_STREAM_REPLICATION + r);
-        st = px__sim_run_one(plan, load, faults, options, px_rng_next(&rr), &out->runs[r],
-                             &out->devices[(size_t)r * plan->n_devices], err);
+        st = px__sim_run_one_at(plan, load, faults, options, r, px_rng_next(&rr), &out->runs[r],
+                                &out->devices[(size_t)r * plan->n_devices], err);
         if (st != PX_OK) {
             px_sim_result_release(out);
             return st;

@@ -86,6 +86,11 @@ double px__sim_thermal_r(const px_sim_device *d);
 px_status px__sim_run_one(const px_sim_plan *plan, const px_sim_load *load,
                           const px_sim_faults *faults, const px_sim_options *opt, uint64_t seed,
                           px_sim_metrics *m, px_sim_device_stats *devs, px_err *err);
+/* The same, telling version 2 hooks which replication this is. */
+px_status px__sim_run_one_at(const px_sim_plan *plan, const px_sim_load *load,
+                             const px_sim_faults *faults, const px_sim_options *opt,
+                             uint32_t replication, uint64_t seed, px_sim_metrics *m,
+                             px_sim_device_stats *devs, px_err *err);
 
 /* Random streams, one per purpose, so that a new draw in one does not
  * shift the others. */
@@ -116,8 +121,9 @@ enum px__sim_event_type {
     PX__SIM_EV_FAULT_START, /* a fault */
     PX__SIM_EV_FAULT_END,   /* a fault */
     PX__SIM_EV_LINK_TOGGLE, /* a fault, b 1 on / 0 off */
-    PX__SIM_EV_SWITCH,      /* a plan (0 primary, k fallback k-1) */
+    PX__SIM_EV_SWITCH,      /* a plan (0 primary, k fallback k-1, then installed ones) */
     PX__SIM_EV_END,
+    PX__SIM_EV_TICK, /* observation for version 2 hooks */
 };
 
 typedef struct px__sim_req {
@@ -136,12 +142,24 @@ typedef struct px__sim_group {
     bool in_stack; /* listed on the idle stack (maybe stale) */
     uint32_t n_decode, prefill_tokens;
     double sum_ctx, t_start;
+    /* Observation (version 2 hooks only): the step's and the hop's
+     * predicted times, and when the hop began. */
+    double pred_s, t_xfer, xfer_pred_s;
 } px__sim_group;
+
+/* Per stage, the steps and transfers of the current tick (the last
+ * PX__SIM_OBS_RING of each). */
+#define PX__SIM_OBS_RING 32
 
 typedef struct px__sim_stage_rt {
     uint32_t busy;     /* group computing, or PX_SIM_NONE */
     uint32_t *waiting; /* ring of groups */
     uint32_t head, n, cap;
+    /* Observation (version 2 hooks only). */
+    double step_s[PX__SIM_OBS_RING], step_ratio[PX__SIM_OBS_RING];
+    double xfer_s[PX__SIM_OBS_RING], xfer_ratio[PX__SIM_OBS_RING];
+    uint32_t n_steps, n_xfers;
+    double last_step_t;
 } px__sim_stage_rt;
 
 typedef struct px__sim_replica_rt {
@@ -197,6 +215,15 @@ struct px_sim {
     uint32_t *scratch; /* n_devices: the members of a lost domain */
     uint32_t pace;
     bool in_hook;
+    /* Observation for version 2 hooks: on when on_tick is set. */
+    bool observe;
+    uint32_t replication;
+    px_sim_obs_stage *obs_stages;
+    uint32_t cap_obs_stages;
+    px_sim_obs_device *obs_devices;
+    px_sim_obs_link *obs_links;
+    uint32_t cap_obs_links;
+    double requeued, tokens_lost;
     /* measurements */
     double *ttft, *tpot;
     size_t n_ttft, cap_ttft, n_tpot, cap_tpot;
@@ -231,5 +258,15 @@ void px__sim_switch_plan(px_sim *s, uint32_t k);
 void px__sim_fault_start(px_sim *s, uint32_t fi);
 void px__sim_fault_end(px_sim *s, uint32_t fi);
 void px__sim_link_toggle(px_sim *s, uint32_t fi, bool on);
+void px__sim_apply_action(px_sim *s, const px_sim_action *act);
+/* Version 2 hooks: the engine index of a plan, adding it (sized like the
+ * plans set up at the start) when it is new.  PX_SIM_NONE when it cannot
+ * (64 plans, another device table, out of memory). */
+uint32_t px__sim_install_plan(px_sim *s, const px_sim_plan *plan);
+/* Version 2 hooks: one observation tick. */
+void px__sim_tick(px_sim *s);
+/* Frees what observation allocated. */
+void px__sim_observe_release(px_sim *s);
+px_status px__sim_observe_init(px_sim *s);
 
 #endif
