@@ -1,7 +1,9 @@
 /* plexus simulate: serves a load on a plan in the discrete-event simulator. */
 #include "cli/cli.h"
 
+#include "plexus/heal.h"
 #include "plexus/hw.h"
+#include "plexus/ir.h"
 #include "plexus/sim.h"
 #include "plexus/trace.h"
 
@@ -35,7 +37,17 @@ static void usage(void)
            "  --no-random-failures draw no failures from MTBFs (faults file only)\n"
            "  --failure-accel F    multiply every failure rate by F (default 1)\n"
            "  -o text|json         report format (default text)\n"
-           "  --trace FILE         record inputs, the decision and outcomes for plexus replay\n");
+           "  --trace FILE         record inputs, the decision and outcomes for plexus replay\n"
+           "\n"
+           "self-healing (needs --inventory):\n"
+           "  --heal               detect faults from what an operator could observe (heartbeats,\n"
+           "                       step and transfer times, temperatures), plan and validate\n"
+           "                       mitigations, switch plans, canary and roll back; prints one\n"
+           "                       incident per fault (json: \"incidents\")\n"
+           "  --model FILE|PRESET  the model, to plan candidates (default: the plan's preset)\n"
+           "  --slo LIMITS         what a candidate must meet, e.g. tpot=50ms,ttft=1s\n"
+           "  --no-hysteresis      adapt and revert on one threshold (for comparison)\n"
+           "  --reactive-thermal   act on heat only once a device throttles\n");
 }
 
 static bool parse_time(const char *opt, const char *arg, double *out)
@@ -108,6 +120,123 @@ done:
     return st != PX_OK ? st : cst;
 }
 
+/* The model a plan was made for: "preset:NAME" names a preset. */
+static const char *plan_model(const json_t *plan_doc)
+{
+    const char *id = json_string_value(json_object_get(json_object_get(plan_doc, "model"), "id"));
+    return id && !strncmp(id, "preset:", 7) ? id : NULL;
+}
+
+/* --heal: the run with the healer, its incidents, and its trace. */
+static int run_healed(const char *plan_path, const char *load_spec, const char *faults_path,
+                      const char *inv_path, const char *trace_path, const char *model_spec,
+                      px_cli_format fmt, const px_sim_options *opt, px_heal_sim_opts *ho)
+{
+    int rc = PX_EXIT_FAIL;
+    px_err err;
+    px_err_clear(&err);
+    json_t *plan_doc = NULL, *inv_doc = NULL, *doc = NULL;
+    px_hw_graph *graph = NULL;
+    px_ir_model *model = NULL;
+    px_heal_sim *h = NULL;
+    px_trace_writer *w = NULL;
+    px_sim_load load = {0};
+    px_sim_faults faults = {0};
+    px_sim_result res = {0};
+    px_diags diags;
+    px_diags_init(&diags);
+    if (px_json_load_file(plan_path, NULL, &plan_doc, &err) != PX_OK ||
+        px_json_load_file(inv_path, NULL, &inv_doc, &err) != PX_OK)
+        goto fail;
+    if (px_hw_graph_from_value(inv_doc, inv_path, NULL, &graph, &diags, &err) != PX_OK) {
+        char *text = px_diags_format(&diags, inv_path);
+        if (text && text[0])
+            fputs(text, stderr);
+        free(text);
+        goto fail;
+    }
+    char ref[512];
+    const char *from_plan = plan_model(plan_doc);
+    if (!model_spec && !from_plan) {
+        px_err_set(&err, PX_EINVAL,
+                   "%s: the plan's model is not a preset; give it with --model FILE", plan_path);
+        goto fail;
+    }
+    if (model_spec)
+        snprintf(ref, sizeof ref, "%s", model_spec);
+    else
+        snprintf(ref, sizeof ref, "%s", from_plan);
+    if (px_ir_model_open_any(!strncmp(ref, "preset:", 7) ? ref + 7 : ref, NULL, &model, &err) !=
+        PX_OK)
+        goto fail;
+    ho->ctx.graph = graph;
+    ho->ctx.model = model;
+    ho->ctx.request.graph = graph;
+    ho->ctx.request.model = model;
+    ho->plan = plan_doc;
+    ho->model_ref = ref;
+    if (trace_path) {
+        if (px_trace_writer_open(trace_path, "simulate", &w, &err) != PX_OK)
+            goto fail;
+        ho->trace = w;
+    }
+    if (px_sim_load_parse(load_spec, &load, &err) != PX_OK ||
+        (faults_path && px_sim_faults_load(faults_path, &faults, &err) != PX_OK) ||
+        px_heal_sim_new(ho, &h, &err) != PX_OK)
+        goto fail;
+    const px_sim_faults *fp = faults_path ? &faults : NULL;
+    if ((w && px_heal_sim_trace_begin(h, w, inv_doc, &load, fp, opt, &err) != PX_OK) ||
+        px_heal_sim_run(h, &load, fp, opt, &res, &err) != PX_OK ||
+        (w && px_heal_sim_trace_end(h, w, &res, &err) != PX_OK))
+        goto fail;
+    if (w) {
+        px_status cst = px_trace_writer_close(w, &err);
+        w = NULL;
+        if (cst != PX_OK)
+            goto fail;
+    }
+    if (fmt == PX_CLI_JSON) {
+        doc = px_sim_result_to_json(&res, px_heal_sim_plan(h));
+        if (!doc || px_json_set(doc, "incidents", px_heal_sim_incidents(h)) != PX_OK) {
+            px_err_set(&err, PX_ENOMEM, "out of memory");
+            goto fail;
+        }
+        rc = px__cli_print_json(doc);
+    } else {
+        px_strbuf sb = PX_STRBUF_INIT;
+        px_heal_sim_summary sum;
+        px_heal_sim_get_summary(h, &sum);
+        if (px_sim_result_report(&res, px_heal_sim_plan(h), &sb) != PX_OK ||
+            px_strbuf_addf(&sb, "\nincidents: %u (%u mitigated, %u rolled back)\n", sum.incidents,
+                           sum.mitigated, sum.rollbacks) != PX_OK ||
+            px_heal_sim_report(h, &sb) != PX_OK) {
+            px_strbuf_release(&sb);
+            px_err_set(&err, PX_ENOMEM, "out of memory");
+            goto fail;
+        }
+        fputs(sb.buf, stdout);
+        px_strbuf_release(&sb);
+        rc = PX_EXIT_OK;
+    }
+    goto done;
+fail:
+    rc = px__cli_fail("simulate", &err);
+done:
+    if (w)
+        px_trace_writer_close(w, NULL);
+    json_decref(doc);
+    px_sim_result_release(&res);
+    px_heal_sim_free(h);
+    px_sim_faults_release(&faults);
+    px_sim_load_release(&load);
+    px_ir_model_free(model);
+    px_hw_graph_free(graph);
+    json_decref(inv_doc);
+    json_decref(plan_doc);
+    px_diags_release(&diags);
+    return rc;
+}
+
 int px__cmd_simulate(int argc, char **argv)
 {
     if (px__cli_wants_help(argc, argv)) {
@@ -115,7 +244,9 @@ int px__cmd_simulate(int argc, char **argv)
         return PX_EXIT_OK;
     }
     const char *plan_path = NULL, *load_spec = NULL, *faults_path = NULL, *inv_path = NULL,
-               *trace_path = NULL;
+               *trace_path = NULL, *model_spec = NULL;
+    bool heal = false, hysteresis = true, predictive = true;
+    px_plan_slo slo = {0};
     px_cli_format fmt = PX_CLI_TEXT;
     px_sim_options opt;
     px_sim_options_default(&opt);
@@ -126,6 +257,15 @@ int px__cmd_simulate(int argc, char **argv)
         uint64_t u;
         if (!strcmp(a, "--no-random-failures")) {
             opt.random_failures = false;
+            takes = false;
+        } else if (!strcmp(a, "--heal")) {
+            heal = true;
+            takes = false;
+        } else if (!strcmp(a, "--no-hysteresis")) {
+            hysteresis = false;
+            takes = false;
+        } else if (!strcmp(a, "--reactive-thermal")) {
+            predictive = false;
             takes = false;
         } else if (!v && a[0] == '-') {
             return px__cli_usage_error("simulate", "%s needs a value", a);
@@ -139,6 +279,12 @@ int px__cmd_simulate(int argc, char **argv)
             inv_path = v;
         } else if (!strcmp(a, "--trace")) {
             trace_path = v;
+        } else if (!strcmp(a, "--model")) {
+            model_spec = v;
+        } else if (!strcmp(a, "--slo")) {
+            px_err e;
+            if (px_plan_slo_parse(v, &slo, &e) != PX_OK)
+                return px__cli_usage_error("simulate", "--slo: %s", e.msg);
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!px__cli_parse_format("simulate", v, &fmt))
                 return PX_EXIT_USAGE;
@@ -169,6 +315,22 @@ int px__cmd_simulate(int argc, char **argv)
     }
     if (!plan_path || !load_spec)
         return px__cli_usage_error("simulate", "--plan FILE and --load SPEC are required");
+    if (heal && !inv_path)
+        return px__cli_usage_error("simulate",
+                                   "--heal needs --inventory FILE: candidates are planned on it");
+    if (!heal && (model_spec || !hysteresis || !predictive || slo.tpot_s > 0 || slo.ttft_s > 0))
+        return px__cli_usage_error("simulate",
+                                   "--model, --slo, --no-hysteresis and --reactive-thermal go "
+                                   "with --heal");
+    if (heal) {
+        px_heal_sim_opts ho;
+        px_heal_sim_opts_default(&ho);
+        ho.hysteresis = hysteresis;
+        ho.thermal_predictive = predictive;
+        ho.ctx.slo = slo;
+        return run_healed(plan_path, load_spec, faults_path, inv_path, trace_path, model_spec, fmt,
+                          &opt, &ho);
+    }
 
     int rc = PX_EXIT_FAIL;
     px_err err;

@@ -1,0 +1,316 @@
+/* The detector on synthetic sample streams: a slow link told apart from a
+ * slow stage, jitter below the floor ignored, intermittent degradation,
+ * a stale topology, rebasing, determinism. */
+#include "px_test.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "plexus/heal.h"
+
+#define N_STAGES 2
+
+static void envelope(px_heal_envelope *env, double compute_hi)
+{
+    memset(env, 0, sizeof *env);
+    env->n_stages = N_STAGES;
+    for (uint32_t i = 0; i < PX_RT_MAX_STAGES; i++)
+        env->compute_p50[i] = env->compute_hi[i] = NAN;
+    for (uint32_t i = 0; i <= PX_RT_MAX_STAGES; i++)
+        env->xfer_p50[i] = env->xfer_hi[i] = NAN;
+    for (uint32_t i = 0; i < N_STAGES; i++) {
+        env->compute_p50[i] = compute_hi * 0.8;
+        env->compute_hi[i] = compute_hi;
+    }
+    strcpy(env->device[0], "local.cpu0");
+    strcpy(env->device[1], "local.emu-a");
+}
+
+/* A normal step: 1 ms compute per stage, 80 us per hop, with a small
+ * deterministic jitter. */
+static void normal(px_heal_sample *s, uint64_t step)
+{
+    memset(s, 0, sizeof *s);
+    s->step = step;
+    s->t_s = (double)step * 0.003;
+    s->n_stages = N_STAGES;
+    double j = ((step * 7) % 5) * 1e-5;
+    for (uint32_t i = 0; i < N_STAGES; i++)
+        s->compute_s[i] = 0.001 + j;
+    for (uint32_t i = 0; i <= N_STAGES; i++)
+        s->xfer_s[i] = 0.00008 + j / 10;
+}
+
+static px_heal_detector *detector(const px_heal_envelope *env)
+{
+    px_heal_detector_opts o;
+    px_heal_detector_opts_default(&o);
+    px_heal_detector *d;
+    px_err err;
+    px_assert_ok(px_heal_detector_new(env, &o, &d, &err), &err);
+    return d;
+}
+
+static void test_detector_tells_a_slow_link_from_a_slow_stage(void **state)
+{
+    (void)state;
+    px_heal_envelope env;
+    envelope(&env, 0.002);
+    px_heal_detector *d = detector(&env);
+    px_heal_finding f;
+    px_heal_sample s;
+    int found = 0;
+    for (uint64_t step = 0; step < 40; step++) {
+        normal(&s, step);
+        if (step >= 14)
+            s.xfer_s[1] = 0.0052; /* the hop stage0 -> stage1 */
+        if (px_heal_detector_observe(d, &s, &f)) {
+            found++;
+            assert_int_equal(f.cls, PX_HEAL_LINK_DEGRADE);
+            assert_int_equal(f.locus.kind, PX_HEAL_AT_LINK);
+            assert_int_equal(f.locus.stage, 0);
+            assert_int_equal(f.locus.to, 1);
+            assert_string_equal(f.locus.device, "local.cpu0>local.emu-a");
+            assert_int_equal(f.onset_step, 14);
+            assert_int_equal(f.confirmed_step, 16);
+            assert_float_equal(f.onset_t_s, 14 * 0.003, 1e-12);
+            assert_float_equal(f.confirmed_t_s, 16 * 0.003, 1e-12);
+            assert_false(f.intermittent);
+            assert_true(f.ratio > 50 && f.ratio < 80);
+            px_assert_contains(f.evidence, "hop stage0>stage1: 5.2 ms per step since step 14");
+            px_assert_contains(f.evidence, "compute of every stage unchanged");
+            json_t *j = px_heal_finding_to_json(&f);
+            assert_string_equal(json_string_value(json_object_get(j, "class")), "link-degrade");
+            assert_string_equal(
+                json_string_value(json_object_get(json_object_get(j, "locus"), "kind")), "link");
+            json_decref(j);
+        }
+    }
+    assert_int_equal(found, 1); /* once per onset */
+    px_heal_detector_free(d);
+
+    d = detector(&env);
+    found = 0;
+    for (uint64_t step = 0; step < 40; step++) {
+        normal(&s, step);
+        if (step >= 20) /* stage 1 heats up: its compute grows */
+            s.compute_s[1] = 0.001 * (1 + 0.5 * (double)(step - 19));
+        if (px_heal_detector_observe(d, &s, &f)) {
+            found++;
+            assert_int_equal(f.cls, PX_HEAL_THERMAL);
+            assert_int_equal(f.locus.kind, PX_HEAL_AT_COMPUTE);
+            assert_int_equal(f.locus.stage, 1);
+            assert_string_equal(f.locus.device, "local.emu-a");
+            px_assert_contains(f.evidence, "compute of stage1 (local.emu-a)");
+            px_assert_contains(f.evidence, "growing from");
+            px_assert_contains(f.evidence, "every hop unchanged");
+        }
+    }
+    assert_int_equal(found, 1);
+    px_heal_detector_free(d);
+}
+
+static void test_detector_ignores_jitter_below_the_floor(void **state)
+{
+    (void)state;
+    px_heal_envelope env;
+    envelope(&env, 0.002);
+    px_heal_detector *d = detector(&env);
+    px_heal_sample s;
+    px_heal_finding f;
+    for (uint64_t step = 0; step < 200; step++) {
+        normal(&s, step);
+        /* Hops of 80 us jump to 400 us (5x, but only 0.32 ms above the
+         * baseline, under the 0.5 ms floor); compute wobbles by 40%. */
+        if (step >= 10 && step % 2)
+            s.xfer_s[2] = 0.0004;
+        if (step >= 10)
+            s.compute_s[0] = step % 3 ? 0.0014 : 0.0009;
+        assert_false(px_heal_detector_observe(d, &s, &f));
+    }
+    px_heal_detector_free(d);
+}
+
+static void test_detector_flags_intermittent_degradation(void **state)
+{
+    (void)state;
+    px_heal_envelope env;
+    envelope(&env, 0.002);
+    px_heal_detector *d = detector(&env);
+    px_heal_sample s;
+    px_heal_finding f;
+    int found = 0;
+    for (uint64_t step = 0; step < 60; step++) {
+        normal(&s, step);
+        /* Two slow steps, two normal ones: never `confirm` (3) in a row. */
+        if (step >= 12 && (step / 2) % 2 == 0)
+            s.xfer_s[2] = 0.004;
+        if (px_heal_detector_observe(d, &s, &f)) {
+            found++;
+            assert_int_equal(f.cls, PX_HEAL_LINK_DEGRADE);
+            assert_true(f.intermittent);
+            assert_int_equal(f.locus.stage, 1);
+            assert_int_equal(f.locus.to, 2);
+            assert_string_equal(f.locus.device, "local.emu-a>executor");
+            assert_int_equal(f.onset_step, 12);
+            px_assert_contains(f.evidence, "intermittent");
+            px_assert_contains(f.evidence, "hop stage1>executor");
+        }
+    }
+    assert_int_equal(found, 1);
+    px_heal_detector_free(d);
+}
+
+static void test_detector_reports_a_stale_topology_once(void **state)
+{
+    (void)state;
+    /* The plan predicted at most 0.2 ms for each stage; stage 1 takes
+     * 1 ms from the start (5x): the inventory over-reports it. */
+    px_heal_envelope env;
+    envelope(&env, 0.002);
+    env.compute_hi[1] = 0.0002;
+    px_heal_detector *d = detector(&env);
+    px_heal_sample s;
+    px_heal_finding f;
+    int found = 0;
+    for (uint64_t step = 100; step < 140; step++) {
+        normal(&s, step);
+        if (px_heal_detector_observe(d, &s, &f)) {
+            found++;
+            assert_int_equal(f.cls, PX_HEAL_STALE_TOPOLOGY);
+            assert_int_equal(f.locus.kind, PX_HEAL_AT_COMPUTE);
+            assert_int_equal(f.locus.stage, 1);
+            assert_int_equal(f.confirmed_step, 107); /* when the baseline completes */
+            assert_int_equal(f.onset_step, 100);
+            assert_float_equal(f.onset_t_s, 0.3, 1e-12);
+            assert_true(f.ratio > 4.9 && f.ratio < 5.5);
+            px_assert_contains(f.evidence, "predicted at most 200 us");
+        }
+    }
+    assert_int_equal(found, 1);
+    px_heal_detector_free(d);
+}
+
+static void test_detector_rebase_starts_a_new_baseline(void **state)
+{
+    (void)state;
+    px_heal_envelope env;
+    envelope(&env, 0.002);
+    px_heal_detector *d = detector(&env);
+    px_heal_sample s;
+    px_heal_finding f;
+    int found = 0;
+    uint64_t step = 0;
+    for (; step < 30; step++) {
+        normal(&s, step);
+        if (step >= 12)
+            s.compute_s[0] = 0.004;
+        found += px_heal_detector_observe(d, &s, &f);
+    }
+    assert_int_equal(found, 1);
+    /* After the change the slower stage is the new normal: no report. */
+    px_heal_detector_rebase(d, &env);
+    for (; step < 60; step++) {
+        normal(&s, step);
+        s.compute_s[0] = 0.004;
+        assert_false(px_heal_detector_observe(d, &s, &f));
+    }
+    /* And a new departure from the new baseline is reported again. */
+    for (; step < 70; step++) {
+        normal(&s, step);
+        s.compute_s[0] = 0.012;
+        found += px_heal_detector_observe(d, &s, &f);
+    }
+    assert_int_equal(found, 2);
+    assert_int_equal(f.onset_step, 60);
+    assert_float_equal(f.baseline_s, 0.004, 1e-12);
+    px_heal_detector_free(d);
+}
+
+static void test_detector_is_deterministic_and_checks_its_options(void **state)
+{
+    (void)state;
+    px_heal_envelope env;
+    envelope(&env, 0.002);
+    char first[2][320];
+    for (int run = 0; run < 2; run++) {
+        px_heal_detector *d = detector(&env);
+        px_heal_sample s;
+        px_heal_finding f;
+        first[run][0] = 0;
+        for (uint64_t step = 0; step < 50; step++) {
+            normal(&s, step);
+            if (step > 20)
+                s.xfer_s[0] = 0.003 + (double)(step % 3) * 1e-4;
+            if (px_heal_detector_observe(d, &s, &f))
+                strcpy(first[run], f.evidence);
+        }
+        px_heal_detector_free(d);
+    }
+    assert_true(first[0][0]);
+    assert_string_equal(first[0], first[1]);
+    px_assert_contains(first[0], "hop executor>stage0");
+
+    px_heal_detector_opts o;
+    px_heal_detector_opts_default(&o);
+    px_heal_detector *d = NULL;
+    px_err err;
+    o.ratio = 0.5;
+    assert_int_equal(px_heal_detector_new(&env, &o, &d, &err), PX_EINVAL);
+    px_assert_contains(err.msg, "ratio");
+    px_heal_detector_opts_default(&o);
+    o.confirm = 0;
+    assert_int_equal(px_heal_detector_new(&env, &o, &d, &err), PX_EINVAL);
+    env.n_stages = 0;
+    assert_int_equal(px_heal_detector_new(&env, NULL, &d, &err), PX_EINVAL);
+    assert_null(d);
+    px_heal_detector_free(NULL);
+}
+
+static void test_detector_reads_runtime_observations(void **state)
+{
+    (void)state;
+    px_rt_step_obs obs;
+    memset(&obs, 0, sizeof obs);
+    obs.index = 9;
+    obs.n_stages = 2;
+    obs.compute_ns[0] = 1500000;
+    obs.compute_ns[1] = 2000000;
+    obs.xfer_in_ns[0] = 10000;
+    obs.xfer_in_ns[1] = 80000;
+    obs.xfer_out_ns = 30000;
+    px_heal_sample s;
+    px_heal_sample_from_obs(&obs, 1.25, &s);
+    assert_int_equal(s.step, 9);
+    assert_int_equal(s.n_stages, 2);
+    assert_float_equal(s.t_s, 1.25, 0);
+    assert_float_equal(s.compute_s[1], 0.002, 1e-15);
+    assert_float_equal(s.xfer_s[1], 0.00008, 1e-15);
+    assert_float_equal(s.xfer_s[2], 0.00003, 1e-15);
+
+    px_rt_pipeline_spec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.n_stages = 2;
+    spec.stages[1].pred_decode_s = (px_rt_interval){.p50 = 0.002, .lo = 0.001, .hi = 0.003};
+    strcpy(spec.stages[1].device, "local.emu-b");
+    px_heal_envelope env;
+    px_heal_envelope_from_spec(&spec, &env);
+    assert_int_equal(env.n_stages, 2);
+    assert_float_equal(env.compute_hi[1], 0.003, 0);
+    assert_true(isnan(env.xfer_hi[1]));
+    assert_string_equal(env.device[1], "local.emu-b");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_detector_tells_a_slow_link_from_a_slow_stage),
+        cmocka_unit_test(test_detector_ignores_jitter_below_the_floor),
+        cmocka_unit_test(test_detector_flags_intermittent_degradation),
+        cmocka_unit_test(test_detector_reports_a_stale_topology_once),
+        cmocka_unit_test(test_detector_rebase_starts_a_new_baseline),
+        cmocka_unit_test(test_detector_is_deterministic_and_checks_its_options),
+        cmocka_unit_test(test_detector_reads_runtime_observations),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
