@@ -1,6 +1,7 @@
 /* plexus replay: recomputes every decision a trace recorded and compares. */
 #include "cli/cli.h"
 
+#include "plexus/heal.h"
 #include "plexus/plan.h"
 #include "plexus/sim.h"
 #include "plexus/trace.h"
@@ -12,7 +13,7 @@ static void usage(void)
 {
     printf("usage: plexus replay FILE [-o text|json]\n"
            "\n"
-           "Reads a trace written with --trace (plexus plan, plexus simulate), checks its\n"
+           "Reads a trace written with --trace (plexus plan, simulate, run), checks its\n"
            "hash chain, recomputes every recorded decision from the recorded inputs and\n"
            "compares it with what was recorded.  Prints \"identical\" or the first\n"
            "divergence: its sequence number, kind, name and id and what differed.\n"
@@ -23,7 +24,8 @@ static void usage(void)
            "  -o text|json   report format (default text)\n");
 }
 
-/* Every deriver this build has: the planner's and the simulator's. */
+/* Every deriver this build has: the planner's, the simulator's and
+ * those of healing real runs and healing in the simulator. */
 static size_t collect_derivers(px_trace_deriver *out, size_t cap)
 {
     size_t n = 0, k;
@@ -31,6 +33,12 @@ static size_t collect_derivers(px_trace_deriver *out, size_t cap)
     for (size_t i = 0; i < k && n < cap; i++)
         out[n++] = d[i];
     d = px_sim_replay_derivers(&k);
+    for (size_t i = 0; i < k && n < cap; i++)
+        out[n++] = d[i];
+    d = px_heal_replay_derivers(&k);
+    for (size_t i = 0; i < k && n < cap; i++)
+        out[n++] = d[i];
+    d = px_heal_sim_replay_derivers(&k);
     for (size_t i = 0; i < k && n < cap; i++)
         out[n++] = d[i];
     return n;

@@ -2,10 +2,12 @@
 #include "cli/cli.h"
 
 #include "plexus/contract.h"
+#include "plexus/heal.h"
 #include "plexus/hw.h"
 #include "plexus/ir.h"
 #include "plexus/plan.h"
 #include "plexus/rt.h"
+#include "plexus/trace.h"
 
 const char px__cmd_run_summary[] = "run a model through a plan: one worker process per stage";
 
@@ -15,6 +17,8 @@ static const char usage_text[] =
     "                  (--prompt TEXT ... | --prompts FILE) [-n N] [--temp T] [--top-p P]\n"
     "                  [--seed S] [--threads N] [--transport unix|tcp] [--timeout-ms T]\n"
     "                  [--tokenizer FILE] [-o text|json]\n"
+    "                  [--inject SPEC ...] [--no-heal] [--audit-every N] [--trace FILE]\n"
+    "                  [--incidents FILE]\n"
     "\n"
     "Starts one `plexus worker` process per stage of the plan, each holding its layers,\n"
     "its KV cache and its backend (cpu, or emu for an emulated device), joined by framed\n"
@@ -38,14 +42,35 @@ static const char usage_text[] =
     "  --threads N        threads per worker (default 1)\n"
     "  --transport KIND   unix sockets (default) or tcp on 127.0.0.1\n"
     "  --timeout-ms T     limit of every wait on a worker (default 10000)\n"
-    "  -o text|json       text streams tokens; json prints one document at the end\n";
+    "  -o text|json       text streams tokens; json prints one document at the end\n"
+    "\n"
+    "self-healing (any of these puts the run under supervision):\n"
+    "  --inject SPEC      inject a fault (repeat): KIND:TARGET[:PARAM=VALUE,...]@tokenN,\n"
+    "                     e.g. kill:stage1@token20, stop:stage1@token20, crash:stage0@token5,\n"
+    "                     link:stage0>stage1:latency=5ms,period=100ms,duty=0.5@token10,\n"
+    "                     slow:stage1:factor=4,tau=500ms@token5, "
+    "corrupt:stage1:magnitude=0.5@token12\n"
+    "  --no-heal          inject, detect and report, but change nothing\n"
+    "  --audit-every N    recompute every Nth decode step in this process on the cpu\n"
+    "                     backend and compare each stage's output (silent corruption);\n"
+    "                     tokens after the last good audit may be taken back, so text\n"
+    "                     is printed at the end instead of streamed\n"
+    "  --trace FILE       record inputs, observations and decisions (plexus replay FILE)\n"
+    "  --incidents FILE   write the incident records (plexus.incident/1) as a JSON array\n"
+    "Healing plans alternatives on the inventory: without --inventory only a crashed or\n"
+    "hung worker can be restarted.  Each incident is printed after the report.\n";
 
 #define MAX_PROMPTS 64
+#define MAX_INJECTS 32
 
 typedef struct run_opts {
     const char *model, *plan, *inventory, *objective, *contract, *tokenizer, *prompts_file;
     const char *prompts[MAX_PROMPTS];
     uint32_t n_prompts, n_new, threads, timeout_ms;
+    px_heal_inject injects[MAX_INJECTS];
+    uint32_t n_injects, audit_every;
+    bool no_heal;
+    const char *trace, *incidents;
     double temp, top_p;
     uint64_t seed;
     px_rt_transport transport;
@@ -108,10 +133,28 @@ static int parse_args(int argc, char **argv, run_opts *o)
     *o = (run_opts){.n_new = 64, .top_p = 0.9, .seed = 42, .threads = 1, .timeout_ms = 10000};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--no-heal")) {
+            o->no_heal = true;
+            continue;
+        }
         if (i + 1 >= argc)
             return px__cli_usage_error("run", "%s needs a value", a);
         const char *v = argv[++i];
-        if (!strcmp(a, "--model")) {
+        if (!strcmp(a, "--inject")) {
+            px_err e;
+            if (o->n_injects == MAX_INJECTS)
+                return px__cli_usage_error("run", "at most %d --inject", MAX_INJECTS);
+            if (px_heal_inject_parse(v, &o->injects[o->n_injects], &e) != PX_OK)
+                return px__cli_usage_error("run", "%s", e.msg);
+            o->n_injects++;
+        } else if (!strcmp(a, "--audit-every")) {
+            if (!num_u32(v, a, 1u << 24, &o->audit_every))
+                return PX_EXIT_USAGE;
+        } else if (!strcmp(a, "--trace")) {
+            o->trace = v;
+        } else if (!strcmp(a, "--incidents")) {
+            o->incidents = v;
+        } else if (!strcmp(a, "--model")) {
             o->model = v;
         } else if (!strcmp(a, "--plan")) {
             o->plan = v;
@@ -203,35 +246,79 @@ static px_status find_vocab(const run_opts *o, const px_ir_model *ir, px_arena *
     return st;
 }
 
-/* Asks the planner, for this run's workload. */
-static px_status make_plan(const run_opts *o, const px_hw_graph *g, const px_ir_model *ir,
-                           uint32_t prompt_tokens, json_t **out, px_err *err)
+/* The planner's request for this run's workload (the contract, owned by
+ * the caller, in *contract). */
+static px_status run_request(const run_opts *o, const px_hw_graph *g, const px_ir_model *ir,
+                             uint32_t prompt_tokens, px_plan_request *req, px_contract **contract,
+                             px_err *err)
 {
-    px_plan_request req;
-    px_plan_request_default(&req);
-    px_contract *contract = NULL;
+    px_plan_request_default(req);
+    *contract = NULL;
     px_status st = PX_OK;
-    if (o->objective && (st = px_plan_objective_parse(o->objective, &req.objective, err)))
+    if (o->objective && (st = px_plan_objective_parse(o->objective, &req->objective, err)))
         return st;
-    if (o->contract && (st = px_contract_load(o->contract, NULL, &contract, err)))
+    if (o->contract && (st = px_contract_load(o->contract, NULL, contract, err)))
         return px_err_prefix(err, st, "contract %s: ", o->contract);
     const px_ir_hparams *hp = px_ir_model_hparams(ir);
-    req.graph = g;
-    req.model = ir;
-    req.contract = contract;
-    req.workload.batch = o->n_prompts;
-    req.workload.context = hp->context_length ? hp->context_length : 2048;
-    req.workload.prompt_tokens = PX_MAX(prompt_tokens, 1u);
-    req.workload.gen_tokens = PX_MAX(o->n_new, 1u);
+    req->graph = g;
+    req->model = ir;
+    req->contract = *contract;
+    req->workload.batch = o->n_prompts;
+    req->workload.context = hp->context_length ? hp->context_length : 2048;
+    req->workload.prompt_tokens = PX_MAX(prompt_tokens, 1u);
+    req->workload.gen_tokens = PX_MAX(o->n_new, 1u);
+    return PX_OK;
+}
+
+/* A given plan was made for its own workload and objective: healing
+ * plans its alternatives for the same, so that they compare. */
+static void request_from_plan(const json_t *plan, px_plan_request *req)
+{
+    const json_t *wl = json_object_get(plan, "workload");
+    const char *obj =
+        json_string_value(json_object_get(json_object_get(plan, "objective"), "name"));
+    px_plan_objective o;
+    if (obj && px_plan_objective_parse(obj, &o, NULL) == PX_OK)
+        req->objective = o;
+    struct {
+        const char *key;
+        uint32_t *field;
+    } f[] = {{"batch", &req->workload.batch},
+             {"micro_batches", &req->workload.micro_batches},
+             {"context", &req->workload.context},
+             {"prompt_tokens", &req->workload.prompt_tokens},
+             {"gen_tokens", &req->workload.gen_tokens}};
+    for (size_t i = 0; i < PX_ARRAY_LEN(f); i++) {
+        const json_t *v = json_object_get(wl, f[i].key);
+        if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= (1 << 24))
+            *f[i].field = (uint32_t)json_integer_value(v);
+    }
+}
+
+/* Asks the planner; with a trace, records the planning decision. */
+static px_status make_plan(const run_opts *o, const px_plan_request *req, px_trace_writer *w,
+                           const json_t *inventory_doc, json_t **out, px_err *err)
+{
     px_plan *plan = NULL;
-    st = px_plan_search(&req, &plan, err);
+    json_t *contract_doc = NULL;
+    px_status st = px_plan_search(req, &plan, err);
+    if (st == PX_OK && w) {
+        px_plan_trace_inputs in = {.inventory = inventory_doc, .model_spec = o->model};
+        px_contract *builtin = NULL;
+        if (o->contract && px_contract_builtin(o->contract, &builtin, NULL) == PX_OK)
+            in.contract_name = o->contract;
+        else if (o->contract && px_json_load_file(o->contract, NULL, &contract_doc, NULL) == PX_OK)
+            in.contract_doc = contract_doc;
+        px_contract_free(builtin);
+        st = px_plan_trace_record(w, req, &in, plan, err);
+    }
     if (st == PX_OK) {
         *out = px_plan_to_json(plan);
         if (!*out)
             st = px_err_set(err, PX_ENOMEM, "out of memory");
     }
+    json_decref(contract_doc);
     px_plan_free(plan);
-    px_contract_free(contract);
     return st;
 }
 
@@ -239,7 +326,10 @@ typedef struct run_out {
     const run_opts *o;
     px_strbuf text[MAX_PROMPTS];
     json_t *ids[MAX_PROMPTS];
-    bool echoed;
+    /* Byte length of text[i] before each token, for taking tokens back. */
+    size_t *ends[MAX_PROMPTS];
+    size_t n_ends[MAX_PROMPTS], cap_ends[MAX_PROMPTS];
+    bool echoed, stream;
 } run_out;
 
 static void on_token(uint32_t prompt, int32_t token, const char *piece, size_t len, void *ud)
@@ -247,9 +337,19 @@ static void on_token(uint32_t prompt, int32_t token, const char *piece, size_t l
     run_out *r = ud;
     if (len == 1 && (unsigned char)piece[0] < 0x20 && piece[0] != '\n' && piece[0] != '\t')
         len = 0;
+    if (r->n_ends[prompt] == r->cap_ends[prompt]) {
+        size_t cap = r->cap_ends[prompt] ? 2 * r->cap_ends[prompt] : 64;
+        size_t *e = realloc(r->ends[prompt], cap * sizeof *e);
+        if (e) {
+            r->ends[prompt] = e;
+            r->cap_ends[prompt] = cap;
+        }
+    }
+    if (r->n_ends[prompt] < r->cap_ends[prompt])
+        r->ends[prompt][r->n_ends[prompt]++] = r->text[prompt].len;
     px_strbuf_add(&r->text[prompt], piece, len);
     json_array_append_new(r->ids[prompt], json_integer(token));
-    if (r->o->format == PX_CLI_TEXT && r->o->n_prompts == 1) {
+    if (r->stream) {
         if (!r->echoed) {
             fputs(r->o->prompts[0], stdout);
             r->echoed = true;
@@ -257,6 +357,113 @@ static void on_token(uint32_t prompt, int32_t token, const char *piece, size_t l
         fwrite(piece, 1, len, stdout);
         fflush(stdout);
     }
+}
+
+/* A rollback took tokens of a prompt back: forget them. */
+static void on_retract(uint32_t prompt, uint32_t kept, void *ud)
+{
+    run_out *r = ud;
+    if (prompt >= MAX_PROMPTS || kept >= r->n_ends[prompt])
+        return;
+    r->text[prompt].len = r->ends[prompt][kept];
+    if (r->text[prompt].buf)
+        r->text[prompt].buf[r->text[prompt].len] = 0;
+    r->n_ends[prompt] = kept;
+    while (json_array_size(r->ids[prompt]) > kept)
+        json_array_remove(r->ids[prompt], json_array_size(r->ids[prompt]) - 1);
+}
+
+/* What a supervised run adds: the trace, the healing supervisor. */
+typedef struct run_heal {
+    bool on;
+    json_t *inventory_doc;
+    px_trace_writer *trace;
+    px_plan_request req;
+    px_contract *contract;
+    px_heal_run *run;
+    char command[1024];
+} run_heal;
+
+static void command_line(int argc, char **argv, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = 0;
+    for (int i = 0; i < argc && n + 4 < cap; i++) {
+        bool quote = strpbrk(argv[i], " '\"><;&|*?") != NULL;
+        int w = snprintf(out + n, cap - n, "%s%s%s%s", i ? " " : "plexus ", quote ? "'" : "",
+                         argv[i], quote ? "'" : "");
+        if (w < 0 || (size_t)w >= cap - n)
+            break;
+        n += (size_t)w;
+    }
+}
+
+static px_status start_heal(const run_opts *o, run_heal *rh, const px_hw_graph *graph,
+                            const px_ir_model *ir, const json_t *plan,
+                            const px_rt_executor_opts *xo, run_out *ro, px_err *err)
+{
+    px_heal_run_opts ho;
+    px_heal_run_opts_default(&ho);
+    ho.graph = graph;
+    ho.inventory_doc = rh->inventory_doc;
+    ho.model = ir;
+    ho.model_path = o->model;
+    ho.contract = rh->contract;
+    ho.contract_spec = o->contract;
+    ho.request = rh->req;
+    ho.plan = plan;
+    ho.planned = !o->plan;
+    ho.executor = *xo;
+    ho.injects = o->injects;
+    ho.n_injects = o->n_injects;
+    ho.trace = rh->trace;
+    ho.command = rh->command;
+    ho.trace_path = o->trace;
+    ho.heal = !o->no_heal;
+    ho.audit_every = o->audit_every;
+    ho.seed = o->seed;
+    ho.prompts = o->prompts;
+    ho.n_prompts = o->n_prompts;
+    ho.max_new_tokens = o->n_new;
+    ho.on_retract = on_retract;
+    ho.ud = ro;
+    return px_heal_run_new(&ho, &rh->run, err);
+}
+
+/* After the report: each incident as a paragraph, and the records. */
+static int finish_heal(const run_opts *o, run_heal *rh, run_out *ro, bool print, px_err *err)
+{
+    const char *texts[MAX_PROMPTS];
+    for (uint32_t i = 0; i < o->n_prompts; i++)
+        texts[i] = ro->text[i].buf ? ro->text[i].buf : "";
+    if (px_heal_run_finish(rh->run, texts, o->n_prompts, err) != PX_OK)
+        return px__cli_fail("run", err);
+    if (print) {
+        px_strbuf sb = PX_STRBUF_INIT;
+        px_heal_run_report(rh->run, &sb);
+        if (sb.len)
+            printf("\nincidents:%s", sb.buf);
+        else if (o->n_injects)
+            printf("\nincidents: none\n");
+        px_strbuf_release(&sb);
+    }
+    if (o->incidents) {
+        json_t *inc = px_heal_run_incidents(rh->run);
+        char *text = inc ? json_dumps(inc, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+        px_status st = text ? px_write_file(o->incidents, text, strlen(text), err)
+                            : px_err_set(err, PX_ENOMEM, "out of memory");
+        free(text);
+        json_decref(inc);
+        if (st != PX_OK)
+            return px__cli_fail("run", err);
+    }
+    if (rh->trace) {
+        px_status st = px_trace_writer_close(rh->trace, err);
+        rh->trace = NULL;
+        if (st != PX_OK)
+            return px__cli_fail("run", err);
+    }
+    return PX_EXIT_OK;
 }
 
 int px__cmd_run(int argc, char **argv)
@@ -283,10 +490,14 @@ int px__cmd_run(int argc, char **argv)
     px_rt_pipeline_stats stats;
     memset(&stats, 0, sizeof stats);
     run_out ro = {.o = &o};
+    run_heal rh = {.on = o.n_injects || o.audit_every || o.trace || o.incidents};
+    command_line(argc, argv, rh.command, sizeof rh.command);
     for (uint32_t i = 0; i < o.n_prompts; i++) {
         px_strbuf_init(&ro.text[i]);
         ro.ids[i] = json_array();
     }
+    /* Tokens may be taken back after an audit: print the text at the end. */
+    ro.stream = o.format == PX_CLI_TEXT && o.n_prompts == 1 && !o.audit_every;
     px_ir_vocab file_vocab;
     const px_ir_vocab *vocab = NULL;
     rc = PX_EXIT_FAIL;
@@ -302,11 +513,38 @@ int px__cmd_run(int argc, char **argv)
             goto done;
         }
         px_diags_release(&diags);
+        if (rh.on && px_json_load_file(o.inventory, NULL, &rh.inventory_doc, &err) != PX_OK) {
+            px__cli_fail("run", &err);
+            goto done;
+        }
     }
+    if (rh.on && !o.inventory && (o.n_injects || o.audit_every) && !o.no_heal)
+        fprintf(stderr, "plexus run: healing needs --inventory FILE to plan alternatives; "
+                        "without it faults are injected, detected and reported, and only a "
+                        "crashed or hung worker is restarted\n");
     if (px_ir_model_open_any(o.model, NULL, &ir, &err) != PX_OK ||
         px_arena_new(0, &arena, &err) != PX_OK ||
         find_vocab(&o, ir, arena, &file_vocab, &vocab, &err) != PX_OK ||
         px_rt_tokenizer_new(vocab, &tok, &err) != PX_OK) {
+        px__cli_fail("run", &err);
+        goto done;
+    }
+    if (o.trace && px_trace_writer_open(o.trace, "run", &rh.trace, &err) != PX_OK) {
+        px__cli_fail("run", &err);
+        goto done;
+    }
+    /* Plan for the longest prompt of this run. */
+    size_t longest = 1;
+    for (uint32_t i = 0; i < o.n_prompts; i++) {
+        size_t n = 0;
+        int32_t ids[1];
+        (void)px_rt_tokenizer_encode(tok, o.prompts[i], strlen(o.prompts[i]), PX_RT_ENCODE_BOS, ids,
+                                     1, &n, NULL);
+        longest = PX_MAX(longest, n);
+    }
+    if ((!o.plan || (rh.on && graph)) &&
+        run_request(&o, graph, ir, (uint32_t)PX_MIN(longest, (size_t)1 << 24), &rh.req,
+                    &rh.contract, &err) != PX_OK) {
         px__cli_fail("run", &err);
         goto done;
     }
@@ -315,21 +553,11 @@ int px__cmd_run(int argc, char **argv)
             px__cli_fail("run", &err);
             goto done;
         }
-    } else {
-        /* Plan for the longest prompt of this run. */
-        size_t longest = 1;
-        for (uint32_t i = 0; i < o.n_prompts; i++) {
-            size_t n = 0;
-            int32_t ids[1];
-            (void)px_rt_tokenizer_encode(tok, o.prompts[i], strlen(o.prompts[i]), PX_RT_ENCODE_BOS,
-                                         ids, 1, &n, NULL);
-            longest = PX_MAX(longest, n);
-        }
-        if (make_plan(&o, graph, ir, (uint32_t)PX_MIN(longest, (size_t)1 << 24), &plan, &err) !=
-            PX_OK) {
-            px__cli_fail("run", &err);
-            goto done;
-        }
+        if (rh.on && graph)
+            request_from_plan(plan, &rh.req);
+    } else if (make_plan(&o, &rh.req, rh.trace, rh.inventory_doc, &plan, &err) != PX_OK) {
+        px__cli_fail("run", &err);
+        goto done;
     }
     if (px_rt_pipeline_spec_from_plan(plan, graph, o.plan ? o.plan : "plan", &spec, &err) !=
         PX_OK) {
@@ -344,7 +572,12 @@ int px__cmd_run(int argc, char **argv)
                               .n_threads = o.threads,
                               .timeout_ms = (int)o.timeout_ms,
                               .max_seqs = o.n_prompts};
-    if (px_rt_executor_new(&spec, &xo, &ex, &err) != PX_OK) {
+    if (rh.on) {
+        if (start_heal(&o, &rh, graph, ir, plan, &xo, &ro, &err) != PX_OK) {
+            px__cli_fail("run", &err);
+            goto done;
+        }
+    } else if (px_rt_executor_new(&spec, &xo, &ex, &err) != PX_OK) {
         px__cli_fail("run", &err);
         goto done;
     }
@@ -355,16 +588,29 @@ int px__cmd_run(int argc, char **argv)
         .sampling = {.temperature = (float)o.temp, .top_p = (float)o.top_p, .seed = o.seed},
         .on_token = on_token,
         .ud = &ro,
+        .supervisor = rh.run ? px_heal_run_supervisor(rh.run) : NULL,
     };
-    if (px_rt_executor_generate(ex, tok, &go, &stats, &err) != PX_OK) {
+    if (px_rt_executor_generate(rh.run ? px_heal_run_executor(rh.run) : ex, tok, &go, &stats,
+                                &err) != PX_OK) {
         if (ro.echoed)
             printf("\n");
         fflush(stdout);
         px__cli_fail("run", &err);
+        if (rh.run) {
+            px_err e2;
+            finish_heal(&o, &rh, &ro, false, &e2);
+            px_strbuf sb = PX_STRBUF_INIT;
+            px_heal_run_report(rh.run, &sb);
+            if (sb.len)
+                fprintf(stderr, "incidents:%s", sb.buf);
+            px_strbuf_release(&sb);
+        }
         goto done;
     }
+    const px_rt_executor *last = rh.run ? px_heal_run_executor(rh.run) : ex;
+    const px_rt_pipeline_spec *last_spec = rh.run ? px_rt_executor_spec(last) : &spec;
     if (o.format == PX_CLI_JSON) {
-        json_t *doc = px_rt_pipeline_report_json(&spec, ex, &stats);
+        json_t *doc = px_rt_pipeline_report_json(last_spec, last, &stats);
         json_t *results = json_array();
         for (uint32_t i = 0; i < o.n_prompts; i++)
             px_json_push(results, json_pack("{s:s, s:s%, s:O}", "prompt", o.prompts[i], "text",
@@ -373,13 +619,20 @@ int px__cmd_run(int argc, char **argv)
         px_json_set(doc, "schema", json_string("plexus.run/1"));
         px_json_set(doc, "model", json_string(o.model));
         px_json_set(doc, "results", results);
+        if (rh.run) {
+            if ((rc = finish_heal(&o, &rh, &ro, false, &err)) != PX_EXIT_OK) {
+                json_decref(doc);
+                goto done;
+            }
+            px_json_set(doc, "incidents", px_heal_run_incidents(rh.run));
+        }
         rc = px__cli_print_json(doc);
         json_decref(doc);
         goto done;
     }
     if (o.n_prompts == 1) {
         if (!ro.echoed)
-            fputs(o.prompts[0], stdout);
+            printf("%s%s", o.prompts[0], ro.stream ? "" : (ro.text[0].buf ? ro.text[0].buf : ""));
         printf("\n");
     } else {
         for (uint32_t i = 0; i < o.n_prompts; i++)
@@ -387,14 +640,19 @@ int px__cmd_run(int argc, char **argv)
                    ro.text[i].buf ? ro.text[i].buf : "");
     }
     px_strbuf sb = PX_STRBUF_INIT;
-    px_rt_pipeline_report(&spec, ex, &stats, &sb);
+    px_rt_pipeline_report(last_spec, last, &stats, &sb);
     printf("\n%s", sb.buf ? sb.buf : "");
     px_strbuf_release(&sb);
-    rc = PX_EXIT_OK;
+    rc = rh.run ? finish_heal(&o, &rh, &ro, true, &err) : PX_EXIT_OK;
 done:
     fflush(stdout);
     px_rt_pipeline_stats_release(&stats);
     px_rt_executor_free(ex);
+    px_heal_run_free(rh.run);
+    if (rh.trace)
+        px_trace_writer_close(rh.trace, NULL);
+    px_contract_free(rh.contract);
+    json_decref(rh.inventory_doc);
     json_decref(plan);
     px_rt_tokenizer_free(tok);
     px_arena_free(arena);
@@ -403,6 +661,7 @@ done:
     for (uint32_t i = 0; i < o.n_prompts; i++) {
         px_strbuf_release(&ro.text[i]);
         json_decref(ro.ids[i]);
+        free(ro.ends[i]);
     }
     free(o.file_text);
     return rc;

@@ -1,0 +1,218 @@
+/* Healing real runs: the detector over recorded steps, its calibration,
+ * and the canary's verdict, as functions of recorded data only (the run
+ * and its replay both call them), with their JSON forms for the trace. */
+#include "heal/heal_run_impl.h"
+
+double px__hr_calibrate(const px_heal_envelope *raw, const px_heal_sample *s, size_t n)
+{
+    double best = NAN;
+    double *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v)
+        return 1.0;
+    for (uint32_t i = 0; i < raw->n_stages; i++) {
+        double pred = raw->compute_p50[i];
+        if (!(pred > 0) || !isfinite(pred))
+            continue;
+        size_t k = 0;
+        for (size_t j = 0; j < n; j++)
+            if (i < s[j].n_stages && isfinite(s[j].compute_s[i]))
+                v[k++] = s[j].compute_s[i];
+        if (!k)
+            continue;
+        double r = px__heal_median(v, k) / pred;
+        /* The stage the inventory describes best sets the scale: a stage
+         * slower than its figures then keeps its own, larger ratio. */
+        if (r > 0 && isfinite(r) && !(r >= best))
+            best = r;
+    }
+    free(v);
+    return best > 0 && isfinite(best) ? best : 1.0;
+}
+
+void px__hr_envelope_scale(const px_heal_envelope *raw, double c, px_heal_envelope *out)
+{
+    *out = *raw;
+    for (uint32_t i = 0; i < PX_RT_MAX_STAGES; i++) {
+        out->compute_p50[i] = raw->compute_p50[i] * c;
+        out->compute_hi[i] = raw->compute_hi[i] * c;
+    }
+}
+
+static json_t *reals(const double *v, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++)
+        json_array_append_new(a, px__heal_num(v[i]));
+    return a;
+}
+
+/* Reads n reals (null: NAN) from an array of at most cap. */
+static px_status read_reals(const json_t *a, const char *what, double *out, size_t n, px_err *err)
+{
+    if (!json_is_array(a) || json_array_size(a) != n)
+        return px_err_set(err, PX_EPARSE, "heal: the recorded %s is not an array of %zu numbers",
+                          what, n);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(a, i);
+        if (json_is_null(v))
+            out[i] = NAN;
+        else if (json_is_number(v) && isfinite(json_number_value(v)))
+            out[i] = json_number_value(v);
+        else
+            return px_err_set(err, PX_EPARSE, "heal: the recorded %s[%zu] is not a number", what,
+                              i);
+    }
+    return PX_OK;
+}
+
+json_t *px__hr_envelope_json(const px_heal_envelope *e)
+{
+    json_t *dev = json_array();
+    for (uint32_t i = 0; dev && i < e->n_stages; i++)
+        json_array_append_new(dev, json_string(e->device[i]));
+    return json_pack("{s:i, s:o, s:o, s:o, s:o, s:o}", "n_stages", (int)e->n_stages, "compute_p50",
+                     reals(e->compute_p50, e->n_stages), "compute_hi",
+                     reals(e->compute_hi, e->n_stages), "xfer_p50",
+                     reals(e->xfer_p50, e->n_stages + 1), "xfer_hi",
+                     reals(e->xfer_hi, e->n_stages + 1), "devices", dev ? dev : json_array());
+}
+
+px_status px__hr_envelope_from_json(const json_t *j, px_heal_envelope *e, px_err *err)
+{
+    memset(e, 0, sizeof *e);
+    for (uint32_t i = 0; i <= PX_RT_MAX_STAGES; i++) {
+        if (i < PX_RT_MAX_STAGES)
+            e->compute_p50[i] = e->compute_hi[i] = NAN;
+        e->xfer_p50[i] = e->xfer_hi[i] = NAN;
+    }
+    json_int_t n = json_integer_value(json_object_get(j, "n_stages"));
+    if (n < 1 || n > PX_RT_MAX_STAGES)
+        return px_err_set(err, PX_EPARSE,
+                          "heal: the recorded envelope's n_stages is not from 1 to %d",
+                          PX_RT_MAX_STAGES);
+    e->n_stages = (uint32_t)n;
+    px_status st;
+    if ((st = read_reals(json_object_get(j, "compute_p50"), "compute_p50", e->compute_p50,
+                         (size_t)n, err)) ||
+        (st = read_reals(json_object_get(j, "compute_hi"), "compute_hi", e->compute_hi, (size_t)n,
+                         err)) ||
+        (st = read_reals(json_object_get(j, "xfer_p50"), "xfer_p50", e->xfer_p50, (size_t)n + 1,
+                         err)) ||
+        (st = read_reals(json_object_get(j, "xfer_hi"), "xfer_hi", e->xfer_hi, (size_t)n + 1, err)))
+        return st;
+    const json_t *dev = json_object_get(j, "devices");
+    for (uint32_t i = 0; i < e->n_stages; i++) {
+        const char *d = json_string_value(json_array_get(dev, i));
+        px_strlcpy(e->device[i], d ? d : "", sizeof e->device[i]);
+    }
+    return PX_OK;
+}
+
+json_t *px__hr_detector_opts_json(const px_heal_detector_opts *o)
+{
+    return json_pack("{s:i, s:f, s:f, s:i, s:f}", "baseline_steps", (int)o->baseline_steps, "ratio",
+                     o->ratio, "floor_s", o->floor_s, "confirm", (int)o->confirm, "stale_ratio",
+                     o->stale_ratio);
+}
+
+px_status px__hr_detector_opts_from_json(const json_t *j, px_heal_detector_opts *o, px_err *err)
+{
+    json_int_t b = json_integer_value(json_object_get(j, "baseline_steps"));
+    json_int_t c = json_integer_value(json_object_get(j, "confirm"));
+    double r = json_number_value(json_object_get(j, "ratio"));
+    double f = json_number_value(json_object_get(j, "floor_s"));
+    double s = json_number_value(json_object_get(j, "stale_ratio"));
+    if (b < 1 || b > 4096 || c < 1 || c > 64 || !(r > 1 && r < 1e6) || !(f >= 0 && f < 1e3) ||
+        !(s > 1 && s < 1e6))
+        return px_err_set(err, PX_EPARSE,
+                          "heal: the recorded detector options are out of range "
+                          "(baseline_steps 1..4096, confirm 1..64, ratio and stale_ratio > 1)");
+    *o = (px_heal_detector_opts){.baseline_steps = (uint32_t)b,
+                                 .ratio = r,
+                                 .floor_s = f,
+                                 .confirm = (uint32_t)c,
+                                 .stale_ratio = s};
+    return PX_OK;
+}
+
+json_t *px__hr_sample_json(const px_heal_sample *s, double wall_s)
+{
+    return json_pack("{s:I, s:f, s:f, s:o, s:o}", "step", (json_int_t)s->step, "t_s", s->t_s,
+                     "wall_s", wall_s, "compute_s", reals(s->compute_s, s->n_stages), "xfer_s",
+                     reals(s->xfer_s, s->n_stages + 1));
+}
+
+px_status px__hr_sample_from_json(const json_t *j, px_heal_sample *s, double *wall_s, px_err *err)
+{
+    memset(s, 0, sizeof *s);
+    const json_t *c = json_object_get(j, "compute_s");
+    size_t n = json_array_size(c);
+    json_int_t step = json_integer_value(json_object_get(j, "step"));
+    const json_t *t = json_object_get(j, "t_s"), *w = json_object_get(j, "wall_s");
+    if (n < 1 || n > PX_RT_MAX_STAGES || step < 0 || !json_is_number(t) || !json_is_number(w))
+        return px_err_set(err, PX_EPARSE,
+                          "heal: a recorded step lacks \"step\", \"t_s\", \"wall_s\" or 1 to %d "
+                          "stages' \"compute_s\"",
+                          PX_RT_MAX_STAGES);
+    s->step = (uint64_t)step;
+    s->t_s = json_number_value(t);
+    s->n_stages = (uint32_t)n;
+    if (wall_s)
+        *wall_s = json_number_value(w);
+    px_status st = read_reals(c, "compute_s", s->compute_s, n, err);
+    if (st == PX_OK)
+        st = read_reals(json_object_get(j, "xfer_s"), "xfer_s", s->xfer_s, n + 1, err);
+    return st;
+}
+
+px_status px__hr_detect(const px_heal_envelope *raw, const px_heal_detector_opts *o,
+                        const px_heal_sample *s, size_t n, px_heal_finding *f, json_t **out,
+                        px_err *err)
+{
+    *out = NULL;
+    memset(f, 0, sizeof *f);
+    f->cls = PX_HEAL_NONE;
+    size_t nb = PX_MIN(n, (size_t)o->baseline_steps);
+    double c = px__hr_calibrate(raw, s, nb);
+    px_heal_envelope env;
+    px__hr_envelope_scale(raw, c, &env);
+    px_heal_detector *d = NULL;
+    px_status st = px_heal_detector_new(&env, o, &d, err);
+    if (st != PX_OK)
+        return st;
+    for (size_t i = 0; i < n; i++) {
+        px_heal_finding tmp;
+        bool hit = px_heal_detector_observe(d, &s[i], &tmp);
+        if (i + 1 == n && hit)
+            *f = tmp;
+    }
+    px_heal_detector_free(d);
+    json_t *fj = f->cls != PX_HEAL_NONE ? px_heal_finding_to_json(f) : json_null();
+    *out = json_pack("{s:s, s:o, s:o, s:f, s:I}", "class", px_heal_fault_class_name(f->cls),
+                     "locus", px_heal_locus_to_json(&f->locus), "finding", fj, "calibration", c,
+                     "samples", (json_int_t)n);
+    return *out ? PX_OK : px_err_set(err, PX_ENOMEM, "heal: out of memory");
+}
+
+json_t *px__hr_canary_json(double pred_p50, double pred_hi, double ratio, uint32_t need,
+                           double tolerance, const double *obs, size_t n,
+                           px_heal_canary_verdict *verdict)
+{
+    px_heal_canary c;
+    px_heal_canary_begin(&c, pred_p50 * ratio, pred_hi * ratio, need, tolerance);
+    px_heal_canary_verdict v = PX_HEAL_CANARY_PENDING;
+    for (size_t i = 0; i < n && v == PX_HEAL_CANARY_PENDING; i++)
+        v = px_heal_canary_observe(&c, obs[i]);
+    *verdict = v;
+    const char *name = v == PX_HEAL_CANARY_PASS   ? "pass"
+                       : v == PX_HEAL_CANARY_FAIL ? "fail"
+                                                  : "pending";
+    json_t *o = json_pack("{s:s, s:i}", "verdict", name, "steps", (int)c.seen);
+    if (o && (px__heal_set_num(o, "median_s", px_heal_canary_median(&c)) ||
+              px__heal_set_num(o, "calibrated_p50_s", pred_p50 * ratio) ||
+              px__heal_set_num(o, "calibrated_hi_s", pred_hi * ratio))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
