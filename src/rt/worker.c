@@ -275,7 +275,7 @@ static px_status on_step(worker *w, uint8_t flags, const uint8_t *p, uint32_t le
     st = px_rt_forward(w->s, &b, NULL, &out, err);
     if (st)
         return st;
-    px__rt_wfault_after_step(&w->fault);
+    px__rt_wfault_after_step(&w->fault, px_now_ns() - t0);
     px__rt_stage_record *mine = &recs[h.n_records];
     *mine = (px__rt_stage_record){.stage = w->o->stage,
                                   .rows = h.n_rows,

@@ -143,45 +143,44 @@ px_status px__rt_wfault_apply(px__rt_wfault *wf, const px_rt_fault *f, px_err *e
     }
 }
 
-/* Sleeps off the slowdown owed, counting what was really slept. */
-static void pay_debt(px__rt_wfault *wf)
+/* The slowdown reached t seconds after the fault began:
+ * factor(t) = 1 + (factor - 1)(1 - exp(-t / tau)). */
+static double slow_factor(const px__rt_wfault *wf)
 {
-    uint64_t t0 = px_now_ns(), want = (uint64_t)wf->slow_debt_ns;
-    struct timespec ts = {.tv_sec = (time_t)(want / 1000000000u),
-                          .tv_nsec = (long)(want % 1000000000u)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-    wf->slow_debt_ns -= (int64_t)(px_now_ns() - t0);
+    if (!(wf->tau_s > 0))
+        return wf->factor;
+    double t = (double)(px_now_ns() - wf->slow_t0) / 1e9;
+    return 1 + (wf->factor - 1) * (1 - exp(-t / wf->tau_s));
 }
 
 uint64_t px__rt_wfault_after_op(px__rt_wfault *wf, uint64_t op_ns)
 {
     if (!wf->slow || op_ns == 0)
         return 0;
-    /* factor(t) = 1 + (factor - 1)(1 - exp(-(t - t0) / tau)). */
-    double k = wf->factor;
-    if (wf->tau_s > 0) {
-        double t = (double)(px_now_ns() - wf->slow_t0) / 1e9;
-        k = 1 + (wf->factor - 1) * (1 - exp(-t / wf->tau_s));
-    }
-    double extra = (double)op_ns * (k - 1);
-    if (!(extra >= 1))
-        return 0;
-    uint64_t ns = extra > 60e9 ? (uint64_t)60e9 : (uint64_t)extra;
-    /* Ops of a tiny model take microseconds, less than a sleep's
-     * overshoot: owe the time and sleep it off in larger pieces, counting
-     * what was really slept, so that the stage's time grows by the
-     * factor and not by the timer's granularity. */
-    wf->slow_debt_ns += (int64_t)ns;
-    if (wf->slow_debt_ns >= 200000)
-        pay_debt(wf);
-    return ns;
+    double extra = (double)op_ns * (slow_factor(wf) - 1);
+    return extra >= 1 ? (uint64_t)PX_MIN(extra, 60e9) : 0;
 }
 
-void px__rt_wfault_after_step(px__rt_wfault *wf)
+void px__rt_wfault_after_step(px__rt_wfault *wf, uint64_t step_ns)
 {
-    if (wf->slow && wf->slow_debt_ns > 0)
-        pay_debt(wf);
+    if (!wf->slow)
+        return;
+    /* The whole step slows, host work between ops included: ops of a tiny
+     * model take microseconds, less than the work around them, and one
+     * sleep per step is not blurred by the timer's granularity.  What
+     * the sleep overshot is deducted from the next step's. */
+    double want = (double)step_ns * (slow_factor(wf) - 1) - (double)wf->slow_debt_ns;
+    if (!(want >= 1000)) {
+        /* Too little to sleep for (or already slept ahead): carry it. */
+        wf->slow_debt_ns = -(int64_t)want;
+        return;
+    }
+    uint64_t ns = (uint64_t)PX_MIN(want, 60e9), t0 = px_now_ns();
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
+                          .tv_nsec = (long)(ns % 1000000000u)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+    wf->slow_debt_ns = (int64_t)(px_now_ns() - t0) - (int64_t)ns;
 }
 
 void px__rt_wfault_before_step(px__rt_wfault *wf)

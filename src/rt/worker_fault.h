@@ -21,7 +21,7 @@ typedef struct px__rt_wfault {
     bool slow;
     double factor, tau_s;
     uint64_t slow_t0;
-    int64_t slow_debt_ns; /* slowdown owed (negative: slept ahead) */
+    int64_t slow_debt_ns; /* what the last sleep overshot (negative: owed) */
 
     bool corrupt;
     int32_t layer;
@@ -43,12 +43,12 @@ px_status px__rt_wfault_parse(const uint8_t *p, uint32_t len, const char *peer, 
 /* Applies f (addressed to this stage).  Errors: a memory fault the device
  * cannot hold (PX_ENOMEM naming the device and the bytes). */
 px_status px__rt_wfault_apply(px__rt_wfault *wf, const px_rt_fault *f, px_err *err);
-/* Extra time to spend after an op that took op_ns (the slowdown), slept
- * here; returns it, so that telemetry can count it. */
+/* The extra time an op that took op_ns costs on the slowed device, for
+ * telemetry (the time itself is spent after the step). */
 uint64_t px__rt_wfault_after_op(px__rt_wfault *wf, uint64_t op_ns);
-/* Called after each step's ops: sleeps off the slowdown still owed (short
- * ops' extra time is gathered and slept in larger pieces). */
-void px__rt_wfault_after_step(px__rt_wfault *wf);
+/* Called after each step that took step_ns: sleeps step_ns times the
+ * slowdown reached, less what the previous sleep overshot. */
+void px__rt_wfault_after_step(px__rt_wfault *wf, uint64_t step_ns);
 /* Called before each step: aborts the process when a crash was asked
  * for. */
 void px__rt_wfault_before_step(px__rt_wfault *wf);

@@ -128,8 +128,10 @@ static int setup(void **state)
     reference = text_of(run);
     json_decref(run);
     free(out);
-    /* emu-b said to be half as fast as cpu0, emulated 60x slower than it. */
-    lying_inventory = inventory_with("emu-b", 60, 48, "50 GFLOP/s", "5 GB/s", "lying.json");
+    /* emu-b said to be half as fast as cpu0, emulated 400x slower than
+     * it: slow enough to show through the fixed cost of every step in an
+     * optimized build too. */
+    lying_inventory = inventory_with("emu-b", 400, 300, "50 GFLOP/s", "5 GB/s", "lying.json");
     /* emu-a 10x slower than its figures from the start. */
     stale_inventory = inventory_with("emu-a", 30, 20, NULL, NULL, "stale.json");
     stale_plan = plan_for(stale_inventory, "stale-plan.json");
