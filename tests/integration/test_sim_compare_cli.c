@@ -66,7 +66,9 @@ static char *slurp(const char *path)
 {
     char *text = NULL;
     size_t len;
-    px_assert_ok(px_read_file(path, 1 << 24, &text, &len, NULL), NULL);
+    px_err e;
+    if (px_read_file(path, 1 << 24, &text, &len, &e) != PX_OK)
+        fail_msg("%s: %s", path, e.msg);
     return text;
 }
 
