@@ -10,7 +10,8 @@
  * to first token, throughput, memory, energy and cost with their
  * uncertainty; the lower bound and the fraction of it reached; what binds;
  * the assumptions; every rejected alternative with a machine-readable
- * reason; and precomputed fallbacks for the loss of each device.
+ * reason; and precomputed fallbacks for the loss of each device and the
+ * degradation of each link its hops use.
  *
  * The search is hierarchical: feasibility pruning (memory, capability,
  * contract, policy constraints), lower bounds, device sequences chosen by
@@ -96,7 +97,8 @@ typedef struct px_plan_request {
     const char *policy;     /* "plexus" (default) or a baseline's name */
     px_cost_params cost;    /* cost model parameters */
     bool compare_baselines; /* cost every baseline on the same inputs */
-    bool fallbacks;         /* precompute single-device-loss fallbacks (default on) */
+    bool fallbacks;         /* precompute fallbacks for the loss of one device and
+                               the degradation of one link (default on) */
     uint32_t max_rejected;  /* rejected candidates kept (default 12) */
     /* Devices the plan may not use (fleet indices, borrowed; may be NULL).
      * Fallback planning uses it; so may a caller. */
@@ -155,6 +157,7 @@ typedef struct px_plan_summary {
     double p_meet_slo;
     bool emulated;
     size_t n_rejected, n_fallbacks, n_candidates;
+    size_t n_link_fallbacks; /* entries of "link_fallbacks" */
 } px_plan_summary;
 
 void px_plan_get_summary(const px_plan *p, px_plan_summary *out);

@@ -34,7 +34,7 @@ static void usage(void)
            "  --prompt-tokens P      prompt length (default 512)\n"
            "  --gen-tokens N         tokens generated per request (default 256)\n"
            "  --compare-baselines    cost every baseline policy on the same inputs\n"
-           "  --no-fallbacks         skip the fallback plans for device loss\n"
+           "  --no-fallbacks         skip the fallback plans for device loss and link degradation\n"
            "  -o text|json           report format on stdout (default text)\n"
            "  --out FILE             write the plan JSON to FILE\n"
            "  --svg FILE             draw the stages on the devices and links\n"

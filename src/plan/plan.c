@@ -1,5 +1,5 @@
-/* px_plan_search: the request, the policy table, replicas, fallbacks,
- * baselines, and the plan object. */
+/* px_plan_search: the request, the policy table, replicas, baselines, and
+ * the plan object (fallbacks: fallback.c). */
 #include "base/common.h"
 
 #include "plan/plan_impl.h"
@@ -436,78 +436,6 @@ static px_status evaluate_layout(px__plan_ctx *ctx, px__plan_result *r, px_err *
 }
 
 /* ------------------------------------------------------------------ */
-/* Fallbacks                                                           */
-/* ------------------------------------------------------------------ */
-
-#define MAX_FALLBACK_SEARCHES 16
-
-static px_status compute_fallbacks(px__plan_ctx *ctx, px__plan_result *r, px_err *err)
-{
-    const px__plan_layout *l = &r->layout;
-    size_t nd = ctx->fleet->n_devices;
-    size_t total = 0;
-    for (uint32_t i = 0; i < l->n_replicas; i++)
-        for (uint32_t s = 0; s < l->replicas[i].n_stages; s++)
-            total += l->replicas[i].stages[s].tp;
-    r->fb = calloc(total ? total : 1, sizeof *r->fb);
-    bool *excl = calloc(nd, sizeof *excl);
-    if (!r->fb || !excl) {
-        free(excl);
-        return px_err_set(err, PX_ENOMEM, "out of memory planning fallbacks");
-    }
-    size_t searches = 0;
-    for (uint32_t i = 0; i < l->n_replicas; i++) {
-        for (uint32_t s = 0; s < l->replicas[i].n_stages; s++) {
-            for (uint32_t k = 0; k < l->replicas[i].stages[s].tp; k++) {
-                uint32_t d = l->replicas[i].stages[s].devices[k];
-                px__plan_fallback *fb = &r->fb[r->n_fb++];
-                fb->lost = d;
-                if (l->n_replicas > 1) {
-                    /* The other replicas keep serving. */
-                    fb->feasible = true;
-                    fb->n_replicas = l->n_replicas - 1;
-                    fb->tpot_s = r->est[i == 0 ? 1 : 0].tpot_s;
-                    fb->throughput = r->throughput - r->est[i].throughput;
-                    snprintf(fb->note, sizeof fb->note,
-                             "drop replica %u; the other %u keep serving", i, l->n_replicas - 1);
-                    continue;
-                }
-                if (searches >= MAX_FALLBACK_SEARCHES) {
-                    snprintf(fb->note, sizeof fb->note,
-                             "not precomputed (more than %d devices); plan again without it",
-                             MAX_FALLBACK_SEARCHES);
-                    continue;
-                }
-                searches++;
-                for (size_t q = 0; q < nd; q++)
-                    excl[q] = (ctx->req->excluded && ctx->req->excluded[q]) || q == d;
-                px__plan_cand c;
-                px_err e2;
-                px_status st = px__plan_best_on(ctx, excl, &l->wl, l->prec_index, &c, &e2);
-                if (st == PX_ENOMEM) {
-                    free(excl);
-                    return px_err_set(err, st, "%s", e2.msg);
-                }
-                if (st != PX_OK) {
-                    snprintf(fb->note, sizeof fb->note, "no placement fits without %s",
-                             ctx->fleet->devices[d].id);
-                    continue;
-                }
-                fb->feasible = true;
-                fb->n_replicas = 1;
-                fb->tpot_s = c.tpot_s;
-                fb->throughput = c.throughput;
-                px__plan_pipe_devices(ctx, &c.pipe, fb->devices, sizeof fb->devices);
-                snprintf(fb->note, sizeof fb->note, "re-planned without %s",
-                         ctx->fleet->devices[d].id);
-            }
-        }
-    }
-    free(excl);
-    return PX_OK;
-}
-
-/* ------------------------------------------------------------------ */
 /* Baselines                                                           */
 /* ------------------------------------------------------------------ */
 
@@ -668,6 +596,7 @@ static void fill_summary(px_plan *plan, const px__plan_ctx *ctx, const px__plan_
     s->p_meet_slo = r->mc.p_meet_slo;
     s->emulated = json_is_true(json_object_get(plan->doc, "emulated"));
     s->n_fallbacks = r->n_fb;
+    s->n_link_fallbacks = r->n_lfb;
     s->n_candidates = ctx->n_evaluated;
 }
 
@@ -675,6 +604,7 @@ static void result_release(px__plan_result *r)
 {
     free(r->est);
     free(r->fb);
+    free(r->lfb);
     json_decref(r->contract);
 }
 
@@ -740,7 +670,7 @@ px_status px_plan_search(const px_plan_request *req, px_plan **out, px_err *err)
     }
     st = evaluate_layout(&ctx, &r, err);
     if (st == PX_OK && req->fallbacks)
-        st = compute_fallbacks(&ctx, &r, err);
+        st = px__plan_fallbacks(&ctx, &r, err);
     if (st != PX_OK)
         goto fail;
     if (req->compare_baselines) {

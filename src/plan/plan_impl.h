@@ -213,6 +213,32 @@ typedef struct px__plan_fallback {
     char note[160];
 } px__plan_fallback;
 
+/* What to do when a link the plan uses degrades. */
+typedef enum px__plan_link_action {
+    PX__LINK_KEEP = 0,       /* keep the plan: nothing beats it on the slowed link */
+    PX__LINK_AVOID_SENDER,   /* re-plan without the hop's sending device */
+    PX__LINK_AVOID_RECEIVER, /* re-plan without the hop's receiving device */
+    PX__LINK_DROP_REPLICA,   /* drop the replica that uses it; the others serve */
+} px__plan_link_action;
+
+/* "keep", "avoid-sender", "avoid-receiver", "drop-replica". */
+const char *px__plan_link_action_name(px__plan_link_action a);
+
+/* A precomputed answer to the degradation of one hop's link. */
+typedef struct px__plan_link_fallback {
+    uint32_t from, to;       /* fleet devices: sender and receiver of the hop */
+    uint32_t replica, stage; /* the hop leaves this stage (or is its all-reduce) */
+    bool allreduce;          /* a ring link of the stage's tensor-parallel group */
+    char via[64];            /* the route's narrowest link: its id or kind */
+    px__plan_link_action action;
+    bool feasible;
+    char devices[160]; /* the stages that serve ("" for drop-replica) */
+    uint32_t n_replicas;
+    double tpot_s, throughput;                   /* of the answer */
+    double degraded_tpot_s, degraded_throughput; /* the plan as it is, link slowed */
+    char note[384];
+} px__plan_link_fallback;
+
 /* A baseline's layout, costed by the same model. */
 typedef struct px__plan_baseline {
     char name[32];
@@ -235,12 +261,19 @@ typedef struct px__plan_result {
     double placed_bound_s;
     px__plan_fallback *fb;
     size_t n_fb;
+    px__plan_link_fallback *lfb;
+    size_t n_lfb;
     px__plan_baseline bl[8];
     size_t n_bl;
     json_t *contract; /* owned */
     px_verdict verdict;
     const char *policy;
 } px__plan_result;
+
+/* fallback.c: the answers to the loss of each device of an evaluated
+ * layout (r->fb) and to the degradation of each link its hops use
+ * (r->lfb).  PX_ENOMEM. */
+px_status px__plan_fallbacks(px__plan_ctx *ctx, px__plan_result *r, px_err *err);
 
 json_t *px__plan_document(px__plan_ctx *ctx, px__plan_result *r);
 /* explain.c: the pool's runners-up as dominated (or SLO) rejections; the

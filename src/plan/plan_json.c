@@ -443,6 +443,39 @@ fail:
     return NULL;
 }
 
+static json_t *link_fallbacks_json(const px__plan_ctx *ctx, const px__plan_result *r)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < r->n_lfb; i++) {
+        const px__plan_link_fallback *f = &r->lfb[i];
+        char link[160];
+        snprintf(link, sizeof link, "%s>%s", ctx->fleet->devices[f->from].id,
+                 ctx->fleet->devices[f->to].id);
+        json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:s, s:s, s:b, s:s, s:{s:o, s:o}}", "link",
+                              link, "kind", f->allreduce ? "allreduce" : "pipeline", "replica",
+                              (json_int_t)f->replica, "stage", (json_int_t)f->stage, "via", f->via,
+                              "action", px__plan_link_action_name(f->action), "feasible",
+                              f->feasible, "note", f->note, "degraded", "tpot_s",
+                              num(f->degraded_tpot_s), "throughput", num(f->degraded_throughput));
+        if (!o)
+            goto fail;
+        if (f->feasible &&
+            (px_json_set(o, "tpot_s", num(f->tpot_s)) ||
+             px_json_set(o, "throughput", num(f->throughput)) ||
+             px_json_set(o, "replicas", json_integer(f->n_replicas)) ||
+             (f->devices[0] && px_json_set(o, "devices", json_string(f->devices))))) {
+            json_decref(o);
+            goto fail;
+        }
+        if (px_json_push(arr, o))
+            goto fail;
+    }
+    return arr;
+fail:
+    json_decref(arr);
+    return NULL;
+}
+
 static json_t *baselines_json(const px__plan_result *r)
 {
     json_t *arr = json_array();
@@ -563,6 +596,7 @@ json_t *px__plan_document(px__plan_ctx *ctx, px__plan_result *r)
         px_json_set(doc, "explanation", px__plan_explanation(ctx, r)) ||
         px_json_set(doc, "rejected", rejected_json(ctx)) ||
         px_json_set(doc, "fallbacks", fallbacks_json(ctx, r)) ||
+        px_json_set(doc, "link_fallbacks", link_fallbacks_json(ctx, r)) ||
         px_json_set(doc, "search",
                     json_pack("{s:i, s:o}", "candidates_evaluated", (json_int_t)ctx->n_evaluated,
                               "precision_options", prec_labels))) {

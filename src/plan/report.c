@@ -206,6 +206,22 @@ px_status px_plan_report(const px_plan *p, px_strbuf *sb)
             }
         }
     }
+    const json_t *lfb = json_object_get(doc, "link_fallbacks");
+    if (json_array_size(lfb)) {
+        px_strbuf_adds(sb, "\nfallbacks if a link degrades:\n");
+        const json_t *x;
+        json_array_foreach(lfb, i, x)
+        {
+            if (i >= 8) {
+                px_strbuf_addf(sb, "  ... %zu more in the JSON\n", json_array_size(lfb) - i);
+                break;
+            }
+            /* The note opens with the action in words. */
+            px_strbuf_addf(sb, "  %-10s %-24s -> %s\n",
+                           !strcmp(getstr(x, "kind"), "allreduce") ? "all-reduce" : "hop",
+                           getstr(x, "link"), getstr(x, "note"));
+        }
+    }
     return sb->len ? PX_OK : PX_ENOMEM;
 }
 

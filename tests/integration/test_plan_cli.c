@@ -136,11 +136,51 @@ static void test_plan_cli_plans_a_real_model_on_emulated_devices(void **state)
     free(model);
 }
 
+static void test_plan_cli_lists_link_fallbacks_under_device_fallbacks(void **state)
+{
+    (void)state;
+    char *inv = px_test_source_path("data/scenarios/irregular-4dev.json");
+    char *out = NULL, *err = NULL;
+    int rc = run(&out, &err, "--model", "llama-3-70b", "--inventory", inv, NULL, NULL, NULL, NULL);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    const char *dev = strstr(out, "fallbacks if one device is lost:");
+    const char *link = strstr(out, "fallbacks if a link degrades:");
+    assert_non_null(dev);
+    assert_non_null(link);
+    assert_true(link > dev);
+    px_assert_contains(link, "hop        ws1.cpu0>");
+    free(out);
+    free(err);
+    char *a = NULL, *b = NULL;
+    rc = run(&a, &err, "--model", "llama-3-70b", "--inventory", inv, "-o", "json", NULL, NULL);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    free(err);
+    rc = run(&b, &err, "--model", "llama-3-70b", "--inventory", inv, "-o", "json", NULL, NULL);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    assert_string_equal(a, b);
+    json_t *doc;
+    px_err perr;
+    px_assert_ok(px_json_parse(a, strlen(a), "plan", NULL, &doc, &perr), &perr);
+    /* One answer per hop of the four-stage pipeline. */
+    size_t n_stages = json_array_size(json_object_get(doc, "stages"));
+    assert_true(n_stages >= 2);
+    assert_int_equal(json_array_size(json_object_get(doc, "link_fallbacks")), n_stages - 1);
+    json_decref(doc);
+    free(a);
+    free(b);
+    free(err);
+    free(inv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_cli_prints_a_readable_report),
         cmocka_unit_test(test_plan_cli_json_is_deterministic_and_written),
+        cmocka_unit_test(test_plan_cli_lists_link_fallbacks_under_device_fallbacks),
         cmocka_unit_test(test_plan_cli_refuses_malicious_inventories),
         cmocka_unit_test(test_plan_cli_refuses_bad_usage),
         cmocka_unit_test(test_plan_cli_plans_a_real_model_on_emulated_devices),

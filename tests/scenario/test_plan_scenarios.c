@@ -70,6 +70,28 @@ static void check_plan(const px_plan *p, const px_ir_model *m, const char *what)
             fail_msg("%s: p50 %g outside its interval [%g, %g]", what, iv[k]->p50, iv[k]->lo,
                      iv[k]->hi);
     assert_true(s.bound_fraction > 0 && s.bound_fraction <= 1.0 + 1e-9);
+    /* One link fallback per hop between stages and per tensor-parallel
+     * group, when fallbacks were asked for. */
+    size_t hops = 0;
+    for (uint32_t r = 0; r < s.n_replicas; r++) {
+        const px_cost_pipeline *pipe = px_plan_pipeline(p, r);
+        for (uint32_t k = 0; k < pipe->n_stages; k++)
+            hops += (k + 1 < pipe->n_stages) + (pipe->stages[k].tp > 1);
+    }
+    const json_t *lfb = json_object_get(doc, "link_fallbacks");
+    assert_true(json_is_array(lfb));
+    if (s.n_fallbacks > 0 && json_array_size(lfb) != hops)
+        fail_msg("%s: %zu link fallbacks for %zu hops", what, json_array_size(lfb), hops);
+    const json_t *x;
+    json_array_foreach(lfb, i, x)
+    {
+        const char *action = json_string_value(json_object_get(x, "action"));
+        const char *note = json_string_value(json_object_get(x, "note"));
+        if (!action || !note || !note[0] ||
+            (strcmp(action, "keep") && strcmp(action, "avoid-sender") &&
+             strcmp(action, "avoid-receiver") && strcmp(action, "drop-replica")))
+            fail_msg("%s: link fallback %zu lacks an action or a note", what, i);
+    }
     json_decref(doc);
     (void)f;
 }
