@@ -203,6 +203,16 @@ typedef struct px_plan_trace_inputs {
  * writer's errors, PX_ENOMEM. */
 px_status px_plan_trace_record(px_trace_writer *w, const px_plan_request *req,
                                const px_plan_trace_inputs *in, const px_plan *plan, px_err *err);
+/* Re-opens the model a trace recorded as px_plan_trace_record writes it:
+ * presets by name, files by path, refused when absent or when their
+ * SHA-256 differs from the recorded one.  Returns owned
+ * (px_ir_model_free).  Errors: PX_EPARSE (a malformed record),
+ * PX_EVALIDATE (the file changed), the reader's. */
+px_status px_plan_trace_open_model(const json_t *doc, px_ir_model **out, px_err *err);
+/* The contract a trace recorded: *out NULL for the implied one, a
+ * built-in by name, or the recorded document.  Errors: PX_EPARSE, the
+ * contract reader's. */
+px_status px_plan_trace_open_contract(const json_t *doc, px_contract **out, px_err *err);
 /* The derivers for decisions px_plan_trace_record writes: "plan" rebuilds
  * the request from the recorded inputs (presets by name; model files
  * re-opened by path and refused when absent or when their SHA-256

@@ -138,49 +138,6 @@ static px_status derive_rollback(void *ctx, const px_trace_event *rec, const jso
 
 /* ---- the mitigation: the recorded world rebuilt ---- */
 
-static px_status model_from(const json_t *doc, px_ir_model **out, px_err *err)
-{
-    *out = NULL;
-    const char *path = json_string_value(json_object_get(doc, "path"));
-    const char *want = json_string_value(json_object_get(doc, "sha256"));
-    if (!path || !want)
-        return px_err_set(err, PX_EPARSE, "heal: the recorded model lacks \"path\" and \"sha256\"");
-    px_digest d;
-    char got[65];
-    px_status st = px_sha256_file(path, &d, err);
-    if (st != PX_OK)
-        return px_err_prefix(err, st,
-                             "heal: cannot re-open the model file recorded in the trace (put it "
-                             "back at that path): ");
-    px_digest_hex(&d, got);
-    if (strcmp(got, want) != 0)
-        return px_err_set(err, PX_EVALIDATE,
-                          "heal: the model file %s has changed since the trace was written "
-                          "(SHA-256 %.12s, recorded %.12s)",
-                          path, got, want);
-    return px_ir_model_open_any(path, NULL, out, err);
-}
-
-static px_status contract_from(const json_t *doc, px_contract **out, px_err *err)
-{
-    *out = NULL;
-    const char *source = json_string_value(json_object_get(doc, "source"));
-    if (source && !strcmp(source, "implied"))
-        return PX_OK;
-    if (source && !strcmp(source, "builtin")) {
-        const char *name = json_string_value(json_object_get(doc, "name"));
-        if (!name)
-            return px_err_set(err, PX_EPARSE, "heal: the recorded contract lacks \"name\"");
-        return px_contract_builtin(name, out, err);
-    }
-    const json_t *d = json_object_get(doc, "document");
-    if (!source || strcmp(source, "file") || !json_is_object(d))
-        return px_err_set(err, PX_EPARSE,
-                          "heal: the recorded contract is neither implied, built in nor a "
-                          "document");
-    return px_contract_from_json(d, "recorded contract", NULL, out, err);
-}
-
 /* The class and place of the cause the mitigation names. */
 static px_status cause_of(const json_t *history, const char *cause, px_heal_fault_class *cls,
                           px_heal_locus *where, px_heal_finding *f, bool *has_finding, px_err *err)
@@ -258,8 +215,8 @@ static px_status derive_mitigation(void *ctxp, const px_trace_event *rec, const 
     if ((st = px__hr_context_from_json(ctx_doc, &ctx, err)) ||
         (st = cause_of(history, cause, &cls, &where, &f, &has_f, err)) ||
         (st = px_hw_graph_from_value(inv, "recorded inventory", NULL, &graph, NULL, err)) ||
-        (st = model_from(model_doc, &model, err)) ||
-        (st = contract_from(contract_doc, &contract, err)))
+        (st = px_plan_trace_open_model(model_doc, &model, err)) ||
+        (st = px_plan_trace_open_contract(contract_doc, &contract, err)))
         goto done;
     ctx.graph = graph;
     ctx.model = model;

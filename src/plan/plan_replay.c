@@ -185,41 +185,39 @@ static px_status request_from_json(const json_t *doc, px_plan_request *req, px_e
     return PX_OK;
 }
 
-/* Re-opens the recorded model: presets by name, files by path, checking
- * that the file is the one that was planned for. */
-static px_status model_from_json(const json_t *doc, px_ir_model **out, px_err *err)
+px_status px_plan_trace_open_model(const json_t *doc, px_ir_model **out, px_err *err)
 {
     *out = NULL;
     const char *source = json_string_value(json_object_get(doc, "source"));
     if (source && !strcmp(source, "preset")) {
         const char *name = json_string_value(json_object_get(doc, "preset"));
         if (!name)
-            return px_err_set(err, PX_EPARSE, "plan: the recorded model lacks \"preset\"");
+            return px_err_set(err, PX_EPARSE, "trace: the recorded model lacks \"preset\"");
         return px_ir_preset_new(name, PX_DTYPE_COUNT_, NULL, out, err);
     }
     const char *path = json_string_value(json_object_get(doc, "path"));
     const char *want = json_string_value(json_object_get(doc, "sha256"));
     if (!source || strcmp(source, "file") || !path || !want)
         return px_err_set(err, PX_EPARSE,
-                          "plan: the recorded model is neither a preset nor a file with "
+                          "trace: the recorded model is neither a preset nor a file with "
                           "\"path\" and \"sha256\"");
     px_digest d;
     char got[65];
     px_status st = px_sha256_file(path, &d, err);
     if (st != PX_OK)
         return px_err_prefix(err, st,
-                             "plan: cannot re-open the model file recorded in the trace "
+                             "trace: cannot re-open the model file recorded in the trace "
                              "(put it back at that path): ");
     px_digest_hex(&d, got);
     if (strcmp(got, want) != 0)
         return px_err_set(err, PX_EVALIDATE,
-                          "plan: the model file %s has changed since the trace was written "
+                          "trace: the model file %s has changed since the trace was written "
                           "(SHA-256 %.12s, recorded %.12s); replay needs the same file",
                           path, got, want);
     return px_ir_model_open_any(path, NULL, out, err);
 }
 
-static px_status contract_from_json(const json_t *doc, px_contract **out, px_err *err)
+px_status px_plan_trace_open_contract(const json_t *doc, px_contract **out, px_err *err)
 {
     *out = NULL;
     const char *source = json_string_value(json_object_get(doc, "source"));
@@ -228,13 +226,13 @@ static px_status contract_from_json(const json_t *doc, px_contract **out, px_err
     if (source && !strcmp(source, "builtin")) {
         const char *name = json_string_value(json_object_get(doc, "name"));
         if (!name)
-            return px_err_set(err, PX_EPARSE, "plan: the recorded contract lacks \"name\"");
+            return px_err_set(err, PX_EPARSE, "trace: the recorded contract lacks \"name\"");
         return px_contract_builtin(name, out, err);
     }
     const json_t *d = json_object_get(doc, "document");
     if (!source || strcmp(source, "file") || !json_is_object(d))
         return px_err_set(err, PX_EPARSE,
-                          "plan: the recorded contract is neither implied, built in nor a "
+                          "trace: the recorded contract is neither implied, built in nor a "
                           "document");
     return px_contract_from_json(d, "recorded contract", NULL, out, err);
 }
@@ -262,8 +260,8 @@ static px_status derive_plan(void *ctx, const px_trace_event *recorded, const js
     if ((st = request_from_json(req_doc, &req, err)) != PX_OK ||
         (st = px_hw_graph_from_value(inv_doc, "recorded inventory", NULL, &graph, NULL, err)) !=
             PX_OK ||
-        (st = model_from_json(model_doc, &model, err)) != PX_OK ||
-        (st = contract_from_json(contract_doc, &contract, err)) != PX_OK)
+        (st = px_plan_trace_open_model(model_doc, &model, err)) != PX_OK ||
+        (st = px_plan_trace_open_contract(contract_doc, &contract, err)) != PX_OK)
         goto done;
     req.graph = graph;
     req.model = model;
