@@ -89,7 +89,7 @@ static px_status take_qty(const char *spec, const char *key, const char *val, px
     if (!isfinite(q.value) || q.value < lo || (lo_open && q.value <= lo) || q.value > hi)
         return fail(spec, err, "%s=%.32s is out of range; use %s%g to %g %s", key, val,
                     lo_open ? "above " : "", lo, hi, px_dim_unit(dim));
-    *out = q.value;
+    *out = q.value + 0.0; /* "-0" is 0: the canonical text has no sign */
     return PX_OK;
 }
 
@@ -104,7 +104,7 @@ static px_status take_number(const char *spec, const char *key, const char *val,
     if (q.value < lo || (lo_open && q.value <= lo) || q.value > hi)
         return fail(spec, err, "%s=%.32s is out of range; use %s%g to %g", key, val,
                     lo_open ? "above " : "", lo, hi);
-    *out = q.value;
+    *out = q.value + 0.0; /* "-0" is 0: the canonical text has no sign */
     return PX_OK;
 }
 

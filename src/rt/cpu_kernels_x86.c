@@ -16,6 +16,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
 #include <immintrin.h>
+#include <cpuid.h>
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 /* Inlined into each caller, so that dtype and vector count are constants. */
@@ -240,11 +241,18 @@ static const px__rt_kernels kernels_avx2 = {
     .axpy_f32 = axpy_f32,
 };
 
+/* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports
+ * does not know the feature. */
+static bool has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 const px__rt_kernels *px__rt_kernels_avx2(void)
 {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c())
         return &kernels_avx2;
     return NULL;
 }

@@ -169,6 +169,9 @@ static void test_inject_round_trips_through_json(void **state)
     round_trip("corrupt:local.emu-a:magnitude=0.5,layer=1,seed=3@token12", NULL);
     round_trip("memory:stage1:bytes=64MiB@token3", "memory:stage1:bytes=67108864@token3");
     round_trip("link:stage0>stage1:latency=123.456us,bandwidth=3.3Gbit/s@token1", NULL);
+    /* A negative zero is zero: found by fuzz_inject. */
+    round_trip("slow:1:factor=4,tau=-000ms@token5", NULL);
+    round_trip("link:stage1>executor:bandwidth=1MB/s,loss=-0@token3", NULL);
     px_heal_inject in;
     parse_ok("link:stage0>stage1:latency=5ms@token10", &in);
     json_t *j = px_heal_inject_to_json(&in);
