@@ -11,8 +11,11 @@
  * steps; the mean too, as run reports give it) is compared with the
  * sourced prediction and with the calibrated one (px_cost_run_check: p50
  * and the Monte Carlo range): median absolute error and the fraction of
- * observations inside the intervals, for each.  A second overlay fitted
- * from the first round of runs is checked on the second round (held
+ * observations inside the intervals, for each; and the time per token
+ * end to end, which the calibrated mode predicts with the executor's own
+ * round trip per step (the step class).  A second overlay fitted from the
+ * first round of runs (per stage, and what each run's time per token
+ * leaves after its stages and hops) is checked on the second round (held
  * out).
  *
  * Emulated devices: the figures say what this machine does when paced
@@ -92,6 +95,7 @@ static void spec_of(const pipe_def *d, const px_hw_graph *g, px_rt_pipeline_spec
 typedef struct step_log {
     uint32_t n;
     double ns[3][N_NEW];
+    double hop[3][N_NEW]; /* hop[i]: into stage i (i >= 1) */
 } step_log;
 
 static px_status log_step(void *ud, px_rt_executor *ex, const px_rt_step_obs *obs,
@@ -103,8 +107,10 @@ static px_status log_step(void *ud, px_rt_executor *ex, const px_rt_step_obs *ob
     step_log *l = ud;
     if (obs->prefill || obs->replay || l->n >= N_NEW)
         return PX_OK;
-    for (uint32_t i = 0; i < 3 && i < obs->n_stages; i++)
+    for (uint32_t i = 0; i < 3 && i < obs->n_stages; i++) {
         l->ns[i][l->n] = (double)obs->compute_ns[i];
+        l->hop[i][l->n] = (double)obs->xfer_in_ns[i];
+    }
     l->n++;
     return PX_OK;
 }
@@ -160,14 +166,16 @@ static void run_pipe(const char *model, const pipe_def *d, const px_hw_graph *g,
         rs->last = d->last[i];
         rs->decode_s = log.n ? median_of(log.ns[i], log.n) / 1e9 : NAN;
         rs->prefill_s = (double)st.stages[i].prefill_ns / 1e9;
-        rs->xfer_in_s = NAN;
+        rs->xfer_in_s = i > 0 && log.n ? median_of(log.hop[i], log.n) / 1e9 : NAN;
     }
     *mean_out = *out;
-    for (uint32_t i = 0; i < d->n; i++)
-        mean_out->stages[i].decode_s =
-            st.stages[i].decode_steps
-                ? (double)st.stages[i].decode_ns / 1e9 / (double)st.stages[i].decode_steps
-                : NAN;
+    for (uint32_t i = 0; i < d->n; i++) {
+        double steps = (double)st.stages[i].decode_steps;
+        mean_out->stages[i].decode_s = steps ? (double)st.stages[i].decode_ns / 1e9 / steps : NAN;
+        if (i > 0)
+            mean_out->stages[i].xfer_in_s =
+                steps ? (double)st.stages[i].xfer_in_decode_ns / 1e9 / steps : NAN;
+    }
     px_rt_pipeline_stats_release(&st);
     px_rt_executor_free(ex);
 }
@@ -277,14 +285,18 @@ int main(void)
           runs, ROUNDS * N_PIPES, f, m, &p, cal, true);
     check("the same, observed as the mean decode step (as run reports give it):", means,
           ROUNDS * N_PIPES, f, m, &p, cal, false);
-    /* Fitted on round 1, checked on round 2. */
+    /* Fitted on round 1, checked on round 2: per-stage weight streaming
+     * and the executor's round trip (what the time per token leaves after
+     * the stages and the hops between them). */
     px_cost_calib_sample s[N_PIPES * 6];
     size_t n = 0;
     for (int i = 0; i < N_PIPES; i++) {
         size_t got;
-        if (px_cost_run_samples(&runs[i], f, m, &p, s + n, &got, &err))
+        bool has;
+        if (px_cost_run_samples(&runs[i], f, m, &p, s + n, &got, &err) ||
+            px_cost_run_step_sample(&runs[i], f, m, s + n + got, &has, &err))
             die("samples", &err);
-        n += got;
+        n += got + has;
     }
     px_cost_fit_opts fo = {.dataset = "bench round 1"};
     if (px_cost_calibration_new(&from_runs, &err) ||

@@ -342,6 +342,9 @@ typedef struct px_cost_estimate {
     double usd_per_hour, usd_per_token, tokens_per_usd;
     double p_fail;     /* failure within the reliability window */
     double transfer_s; /* total inter-stage transfer per token */
+    /* The executor's own round trip per step (calibrated mode, a step
+     * correction applied; else 0): in step_s, not in transfer_s. */
+    double executor_s;
     px_cost_bind bind; /* the term that binds the decode step */
     uint32_t bind_stage;
     uint32_t n_stages;
@@ -505,7 +508,14 @@ bool px_cost_compute_dtype(const px_cost_device *d, px_dtype weights, px_dtype a
  *   attention  decode attention over the KV cache: positions attended;
  *   matmul     prefill (matrix-matrix products): rows per step;
  *   copy       transfers between stages, per link kind: bytes per
- *              transfer.
+ *              transfer;
+ *   step       the executor's own round trip per step (tokens to the
+ *              first stage, logits back from the last, their handling),
+ *              keyed by the first stage's device: logits bytes per step
+ *              (px_cost_step_size).  The sourced model has no such term
+ *              (its prediction is 0), so a step correction is a fixed
+ *              time (offset_s, factor 1, [lo, hi] scaling it) added to
+ *              the time per token in the calibrated mode only.
  *
  * Epistemic uncertainty: a correction is fitted by least squares (an
  * offset only where its samples span different sizes, else the mean
@@ -526,17 +536,19 @@ typedef enum px_cost_op_class {
     PX_COST_CLASS_ATTENTION,
     PX_COST_CLASS_MATMUL,
     PX_COST_CLASS_COPY,
+    PX_COST_CLASS_STEP, /* the executor's round trip per step (no sourced term) */
     PX_COST_CLASS_COUNT_
 } px_cost_op_class;
 
-/* "matvec", "attention", "matmul", "copy"; "?" otherwise. */
+/* "matvec", "attention", "matmul", "copy", "step"; "?" otherwise. */
 const char *px_cost_op_class_name(px_cost_op_class c);
 /* PX_EINVAL listing the names for anything else. */
 px_status px_cost_op_class_parse(const char *name, px_cost_op_class *out, px_err *err);
 
 typedef struct px_cost_correction {
     /* Inventory global id of the device ("local.emu-a"); for the copy
-     * class the link kind ("loopback", "pcie4", ...). */
+     * class the link kind ("loopback", "pcie4", ...); for the step class
+     * the device of a pipeline's first stage. */
     char device[64];
     px_cost_op_class cls;
     px_dtype dtype;            /* weights' dtype of the regime; PX_DTYPE_COUNT_: any */
@@ -601,14 +613,20 @@ px_cost_calib_verdict px_cost_calibration_lookup(const px_cost_calibration *cal,
                                                  px_cost_op_class cls, px_dtype dtype, double size,
                                                  size_t *index);
 
+/* The regime size of the step class for a model under a workload: the
+ * logits the last stage sends the executor per decode step (rows of a
+ * micro-batch x vocab x 4 bytes). */
+double px_cost_step_size(const px_cost_model *m, const px_cost_workload *wl);
+
 /* One observation for fitting: the same work timed and predicted by the
- * sourced model (px_cost_stage_terms gives the predictions). */
+ * sourced model (px_cost_stage_terms gives the predictions; for the step
+ * class the sourced model has no term and predicted_s is 0). */
 typedef struct px_cost_calib_sample {
     const char *device; /* borrowed; device id or link kind */
     px_cost_op_class cls;
     px_dtype dtype;     /* PX_DTYPE_COUNT_: any */
     double size;        /* the regime's size (class unit) */
-    double predicted_s; /* sourced prediction, > 0 */
+    double predicted_s; /* sourced prediction, > 0 (step class: 0, ignored) */
     double observed_s;  /* > 0 */
 } px_cost_calib_sample;
 
@@ -624,6 +642,8 @@ typedef struct px_cost_fit_opts {
 } px_cost_fit_opts;
 
 /* Groups samples (borrowed) by device, class and dtype, splits each group
+ * (a step group is fitted as a fixed time: offset_s the mean observed,
+ * factor 1 and [lo, hi] the relative prediction interval around 1)
  * into regimes where consecutive sizes differ by more than range_slack,
  * and adds one correction per regime to cal (replacing overlapping ones);
  * neighbouring regimes' validity ranges meet half way (geometrically)
@@ -705,6 +725,15 @@ px_status px_cost_run_pipeline(const px_cost_run *run, px_cost_fleet *f, const p
 px_status px_cost_run_samples(const px_cost_run *run, px_cost_fleet *f, const px_cost_model *m,
                               const px_cost_params *p, px_cost_calib_sample *samples, size_t *n,
                               px_err *err);
+/* The step-class sample of a run (see px_cost_run_samples): its time per
+ * token end to end less every stage's observed decode time and every
+ * observed hop between stages, keyed by the first stage's device.  *has
+ * is false (no error) when the run did not observe its time per token or
+ * a hop between stages, or when what is left is not positive.  The
+ * device string borrows from run.  PX_ENOTFOUND for a device not in the
+ * fleet. */
+px_status px_cost_run_step_sample(const px_cost_run *run, px_cost_fleet *f, const px_cost_model *m,
+                                  px_cost_calib_sample *sample, bool *has, px_err *err);
 /* Predicted against observed for each stage of a run holding blocks: the
  * decode time per step, sourced (p in the sourced mode) and calibrated
  * (cal), each with its Monte Carlo interval [lo, hi].  obs needs

@@ -21,7 +21,8 @@ static const char usage_text[] =
     "Times the model's own work on each device of the inventory that can run here\n"
     "(backends cpu and emu): attention at several contexts and prefill matrix products\n"
     "in this process, decode steps of stages of several sizes and the hops between them\n"
-    "in stage workers (one, two and three stages on the device),\n"
+    "in stage workers (one, two and three stages on the device) and what the time per\n"
+    "token leaves to the executor's own round trip per step,\n"
     "reads the per-stage timings of run reports (`plexus run -o json`), and writes a\n"
     "plexus.calibration/1 overlay: one correction per device, op class and regime with\n"
     "its interval, dataset and validity range.  Sourced figures are never changed; use\n"
@@ -260,7 +261,7 @@ static px_status bench_device(cal_ctx *c, const cal_opts *o, uint32_t d, px_err 
 typedef struct step_log {
     uint32_t n_stages, n;
     double ns[PX_RT_MAX_STAGES][SITU_TOKENS];
-    double hop[SITU_TOKENS]; /* stage 0 to stage 1 */
+    double hop[PX_RT_MAX_STAGES][SITU_TOKENS]; /* hop[i]: into stage i (i >= 1) */
 } step_log;
 
 static px_status log_step(void *ud, px_rt_executor *ex, const px_rt_step_obs *obs,
@@ -274,7 +275,8 @@ static px_status log_step(void *ud, px_rt_executor *ex, const px_rt_step_obs *ob
         return PX_OK;
     for (uint32_t i = 0; i < l->n_stages && i < obs->n_stages; i++)
         l->ns[i][l->n] = (double)obs->compute_ns[i];
-    l->hop[l->n] = obs->n_stages > 1 ? (double)obs->xfer_in_ns[1] : 0;
+    for (uint32_t i = 1; i < l->n_stages && i < obs->n_stages; i++)
+        l->hop[i][l->n] = (double)obs->xfer_in_ns[i];
     l->n++;
     return PX_OK;
 }
@@ -355,10 +357,12 @@ static px_status situ_run(cal_ctx *c, const cal_opts *o, uint32_t d, const uint3
          * about the device. */
         rs->decode_s = log.n ? median_of(log.ns[i], log.n) / 1e9 : NAN;
         rs->prefill_s = (double)ps.stages[i].prefill_ns / 1e9;
-        rs->xfer_in_s = NAN;
+        /* The median hop too, so that what the stages and hops leave of
+         * the time per token is the executor's round trip (step class). */
+        rs->xfer_in_s = i > 0 && log.n ? median_of(log.hop[i], log.n) / 1e9 : NAN;
     }
     if (n_stages > 1 && log.n && c->n_hops < PX_ARRAY_LEN(c->hops))
-        c->hops[c->n_hops++] = median_of(log.hop, log.n) / 1e9;
+        c->hops[c->n_hops++] = run->stages[1].xfer_in_s;
     px_rt_pipeline_stats_release(&ps);
     return PX_OK;
 }
@@ -455,7 +459,8 @@ static void print_corrections(const px_cost_calibration *cal)
                k->cls == PX_COST_CLASS_MATVEC      ? "B/block"
                : k->cls == PX_COST_CLASS_ATTENTION ? "positions"
                : k->cls == PX_COST_CLASS_MATMUL    ? "rows"
-                                                   : "B/transfer");
+               : k->cls == PX_COST_CLASS_COPY      ? "B/transfer"
+                                                   : "B logits/step");
     }
 }
 
@@ -589,7 +594,8 @@ int px__cmd_calibrate(int argc, char **argv)
     if (n_bench && px_cost_calibration_fit(cal, c.samples, n_bench, &fo, &err) != PX_OK)
         goto fail;
     /* Weight streaming from the pipelines run here and the run reports,
-     * with attention's share as just calibrated. */
+     * with attention's share as just calibrated, and the executor's round
+     * trip per step: what their time per token leaves to it. */
     px_cost_params pc = c.params;
     pc.mode = PX_COST_CALIBRATED;
     pc.calibration = cal;
@@ -597,10 +603,14 @@ int px__cmd_calibrate(int argc, char **argv)
     for (size_t i = 0; i < c.n_situ + o.n_from; i++) {
         const px_cost_run *run = i < c.n_situ ? &c.situ[i] : &c.runs[i - c.n_situ];
         size_t got;
-        if (reserve(&c, run->n_stages, &err) != PX_OK ||
+        bool has_step;
+        if (reserve(&c, run->n_stages + 1, &err) != PX_OK ||
             px_cost_run_samples(run, c.fleet, c.model, &pc, c.samples + c.n_samples, &got, &err) !=
-                PX_OK)
+                PX_OK ||
+            px_cost_run_step_sample(run, c.fleet, c.model, c.samples + c.n_samples + got, &has_step,
+                                    &err) != PX_OK)
             goto fail;
+        got += has_step;
         c.n_samples += got;
         if (i < c.n_situ)
             n_situ_samples += got;

@@ -91,6 +91,71 @@ typedef struct fit_ctx {
     char stamp[32];
 } fit_ctx;
 
+/* The prediction interval's relative half-width for k samples whose
+ * relative residuals have sum of squared deviations m2, with `params`
+ * fitted parameters; with few samples the spread itself is unknown, so the
+ * sourced uncertainty is the floor. */
+static double half_width(const fit_ctx *fc, size_t k, size_t params, double m2)
+{
+    double half = 0;
+    if (k > params) {
+        double sd = sqrt(m2 / (double)(k - params));
+        half = px__cost_t_quantile(0.5 + fc->conf / 2.0, (double)(k - params)) * sd *
+               sqrt(1.0 + 1.0 / (double)k);
+    }
+    if (k < fc->min_n || k <= params)
+        half = PX_MAX(half, fc->src_rel);
+    /* A spread of exactly zero is a clock's resolution, not certainty. */
+    return PX_MIN(PX_MAX(half, 0.01), 9.0);
+}
+
+static void fill_correction(px_cost_correction *c, const fit_ctx *fc,
+                            const px_cost_calib_sample *const *g, size_t k, double valid_lo,
+                            double valid_hi)
+{
+    memset(c, 0, sizeof *c);
+    px_strlcpy(c->device, g[0]->device, sizeof c->device);
+    c->cls = g[0]->cls;
+    c->dtype = g[0]->dtype;
+    c->n_samples = (uint32_t)k;
+    c->confidence = fc->conf;
+    c->valid_lo = valid_lo;
+    c->valid_hi = valid_hi;
+    px_strlcpy(c->dataset, fc->dataset ? fc->dataset : "", sizeof c->dataset);
+    px_strlcpy(c->timestamp, fc->stamp, sizeof c->timestamp);
+}
+
+/* The step class: the sourced model has no term for the executor's round
+ * trip, so the correction is a fixed time, the mean observed, with factor
+ * 1 and the relative prediction interval of one new observation around
+ * it. */
+static px_status fit_step(px_cost_calibration *cal, const fit_ctx *fc,
+                          const px_cost_calib_sample *const *g, size_t k, double valid_lo,
+                          double valid_hi, px_err *err)
+{
+    double mean = 0;
+    for (size_t j = 0; j < k; j++)
+        mean += g[j]->observed_s;
+    mean /= (double)k;
+    if (!(mean > 0 && mean <= 1e3))
+        return PX_OK;
+    double rm = 0, m2 = 0;
+    for (size_t j = 0; j < k; j++) {
+        double r = g[j]->observed_s / mean;
+        double d = r - rm;
+        rm += d / (double)(j + 1);
+        m2 += d * (r - rm);
+    }
+    double half = half_width(fc, k, 1, m2);
+    px_cost_correction c;
+    fill_correction(&c, fc, g, k, valid_lo, valid_hi);
+    c.factor = 1.0;
+    c.offset_s = mean;
+    c.lo = PX_MAX(1.0 - half, 0.05);
+    c.hi = 1.0 + half;
+    return px_cost_calibration_add(cal, &c, err);
+}
+
 /* One correction from the samples g[0..k) of one regime: observed =
  * offset + factor x predicted by least squares where the samples' sizes
  * differ enough to tell a fixed cost from a proportional one (at least 3
@@ -99,6 +164,8 @@ static px_status fit_regime(px_cost_calibration *cal, const fit_ctx *fc,
                             const px_cost_calib_sample *const *g, size_t k, double valid_lo,
                             double valid_hi, px_err *err)
 {
+    if (g[0]->cls == PX_COST_CLASS_STEP)
+        return fit_step(cal, fc, g, k, valid_lo, valid_hi, err);
     double xm = 0, ym = 0, xmin = INFINITY, xmax = 0;
     for (size_t j = 0; j < k; j++) {
         xm += g[j]->predicted_s;
@@ -150,33 +217,12 @@ static px_status fit_regime(px_cost_calibration *cal, const fit_ctx *fc,
     if (!(factor >= 1e-6 && factor <= 1e6) || !isfinite(offset))
         return PX_OK;
     px_cost_correction c;
-    memset(&c, 0, sizeof c);
-    px_strlcpy(c.device, g[0]->device, sizeof c.device);
-    c.cls = g[0]->cls;
-    c.dtype = g[0]->dtype;
+    fill_correction(&c, fc, g, k, valid_lo, valid_hi);
     c.factor = factor;
     c.offset_s = offset;
-    c.n_samples = (uint32_t)k;
-    c.confidence = fc->conf;
-    c.valid_lo = valid_lo;
-    c.valid_hi = valid_hi;
-    /* Prediction interval of one new observation, relative; with few
-     * samples the spread itself is unknown, so the sourced uncertainty is
-     * the floor of the half-width. */
-    double half = 0;
-    if (k > params) {
-        double sd = sqrt(m2 / (double)(k - params));
-        half = px__cost_t_quantile(0.5 + fc->conf / 2.0, (double)(k - params)) * sd *
-               sqrt(1.0 + 1.0 / (double)k);
-    }
-    if (k < fc->min_n || k <= params)
-        half = PX_MAX(half, fc->src_rel);
-    /* A spread of exactly zero is a clock's resolution, not certainty. */
-    half = PX_MIN(PX_MAX(half, 0.01), 9.0);
+    double half = half_width(fc, k, params, m2);
     c.lo = factor * PX_MAX(1.0 - half, 0.05);
     c.hi = factor * (1.0 + half);
-    px_strlcpy(c.dataset, fc->dataset ? fc->dataset : "", sizeof c.dataset);
-    px_strlcpy(c.timestamp, fc->stamp, sizeof c.timestamp);
     return px_cost_calibration_add(cal, &c, err);
 }
 
@@ -199,8 +245,9 @@ px_status px_cost_calibration_fit(px_cost_calibration *cal, const px_cost_calib_
         const px_cost_calib_sample *s = &samples[i];
         if (!s->device || !s->device[0] || strlen(s->device) >= 64)
             return px_err_set(err, PX_EINVAL, "calibration sample %zu: no device (or too long)", i);
-        if (!isfinite(s->predicted_s) || !(s->predicted_s > 0) || !isfinite(s->observed_s) ||
-            !(s->observed_s > 0) || !isfinite(s->size) || s->size < 0 ||
+        bool step = s->cls == PX_COST_CLASS_STEP; /* no sourced term: its prediction is 0 */
+        if (!isfinite(s->predicted_s) || !(step || s->predicted_s > 0) ||
+            !isfinite(s->observed_s) || !(s->observed_s > 0) || !isfinite(s->size) || s->size < 0 ||
             (unsigned)s->cls >= PX_COST_CLASS_COUNT_ || (unsigned)s->dtype > PX_DTYPE_COUNT_)
             return px_err_set(err, PX_EINVAL,
                               "calibration sample %zu (%s, %s): predicted %g s, observed %g s, "

@@ -36,6 +36,14 @@ static void block_bytes(const px_cost_model *m, double *lo, double *hi)
     }
 }
 
+/* The step class's size at one row per step (the plan's workload may
+ * batch more; the evaluation checks the range at its own size). */
+static double step_size(const px_cost_model *m)
+{
+    px_cost_workload wl = px_cost_workload_default();
+    return px_cost_step_size(m, &wl);
+}
+
 static px_status add_entry(json_t *arr, const char *name, const char *value, const char *source)
 {
     return px_json_push(
@@ -88,6 +96,19 @@ px_status px__cost_calib_assumptions(json_t *arr, const px_cost_fleet *f, const 
                      "per block; this model's blocks read %s to %s): the sourced figures are "
                      "used",
                      a, b, x, y);
+        } else if (c->cls == PX_COST_CLASS_STEP && m &&
+                   (step_size(m) > c->valid_hi || step_size(m) < c->valid_lo)) {
+            snprintf(why, sizeof why,
+                     "not applied: outside its validity range (valid for %.4g to %.4g bytes of "
+                     "logits per step; this model's are %.4g): no executor round trip is "
+                     "added",
+                     c->valid_lo, c->valid_hi, step_size(m));
+        } else if (c->cls == PX_COST_CLASS_STEP) {
+            snprintf(why, sizeof why,
+                     "applied: %.4g s per step for the executor's round trip (tokens in, logits "
+                     "out) is added to the time per token of pipelines whose first stage runs "
+                     "on %s, where the logits per step lie in [%.4g, %.4g] bytes",
+                     c->offset_s, c->device, c->valid_lo, c->valid_hi);
         } else {
             snprintf(why, sizeof why,
                      "applies where a stage's size lies in its validity range [%.4g, %.4g] %s",

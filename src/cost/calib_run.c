@@ -206,6 +206,49 @@ px_status px_cost_run_samples(const px_cost_run *run, px_cost_fleet *f, const px
     return st;
 }
 
+double px_cost_step_size(const px_cost_model *m, const px_cost_workload *wl)
+{
+    uint32_t mb = PX_MAX(wl->micro_batches, 1u);
+    uint32_t rows = (PX_MAX(wl->batch, 1u) + mb - 1) / mb;
+    return (double)rows * (double)m->vocab * 4.0;
+}
+
+px_status px_cost_run_step_sample(const px_cost_run *run, px_cost_fleet *f, const px_cost_model *m,
+                                  px_cost_calib_sample *sample, bool *has, px_err *err)
+{
+    *has = false;
+    memset(sample, 0, sizeof *sample);
+    if (run->n_stages == 0 || !isfinite(run->tpot_s) || !(run->tpot_s > 0))
+        return PX_OK;
+    px_cost_pipeline *pipe = malloc(sizeof *pipe);
+    if (!pipe)
+        return px_err_set(err, PX_ENOMEM, "out of memory reading a run");
+    px_cost_workload wl;
+    px_status st = px_cost_run_pipeline(run, f, m, pipe, &wl, err);
+    free(pipe);
+    if (st != PX_OK)
+        return st;
+    /* What the stages and the hops between them account for; the rest of
+     * a step is the executor's round trip. */
+    double rest = run->tpot_s;
+    for (uint32_t i = 0; i < run->n_stages; i++) {
+        const px_cost_run_stage *rs = &run->stages[i];
+        if (!isfinite(rs->decode_s) || (i > 0 && !isfinite(rs->xfer_in_s)))
+            return PX_OK;
+        rest -= rs->decode_s + (i > 0 ? rs->xfer_in_s : 0);
+    }
+    if (!(rest > 0))
+        return PX_OK;
+    *sample = (px_cost_calib_sample){.device = run->stages[0].device,
+                                     .cls = PX_COST_CLASS_STEP,
+                                     .dtype = PX_DTYPE_COUNT_,
+                                     .size = px_cost_step_size(m, &wl),
+                                     .predicted_s = 0,
+                                     .observed_s = rest};
+    *has = true;
+    return PX_OK;
+}
+
 px_status px_cost_run_check(const px_cost_run *run, const char *name, px_cost_fleet *f,
                             const px_cost_model *m, const px_cost_params *p,
                             const px_cost_calibration *cal, px_cost_calib_obs *obs, size_t *n,

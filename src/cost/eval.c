@@ -620,6 +620,20 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
     }
     sum += loop;
     est->transfer_s = xfer_sum + loop;
+    /* The executor's own round trip per step (tokens in, logits out): no
+     * sourced term, only what a step correction measured.  It is not a
+     * transfer between stages, so it stays out of transfer_s and bind. */
+    double exec = 0;
+    if (calibrated(p)) {
+        bool a;
+        double t =
+            calib_apply(p, s, f->devices[pipe->stages[0].devices[0]].id, PX_COST_CLASS_STEP,
+                        weights_dtype(m, &pipe->stages[0]), px_cost_step_size(m, wl), 0.0, &a);
+        if (a)
+            exec = t;
+    }
+    sum += exec;
+    est->executor_s = exec;
     est->step_s = PX_MAX(sum, mb * cycle);
     est->bind_stage = slow;
     est->bind = est->transfer_s > est->stages[slow].decode_s ? PX_COST_BIND_TRANSFER
@@ -631,7 +645,7 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
         est->throughput = batch / est->ttft_s;
     } else {
         est->tpot_s = est->step_s;
-        est->ttft_s = pf_sum + (mb - 1) * pf_max + loop;
+        est->ttft_s = pf_sum + (mb - 1) * pf_max + loop + exec;
         est->throughput = batch / est->step_s;
     }
 

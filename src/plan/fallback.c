@@ -238,7 +238,7 @@ static void slow_undeclared(px_cost_estimate *e, const hop *h, uint32_t micro_ba
         e->transfer_s += dx;
         e->ttft_s += k * PX_MAX(s->xfer_prefill_s - h->path.latency, 0.0);
     }
-    double sum = e->transfer_s, cycle = 0;
+    double sum = e->transfer_s + e->executor_s, cycle = 0;
     for (uint32_t i = 0; i < e->n_stages; i++) {
         sum += e->stages[i].decode_s;
         cycle = PX_MAX(cycle, PX_MAX(e->stages[i].decode_s, e->stages[i].xfer_s));
