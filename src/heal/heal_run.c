@@ -281,6 +281,7 @@ static px_status inject_due(px_heal_run *h, px_rt_executor *ex, uint64_t step, p
         px_rt_fault f;
         px_err e;
         px_status st = px_heal_inject_resolve(in, &h->spec, &f, &e);
+        bool resolved = st == PX_OK;
         if (st == PX_OK)
             st = px_rt_executor_inject(ex, &f, &e);
         double t = px__hr_now(h);
@@ -305,7 +306,14 @@ static px_status inject_due(px_heal_run *h, px_rt_executor *ex, uint64_t step, p
         json_decref(rec);
         if (st != PX_OK) {
             /* A target the plan no longer has (it moved away) is not an
-             * error of the run: the fault is reported as not applied. */
+             * error of the run: the fault is reported as not applied.  A
+             * stage that failed to apply it (a memory fault its device
+             * cannot hold) has ended: the failure of the next step is
+             * blamed on it. */
+            if (resolved && f.kind == PX_RT_FAULT_MEMORY && f.stage < h->spec.n_stages) {
+                px_strlcpy(h->inject_error, e.msg, sizeof h->inject_error);
+                h->inject_error_stage = (int)f.stage;
+            }
             px_log_warn("heal: %s not injected: %s", in->text, e.msg);
             continue;
         }
@@ -428,6 +436,14 @@ static px_status recover(void *ud, px_rt_executor *failed, px_status st, const p
     kill_workers(failed);
     if (!obs)
         return px_err_set(err, PX_ENOMEM, "heal: out of memory");
+    char mem_msg[256] = "";
+    if (h->inject_error[0]) {
+        px_json_set(
+            obs, "memory_fault",
+            json_pack("{s:i, s:s}", "stage", h->inject_error_stage, "message", h->inject_error));
+        px_strlcpy(mem_msg, h->inject_error, sizeof mem_msg);
+        h->inject_error[0] = 0;
+    }
     px_heal_fault_class cls;
     px_heal_locus where;
     px__hr_classify_failure(obs, &cls, &where);
@@ -440,7 +456,12 @@ static px_status recover(void *ud, px_rt_executor *failed, px_status st, const p
         }
     }
     char evidence[320];
-    snprintf(evidence, sizeof evidence, "the step failed: %s", why ? why->msg : px_status_str(st));
+    if (mem_msg[0])
+        snprintf(evidence, sizeof evidence, "the step failed after a stage ran out of memory: %s",
+                 mem_msg);
+    else
+        snprintf(evidence, sizeof evidence, "the step failed: %s",
+                 why ? why->msg : px_status_str(st));
     json_decref(obs);
     if (!h->o.heal) {
         px__hr_incident_open(h, "recovery", cls, &where, NULL, evidence);

@@ -63,6 +63,20 @@ void px__hr_classify_failure(const json_t *failure, px_heal_fault_class *cls, px
     json_int_t culprit = json_integer_value(json_object_get(failure, "culprit"));
     const char *status = json_string_value(json_object_get(failure, "status"));
     const char *msg = json_string_value(json_object_get(failure, "message"));
+    /* A stage that could not hold a memory fault ended the run: memory
+     * pressure on its device, whatever the transport saw after. */
+    const json_t *mem = json_object_get(failure, "memory_fault");
+    if (json_is_object(mem)) {
+        json_int_t s = json_integer_value(json_object_get(mem, "stage"));
+        const char *dev = json_string_value(json_object_get(stage_at(failure, (int)s), "device"));
+        if (s >= 0 && (size_t)s < n && dev) {
+            *cls = PX_HEAL_MEMORY_PRESSURE;
+            where->kind = PX_HEAL_AT_DEVICE;
+            where->stage = (uint32_t)s;
+            px_strlcpy(where->device, dev, sizeof where->device);
+            return;
+        }
+    }
     /* No culprit named: the first stage that is not running. */
     if (culprit < 0 || (size_t)culprit >= n) {
         culprit = -1;

@@ -108,6 +108,10 @@ struct px_heal_run {
 
     /* The injections that started the incident in progress. */
     json_t *recent_faults;
+    /* A fault a stage failed to apply (a memory fault its device cannot
+     * hold): the failure that follows is blamed on it. */
+    char inject_error[256];
+    int inject_error_stage;
     double last_fault_t_s;
     uint64_t last_fault_seq;
 

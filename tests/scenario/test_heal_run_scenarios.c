@@ -342,6 +342,26 @@ static void test_crashed_worker_is_restarted(void **state)
     outcome_release(&o);
 }
 
+static void test_memory_pressure_moves_the_stage_off_the_device(void **state)
+{
+    (void)state;
+    /* More than the emulated device holds: the stage ends, and the
+     * failure is blamed on memory pressure at that device, not on a
+     * crash. */
+    const char *extra[] = {"--inject", "memory:stage1:bytes=100GiB@token6", NULL};
+    outcome o = {0};
+    run_scenario("memory", inventory, plan, extra, &o);
+    const json_t *inc = incident_of(&o, "memory-pressure");
+    const char *action =
+        json_string_value(json_object_get(json_object_get(inc, "choice"), "action"));
+    assert_non_null(action);
+    assert_true(!strcmp(action, "repartition") || !strcmp(action, "fallback-plan"));
+    px_assert_contains(
+        json_string_value(json_object_get(json_object_get(inc, "signature"), "evidence")),
+        "ran out of memory");
+    outcome_release(&o);
+}
+
 static void test_hung_worker_is_found_within_the_deadline(void **state)
 {
     (void)state;
@@ -365,6 +385,7 @@ int main(void)
         cmocka_unit_test(test_planner_model_error_is_caught_by_the_canary_and_rolled_back),
         cmocka_unit_test(test_stale_topology_is_reported_from_the_start),
         cmocka_unit_test(test_crashed_worker_is_restarted),
+        cmocka_unit_test(test_memory_pressure_moves_the_stage_off_the_device),
         cmocka_unit_test(test_hung_worker_is_found_within_the_deadline),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
