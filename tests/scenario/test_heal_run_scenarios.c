@@ -226,7 +226,9 @@ static double num(const json_t *o, const char *k)
 static void test_device_loss_mid_generation_recovers_with_identical_output(void **state)
 {
     (void)state;
-    const char *extra[] = {"--inject", "kill:stage1@token20", NULL};
+    /* The device, not "stage1": on a loaded machine a slow step may have
+     * moved the run to another plan before token 20. */
+    const char *extra[] = {"--inject", "kill:local.emu-a@token20", NULL};
     outcome o = {0};
     run_scenario("kill", inventory, plan, extra, &o);
     const json_t *inc = incident_of(&o, "device-loss");
@@ -266,7 +268,7 @@ static void test_intermittent_link_degradation_is_rerouted_once(void **state)
 static void test_compute_slowdown_is_found_on_the_right_stage(void **state)
 {
     (void)state;
-    const char *extra[] = {"--inject", "slow:stage1:factor=20,tau=20ms@token10", NULL};
+    const char *extra[] = {"--inject", "slow:local.emu-a:factor=20,tau=20ms@token10", NULL};
     outcome o = {0};
     run_scenario("slow", inventory, plan, extra, &o);
     const json_t *inc = incident_of(&o, "thermal");
@@ -279,8 +281,8 @@ static void test_compute_slowdown_is_found_on_the_right_stage(void **state)
 static void test_silent_corruption_is_caught_by_the_audit_and_regenerated(void **state)
 {
     (void)state;
-    const char *extra[] = {"--inject", "corrupt:stage1:magnitude=0.5@token12", "--audit-every", "4",
-                           NULL};
+    const char *extra[] = {"--inject", "corrupt:local.emu-a:magnitude=0.5@token12", "--audit-every",
+                           "4", NULL};
     outcome o = {0};
     run_scenario("corrupt", inventory, plan, extra, &o);
     const json_t *inc = incident_of(&o, "corruption");
@@ -298,7 +300,7 @@ static void test_planner_model_error_is_caught_by_the_canary_and_rolled_back(voi
     /* Losing emu-a leaves cpu0 > emu-b as the best plan on paper; emu-b
      * is far slower than its figures, so that plan's canary fails and
      * the run moves on to the next accepted candidate (cpu0 alone). */
-    const char *extra[] = {"--inject", "kill:stage1@token16", NULL};
+    const char *extra[] = {"--inject", "kill:local.emu-a@token16", NULL};
     outcome o = {0};
     run_scenario("canary", lying_inventory, plan, extra, &o);
     const json_t *inc = incident_of(&o, "device-loss");
