@@ -38,6 +38,29 @@ static void add_interval(px_strbuf *sb, const char *name, const json_t *iv, bool
     px_strbuf_addf(sb, "  %-22s p50 %-10s p99 %-10s range [%s, %s]\n", name, a, b, c, d);
 }
 
+/* A plan costed with a calibration overlay says so, and how many of its
+ * corrections this plan could not use (the assumptions list each). */
+static void report_costs(const json_t *doc, px_strbuf *sb)
+{
+    const json_t *as = json_object_get(doc, "assumptions"), *x, *overlay = NULL;
+    size_t i, n = 0, refused = 0;
+    json_array_foreach(as, i, x)
+    {
+        const char *name = getstr(x, "name");
+        if (px_str_starts_with(name, "calibration overlay")) {
+            overlay = x;
+        } else if (px_str_starts_with(name, "calibration: ")) {
+            n++;
+            refused += strstr(getstr(x, "source"), "not applied") != NULL;
+        }
+    }
+    if (overlay)
+        px_strbuf_addf(sb,
+                       "costs: calibrated (overlay %s); %zu of its corrections listed in the "
+                       "assumptions, %zu not applied to this plan\n",
+                       getstr(overlay, "value"), n, refused);
+}
+
 px_status px_plan_report(const px_plan *p, px_strbuf *sb)
 {
     const json_t *doc = p->doc;
@@ -56,6 +79,7 @@ px_status px_plan_report(const px_plan *p, px_strbuf *sb)
     if (json_is_true(json_object_get(doc, "emulated")))
         px_strbuf_adds(sb, "EMULATED: these devices are emulated or simulated; the figures "
                            "describe the emulated hardware, not real hardware\n");
+    report_costs(doc, sb);
     px_strbuf_addf(sb,
                    "workload: batch %d x %d replica(s), %d micro-batch(es), context %d, "
                    "prompt %d, %d new tokens; contract %s (%s)\n\n",

@@ -160,6 +160,11 @@ static void test_plan_refuses_corrections_outside_their_validity_range(void **st
     char *sb = NULL, *cb = NULL;
     assert_int_equal(plexus(&sb, NULL, b), 0);
     assert_int_equal(plexus(&cb, NULL, c), 0);
+    /* The text report says the costs are calibrated, and that this
+     * plan could not use the one correction. */
+    px_assert_contains(cb, "costs: calibrated");
+    px_assert_contains(cb, "1 not applied to this plan");
+    assert_null(strstr(sb, "costs: calibrated"));
     const char *ps = strstr(sb, "predictions"), *pc = strstr(cb, "predictions");
     assert_non_null(ps);
     assert_non_null(pc);
