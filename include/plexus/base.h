@@ -359,6 +359,10 @@ json_t *px_qty_to_json(const px_qty *q);
  * the fewest digits that parse back to the same double ("3.35 TB/s").
  * Returns the length it needed (like snprintf). */
 size_t px_qty_format(double value, px_dim dim, char *buf, size_t n);
+/* Prints a duration for people, three significant digits in s, ms or us
+ * ("2.21 ms"); "-" for NaN (unknown), "inf" for infinity.  Reports use it;
+ * px_qty_format is the exact form. */
+void px_format_seconds(double s, char *buf, size_t n);
 /* The interval the uncertainty implies: [value, value] when there is none. */
 double px_qty_lo(const px_qty *q);
 double px_qty_hi(const px_qty *q);

@@ -316,6 +316,20 @@ static bool shortest(const unit *u, double target, char *out, size_t n)
     return u == NULL;
 }
 
+void px_format_seconds(double s, char *buf, size_t n)
+{
+    if (isnan(s))
+        snprintf(buf, n, "-");
+    else if (isinf(s))
+        snprintf(buf, n, "inf");
+    else if (fabs(s) >= 1.0)
+        snprintf(buf, n, "%.3g s", s);
+    else if (fabs(s) >= 1e-3)
+        snprintf(buf, n, "%.3g ms", s * 1e3);
+    else
+        snprintf(buf, n, "%.3g us", s * 1e6);
+}
+
 size_t px_qty_format(double value, px_dim dim, char *buf, size_t n)
 {
     char num[40];

@@ -319,24 +319,12 @@ static bool inside(const px_cost_interval *iv, double x)
     return x >= iv->lo && x <= iv->hi;
 }
 
-static void fmt_s(double s, char *buf, size_t n)
-{
-    if (!isfinite(s))
-        snprintf(buf, n, "-");
-    else if (s >= 1)
-        snprintf(buf, n, "%.3g s", s);
-    else if (s >= 1e-3)
-        snprintf(buf, n, "%.3g ms", s * 1e3);
-    else
-        snprintf(buf, n, "%.3g us", s * 1e6);
-}
-
 static void fmt_iv(const px_cost_interval *iv, char *buf, size_t n)
 {
     char a[24], b[24], c[24];
-    fmt_s(iv->p50, a, sizeof a);
-    fmt_s(iv->lo, b, sizeof b);
-    fmt_s(iv->hi, c, sizeof c);
+    px_format_seconds(iv->p50, a, sizeof a);
+    px_format_seconds(iv->lo, b, sizeof b);
+    px_format_seconds(iv->hi, c, sizeof c);
     snprintf(buf, n, "%s [%s, %s]", a, b, c);
 }
 
@@ -364,7 +352,7 @@ px_status px_cost_calib_report(const px_cost_calib_obs *obs, size_t n, px_cost_c
         in_a += ia;
         if (out) {
             char ob[24], b[80], a[80];
-            fmt_s(o->observed_s, ob, sizeof ob);
+            px_format_seconds(o->observed_s, ob, sizeof ob);
             fmt_iv(&o->before, b, sizeof b);
             fmt_iv(&o->after, a, sizeof a);
             px_strbuf_addf(out, "%-40.40s %-10s %-32s %5.1f%%%s %-32s %5.1f%%%s\n", o->label, ob, b,

@@ -26,18 +26,6 @@ const char *px__plan_reason_name(px__plan_reason r)
     }
 }
 
-void px__plan_fmt_time(double s, char *buf, size_t n)
-{
-    if (!isfinite(s))
-        snprintf(buf, n, "inf");
-    else if (s >= 1.0)
-        snprintf(buf, n, "%.3g s", s);
-    else if (s >= 1e-3)
-        snprintf(buf, n, "%.3g ms", s * 1e3);
-    else
-        snprintf(buf, n, "%.3g us", s * 1e6);
-}
-
 void px__plan_fmt_bytes(double b, char *buf, size_t n)
 {
     const double gib = 1024.0 * 1024.0 * 1024.0;

@@ -51,8 +51,8 @@ static void cause_of(px__plan_ctx *ctx, const px_cost_pipeline *wp, const px_cos
         if (obj == PX_PLAN_OBJ_THROUGHPUT) {
             snprintf(buf, n, "it serves %.3g tokens/s against %.3g", l->throughput, w->throughput);
         } else {
-            px__plan_fmt_time(l->tpot_s, a, sizeof a);
-            px__plan_fmt_time(w->tpot_s, b, sizeof b);
+            px_format_seconds(l->tpot_s, a, sizeof a);
+            px_format_seconds(w->tpot_s, b, sizeof b);
             snprintf(buf, n, "its step takes %s against %s", a, b);
         }
         return;
@@ -66,8 +66,8 @@ static void cause_of(px__plan_ctx *ctx, const px_cost_pipeline *wp, const px_cos
         if (lp->n_stages > 1) {
             uint32_t da = lp->stages[hop].devices[0], db = lp->stages[hop + 1].devices[0];
             px_cost_path pa = px_cost_fleet_path(ctx->fleet, da, db);
-            px__plan_fmt_time(l->stages[hop].xfer_s, a, sizeof a);
-            px__plan_fmt_time(d_xfer, b, sizeof b);
+            px_format_seconds(l->stages[hop].xfer_s, a, sizeof a);
+            px_format_seconds(d_xfer, b, sizeof b);
             const char *kind = px_hw_link_kind_name(pa.kind);
             snprintf(buf, n,
                      "%s %s hop %s -> %s costs %s per token (%s more transfer than the plan)",
@@ -77,19 +77,19 @@ static void cause_of(px__plan_ctx *ctx, const px_cost_pipeline *wp, const px_cos
         }
     }
     if (top == d_ar) {
-        px__plan_fmt_time(d_ar, a, sizeof a);
+        px_format_seconds(d_ar, a, sizeof a);
         snprintf(buf, n, "tensor-parallel all-reduce adds %s per token", a);
         return;
     }
     if (top == d_kv) {
-        px__plan_fmt_time(d_kv, a, sizeof a);
+        px_format_seconds(d_kv, a, sizeof a);
         snprintf(buf, n, "its KV cache in host memory, read over the host link, adds %s per token",
                  a);
         return;
     }
     uint32_t s = l->bind_stage < l->n_stages ? l->bind_stage : 0;
-    px__plan_fmt_time(sum_compute(l), a, sizeof a);
-    px__plan_fmt_time(sum_compute(w), b, sizeof b);
+    px_format_seconds(sum_compute(l), a, sizeof a);
+    px_format_seconds(sum_compute(w), b, sizeof b);
     snprintf(buf, n, "its stages compute for %s per token against %s (slowest: %s, %s-bound)", a, b,
              ctx->fleet->devices[lp->stages[s].devices[0]].id,
              px_cost_bind_name(l->stages[s].bind));
@@ -130,8 +130,8 @@ void px__plan_add_dominated(px__plan_ctx *ctx, const px__plan_result *r)
             reason = PX__REJ_SLO;
             char a[32], b[32];
             bool tp = slo->tpot_s > 0 && l->tpot_s > slo->tpot_s;
-            px__plan_fmt_time(tp ? l->tpot_s : l->ttft_s, a, sizeof a);
-            px__plan_fmt_time(tp ? slo->tpot_s : slo->ttft_s, b, sizeof b);
+            px_format_seconds(tp ? l->tpot_s : l->ttft_s, a, sizeof a);
+            px_format_seconds(tp ? slo->tpot_s : slo->ttft_s, b, sizeof b);
             snprintf(cause, sizeof cause, "its %s of %s misses the limit of %s",
                      tp ? "time per token" : "time to first token", a, b);
         } else {
@@ -199,7 +199,7 @@ json_t *px__plan_explanation(px__plan_ctx *ctx, const px__plan_result *r)
     const px_cost_estimate *w = &r->est[0];
     char devs[160], a[32], b[32];
     px__plan_pipe_devices(ctx, wp, devs, sizeof devs);
-    px__plan_fmt_time(r->tpot_p50, a, sizeof a);
+    px_format_seconds(r->tpot_p50, a, sizeof a);
     say(arr,
         "objective %s: %s in %u stage%s, %u replica%s, batch %u, %s precision; %s per token "
         "(p50), %.4g tokens/s",
@@ -225,8 +225,8 @@ json_t *px__plan_explanation(px__plan_ctx *ctx, const px__plan_result *r)
         char terms[256] = "";
         size_t len = 0;
         if (l->tpot_s < w->tpot_s * 0.999) {
-            px__plan_fmt_time(l->tpot_s, a, sizeof a);
-            px__plan_fmt_time(w->tpot_s, b, sizeof b);
+            px_format_seconds(l->tpot_s, a, sizeof a);
+            px_format_seconds(w->tpot_s, b, sizeof b);
             len +=
                 (size_t)snprintf(terms + len, sizeof terms - len,
                                  "%s it is faster per token (%s against %s)", len ? ";" : "", a, b);
@@ -283,9 +283,9 @@ json_t *px__plan_explanation(px__plan_ctx *ctx, const px__plan_result *r)
     }
     free(l);
     uint32_t s = w->bind_stage < wp->n_stages ? w->bind_stage : 0;
-    px__plan_fmt_time(w->stages[s].decode_s, a, sizeof a);
+    px_format_seconds(w->stages[s].decode_s, a, sizeof a);
     if (w->bind == PX_COST_BIND_TRANSFER) {
-        px__plan_fmt_time(w->transfer_s, b, sizeof b);
+        px_format_seconds(w->transfer_s, b, sizeof b);
         say(arr, "decode is bound by transfers between stages (%s per token)", b);
     } else {
         say(arr, "decode is bound by %s on stage %u (%s, %s per step)",

@@ -198,7 +198,7 @@ static void fmt_objective(const px__plan_ctx *ctx, const figures *f, char *buf, 
     char t[32];
     switch (ctx->req->objective) {
     case PX_PLAN_OBJ_TTFT:
-        px__plan_fmt_time(f->ttft, t, sizeof t);
+        px_format_seconds(f->ttft, t, sizeof t);
         snprintf(buf, n, "%s to the first token", t);
         break;
     case PX_PLAN_OBJ_THROUGHPUT:
@@ -215,7 +215,7 @@ static void fmt_objective(const px__plan_ctx *ctx, const figures *f, char *buf, 
         break;
     case PX_PLAN_OBJ_LATENCY:
     default:
-        px__plan_fmt_time(f->tpot, t, sizeof t);
+        px_format_seconds(f->tpot, t, sizeof t);
         snprintf(buf, n, "%s per token", t);
         break;
     }

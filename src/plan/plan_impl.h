@@ -199,8 +199,7 @@ void px__plan_pipeline_from_counts(const px__plan_ctx *ctx, const uint32_t *devi
                                    const uint32_t *counts, size_t n, uint32_t prec_index,
                                    px_cost_pipeline *out);
 
-/* Number formatting for messages ("12.3 ms", "40.1 GiB"). */
-void px__plan_fmt_time(double s, char *buf, size_t n);
+/* Byte counts for messages ("40.1 GiB"); durations use px_format_seconds. */
 void px__plan_fmt_bytes(double b, char *buf, size_t n);
 
 /* A precomputed answer to the loss of one device. */

@@ -16,19 +16,14 @@ static const char *getstr(const json_t *o, const char *key)
     return s ? s : "";
 }
 
-static void t(double s, char *buf, size_t n)
-{
-    px__plan_fmt_time(s, buf, n);
-}
-
 static void add_interval(px_strbuf *sb, const char *name, const json_t *iv, bool time)
 {
     char a[32], b[32], c[32], d[32];
     if (time) {
-        t(getnum(iv, "p50"), a, sizeof a);
-        t(getnum(iv, "p99"), b, sizeof b);
-        t(getnum(iv, "lo"), c, sizeof c);
-        t(getnum(iv, "hi"), d, sizeof d);
+        px_format_seconds(getnum(iv, "p50"), a, sizeof a);
+        px_format_seconds(getnum(iv, "p99"), b, sizeof b);
+        px_format_seconds(getnum(iv, "lo"), c, sizeof c);
+        px_format_seconds(getnum(iv, "hi"), d, sizeof d);
     } else {
         snprintf(a, sizeof a, "%.4g", getnum(iv, "p50"));
         snprintf(b, sizeof b, "%.4g", getnum(iv, "p99"));
@@ -121,8 +116,8 @@ px_status px_plan_report(const px_plan *p, px_strbuf *sb)
         snprintf(prec, sizeof prec, "%s/%s/%s/%s", getstr(pr, "weights"), getstr(pr, "ffn_weights"),
                  getstr(pr, "activations"), getstr(pr, "kv"));
         const json_t *pred = json_object_get(st, "predicted");
-        t(getnum(json_object_get(pred, "decode_s_per_token"), "p50"), a, sizeof a);
-        t(getnum(json_object_get(pred, "prefill_s"), "p50"), b, sizeof b);
+        px_format_seconds(getnum(json_object_get(pred, "decode_s_per_token"), "p50"), a, sizeof a);
+        px_format_seconds(getnum(json_object_get(pred, "prefill_s"), "p50"), b, sizeof b);
         px_strbuf_addf(sb, "%-5d %-28s %-7s %-9s %-3s %-4s %-2d %-24s %-6s %-12s %s%s%s\n", (int)i,
                        devs, getstr(st, "backend"), layers,
                        json_is_true(json_object_get(st, "embedding")) ? "y" : "-",
@@ -148,8 +143,8 @@ px_status px_plan_report(const px_plan *p, px_strbuf *sb)
     if (getnum(obj, "slo_tpot_s") > 0 || getnum(obj, "slo_ttft_s") > 0)
         px_strbuf_addf(sb, "  probability of meeting the SLO: %.3g\n", getnum(pred, "p_meet_slo"));
     const json_t *lb = json_object_get(doc, "lower_bound");
-    t(getnum(lb, "tpot_s"), a, sizeof a);
-    t(getnum(lb, "placed_tpot_s"), b, sizeof b);
+    px_format_seconds(getnum(lb, "tpot_s"), a, sizeof a);
+    px_format_seconds(getnum(lb, "placed_tpot_s"), b, sizeof b);
     px_strbuf_addf(sb,
                    "lower bound: %s per token on the whole fleet (plan reaches %.0f%% of it); "
                    "%s on these stages (%.0f%%)\n",
@@ -199,7 +194,7 @@ px_status px_plan_report(const px_plan *p, px_strbuf *sb)
                                getstr(x, "note"));
                 continue;
             }
-            t(getnum(x, "tpot_s"), a, sizeof a);
+            px_format_seconds(getnum(x, "tpot_s"), a, sizeof a);
             px_strbuf_addf(sb,
                            "  %-12s tpot %-10s %8.4g tokens/s  plexus: %.2fx per token, "
                            "%.2fx throughput%s%s\n",
@@ -222,7 +217,7 @@ px_status px_plan_report(const px_plan *p, px_strbuf *sb)
                 break;
             }
             if (json_is_true(json_object_get(x, "feasible"))) {
-                t(getnum(x, "tpot_s"), a, sizeof a);
+                px_format_seconds(getnum(x, "tpot_s"), a, sizeof a);
                 px_strbuf_addf(sb, "  lose %-14s -> %s per token, %.4g tokens/s (%s)\n",
                                getstr(x, "lost"), a, getnum(x, "throughput"), getstr(x, "note"));
             } else {

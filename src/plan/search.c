@@ -452,10 +452,10 @@ px_status px__plan_search_plexus(px__plan_ctx *ctx, px__plan_layout *out, px_err
     const px__plan_cand *win = &ctx->pool[0];
     if (!win->meets_slo) {
         char a[32], b[32], c[32], d[32];
-        px__plan_fmt_time(win->tpot_s, a, sizeof a);
-        px__plan_fmt_time(req->slo.tpot_s, b, sizeof b);
-        px__plan_fmt_time(win->ttft_s, c, sizeof c);
-        px__plan_fmt_time(req->slo.ttft_s, d, sizeof d);
+        px_format_seconds(win->tpot_s, a, sizeof a);
+        px_format_seconds(req->slo.tpot_s, b, sizeof b);
+        px_format_seconds(win->ttft_s, c, sizeof c);
+        px_format_seconds(req->slo.ttft_s, d, sizeof d);
         return px_err_set(err, PX_EINFEASIBLE,
                           "no placement meets the SLO: the best predicts %s per token (limit "
                           "%s) and %s to the first token (limit %s); relax --slo or add faster "

@@ -8,18 +8,6 @@
 
 #include "rt/pipeline_impl.h"
 
-static void fmt_s(double s, char *buf, size_t n)
-{
-    if (!isfinite(s))
-        snprintf(buf, n, "-");
-    else if (s >= 1)
-        snprintf(buf, n, "%.3g s", s);
-    else if (s >= 1e-3)
-        snprintf(buf, n, "%.3g ms", s * 1e3);
-    else
-        snprintf(buf, n, "%.3g us", s * 1e6);
-}
-
 static const char *verdict(const px_rt_interval *iv, double observed)
 {
     if (!isfinite(iv->lo) || !isfinite(iv->hi) || !isfinite(observed))
@@ -93,44 +81,45 @@ px_status px_rt_pipeline_report(const px_rt_pipeline_spec *sp, const px_rt_execu
             snprintf(layers, sizeof layers, "%u-%u", s->layer_begin, s->layer_end - 1);
         else
             snprintf(layers, sizeof layers, "%s", s->embedding ? "embd" : "head");
-        fmt_s(s->pred_decode_s.p50, a, sizeof a);
-        fmt_s(s->pred_decode_s.lo, b, sizeof b);
-        fmt_s(s->pred_decode_s.hi, c, sizeof c);
+        px_format_seconds(s->pred_decode_s.p50, a, sizeof a);
+        px_format_seconds(s->pred_decode_s.lo, b, sizeof b);
+        px_format_seconds(s->pred_decode_s.hi, c, sizeof c);
         snprintf(pd, sizeof pd, "%s [%s, %s]", a, b, c);
-        fmt_s(dec, d, sizeof d);
+        px_format_seconds(dec, d, sizeof d);
         px_strbuf_addf(out, "%-5u %-34s %-7s %-34s %-10s %-17s | ", i, dev, layers, pd, d,
                        verdict(&s->pred_decode_s, dec));
-        fmt_s(ppf.p50, a, sizeof a);
-        fmt_s(ppf.lo, b, sizeof b);
-        fmt_s(ppf.hi, c, sizeof c);
+        px_format_seconds(ppf.p50, a, sizeof a);
+        px_format_seconds(ppf.lo, b, sizeof b);
+        px_format_seconds(ppf.hi, c, sizeof c);
         snprintf(pp, sizeof pp, "%s [%s, %s]", a, b, c);
-        fmt_s(pf, d, sizeof d);
+        px_format_seconds(pf, d, sizeof d);
         px_strbuf_addf(out, "%-30s %-10s %s\n", pp, d, verdict(&ppf, pf));
     }
     /* Transfers: into each stage, and back to the executor. */
     px_strbuf_adds(out, "transfers per decode step:");
     for (uint32_t i = 0; i < sp->n_stages; i++) {
-        fmt_s(per(st->stages[i].xfer_in_decode_ns, st->stages[i].decode_steps), a, sizeof a);
+        px_format_seconds(per(st->stages[i].xfer_in_decode_ns, st->stages[i].decode_steps), a,
+                          sizeof a);
         if (i == 0)
             px_strbuf_addf(out, " executor->0 %s;", a);
         else
             px_strbuf_addf(out, " %u->%u %s;", i - 1, i, a);
     }
-    fmt_s(per(st->xfer_out_decode_ns, st->decode_steps), a, sizeof a);
+    px_format_seconds(per(st->xfer_out_decode_ns, st->decode_steps), a, sizeof a);
     px_strbuf_addf(out, " %u->executor %s\n", sp->n_stages - 1, a);
     double tpot = per(st->gen.decode_ns, st->decode_steps);
     double ttft = (double)st->ttft_ns / 1e9;
-    fmt_s(sp->pred_tpot_s.p50, a, sizeof a);
-    fmt_s(sp->pred_tpot_s.lo, b, sizeof b);
-    fmt_s(sp->pred_tpot_s.hi, c, sizeof c);
-    fmt_s(tpot, d, sizeof d);
+    px_format_seconds(sp->pred_tpot_s.p50, a, sizeof a);
+    px_format_seconds(sp->pred_tpot_s.lo, b, sizeof b);
+    px_format_seconds(sp->pred_tpot_s.hi, c, sizeof c);
+    px_format_seconds(tpot, d, sizeof d);
     px_strbuf_addf(out, "end to end: time per token predicted %s [%s, %s], observed %s: %s\n", a, b,
                    c, d, verdict(&sp->pred_tpot_s, tpot));
     px_rt_interval pt = scaled(sp->pred_ttft_s, k);
-    fmt_s(pt.p50, a, sizeof a);
-    fmt_s(pt.lo, b, sizeof b);
-    fmt_s(pt.hi, c, sizeof c);
-    fmt_s(ttft, d, sizeof d);
+    px_format_seconds(pt.p50, a, sizeof a);
+    px_format_seconds(pt.lo, b, sizeof b);
+    px_format_seconds(pt.hi, c, sizeof c);
+    px_format_seconds(ttft, d, sizeof d);
     px_strbuf_addf(out,
                    "            time to first token predicted %s [%s, %s], observed %s: "
                    "%s\n",
