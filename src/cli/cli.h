@@ -13,6 +13,8 @@
 
 #include "base/common.h"
 
+#include "plexus/ir.h"
+
 enum { PX_EXIT_OK = 0, PX_EXIT_FAIL = 1, PX_EXIT_USAGE = 2 };
 
 typedef enum px_cli_format {
@@ -31,6 +33,13 @@ int px__cli_usage_error(const char *cmd, const char *fmt, ...) PX_PRINTF(2, 3);
 int px__cli_print_json(const json_t *v);
 /* Whether argv holds -h or --help before a "--". */
 bool px__cli_wants_help(int argc, char **argv);
+/* The vocabulary of `plexus generate` and `plexus run`: the tokenizer
+ * file when given, the model's own, or tok512.bin beside a llama2.c
+ * checkpoint (read into out, from arena).  Errors name the model and say
+ * to pass --tokenizer FILE. */
+px_status px__cli_find_vocab(const char *model, const char *tokenizer, const px_ir_model *ir,
+                             px_arena *arena, px_ir_vocab *out, const px_ir_vocab **vocab,
+                             px_err *err);
 /* `plexus inventory discover` (src/cli/inventory_discover.c). */
 int px__cmd_inventory_discover(int argc, char **argv);
 

@@ -55,3 +55,37 @@ bool px__cli_wants_help(int argc, char **argv)
     }
     return false;
 }
+
+/* The vocabulary to tokenize with: the --tokenizer file, the model's, or
+ * tok512.bin beside a llama2.c checkpoint. */
+px_status px__cli_find_vocab(const char *model, const char *tokenizer, const px_ir_model *ir,
+                             px_arena *arena, px_ir_vocab *out, const px_ir_vocab **vocab,
+                             px_err *err)
+{
+    uint32_t n = px_ir_model_hparams(ir)->vocab_size;
+    if (tokenizer) {
+        *vocab = out;
+        return px_ir_vocab_read_llama2c(tokenizer, n, arena, out, err);
+    }
+    if ((*vocab = px_ir_model_vocab(ir)) != NULL)
+        return PX_OK;
+    const char *slash = strrchr(model, '/');
+    char *path = slash ? px_asprintf("%.*s/tok512.bin", (int)(slash - model), model)
+                       : px_strdup("tok512.bin");
+    if (!path)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    px_status st = PX_ENOTFOUND;
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        fclose(f);
+        *vocab = out;
+        st = px_ir_vocab_read_llama2c(path, n, arena, out, err);
+    } else {
+        st = px_err_set(err, PX_ENOTFOUND,
+                        "%s carries no vocabulary and %s does not exist: "
+                        "pass --tokenizer FILE (a llama2.c tokenizer such as tok512.bin)",
+                        model, path);
+    }
+    free(path);
+    return st;
+}

@@ -141,39 +141,6 @@ static int parse_args(int argc, char **argv, gen_opts *o)
     return PX_EXIT_OK;
 }
 
-/* The vocabulary to tokenize with: the --tokenizer file, the model's, or
- * tok512.bin beside a llama2.c checkpoint. */
-static px_status find_vocab(const gen_opts *o, const px_ir_model *ir, px_arena *arena,
-                            px_ir_vocab *out, const px_ir_vocab **vocab, px_err *err)
-{
-    uint32_t n = px_ir_model_hparams(ir)->vocab_size;
-    if (o->tokenizer) {
-        *vocab = out;
-        return px_ir_vocab_read_llama2c(o->tokenizer, n, arena, out, err);
-    }
-    if ((*vocab = px_ir_model_vocab(ir)) != NULL)
-        return PX_OK;
-    const char *slash = strrchr(o->model, '/');
-    char *path = slash ? px_asprintf("%.*s/tok512.bin", (int)(slash - o->model), o->model)
-                       : px_strdup("tok512.bin");
-    if (!path)
-        return px_err_set(err, PX_ENOMEM, "out of memory");
-    px_status st = PX_ENOTFOUND;
-    FILE *f = fopen(path, "rb");
-    if (f) {
-        fclose(f);
-        *vocab = out;
-        st = px_ir_vocab_read_llama2c(path, n, arena, out, err);
-    } else {
-        st = px_err_set(err, PX_ENOTFOUND,
-                        "%s carries no vocabulary and %s does not exist: "
-                        "pass --tokenizer FILE (a llama2.c tokenizer such as tok512.bin)",
-                        o->model, path);
-    }
-    free(path);
-    return st;
-}
-
 static void on_token(uint32_t prompt, int32_t token, const char *piece, size_t len, void *ud)
 {
     gen_out *g = ud;
@@ -318,7 +285,7 @@ int px__cmd_generate(int argc, char **argv)
     rc = PX_EXIT_FAIL;
     if (px_ir_model_open_any(o.model, NULL, &ir, &err) != PX_OK ||
         px_rt_model_new(ir, &model, &err) != PX_OK || px_arena_new(0, &arena, &err) != PX_OK ||
-        find_vocab(&o, ir, arena, &vocab_file, &vocab, &err) != PX_OK ||
+        px__cli_find_vocab(o.model, o.tokenizer, ir, arena, &vocab_file, &vocab, &err) != PX_OK ||
         px_rt_tokenizer_new(vocab, &tok, &err) != PX_OK) {
         px__cli_fail("generate", &err);
         goto done;

@@ -222,30 +222,6 @@ static int parse_args(int argc, char **argv, run_opts *o)
     return PX_EXIT_OK;
 }
 
-/* The vocabulary: --tokenizer, the model's, or tok512.bin beside it. */
-static px_status find_vocab(const run_opts *o, const px_ir_model *ir, px_arena *arena,
-                            px_ir_vocab *file_vocab, const px_ir_vocab **vocab, px_err *err)
-{
-    uint32_t n = px_ir_model_hparams(ir)->vocab_size;
-    if (o->tokenizer) {
-        *vocab = file_vocab;
-        return px_ir_vocab_read_llama2c(o->tokenizer, n, arena, file_vocab, err);
-    }
-    if ((*vocab = px_ir_model_vocab(ir)) != NULL)
-        return PX_OK;
-    const char *slash = strrchr(o->model, '/');
-    char *path = slash ? px_asprintf("%.*s/tok512.bin", (int)(slash - o->model), o->model)
-                       : px_strdup("tok512.bin");
-    if (!path)
-        return px_err_set(err, PX_ENOMEM, "out of memory");
-    *vocab = file_vocab;
-    px_status st = px_ir_vocab_read_llama2c(path, n, arena, file_vocab, err);
-    if (st)
-        px_err_prefix(err, st, "%s carries no vocabulary; pass --tokenizer FILE: ", o->model);
-    free(path);
-    return st;
-}
-
 /* The planner's request for this run's workload (the contract, owned by
  * the caller, in *contract). */
 static px_status run_request(const run_opts *o, const px_hw_graph *g, const px_ir_model *ir,
@@ -524,7 +500,7 @@ int px__cmd_run(int argc, char **argv)
                         "crashed or hung worker is restarted\n");
     if (px_ir_model_open_any(o.model, NULL, &ir, &err) != PX_OK ||
         px_arena_new(0, &arena, &err) != PX_OK ||
-        find_vocab(&o, ir, arena, &file_vocab, &vocab, &err) != PX_OK ||
+        px__cli_find_vocab(o.model, o.tokenizer, ir, arena, &file_vocab, &vocab, &err) != PX_OK ||
         px_rt_tokenizer_new(vocab, &tok, &err) != PX_OK) {
         px__cli_fail("run", &err);
         goto done;
