@@ -276,6 +276,36 @@ static void link_ends(const px_heal_locus *where, char a[96], char b[96])
         b[0] = 0;
 }
 
+/* One planned candidate per end of a link locus (a device locus has one
+ * end): the plan without that device.  A reroute avoids the link; a stale
+ * report drops the device whose figures do not hold. */
+static px_status plan_without_each_end(gen *g, const px_heal_locus *where, px_heal_action act,
+                                       bool *drop, const px_contract *contract, px_err *err)
+{
+    char a[96], b[96], what[192];
+    link_ends(where, a, b);
+    const char *ends[2] = {a, b};
+    for (int e = 0; e < 2; e++) {
+        if (!ends[e][0])
+            continue;
+        uint32_t idx;
+        px_status st = need_device(g, ends[e], &idx, err);
+        if (st != PX_OK)
+            return st;
+        memset(drop, 0, g->nd * sizeof *drop);
+        drop[idx] = true;
+        if (act == PX_HEAL_ACT_REROUTE)
+            px__heal_textf(what, sizeof what, "avoid %.90s: drop its %s %s", where->device,
+                           e ? "receiver" : "sender", ends[e]);
+        else
+            px__heal_textf(what, sizeof what, "drop %s, whose reported figures do not hold",
+                           ends[e]);
+        if ((st = add_planned(g, act, what, drop, contract, NULL, err)) != PX_OK)
+            return st;
+    }
+    return PX_OK;
+}
+
 static px_status gen_by_class(gen *g, const json_t *current, px_heal_fault_class cls,
                               const px_heal_locus *where, bool *drop, px_err *err)
 {
@@ -332,21 +362,9 @@ static px_status gen_by_class(gen *g, const json_t *current, px_heal_fault_class
     case PX_HEAL_LINK_DEGRADE:
     case PX_HEAL_LINK_LOSS:
     case PX_HEAL_INTERFERENCE: {
-        char a[96], b[96];
-        link_ends(where, a, b);
-        const char *ends[2] = {a, b};
-        for (int e = 0; e < 2; e++) {
-            if (!ends[e][0])
-                continue;
-            if ((st = need_device(g, ends[e], &idx, err)) != PX_OK)
-                return st;
-            memset(drop, 0, g->nd * sizeof *drop);
-            drop[idx] = true;
-            px__heal_textf(what, sizeof what, "avoid %.90s: drop its %s %s", where->device,
-                           e ? "receiver" : "sender", ends[e]);
-            if ((st = add_planned(g, PX_HEAL_ACT_REROUTE, what, drop, ctx->contract, NULL, err)))
-                return st;
-        }
+        if ((st = plan_without_each_end(g, where, PX_HEAL_ACT_REROUTE, drop, ctx->contract, err)) !=
+            PX_OK)
+            return st;
         if (cls == PX_HEAL_LINK_LOSS)
             return PX_OK;
         px_heal_candidate *c = add(g, PX_HEAL_ACT_NONE);
@@ -378,22 +396,9 @@ static px_status gen_by_class(gen *g, const json_t *current, px_heal_fault_class
         return add_lower_precision(g, current, err);
     }
     case PX_HEAL_STALE_TOPOLOGY: {
-        char a[96], b[96];
-        link_ends(where, a, b);
-        const char *ends[2] = {a, b};
-        for (int e = 0; e < 2; e++) {
-            if (!ends[e][0])
-                continue;
-            if ((st = need_device(g, ends[e], &idx, err)) != PX_OK)
-                return st;
-            memset(drop, 0, g->nd * sizeof *drop);
-            drop[idx] = true;
-            px__heal_textf(what, sizeof what, "drop %s, whose reported figures do not hold",
-                           ends[e]);
-            if ((st =
-                     add_planned(g, PX_HEAL_ACT_REPARTITION, what, drop, ctx->contract, NULL, err)))
-                return st;
-        }
+        if ((st = plan_without_each_end(g, where, PX_HEAL_ACT_REPARTITION, drop, ctx->contract,
+                                        err)) != PX_OK)
+            return st;
         px_heal_candidate *c = add(g, PX_HEAL_ACT_NONE);
         px__heal_textf(c->label, sizeof c->label, "keep the plan: it runs, slower than predicted");
         return PX_OK;
