@@ -118,6 +118,12 @@ typedef struct px_rt_rows {
     uint32_t n_rows;
     const int32_t *slot; /* KV-cache slot of the row's sequence */
     const int32_t *pos;  /* position of the row's token in its sequence */
+    /* The paged KV cache (ATTENTION).  The caches are [kv_dim, block_size,
+     * n_blocks]; position p of slot s lives in block
+     * block_table[s * blocks_per_slot + p / block_size], at p % block_size.
+     * NULL: slot s owns block s whole (block_size is then the context). */
+    const int32_t *block_table;
+    uint32_t blocks_per_slot;
 } px_rt_rows;
 
 /* One op of a step.  Kinds are the IR's (px_ir_op_kind); the runtime
@@ -137,9 +143,12 @@ typedef struct px_rt_rows {
  *               n_heads, head_dim, rope_dim, rope_style.
  *   ATTENTION   stores src[1] (k) and src[2] (v) at (slot, pos) of the
  *               caches src[3] (K) and src[4] (V), each
- *               [n_kv_heads*head_dim, context, slots], then attends each
- *               row of src[0] (q) causally over its slot's positions
+ *               [n_kv_heads*head_dim, block_size, n_blocks] (paged through
+ *               rows->block_table), then attends each row of src[0] (q)
+ *               causally over its slot's positions
  *               [max(0, pos-window+1), pos]; dst [n_heads*head_dim, rows].
+ *               Each row's result depends only on its own q and its slot's
+ *               cached positions, never on the other rows of the step.
  *   SWIGLU      dst = silu(src[0]) * src[1]; dst may be src[0].
  *   ADD         dst = src[0] + src[1]; dst may be src[0].
  *
@@ -424,6 +433,13 @@ typedef struct px_rt_session_opts {
      * .embedding = true}, a head-only stage {n, n, .head = true}. */
     bool explicit_parts;
     bool embedding, head; /* with explicit_parts */
+    /* The KV cache is paged: blocks of kv_block_size positions (0: 16),
+     * kv_blocks of them shared by every sequence (0: enough for max_seqs
+     * sequences of the whole context).  A sequence takes blocks as its
+     * positions grow and gives them back when removed; a step that needs
+     * more blocks than are free fails with PX_ELIMIT before it runs. */
+    uint32_t kv_block_size;
+    uint32_t kv_blocks;
 } px_rt_session_opts;
 
 /* Sets up a session: opens or borrows the device, wraps or uploads the
@@ -446,6 +462,9 @@ typedef struct px_rt_session_info {
     uint64_t scratch_bytes; /* activations and scratch */
     bool weights_copied;    /* weights were copied to the device */
     px_rt_device_props device;
+    uint32_t kv_block_size; /* positions per KV-cache block */
+    uint32_t kv_blocks;     /* blocks in all */
+    uint32_t kv_blocks_free;
 } px_rt_session_info;
 
 void px_rt_session_info_get(const px_rt_session *s, px_rt_session_info *out);
@@ -460,6 +479,9 @@ px_status px_rt_seq_add(px_rt_session *s, int32_t *seq, px_err *err);
 px_status px_rt_seq_remove(px_rt_session *s, int32_t seq, px_err *err);
 /* Positions cached for the sequence, or -1 for an unknown id. */
 int64_t px_rt_seq_len(const px_rt_session *s, int32_t seq);
+/* KV-cache blocks a sequence of n positions holds: ceil(n / block_size).
+ * A caller that schedules sequences counts blocks with it. */
+uint32_t px_rt_kv_blocks_for(uint32_t n_positions, uint32_t block_size);
 
 /* One sequence's part of a step. */
 typedef struct px_rt_seq_step {

@@ -16,6 +16,11 @@
 
 #include "rt/rt_impl.h"
 
+/* Whether large steps run through the matvec kernels too, so that every
+ * row's result is the same whatever the rows beside it (the serving
+ * engine relies on it), rather than through sgemm. */
+#define PX__RT_BATCH_INVARIANT 1
+
 bool px__rt_cpu_supports(px_ir_op_kind op, px_dtype t)
 {
     switch (op) {
@@ -45,6 +50,26 @@ static bool is_matmul(const px_rt_op *op)
     return op->kind == PX_IR_OP_MATMUL || op->kind == PX_IR_OP_CLASSIFIER;
 }
 
+/* The most positions a row of an attention op can attend: a slot's
+ * blocks. */
+static size_t attention_positions(const px_rt_op *op)
+{
+    size_t block = (size_t)op->src[3]->ne[1];
+    if (op->rows && op->rows->block_table)
+        return block * op->rows->blocks_per_slot;
+    return block;
+}
+
+/* Where position pos of slot lives in a cache of `block`-position blocks:
+ * the row index [block index * block + offset]. */
+static size_t cache_row(const px_rt_rows *rows, size_t block, int32_t slot, int32_t pos)
+{
+    if (!rows->block_table)
+        return (size_t)slot * block + (size_t)pos;
+    int32_t b = rows->block_table[(size_t)slot * rows->blocks_per_slot + (size_t)pos / block];
+    return (size_t)b * block + (size_t)pos % block;
+}
+
 /* Matmul scratch: gathered rows (with a selection), then one dequantised
  * chunk per thread (sgemm over non-f32 weights). */
 static size_t gather_bytes(const px_rt_op *op)
@@ -55,7 +80,7 @@ static size_t gather_bytes(const px_rt_op *op)
 static bool needs_dequant(const px_rt_op *op, uint32_t rows)
 {
     const px_rt_tensor *w = op->src[1];
-    return rows > PX_RT_SMALL_BATCH &&
+    return !PX__RT_BATCH_INVARIANT && rows > PX_RT_SMALL_BATCH &&
            (w->dtype != PX_DTYPE_F32 || w->nb[1] != (size_t)w->ne[0] * sizeof(float));
 }
 
@@ -70,7 +95,7 @@ size_t px__rt_cpu_work_size(uint32_t n_threads, const px_rt_op *op)
     }
     if (op->kind == PX_IR_OP_ATTENTION && op->n_kv_heads) {
         size_t group = op->n_heads / op->n_kv_heads;
-        return (size_t)n_threads * group * (size_t)op->src[3]->ne[1] * sizeof(float);
+        return (size_t)n_threads * group * attention_positions(op) * sizeof(float);
     }
     return 0;
 }
@@ -165,10 +190,22 @@ static px_status check_op(const px_rt_op *op, px_err *err)
             kc->ne[1] != vc->ne[1] || kc->ne[2] != vc->ne[2] || y->ne[0] != x->ne[0] ||
             op->rows->n_rows != x->ne[1] || k->ne[1] < x->ne[1] || v->ne[1] < x->ne[1])
             return op_error(err, op, "heads and tensor shapes disagree");
-        for (uint32_t r = 0; r < op->rows->n_rows; r++)
-            if (op->rows->pos[r] < 0 || op->rows->pos[r] >= kc->ne[1] || op->rows->slot[r] < 0 ||
-                op->rows->slot[r] >= kc->ne[2])
+        const px_rt_rows *rw = op->rows;
+        for (uint32_t r = 0; r < rw->n_rows; r++) {
+            int32_t slot = rw->slot[r], pos = rw->pos[r];
+            if (pos < 0 || (size_t)pos >= attention_positions(op) || slot < 0 ||
+                (!rw->block_table && slot >= kc->ne[2]))
                 return op_error(err, op, "a row's position or slot lies outside the cache");
+            if (!rw->block_table)
+                continue;
+            /* Every block the row reads must exist. */
+            size_t block = (size_t)kc->ne[1];
+            for (size_t i = 0; i <= (size_t)pos / block; i++) {
+                int32_t b = rw->block_table[(size_t)slot * rw->blocks_per_slot + i];
+                if (b < 0 || b >= kc->ne[2])
+                    return op_error(err, op, "a row reads a KV-cache block that is not held");
+            }
+        }
         break;
     }
     case PX_IR_OP_SWIGLU:
@@ -248,12 +285,15 @@ static void matmul_rows(void *arg, uint32_t ith, uint32_t nth)
     const uint8_t *wd = px_rt_tensor_data(w);
     uint32_t k = (uint32_t)w->ne[0], n = (uint32_t)w->ne[1];
     float *y = px_rt_tensor_data(op->dst);
-    if (t->rows <= PX_RT_SMALL_BATCH) {
+    if (t->rows <= PX_RT_SMALL_BATCH || PX__RT_BATCH_INVARIANT) {
+        /* Groups of at most PX_RT_SMALL_BATCH rows through the matvec
+         * kernels: a row's result never depends on the other rows. */
         size_t i0, i1;
         px__rt_split(n, ith, nth, &i0, &i1);
-        if (i1 > i0)
-            t->k->matvec(w->dtype, wd, w->nb[1], k, (uint32_t)i0, (uint32_t)i1, t->x, k, t->rows, y,
-                         n);
+        for (uint32_t r = 0; r < t->rows && i1 > i0; r += PX_RT_SMALL_BATCH)
+            t->k->matvec(w->dtype, wd, w->nb[1], k, (uint32_t)i0, (uint32_t)i1,
+                         t->x + (size_t)r * k, k, PX_MIN(PX_RT_SMALL_BATCH, t->rows - r),
+                         y + (size_t)r * n, n);
         return;
     }
     /* Large steps: sgemm per aligned chunk of weight rows. */
@@ -335,7 +375,7 @@ static void attention_tasks(void *arg, uint32_t ith, uint32_t nth)
     const px_rt_op *op = t->op;
     uint32_t hd = op->head_dim, group = op->n_heads / op->n_kv_heads;
     size_t q_dim = (size_t)op->n_heads * hd, kv_dim = (size_t)op->n_kv_heads * hd;
-    size_t ctx = (size_t)op->src[3]->ne[1];
+    size_t ctx = attention_positions(op), block = (size_t)op->src[3]->ne[1];
     const float *q = px_rt_tensor_data(op->src[0]);
     const float *kc = px_rt_tensor_data(op->src[3]), *vc = px_rt_tensor_data(op->src[4]);
     float *out = px_rt_tensor_data(op->dst);
@@ -349,17 +389,15 @@ static void attention_tasks(void *arg, uint32_t ith, uint32_t nth)
         int32_t first =
             op->window && (uint32_t)pos >= op->window ? pos - (int32_t)op->window + 1 : 0;
         size_t n_att = (size_t)(pos - first + 1);
-        const float *kbase =
-            kc + ((size_t)op->rows->slot[r] * ctx + (size_t)first) * kv_dim + h * hd;
-        const float *vbase =
-            vc + ((size_t)op->rows->slot[r] * ctx + (size_t)first) * kv_dim + h * hd;
+        int32_t slot = op->rows->slot[r];
         for (uint32_t g = 0; g < group; g++) {
             size_t hq = h * group + g;
             const float *qh = q + r * q_dim + hq * hd;
             float *sc = scores + (size_t)g * ctx;
             float max = -INFINITY;
             for (size_t p = 0; p < n_att; p++) {
-                sc[p] = t->k->dot_f32(qh, kbase + p * kv_dim, hd) * scale;
+                size_t at = cache_row(op->rows, block, slot, first + (int32_t)p) * kv_dim;
+                sc[p] = t->k->dot_f32(qh, kc + at + h * hd, hd) * scale;
                 if (sc[p] > max)
                     max = sc[p];
             }
@@ -371,8 +409,10 @@ static void attention_tasks(void *arg, uint32_t ith, uint32_t nth)
             float inv = 1.0f / sum;
             float *oh = out + r * q_dim + hq * hd;
             memset(oh, 0, hd * sizeof(float));
-            for (size_t p = 0; p < n_att; p++)
-                t->k->axpy_f32(sc[p] * inv, vbase + p * kv_dim, oh, hd);
+            for (size_t p = 0; p < n_att; p++) {
+                size_t at = cache_row(op->rows, block, slot, first + (int32_t)p) * kv_dim;
+                t->k->axpy_f32(sc[p] * inv, vc + at + h * hd, oh, hd);
+            }
         }
     }
 }
@@ -380,14 +420,14 @@ static void attention_tasks(void *arg, uint32_t ith, uint32_t nth)
 static void attention(const px__rt_cpu_exec *ex, const px_rt_op *op)
 {
     const px_rt_tensor *k = op->src[1], *v = op->src[2], *kc = op->src[3], *vc = op->src[4];
-    size_t kv_dim = (size_t)k->ne[0], ctx = (size_t)kc->ne[1];
+    size_t kv_dim = (size_t)k->ne[0], block = (size_t)kc->ne[1];
     const float *kd = px_rt_tensor_data(k), *vd = px_rt_tensor_data(v);
     float *kcd = px_rt_tensor_data(kc), *vcd = px_rt_tensor_data(vc);
     uint32_t rows = op->rows->n_rows;
     /* Store every new row first: later rows of a sequence attend to
      * earlier rows of the same step. */
     for (uint32_t r = 0; r < rows; r++) {
-        size_t at = ((size_t)op->rows->slot[r] * ctx + (size_t)op->rows->pos[r]) * kv_dim;
+        size_t at = cache_row(op->rows, block, op->rows->slot[r], op->rows->pos[r]) * kv_dim;
         memcpy(kcd + at, kd + r * kv_dim, kv_dim * sizeof(float));
         memcpy(vcd + at, vd + r * kv_dim, kv_dim * sizeof(float));
     }
@@ -399,7 +439,7 @@ static void attention(const px__rt_cpu_exec *ex, const px_rt_op *op)
               .k = ex->k,
               .rows = rows,
               .scratch = px_rt_tensor_data(op->work),
-              .scratch_stride = (size_t)(op->n_heads / op->n_kv_heads) * ctx};
+              .scratch_stride = (size_t)(op->n_heads / op->n_kv_heads) * attention_positions(op)};
     if (pairs * op->n_heads * op->head_dim < PX__RT_PAR_MIN_WORK || nth == 1)
         attention_tasks(&t, 0, 1);
     else

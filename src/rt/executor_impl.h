@@ -9,7 +9,16 @@
 
 #include "rt/pipeline_impl.h"
 
+#include <pthread.h>
 #include <sys/types.h>
+
+/* A frame the receiver thread read from the last stage. */
+typedef struct px__rt_rx_frame {
+    struct px__rt_rx_frame *next;
+    px_rt_frame_header h;
+    uint64_t t_recv_ns; /* CLOCK_MONOTONIC when it had arrived whole */
+    uint8_t payload[];
+} px__rt_rx_frame;
 
 struct px_rt_executor {
     px_rt_pipeline_spec spec;
@@ -33,7 +42,35 @@ struct px_rt_executor {
     bool failed;
     uint8_t *sendbuf;
     size_t sendcap;
+
+    /* The receiver: a thread reads every frame the last stage sends into
+     * a queue, so that the ring never stalls on the executor while it is
+     * busy sending (several steps may be in flight; executor_recv.c). */
+    pthread_t rx;
+    bool rx_started;
+    pthread_mutex_t rx_mu;
+    pthread_cond_t rx_cv;
+    px__rt_rx_frame *rx_head, *rx_tail;
+    bool rx_ended; /* the connection failed or closed: rx_status, rx_err */
+    px_status rx_status;
+    px_err rx_err;
+    px__rt_rx_frame *rx_held; /* handed out last; freed at the next receive */
 };
+
+/* Starts the receiver on ex->last (executor_recv.c).  PX_EIO. */
+px_status px__rt_exec_rx_start(px_rt_executor *ex, px_err *err);
+/* Stops it (shutting the connection down) and frees the queue. */
+void px__rt_exec_rx_stop(px_rt_executor *ex);
+/* Takes the first queued frame of type `want` (or an ERROR frame, which
+ * becomes the error), dropping the sequence acknowledgements queued before
+ * it and leaving frames of other types in place.  Waits at most
+ * timeout_ms.  *p stays valid until the next call.  Errors: PX_ETIMEOUT
+ * naming the last stage, PX_EPEER (an error frame, or the connection
+ * closed), the transport's. */
+px_status px__rt_exec_rx_take(px_rt_executor *ex, px_rt_frame_type want, int timeout_ms,
+                              px_rt_frame_header *h, const uint8_t **p, px_err *err);
+/* When the frame last taken had arrived (CLOCK_MONOTONIC), 0 if none. */
+uint64_t px__rt_exec_rx_time(const px_rt_executor *ex);
 
 /* Collects the workers that ended, without waiting (executor_run.c). */
 void px__rt_exec_reap(px_rt_executor *ex);

@@ -275,7 +275,9 @@ static px_status join_ring(px_rt_executor *ex, px_err *err)
     if ((st = px_rt_conn_connect(ex->addr[0], ex->timeout_ms, peer, &ex->first, err)) != PX_OK)
         return st;
     px_rt_conn_set_timeout(ex->first, ex->timeout_ms);
-    return px_rt_hello_client(ex->first, &mine, &theirs, err);
+    if ((st = px_rt_hello_client(ex->first, &mine, &theirs, err)) != PX_OK)
+        return st;
+    return px__rt_exec_rx_start(ex, err);
 }
 
 /* Receives the next frame from the last stage; an error frame becomes
@@ -286,11 +288,8 @@ static px_status recv_last(px_rt_executor *ex, px_rt_frame_type want, px_rt_fram
     /* A step's result may have a tighter deadline than the transport's
      * (px_rt_executor_set_step_timeout): a hung stage is found sooner. */
     bool step = want == PX_RT_FRAME_RESULT && ex->step_timeout_ms > 0;
-    if (step)
-        px_rt_conn_set_timeout(ex->last, ex->step_timeout_ms);
-    px_status st = px_rt_conn_recv(ex->last, h, p, err);
-    if (step)
-        px_rt_conn_set_timeout(ex->last, ex->timeout_ms);
+    px_status st =
+        px__rt_exec_rx_take(ex, want, step ? ex->step_timeout_ms : ex->timeout_ms, h, p, err);
     if (st)
         return st;
     if (h->type == PX_RT_FRAME_ERROR && want != PX_RT_FRAME_ERROR)
@@ -313,10 +312,6 @@ px_status px__rt_exec_gather_info(px_rt_executor *ex, px_err *err)
     if (h.length != ex->spec.n_stages * sizeof(px__rt_stage_info))
         return px_err_set(err, PX_EPARSE, "the stages' descriptions do not add up");
     memcpy(ex->info, p, h.length);
-    char peer[160];
-    snprintf(peer, sizeof peer, "stage %u (%s, pid %d)", ex->spec.n_stages - 1,
-             stage_device(ex, ex->spec.n_stages - 1), (int)ex->pid[ex->spec.n_stages - 1]);
-    px_rt_conn_set_peer(ex->last, peer);
     return PX_OK;
 }
 
@@ -434,12 +429,13 @@ void px_rt_executor_free(px_rt_executor *ex)
 {
     if (!ex)
         return;
-    if (!ex->failed && ex->first && ex->last &&
+    if (!ex->failed && ex->first && ex->rx_started &&
         px_rt_conn_send(ex->first, PX_RT_FRAME_SHUTDOWN, 0, NULL, 0, NULL) == PX_OK) {
         px_rt_frame_header h;
         const uint8_t *p;
-        (void)px_rt_conn_recv(ex->last, &h, &p, NULL);
+        (void)px__rt_exec_rx_take(ex, PX_RT_FRAME_SHUTDOWN, ex->timeout_ms, &h, &p, NULL);
     }
+    px__rt_exec_rx_stop(ex);
     px_rt_conn_free(ex->first);
     px_rt_conn_free(ex->last);
     /* Workers exit on shutdown or when their neighbours close; any left

@@ -217,7 +217,22 @@ static px_status layout_batch(px_rt_session *s, const px_rt_batch *b, bool embed
         if (px_rt_seq_len(s, b->seqs[j].seq) >= 0)
             s->seq_mark[b->seqs[j].seq] = 0;
     *n_rows = rows;
-    return st;
+    if (st)
+        return st;
+    /* The KV-cache blocks the new positions need, all or nothing. */
+    uint64_t missing = 0;
+    for (uint32_t j = 0; j < b->n_seqs; j++)
+        missing += px__rt_seq_blocks_missing(s, b->seqs[j].seq,
+                                             (uint64_t)b->seqs[j].pos + b->seqs[j].n_tokens);
+    if (missing > s->n_free)
+        return px_err_set(err, PX_ELIMIT,
+                          "forward: the step needs %" PRIu64 " more KV-cache blocks of %u "
+                          "positions; %u of %u are free (remove finished sequences, or "
+                          "give the session more kv_blocks)",
+                          missing, s->kv_block_size, s->n_free, s->kv_blocks);
+    for (uint32_t j = 0; j < b->n_seqs; j++)
+        px__rt_seq_blocks_take(s, b->seqs[j].seq, (uint64_t)b->seqs[j].pos + b->seqs[j].n_tokens);
+    return PX_OK;
 }
 
 static px_status load_inputs(px_rt_session *s, const px_rt_batch *b, bool embed, uint32_t rows,

@@ -11,6 +11,9 @@
 
 /* The peer's name in messages; never NULL. */
 const char *px__rt_conn_peer(const px_rt_conn *c);
+/* Shuts the socket down both ways: a thread blocked reading it wakes with
+ * PX_EPEER (transport_conn.c). */
+void px__rt_conn_shutdown(px_rt_conn *c);
 
 /* Payloads are little-endian structs copied with memcpy. */
 

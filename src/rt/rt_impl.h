@@ -197,7 +197,7 @@ struct px_rt_model {
 typedef struct px__rt_layer_state {
     px_rt_tensor attn_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3;
     px_rt_tensor bq, bk, bv;       /* dtype F32 and buffer NULL when absent */
-    px_rt_tensor k_cache, v_cache; /* [kv_dim, context, max_seqs] */
+    px_rt_tensor k_cache, v_cache; /* [kv_dim, kv_block_size, kv_blocks] */
 } px__rt_layer_state;
 
 struct px_rt_session {
@@ -230,6 +230,14 @@ struct px_rt_session {
     float *out_host;   /* outputs copied here when buffers are not host-visible */
     int64_t *seq_len;  /* per slot; -1 when free */
     uint8_t *seq_mark; /* per slot; duplicate detection within a step */
+
+    /* The paged KV cache: block_table[slot * blocks_per_slot + i] is the
+     * block holding the slot's positions [i * kv_block_size, ...), or -1;
+     * free_blocks[0..n_free) the blocks nobody holds (a stack). */
+    uint32_t kv_block_size, kv_blocks, blocks_per_slot;
+    int32_t *block_table;
+    int32_t *free_blocks;
+    uint32_t n_free;
     px_rt_op *ops;
     size_t ops_cap;
 };
@@ -240,6 +248,12 @@ struct px_rt_session {
  * tensors. */
 size_t px__rt_build_ops(px_rt_session *s, bool embed, uint32_t lb, uint32_t le, uint32_t rows,
                         uint32_t n_logits, bool select);
+
+/* KV-cache blocks sequence seq lacks to hold positions [0, end)
+ * (session.c). */
+uint32_t px__rt_seq_blocks_missing(const px_rt_session *s, int32_t seq, uint64_t end);
+/* Gives seq the blocks it lacks for [0, end); there must be enough free. */
+void px__rt_seq_blocks_take(px_rt_session *s, int32_t seq, uint64_t end);
 
 /* Bytes between rows of a 2-D weight tensor. */
 static inline size_t px__rt_row_bytes(const px_ir_tensor *t)

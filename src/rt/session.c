@@ -163,9 +163,18 @@ static px_status alloc_state(px_rt_session *s, px_err *err)
     layout kv = {0};
     for (uint32_t l = s->layer_begin; l < s->layer_end; l++) {
         px__rt_layer_state *ls = &s->layers[l - s->layer_begin];
-        place(&kv, &ls->k_cache, PX_DTYPE_F32, m->kv_dim, s->context, s->max_seqs, "k_cache");
-        place(&kv, &ls->v_cache, PX_DTYPE_F32, m->kv_dim, s->context, s->max_seqs, "v_cache");
+        place(&kv, &ls->k_cache, PX_DTYPE_F32, m->kv_dim, s->kv_block_size, s->kv_blocks,
+              "k_cache");
+        place(&kv, &ls->v_cache, PX_DTYPE_F32, m->kv_dim, s->kv_block_size, s->kv_blocks,
+              "v_cache");
     }
+    /* The block table first: attention's scratch depends on it. */
+    s->block_table = malloc((size_t)s->max_seqs * s->blocks_per_slot * sizeof *s->block_table);
+    s->free_blocks = malloc((size_t)s->kv_blocks * sizeof *s->free_blocks);
+    if (!s->block_table || !s->free_blocks)
+        return px_err_set(err, PX_ENOMEM, "session: out of memory");
+    s->rows.block_table = s->block_table;
+    s->rows.blocks_per_slot = s->blocks_per_slot;
     /* The kernels' scratch: the most any op of the largest step needs. */
     size_t n_ops = px__rt_build_ops(s, s->has_embedding, s->layer_begin, s->layer_end, s->max_rows,
                                     s->has_head ? s->max_logit_rows : 0, true);
@@ -178,9 +187,9 @@ static px_status alloc_state(px_rt_session *s, px_err *err)
 
     if (lo.overflow || kv.overflow)
         return px_err_set(err, PX_ELIMIT,
-                          "session: the activations or the KV cache for %u "
-                          "sequences of %u positions overflow the address space",
-                          s->max_seqs, s->context);
+                          "session: the activations or the KV cache (%u blocks of %u "
+                          "positions) overflow the address space",
+                          s->kv_blocks, s->kv_block_size);
     px_status st = px_rt_buffer_alloc(s->device, lo.size, &s->act_buf, err);
     if (st == PX_OK && kv.size)
         st = px_rt_buffer_alloc(s->device, kv.size, &s->kv_buf, err);
@@ -212,18 +221,27 @@ static px_status alloc_state(px_rt_session *s, px_err *err)
     s->select = calloc(PX_MAX(s->max_logit_rows, s->max_seqs), sizeof *s->select);
     s->seq_len = malloc(s->max_seqs * sizeof *s->seq_len);
     s->seq_mark = calloc(s->max_seqs, 1);
+
     size_t out_floats = (size_t)s->max_rows * hp->dim;
     if (s->has_head)
         out_floats = PX_MAX(out_floats, (size_t)s->max_logit_rows * hp->vocab_size);
     if (!px_rt_buffer_base(s->act_buf))
         s->out_host = malloc(out_floats * sizeof(float));
     if (!s->row_slot || !s->row_pos || !s->select || !s->seq_len || !s->seq_mark ||
-        (!px_rt_buffer_base(s->act_buf) && !s->out_host))
+        !s->block_table || !s->free_blocks || (!px_rt_buffer_base(s->act_buf) && !s->out_host))
         return px_err_set(err, PX_ENOMEM, "session: out of memory");
     for (uint32_t i = 0; i < s->max_seqs; i++)
         s->seq_len[i] = -1;
+    for (size_t i = 0; i < (size_t)s->max_seqs * s->blocks_per_slot; i++)
+        s->block_table[i] = -1;
+    /* A stack popped from the end: the lowest blocks are taken first. */
+    for (uint32_t i = 0; i < s->kv_blocks; i++)
+        s->free_blocks[i] = (int32_t)(s->kv_blocks - 1 - i);
+    s->n_free = s->kv_blocks;
     s->rows.slot = s->row_slot;
     s->rows.pos = s->row_pos;
+    s->rows.block_table = s->block_table;
+    s->rows.blocks_per_slot = s->blocks_per_slot;
     return PX_OK;
 }
 
@@ -276,6 +294,17 @@ static px_status check_opts(const px_rt_model *m, const px_rt_session_opts *o, p
     if (s->max_rows > (1u << 20))
         return px_err_set(err, PX_EINVAL, "session: max_batch_tokens %u is above 2^20",
                           s->max_rows);
+    s->kv_block_size = o->kv_block_size ? o->kv_block_size : 16;
+    if (s->kv_block_size > s->context)
+        s->kv_block_size = s->context;
+    s->blocks_per_slot = px_rt_kv_blocks_for(s->context, s->kv_block_size);
+    uint64_t all = (uint64_t)s->blocks_per_slot * s->max_seqs;
+    s->kv_blocks = o->kv_blocks ? o->kv_blocks : (uint32_t)PX_MIN(all, (uint64_t)INT32_MAX);
+    if (all > INT32_MAX || s->kv_blocks > INT32_MAX)
+        return px_err_set(err, PX_EINVAL,
+                          "session: %u sequences of %u positions need more than 2^31 "
+                          "KV-cache blocks of %u; lower max_seqs or the context",
+                          s->max_seqs, s->context, s->kv_block_size);
     s->max_logit_rows = o->max_logit_rows ? o->max_logit_rows : s->max_seqs;
     if (s->max_logit_rows < s->max_seqs)
         return px_err_set(err, PX_EINVAL,
@@ -371,6 +400,8 @@ void px_rt_session_free(px_rt_session *s)
     free(s->out_host);
     free(s->seq_len);
     free(s->seq_mark);
+    free(s->block_table);
+    free(s->free_blocks);
     free(s->ops);
     free(s);
 }
@@ -390,6 +421,9 @@ void px_rt_session_info_get(const px_rt_session *s, px_rt_session_info *out)
     out->weights_copied = s->weights_copied;
     px_rt_device_props_get(s->device, &out->device);
     out->n_threads = out->device.n_threads;
+    out->kv_block_size = s->kv_block_size;
+    out->kv_blocks = s->kv_blocks;
+    out->kv_blocks_free = s->n_free;
 }
 
 px_rt_stream *px_rt_session_stream(px_rt_session *s)
@@ -416,7 +450,40 @@ px_status px_rt_seq_remove(px_rt_session *s, int32_t seq, px_err *err)
     if (seq < 0 || (uint32_t)seq >= s->max_seqs || s->seq_len[seq] < 0)
         return px_err_set(err, PX_ENOTFOUND, "session: no sequence %d", seq);
     s->seq_len[seq] = -1;
+    /* Its blocks go back in reverse, so that the next sequence takes them
+     * in the same order. */
+    int32_t *tab = s->block_table + (size_t)seq * s->blocks_per_slot;
+    for (uint32_t i = s->blocks_per_slot; i-- > 0;)
+        if (tab[i] >= 0) {
+            s->free_blocks[s->n_free++] = tab[i];
+            tab[i] = -1;
+        }
     return PX_OK;
+}
+
+uint32_t px_rt_kv_blocks_for(uint32_t n_positions, uint32_t block_size)
+{
+    return block_size ? (uint32_t)(((uint64_t)n_positions + block_size - 1) / block_size) : 0;
+}
+
+uint32_t px__rt_seq_blocks_missing(const px_rt_session *s, int32_t seq, uint64_t end)
+{
+    const int32_t *tab = s->block_table + (size_t)seq * s->blocks_per_slot;
+    uint32_t need = px_rt_kv_blocks_for((uint32_t)end, s->kv_block_size), n = 0;
+    for (uint32_t i = 0; i < need; i++)
+        n += tab[i] < 0;
+    return n;
+}
+
+void px__rt_seq_blocks_take(px_rt_session *s, int32_t seq, uint64_t end)
+{
+    int32_t *tab = s->block_table + (size_t)seq * s->blocks_per_slot;
+    uint32_t need = px_rt_kv_blocks_for((uint32_t)end, s->kv_block_size);
+    for (uint32_t i = 0; i < need; i++)
+        if (tab[i] < 0) {
+            PX_ASSERT(s->n_free > 0);
+            tab[i] = s->free_blocks[--s->n_free];
+        }
 }
 
 int64_t px_rt_seq_len(const px_rt_session *s, int32_t seq)

@@ -565,3 +565,9 @@ px_status px_rt_conn_recv(px_rt_conn *c, px_rt_frame_header *h, const uint8_t **
     *payload = c->buf;
     return PX_OK;
 }
+
+void px__rt_conn_shutdown(px_rt_conn *c)
+{
+    if (c && c->fd >= 0)
+        (void)shutdown(c->fd, SHUT_RDWR);
+}
