@@ -115,6 +115,12 @@ int px__cmd_worker(int argc, char **argv)
         } else if (!strcmp(a, "--batch-tokens")) {
             if (!parse_u32(v, a, 1u << 20, &o.max_batch_tokens))
                 return PX_EXIT_USAGE;
+        } else if (!strcmp(a, "--kv-blocks")) {
+            if (!parse_u32(v, a, INT32_MAX, &o.kv_blocks))
+                return PX_EXIT_USAGE;
+        } else if (!strcmp(a, "--kv-block-size")) {
+            if (!parse_u32(v, a, 1u << 24, &o.kv_block_size))
+                return PX_EXIT_USAGE;
         } else {
             return px__cli_usage_error("worker", "unexpected argument \"%s\"", a);
         }

@@ -26,6 +26,7 @@ struct px_rt_executor {
     char *model_path, *worker_bin;
     px_rt_model *model;
     uint32_t max_seqs, context, max_rows, n_threads;
+    uint32_t kv_blocks, kv_block_size; /* every stage's, as its session computes them */
     int timeout_ms;
     int step_timeout_ms; /* the wait for a step's result; 0: timeout_ms */
     char dir[64];

@@ -20,7 +20,7 @@
 #include "rt/executor_impl.h"
 
 #define DEFAULT_TIMEOUT_MS 10000
-#define MAX_ARGS           40
+#define MAX_ARGS           48
 
 /* ------------------------------------------------------------------ */
 /* Workers                                                             */
@@ -160,7 +160,7 @@ static px_status pick_tcp_ports(px_rt_executor *ex, px_err *err)
 static px_status spawn(px_rt_executor *ex, uint32_t i, px_err *err)
 {
     const px_rt_stage_spec *s = &ex->spec.stages[i];
-    char stage[16], layers[48], threads[16], tmo[16], seqs[16], ctx[16], rows[16];
+    char stage[16], layers[48], threads[16], tmo[16], seqs[16], ctx[16], rows[16], kvb[16], kvs[16];
     snprintf(stage, sizeof stage, "%u", i);
     if (s->layer_begin == s->layer_end)
         snprintf(layers, sizeof layers, "none@%u", s->layer_begin);
@@ -171,6 +171,8 @@ static px_status spawn(px_rt_executor *ex, uint32_t i, px_err *err)
     snprintf(seqs, sizeof seqs, "%u", ex->max_seqs);
     snprintf(ctx, sizeof ctx, "%u", ex->context);
     snprintf(rows, sizeof rows, "%u", ex->max_rows);
+    snprintf(kvb, sizeof kvb, "%u", ex->kv_blocks);
+    snprintf(kvs, sizeof kvs, "%u", ex->kv_block_size);
     px_strbuf prof = PX_STRBUF_INIT;
     if (!strcmp(s->backend, "emu")) {
         px_status st = px_rt_emu_profile_format(&s->emu, &prof, err);
@@ -201,6 +203,8 @@ static px_status spawn(px_rt_executor *ex, uint32_t i, px_err *err)
     argv[n++] = "--max-seqs", argv[n++] = seqs;
     argv[n++] = "--context", argv[n++] = ctx;
     argv[n++] = "--batch-tokens", argv[n++] = rows;
+    argv[n++] = "--kv-blocks", argv[n++] = kvb;
+    argv[n++] = "--kv-block-size", argv[n++] = kvs;
     argv[n] = NULL;
     pid_t parent = getpid();
     fflush(NULL);
@@ -384,6 +388,8 @@ px_status px_rt_executor_new(const px_rt_pipeline_spec *spec, const px_rt_execut
     uint32_t model_ctx = hp->context_length ? hp->context_length : 2048;
     ex->context = opts->context ? PX_MIN(opts->context, model_ctx) : model_ctx;
     ex->max_rows = opts->max_batch_tokens ? opts->max_batch_tokens : PX_MIN(ex->context, 512u);
+    px__rt_kv_defaults(ex->context, ex->max_seqs, opts->kv_block_size, opts->kv_blocks,
+                       &ex->kv_block_size, &ex->kv_blocks);
     ex->slot_used = calloc(ex->max_seqs, sizeof *ex->slot_used);
     if (!ex->slot_used) {
         st = px_err_set(err, PX_ENOMEM, "executor: out of memory");
@@ -498,38 +504,10 @@ px_status px__rt_exec_fail(px_rt_executor *ex, px_status st, px_err *err)
     return ring_failed(ex, st, err);
 }
 
-px_rt_conn *px__rt_exec_first(px_rt_executor *ex)
-{
-    return ex->first;
-}
-
 px_status px__rt_exec_recv(px_rt_executor *ex, px_rt_frame_type want, px_rt_frame_header *h,
                            const uint8_t **p, px_err *err)
 {
     return recv_last(ex, want, h, p, err);
-}
-
-const px_rt_model *px__rt_exec_model(const px_rt_executor *ex)
-{
-    return ex->model;
-}
-
-void px__rt_exec_limits(const px_rt_executor *ex, uint32_t *max_seqs, uint32_t *context,
-                        uint32_t *max_rows)
-{
-    *max_seqs = ex->max_seqs;
-    *context = ex->context;
-    *max_rows = ex->max_rows;
-}
-
-bool *px__rt_exec_slots(px_rt_executor *ex)
-{
-    return ex->slot_used;
-}
-
-bool px__rt_exec_failed(const px_rt_executor *ex)
-{
-    return ex->failed;
 }
 
 const px_rt_pipeline_spec *px__rt_exec_spec(const px_rt_executor *ex)

@@ -1,174 +1,126 @@
 /*
- * Text generation: prompts in, tokens out, several prompts decoding
- * together as one batch.  Prefill packs the prompts' tokens into steps of
- * at most max_batch_tokens rows (a prompt may span steps, a step may hold
- * several prompts); decode then runs one token per unfinished prompt per
- * step.
+ * Text generation for a list of prompts, in one process (px_rt_generate)
+ * or through a pipeline (px_rt_executor_generate): both tokenize the
+ * prompts and hand them to the generation engine as requests, which
+ * batches them continuously (engine*.c).  Prompt i samples with seed + i.
  */
 #include "base/common.h"
 
-#include "rt/rt_impl.h"
+#include "rt/engine_impl.h"
 
-typedef struct seq_state {
-    int32_t seq;     /* session sequence id, -1 before it is added */
-    int32_t *prompt; /* BOS + prompt tokens */
-    size_t n_prompt;
-    size_t n_fed; /* prompt tokens prefilled so far */
-    int32_t last; /* the last token (prompt or produced) */
-    uint32_t n_new;
-    bool done;
-    px_rt_sampler *sampler;
-} seq_state;
+typedef struct gen gen;
 
-typedef struct gen {
-    px_rt_session *s;
-    const px_rt_tokenizer *t;
+/* One prompt's request. */
+typedef struct gen_prompt {
+    gen *g;
+    uint32_t index;
+    int32_t *ids;
+    size_t n_ids;
+} gen_prompt;
+
+struct gen {
     const px_rt_generate_opts *o;
-    px_rt_generate_stats *st;
-    seq_state *seqs;
-    px_rt_seq_step *steps;
-    uint32_t *step_of; /* the prompt of each step entry */
-    float *logits;     /* a writable copy of one row */
-} gen;
+    gen_prompt *p;
+    px_status failed; /* the first request that ended in error */
+    px_err why;
+};
 
-/* Samples the next token of prompt i from a row of logits, reports it and
- * decides whether the prompt is finished. */
-static px_status produce(gen *g, uint32_t i, const float *row, bool in_decode, px_err *err)
+static bool on_token(void *ud, const px_rt_token_event *ev)
 {
-    seq_state *q = &g->seqs[i];
-    uint32_t vocab = g->s->model->hp.vocab_size;
-    memcpy(g->logits, row, vocab * sizeof(float));
-    int32_t next = px_rt_sampler_sample(q->sampler, g->logits);
-    bool stop = !g->o->ignore_eos &&
-                (next == px_rt_tokenizer_eos(g->t) || next == px_rt_tokenizer_bos(g->t));
-    if (stop) {
-        q->done = true;
-        return PX_OK;
-    }
-    q->n_new++;
-    g->st->new_tokens++;
-    if (in_decode)
-        g->st->decode_tokens++;
-    if (g->o->on_token && (uint32_t)next < px_rt_tokenizer_n_tokens(g->t)) {
-        const char *piece;
-        size_t len;
-        px_status s = px_rt_tokenizer_decode(g->t, q->last, next, &piece, &len, err);
-        if (s)
-            return s;
-        g->o->on_token(i, next, piece, len, g->o->ud);
-    }
-    q->last = next;
-    if (q->n_new >= g->o->max_new_tokens) {
-        q->done = true;
-    } else if (px_rt_seq_len(g->s, q->seq) >= g->s->context) {
-        q->done = true;
-        g->st->n_stopped_at_context++;
-    }
-    return PX_OK;
+    gen_prompt *p = ud;
+    const px_rt_generate_opts *o = p->g->o;
+    if (o->on_token && ev->piece)
+        o->on_token(p->index, ev->token, ev->piece, ev->len, o->ud);
+    else if (o->on_token)
+        o->on_token(p->index, ev->token, "", 0, o->ud);
+    return true;
 }
 
-static px_status prefill(gen *g, px_err *err)
+static void on_finish(void *ud, uint64_t id, px_rt_finish why, const px_rt_request_stats *st,
+                      const px_err *err)
 {
-    uint32_t n = g->o->n_prompts;
-    uint64_t t0 = px_now_ns();
-    for (;;) {
-        uint32_t n_steps = 0, rows = 0;
-        for (uint32_t i = 0; i < n && rows < g->s->max_rows; i++) {
-            seq_state *q = &g->seqs[i];
-            if (q->n_fed == q->n_prompt)
-                continue;
-            uint32_t k = (uint32_t)PX_MIN(q->n_prompt - q->n_fed, (size_t)(g->s->max_rows - rows));
-            g->steps[n_steps] = (px_rt_seq_step){.seq = q->seq,
-                                                 .pos = (uint32_t)q->n_fed,
-                                                 .n_tokens = k,
-                                                 .tokens = q->prompt + q->n_fed};
-            g->step_of[n_steps++] = i;
-            rows += k;
-        }
-        if (n_steps == 0)
-            break;
-        px_rt_batch b = {.n_seqs = n_steps, .seqs = g->steps};
-        px_rt_output out;
-        px_status st = px_rt_forward(g->s, &b, NULL, &out, err);
+    (void)id;
+    (void)st;
+    gen_prompt *p = ud;
+    if (why == PX_RT_FINISH_ERROR && !p->g->failed) {
+        p->g->failed = err ? err->code : PX_EIO;
+        if (err)
+            p->g->why = *err;
+    }
+}
+
+/* Tokenizes every prompt (BOS first) and refuses one longer than the
+ * context. */
+static px_status encode_all(gen *g, const px_rt_tokenizer *t, uint32_t context, px_err *err)
+{
+    const px_rt_generate_opts *o = g->o;
+    g->p = calloc(o->n_prompts, sizeof *g->p);
+    if (!g->p)
+        return px_err_set(err, PX_ENOMEM, "generate: out of memory");
+    for (uint32_t i = 0; i < o->n_prompts; i++) {
+        gen_prompt *p = &g->p[i];
+        p->g = g;
+        p->index = i;
+        const char *text = o->prompts[i] ? o->prompts[i] : "";
+        size_t cap = (size_t)context + 1;
+        if (!(p->ids = malloc(cap * sizeof *p->ids)))
+            return px_err_set(err, PX_ENOMEM, "generate: out of memory");
+        px_status st = px_rt_tokenizer_encode(t, text, strlen(text), PX_RT_ENCODE_BOS, p->ids, cap,
+                                              &p->n_ids, err);
+        if (st == PX_OK && p->n_ids > context)
+            st = PX_ELIMIT;
+        if (st == PX_ELIMIT && p->n_ids > 0)
+            return px_err_set(err, PX_ELIMIT,
+                              "prompt %u is %zu tokens long (BOS included); the context holds "
+                              "%u: shorten it",
+                              i + 1, p->n_ids, context);
         if (st)
             return st;
-        for (uint32_t j = 0; j < n_steps; j++) {
-            seq_state *q = &g->seqs[g->step_of[j]];
-            q->n_fed += g->steps[j].n_tokens;
-            g->st->prompt_tokens += g->steps[j].n_tokens;
-            if (q->n_fed < q->n_prompt)
-                continue;
-            q->last = q->prompt[q->n_prompt - 1];
-            if (g->o->max_new_tokens == 0) {
-                q->done = true;
-                continue;
-            }
-            if ((st = produce(g, g->step_of[j], out.data + (size_t)j * out.row_len, false, err)) !=
-                PX_OK)
-                return st;
-        }
     }
-    g->st->prefill_ns = px_now_ns() - t0;
     return PX_OK;
 }
 
-static px_status decode(gen *g, px_err *err)
+static void release(gen *g)
 {
-    uint32_t n = g->o->n_prompts;
-    uint64_t t0 = px_now_ns();
-    for (;;) {
-        uint32_t n_steps = 0;
-        for (uint32_t i = 0; i < n; i++) {
-            seq_state *q = &g->seqs[i];
-            if (q->done)
-                continue;
-            g->steps[n_steps] = (px_rt_seq_step){.seq = q->seq,
-                                                 .pos = (uint32_t)px_rt_seq_len(g->s, q->seq),
-                                                 .n_tokens = 1,
-                                                 .tokens = &q->last};
-            g->step_of[n_steps++] = i;
-        }
-        if (n_steps == 0)
-            break;
-        px_rt_batch b = {.n_seqs = n_steps, .seqs = g->steps};
-        px_rt_output out;
-        px_status st = px_rt_forward(g->s, &b, NULL, &out, err);
+    if (g->p)
+        for (uint32_t i = 0; i < g->o->n_prompts; i++)
+            free(g->p[i].ids);
+    free(g->p);
+}
+
+/* Submits every prompt and runs the engine until all are done. */
+static px_status run_all(gen *g, px_rt_engine *e, px_err *err)
+{
+    const px_rt_generate_opts *o = g->o;
+    for (uint32_t i = 0; i < o->n_prompts; i++) {
+        px_rt_sampler_opts so = o->sampling;
+        so.seed += i;
+        px_rt_request r = {.prompt = g->p[i].ids,
+                           .n_prompt = (uint32_t)g->p[i].n_ids,
+                           .max_new_tokens = o->max_new_tokens,
+                           .sampling = so,
+                           .ignore_eos = o->ignore_eos,
+                           .on_token = on_token,
+                           .on_finish = on_finish,
+                           .ud = &g->p[i]};
+        uint64_t id;
+        px_status st = px_rt_engine_submit(e, &r, &id, err);
         if (st)
             return st;
-        for (uint32_t j = 0; j < n_steps; j++)
-            if ((st = produce(g, g->step_of[j], out.data + (size_t)j * out.row_len, true, err)) !=
-                PX_OK)
-                return st;
     }
-    g->st->decode_ns = px_now_ns() - t0;
-    return PX_OK;
+    px_status st = px_rt_engine_run(e, err);
+    if (st == PX_OK && g->failed) {
+        st = g->failed;
+        if (err)
+            *err = g->why;
+    }
+    return st;
 }
 
-static px_status check(const px_rt_session *s, const px_rt_tokenizer *t,
-                       const px_rt_generate_opts *o, px_err *err)
+static px_status check_prompts(const px_rt_generate_opts *o, px_err *err)
 {
-    if (!s->has_embedding || !s->has_head)
-        return px_err_set(err, PX_EINVAL,
-                          "generate: the session holds layers [%u, %u) of %u; "
-                          "generation needs the whole model",
-                          s->layer_begin, s->layer_end, s->model->hp.n_layers);
     if (!o || o->n_prompts == 0 || !o->prompts)
         return px_err_set(err, PX_EINVAL, "generate: no prompt");
-    if (o->n_prompts > s->max_seqs)
-        return px_err_set(err, PX_EINVAL,
-                          "generate: %u prompts; the session decodes at most %u "
-                          "sequences together (max_seqs)",
-                          o->n_prompts, s->max_seqs);
-    if (px_rt_tokenizer_n_tokens(t) > s->model->hp.vocab_size)
-        return px_err_set(err, PX_EINVAL,
-                          "generate: the tokenizer has %u tokens, the model "
-                          "only %u: they do not belong together",
-                          px_rt_tokenizer_n_tokens(t), s->model->hp.vocab_size);
-    for (uint32_t i = 0; i < s->max_seqs; i++)
-        if (s->seq_len[i] >= 0)
-            return px_err_set(err, PX_ESTATE,
-                              "generate: the session already has sequences; "
-                              "use a fresh session");
     return PX_OK;
 }
 
@@ -176,64 +128,70 @@ px_status px_rt_generate(px_rt_session *s, const px_rt_tokenizer *t, const px_rt
                          px_rt_generate_stats *stats, px_err *err)
 {
     px_rt_generate_stats local;
-    px_rt_generate_stats *st_out = stats ? stats : &local;
-    memset(st_out, 0, sizeof *st_out);
-    px_status st = check(s, t, o, err);
+    px_rt_generate_stats *out = stats ? stats : &local;
+    memset(out, 0, sizeof *out);
+    px_status st = check_prompts(o, err);
     if (st)
         return st;
-    uint32_t n = o->n_prompts;
-    gen g = {.s = s, .t = t, .o = o, .st = st_out};
-    g.seqs = calloc(n, sizeof *g.seqs);
-    g.steps = calloc(n, sizeof *g.steps);
-    g.step_of = calloc(n, sizeof *g.step_of);
-    g.logits = malloc(s->model->hp.vocab_size * sizeof(float));
-    if (!g.seqs || !g.steps || !g.step_of || !g.logits) {
-        st = px_err_set(err, PX_ENOMEM, "generate: out of memory");
-        goto done;
-    }
-    for (uint32_t i = 0; i < n; i++)
-        g.seqs[i].seq = -1;
-    for (uint32_t i = 0; i < n; i++) {
-        seq_state *q = &g.seqs[i];
-        const char *text = o->prompts[i] ? o->prompts[i] : "";
-        size_t cap = (size_t)s->context + 1;
-        q->prompt = malloc(cap * sizeof *q->prompt);
-        if (!q->prompt) {
-            st = px_err_set(err, PX_ENOMEM, "generate: out of memory");
-            goto done;
-        }
-        st = px_rt_tokenizer_encode(t, text, strlen(text), PX_RT_ENCODE_BOS, q->prompt, cap,
-                                    &q->n_prompt, err);
-        if (st == PX_OK && q->n_prompt > s->context)
-            st = PX_ELIMIT;
-        if (st == PX_ELIMIT && q->n_prompt > 0) {
-            st = px_err_set(err, PX_ELIMIT,
-                            "prompt %u is %zu tokens long (BOS included); the "
-                            "context holds %u: shorten it",
-                            i + 1, q->n_prompt, s->context);
-            goto done;
-        }
-        if (st)
-            goto done;
-        px_rt_sampler_opts so = o->sampling;
-        so.seed += i;
-        if ((st = px_rt_sampler_new(s->model->hp.vocab_size, &so, &q->sampler, err)) ||
-            (st = px_rt_seq_add(s, &q->seq, err)))
-            goto done;
-    }
-    if ((st = prefill(&g, err)) == PX_OK)
-        st = decode(&g, err);
-done:
-    if (g.seqs)
-        for (uint32_t i = 0; i < n; i++) {
-            if (g.seqs[i].seq >= 0)
-                px_rt_seq_remove(s, g.seqs[i].seq, NULL);
-            px_rt_sampler_free(g.seqs[i].sampler);
-            free(g.seqs[i].prompt);
-        }
-    free(g.seqs);
-    free(g.steps);
-    free(g.step_of);
-    free(g.logits);
+    gen g = {.o = o};
+    px_rt_pipeline_stats ps;
+    px_rt_engine *e = NULL;
+    px_rt_engine_opts eo = {.session = s, .tokenizer = t, .stats = &ps};
+    if ((st = px_rt_engine_new(&eo, &e, err)) == PX_OK &&
+        (st = encode_all(&g, t, s->context, err)) == PX_OK)
+        st = run_all(&g, e, err);
+    if (e)
+        *out = ps.gen;
+    px_rt_engine_free(e);
+    release(&g);
     return st;
+}
+
+px_status px_rt_executor_generate(px_rt_executor *ex, const px_rt_tokenizer *t,
+                                  const px_rt_generate_opts *o, px_rt_pipeline_stats *stats,
+                                  px_err *err)
+{
+    px_rt_pipeline_stats local;
+    px_rt_pipeline_stats *out = stats ? stats : &local;
+    memset(out, 0, sizeof *out);
+    if (ex->failed)
+        return px_err_set(err, PX_ESTATE, "generate: the pipeline failed before; start a new one");
+    px_status st = check_prompts(o, err);
+    if (st)
+        return st;
+    gen g = {.o = o};
+    px_rt_engine *e = NULL;
+    px_rt_engine_opts eo = {
+        .executor = ex, .tokenizer = t, .supervisor = o->supervisor, .stats = out};
+    bool ran = false;
+    if ((st = px_rt_engine_new(&eo, &e, err)) == PX_OK &&
+        (st = encode_all(&g, t, ex->context, err)) == PX_OK) {
+        ran = true;
+        st = run_all(&g, e, err);
+    }
+    out->n_prompts = o->n_prompts;
+    if (st == PX_OK)
+        st = px_rt_engine_gather_stats(e, err);
+    /* A failure once the ring was used leaves it unusable (the engine may
+     * have moved to an executor the supervisor handed it; one that failed
+     * on the ring is already marked). */
+    px_rt_executor *now = e ? px_rt_engine_executor(e) : ex;
+    if (st && ran && now && !now->failed)
+        st = px__rt_exec_fail(now, st, err);
+    px_rt_engine_free(e);
+    release(&g);
+    if (st || !stats)
+        px_rt_pipeline_stats_release(out);
+    return st;
+}
+
+void px_rt_pipeline_stats_release(px_rt_pipeline_stats *st)
+{
+    if (!st)
+        return;
+    for (uint32_t i = 0; i < PX_RT_MAX_STAGES; i++) {
+        free(st->stages[i].ops);
+        st->stages[i].ops = NULL;
+        st->stages[i].n_ops = 0;
+    }
 }

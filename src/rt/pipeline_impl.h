@@ -38,13 +38,16 @@ typedef struct px__rt_step_seq {
 /* Then the tokens (i32 x n_rows) or rows (f32 x n_rows x row_len), then
  * n_records of these: each stage appends its own.  Times are
  * CLOCK_MONOTONIC, shared by every process of the machine, so that hop
- * times are the receiver's recv_done minus the sender's send_start. */
+ * times are the receiver's recv_done minus the later of the sender's
+ * send_start and the receiver's ready (with several steps in flight a
+ * frame may wait while its receiver finishes the step before). */
 typedef struct px__rt_stage_record {
     uint32_t stage;
     uint32_t rows;
     uint64_t recv_done_ns;
     uint64_t compute_ns;
     uint64_t send_start_ns;
+    uint64_t ready_ns; /* when the stage began waiting for this frame */
 } px__rt_stage_record;
 
 /* Audited steps (frame flag PX_RT_STEP_AUDIT): after the records come
@@ -89,16 +92,11 @@ typedef struct px__rt_stats_entry {
 /* The most sequences one step carries. */
 #define PX__RT_MAX_STEP_SEQS 4096u
 
-/* The executor's parts that executor_generate.c uses (executor_run.c). */
+/* The executor's parts its other files and the engine use
+ * (executor_run.c). */
 px_status px__rt_exec_fail(px_rt_executor *ex, px_status st, px_err *err);
-px_rt_conn *px__rt_exec_first(px_rt_executor *ex);
 px_status px__rt_exec_recv(px_rt_executor *ex, px_rt_frame_type want, px_rt_frame_header *h,
                            const uint8_t **p, px_err *err);
-const px_rt_model *px__rt_exec_model(const px_rt_executor *ex);
-void px__rt_exec_limits(const px_rt_executor *ex, uint32_t *max_seqs, uint32_t *context,
-                        uint32_t *max_rows);
-bool *px__rt_exec_slots(px_rt_executor *ex);
-bool px__rt_exec_failed(const px_rt_executor *ex);
 const px_rt_pipeline_spec *px__rt_exec_spec(const px_rt_executor *ex);
 
 #endif

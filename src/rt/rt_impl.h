@@ -171,6 +171,11 @@ static inline float px__rt_bf16(uint16_t h)
 #define PX__RT_Q8_0_ELEMS 32u
 #define PX__RT_Q8_0_BYTES 34u
 
+/* Puts the sampler back to where it was after n samples from its seed
+ * (every sample at a temperature draws one number): a rollback samples
+ * the tokens it took back again, the same way (sampler.c). */
+void px__rt_sampler_rewind(px_rt_sampler *s, uint32_t n);
+
 /* ------------------------------------------------------------------ */
 /* Models (model.c)                                                    */
 /* ------------------------------------------------------------------ */
@@ -252,6 +257,11 @@ size_t px__rt_build_ops(px_rt_session *s, bool embed, uint32_t lb, uint32_t le, 
 /* KV-cache blocks sequence seq lacks to hold positions [0, end)
  * (session.c). */
 uint32_t px__rt_seq_blocks_missing(const px_rt_session *s, int32_t seq, uint64_t end);
+/* The KV cache's block size and count for a context and max_seqs, from
+ * what was asked (0: the defaults: blocks of 16, enough for every
+ * sequence's whole context). */
+void px__rt_kv_defaults(uint32_t context, uint32_t max_seqs, uint32_t block_size, uint32_t blocks,
+                        uint32_t *out_size, uint32_t *out_blocks);
 /* Gives seq the blocks it lacks for [0, end); there must be enough free. */
 void px__rt_seq_blocks_take(px_rt_session *s, int32_t seq, uint64_t end);
 

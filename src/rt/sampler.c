@@ -121,25 +121,76 @@ static void sort_desc(prob_index *v, size_t n)
     }
 }
 
+/* A heap whose root is the least likely of the tokens it keeps. */
+static void sift_down_worst(prob_index *v, size_t i, size_t n)
+{
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            return;
+        if (c + 1 < n && after(&v[c + 1], &v[c]))
+            c++;
+        if (!after(&v[c], &v[i]))
+            return;
+        prob_index t = v[i];
+        v[i] = v[c];
+        v[c] = t;
+        i = c;
+    }
+}
+
+/* The k most likely tokens, most likely first: a heap of k, replacing
+ * its least likely whenever a likelier token comes. */
+static uint32_t top_k(px_rt_sampler *s, const float *p, uint32_t k)
+{
+    prob_index *v = s->candidates;
+    for (uint32_t i = 0; i < k; i++)
+        v[i] = (prob_index){p[i], (int32_t)i};
+    for (size_t i = k / 2; i-- > 0;)
+        sift_down_worst(v, i, k);
+    for (uint32_t i = k; i < s->vocab; i++) {
+        prob_index c = {p[i], (int32_t)i};
+        if (after(&v[0], &c)) {
+            v[0] = c;
+            sift_down_worst(v, 0, k);
+        }
+    }
+    sort_desc(v, k);
+    return k;
+}
+
 /* Nucleus sampling: the smallest set of most likely tokens whose
  * probabilities add up to more than top_p, renormalised.  Tokens below
  * (1 - top_p) / (n - 1) cannot be in that set and are dropped before
- * sorting (llama2.c's shortcut). */
+ * sorting (llama2.c's shortcut).  With top_k the set is drawn from the k
+ * most likely tokens only. */
 static int32_t sample_top_p(px_rt_sampler *s, const float *p, double coin)
 {
     uint32_t n = s->vocab, n0 = 0;
-    float cutoff = n > 1 ? (1.0f - s->o.top_p) / (float)(n - 1) : 0.0f;
-    for (uint32_t i = 0; i < n; i++)
-        if (p[i] >= cutoff)
-            s->candidates[n0++] = (prob_index){p[i], (int32_t)i};
-    if (n0 == 0)
-        return px_rt_argmax(p, n);
-    sort_desc(s->candidates, n0);
+    bool nucleus = s->o.top_p > 0 && s->o.top_p < 1;
+    if (s->o.top_k > 0 && s->o.top_k < n) {
+        n0 = top_k(s, p, s->o.top_k);
+    } else {
+        float cutoff = n > 1 ? (1.0f - s->o.top_p) / (float)(n - 1) : 0.0f;
+        for (uint32_t i = 0; i < n; i++)
+            if (p[i] >= cutoff)
+                s->candidates[n0++] = (prob_index){p[i], (int32_t)i};
+        if (n0 == 0)
+            return px_rt_argmax(p, n);
+        sort_desc(s->candidates, n0);
+    }
+    /* After top-k the nucleus is taken of the k tokens' own mass. */
+    double mass = 1;
+    if (s->o.top_k > 0 && s->o.top_k < n) {
+        mass = 0;
+        for (uint32_t i = 0; i < n0; i++)
+            mass += s->candidates[i].prob;
+    }
     double cum = 0;
     uint32_t last = n0 - 1;
     for (uint32_t i = 0; i < n0; i++) {
         cum += s->candidates[i].prob;
-        if (cum > s->o.top_p) {
+        if (nucleus && cum > s->o.top_p * mass) {
             last = i;
             break;
         }
@@ -153,6 +204,15 @@ static int32_t sample_top_p(px_rt_sampler *s, const float *p, double coin)
     return s->candidates[last].index;
 }
 
+void px__rt_sampler_rewind(px_rt_sampler *s, uint32_t n)
+{
+    px_rng_seed(&s->rng, s->o.seed);
+    if (s->o.temperature == 0)
+        return;
+    for (uint32_t i = 0; i < n; i++)
+        (void)px_rng_uniform(&s->rng);
+}
+
 int32_t px_rt_sampler_sample(px_rt_sampler *s, float *logits)
 {
     if (s->o.temperature == 0)
@@ -161,7 +221,8 @@ int32_t px_rt_sampler_sample(px_rt_sampler *s, float *logits)
         logits[i] /= s->o.temperature;
     softmax(logits, s->vocab);
     double coin = px_rng_uniform(&s->rng);
-    if (s->o.top_p <= 0 || s->o.top_p >= 1)
+    bool limited = s->o.top_k > 0 && s->o.top_k < s->vocab;
+    if (!limited && (s->o.top_p <= 0 || s->o.top_p >= 1))
         return sample_all(logits, s->vocab, coin);
     return sample_top_p(s, logits, coin);
 }

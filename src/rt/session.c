@@ -294,12 +294,10 @@ static px_status check_opts(const px_rt_model *m, const px_rt_session_opts *o, p
     if (s->max_rows > (1u << 20))
         return px_err_set(err, PX_EINVAL, "session: max_batch_tokens %u is above 2^20",
                           s->max_rows);
-    s->kv_block_size = o->kv_block_size ? o->kv_block_size : 16;
-    if (s->kv_block_size > s->context)
-        s->kv_block_size = s->context;
+    px__rt_kv_defaults(s->context, s->max_seqs, o->kv_block_size, o->kv_blocks, &s->kv_block_size,
+                       &s->kv_blocks);
     s->blocks_per_slot = px_rt_kv_blocks_for(s->context, s->kv_block_size);
     uint64_t all = (uint64_t)s->blocks_per_slot * s->max_seqs;
-    s->kv_blocks = o->kv_blocks ? o->kv_blocks : (uint32_t)PX_MIN(all, (uint64_t)INT32_MAX);
     if (all > INT32_MAX || s->kv_blocks > INT32_MAX)
         return px_err_set(err, PX_EINVAL,
                           "session: %u sequences of %u positions need more than 2^31 "
@@ -459,6 +457,17 @@ px_status px_rt_seq_remove(px_rt_session *s, int32_t seq, px_err *err)
             tab[i] = -1;
         }
     return PX_OK;
+}
+
+void px__rt_kv_defaults(uint32_t context, uint32_t max_seqs, uint32_t block_size, uint32_t blocks,
+                        uint32_t *out_size, uint32_t *out_blocks)
+{
+    uint32_t bs = block_size ? block_size : 16;
+    if (bs > context)
+        bs = context;
+    *out_size = bs;
+    uint64_t all = (uint64_t)px_rt_kv_blocks_for(context, bs) * max_seqs;
+    *out_blocks = blocks ? blocks : (uint32_t)PX_MIN(all, (uint64_t)INT32_MAX);
 }
 
 uint32_t px_rt_kv_blocks_for(uint32_t n_positions, uint32_t block_size)

@@ -105,6 +105,8 @@ static px_status setup(worker *w, px_err *err)
                              .max_seqs = o->max_seqs ? o->max_seqs : 8,
                              .context = o->context,
                              .max_batch_tokens = o->max_batch_tokens,
+                             .kv_blocks = o->kv_blocks,
+                             .kv_block_size = o->kv_block_size,
                              .layer_begin = o->layer_begin,
                              .layer_end = o->layer_end,
                              .explicit_parts = true,
@@ -218,8 +220,8 @@ static px_status audit_bytes(worker *w, const uint8_t *p, uint64_t len, uint32_t
     return PX_OK;
 }
 
-static px_status on_step(worker *w, uint8_t flags, const uint8_t *p, uint32_t len, uint64_t t_recv,
-                         px_err *err)
+static px_status on_step(worker *w, uint8_t flags, const uint8_t *p, uint32_t len, uint64_t t_ready,
+                         uint64_t t_recv, px_err *err)
 {
     px__rt_wfault_before_step(&w->fault);
     px__rt_step_head h;
@@ -280,7 +282,8 @@ static px_status on_step(worker *w, uint8_t flags, const uint8_t *p, uint32_t le
     *mine = (px__rt_stage_record){.stage = w->o->stage,
                                   .rows = h.n_rows,
                                   .recv_done_ns = t_recv,
-                                  .compute_ns = px_now_ns() - t0};
+                                  .compute_ns = px_now_ns() - t0,
+                                  .ready_ns = t_ready};
     px__rt_step_head oh = h;
     oh.n_rows = out.n_rows;
     oh.row_len = out.row_len;
@@ -391,13 +394,14 @@ static px_status serve(worker *w, px_err *err)
     for (;;) {
         px_rt_frame_header h;
         const uint8_t *p;
+        uint64_t t_ready = px_now_ns();
         px_status st = px_rt_conn_recv(w->up, &h, &p, err);
         if (st)
             return st;
         uint64_t t_recv = px_now_ns();
         switch (h.type) {
         case PX_RT_FRAME_STEP:
-            st = on_step(w, h.flags, p, h.length, t_recv, err);
+            st = on_step(w, h.flags, p, h.length, t_ready, t_recv, err);
             break;
         case PX_RT_FRAME_SEQ:
             st = on_seq(w, p, h.length, err);

@@ -241,15 +241,16 @@ static void test_each_fault_has_its_effect_and_clear_restores(void **state)
     assert_true(ms_of(st.stages[1].xfer_in_decode_ns) < faulted - 10.0 * (double)steps);
     px_rt_pipeline_stats_release(&st);
 
-    /* Stage 1 five times slower at once. */
-    inject_ok(&r, (px_rt_fault){.kind = PX_RT_FAULT_SLOW, .stage = 1, .factor = 5, .tau_s = 0});
+    /* Stage 1 twenty times slower at once: far beyond what a loaded
+     * machine's noise does to either run's compute times. */
+    inject_ok(&r, (px_rt_fault){.kind = PX_RT_FAULT_SLOW, .stage = 1, .factor = 20, .tau_s = 0});
     px_assert_ok(generate(&r, &c, &st, &err), &err);
     assert_memory_equal(c.tokens, clean.tokens, sizeof c.tokens);
     double ratio = (double)st.stages[1].decode_ns / (double)base.stages[1].decode_ns;
     double ratio0 = (double)st.stages[0].decode_ns / (double)base.stages[0].decode_ns;
-    print_message("slow x5: stage 1 decode compute x%.2f, stage 0 x%.2f\n", ratio, ratio0);
-    assert_true(ratio >= 2.5);
-    assert_true(ratio0 < ratio / 1.5);
+    print_message("slow x20: stage 1 decode compute x%.2f, stage 0 x%.2f\n", ratio, ratio0);
+    assert_true(ratio >= 4);
+    assert_true(ratio0 < ratio / 2);
     px_rt_pipeline_stats_release(&st);
     inject_ok(&r, (px_rt_fault){.kind = PX_RT_FAULT_CLEAR, .stage = 1});
 
