@@ -68,8 +68,8 @@ px_status px_rt_engine_new(const px_rt_engine_opts *o, px_rt_engine **out, px_er
     pthread_condattr_destroy(&ca);
     if ((st = px__rt_runner_init(&e->run, o->session, o->executor, err)) != PX_OK)
         goto fail;
-    const px_ir_hparams *hp = o->session ? &o->session->model->hp
-                                         : px_rt_model_hparams(o->executor->model);
+    const px_ir_hparams *hp =
+        o->session ? &o->session->model->hp : px_rt_model_hparams(o->executor->model);
     e->vocab = hp->vocab_size;
     e->dim = hp->dim;
     if (px_rt_tokenizer_n_tokens(e->t) > e->vocab) {
@@ -79,10 +79,10 @@ px_status px_rt_engine_new(const px_rt_engine_opts *o, px_rt_engine **out, px_er
                         px_rt_tokenizer_n_tokens(e->t), e->vocab);
         goto fail;
     }
-    e->max_running = o->max_running && o->max_running < e->run.max_seqs ? o->max_running
-                                                                          : e->run.max_seqs;
-    e->step_tokens = o->step_tokens && o->step_tokens < e->run.max_rows ? o->step_tokens
-                                                                         : e->run.max_rows;
+    e->max_running =
+        o->max_running && o->max_running < e->run.max_seqs ? o->max_running : e->run.max_seqs;
+    e->step_tokens =
+        o->step_tokens && o->step_tokens < e->run.max_rows ? o->step_tokens : e->run.max_rows;
     e->max_waiting = o->max_waiting ? o->max_waiting : 1024;
     e->depth = o->session ? 1 : (o->micro_batches ? o->micro_batches : e->run.n_stages);
     e->max_entries = e->run.max_seqs;
@@ -166,8 +166,8 @@ static px_status check_request(const px_rt_engine *e, const px_rt_request *r, px
     for (uint32_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || (uint32_t)r->prompt[i] >= e->vocab)
             return px_err_set(err, PX_EINVAL,
-                              "request: prompt[%u] is token %d, outside the vocabulary [0, %u)",
-                              i, r->prompt[i], e->vocab);
+                              "request: prompt[%u] is token %d, outside the vocabulary [0, %u)", i,
+                              r->prompt[i], e->vocab);
     if (r->n_prompt > e->run.context)
         return px_err_set(err, PX_ELIMIT,
                           "request: the prompt is %u tokens long; the context holds %u: shorten "

@@ -53,13 +53,13 @@ typedef struct px__rt_eflight {
     uint64_t index;
     uint32_t n, rows;
     bool prefill, replay, audit;
-    px__rt_eseq **seq;   /* [max_entries] */
-    uint32_t *ordinal;   /* [max_entries] */
-    uint32_t *pos;       /* [max_entries] */
-    uint32_t *n_tokens;  /* [max_entries] */
+    px__rt_eseq **seq;     /* [max_entries] */
+    uint32_t *ordinal;     /* [max_entries] */
+    uint32_t *pos;         /* [max_entries] */
+    uint32_t *n_tokens;    /* [max_entries] */
     px__rt_step_seq *wire; /* [max_entries] */
     px_rt_seq_step *steps; /* [max_entries] (session) */
-    int32_t *tokens;     /* [max_rows] */
+    int32_t *tokens;       /* [max_rows] */
     uint64_t t_send;
     /* A session's result (its logits stay in the session until the next
      * forward: a session runs one step at a time). */

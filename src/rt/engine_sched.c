@@ -54,8 +54,8 @@ static void add_entry(px__rt_eflight *f, px__rt_eseq *q, uint32_t k)
     f->n_tokens[j] = k;
     memcpy(f->tokens + f->rows, q->tokens + pos, (size_t)k * sizeof *f->tokens);
     f->wire[j] = (px__rt_step_seq){.seq = q->slot, .pos = pos, .n_tokens = k};
-    f->steps[j] = (px_rt_seq_step){
-        .seq = q->slot, .pos = pos, .n_tokens = k, .tokens = f->tokens + f->rows};
+    f->steps[j] =
+        (px_rt_seq_step){.seq = q->slot, .pos = pos, .n_tokens = k, .tokens = f->tokens + f->rows};
     f->rows += k;
     f->prefill |= !decode;
     if (!q->rebuild_to)
@@ -136,8 +136,8 @@ static px_status make_room(px_rt_engine *e, px__rt_eseq *q, uint32_t end, bool *
  * be free, and some headroom for the running ones to grow. */
 static bool admissible(const px_rt_engine *e, const px__rt_eseq *q)
 {
-    uint32_t need = px_rt_kv_blocks_for(PX_MIN(q->n_tokens + 1, e->run.context),
-                                        e->run.kv_block_size);
+    uint32_t need =
+        px_rt_kv_blocks_for(PX_MIN(q->n_tokens + 1, e->run.context), e->run.kv_block_size);
     uint32_t headroom = e->n_running ? PX_MAX(1u, e->run.kv_blocks / 100) : 0;
     return (uint64_t)need + headroom <= e->kv_free;
 }

@@ -378,8 +378,8 @@ static px_status produce(px_rt_engine *e, px__rt_eflight *f, uint32_t j, const f
             e->o.stats->ttft_ns = now - e->t_start;
     }
     if ((uint32_t)tok < px_rt_tokenizer_n_tokens(e->t)) {
-        px_status st = px_rt_tokenizer_decode(e->t, q->tokens[q->n_tokens - 2], tok, &ev.piece,
-                                              &ev.len, err);
+        px_status st =
+            px_rt_tokenizer_decode(e->t, q->tokens[q->n_tokens - 2], tok, &ev.piece, &ev.len, err);
         if (st)
             return st;
     }
