@@ -662,6 +662,7 @@ typedef struct px_heal_run_opts {
     px_plan_request request;       /* the request the plan came from (graph,
                                       model and contract are set from above) */
     const json_t *plan;            /* borrowed; the plan to start with (required) */
+    uint32_t replica;              /* the plan's replica to start (0: the first) */
     bool planned;                  /* the plan was made by the planner for this
                                       run (the trace records the "plan" decision) */
     px_rt_executor_opts executor;  /* copied (its pointers borrowed) */

@@ -974,6 +974,16 @@ typedef struct px_rt_pipeline_spec {
 px_status px_rt_pipeline_spec_from_plan(const json_t *plan, const px_hw_graph *inventory,
                                         const char *name, px_rt_pipeline_spec *out, px_err *err);
 
+/* The replicas a plan serves (its "replicas" array; 1 without one). */
+uint32_t px_rt_plan_replicas(const json_t *plan);
+/* The stages of one replica, read as px_rt_pipeline_spec_from_plan reads
+ * the first's (replica 0 is exactly that); other replicas carry no
+ * per-stage predictions.  Errors: as px_rt_pipeline_spec_from_plan's,
+ * and PX_EVALIDATE for a replica the plan does not have. */
+px_status px_rt_pipeline_spec_from_plan_replica(const json_t *plan, const px_hw_graph *inventory,
+                                                const char *name, uint32_t replica,
+                                                px_rt_pipeline_spec *out, px_err *err);
+
 typedef enum px_rt_transport {
     PX_RT_TRANSPORT_UNIX = 0,
     PX_RT_TRANSPORT_TCP = 1,

@@ -206,3 +206,41 @@ px_status px_rt_pipeline_spec_from_plan(const json_t *plan, const px_hw_graph *g
             return bad(err, name, "/stages", "stage %u holds the head but is not the last", i);
     return PX_OK;
 }
+
+uint32_t px_rt_plan_replicas(const json_t *plan)
+{
+    json_t *r = json_object_get(plan, "replicas");
+    size_t n = json_is_array(r) ? json_array_size(r) : 0;
+    return n ? (uint32_t)PX_MIN(n, (size_t)UINT32_MAX) : 1;
+}
+
+px_status px_rt_pipeline_spec_from_plan_replica(const json_t *plan, const px_hw_graph *g,
+                                                const char *name, uint32_t replica,
+                                                px_rt_pipeline_spec *out, px_err *err)
+{
+    if (replica == 0)
+        return px_rt_pipeline_spec_from_plan(plan, g, name, out, err);
+    memset(out, 0, sizeof *out);
+    json_t *reps = json_object_get(plan, "replicas");
+    json_t *rep = json_array_get(reps, replica);
+    json_t *stages = json_object_get(rep, "stages");
+    if (!json_is_object(rep) || !json_is_array(stages))
+        return bad(err, name ? name : "plan", "/replicas",
+                   "replica %u does not exist or has no stages (the plan has %u replicas)",
+                   replica, px_rt_plan_replicas(plan));
+    /* The replica's stages in place of the first replica's: the same
+     * reading, devices and backends from the inventory, no per-stage
+     * predictions. */
+    json_t *copy = json_copy((json_t *)plan);
+    if (!copy)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    px_status st = PX_OK;
+    if (json_object_set(copy, "stages", stages) != 0)
+        st = px_err_set(err, PX_ENOMEM, "out of memory");
+    char label[96];
+    snprintf(label, sizeof label, "%s (replica %u)", name ? name : "plan", replica);
+    if (st == PX_OK)
+        st = px_rt_pipeline_spec_from_plan(copy, g, label, out, err);
+    json_decref(copy);
+    return st;
+}

@@ -214,8 +214,12 @@ static px_status spawn(px_rt_executor *ex, uint32_t i, px_err *err)
         return px_err_set(err, PX_EIO, "stage %u: fork: %s", i, strerror(errno));
     }
     if (pid == 0) {
-        /* A worker must not outlive its executor. */
+        /* A worker must not outlive its executor, and takes signals
+         * whatever its parent blocked. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
         if (getppid() != parent)
             _exit(126);
         execv(ex->worker_bin, (char *const *)argv);
