@@ -580,22 +580,52 @@ int32_t px_rt_tokenizer_eos(const px_rt_tokenizer *t);
 enum {
     PX_RT_ENCODE_BOS = 1 << 0, /* start with the BOS token */
     PX_RT_ENCODE_EOS = 1 << 1, /* end with the EOS token */
+    /* The text of a control or user-defined token (GGUF token_type 3 or
+     * 4: "<|im_start|>", "<s>", "[INST]" where the vocabulary marks it so)
+     * becomes that token's id instead of being spelled out in ordinary
+     * tokens.  Texts are matched leftmost first, the longest at a place;
+     * the ordinary text between them is encoded piece by piece, each
+     * piece with its own dummy-prefix space (llama.cpp's parse_special).
+     * For prompts the server builds (a rendered chat template), not for
+     * text that must stay literal. */
+    PX_RT_ENCODE_SPECIAL = 1 << 2,
 };
 
 /* Encodes len bytes of text (any bytes; invalid UTF-8 falls back to byte
- * tokens) into at most cap ids.  Thread-safe.  Errors: PX_ELIMIT when the
- * ids do not fit in cap (*n_ids then says how many were needed) or the
- * text is longer than 16 MiB, PX_EUNSUPPORTED when a byte has no token
- * (a vocabulary without byte fallback), PX_ENOMEM. */
+ * tokens) into at most cap ids.  Without PX_RT_ENCODE_SPECIAL every byte
+ * of text is ordinary text, whatever tokens the vocabulary has.
+ * Thread-safe.  Errors: PX_ELIMIT when the ids do not fit in cap (*n_ids
+ * then says how many were needed) or the text is longer than 16 MiB,
+ * PX_EUNSUPPORTED when a byte has no token (a vocabulary without byte
+ * fallback), PX_ENOMEM. */
 px_status px_rt_tokenizer_encode(const px_rt_tokenizer *t, const char *text, size_t len,
                                  unsigned flags, int32_t *ids, size_t cap, size_t *n_ids,
                                  px_err *err);
 /* The bytes token stands for when it follows prev: byte tokens become
- * their byte, U+2581 becomes a space, and the leading space of a piece
- * right after BOS is dropped (llama2.c's decoding).  *piece is owned by
- * the tokenizer.  Errors: PX_EINVAL for an id out of range. */
+ * their byte, U+2581 becomes a space, control and unknown tokens yield no
+ * bytes (so "<|im_end|>" or "</s>" never shows in generated text), and the
+ * leading space of a piece right after BOS is dropped (llama2.c's
+ * decoding).  *piece is owned by the tokenizer.  Errors: PX_EINVAL for an
+ * id out of range. */
 px_status px_rt_tokenizer_decode(const px_rt_tokenizer *t, int32_t prev, int32_t token,
                                  const char **piece, size_t *len, px_err *err);
+/* The id of the token whose text is exactly len bytes of text, as the
+ * vocabulary writes it ("<|im_end|>", "</s>"), or -1.  A control or
+ * user-defined token is preferred to an ordinary one of the same text.
+ * Used to turn a chat template's end-of-turn texts into stop tokens.
+ * Thread-safe. */
+int32_t px_rt_tokenizer_find(const px_rt_tokenizer *t, const char *text, size_t len);
+/* The type of token (GGUF tokenizer.ggml.token_type; PX_TOKEN_NORMAL when
+ * the vocabulary has none), PX_TOKEN_UNDEFINED for an id out of range. */
+px_token_type px_rt_tokenizer_token_type(const px_rt_tokenizer *t, int32_t token);
+/* The text of token as a person reads it: like px_rt_tokenizer_decode
+ * (byte tokens as their byte, U+2581 as a space, no dropped prefix), except
+ * that control and unknown tokens show their text ("<|im_end|>") where
+ * decode yields nothing.  For logprobs and diagnostics; streamed text uses
+ * decode, so that control tokens never reach a client.  *text is owned by
+ * the tokenizer.  Errors: PX_EINVAL for an id out of range. */
+px_status px_rt_tokenizer_token_text(const px_rt_tokenizer *t, int32_t token, const char **text,
+                                     size_t *len, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Sampling                                                            */

@@ -10,6 +10,12 @@
  * (quadratic); here the candidate pairs sit in a heap ordered by (score,
  * position) and pairs made stale by a merge are skipped when popped, which
  * picks the same pair at every step in O(n log n).
+ *
+ * With PX_RT_ENCODE_SPECIAL the text is first cut at the texts of control
+ * and user-defined tokens (leftmost, longest first, as the added-token
+ * matcher of Hugging Face tokenizers does); each such text becomes its id
+ * and every piece of ordinary text between them is encoded as above, with
+ * its own dummy prefix (llama.cpp's parse_special does the same).
  */
 #include "base/common.h"
 
@@ -33,6 +39,15 @@ struct px_rt_tokenizer {
     uint32_t max_len;
     bool spm_spaces; /* the vocabulary writes spaces as U+2581 */
     char byte_pieces[256];
+    uint8_t *type; /* px_token_type of each token */
+    /* Control and user-defined tokens, for PX_RT_ENCODE_SPECIAL: an open
+     * addressing table of their ids, and for each first byte the distinct
+     * lengths of the special texts starting with it, longest first
+     * (special_lens[special_first[b] .. special_first[b + 1]]). */
+    int32_t *special_table;
+    size_t special_mask;
+    uint32_t *special_lens;
+    uint32_t special_first[257];
 };
 
 static uint64_t hash_bytes(const char *s, size_t n)
@@ -49,6 +64,25 @@ static int32_t lookup(const px_rt_tokenizer *t, const char *s, size_t n)
         if (t->len[id] == n && !memcmp(t->text[id], s, n))
             return id;
     }
+}
+
+/* The control or user-defined token whose text is exactly s, or -1. */
+static int32_t lookup_special(const px_rt_tokenizer *t, const char *s, size_t n)
+{
+    if (!t->special_table)
+        return -1;
+    for (size_t i = hash_bytes(s, n) & t->special_mask;; i = (i + 1) & t->special_mask) {
+        int32_t id = t->special_table[i];
+        if (id < 0)
+            return -1;
+        if (t->len[id] == n && !memcmp(t->text[id], s, n))
+            return id;
+    }
+}
+
+static bool is_special_type(uint8_t type)
+{
+    return type == PX_TOKEN_CONTROL || type == PX_TOKEN_USER_DEFINED;
 }
 
 static int hexval(char c)
@@ -89,12 +123,15 @@ void px_rt_tokenizer_free(px_rt_tokenizer *t)
     free(t->piece);
     free(t->piece_len);
     free(t->table);
+    free(t->type);
+    free(t->special_table);
+    free(t->special_lens);
     free(t);
 }
 
 /* The decoded form of token i: its byte, nothing for control tokens, or
  * its text with U+2581 turned into spaces. */
-static px_status make_piece(px_rt_tokenizer *t, const px_ir_vocab *v, uint32_t i)
+static px_status make_piece(px_rt_tokenizer *t, uint32_t i)
 {
     int b = byte_token(t->text[i], t->len[i]);
     if (b >= 0) {
@@ -102,7 +139,7 @@ static px_status make_piece(px_rt_tokenizer *t, const px_ir_vocab *v, uint32_t i
         t->piece_len[i] = 1;
         return PX_OK;
     }
-    uint8_t type = v->types ? v->types[i] : PX_TOKEN_NORMAL;
+    uint8_t type = t->type[i];
     char *p = malloc(t->len[i] + 1);
     if (!p)
         return PX_ENOMEM;
@@ -120,6 +157,66 @@ static px_status make_piece(px_rt_tokenizer *t, const px_ir_vocab *v, uint32_t i
     p[n] = '\0';
     t->piece[i] = p;
     t->piece_len[i] = n;
+    return PX_OK;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Indexes the control and user-defined tokens (see the struct).  Where two
+ * have the same text the lower id wins, as in the main table. */
+static px_status index_special(px_rt_tokenizer *t)
+{
+    size_t n_special = 0;
+    for (uint32_t i = 0; i < t->n; i++)
+        if (is_special_type(t->type[i]) && t->len[i] > 0)
+            n_special++;
+    if (n_special == 0)
+        return PX_OK;
+    size_t cap = 16;
+    while (cap < 2 * n_special)
+        cap *= 2;
+    t->special_mask = cap - 1;
+    t->special_table = malloc(cap * sizeof *t->special_table);
+    /* Sort keys: first byte in the high bits, then the length reversed so
+     * that longer texts sort first. */
+    uint64_t *keys = malloc(n_special * sizeof *keys);
+    t->special_lens = malloc(n_special * sizeof *t->special_lens);
+    if (!t->special_table || !keys || !t->special_lens) {
+        free(keys);
+        return PX_ENOMEM;
+    }
+    memset(t->special_table, 0xff, cap * sizeof *t->special_table);
+    size_t k = 0;
+    for (uint32_t i = 0; i < t->n; i++) {
+        if (!is_special_type(t->type[i]) || t->len[i] == 0)
+            continue;
+        if (lookup_special(t, t->text[i], t->len[i]) < 0) {
+            size_t h = hash_bytes(t->text[i], t->len[i]) & t->special_mask;
+            while (t->special_table[h] >= 0)
+                h = (h + 1) & t->special_mask;
+            t->special_table[h] = (int32_t)i;
+        }
+        keys[k++] = (uint64_t)(unsigned char)t->text[i][0] << 32 | (UINT32_MAX - t->len[i]);
+    }
+    qsort(keys, k, sizeof *keys, cmp_u64);
+    size_t n_lens = 0;
+    memset(t->special_first, 0, sizeof t->special_first);
+    for (size_t j = 0; j < k; j++) {
+        if (j > 0 && keys[j] == keys[j - 1])
+            continue;
+        unsigned b = (unsigned)(keys[j] >> 32);
+        t->special_lens[n_lens++] = UINT32_MAX - (uint32_t)keys[j];
+        t->special_first[b + 1] = (uint32_t)n_lens;
+    }
+    /* Bytes with no special text start where the previous byte ended. */
+    for (int b = 1; b <= 256; b++)
+        if (t->special_first[b] < t->special_first[b - 1])
+            t->special_first[b] = t->special_first[b - 1];
+    free(keys);
     return PX_OK;
 }
 
@@ -155,7 +252,8 @@ px_status px_rt_tokenizer_new(const px_ir_vocab *v, px_rt_tokenizer **out, px_er
     t->piece = calloc(n, sizeof *t->piece);
     t->piece_len = calloc(n, sizeof *t->piece_len);
     t->table = malloc(cap * sizeof *t->table);
-    if (!t->text || !t->len || !t->scores || !t->piece || !t->piece_len || !t->table)
+    t->type = malloc(n);
+    if (!t->text || !t->len || !t->scores || !t->piece || !t->piece_len || !t->table || !t->type)
         goto fail_oom;
     memset(t->table, 0xff, cap * sizeof *t->table);
     for (int b = 0; b < 256; b++) {
@@ -175,6 +273,7 @@ px_status px_rt_tokenizer_new(const px_ir_vocab *v, px_rt_tokenizer **out, px_er
         t->text[i][len] = '\0';
         t->len[i] = len;
         t->scores[i] = v->scores ? v->scores[i] : 0.0f;
+        t->type[i] = v->types ? v->types[i] : (uint8_t)PX_TOKEN_NORMAL;
         t->max_len = PX_MAX(t->max_len, len);
         /* Keep the lowest id of duplicated texts. */
         if (lookup(t, t->text[i], len) < 0) {
@@ -189,8 +288,10 @@ px_status px_rt_tokenizer_new(const px_ir_vocab *v, px_rt_tokenizer **out, px_er
     }
     t->spm_spaces = lookup(t, " ", 1) < 0 && lookup(t, SPM_SPACE, 3) >= 0;
     for (uint32_t i = 0; i < n; i++)
-        if (make_piece(t, v, i) != PX_OK)
+        if (make_piece(t, i) != PX_OK)
             goto fail_oom;
+    if (index_special(t) != PX_OK)
+        goto fail_oom;
     *out = t;
     return PX_OK;
 fail_oom:
@@ -228,6 +329,38 @@ px_status px_rt_tokenizer_decode(const px_rt_tokenizer *t, int32_t prev, int32_t
     }
     *piece = p;
     *len = n;
+    return PX_OK;
+}
+
+int32_t px_rt_tokenizer_find(const px_rt_tokenizer *t, const char *text, size_t len)
+{
+    if (!text || len == 0 || len > t->max_len)
+        return -1;
+    int32_t id = lookup_special(t, text, len);
+    return id >= 0 ? id : lookup(t, text, len);
+}
+
+px_token_type px_rt_tokenizer_token_type(const px_rt_tokenizer *t, int32_t token)
+{
+    if (token < 0 || (uint32_t)token >= t->n)
+        return PX_TOKEN_UNDEFINED;
+    return (px_token_type)t->type[token];
+}
+
+px_status px_rt_tokenizer_token_text(const px_rt_tokenizer *t, int32_t token, const char **text,
+                                     size_t *len, px_err *err)
+{
+    if (token < 0 || (uint32_t)token >= t->n)
+        return px_err_set(err, PX_EINVAL, "tokenizer: token %d is outside the vocabulary [0, %u)",
+                          token, t->n);
+    /* Control and unknown tokens decode to nothing; here they show. */
+    if (t->type[token] == PX_TOKEN_CONTROL || t->type[token] == PX_TOKEN_UNKNOWN) {
+        *text = t->text[token];
+        *len = t->len[token];
+    } else {
+        *text = t->piece[token];
+        *len = t->piece_len[token];
+    }
     return PX_OK;
 }
 
@@ -343,17 +476,27 @@ static px_status split_code_points(const px_rt_tokenizer *t, const char *s, size
     return PX_OK;
 }
 
-px_status px_rt_tokenizer_encode(const px_rt_tokenizer *t, const char *text, size_t len,
-                                 unsigned flags, int32_t *ids, size_t cap, size_t *n_ids,
-                                 px_err *err)
+/* Where encoded ids go: written while they fit, counted always, so that a
+ * caller whose buffer is short learns how many it needs. */
+typedef struct id_sink {
+    int32_t *ids;
+    size_t cap, n;
+} id_sink;
+
+static void sink_put(id_sink *s, int32_t id)
 {
-    *n_ids = 0;
-    if (len > MAX_TEXT)
-        return px_err_set(err, PX_ELIMIT, "tokenizer: text of %zu bytes (at most %zu)", len,
-                          MAX_TEXT);
-    if ((flags & PX_RT_ENCODE_BOS && t->bos < 0) || (flags & PX_RT_ENCODE_EOS && t->eos < 0))
-        return px_err_set(err, PX_EINVAL, "tokenizer: the vocabulary has no %s token",
-                          flags & PX_RT_ENCODE_BOS && t->bos < 0 ? "BOS" : "EOS");
+    if (s->n < s->cap)
+        s->ids[s->n] = id;
+    s->n++;
+}
+
+/* Encodes ordinary text (no special tokens): the dummy prefix, code
+ * points, then the merges. */
+static px_status encode_text(const px_rt_tokenizer *t, const char *text, size_t len, id_sink *out,
+                             px_err *err)
+{
+    if (len == 0)
+        return PX_OK;
     /* The text as the vocabulary writes it, with the dummy prefix space. */
     size_t norm_cap = 3 * (len + 1), n_norm = 0;
     char *norm = malloc(norm_cap);
@@ -380,11 +523,9 @@ px_status px_rt_tokenizer_encode(const px_rt_tokenizer *t, const char *text, siz
         }
     }
     size_t n_sym = 0;
-    if (len > 0) {
-        int32_t prefix = t->spm_spaces ? lookup(t, SPM_SPACE, 3) : lookup(t, " ", 1);
-        if (prefix >= 0)
-            e.tok[n_sym++] = prefix;
-    }
+    int32_t prefix = t->spm_spaces ? lookup(t, SPM_SPACE, 3) : lookup(t, " ", 1);
+    if (prefix >= 0)
+        e.tok[n_sym++] = prefix;
     if ((st = split_code_points(t, norm, n_norm, e.tok, &n_sym, err)) != PX_OK)
         goto done;
     for (size_t i = 0; i < n_sym; i++) {
@@ -410,22 +551,8 @@ px_status px_rt_tokenizer_encode(const px_rt_tokenizer *t, const char *text, siz
             consider(&e, (uint32_t)e.prev[c.left]);
         consider(&e, c.left);
     }
-    size_t need = (flags & PX_RT_ENCODE_BOS ? 1 : 0) + (flags & PX_RT_ENCODE_EOS ? 1 : 0);
     for (int32_t i = n_sym ? 0 : -1; i >= 0; i = e.next[i])
-        need++;
-    *n_ids = need;
-    if (need > cap) {
-        st = px_err_set(err, PX_ELIMIT, "tokenizer: the text needs %zu tokens; room for %zu", need,
-                        cap);
-        goto done;
-    }
-    size_t k = 0;
-    if (flags & PX_RT_ENCODE_BOS)
-        ids[k++] = t->bos;
-    for (int32_t i = n_sym ? 0 : -1; i >= 0; i = e.next[i])
-        ids[k++] = e.tok[i];
-    if (flags & PX_RT_ENCODE_EOS)
-        ids[k++] = t->eos;
+        sink_put(out, e.tok[i]);
 done:
     free(norm);
     free(e.tok);
@@ -435,4 +562,72 @@ done:
     free(e.heap);
     free(e.buf);
     return st;
+}
+
+/* The control or user-defined token whose text starts s (at most n
+ * bytes), the longest when several do; -1 when none. */
+static int32_t match_special(const px_rt_tokenizer *t, const char *s, size_t n, size_t *match_len)
+{
+    unsigned b = (unsigned char)s[0];
+    for (uint32_t j = t->special_first[b]; j < t->special_first[b + 1]; j++) {
+        uint32_t len = t->special_lens[j];
+        if (len > n)
+            continue;
+        int32_t id = lookup_special(t, s, len);
+        if (id >= 0) {
+            *match_len = len;
+            return id;
+        }
+    }
+    return -1;
+}
+
+/* Encodes text with the texts of special tokens as their ids, the
+ * ordinary pieces between them as encode_text does. */
+static px_status encode_special(const px_rt_tokenizer *t, const char *text, size_t len,
+                                id_sink *out, px_err *err)
+{
+    size_t start = 0, i = 0;
+    while (i < len) {
+        size_t mlen = 0;
+        int32_t id = t->special_table ? match_special(t, text + i, len - i, &mlen) : -1;
+        if (id < 0) {
+            i++;
+            continue;
+        }
+        px_status st = encode_text(t, text + start, i - start, out, err);
+        if (st != PX_OK)
+            return st;
+        sink_put(out, id);
+        i += mlen;
+        start = i;
+    }
+    return encode_text(t, text + start, len - start, out, err);
+}
+
+px_status px_rt_tokenizer_encode(const px_rt_tokenizer *t, const char *text, size_t len,
+                                 unsigned flags, int32_t *ids, size_t cap, size_t *n_ids,
+                                 px_err *err)
+{
+    *n_ids = 0;
+    if (len > MAX_TEXT)
+        return px_err_set(err, PX_ELIMIT, "tokenizer: text of %zu bytes (at most %zu)", len,
+                          MAX_TEXT);
+    if ((flags & PX_RT_ENCODE_BOS && t->bos < 0) || (flags & PX_RT_ENCODE_EOS && t->eos < 0))
+        return px_err_set(err, PX_EINVAL, "tokenizer: the vocabulary has no %s token",
+                          flags & PX_RT_ENCODE_BOS && t->bos < 0 ? "BOS" : "EOS");
+    id_sink sink = {ids, cap, 0};
+    if (flags & PX_RT_ENCODE_BOS)
+        sink_put(&sink, t->bos);
+    px_status st = flags & PX_RT_ENCODE_SPECIAL ? encode_special(t, text, len, &sink, err)
+                                                : encode_text(t, text, len, &sink, err);
+    if (st != PX_OK)
+        return st;
+    if (flags & PX_RT_ENCODE_EOS)
+        sink_put(&sink, t->eos);
+    *n_ids = sink.n;
+    if (sink.n > cap)
+        return px_err_set(err, PX_ELIMIT, "tokenizer: the text needs %zu tokens; room for %zu",
+                          sink.n, cap);
+    return PX_OK;
 }
