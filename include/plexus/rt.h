@@ -636,6 +636,7 @@ typedef struct px_rt_sampler_opts {
     float top_p;       /* nucleus sampling when in (0, 1); else all tokens */
     uint64_t seed;     /* px_rng: the same seed gives the same choices */
     uint32_t top_k;    /* only the k most likely tokens; 0: all */
+    float min_p;       /* drop tokens below min_p x the likeliest's probability; 0: off */
 } px_rt_sampler_opts;
 
 typedef struct px_rt_sampler px_rt_sampler;

@@ -33,7 +33,10 @@
 #define PLEXUS_SERVE_H
 
 #include "plexus/base.h"
+#include "plexus/heal.h"
 #include "plexus/ir.h"
+#include "plexus/plan.h"
+#include "plexus/rt.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -258,7 +261,8 @@ typedef struct px_serve_request {
     int32_t top_k;       /* 0: off */
     double min_p;        /* 0: off */
     bool has_seed;
-    uint64_t seed; /* an int64 seed's bits */
+    uint64_t seed;   /* an int64 seed's bits */
+    bool ignore_eos; /* generate past EOS (llama.cpp's and vLLM's extension) */
     const char *stop[PX_SERVE_MAX_STOP];
     size_t stop_len[PX_SERVE_MAX_STOP];
     size_t n_stop;
@@ -381,6 +385,83 @@ void px_serve_response_id(px_serve_api api, uint64_t seq, uint64_t salt, char ou
  * "created", "owned_by"}]} for n model ids (borrowed).  Returns owned
  * (free()), NULL when memory runs out. */
 char *px_serve_models_json(const char *const *ids, size_t n, int64_t created, const char *owned_by);
+
+/* ================================================================== */
+/* The server                                                          */
+/* ================================================================== */
+/*
+ * `plexus serve`: a model behind the OpenAI API on HTTP.  The model runs
+ * in this process on the cpu (one session), or as a plan's stage workers
+ * (every replica of the plan, each an executor under a healing
+ * supervisor, so that a worker killed or a link degraded mid-stream is
+ * handled and the streams go on with the same tokens).  Each replica has
+ * a generation engine (continuous batching, plexus/rt.h) on a thread of
+ * its own; requests go to the least loaded replica.  HTTP runs on
+ * libmicrohttpd, one thread per connection; a request is authenticated
+ * (Authorization: Bearer KEY, when a key is set) before its body is read.
+ *
+ *     GET  /health                 {"status": "ok"}, and with the key the
+ *                                  replicas, their stages and incidents
+ *     GET  /metrics                Prometheus text
+ *     GET  /v1/models
+ *     POST /v1/completions         stream or not
+ *     POST /v1/chat/completions    stream or not
+ *
+ *     px_serve_opts so = {.model_path = "model.gguf", .listen = "127.0.0.1:8080"};
+ *     px_serve *s;
+ *     px_serve_new(&so, &s, &err);     // loads, starts workers, listens
+ *     ...                              // until a signal
+ *     px_serve_free(s);                // stops listening, ends every request
+ *
+ * Thread safety: px_serve_address and px_serve_stop may be called from any
+ * thread; new and free from one.
+ */
+
+typedef struct px_serve px_serve;
+
+typedef struct px_serve_opts {
+    const char *model_path;    /* required (borrowed, copied) */
+    const char *model_name;    /* the id in /v1/models; NULL: the file's name */
+    const char *listen;        /* "HOST:PORT" (IPv4); NULL: "127.0.0.1:8080"; port 0 picks one */
+    const char *api_key;       /* NULL: no authentication (copied, never logged) */
+    const char *chat_template; /* a built-in's name; NULL: from the model */
+    /* In this process (plan NULL): one cpu session. */
+    uint32_t n_threads; /* 0: the online CPUs */
+    /* Through stage workers: the plan (borrowed), its inventory (borrowed;
+     * may be NULL), the executor's options, healing. */
+    const json_t *plan;
+    const px_hw_graph *graph;
+    const json_t *inventory_doc;
+    px_rt_executor_opts executor;
+    px_plan_request request;       /* what the plan was made for (healing plans alike) */
+    bool heal;                     /* false: faults are detected and reported only */
+    const px_heal_inject *injects; /* borrowed; replica 0's */
+    size_t n_injects;
+    /* The engine. */
+    uint32_t max_seqs;    /* sequences at once per replica; 0: 16 */
+    uint32_t context;     /* 0: the model's */
+    uint32_t step_tokens; /* rows per step; 0: 512 */
+    uint32_t kv_blocks;   /* 0: enough for every sequence's whole context */
+    uint32_t max_queue;   /* requests waiting per replica; 0: 64.  More: 429 */
+    /* HTTP. */
+    uint32_t max_connections; /* 0: 256 */
+    size_t max_body_bytes;    /* 0: 8 MiB */
+} px_serve_opts;
+
+/* Loads the model and its tokenizer, picks the chat template (an unknown
+ * one is an error naming the built-ins, unless chat is never asked for:
+ * then POST /v1/chat/completions answers with that error), starts every
+ * replica and listens.  o is copied.  Returns owned (px_serve_free).
+ * Errors: PX_EINVAL (options, naming them), the model's, the planner's
+ * and executor's, PX_EIO (cannot listen, naming the address). */
+px_status px_serve_new(const px_serve_opts *o, px_serve **out, px_err *err);
+/* "127.0.0.1:PORT" as bound (borrowed). */
+const char *px_serve_address(const px_serve *s);
+/* Stops taking connections (thread-safe); free finishes the job. */
+void px_serve_stop(px_serve *s);
+/* Stops listening, ends every request and every replica (workers shut
+ * down).  NULL is a no-op. */
+void px_serve_free(px_serve *s);
 
 #ifdef __cplusplus
 }

@@ -148,8 +148,8 @@ px_status px_heal_run_new(const px_heal_run_opts *o, px_heal_run **out, px_err *
         px_err_set(err, PX_ENOMEM, "heal: out of memory");
         goto fail;
     }
-    if ((st = px_rt_pipeline_spec_from_plan_replica(h->plan, o->graph, "plan", o->replica,
-                                                    &h->spec, err)) != PX_OK)
+    if ((st = px_rt_pipeline_spec_from_plan_replica(h->plan, o->graph, "plan", o->replica, &h->spec,
+                                                    err)) != PX_OK)
         goto fail;
     /* Every inject must name something of the first plan: a typo is
      * refused before any worker starts. */

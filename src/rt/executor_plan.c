@@ -226,8 +226,8 @@ px_status px_rt_pipeline_spec_from_plan_replica(const json_t *plan, const px_hw_
     json_t *stages = json_object_get(rep, "stages");
     if (!json_is_object(rep) || !json_is_array(stages))
         return bad(err, name ? name : "plan", "/replicas",
-                   "replica %u does not exist or has no stages (the plan has %u replicas)",
-                   replica, px_rt_plan_replicas(plan));
+                   "replica %u does not exist or has no stages (the plan has %u replicas)", replica,
+                   px_rt_plan_replicas(plan));
     /* The replica's stages in place of the first replica's: the same
      * reading, devices and backends from the inventory, no per-stage
      * predictions. */

@@ -38,6 +38,8 @@ px_status px_rt_sampler_new(uint32_t vocab_size, const px_rt_sampler_opts *o, px
                           (double)o->temperature);
     if (!(o->top_p >= 0 && o->top_p <= 1))
         return px_err_set(err, PX_EINVAL, "sampler: top-p %g must lie in [0, 1]", (double)o->top_p);
+    if (!(o->min_p >= 0 && o->min_p <= 1))
+        return px_err_set(err, PX_EINVAL, "sampler: min-p %g must lie in [0, 1]", (double)o->min_p);
     px_rt_sampler *s = calloc(1, sizeof *s);
     if (!s || !(s->candidates = malloc(vocab_size * sizeof *s->candidates))) {
         free(s);
@@ -170,6 +172,10 @@ static int32_t sample_top_p(px_rt_sampler *s, const float *p, double coin)
     bool nucleus = s->o.top_p > 0 && s->o.top_p < 1;
     if (s->o.top_k > 0 && s->o.top_k < n) {
         n0 = top_k(s, p, s->o.top_k);
+    } else if (s->o.min_p > 0 && !nucleus) {
+        for (uint32_t i = 0; i < n; i++)
+            s->candidates[n0++] = (prob_index){p[i], (int32_t)i};
+        sort_desc(s->candidates, n0);
     } else {
         float cutoff = n > 1 ? (1.0f - s->o.top_p) / (float)(n - 1) : 0.0f;
         for (uint32_t i = 0; i < n; i++)
@@ -179,9 +185,17 @@ static int32_t sample_top_p(px_rt_sampler *s, const float *p, double coin)
             return px_rt_argmax(p, n);
         sort_desc(s->candidates, n0);
     }
-    /* After top-k the nucleus is taken of the k tokens' own mass. */
+    /* min-p: only tokens at least min_p times as likely as the first. */
+    if (s->o.min_p > 0) {
+        float floor = s->o.min_p * s->candidates[0].prob;
+        uint32_t keep = 1;
+        while (keep < n0 && s->candidates[keep].prob >= floor)
+            keep++;
+        n0 = keep;
+    }
+    /* After top-k or min-p the nucleus is taken of the tokens' own mass. */
     double mass = 1;
-    if (s->o.top_k > 0 && s->o.top_k < n) {
+    if ((s->o.top_k > 0 && s->o.top_k < n) || s->o.min_p > 0) {
         mass = 0;
         for (uint32_t i = 0; i < n0; i++)
             mass += s->candidates[i].prob;
@@ -221,7 +235,7 @@ int32_t px_rt_sampler_sample(px_rt_sampler *s, float *logits)
         logits[i] /= s->o.temperature;
     softmax(logits, s->vocab);
     double coin = px_rng_uniform(&s->rng);
-    bool limited = s->o.top_k > 0 && s->o.top_k < s->vocab;
+    bool limited = (s->o.top_k > 0 && s->o.top_k < s->vocab) || s->o.min_p > 0;
     if (!limited && (s->o.top_p <= 0 || s->o.top_p >= 1))
         return sample_all(logits, s->vocab, coin);
     return sample_top_p(s, logits, coin);

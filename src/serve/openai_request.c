@@ -239,6 +239,9 @@ static px_status sampling(parser *p, const json_t *body)
                    "top_p: 0 keeps no token; give a value in (0, 1], or use "
                    "temperature 0 for greedy decoding");
     r->top_k = top_k < 0 ? 0 : (int32_t)top_k;
+    /* An extension of llama.cpp's and vLLM's servers: generate past EOS. */
+    if ((st = get_bool(p, body, "ignore_eos", &r->ignore_eos)))
+        return st;
     if ((st = get_int(p, body, "seed", INT64_MIN, INT64_MAX, &seed, &given)))
         return st;
     r->has_seed = given;

@@ -176,8 +176,8 @@ static px_status before(void *ud, px_rt_executor *ex, const px_rt_step_obs *o, p
     return PX_OK;
 }
 
-static px_status after(void *ud, px_rt_executor *ex, const px_rt_step_obs *o,
-                       px_rt_step_verdict *v, px_err *err)
+static px_status after(void *ud, px_rt_executor *ex, const px_rt_step_obs *o, px_rt_step_verdict *v,
+                       px_err *err)
 {
     (void)ex;
     (void)o;

@@ -30,9 +30,9 @@ typedef struct outcome {
 static px_rt_model *model;
 static px_rt_tokenizer *tok;
 
-static const char *texts[N_REQ] = {"Once upon a time", "The cat sat", "A big red ball", "Lily",
-                                   "One day, a little", "The sun", "Tom and his dog went to",
-                                   "She"};
+static const char *texts[N_REQ] = {
+    "Once upon a time",  "The cat sat", "A big red ball",          "Lily",
+    "One day, a little", "The sun",     "Tom and his dog went to", "She"};
 
 static int setup(void **state)
 {
@@ -84,9 +84,9 @@ static px_rt_request request(const char *text, int32_t *ids, outcome *o)
 {
     size_t n;
     px_err err;
-    px_assert_ok(px_rt_tokenizer_encode(tok, text, strlen(text), PX_RT_ENCODE_BOS, ids, MAX_ID, &n,
-                                        &err),
-                 &err);
+    px_assert_ok(
+        px_rt_tokenizer_encode(tok, text, strlen(text), PX_RT_ENCODE_BOS, ids, MAX_ID, &n, &err),
+        &err);
     memset(o, 0, sizeof *o);
     return (px_rt_request){.prompt = ids,
                            .n_prompt = (uint32_t)n,

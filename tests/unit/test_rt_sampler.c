@@ -1,4 +1,5 @@
-/* Sampling: greedy, temperature and top-p, seeded and reproducible. */
+/* Sampling: greedy, temperature, top-p, top-k and min-p, seeded and
+ * reproducible. */
 #include "px_test.h"
 
 #include <math.h>
@@ -115,6 +116,48 @@ static void test_sampler_follows_the_distribution(void **state)
     px_rt_sampler_free(s);
 }
 
+/* Whether token t is among the k likeliest of the logits. */
+static bool in_top(const float *l, int32_t t, int k)
+{
+    int above = 0;
+    for (int i = 0; i < V; i++)
+        above += l[i] > l[t];
+    return above < k;
+}
+
+static void test_sampler_top_k_and_min_p_keep_only_the_likeliest(void **state)
+{
+    (void)state;
+    float l[V];
+    fill_logits(l, 3);
+    int32_t got[2000];
+    /* Top-3 at a high temperature: only the three likeliest come, each of
+     * them. */
+    px_rt_sampler_opts k3 = {.temperature = 2.0f, .top_k = 3, .seed = 5};
+    draws(&k3, 2000, got);
+    int seen[V] = {0};
+    for (int i = 0; i < 2000; i++) {
+        assert_true(in_top(l, got[i], 3));
+        seen[got[i]]++;
+    }
+    int distinct = 0;
+    for (int i = 0; i < V; i++)
+        distinct += seen[i] > 0;
+    assert_int_equal(distinct, 3);
+    /* Min-p: only tokens at least half as likely as the likeliest (at
+     * temperature 1, logits within ln 2 of the largest). */
+    px_rt_sampler_opts mp = {.temperature = 1.0f, .min_p = 0.5f, .seed = 5};
+    draws(&mp, 2000, got);
+    float max = l[px_rt_argmax(l, V)];
+    for (int i = 0; i < 2000; i++)
+        assert_true(l[got[i]] >= max - logf(2.0f) - 1e-5f);
+    /* top_k 1 is greedy whatever the temperature. */
+    px_rt_sampler_opts k1 = {.temperature = 5.0f, .top_k = 1, .seed = 9};
+    draws(&k1, 50, got);
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(got[i], px_rt_argmax(l, V));
+}
+
 static void test_sampler_rejects_bad_options(void **state)
 {
     (void)state;
@@ -128,6 +171,8 @@ static void test_sampler_rejects_bad_options(void **state)
     assert_int_equal(px_rt_sampler_new(V, &(px_rt_sampler_opts){.top_p = 1.5f}, &s, &err),
                      PX_EINVAL);
     px_assert_contains(err.msg, "top-p");
+    assert_int_equal(px_rt_sampler_new(V, &(px_rt_sampler_opts){.min_p = 2}, &s, &err), PX_EINVAL);
+    px_assert_contains(err.msg, "min-p");
     assert_int_equal(px_rt_sampler_new(0, NULL, &s, &err), PX_EINVAL);
     px_assert_ok(px_rt_sampler_new(V, NULL, &s, &err), &err);
     float l[V];
@@ -146,6 +191,7 @@ int main(void)
         cmocka_unit_test(test_sampler_same_seed_gives_same_tokens),
         cmocka_unit_test(test_sampler_temperature_zero_and_tiny_top_p_are_greedy),
         cmocka_unit_test(test_sampler_follows_the_distribution),
+        cmocka_unit_test(test_sampler_top_k_and_min_p_keep_only_the_likeliest),
         cmocka_unit_test(test_sampler_rejects_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

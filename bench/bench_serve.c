@@ -1,0 +1,429 @@
+/*
+ * Serving throughput and latency of `plexus serve`, against llama.cpp's
+ * server on the same model and machine class.
+ *
+ * 1. Writes the 136 M-parameter synthetic llama of ANCHORS.md (dim 1024,
+ *    hidden 2816, 12 layers, 16 heads, 4 kv heads, vocab 512, context 512,
+ *    seed 1) at q8_0 with `plexus model synth`.
+ * 2. Starts `plexus serve --threads 2` on it and drives it with 1, 4, 8 and
+ *    16 concurrent clients, each sending streamed completions of 64 new
+ *    tokens one after the other (libcurl, server-sent events, usage
+ *    counted).  Prints tokens/s, time to first token and time per output
+ *    token (p50, p99) per concurrency, and the ratio to llama-server's
+ *    figures measured on this machine class (`llama-server -t 2 -np 16`,
+ *    non-streamed, 64 tokens): 128, 139, 235 and 259 tokens/s.  Those were
+ *    measured on another day: the ratio is indicative, the figures are the
+ *    result.
+ * 3. Plans stories260K for throughput on emu-small (this cpu and two
+ *    emulated accelerators), serves the plan through its stage workers,
+ *    loads it with as many clients as the plan batches, and prints the
+ *    observed tokens/s against the plan's predicted interval.
+ *
+ * About two minutes on a two-core machine.  PX_BENCH_DIR holds the model
+ * (default: a fresh folder under TMPDIR, removed afterwards).
+ */
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "plexus/base.h"
+
+#define N_NEW      64
+#define MAX_REQS   16
+#define MAX_CLIENT 256
+
+static const char *plexus_bin;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Runs a command to completion; returns its exit status. */
+static int run(const char *const *argv)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int st = -1;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+typedef struct server {
+    pid_t pid;
+    char url[128];
+} server;
+
+static bool start_server(server *s, const char *const *args)
+{
+    const char *argv[40];
+    size_t n = 0;
+    argv[n++] = plexus_bin;
+    argv[n++] = "serve";
+    for (size_t i = 0; args[i] && n < 36; i++)
+        argv[n++] = args[i];
+    argv[n++] = "--listen";
+    argv[n++] = "127.0.0.1:0";
+    argv[n] = NULL;
+    int out[2];
+    if (pipe(out) != 0)
+        return false;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        dup2(out[1], 1);
+        close(out[0]);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(out[1]);
+    s->pid = pid;
+    char buf[1024] = {0};
+    size_t len = 0;
+    for (;;) {
+        struct pollfd p = {.fd = out[0], .events = POLLIN};
+        if (poll(&p, 1, 120000) <= 0)
+            break;
+        ssize_t r = read(out[0], buf + len, sizeof buf - 1 - len);
+        if (r <= 0)
+            break;
+        len += (size_t)r;
+        char *at = strstr(buf, "listening on "), *nl = at ? strchr(at, '\n') : NULL;
+        if (nl) {
+            *nl = 0;
+            snprintf(s->url, sizeof s->url, "http://%s/v1/completions", at + 13);
+            break;
+        }
+    }
+    close(out[0]);
+    return s->url[0] != 0;
+}
+
+static void stop_server(server *s)
+{
+    if (s->pid <= 0)
+        return;
+    kill(s->pid, SIGTERM);
+    for (int i = 0; i < 250; i++) {
+        if (waitpid(s->pid, NULL, WNOHANG) == s->pid) {
+            s->pid = 0;
+            return;
+        }
+        usleep(20000);
+    }
+    kill(-s->pid, SIGKILL);
+    waitpid(s->pid, NULL, 0);
+    s->pid = 0;
+}
+
+/* One streamed request's timings. */
+typedef struct req_result {
+    double ttft, tpot;
+    long tokens;
+    bool ok;
+} req_result;
+
+typedef struct stream_state {
+    double t0, first, last;
+    long tokens;
+    char line[8192];
+    size_t len;
+} stream_state;
+
+static void on_line(stream_state *s, const char *line)
+{
+    if (strncmp(line, "data: ", 6) != 0 || !strcmp(line + 6, "[DONE]"))
+        return;
+    const char *u = strstr(line, "\"completion_tokens\":");
+    if (u) {
+        s->tokens = strtol(u + 20, NULL, 10);
+        return;
+    }
+    if (strstr(line, "\"text\":\"\"") || !strstr(line, "\"text\":"))
+        return;
+    double t = now_s();
+    if (s->first == 0)
+        s->first = t;
+    s->last = t;
+}
+
+static size_t on_data(char *p, size_t size, size_t n, void *ud)
+{
+    stream_state *s = ud;
+    size_t len = size * n;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] == '\n') {
+            s->line[s->len] = 0;
+            on_line(s, s->line);
+            s->len = 0;
+        } else if (s->len + 1 < sizeof s->line) {
+            s->line[s->len++] = p[i];
+        }
+    }
+    return len;
+}
+
+static req_result one_request(CURL *c, const char *url, const char *prompt, int max_tokens,
+                              bool stream)
+{
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"prompt\": \"%s\", \"max_tokens\": %d, \"temperature\": 0, \"ignore_eos\": true%s}",
+             prompt, max_tokens,
+             stream ? ", \"stream\": true, \"stream_options\": {\"include_usage\": true}" : "");
+    stream_state s = {.t0 = now_s()};
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 300L);
+    CURLcode rc = curl_easy_perform(c);
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(h);
+    if (!stream) {
+        /* The whole body is one line: its usage says how many tokens. */
+        s.line[s.len] = 0;
+        const char *u = strstr(s.line, "\"completion_tokens\":");
+        s.tokens = u ? strtol(u + 20, NULL, 10) : 0;
+        s.first = s.last = now_s();
+    }
+    req_result r = {.ok = rc == CURLE_OK && status == 200 && s.first > 0, .tokens = s.tokens};
+    if (r.ok && stream) {
+        r.ttft = s.first - s.t0;
+        r.tpot = s.tokens > 1 ? (s.last - s.first) / (double)(s.tokens - 1) : 0;
+    }
+    return r;
+}
+
+typedef struct client {
+    const char *url;
+    int n_requests, max_tokens, index;
+    bool stream;
+    req_result *out;
+} client;
+
+static const char *const prompts[] = {"Once upon a time", "The quick brown fox", "In a land far",
+                                      "It was a dark and", "Hello", "The cat sat on the mat",
+                                      "A long time ago", "She said"};
+
+static void *client_main(void *arg)
+{
+    client *cl = arg;
+    CURL *c = curl_easy_init();
+    for (int i = 0; i < cl->n_requests; i++)
+        cl->out[i] = one_request(c, cl->url,
+                                 prompts[(size_t)(cl->index + i) % PX_ARRAY_LEN(prompts)],
+                                 cl->max_tokens, cl->stream);
+    curl_easy_cleanup(c);
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, size_t n, double p)
+{
+    if (n == 0)
+        return NAN;
+    qsort(v, n, sizeof *v, cmp_double);
+    size_t i = (size_t)ceil(p * (double)n) - 1;
+    return v[i < n ? i : n - 1];
+}
+
+typedef struct level {
+    double tokens_per_s, ttft50, ttft99, tpot50, tpot99;
+    int failed;
+} level;
+
+/* n_clients clients, each n_requests requests one after the other. */
+static level load(const char *url, int n_clients, int n_requests, int max_tokens, bool stream)
+{
+    pthread_t th[MAX_CLIENT];
+    client cl[MAX_CLIENT];
+    static req_result res[MAX_CLIENT][MAX_REQS];
+    double t0 = now_s();
+    for (int i = 0; i < n_clients; i++) {
+        cl[i] = (client){.url = url,
+                         .n_requests = n_requests,
+                         .max_tokens = max_tokens,
+                         .index = i,
+                         .stream = stream,
+                         .out = res[i]};
+        pthread_create(&th[i], NULL, client_main, &cl[i]);
+    }
+    for (int i = 0; i < n_clients; i++)
+        pthread_join(th[i], NULL);
+    double wall = now_s() - t0;
+    static double ttft[MAX_CLIENT * MAX_REQS], tpot[MAX_CLIENT * MAX_REQS];
+    size_t n = 0;
+    long tokens = 0;
+    level lv = {0};
+    for (int i = 0; i < n_clients; i++)
+        for (int k = 0; k < n_requests; k++) {
+            if (!res[i][k].ok) {
+                lv.failed++;
+                continue;
+            }
+            tokens += res[i][k].tokens;
+            ttft[n] = res[i][k].ttft;
+            tpot[n] = res[i][k].tpot;
+            n++;
+        }
+    lv.tokens_per_s = (double)tokens / wall;
+    lv.ttft50 = pct(ttft, n, 0.5);
+    lv.ttft99 = pct(ttft, n, 0.99);
+    lv.tpot50 = pct(tpot, n, 0.5);
+    lv.tpot99 = pct(tpot, n, 0.99);
+    return lv;
+}
+
+static void serve_136m(const char *dir)
+{
+    char model[512];
+    snprintf(model, sizeof model, "%s/synth136-q8_0.gguf", dir);
+    const char *synth[] = {plexus_bin, "model",    "synth",     "--dim",     "1024",
+                           "--hidden", "2816",     "--layers",  "12",        "--heads",
+                           "16",       "--kv-heads", "4",       "--vocab",   "512",
+                           "--context", "512",     "--seed",    "1",         "--dtype",
+                           "q8_0",     "-o",       model,       NULL};
+    if (run(synth) != 0) {
+        printf("could not write the 136 M model with `plexus model synth`\n");
+        return;
+    }
+    server s = {0};
+    const char *args[] = {"--model", model, "--threads", "2", "--max-seqs", "16", NULL};
+    if (!start_server(&s, args)) {
+        printf("plexus serve did not start\n");
+        stop_server(&s);
+        return;
+    }
+    /* Warm-up: the weights are mapped in and the pool is awake. */
+    load(s.url, 1, 1, 16, true);
+    static const int conc[] = {1, 4, 8, 16};
+    static const double anchor[] = {128, 139, 235, 259};
+    static const int reqs[] = {6, 3, 2, 2};
+    printf("136 M synthetic llama, q8_0, plexus serve --threads 2 --max-seqs 16; %d new tokens "
+           "per streamed request\n",
+           N_NEW);
+    printf("%-8s %10s %10s %8s %10s %10s %10s %10s\n", "clients", "tok/s", "llama.cpp", "ratio",
+           "ttft p50", "ttft p99", "tpot p50", "tpot p99");
+    for (size_t i = 0; i < PX_ARRAY_LEN(conc); i++) {
+        level lv = load(s.url, conc[i], reqs[i], N_NEW, true);
+        printf("%-8d %10.1f %10.0f %7.2fx %8.1fms %8.1fms %8.2fms %8.2fms%s\n", conc[i],
+               lv.tokens_per_s, anchor[i], lv.tokens_per_s / anchor[i], lv.ttft50 * 1e3,
+               lv.ttft99 * 1e3, lv.tpot50 * 1e3, lv.tpot99 * 1e3, lv.failed ? " (failures)" : "");
+        fflush(stdout);
+    }
+    stop_server(&s);
+    unlink(model);
+}
+
+/* The throughput plan on emu-small, served, against its prediction. */
+static void serve_plan(const char *dir)
+{
+    char model[512], plan[512], inventory[512];
+    snprintf(model, sizeof model, "%s/models/stories260K.gguf", PX_SHARED_DIR);
+    snprintf(inventory, sizeof inventory, "%s/data/scenarios/emu-small.json", PX_SOURCE_DIR);
+    snprintf(plan, sizeof plan, "%s/throughput-plan.json", dir);
+    if (access(model, R_OK) != 0) {
+        printf("emu-small throughput plan: skipped (%s is not there)\n", model);
+        return;
+    }
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "'%s' plan --model '%s' --inventory '%s' --objective throughput -o json > '%s'",
+             plexus_bin, model, inventory, plan);
+    if (system(cmd) != 0) {
+        printf("emu-small throughput plan: plexus plan failed\n");
+        return;
+    }
+    json_t *doc = json_load_file(plan, 0, NULL);
+    const json_t *pred =
+        json_object_get(json_object_get(doc, "predictions"), "throughput_tokens_per_s");
+    double p50 = json_number_value(json_object_get(pred, "p50"));
+    double lo = json_number_value(json_object_get(pred, "lo"));
+    double hi = json_number_value(json_object_get(pred, "hi"));
+    json_int_t batch = json_integer_value(
+        json_object_get(json_object_get(doc, "batching"), "batch_per_replica"));
+    json_int_t reps = json_integer_value(json_object_get(json_object_get(doc, "batching"), "replicas"));
+    size_t n_stages = json_array_size(json_object_get(doc, "stages"));
+    json_decref(doc);
+    if (batch <= 0)
+        batch = 8;
+    if (reps <= 0)
+        reps = 1;
+    int clients = (int)PX_MIN(batch * reps, (json_int_t)MAX_CLIENT);
+    char seqs[16];
+    snprintf(seqs, sizeof seqs, "%d", (int)PX_MAX(batch, 1));
+    server s = {0};
+    const char *args[] = {"--model", model,  "--inventory", inventory, "--plan", plan,
+                          "--max-seqs", seqs, "--queue", "1024", NULL};
+    if (!start_server(&s, args)) {
+        printf("emu-small throughput plan: plexus serve did not start\n");
+        stop_server(&s);
+        return;
+    }
+    load(s.url, 2, 1, 16, false);
+    level lv = load(s.url, clients, 3, 100, false);
+    stop_server(&s);
+    bool inside = lv.tokens_per_s >= lo && lv.tokens_per_s <= hi;
+    printf("emu-small throughput plan (%zu stages, %lld replica%s, batch %lld, EMULATED devices): "
+           "observed %.0f tok/s with %d clients; predicted %.0f [%.0f, %.0f]: %s\n",
+           n_stages, (long long)reps, reps == 1 ? "" : "s", (long long)batch, lv.tokens_per_s,
+           clients, p50, lo, hi, inside ? "inside the interval" : "OUTSIDE the interval");
+    unlink(plan);
+}
+
+int main(void)
+{
+    static char bin[1024];
+    const char *env = getenv("PLEXUS_BIN");
+    if (env) {
+        plexus_bin = env;
+    } else {
+        ssize_t n = readlink("/proc/self/exe", bin, sizeof bin - 16);
+        if (n <= 0)
+            return 1;
+        bin[n] = 0;
+        char *slash = strrchr(bin, '/');
+        snprintf(slash + 1, sizeof bin - (size_t)(slash + 1 - bin), "plexus");
+        plexus_bin = bin;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    char tmpl[] = "/tmp/plexus-bench-serve-XXXXXX";
+    const char *dir = getenv("PX_BENCH_DIR");
+    bool own = !dir;
+    if (own && !(dir = mkdtemp(tmpl)))
+        return 1;
+    serve_136m(dir);
+    serve_plan(dir);
+    if (own)
+        rmdir(dir);
+    curl_global_cleanup();
+    return 0;
+}

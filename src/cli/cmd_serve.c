@@ -1,0 +1,335 @@
+/* plexus serve: a model behind an OpenAI-compatible HTTP endpoint. */
+#include "cli/cli.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "plexus/contract.h"
+#include "plexus/heal.h"
+#include "plexus/hw.h"
+#include "plexus/plan.h"
+#include "plexus/rt.h"
+#include "plexus/serve.h"
+
+const char px__cmd_serve_summary[] =
+    "serve a model over an OpenAI-compatible HTTP API, batching requests continuously";
+
+static const char usage_text[] =
+    "usage: plexus serve --model FILE [--inventory FILE] [--plan FILE|auto]\n"
+    "                    [--listen HOST:PORT] [--api-key-file FILE] [--chat-template NAME]\n"
+    "                    [--model-name NAME] [--threads N] [--max-seqs N] [--context N]\n"
+    "                    [--step-tokens N] [--kv-blocks N] [--queue N] [--objective NAME]\n"
+    "                    [--contract SPEC] [--inject SPEC ...] [--no-heal]\n"
+    "                    [--transport unix|tcp] [--timeout-ms T]\n"
+    "\n"
+    "Serves GET /v1/models, POST /v1/completions and POST /v1/chat/completions (stream\n"
+    "or not), GET /health and GET /metrics (Prometheus) until interrupted.  Requests\n"
+    "join the running batch at step boundaries; prompts are prefilled in chunks mixed\n"
+    "with decoding; the KV cache is paged, and requests wait (or are preempted) when it\n"
+    "is full; a full queue answers 429 with Retry-After.\n"
+    "\n"
+    "Without --inventory or --plan the model runs in this process on the cpu.  With\n"
+    "them it runs as the plan's stage workers, every replica of the plan serving, each\n"
+    "under the healing loop: a worker killed or a link degraded while serving is\n"
+    "detected, the plan changed, the KV caches rebuilt, and the streams go on.\n"
+    "\n"
+    "options:\n"
+    "  --model FILE          a GGUF model with its tokenizer\n"
+    "  --inventory FILE      the devices to plan on (their backends, emulation)\n"
+    "  --plan FILE|auto      a plexus.plan/1 document, or auto (default with\n"
+    "                        --inventory): the planner's choice\n"
+    "  --objective NAME      for auto: throughput (default) or latency\n"
+    "  --contract SPEC       numerical contract for the planner\n"
+    "  --listen HOST:PORT    default 127.0.0.1:8080 (port 0: any free port)\n"
+    "  --api-key-file FILE   clients must send \"Authorization: Bearer KEY\" with the key\n"
+    "                        this file holds (mode 0600: not readable by others)\n"
+    "  --chat-template NAME  the chat template, when the model's is missing or to override\n"
+    "                        it (chatml, llama-2, llama-3, mistral, gemma, phi-3, zephyr, ...)\n"
+    "  --model-name NAME     the model's id in the API (default: the file's name)\n"
+    "  --threads N           cpu threads in this process (default: every cpu); per worker\n"
+    "                        with a plan (default 1)\n"
+    "  --max-seqs N          sequences decoding together per replica (default 16; with a\n"
+    "                        plan, the plan's batch)\n"
+    "  --context N           positions per sequence (default: the model's)\n"
+    "  --step-tokens N       rows per step: prefill chunks and decode (default 512)\n"
+    "  --kv-blocks N         KV-cache blocks of 16 positions (default: every sequence's\n"
+    "                        whole context)\n"
+    "  --queue N             requests waiting per replica before 429 (default 64)\n"
+    "  --inject SPEC         inject a fault into replica 0, as `plexus run --inject`\n"
+    "  --no-heal             detect and report faults, change nothing\n"
+    "\n"
+    "examples:\n"
+    "  plexus serve --model model.gguf --listen 127.0.0.1:8080\n"
+    "  curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+    "       -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'\n"
+    "  plexus serve --model model.gguf --inventory data/scenarios/emu-small.json\n";
+
+#define MAX_INJECTS 16
+
+typedef struct serve_args {
+    const char *model, *inventory, *plan, *objective, *contract, *key_file;
+    px_serve_opts so;
+    uint32_t threads, timeout_ms;
+    px_rt_transport transport;
+    px_heal_inject injects[MAX_INJECTS];
+    uint32_t n_injects;
+    bool no_heal;
+} serve_args;
+
+static bool num_u32(const char *v, const char *opt, uint32_t max, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long x = strtoul(v, &end, 10);
+    if (errno || end == v || *end || v[0] == '-' || x > max) {
+        px__cli_usage_error("serve", "%s takes a whole number from 0 to %u, not \"%s\"", opt,
+                            max, v);
+        return false;
+    }
+    *out = (uint32_t)x;
+    return true;
+}
+
+static int parse_args(int argc, char **argv, serve_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->timeout_ms = 10000;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "--no-heal")) {
+            a->no_heal = true;
+            continue;
+        }
+        if (i + 1 >= argc)
+            return px__cli_usage_error("serve", "%s needs a value", o);
+        const char *v = argv[++i];
+        uint32_t *u = NULL, max = 0;
+        if (!strcmp(o, "--model")) {
+            a->model = v;
+        } else if (!strcmp(o, "--inventory")) {
+            a->inventory = v;
+        } else if (!strcmp(o, "--plan")) {
+            a->plan = v;
+        } else if (!strcmp(o, "--objective")) {
+            a->objective = v;
+        } else if (!strcmp(o, "--contract")) {
+            a->contract = v;
+        } else if (!strcmp(o, "--listen")) {
+            a->so.listen = v;
+        } else if (!strcmp(o, "--api-key-file")) {
+            a->key_file = v;
+        } else if (!strcmp(o, "--chat-template")) {
+            a->so.chat_template = v;
+        } else if (!strcmp(o, "--model-name")) {
+            a->so.model_name = v;
+        } else if (!strcmp(o, "--inject")) {
+            px_err e;
+            if (a->n_injects == MAX_INJECTS)
+                return px__cli_usage_error("serve", "at most %d --inject", MAX_INJECTS);
+            if (px_heal_inject_parse(v, &a->injects[a->n_injects], &e) != PX_OK)
+                return px__cli_usage_error("serve", "%s", e.msg);
+            a->n_injects++;
+        } else if (!strcmp(o, "--transport")) {
+            if (!strcmp(v, "unix"))
+                a->transport = PX_RT_TRANSPORT_UNIX;
+            else if (!strcmp(v, "tcp"))
+                a->transport = PX_RT_TRANSPORT_TCP;
+            else
+                return px__cli_usage_error("serve", "--transport takes unix or tcp, not \"%s\"",
+                                           v);
+        } else if (!strcmp(o, "--threads")) {
+            u = &a->threads, max = 1024;
+        } else if (!strcmp(o, "--max-seqs")) {
+            u = &a->so.max_seqs, max = 4096;
+        } else if (!strcmp(o, "--context")) {
+            u = &a->so.context, max = 1u << 24;
+        } else if (!strcmp(o, "--step-tokens")) {
+            u = &a->so.step_tokens, max = 1u << 20;
+        } else if (!strcmp(o, "--kv-blocks")) {
+            u = &a->so.kv_blocks, max = INT32_MAX;
+        } else if (!strcmp(o, "--queue")) {
+            u = &a->so.max_queue, max = 1u << 20;
+        } else if (!strcmp(o, "--timeout-ms")) {
+            u = &a->timeout_ms, max = 86400000;
+        } else {
+            return px__cli_usage_error("serve", "unexpected argument \"%s\"", o);
+        }
+        if (u && !num_u32(v, o, max, u))
+            return PX_EXIT_USAGE;
+    }
+    if (!a->model)
+        return px__cli_usage_error("serve", "--model FILE is required");
+    if (a->plan && !strcmp(a->plan, "auto") && !a->inventory)
+        return px__cli_usage_error("serve", "--plan auto needs --inventory FILE to plan on");
+    if (a->n_injects && !a->plan && !a->inventory)
+        return px__cli_usage_error("serve", "--inject needs stage workers: pass --inventory "
+                                            "FILE (and --plan)");
+    return PX_EXIT_OK;
+}
+
+/* Reads the API key: a file only its owner may read, one line. */
+static px_status read_key(const char *path, char **out, px_err *err)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return px_err_set(err, PX_ENOTFOUND, "--api-key-file %s: %s", path, strerror(errno));
+    if (sb.st_mode & (S_IRWXG | S_IRWXO))
+        return px_err_set(err, PX_EAUTH,
+                          "--api-key-file %s is readable by other users (mode %04o): run "
+                          "`chmod 600 %s`",
+                          path, (unsigned)(sb.st_mode & 07777), path);
+    size_t len;
+    px_status st = px_read_file(path, 4096, out, &len, err);
+    if (st)
+        return st;
+    while (len && ((*out)[len - 1] == '\n' || (*out)[len - 1] == '\r' || (*out)[len - 1] == ' '))
+        (*out)[--len] = 0;
+    if (len == 0 || strchr(*out, '\n')) {
+        explicit_bzero(*out, len);
+        free(*out);
+        *out = NULL;
+        return px_err_set(err, PX_EINVAL, "--api-key-file %s: expected the key on one line", path);
+    }
+    return PX_OK;
+}
+
+/* The plan to serve: the file, or the planner's for the inventory. */
+static px_status get_plan(const serve_args *a, const px_hw_graph *g, const px_ir_model *ir,
+                          px_plan_request *req, px_contract **contract, json_t **out, px_err *err)
+{
+    px_plan_request_default(req);
+    req->objective = PX_PLAN_OBJ_THROUGHPUT;
+    px_status st = PX_OK;
+    if (a->objective && (st = px_plan_objective_parse(a->objective, &req->objective, err)))
+        return st;
+    if (a->contract && (st = px_contract_load(a->contract, NULL, contract, err)))
+        return px_err_prefix(err, st, "contract %s: ", a->contract);
+    const px_ir_hparams *hp = px_ir_model_hparams(ir);
+    req->graph = g;
+    req->model = ir;
+    req->contract = *contract;
+    if (a->so.max_seqs)
+        req->workload.batch = a->so.max_seqs;
+    req->workload.context = a->so.context ? a->so.context
+                                          : hp->context_length ? hp->context_length : 2048;
+    if (a->plan && strcmp(a->plan, "auto"))
+        return px_json_load_file(a->plan, NULL, out, err);
+    px_plan *plan = NULL;
+    if ((st = px_plan_search(req, &plan, err)) != PX_OK)
+        return st;
+    *out = px_plan_to_json(plan);
+    px_plan_free(plan);
+    return *out ? PX_OK : px_err_set(err, PX_ENOMEM, "out of memory");
+}
+
+static void describe(const px_serve *s, const serve_args *a, const json_t *plan)
+{
+    fprintf(stderr, "plexus serve: %s on http://%s/v1", a->model, px_serve_address(s));
+    if (!plan) {
+        fprintf(stderr, " (in this process, on the cpu)\n");
+        return;
+    }
+    uint32_t n = px_rt_plan_replicas(plan);
+    fprintf(stderr, " (%u replica%s of plan %s)\n", n, n == 1 ? "" : "s",
+            json_string_value(json_object_get(plan, "id")) ? json_string_value(
+                                                                 json_object_get(plan, "id"))
+                                                           : "?");
+    if (json_is_true(json_object_get(plan, "emulated")))
+        fprintf(stderr, "plexus serve: the plan uses EMULATED devices: their speed comes from "
+                        "emulation profiles on this machine, not from real hardware\n");
+}
+
+int px__cmd_serve(int argc, char **argv)
+{
+    if (px__cli_wants_help(argc, argv)) {
+        fputs(usage_text, stdout);
+        return PX_EXIT_OK;
+    }
+    serve_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc != PX_EXIT_OK)
+        return rc;
+    px_err err;
+    px_err_clear(&err);
+    px_hw_graph *graph = NULL;
+    json_t *inventory_doc = NULL, *plan = NULL;
+    px_ir_model *ir = NULL;
+    px_contract *contract = NULL;
+    px_serve *s = NULL;
+    char *key = NULL;
+    rc = PX_EXIT_FAIL;
+    if (a.key_file && read_key(a.key_file, &key, &err) != PX_OK)
+        goto fail;
+    a.so.api_key = key;
+    a.so.model_path = a.model;
+    if (a.inventory) {
+        px_diags diags;
+        px_diags_init(&diags);
+        if (px_hw_graph_load(a.inventory, NULL, &graph, &diags, &err) != PX_OK) {
+            char *report = px_diags_format(&diags, a.inventory);
+            fprintf(stderr, "plexus serve: refusing the inventory %s:\n%s", a.inventory,
+                    report ? report : err.msg);
+            free(report);
+            px_diags_release(&diags);
+            goto done;
+        }
+        px_diags_release(&diags);
+        if (px_json_load_file(a.inventory, NULL, &inventory_doc, &err) != PX_OK)
+            goto fail;
+    }
+    if (a.inventory || a.plan) {
+        if (px_ir_model_open_any(a.model, NULL, &ir, &err) != PX_OK ||
+            get_plan(&a, graph, ir, &a.so.request, &contract, &plan, &err) != PX_OK)
+            goto fail;
+        /* Without --max-seqs each replica batches as the plan does. */
+        json_int_t batch = json_integer_value(
+            json_object_get(json_object_get(plan, "batching"), "batch_per_replica"));
+        if (!a.so.max_seqs && batch > 0)
+            a.so.max_seqs = (uint32_t)PX_MIN(batch, (json_int_t)4096);
+        a.so.plan = plan;
+        a.so.graph = graph;
+        a.so.inventory_doc = inventory_doc;
+        a.so.executor = (px_rt_executor_opts){.transport = a.transport,
+                                              .n_threads = a.threads,
+                                              .timeout_ms = (int)a.timeout_ms};
+        a.so.heal = !a.no_heal;
+        a.so.injects = a.injects;
+        a.so.n_injects = a.n_injects;
+    } else {
+        a.so.n_threads = a.threads;
+    }
+    /* SIGINT and SIGTERM are blocked in every thread the server starts
+     * and taken here. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (px_serve_new(&a.so, &s, &err) != PX_OK)
+        goto fail;
+    describe(s, &a, plan);
+    printf("listening on %s\n", px_serve_address(s));
+    fflush(stdout);
+    int sig = 0;
+    sigwait(&stop, &sig);
+    fprintf(stderr, "plexus serve: %s: stopping\n", strsignal(sig));
+    rc = PX_EXIT_OK;
+    goto done;
+fail:
+    px__cli_fail("serve", &err);
+done:
+    px_serve_free(s);
+    if (key) {
+        explicit_bzero(key, strlen(key));
+        free(key);
+    }
+    px_contract_free(contract);
+    json_decref(plan);
+    json_decref(inventory_doc);
+    px_ir_model_free(ir);
+    px_hw_graph_free(graph);
+    return rc;
+}

@@ -1,0 +1,121 @@
+/*
+ * The server's metrics in Prometheus's text format: time to first token,
+ * time per output token and request latency as histograms; requests by
+ * API and status; tokens; and, per replica, the engine's queue, running
+ * batch, KV-cache blocks, preemptions and the healing loop's incidents.
+ */
+#include "serve/server_impl.h"
+
+const double px__srv_buckets[PX__SRV_N_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                   0.25,  0.5,    1,     2.5,  5,     10,   30};
+
+void px__srv_hist_add(px__srv_hist *h, double v)
+{
+    size_t i = 0;
+    while (i < PX__SRV_N_BUCKETS && v > px__srv_buckets[i])
+        i++;
+    h->counts[i]++;
+    h->sum += v;
+    h->n++;
+}
+
+static void hist(px_strbuf *sb, const char *name, const char *help, const px__srv_hist *h)
+{
+    px_strbuf_addf(sb, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (size_t i = 0; i < PX__SRV_N_BUCKETS; i++) {
+        cum += h->counts[i];
+        px_strbuf_addf(sb, "%s_bucket{le=\"%g\"} %" PRIu64 "\n", name, px__srv_buckets[i], cum);
+    }
+    cum += h->counts[PX__SRV_N_BUCKETS];
+    px_strbuf_addf(sb, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name, cum);
+    px_strbuf_addf(sb, "%s_sum %.9g\n%s_count %" PRIu64 "\n", name, h->sum, name, h->n);
+}
+
+static void head(px_strbuf *sb, const char *name, const char *type, const char *help)
+{
+    px_strbuf_addf(sb, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+char *px__srv_metrics_text(px_serve *s)
+{
+    px_strbuf sb = PX_STRBUF_INIT;
+    static const char *const classes[6] = {"2xx", "400", "401", "404", "429", "5xx"};
+    static const char *const apis[2] = {"completions", "chat"};
+    pthread_mutex_lock(&s->mu);
+    px__srv_metrics m = s->m;
+    head(&sb, "plexus_serve_requests_total", "counter", "HTTP requests answered, by API and status");
+    for (int a = 0; a < 2; a++)
+        for (int k = 0; k < 6; k++)
+            px_strbuf_addf(&sb, "plexus_serve_requests_total{api=\"%s\",status=\"%s\"} %" PRIu64 "\n",
+                           apis[a], classes[k], m.requests[a][k]);
+    head(&sb, "plexus_serve_rejected_total", "counter",
+         "requests refused with 429 because the queue was full");
+    px_strbuf_addf(&sb, "plexus_serve_rejected_total %" PRIu64 "\n", m.rejected_queue_full);
+    head(&sb, "plexus_serve_disconnects_total", "counter",
+         "requests cancelled because the client went away");
+    px_strbuf_addf(&sb, "plexus_serve_disconnects_total %" PRIu64 "\n", m.disconnects);
+    head(&sb, "plexus_serve_prompt_tokens_total", "counter", "prompt tokens of finished requests");
+    px_strbuf_addf(&sb, "plexus_serve_prompt_tokens_total %" PRIu64 "\n", m.prompt_tokens);
+    head(&sb, "plexus_serve_generation_tokens_total", "counter",
+         "tokens generated for finished requests");
+    px_strbuf_addf(&sb, "plexus_serve_generation_tokens_total %" PRIu64 "\n", m.completion_tokens);
+    hist(&sb, "plexus_serve_time_to_first_token_seconds",
+         "from the request's arrival to its first token", &m.ttft);
+    hist(&sb, "plexus_serve_time_per_output_token_seconds",
+         "mean time between a request's tokens after the first", &m.tpot);
+    hist(&sb, "plexus_serve_request_duration_seconds", "from arrival to the last token", &m.e2e);
+
+    static const struct {
+        const char *name, *type, *help;
+    } gauges[] = {
+        {"plexus_serve_queue_depth", "gauge", "requests waiting to be admitted"},
+        {"plexus_serve_running", "gauge", "sequences in the running batch"},
+        {"plexus_serve_steps_in_flight", "gauge", "steps travelling the pipeline"},
+        {"plexus_serve_kv_blocks_used", "gauge", "KV-cache blocks held by sequences"},
+        {"plexus_serve_kv_blocks_free", "gauge", "KV-cache blocks free"},
+        {"plexus_serve_kv_block_size", "gauge", "positions per KV-cache block"},
+        {"plexus_serve_preemptions_total", "counter",
+         "sequences preempted when the KV cache ran out (recomputed later)"},
+        {"plexus_serve_steps_total", "counter", "engine steps"},
+        {"plexus_serve_engine_generated_tokens_total", "counter", "tokens the engine produced"},
+        {"plexus_serve_busy_seconds_total", "counter", "time the engine spent in steps"},
+        {"plexus_serve_incidents_total", "counter", "incidents the healing loop recorded"},
+        {"plexus_serve_recoveries_total", "counter",
+         "times the engine moved to another executor and rebuilt its KV caches"},
+        {"plexus_serve_replica_up", "gauge", "1 while the replica serves"},
+    };
+    for (size_t g = 0; g < PX_ARRAY_LEN(gauges); g++) {
+        head(&sb, gauges[g].name, gauges[g].type, gauges[g].help);
+        for (uint32_t i = 0; i < s->n_reps; i++) {
+            const px__srv_replica *r = &s->reps[i];
+            const px_rt_engine_metrics *e = &r->em;
+            double v = 0;
+            switch (g) {
+            case 0: v = e->waiting; break;
+            case 1: v = e->running; break;
+            case 2: v = e->in_flight; break;
+            case 3: v = e->kv_blocks_used; break;
+            case 4: v = (double)e->kv_blocks - e->kv_blocks_used; break;
+            case 5: v = e->kv_block_size; break;
+            case 6: v = (double)e->preemptions; break;
+            case 7: v = (double)e->steps; break;
+            case 8: v = (double)e->new_tokens; break;
+            case 9: v = (double)e->busy_ns / 1e9; break;
+            case 10: v = r->heal_sum.incidents; break;
+            case 11: v = (double)e->recoveries; break;
+            default: v = !atomic_load(&r->failed); break;
+            }
+            px_strbuf_addf(&sb, "%s{replica=\"%u\"} %.9g\n", gauges[g].name, i, v);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    double up = (double)(px_now_ns() - s->t_start) / 1e9;
+    head(&sb, "plexus_serve_uptime_seconds", "gauge", "since the server started");
+    px_strbuf_addf(&sb, "plexus_serve_uptime_seconds %.3f\n", up);
+    head(&sb, "plexus_serve_tokens_per_second", "gauge",
+         "generated tokens per second since the server started");
+    px_strbuf_addf(&sb, "plexus_serve_tokens_per_second %.3f\n",
+                   up > 0 ? (double)m.completion_tokens / up : 0);
+    return sb.buf ? sb.buf : px_strdup("");
+}
