@@ -169,6 +169,220 @@ px_status px_serve_chat_template_render(const px_serve_chat_template *t,
                                         const px_serve_chat_render_opts *opts, char **text,
                                         size_t *len, px_err *err);
 
+/* ================================================================== */
+/* OpenAI API                                                          */
+/* ================================================================== */
+
+typedef enum px_serve_api {
+    PX_SERVE_API_COMPLETIONS = 0, /* POST /v1/completions */
+    PX_SERVE_API_CHAT,            /* POST /v1/chat/completions */
+} px_serve_api;
+
+/* ---- errors ---- */
+
+/* Each kind has its HTTP status, OpenAI "type" and "code". */
+typedef enum px_serve_error_kind {
+    PX_SERVE_ERR_INVALID_REQUEST = 0, /* 400 invalid_request_error */
+    PX_SERVE_ERR_CONTEXT_LENGTH,      /* 400 invalid_request_error, context_length_exceeded */
+    PX_SERVE_ERR_UNAUTHORIZED,        /* 401 invalid_request_error, invalid_api_key */
+    PX_SERVE_ERR_NOT_FOUND,           /* 404 invalid_request_error (no such route) */
+    PX_SERVE_ERR_MODEL_NOT_FOUND,     /* 404 invalid_request_error, model_not_found */
+    PX_SERVE_ERR_METHOD,              /* 405 invalid_request_error, method_not_allowed */
+    PX_SERVE_ERR_TOO_LARGE,           /* 413 invalid_request_error, request_too_large */
+    PX_SERVE_ERR_RATE_LIMIT,          /* 429 requests, rate_limit_exceeded */
+    PX_SERVE_ERR_INTERNAL,            /* 500 server_error */
+    PX_SERVE_ERR_UNAVAILABLE,         /* 503 server_error, service_unavailable */
+    PX_SERVE_ERR_KIND_COUNT_
+} px_serve_error_kind;
+
+/* An error in OpenAI's shape: {"error": {"message", "type", "param",
+ * "code"}} with the HTTP status to answer with.  Value struct. */
+typedef struct px_serve_error {
+    px_serve_error_kind kind;
+    int http_status;
+    char param[96];    /* the request member at fault ("messages[2].role"); "" for null */
+    char message[512]; /* names the member, the value and the fix */
+} px_serve_error;
+
+/* Fills e (which may be NULL) and returns the px_status matching kind
+ * (PX_EINVAL for 400, PX_ELIMIT for 400 context_length_exceeded, 413 and
+ * 429, PX_EAUTH for 401, PX_ENOTFOUND for 404, PX_EUNSUPPORTED for 405,
+ * PX_EINTERNAL for 500, PX_ESTATE for 503).  param may be NULL.
+ * Thread-safe. */
+px_status px_serve_error_set(px_serve_error *e, px_serve_error_kind kind, const char *param,
+                             const char *fmt, ...) PX_PRINTF(4, 5);
+const char *px_serve_error_type(px_serve_error_kind kind); /* "invalid_request_error" */
+const char *px_serve_error_code(px_serve_error_kind kind); /* "model_not_found"; NULL: null */
+int px_serve_error_status(px_serve_error_kind kind);       /* 400 */
+/* The response body, compact JSON.  Returns owned (free()), NULL when
+ * memory runs out. */
+char *px_serve_error_json(const px_serve_error *e);
+/* The error as one server-sent event ("data: {\"error\": ...}\n\n"), for a
+ * stream that fails after its headers went out.  Appends to out. */
+px_status px_serve_error_sse(const px_serve_error *e, px_strbuf *out);
+
+/* ---- requests ---- */
+
+#define PX_SERVE_MAX_STOP         4  /* stop strings, as OpenAI */
+#define PX_SERVE_MAX_TOP_LOGPROBS 20 /* chat; completions take at most 5 */
+
+/* Bounds applied to request bodies.  Zero fields take the defaults. */
+typedef struct px_serve_limits {
+    size_t max_body_bytes;    /* default 8 MiB; more is 413 */
+    size_t max_string_bytes;  /* one string (prompt, content): default 4 MiB */
+    size_t max_messages;      /* default PX_SERVE_CHAT_MAX_MESSAGES */
+    size_t max_prompt_tokens; /* a prompt given as token ids: default 131072 */
+    uint32_t max_new_tokens;  /* largest max_tokens accepted: default 1 << 20 */
+    size_t max_stop_bytes;    /* one stop string: default 256 */
+    uint32_t n_vocab;         /* token ids must be below it; 0: unchecked */
+} px_serve_limits;
+
+/* A parsed request.  Everything it points to belongs to it (released by
+ * px_serve_request_release).  Fields absent from the body keep the
+ * defaults written beside them. */
+typedef struct px_serve_request {
+    px_serve_api api;
+    const char *model; /* NULL when absent */
+    /* Completions: the prompt as text (prompt != NULL) or as token ids
+     * (prompt_tokens != NULL); exactly one of them. */
+    const char *prompt;
+    size_t prompt_len;
+    const int32_t *prompt_tokens;
+    size_t n_prompt_tokens;
+    /* Chat: the conversation, "developer" mapped to system, text content
+     * parts joined with "\n". */
+    const px_serve_chat_msg *messages;
+    size_t n_messages;
+    uint32_t max_tokens; /* max_completion_tokens or max_tokens; 0: not given */
+    double temperature;  /* 1; 0 is greedy */
+    double top_p;        /* 1 */
+    int32_t top_k;       /* 0: off */
+    double min_p;        /* 0: off */
+    bool has_seed;
+    uint64_t seed; /* an int64 seed's bits */
+    const char *stop[PX_SERVE_MAX_STOP];
+    size_t stop_len[PX_SERVE_MAX_STOP];
+    size_t n_stop;
+    bool stream;
+    bool include_usage; /* stream_options.include_usage */
+    /* Log-probabilities: chat's logprobs=true (top_logprobs alternatives,
+     * 0..20), completions' logprobs=N (N alternatives, 0..5). */
+    bool logprobs;
+    uint32_t top_logprobs;
+    px_arena *arena; /* private: owns the strings and arrays above */
+} px_serve_request;
+
+/* Parses the body of POST /v1/completions or /v1/chat/completions.
+ * Unknown members are ignored (as OpenAI does); a member of the wrong type
+ * or value is refused naming it.  Accepted but refused when set: n other
+ * than 1, best_of other than 1, echo, suffix, non-zero presence and
+ * frequency penalties, logit_bias, tools and tool calls, response formats
+ * other than text, non-text content parts; several prompts in one request.
+ * lim may be NULL.  On success out owns its memory; on failure out is
+ * empty (release is still safe) and e (may be NULL) says why, with 400 or
+ * 413.  Errors: PX_EINVAL (400), PX_ELIMIT (413, or 400 for a bound on a
+ * value), PX_ENOMEM (500). */
+px_status px_serve_request_parse(px_serve_api api, const char *body, size_t len,
+                                 const px_serve_limits *lim, px_serve_request *out,
+                                 px_serve_error *e);
+/* Frees what the request owns and empties it.  Safe on an empty request. */
+void px_serve_request_release(px_serve_request *r);
+
+/* ---- responses ---- */
+
+typedef enum px_serve_finish {
+    PX_SERVE_FINISH_STOP = 0, /* end of turn, EOS or a stop string: "stop" */
+    PX_SERVE_FINISH_LENGTH,   /* max_tokens or the context: "length" */
+} px_serve_finish;
+
+/* An alternative at a position, for top_logprobs. */
+typedef struct px_serve_token_alt {
+    int32_t id;
+    const char *text; /* its text as shown (px_rt_tokenizer_token_text); borrowed */
+    size_t len;
+    float logprob; /* natural log; -inf is written as -9999, as OpenAI does */
+} px_serve_token_alt;
+
+/* One generated token, as the engine hands it to the front end. */
+typedef struct px_serve_token_event {
+    int32_t id;
+    /* The bytes it adds to the output (px_rt_tokenizer_decode); may end or
+     * start in the middle of a UTF-8 character.  Borrowed for the call. */
+    const char *text;
+    size_t len;
+    float logprob;                 /* when logprobs were asked */
+    const px_serve_token_alt *top; /* n_top alternatives, best first; borrowed */
+    size_t n_top;
+} px_serve_token_event;
+
+typedef struct px_serve_usage {
+    uint64_t prompt_tokens;
+    uint64_t completion_tokens;
+} px_serve_usage;
+
+typedef struct px_serve_response_opts {
+    px_serve_api api;
+    const char *id;    /* "chatcmpl-..." (px_serve_response_id); copied */
+    const char *model; /* copied */
+    int64_t created;   /* Unix seconds */
+    bool stream;
+    bool include_usage;
+    bool logprobs;
+    uint32_t top_logprobs; /* alternatives written per token (at most those given) */
+    /* Stop strings (copied): the text is cut before the first one and the
+     * response ends with "stop". */
+    const char *const *stop;
+    const size_t *stop_len; /* may be NULL: NUL-terminated */
+    size_t n_stop;
+} px_serve_response_opts;
+
+/* Builds one response (one choice) from token events.  Text is held back
+ * while it ends in an incomplete UTF-8 character or in what may be the
+ * start of a stop string, so that no chunk carries invalid UTF-8 or part
+ * of a stop string; tokens are emitted whole with their text, so logprobs
+ * stay aligned with it. */
+typedef struct px_serve_response px_serve_response;
+
+/* Returns owned (px_serve_response_free).  Errors: PX_EINVAL (no id or
+ * model, more than PX_SERVE_MAX_STOP stop strings, an empty one),
+ * PX_ENOMEM. */
+px_status px_serve_response_new(const px_serve_response_opts *o, px_serve_response **out,
+                                px_err *err);
+void px_serve_response_free(px_serve_response *r); /* NULL is a no-op */
+
+/* Streaming chat: appends the first chunk (delta.role "assistant"), if not
+ * sent yet, to out; token and finish call it themselves.  Other kinds of
+ * response append nothing. */
+px_status px_serve_response_begin(px_serve_response *r, px_strbuf *out, px_err *err);
+/* Feeds one token (not the EOS or end-of-turn token that ends the turn:
+ * finish with PX_SERVE_FINISH_STOP instead).  Streaming, appends the
+ * chunks ready ("data: {...}\n\n") to out; otherwise keeps the text for
+ * finish.  *stopped (may be NULL) becomes true when a stop string has just
+ * completed: generation should end and finish be called.  Errors:
+ * PX_ESTATE after a stop or finish, PX_ENOMEM. */
+px_status px_serve_response_token(px_serve_response *r, const px_serve_token_event *ev,
+                                  px_strbuf *out, bool *stopped, px_err *err);
+/* Ends the response: appends the held-back text (an incomplete character
+ * at the very end becomes U+FFFD), then, streaming, the chunk with
+ * finish_reason, the usage chunk (include_usage) and "data: [DONE]\n\n";
+ * otherwise the whole body (text_completion or chat.completion, with
+ * usage).  A stop string seen forces "stop".  Errors: PX_ESTATE when
+ * already finished, PX_ENOMEM. */
+px_status px_serve_response_finish(px_serve_response *r, px_serve_finish reason,
+                                   const px_serve_usage *usage, px_strbuf *out, px_err *err);
+/* The text emitted so far (without stop strings); owned by r. */
+const char *px_serve_response_text(const px_serve_response *r, size_t *len);
+
+/* A response id: "cmpl-" or "chatcmpl-" and 24 hex digits derived from
+ * seq and salt (a process-wide random value keeps ids unique across
+ * restarts). */
+void px_serve_response_id(px_serve_api api, uint64_t seq, uint64_t salt, char out[40]);
+
+/* GET /v1/models: {"object": "list", "data": [{"id", "object": "model",
+ * "created", "owned_by"}]} for n model ids (borrowed).  Returns owned
+ * (free()), NULL when memory runs out. */
+char *px_serve_models_json(const char *const *ids, size_t n, int64_t created, const char *owned_by);
+
 #ifdef __cplusplus
 }
 #endif
