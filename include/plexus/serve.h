@@ -208,9 +208,10 @@ typedef struct px_serve_error {
 } px_serve_error;
 
 /* Fills e (which may be NULL) and returns the px_status matching kind
- * (PX_EINVAL for 400, PX_ELIMIT for 413 and 429, PX_ENOTFOUND for 404,
- * PX_EAUTH for 401, PX_EINTERNAL for 500, PX_ESTATE for 503 and 405).
- * param may be NULL. */
+ * (PX_EINVAL for 400, PX_ELIMIT for 400 context_length_exceeded, 413 and
+ * 429, PX_EAUTH for 401, PX_ENOTFOUND for 404, PX_EUNSUPPORTED for 405,
+ * PX_EINTERNAL for 500, PX_ESTATE for 503).  param may be NULL.
+ * Thread-safe. */
 px_status px_serve_error_set(px_serve_error *e, px_serve_error_kind kind, const char *param,
                              const char *fmt, ...) PX_PRINTF(4, 5);
 const char *px_serve_error_type(px_serve_error_kind kind); /* "invalid_request_error" */
