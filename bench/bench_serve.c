@@ -223,18 +223,18 @@ typedef struct client {
     req_result *out;
 } client;
 
-static const char *const prompts[] = {"Once upon a time", "The quick brown fox", "In a land far",
-                                      "It was a dark and", "Hello", "The cat sat on the mat",
-                                      "A long time ago", "She said"};
+static const char *const prompts[] = {
+    "Once upon a time",       "The quick brown fox", "In a land far", "It was a dark and", "Hello",
+    "The cat sat on the mat", "A long time ago",     "She said"};
 
 static void *client_main(void *arg)
 {
     client *cl = arg;
     CURL *c = curl_easy_init();
     for (int i = 0; i < cl->n_requests; i++)
-        cl->out[i] = one_request(c, cl->url,
-                                 prompts[(size_t)(cl->index + i) % PX_ARRAY_LEN(prompts)],
-                                 cl->max_tokens, cl->stream);
+        cl->out[i] =
+            one_request(c, cl->url, prompts[(size_t)(cl->index + i) % PX_ARRAY_LEN(prompts)],
+                        cl->max_tokens, cl->stream);
     curl_easy_cleanup(c);
     return NULL;
 }
@@ -305,11 +305,10 @@ static void serve_136m(const char *dir)
 {
     char model[512];
     snprintf(model, sizeof model, "%s/synth136-q8_0.gguf", dir);
-    const char *synth[] = {plexus_bin, "model",    "synth",     "--dim",     "1024",
-                           "--hidden", "2816",     "--layers",  "12",        "--heads",
-                           "16",       "--kv-heads", "4",       "--vocab",   "512",
-                           "--context", "512",     "--seed",    "1",         "--dtype",
-                           "q8_0",     "-o",       model,       NULL};
+    const char *synth[] = {plexus_bin, "model",    "synth", "--dim",     "1024", "--hidden",
+                           "2816",     "--layers", "12",    "--heads",   "16",   "--kv-heads",
+                           "4",        "--vocab",  "512",   "--context", "512",  "--seed",
+                           "1",        "--dtype",  "q8_0",  "-o",        model,  NULL};
     if (run(synth) != 0) {
         printf("could not write the 136 M model with `plexus model synth`\n");
         return;
@@ -367,9 +366,10 @@ static void serve_plan(const char *dir)
     double p50 = json_number_value(json_object_get(pred, "p50"));
     double lo = json_number_value(json_object_get(pred, "lo"));
     double hi = json_number_value(json_object_get(pred, "hi"));
-    json_int_t batch = json_integer_value(
-        json_object_get(json_object_get(doc, "batching"), "batch_per_replica"));
-    json_int_t reps = json_integer_value(json_object_get(json_object_get(doc, "batching"), "replicas"));
+    json_int_t batch =
+        json_integer_value(json_object_get(json_object_get(doc, "batching"), "batch_per_replica"));
+    json_int_t reps =
+        json_integer_value(json_object_get(json_object_get(doc, "batching"), "replicas"));
     size_t n_stages = json_array_size(json_object_get(doc, "stages"));
     json_decref(doc);
     if (batch <= 0)
@@ -380,8 +380,8 @@ static void serve_plan(const char *dir)
     char seqs[16];
     snprintf(seqs, sizeof seqs, "%d", (int)PX_MAX(batch, 1));
     server s = {0};
-    const char *args[] = {"--model", model,  "--inventory", inventory, "--plan", plan,
-                          "--max-seqs", seqs, "--queue", "1024", NULL};
+    const char *args[] = {"--model",    model, "--inventory", inventory, "--plan", plan,
+                          "--max-seqs", seqs,  "--queue",     "1024",    NULL};
     if (!start_server(&s, args)) {
         printf("emu-small throughput plan: plexus serve did not start\n");
         stop_server(&s);

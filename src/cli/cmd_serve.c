@@ -84,8 +84,8 @@ static bool num_u32(const char *v, const char *opt, uint32_t max, uint32_t *out)
     errno = 0;
     unsigned long x = strtoul(v, &end, 10);
     if (errno || end == v || *end || v[0] == '-' || x > max) {
-        px__cli_usage_error("serve", "%s takes a whole number from 0 to %u, not \"%s\"", opt,
-                            max, v);
+        px__cli_usage_error("serve", "%s takes a whole number from 0 to %u, not \"%s\"", opt, max,
+                            v);
         return false;
     }
     *out = (uint32_t)x;
@@ -137,8 +137,7 @@ static int parse_args(int argc, char **argv, serve_args *a)
             else if (!strcmp(v, "tcp"))
                 a->transport = PX_RT_TRANSPORT_TCP;
             else
-                return px__cli_usage_error("serve", "--transport takes unix or tcp, not \"%s\"",
-                                           v);
+                return px__cli_usage_error("serve", "--transport takes unix or tcp, not \"%s\"", v);
         } else if (!strcmp(o, "--threads")) {
             u = &a->threads, max = 1024;
         } else if (!strcmp(o, "--max-seqs")) {
@@ -212,8 +211,9 @@ static px_status get_plan(const serve_args *a, const px_hw_graph *g, const px_ir
     req->contract = *contract;
     if (a->so.max_seqs)
         req->workload.batch = a->so.max_seqs;
-    req->workload.context = a->so.context ? a->so.context
-                                          : hp->context_length ? hp->context_length : 2048;
+    req->workload.context = a->so.context        ? a->so.context
+                            : hp->context_length ? hp->context_length
+                                                 : 2048;
     if (a->plan && strcmp(a->plan, "auto"))
         return px_json_load_file(a->plan, NULL, out, err);
     px_plan *plan = NULL;
@@ -233,9 +233,9 @@ static void describe(const px_serve *s, const serve_args *a, const json_t *plan)
     }
     uint32_t n = px_rt_plan_replicas(plan);
     fprintf(stderr, " (%u replica%s of plan %s)\n", n, n == 1 ? "" : "s",
-            json_string_value(json_object_get(plan, "id")) ? json_string_value(
-                                                                 json_object_get(plan, "id"))
-                                                           : "?");
+            json_string_value(json_object_get(plan, "id"))
+                ? json_string_value(json_object_get(plan, "id"))
+                : "?");
     if (json_is_true(json_object_get(plan, "emulated")))
         fprintf(stderr, "plexus serve: the plan uses EMULATED devices: their speed comes from "
                         "emulation profiles on this machine, not from real hardware\n");
@@ -291,9 +291,8 @@ int px__cmd_serve(int argc, char **argv)
         a.so.plan = plan;
         a.so.graph = graph;
         a.so.inventory_doc = inventory_doc;
-        a.so.executor = (px_rt_executor_opts){.transport = a.transport,
-                                              .n_threads = a.threads,
-                                              .timeout_ms = (int)a.timeout_ms};
+        a.so.executor = (px_rt_executor_opts){
+            .transport = a.transport, .n_threads = a.threads, .timeout_ms = (int)a.timeout_ms};
         a.so.heal = !a.no_heal;
         a.so.injects = a.injects;
         a.so.n_injects = a.n_injects;

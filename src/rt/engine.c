@@ -210,7 +210,8 @@ px_status px_rt_engine_submit(px_rt_engine *e, const px_rt_request *r, uint64_t 
     }
     memcpy(q->tokens, r->prompt, (size_t)r->n_prompt * sizeof *q->tokens);
     q->n_prompt = q->n_tokens = r->n_prompt;
-    memcpy(q->stop, r->stop_tokens, (size_t)r->n_stop_tokens * sizeof *q->stop);
+    if (r->n_stop_tokens)
+        memcpy(q->stop, r->stop_tokens, (size_t)r->n_stop_tokens * sizeof *q->stop);
     q->r.prompt = q->tokens;
     q->r.stop_tokens = q->stop;
     q->slot = -1;

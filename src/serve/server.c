@@ -29,21 +29,21 @@ static json_t *stages_of(px__srv_replica *r)
     if (r->session) {
         px_rt_session_info info;
         px_rt_session_info_get(r->session, &info);
-        json_array_append_new(a, json_pack("{s:s, s:s, s:b, s:i, s:i, s:I}", "device",
-                                           info.device.name, "backend", "cpu", "emulated",
-                                           info.device.emulated, "layers", (int)info.layer_end,
-                                           "threads", (int)info.n_threads, "pid", (json_int_t)getpid()));
+        json_array_append_new(
+            a, json_pack("{s:s, s:s, s:b, s:i, s:i, s:I}", "device", info.device.name, "backend",
+                         "cpu", "emulated", info.device.emulated, "layers", (int)info.layer_end,
+                         "threads", (int)info.n_threads, "pid", (json_int_t)getpid()));
         return a;
     }
     px_rt_executor *ex = px_rt_engine_executor(r->engine);
     const px_rt_pipeline_spec *spec = ex ? px_rt_executor_spec(ex) : NULL;
     for (uint32_t i = 0; spec && i < spec->n_stages; i++) {
         const px_rt_stage_spec *st = &spec->stages[i];
-        json_array_append_new(
-            a, json_pack("{s:i, s:s, s:s, s:b, s:[i,i], s:i}", "stage", (int)i, "device",
-                         st->device[0] ? st->device : st->backend, "backend", st->backend,
-                         "emulated", st->emulated, "layers", (int)st->layer_begin,
-                         (int)st->layer_end, "pid", px_rt_executor_stage_pid(ex, i)));
+        json_array_append_new(a, json_pack("{s:i, s:s, s:s, s:b, s:[i,i], s:i}", "stage", (int)i,
+                                           "device", st->device[0] ? st->device : st->backend,
+                                           "backend", st->backend, "emulated", st->emulated,
+                                           "layers", (int)st->layer_begin, (int)st->layer_end,
+                                           "pid", px_rt_executor_stage_pid(ex, i)));
     }
     return a;
 }
@@ -378,9 +378,9 @@ json_t *px__srv_status_json(px_serve *s)
         any_ok |= !failed;
         json_t *o = json_pack(
             "{s:i, s:s, s:O, s:i, s:i, s:i, s:i, s:I, s:I}", "index", (int)i, "state",
-            failed ? "failed" : "serving", "stages", r->stages ? r->stages : json_null(),
-            "running", (int)r->em.running, "waiting", (int)r->em.waiting, "kv_blocks",
-            (int)r->em.kv_blocks, "kv_blocks_used", (int)r->em.kv_blocks_used, "incidents",
+            failed ? "failed" : "serving", "stages", r->stages ? r->stages : json_null(), "running",
+            (int)r->em.running, "waiting", (int)r->em.waiting, "kv_blocks", (int)r->em.kv_blocks,
+            "kv_blocks_used", (int)r->em.kv_blocks_used, "incidents",
             (json_int_t)r->heal_sum.incidents, "recoveries", (json_int_t)r->em.recoveries);
         if (o && failed)
             json_object_set_new(o, "failure", json_string(r->failure));
@@ -388,7 +388,10 @@ json_t *px__srv_status_json(px_serve *s)
     }
     pthread_mutex_unlock(&s->mu);
     return json_pack("{s:s, s:s, s:b, s:o, s:f}", "status",
-                     all_ok ? "ok" : any_ok ? "degraded" : "failed", "model", s->model_name,
-                     "emulated", s->emulated, "replicas", reps ? reps : json_array(), "uptime_s",
+                     all_ok   ? "ok"
+                     : any_ok ? "degraded"
+                              : "failed",
+                     "model", s->model_name, "emulated", s->emulated, "replicas",
+                     reps ? reps : json_array(), "uptime_s",
                      (double)(px_now_ns() - s->t_start) / 1e9);
 }

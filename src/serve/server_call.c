@@ -53,9 +53,12 @@ static void call_unref(call *c)
 
 void px__srv_count(px_serve *s, px_serve_api api, int status)
 {
-    int k = status < 300 ? 0 : status == 400 ? 1 : status == 401 ? 2 : status == 404 ? 3
-                                                 : status == 429 ? 4
-                                                                 : 5;
+    int k = status < 300    ? 0
+            : status == 400 ? 1
+            : status == 401 ? 2
+            : status == 404 ? 3
+            : status == 429 ? 4
+                            : 5;
     pthread_mutex_lock(&s->mu);
     s->m.requests[api == PX_SERVE_API_CHAT][k]++;
     pthread_mutex_unlock(&s->mu);
@@ -64,9 +67,8 @@ void px__srv_count(px_serve *s, px_serve_api api, int status)
 static int queue_body(struct MHD_Connection *conn, int status, const char *ctype, char *body,
                       size_t len, bool retry_after)
 {
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(len, body, body ? MHD_RESPMEM_MUST_FREE
-                                                        : MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        len, body, body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
     if (!r) {
         free(body);
         return MHD_NO;
@@ -348,8 +350,8 @@ static px_status prompt_ids(px_serve *s, const px_serve_request *rq, int32_t **i
                                       s->tmpl_error);
         px_err err;
         size_t bad = SIZE_MAX;
-        px_status st = px_serve_chat_template_check(s->tmpl, rq->messages, rq->n_messages, &bad,
-                                                    &err);
+        px_status st =
+            px_serve_chat_template_check(s->tmpl, rq->messages, rq->n_messages, &bad, &err);
         px_serve_chat_render_opts ro = {.add_generation_prompt = true};
         if (st == PX_OK)
             st = px_serve_chat_template_render(s->tmpl, rq->messages, rq->n_messages, &ro, &text,
@@ -358,9 +360,9 @@ static px_status prompt_ids(px_serve *s, const px_serve_request *rq, int32_t **i
             char param[40] = "messages";
             if (bad != SIZE_MAX)
                 snprintf(param, sizeof param, "messages[%zu]", bad);
-            return px_serve_error_set(e, st == PX_ENOMEM ? PX_SERVE_ERR_INTERNAL
-                                                         : PX_SERVE_ERR_INVALID_REQUEST,
-                                      param, "%s", err.msg);
+            return px_serve_error_set(
+                e, st == PX_ENOMEM ? PX_SERVE_ERR_INTERNAL : PX_SERVE_ERR_INVALID_REQUEST, param,
+                "%s", err.msg);
         }
         if (!px_serve_chat_template_info_get(s->tmpl)->add_bos)
             flags &= ~(unsigned)PX_RT_ENCODE_BOS;
@@ -487,8 +489,9 @@ int px__srv_call(px_serve *s, struct MHD_Connection *conn, px_serve_api api, con
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     c->fd = ci ? ci->connect_fd : -1;
-    uint32_t max_new = rq.max_tokens ? rq.max_tokens
-                                     : api == PX_SERVE_API_COMPLETIONS ? 16 : UINT32_MAX;
+    uint32_t max_new = rq.max_tokens                     ? rq.max_tokens
+                       : api == PX_SERVE_API_COMPLETIONS ? 16
+                                                         : UINT32_MAX;
     px_rt_request r = {.prompt = ids,
                        .n_prompt = (uint32_t)n_ids,
                        .max_new_tokens = max_new,

@@ -127,8 +127,7 @@ static int dispatch(px_serve *s, struct MHD_Connection *conn, http_ctx *c, const
         if (c->too_large)
             return refuse(s, conn, c->route, PX_SERVE_ERR_TOO_LARGE,
                           "the request body is larger than %s bytes", "the server's limit");
-        return px__srv_call(s, conn, api_of(c->route), c->body.buf ? c->body.buf : "",
-                            c->body.len);
+        return px__srv_call(s, conn, api_of(c->route), c->body.buf ? c->body.buf : "", c->body.len);
     case ROUTE_METHOD:
         return refuse(s, conn, c->route, PX_SERVE_ERR_METHOD,
                       "%s does not take this method (GET /v1/models, POST /v1/completions, "
@@ -144,8 +143,8 @@ static int dispatch(px_serve *s, struct MHD_Connection *conn, http_ctx *c, const
 }
 
 static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, const char *url,
-                                      const char *method, const char *version,
-                                      const char *upload, size_t *upload_size, void **con_cls)
+                                      const char *method, const char *version, const char *upload,
+                                      size_t *upload_size, void **con_cls)
 {
     (void)version;
     px_serve *s = cls;
@@ -249,8 +248,8 @@ px_status px__srv_http_start(px_serve *s, px_err *err)
     if (!d) {
         char a[INET_ADDRSTRLEN] = "?";
         inet_ntop(AF_INET, &addr.sin_addr, a, sizeof a);
-        return px_err_set(err, PX_EIO, "serve: cannot listen on %s:%u: %s (is the port in use?)",
-                          a, (unsigned)ntohs(addr.sin_port), strerror(errno));
+        return px_err_set(err, PX_EIO, "serve: cannot listen on %s:%u: %s (is the port in use?)", a,
+                          (unsigned)ntohs(addr.sin_port), strerror(errno));
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : ntohs(addr.sin_port);

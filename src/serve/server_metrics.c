@@ -44,10 +44,12 @@ char *px__srv_metrics_text(px_serve *s)
     static const char *const apis[2] = {"completions", "chat"};
     pthread_mutex_lock(&s->mu);
     px__srv_metrics m = s->m;
-    head(&sb, "plexus_serve_requests_total", "counter", "HTTP requests answered, by API and status");
+    head(&sb, "plexus_serve_requests_total", "counter",
+         "HTTP requests answered, by API and status");
     for (int a = 0; a < 2; a++)
         for (int k = 0; k < 6; k++)
-            px_strbuf_addf(&sb, "plexus_serve_requests_total{api=\"%s\",status=\"%s\"} %" PRIu64 "\n",
+            px_strbuf_addf(&sb,
+                           "plexus_serve_requests_total{api=\"%s\",status=\"%s\"} %" PRIu64 "\n",
                            apis[a], classes[k], m.requests[a][k]);
     head(&sb, "plexus_serve_rejected_total", "counter",
          "requests refused with 429 because the queue was full");
@@ -92,19 +94,45 @@ char *px__srv_metrics_text(px_serve *s)
             const px_rt_engine_metrics *e = &r->em;
             double v = 0;
             switch (g) {
-            case 0: v = e->waiting; break;
-            case 1: v = e->running; break;
-            case 2: v = e->in_flight; break;
-            case 3: v = e->kv_blocks_used; break;
-            case 4: v = (double)e->kv_blocks - e->kv_blocks_used; break;
-            case 5: v = e->kv_block_size; break;
-            case 6: v = (double)e->preemptions; break;
-            case 7: v = (double)e->steps; break;
-            case 8: v = (double)e->new_tokens; break;
-            case 9: v = (double)e->busy_ns / 1e9; break;
-            case 10: v = r->heal_sum.incidents; break;
-            case 11: v = (double)e->recoveries; break;
-            default: v = !atomic_load(&r->failed); break;
+            case 0:
+                v = e->waiting;
+                break;
+            case 1:
+                v = e->running;
+                break;
+            case 2:
+                v = e->in_flight;
+                break;
+            case 3:
+                v = e->kv_blocks_used;
+                break;
+            case 4:
+                v = (double)e->kv_blocks - e->kv_blocks_used;
+                break;
+            case 5:
+                v = e->kv_block_size;
+                break;
+            case 6:
+                v = (double)e->preemptions;
+                break;
+            case 7:
+                v = (double)e->steps;
+                break;
+            case 8:
+                v = (double)e->new_tokens;
+                break;
+            case 9:
+                v = (double)e->busy_ns / 1e9;
+                break;
+            case 10:
+                v = r->heal_sum.incidents;
+                break;
+            case 11:
+                v = (double)e->recoveries;
+                break;
+            default:
+                v = !atomic_load(&r->failed);
+                break;
             }
             px_strbuf_addf(&sb, "%s{replica=\"%u\"} %.9g\n", gauges[g].name, i, v);
         }

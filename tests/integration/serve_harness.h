@@ -24,9 +24,9 @@
 
 typedef struct sh_server {
     pid_t pid;
-    char addr[64];  /* 127.0.0.1:PORT */
-    char url[96];   /* http://127.0.0.1:PORT/v1 */
-    char *log;      /* its stderr, a file */
+    char addr[64]; /* 127.0.0.1:PORT */
+    char url[96];  /* http://127.0.0.1:PORT/v1 */
+    char *log;     /* its stderr, a file */
     char *key_file;
 } sh_server;
 

@@ -20,19 +20,27 @@ static int setup(void **state)
     model = px_test_shared_model("stories260K.gguf");
     if (!model)
         return 0;
-    const char *args[] = {"--model",  model, "--threads",         "1",       "--max-seqs",
-                          "8",        "--chat-template", "chatml", "--model-name",
-                          "stories", NULL};
+    const char *args[] = {"--model",         model,    "--threads",    "1",       "--max-seqs", "8",
+                          "--chat-template", "chatml", "--model-name", "stories", NULL};
     sh_start(&srv, args);
-    const char *gen[] = {px_test_plexus_bin(), "generate", "--model", model, "--prompt", PROMPT,
-                         "-n",                 "24",       "--temp",  "0",   "-o",       "json",
+    const char *gen[] = {px_test_plexus_bin(),
+                         "generate",
+                         "--model",
+                         model,
+                         "--prompt",
+                         PROMPT,
+                         "-n",
+                         "24",
+                         "--temp",
+                         "0",
+                         "-o",
+                         "json",
                          NULL};
     char *out = NULL;
     assert_int_equal(px_test_run((char *const *)gen, 60, &out, NULL), 0);
     json_t *doc = sh_json(out);
-    reference = px_strdup(
-        json_string_value(json_object_get(json_array_get(json_object_get(doc, "results"), 0),
-                                          "text")));
+    reference = px_strdup(json_string_value(
+        json_object_get(json_array_get(json_object_get(doc, "results"), 0), "text")));
     json_decref(doc);
     free(out);
     return 0;
@@ -262,7 +270,6 @@ static void test_concurrent_streams_match_each_alone(void **state)
     json_decref(got);
 }
 
-
 /* A server whose one stage runs on an emulated device three hundred times
  * slower than this cpu: requests last seconds, so a client can leave in
  * the middle and a queue can fill. */
@@ -275,7 +282,7 @@ static void start_slow(sh_server *slow, const char *max_seqs, const char *queue)
                       "{\"compute_slowdown\": 300, \"memory_slowdown\": 300}}]}";
     px_err err;
     px_assert_ok(px_write_file(plan, doc, strlen(doc), &err), &err);
-    const char *args[] = {"--model", model,    "--plan", plan, "--max-seqs",
+    const char *args[] = {"--model", model,     "--plan", plan, "--max-seqs",
                           max_seqs,  "--queue", queue,    NULL};
     sh_start(slow, args);
     free(plan);

@@ -8,14 +8,23 @@
 
 #define N_NEW "48"
 
-static const char *prompts[] = {"Once upon a time", "The cat sat",    "A big red ball",
-                                "Lily",             "One day, a little", "The sun",
-                                "Tom and his dog",  "She"};
+static const char *prompts[] = {"Once upon a time",  "The cat sat", "A big red ball",  "Lily",
+                                "One day, a little", "The sun",     "Tom and his dog", "She"};
 
 static char *generate_alone(const char *model, const char *prompt)
 {
-    const char *gen[] = {px_test_plexus_bin(), "generate", "--model", model, "--prompt", prompt,
-                         "-n",                 N_NEW,      "--temp",  "0",   "-o",       "json",
+    const char *gen[] = {px_test_plexus_bin(),
+                         "generate",
+                         "--model",
+                         model,
+                         "--prompt",
+                         prompt,
+                         "-n",
+                         N_NEW,
+                         "--temp",
+                         "0",
+                         "-o",
+                         "json",
                          NULL};
     char *out = NULL;
     assert_int_equal(px_test_run((char *const *)gen, 60, &out, NULL), 0);
@@ -26,7 +35,6 @@ static char *generate_alone(const char *model, const char *prompt)
     free(out);
     return text;
 }
-
 
 static void test_killed_stage_mid_stream_keeps_every_stream(void **state)
 {
@@ -40,8 +48,8 @@ static void test_killed_stage_mid_stream_keeps_every_stream(void **state)
     char *inventory = px_test_source_path("data/scenarios/emu-small.json");
     /* Stage 1's worker dies once 60 tokens have been produced, with every
      * stream in the middle of its text. */
-    const char *args[] = {"--model", model, "--inventory", inventory, "--inject",
-                          "kill:stage1@token60", NULL};
+    const char *args[] = {
+        "--model", model, "--inventory", inventory, "--inject", "kill:stage1@token60", NULL};
     sh_server srv;
     sh_start(&srv, args);
     int st;
