@@ -114,11 +114,11 @@ static int sh_stop(sh_server *s)
     int status = -1;
     if (s->pid > 0) {
         kill(s->pid, SIGTERM);
-        for (int i = 0; i < 300; i++) {
+        for (int i = 0; i < 1500; i++) {
             if (waitpid(s->pid, &status, WNOHANG) == s->pid)
                 break;
             usleep(20000);
-            if (i == 299) {
+            if (i == 1499) {
                 kill(-s->pid, SIGKILL);
                 waitpid(s->pid, &status, 0);
             }
