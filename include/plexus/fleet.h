@@ -43,6 +43,8 @@
 
 #include "plexus/base.h"
 
+#include <stdatomic.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -222,8 +224,10 @@ void px_fleet_client_free(px_fleet_client *c);
 /* Limit on each whole request in milliseconds (default 30,000). */
 void px_fleet_client_set_timeout(px_fleet_client *c, int timeout_ms);
 /* Makes requests end early (PX_ETIMEOUT) once *flag becomes nonzero, so a
- * long poll does not delay a shutdown.  flag is borrowed; NULL clears. */
-void px_fleet_client_set_abort(px_fleet_client *c, volatile int *flag);
+ * long poll does not delay a shutdown.  flag is borrowed (read from the
+ * calling thread while a request runs; another thread or a signal handler
+ * may set it); NULL clears. */
+void px_fleet_client_set_abort(px_fleet_client *c, const atomic_int *flag);
 /* The server URL (borrowed). */
 const char *px_fleet_client_server(const px_fleet_client *c);
 /* Sends `method` on `path` ("/v1/jobs") with a JSON body (borrowed; may
@@ -315,9 +319,10 @@ typedef struct px_fleet_agent_config {
     double health_interval_s; /* service health checks; default 1 */
     int health_failures;      /* failed checks in a row that stop a service;
                                  default 3 */
-    /* Set to nonzero (e.g. from a signal handler) to stop: running work
-     * is killed and the call returns PX_OK.  May be NULL. */
-    volatile int *stop;
+    /* Set to nonzero (from another thread, or from a signal handler: an
+     * atomic_int is lock-free) to stop: running work is killed and the
+     * call returns PX_OK.  May be NULL. */
+    const atomic_int *stop;
 } px_fleet_agent_config;
 
 /* Describes the node, registers with the server, and then heartbeats,

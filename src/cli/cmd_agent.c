@@ -5,12 +5,15 @@
 
 const char px__cmd_agent_summary[] = "attach this node to a plexus server and run its work";
 
-static volatile int stop_flag;
+/* Set by the signal handler, read by the agent's threads: a lock-free
+ * atomic is safe in both places. */
+static atomic_int stop_flag;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "atomic_int must be lock-free for signal handlers");
 
 static void on_signal(int sig)
 {
     (void)sig;
-    stop_flag = 1;
+    atomic_store(&stop_flag, 1);
 }
 
 static void usage(FILE *f)

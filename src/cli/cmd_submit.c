@@ -329,12 +329,14 @@ static int wait_for(submit_opts *s, px_fleet_client *c, const char *id)
             json_decref(job);
             return rc;
         }
-        json_decref(job);
         if (px_now_ns() > deadline) {
+            /* state points into job: print before letting it go. */
             fprintf(stderr, "plexus submit: %s is still %s after the --timeout; it keeps running\n",
                     id, state);
+            json_decref(job);
             return PX_EXIT_FAIL;
         }
+        json_decref(job);
         struct timespec ts = {0, (long)delay_ms * 1000000L};
         nanosleep(&ts, NULL);
         delay_ms = PX_MIN(delay_ms * 2, 500);

@@ -7,12 +7,15 @@
 
 const char px__cmd_up_summary[] = "run a server and a local agent in one process (single machine)";
 
-static volatile int stop_flag;
+/* Set by the signal handler, read by the agent's threads: a lock-free
+ * atomic is safe in both places. */
+static atomic_int stop_flag;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "atomic_int must be lock-free for signal handlers");
 
 static void on_signal(int sig)
 {
     (void)sig;
-    stop_flag = 1;
+    atomic_store(&stop_flag, 1);
 }
 
 static void usage(FILE *f)
@@ -62,7 +65,7 @@ static void *agent_main(void *arg)
 {
     agent_thread *t = arg;
     t->st = px_fleet_agent_run(&t->cfg, &t->err);
-    stop_flag = 1;
+    atomic_store(&stop_flag, 1);
     return NULL;
 }
 
@@ -144,7 +147,7 @@ int px__cmd_up(int argc, char **argv)
         px_err_set(&err, PX_EINTERNAL, "cannot start the agent thread");
         rc = px__cli_fail("up", &err);
     } else {
-        while (!stop_flag) {
+        while (!atomic_load(&stop_flag)) {
             struct timespec ts = {0, 100 * 1000000L};
             nanosleep(&ts, NULL);
         }

@@ -8,6 +8,7 @@
 
 #include "base/common.h"
 
+#include <stdatomic.h>
 #include <sys/types.h>
 
 /* ------------------------------------------------------------------ */
@@ -119,8 +120,8 @@ typedef struct px__agent_job {
     json_t *assignment; /* owned */
     pthread_t thread;
     bool thread_started;
-    volatile int stop_requested; /* the server said stop: cancelled or stale */
-    volatile int done;           /* the thread has finished; join and drop */
+    atomic_int stop_requested; /* the server said stop: cancelled or stale */
+    atomic_int done;           /* the thread has finished; join and drop */
 } px__agent_job;
 
 /* How many (job, attempt, rank) keys of finished work are remembered, so
@@ -136,8 +137,8 @@ struct px__agent {
     bool emulated;
     px_fleet_cache *cache;
     double heartbeat_s, lease_s;
-    volatile int stopping;
-    pthread_mutex_t mu; /* guards jobs, recent and registration */
+    atomic_int stopping; /* read by every thread, set by any */
+    pthread_mutex_t mu;  /* guards jobs, recent and registration */
     px__agent_job *jobs;
     char recent[PX__AGENT_RECENT][160];
     size_t n_recent;

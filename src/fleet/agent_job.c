@@ -45,7 +45,7 @@ static void sleep_ms(int ms)
 
 static bool stopping(const job_run *r)
 {
-    return r->j->stop_requested || r->a->stopping;
+    return atomic_load(&r->j->stop_requested) || atomic_load(&r->a->stopping);
 }
 
 /* A report the server must get: retried while the server is unreachable
@@ -64,7 +64,7 @@ static px_status report(job_run *r, const char *path, const json_t *body, px_err
         }
         if (code >= 400 && code < 500)
             return st;
-        if (r->a->stopping)
+        if (atomic_load(&r->a->stopping))
             return st;
         px_log_info("agent: %s: %s; retrying", path, err ? err->msg : "");
         sleep_ms(delay);
@@ -554,7 +554,7 @@ static void upload_artifacts(job_run *r)
                 r->stale = true;
                 break;
             }
-            if ((code >= 400 && code < 500) || r->a->stopping) {
+            if ((code >= 400 && code < 500) || atomic_load(&r->a->stopping)) {
                 note(r, "artifact \"%s\" refused: %s", name, err.msg);
                 break;
             }
@@ -656,7 +656,7 @@ static void finish_report(job_run *r, const px__proc_exit *ex)
     flush_due(r, true);
     char *path = px_asprintf("/v1/agent/jobs/%s/finish", r->j->job);
     px_err err;
-    if (body && path && report(r, path, body, &err) != PX_OK && !r->a->stopping)
+    if (body && path && report(r, path, body, &err) != PX_OK && !atomic_load(&r->a->stopping))
         px_log_warn("agent: job %s attempt %d: finish not accepted: %s", r->j->job, r->j->attempt,
                     err.msg);
     free(path);
@@ -766,6 +766,6 @@ void *px__agent_job_main(void *arg)
         px_strbuf_release(&r.out[s]);
     px_strbuf_release(&r.result);
     px_fleet_client_free(r.c);
-    j->done = 1;
+    atomic_store(&j->done, 1);
     return NULL;
 }

@@ -22,12 +22,12 @@ static void sleep_ms(int ms)
 /* Sleeps up to ms, returning early when the agent stops. */
 static void nap(px__agent *a, int ms)
 {
-    while (ms > 0 && !a->stopping) {
+    while (ms > 0 && !atomic_load(&a->stopping)) {
         int step = PX_MIN(ms, 50);
         sleep_ms(step);
         ms -= step;
-        if (a->cfg->stop && *a->cfg->stop)
-            a->stopping = 1;
+        if (a->cfg->stop && atomic_load(a->cfg->stop))
+            atomic_store(&a->stopping, 1);
     }
 }
 
@@ -38,7 +38,7 @@ json_t *px__agent_running(px__agent *a)
         return NULL;
     pthread_mutex_lock(&a->mu);
     for (px__agent_job *j = a->jobs; j; j = j->next)
-        if (!j->done && !j->stop_requested)
+        if (!atomic_load(&j->done) && !atomic_load(&j->stop_requested))
             json_array_append_new(arr, json_pack("{s:s, s:i, s:i}", "job", j->job, "attempt",
                                                  j->attempt, "rank", j->rank));
     pthread_mutex_unlock(&a->mu);
@@ -60,10 +60,9 @@ void px__agent_apply_stop(px__agent *a, const json_t *stop)
         for (px__agent_job *j = a->jobs; j; j = j->next)
             if (!strcmp(j->job, job) && j->attempt == attempt &&
                 (!rank_v || json_integer_value(rank_v) == j->rank)) {
-                if (!j->stop_requested)
+                if (!atomic_exchange(&j->stop_requested, 1))
                     px_log_info("agent: stopping job %s attempt %d rank %d as the server asked",
                                 j->job, j->attempt, j->rank);
-                j->stop_requested = 1;
             }
         pthread_mutex_unlock(&a->mu);
     }
@@ -138,7 +137,7 @@ static void *heartbeat_main(void *arg)
         return NULL;
     }
     px_fleet_client_set_abort(c, &a->stopping);
-    while (!a->stopping) {
+    while (!atomic_load(&a->stopping)) {
         json_t *body =
             json_pack("{s:s, s:o, s:o, s:o}", "node", a->node_id, "live", px__agent_live(a),
                       "resident", resident(a), "running", px__agent_running(a));
@@ -160,7 +159,7 @@ static void *heartbeat_main(void *arg)
             if (px__agent_register(a, c, &stop, &err) == PX_OK)
                 px__agent_apply_stop(a, stop);
             json_decref(stop);
-        } else if (!a->stopping) {
+        } else if (!atomic_load(&a->stopping)) {
             px_log_info("agent: heartbeat: %s", err.msg);
         }
         json_decref(reply);
@@ -177,7 +176,7 @@ static void reap_jobs(px__agent *a, bool all)
         px__agent_job *found = NULL;
         pthread_mutex_lock(&a->mu);
         for (px__agent_job **pp = &a->jobs; *pp; pp = &(*pp)->next)
-            if ((*pp)->done || (all && !(*pp)->thread_started)) {
+            if (atomic_load(&(*pp)->done) || (all && !(*pp)->thread_started)) {
                 found = *pp;
                 *pp = found->next;
                 break;
@@ -232,7 +231,7 @@ static bool take(px__agent *a, const json_t *as)
         j->assignment && pthread_create(&j->thread, &attr, px__agent_job_main, j) == 0;
     pthread_attr_destroy(&attr);
     if (!j->thread_started)
-        j->done = 1;
+        atomic_store(&j->done, 1);
     pthread_mutex_unlock(&a->mu);
     return true;
 }
@@ -298,7 +297,7 @@ px_status px_fleet_agent_run(const px_fleet_agent_config *cfg, px_err *err)
             goto done;
         }
         (void)code;
-        if (a->stopping || (cfg->stop && *cfg->stop)) {
+        if (atomic_load(&a->stopping) || (cfg->stop && atomic_load(cfg->stop))) {
             st = PX_OK;
             goto done;
         }
@@ -310,9 +309,9 @@ px_status px_fleet_agent_run(const px_fleet_agent_config *cfg, px_err *err)
     if (pthread_create(&hb, NULL, heartbeat_main, a) == 0)
         hb_started = true;
     delay = 100;
-    while (!a->stopping) {
-        if (cfg->stop && *cfg->stop) {
-            a->stopping = 1;
+    while (!atomic_load(&a->stopping)) {
+        if (cfg->stop && atomic_load(cfg->stop)) {
+            atomic_store(&a->stopping, 1);
             break;
         }
         reap_jobs(a, false);
@@ -343,7 +342,7 @@ px_status px_fleet_agent_run(const px_fleet_agent_config *cfg, px_err *err)
         } else if (code == 401 || code == 403) {
             px_log_error("agent: %s", e2.msg);
             nap(a, 2000);
-        } else if (!a->stopping) {
+        } else if (!atomic_load(&a->stopping)) {
             px_log_info("agent: assignments: %s", e2.msg);
             nap(a, delay);
             delay = PX_MIN(delay * 2, 2000);
@@ -352,7 +351,7 @@ px_status px_fleet_agent_run(const px_fleet_agent_config *cfg, px_err *err)
     }
     st = PX_OK;
 done:
-    a->stopping = 1;
+    atomic_store(&a->stopping, 1);
     if (hb_started)
         pthread_join(hb, NULL);
     reap_jobs(a, true);

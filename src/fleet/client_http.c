@@ -24,7 +24,7 @@ struct px_fleet_client {
     char *base; /* "http://127.0.0.1:7070", no trailing slash */
     char *auth; /* "Authorization: Bearer ..." */
     long timeout_ms;
-    volatile int *abort_flag; /* a request in flight ends when it becomes nonzero */
+    const atomic_int *abort_flag; /* a request in flight ends when it becomes nonzero */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -99,7 +99,7 @@ void px_fleet_client_set_timeout(px_fleet_client *c, int timeout_ms)
     c->timeout_ms = timeout_ms > 0 ? timeout_ms : 30000;
 }
 
-void px_fleet_client_set_abort(px_fleet_client *c, volatile int *flag)
+void px_fleet_client_set_abort(px_fleet_client *c, const atomic_int *flag)
 {
     c->abort_flag = flag;
 }
@@ -108,8 +108,8 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
                        curl_off_t ulnow)
 {
     (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
-    volatile int *flag = ud;
-    return *flag ? 1 : 0;
+    const atomic_int *flag = ud;
+    return atomic_load_explicit(flag, memory_order_relaxed) ? 1 : 0;
 }
 
 const char *px_fleet_client_server(const px_fleet_client *c)

@@ -196,6 +196,28 @@ static void test_submit_options_become_the_job_spec(void **state)
     free(id);
 }
 
+static void test_submit_wait_timeout_names_the_state(void **state)
+{
+    (void)state;
+    char *out = NULL, *err = NULL;
+    int rc = fh_plexus(&out, &err, "submit", "--wait", "--timeout", "0.3", "--", "/bin/sleep", "5",
+                       NULL);
+    assert_int_equal(rc, 1);
+    /* The state is printed from the reply while it is still held. */
+    if (!strstr(err, "is still queued") && !strstr(err, "is still assigned") &&
+        !strstr(err, "is still running"))
+        fail_msg("submit --wait --timeout printed: %s", err);
+    const char *id = strstr(out, "submitted ");
+    assert_non_null(id);
+    char job[32];
+    assert_int_equal(sscanf(id, "submitted %31s", job), 1);
+    free(out);
+    free(err);
+    assert_int_equal(fh_plexus(&out, &err, "cancel", job, NULL), 0);
+    free(out);
+    free(err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -204,6 +226,7 @@ int main(void)
         cmocka_unit_test(test_oversized_requests_get_413),
         cmocka_unit_test(test_artifact_names_cannot_escape),
         cmocka_unit_test(test_submit_options_become_the_job_spec),
+        cmocka_unit_test(test_submit_wait_timeout_names_the_state),
     };
     alarm(90);
     if (getenv("PX_TEST_FILTER"))
