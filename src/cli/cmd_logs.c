@@ -18,13 +18,14 @@ static void on_signal(int sig)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: plexus logs [-f] [--stream stdout|stderr] JOB [--server URL] [--token T]\n"
-               "                   [-o text|json]\n"
-               "\n"
-               "Prints the job's output in order: stdout to stdout, stderr to stderr.\n"
-               "-f follows the output until the job ends (long polling the server).\n"
-               "-o json prints one JSON object per chunk (seq, stream, rank, attempt,\n"
-               "data).\n");
+    fprintf(f,
+            "usage: plexus logs [-f] [--stream stdout|stderr] JOB [--server URL] [--token-file F]\n"
+            "                   [-o text|json]\n"
+            "\n"
+            "Prints the job's output in order: stdout to stdout, stderr to stderr.\n"
+            "-f follows the output until the job ends (long polling the server).\n"
+            "-o json prints one JSON object per chunk (seq, stream, rank, attempt,\n"
+            "data).\n");
 }
 
 int px__cmd_logs(int argc, char **argv)
@@ -111,5 +112,6 @@ int px__cmd_logs(int argc, char **argv)
             break;
     }
     px_fleet_client_free(c);
+    px__fleet_cli_release(&o);
     return rc;
 }

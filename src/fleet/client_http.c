@@ -8,6 +8,7 @@
  */
 #include "base/common.h"
 
+#include "fleet/agent_impl.h"
 #include "plexus/fleet.h"
 
 #include <curl/curl.h>
@@ -23,11 +24,32 @@ struct px_fleet_client {
     CURL *curl;
     char *base; /* "http://127.0.0.1:7070", no trailing slash */
     char *auth; /* "Authorization: Bearer ..." */
+    char *ca;   /* trust only this CA file, or NULL for the system store */
+    char *idem; /* "Idempotency-Key: ...", or NULL */
     long timeout_ms;
     const atomic_int *abort_flag; /* a request in flight ends when it becomes nonzero */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+
+static void wipe_free(char *s)
+{
+    if (!s)
+        return;
+    /* The token should not outlive the client in freed memory. */
+    volatile char *p = s;
+    while (*p)
+        *p++ = 0;
+    free(s);
+}
+
+static bool token_ok(const char *token)
+{
+    for (const char *t = token; t && *t; t++)
+        if ((unsigned char)*t <= ' ' || (unsigned char)*t >= 127)
+            return false;
+    return true;
+}
 static CURLcode curl_init_status;
 
 static void curl_init(void)
@@ -48,13 +70,10 @@ px_status px_fleet_client_new(const char *server_url, const char *token, px_flee
                           server_url);
     if (strlen(server_url) > 2048)
         return px_err_set(err, PX_EINVAL, "server URL is longer than 2048 characters");
-    if (token) {
-        for (const char *t = token; *t; t++)
-            if ((unsigned char)*t <= ' ' || (unsigned char)*t >= 127)
-                return px_err_set(err, PX_EINVAL,
-                                  "the token holds a space or a non-printable character; "
-                                  "check --token or PLEXUS_TOKEN");
-    }
+    if (!token_ok(token))
+        return px_err_set(err, PX_EINVAL,
+                          "the token holds a space or a non-printable character; check "
+                          "--token-file or PLEXUS_TOKEN");
     pthread_once(&curl_once, curl_init);
     if (curl_init_status != CURLE_OK)
         return px_err_set(err, PX_EIO, "cannot initialise libcurl: %s",
@@ -83,15 +102,55 @@ void px_fleet_client_free(px_fleet_client *c)
         return;
     if (c->curl)
         curl_easy_cleanup(c->curl);
-    if (c->auth) {
-        /* The token should not outlive the client in freed memory. */
-        volatile char *p = c->auth;
-        while (*p)
-            *p++ = 0;
-        free(c->auth);
-    }
+    wipe_free(c->auth);
+    free(c->ca);
+    free(c->idem);
     free(c->base);
     free(c);
+}
+
+px_status px_fleet_client_set_ca(px_fleet_client *c, const char *ca_file, px_err *err)
+{
+    char *copy = NULL;
+    if (ca_file) {
+        if (access(ca_file, R_OK) != 0)
+            return px_err_set(err, PX_ENOTFOUND, "CA file %s: cannot read: %s", ca_file,
+                              strerror(errno));
+        if (!(copy = px_strdup(ca_file)))
+            return px_err_set(err, PX_ENOMEM, "out of memory");
+    }
+    free(c->ca);
+    c->ca = copy;
+    return PX_OK;
+}
+
+px_status px_fleet_client_set_token(px_fleet_client *c, const char *token, px_err *err)
+{
+    if (!token_ok(token))
+        return px_err_set(err, PX_EINVAL, "the token holds a space or a non-printable character");
+    char *auth = token && token[0] ? px_asprintf("Authorization: Bearer %s", token) : NULL;
+    if (token && token[0] && !auth)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    wipe_free(c->auth);
+    c->auth = auth;
+    return PX_OK;
+}
+
+px_status px_fleet_client_set_idempotency_key(px_fleet_client *c, const char *key, px_err *err)
+{
+    char *h = NULL;
+    if (key) {
+        size_t n = strlen(key);
+        if (n == 0 || n > 128 || !token_ok(key))
+            return px_err_set(err, PX_EINVAL,
+                              "an idempotency key is 1 to 128 printable characters without "
+                              "spaces");
+        if (!(h = px_asprintf("Idempotency-Key: %s", key)))
+            return px_err_set(err, PX_ENOMEM, "out of memory");
+    }
+    free(c->idem);
+    c->idem = h;
+    return PX_OK;
 }
 
 void px_fleet_client_set_timeout(px_fleet_client *c, int timeout_ms)
@@ -217,6 +276,8 @@ static px_status perform(px_fleet_client *c, const request *rq, long *http_statu
     struct curl_slist *hdrs = NULL;
     if (c->auth)
         hdrs = curl_slist_append(hdrs, c->auth);
+    if (c->idem)
+        hdrs = curl_slist_append(hdrs, c->idem);
     char ct[128];
     snprintf(ct, sizeof ct, "Content-Type: %s",
              rq->content_type ? rq->content_type : "application/json");
@@ -232,12 +293,24 @@ static px_status perform(px_fleet_client *c, const request *rq, long *http_statu
     curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    if (c->ca) {
+        /* Pinned: this CA alone, not the system's store. */
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->ca);
+        curl_easy_setopt(h, CURLOPT_CAPATH, NULL);
+    }
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
     if (c->abort_flag) {
         curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
         curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)c->abort_flag);
     }
     int upload_fd = rq->upload_fd;
+    if (upload_fd >= 0 && lseek(upload_fd, 0, SEEK_SET) != 0) {
+        curl_slist_free_all(hdrs);
+        free(url);
+        return px_err_set(err, PX_EIO, "cannot read the file to send: %s", strerror(errno));
+    }
     if (!strcmp(rq->method, "GET")) {
         curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
     } else if (upload_fd >= 0) {
@@ -358,13 +431,27 @@ px_status px_fleet_client_send_file(px_fleet_client *c, const char *method, cons
     return st;
 }
 
+px_status px__client_send_fd(px_fleet_client *c, const char *method, const char *path, int fd,
+                             uint64_t len, long *http_status, json_t **reply, px_err *err)
+{
+    if (reply)
+        *reply = NULL;
+    request rq = {method, path, NULL, 0, "application/octet-stream", fd, len, -1};
+    sink s = {PX_STRBUF_INIT, -1, 0, REPLY_MAX_BYTES, false, false};
+    px_status st = perform(c, &rq, http_status, &s, err);
+    if (st == PX_OK)
+        st = parse_reply(&s, path, reply, err);
+    px_strbuf_release(&s.body);
+    return st;
+}
+
 px_status px_fleet_client_download(px_fleet_client *c, const char *path, const char *dest,
                                    long *http_status, px_err *err)
 {
     char *tmp = px_asprintf("%s.part.%ld", dest, (long)getpid());
     if (!tmp)
         return px_err_set(err, PX_ENOMEM, "out of memory");
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
         px_status st = px_err_set(err, PX_EIO, "%s: cannot create: %s", dest, strerror(errno));
         free(tmp);

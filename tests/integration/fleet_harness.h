@@ -3,6 +3,9 @@
  * `plexus agent` processes on 127.0.0.1 (ephemeral ports, a temporary data
  * folder, emulated GPU inventories written here), API calls with the user
  * token, and cleanup of every process group at exit, also on failure.
+ * Agents join with the join token from a private file; when the tests run
+ * as root, agents run their jobs as the user nobody (as a root agent
+ * must), so the test folders are made passable for it.
  * Included by the tests/integration/test_fleet_*.c files (static helpers).
  */
 #ifndef PX_FLEET_HARNESS_H
@@ -26,6 +29,8 @@
 #define FH_MAX_PROCS     16
 #define FH_CLUSTER_TOKEN "cluster-token-for-tests-0123456789"
 #define FH_USER_TOKEN    "user-token-for-tests-abcdefghijkl"
+#define FH_OTHER_TOKEN   "other-user-token-for-tests-mnopqr"
+#define FH_ADMIN_TOKEN   "admin-token-for-tests-stuvwxyz0123"
 
 typedef struct fh_proc {
     pid_t pid;
@@ -37,6 +42,10 @@ typedef struct fh_fleet {
     char dir[400];
     char data[600];
     char tokens[600];
+    char join[600];          /* the join token, in a private file */
+    char shared[600];        /* a folder every job may write (1777), for files the test reads */
+    const char *listen_host; /* NULL: 127.0.0.1 */
+    const char *extra_server_args[8]; /* more `plexus server` options, NULL-ended */
     char url[64];
     int port;
     double lease_s;
@@ -108,8 +117,12 @@ static inline pid_t fh_spawn(char *const argv[], const char *log, const char *co
             dup2(fd, 2);
             close(fd);
         }
-        for (int i = 0; env && env[i]; i += 2)
-            setenv(env[i], env[i + 1], 1);
+        for (int i = 0; env && env[i]; i += 2) {
+            if (env[i + 1])
+                setenv(env[i], env[i + 1], 1);
+            else
+                unsetenv(env[i]);
+        }
         execv(argv[0], argv);
         _exit(127);
     }
@@ -182,17 +195,21 @@ static inline void fh_start_server(fh_fleet *f)
     char lease[32], listen[64];
     snprintf(lease, sizeof lease, "%g", f->lease_s);
     snprintf(listen, sizeof listen, "127.0.0.1:%d", f->port);
-    char *argv[] = {(char *)px_test_plexus_bin(),
-                    "server",
-                    "--listen",
-                    listen,
-                    "--data",
-                    f->data,
-                    "--token-file",
-                    f->tokens,
-                    "--lease",
-                    lease,
-                    NULL};
+    char *argv[32] = {(char *)px_test_plexus_bin(),
+                      "server",
+                      "--listen",
+                      listen,
+                      "--data",
+                      f->data,
+                      "--token-file",
+                      f->tokens,
+                      "--lease",
+                      lease,
+                      NULL};
+    int n = 10;
+    for (int i = 0; f->extra_server_args[i] && n < 30; i++)
+        argv[n++] = (char *)f->extra_server_args[i];
+    argv[n] = NULL;
     f->server.pid = fh_spawn(argv, f->server.log, NULL);
     for (int i = 0; i < 200; i++) {
         if (fh_server_up(f))
@@ -218,20 +235,45 @@ static inline void fh_kill_server(fh_fleet *f)
     f->server.pid = 0;
 }
 
-/* Creates the folder, the token file and starts the server. */
-static inline void fh_fleet_start(fh_fleet *f, const char *name, double lease_s)
+/* Whether agents run their jobs as nobody (the tests run as root). */
+static inline bool fh_as_root(void)
+{
+    return geteuid() == 0;
+}
+
+/* Writes text to a file only its owner can read. */
+static inline void fh_write_private(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+        fail_msg("%s: cannot write: %s", path, strerror(errno));
+    fchmod(fd, 0600);
+    close(fd);
+}
+
+/* Creates the folder, the token file and starts the server (with the
+ * options already in f->extra_server_args). */
+static inline void fh_fleet_prepare(fh_fleet *f, const char *name, double lease_s)
 {
     fh_install_cleanup();
+    const char *extra[8];
+    memcpy(extra, f->extra_server_args, sizeof extra);
     memset(f, 0, sizeof *f);
+    memcpy(f->extra_server_args, extra, sizeof extra);
+    /* Jobs run as nobody must be able to walk to their folders. */
+    chmod(px_test_tmpdir(), 0755);
     snprintf(f->dir, sizeof f->dir, "%s/%s", px_test_tmpdir(), name);
     mkdir(f->dir, 0755);
     snprintf(f->data, sizeof f->data, "%s/data", f->dir);
     snprintf(f->tokens, sizeof f->tokens, "%s/tokens.txt", f->dir);
-    const char *tok =
-        "# tokens for the test fleet\nagent " FH_CLUSTER_TOKEN "\nuser " FH_USER_TOKEN " tester\n";
-    px_err err;
-    px_assert_ok(px_write_file(f->tokens, tok, strlen(tok), &err), &err);
-    chmod(f->tokens, 0600);
+    snprintf(f->join, sizeof f->join, "%s/join-token", f->dir);
+    snprintf(f->shared, sizeof f->shared, "%s/shared", f->dir);
+    mkdir(f->shared, 01777);
+    chmod(f->shared, 01777);
+    fh_write_private(f->tokens, "# tokens for the test fleet\nagent " FH_CLUSTER_TOKEN
+                                "\nuser " FH_USER_TOKEN " tester\nuser " FH_OTHER_TOKEN
+                                " other\nuser " FH_ADMIN_TOKEN " boss admin\n");
+    fh_write_private(f->join, FH_CLUSTER_TOKEN "\n");
     f->port = fh_free_port();
     f->lease_s = lease_s;
     snprintf(f->url, sizeof f->url, "http://127.0.0.1:%d", f->port);
@@ -239,6 +281,11 @@ static inline void fh_fleet_start(fh_fleet *f, const char *name, double lease_s)
     snprintf(f->server.name, sizeof f->server.name, "server");
     setenv("PLEXUS_SERVER", f->url, 1);
     setenv("PLEXUS_TOKEN", FH_USER_TOKEN, 1);
+}
+
+static inline void fh_fleet_start(fh_fleet *f, const char *name, double lease_s)
+{
+    fh_fleet_prepare(f, name, lease_s);
     fh_start_server(f);
 }
 
@@ -262,40 +309,71 @@ static inline char *fh_inventory(fh_fleet *f, const char *node, const char *devi
     return path;
 }
 
-/* Starts an agent for an inventory (NULL: a plain CPU node). */
-static inline int fh_start_agent(fh_fleet *f, const char *name, const char *inventory)
+/* Starts an agent for an inventory (NULL: a plain CPU node) at a server
+ * URL (NULL: the fleet's own), with more options (NULL-ended, may be NULL). */
+static inline pid_t fh_spawn_agent(fh_fleet *f, fh_proc *p, const char *name, const char *inventory,
+                                   const char *url, const char *const *extra)
 {
-    assert_true(f->n_agents < FH_MAX_PROCS);
-    fh_proc *p = &f->agents[f->n_agents];
-    char nm[64];
-    px_strlcpy(nm, name, sizeof nm);
-    px_strlcpy(p->name, nm, sizeof p->name);
-    char *log = px_asprintf("%s/agent-%s.log", f->dir, nm);
-    px_strlcpy(p->log, log ? log : "", sizeof p->log);
-    free(log);
     char work[600], *inv = NULL;
     snprintf(work, sizeof work, "%s/work-%s", f->dir, name);
     if (!inventory)
         inventory = inv = fh_inventory(f, name, "", "");
-    char *argv[] = {(char *)px_test_plexus_bin(),
-                    "agent",
-                    "--server",
-                    f->url,
-                    "--token",
-                    FH_CLUSTER_TOKEN,
-                    "--inventory",
-                    (char *)inventory,
-                    "--name",
-                    (char *)name,
-                    "--work",
-                    work,
-                    "--health-interval",
-                    "0.2",
-                    NULL};
-    const char *env[] = {"PLEXUS_LOG", "info", NULL};
-    p->pid = fh_spawn(argv, p->log, env);
+    char *argv[40] = {(char *)px_test_plexus_bin(),
+                      "agent",
+                      "--server",
+                      (char *)(url ? url : f->url),
+                      "--join-token-file",
+                      f->join,
+                      "--inventory",
+                      (char *)inventory,
+                      "--name",
+                      (char *)name,
+                      "--work",
+                      work,
+                      "--health-interval",
+                      "0.2",
+                      NULL};
+    int n = 14;
+    if (fh_as_root()) {
+        argv[n++] = "--job-user";
+        argv[n++] = "nobody";
+    }
+    for (int i = 0; extra && extra[i] && n < 38; i++)
+        argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
+    /* The agent keeps no token in its environment: the test's own is not
+     * passed on. */
+    const char *env[] = {"PLEXUS_LOG", "info", "PLEXUS_TOKEN", NULL, NULL};
+    pid_t pid = fh_spawn(argv, p->log, env);
     free(inv);
+    return pid;
+}
+
+/* Starts an agent for an inventory (NULL: a plain CPU node) at a server
+ * URL (NULL: the fleet's own), with more options (NULL-ended, may be NULL).
+ * Its work folder (and so its credential) is work-NAME in the fleet's. */
+static inline int fh_start_agent_via(fh_fleet *f, const char *name, const char *inventory,
+                                     const char *url, const char *const *extra)
+{
+    assert_true(f->n_agents < FH_MAX_PROCS);
+    fh_proc *p = &f->agents[f->n_agents];
+    px_strlcpy(p->name, name, sizeof p->name);
+    char *log = px_asprintf("%s/agent-%s.log", f->dir, name);
+    px_strlcpy(p->log, log ? log : "", sizeof p->log);
+    free(log);
+    p->pid = fh_spawn_agent(f, p, name, inventory, url, extra);
     return f->n_agents++;
+}
+
+/* Starts agent k again (after it was killed), with its work folder. */
+static inline void fh_restart_agent(fh_fleet *f, int k, const char *inventory)
+{
+    f->agents[k].pid = fh_spawn_agent(f, &f->agents[k], f->agents[k].name, inventory, NULL, NULL);
+}
+
+static inline int fh_start_agent(fh_fleet *f, const char *name, const char *inventory)
+{
+    return fh_start_agent_via(f, name, inventory, NULL, NULL);
 }
 
 static inline json_t *fh_node(fh_fleet *f, const char *name)

@@ -56,12 +56,14 @@ static void test_missing_and_wrong_tokens_are_refused(void **state)
     /* The health check needs no token. */
     assert_int_equal(raw(NULL, "GET", "/v1/health", NULL, 0, &e), 200);
     char *out = NULL, *err = NULL;
-    assert_int_equal(fh_plexus(&out, &err, "nodes", "--token", "not-the-right-token-123456", NULL),
-                     1);
+    char *wrong = px_asprintf("%s/wrong-token", fleet.dir);
+    fh_write_private(wrong, "not-the-right-token-123456\n");
+    assert_int_equal(fh_plexus(&out, &err, "nodes", "--token-file", wrong, NULL), 1);
     px_assert_contains(err, "401");
     assert_null(strstr(err, "not-the-right-token-123456"));
     free(out);
     free(err);
+    free(wrong);
 }
 
 static void test_malformed_requests_get_400_with_the_place(void **state)

@@ -8,6 +8,7 @@ static void test_up_runs_jobs_and_stops_cleanly(void **state)
 {
     (void)state;
     fh_install_cleanup();
+    chmod(px_test_tmpdir(), 0755); /* a root `plexus up` runs jobs as nobody */
     char *dir = px_asprintf("%s/up", px_test_tmpdir());
     mkdir(dir, 0755);
     char *data = px_asprintf("%s/data", dir);
@@ -39,9 +40,9 @@ static void test_up_runs_jobs_and_stops_cleanly(void **state)
         char *text = NULL;
         size_t len;
         if (px_read_file(tokens, 1 << 16, &text, &len, NULL) == PX_OK) {
-            char *p = strstr(text, "user ");
+            char *p = strstr(text, "\nuser ");
             if (p) {
-                p += 5;
+                p += 6;
                 size_t n = strcspn(p, " \n");
                 if (n >= 16)
                     user = px_strndup(p, n);
