@@ -193,8 +193,7 @@ static void setup_cgroups(px__agent *a)
     px_sha256(a->work_dir, strlen(a->work_dir), &d);
     char hex[65];
     px_digest_hex(&d, hex);
-    root = px_asprintf("%s%s/plexus-%s-%.12s", mount, strcmp(own, "/") ? own : "", a->node_id,
-                       hex);
+    root = px_asprintf("%s%s/plexus-%s-%.12s", mount, strcmp(own, "/") ? own : "", a->node_id, hex);
     char probe[PATH_MAX], kill_file[PATH_MAX];
     snprintf(probe, sizeof probe, "%s/.probe", root ? root : "");
     snprintf(kill_file, sizeof kill_file, "%s/cgroup.kill", root ? root : "");

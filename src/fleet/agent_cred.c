@@ -75,8 +75,7 @@ px_status px__agent_cred_setup(px__agent *a, px_err *err)
 }
 
 /* Makes a credential and writes it to STATE/credential<suffix>. */
-static px_status make_credential(px__agent *a, const char *suffix, char *out, size_t n,
-                                 px_err *err)
+static px_status make_credential(px__agent *a, const char *suffix, char *out, size_t n, px_err *err)
 {
     px_status st = px__secret_new("plexus-node-", out, n, err);
     if (st != PX_OK)

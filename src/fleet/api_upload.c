@@ -204,11 +204,11 @@ int px__upload_begin(px__api_req *rq, uint64_t length, px__upload **out, px__api
     if (!status) {
         char rnd[80];
         static atomic_uint seq;
-        snprintf(rnd, sizeof rnd, "%s%ld-%u", u->artifact ? ".upload-" : "upload-",
-                 (long)getpid(), atomic_fetch_add(&seq, 1));
+        snprintf(rnd, sizeof rnd, "%s%ld-%u", u->artifact ? ".upload-" : "upload-", (long)getpid(),
+                 atomic_fetch_add(&seq, 1));
         px_strlcpy(u->tmp, rnd, sizeof u->tmp);
-        u->fd = openat(u->dir_fd, u->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                       0600);
+        u->fd =
+            openat(u->dir_fd, u->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (u->fd < 0 || px_sha256_new(&u->hash, NULL) != PX_OK) {
             px__api_error(rs, 503, "cannot store the upload: %s", strerror(errno));
             u->tmp[0] = u->fd < 0 ? '\0' : u->tmp[0];
@@ -304,7 +304,7 @@ static void end_artifact(px__api_req *rq, px__upload *u, const char *hex, px__ap
     }
     u->tmp[0] = '\0';
     fsync(u->dir_fd);
-    px__artifact_row a = {u->job, u->name, (char *)hex, (int64_t)u->n,
+    px__artifact_row a = {u->job,  u->name,    (char *)hex,   (int64_t)u->n,
                           u->rank, u->attempt, px_wall_time()};
     if (srv->store.ops->put_artifact(srv->store.self, &a, &err) != PX_OK) {
         px__api_fail(rs, &err);
@@ -312,9 +312,9 @@ static void end_artifact(px__api_req *rq, px__upload *u, const char *hex, px__ap
         px__job *job = px__srv_find_job(srv, u->job);
         if (job)
             job->artifact_bytes += (int64_t)u->n;
-        px__api_json(rs, 201,
-                     json_pack("{s:s, s:I, s:s}", "name", u->name, "size", (json_int_t)u->n,
-                               "sha256", hex));
+        px__api_json(
+            rs, 201,
+            json_pack("{s:s, s:I, s:s}", "name", u->name, "size", (json_int_t)u->n, "sha256", hex));
     }
     pthread_mutex_unlock(&srv->lock);
 }

@@ -10,6 +10,7 @@
 #include "plexus/fleet.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 /* ------------------------------------------------------------------ */
 /* Versions                                                            */
@@ -334,6 +335,11 @@ typedef struct px__store {
 px_status px__store_sqlite_open(const char *path, px__store *out, px_err *err);
 /* The schema version a freshly migrated database has. */
 int px__store_sqlite_schema_version(void);
+/* Test seam (store_fault.c): while *px__store_fail_flag is nonzero, the
+ * store of a server started after it was set refuses every write as a
+ * full disk would.  NULL (always, outside tests) leaves the store alone. */
+extern atomic_int *px__store_fail_flag;
+px_status px__store_wrap_faults(px__store *store, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Server state                                                        */

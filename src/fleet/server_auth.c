@@ -82,9 +82,9 @@ static px_status parse_line(px_fleet_server *srv, char *line, const char *where,
     char *extra = role ? strtok_r(NULL, " \t\r", &save) : NULL;
     px_status st;
     if (!token || extra)
-        st = px_err_set(err, PX_EINVAL,
-                        "%s: expected \"agent TOKEN\" or \"user TOKEN [NAME [user|admin]]\"",
-                        where);
+        st =
+            px_err_set(err, PX_EINVAL,
+                       "%s: expected \"agent TOKEN\" or \"user TOKEN [NAME [user|admin]]\"", where);
     else if (!strcmp(kind, "agent") || !strcmp(kind, "join"))
         st = name ? px_err_set(err, PX_EINVAL, "%s: an agent (join) token takes no name", where)
                   : add_token(srv, PX__WHO_JOIN, "join", false, token, where, err);
@@ -92,8 +92,8 @@ static px_status parse_line(px_fleet_server *srv, char *line, const char *where,
         st = px_err_set(err, PX_EINVAL, "%s: unknown token kind \"%.16s\"; use agent or user",
                         where, kind);
     else if (name && !px__name_valid(name))
-        st = px_err_set(err, PX_EINVAL, "%s: a user name is 1 to %d of A-Z a-z 0-9 _ . @ -",
-                        where, PX__NAME_MAX);
+        st = px_err_set(err, PX_EINVAL, "%s: a user name is 1 to %d of A-Z a-z 0-9 _ . @ -", where,
+                        PX__NAME_MAX);
     else if (role && strcmp(role, "user") != 0 && strcmp(role, "admin") != 0)
         st = px_err_set(err, PX_EINVAL, "%s: role \"%.16s\": expected user or admin", where, role);
     else
@@ -298,8 +298,7 @@ static void drop_locked(px_fleet_server *srv, const char *node, const px_digest 
     srv->n_principals = w;
 }
 
-px_status px__auth_join(px_fleet_server *srv, const char *node, const char *credential,
-                        px_err *err)
+px_status px__auth_join(px_fleet_server *srv, const char *node, const char *credential, px_err *err)
 {
     if (px__auth_is_revoked(srv, node))
         return px_err_set(err, PX_EAUTH,

@@ -231,7 +231,8 @@ px_status px_fleet_server_start(const px_fleet_server_options *opt, px_fleet_ser
     clean_tmp(srv->tmp_dir);
     char db[PATH_MAX];
     snprintf(db, sizeof db, "%s/fleet.db", srv->data_dir);
-    if ((st = px__store_sqlite_open(db, &srv->store, err)) != PX_OK)
+    if ((st = px__store_sqlite_open(db, &srv->store, err)) != PX_OK ||
+        (st = px__store_wrap_faults(&srv->store, err)) != PX_OK)
         goto fail;
     if ((st = px__auth_load(srv, err)) != PX_OK)
         goto fail;

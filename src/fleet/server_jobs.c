@@ -101,10 +101,15 @@ static px_status write_job(px_fleet_server *srv, px__job *job, const char *reaso
     if (st != PX_OK) {
         free(text);
         free(state);
-        px_log_error("fleet: job %s: could not write its state (%s): %s", job->row.id,
-                     px__job_state_name(job->state), err->msg);
+        /* Said once: the tick retries while the store refuses. */
+        if (!job->store_failed)
+            px_log_error("fleet: job %s: could not write its state (%s), so it is unchanged and "
+                         "retried: %s",
+                         job->row.id, px__job_state_name(job->state), err->msg);
         return st;
     }
+    if (job->store_failed)
+        px_log_info("fleet: job %s: its state is written again", job->row.id);
     free(job->row.members);
     free(job->row.state);
     job->row.members = text;

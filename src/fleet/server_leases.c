@@ -214,8 +214,8 @@ static void restore_members(px_fleet_server *srv, px__job *job)
 px_status px__srv_load(px_fleet_server *srv, px_err *err)
 {
     load_ctx c = {0};
-    px_status st = srv->store.ops->list_jobs(srv->store.self, "active", NULL, 10000000,
-                                             collect_row, &c, err);
+    px_status st =
+        srv->store.ops->list_jobs(srv->store.self, "active", NULL, 10000000, collect_row, &c, err);
     /* Oldest first, as they were queued. */
     size_t k = c.n;
     while (st == PX_OK && k-- > 0) {
@@ -265,4 +265,3 @@ px_status px__srv_load(px_fleet_server *srv, px_err *err)
     srv->dirty = true;
     return st;
 }
-

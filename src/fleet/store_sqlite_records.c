@@ -208,8 +208,8 @@ static px_status put_heartbeat(void *self, const char *node, int64_t at, const c
     return rc == SQLITE_DONE ? PX_OK : sql_fail(st, err, "put heartbeat");
 }
 
-static px_status job_usage(void *self, const char *job, int64_t *log_bytes,
-                           int64_t *artifact_bytes, px_err *err)
+static px_status job_usage(void *self, const char *job, int64_t *log_bytes, int64_t *artifact_bytes,
+                           px_err *err)
 {
     px__sql *st = self;
     sqlite3_stmt *s;

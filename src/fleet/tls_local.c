@@ -36,16 +36,15 @@ static bool add_ext(X509 *cert, X509 *issuer, int nid, const char *value)
 
 /* A certificate for key, named cn, signed by issuer_key (issuer NULL:
  * self-signed), valid for `days`. */
-static X509 *make_cert(EVP_PKEY *key, const char *cn, X509 *issuer, EVP_PKEY *issuer_key,
-                       long days, bool ca, const char *san)
+static X509 *make_cert(EVP_PKEY *key, const char *cn, X509 *issuer, EVP_PKEY *issuer_key, long days,
+                       bool ca, const char *san)
 {
     X509 *c = X509_new();
     BIGNUM *serial = BN_new();
     bool ok = c && serial && X509_set_version(c, 2) == 1 && BN_rand(serial, 127, 0, 0) == 1 &&
               BN_to_ASN1_INTEGER(serial, X509_get_serialNumber(c)) &&
               X509_gmtime_adj(X509_getm_notBefore(c), -3600) &&
-              X509_gmtime_adj(X509_getm_notAfter(c), days * 86400L) &&
-              X509_set_pubkey(c, key) == 1;
+              X509_gmtime_adj(X509_getm_notAfter(c), days * 86400L) && X509_set_pubkey(c, key) == 1;
     X509_NAME *name = ok ? X509_get_subject_name(c) : NULL;
     ok = ok && name &&
          X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, (const unsigned char *)"plexus", -1,
@@ -80,9 +79,8 @@ static px_status write_pem(const char *path, X509 *cert, EVP_PKEY *key, px_err *
                          : PEM_write_bio_PrivateKey(b, key, NULL, NULL, 0, NULL, NULL)) == 1;
     char *data = NULL;
     long len = ok ? BIO_get_mem_data(b, &data) : 0;
-    px_status st = ok && len > 0
-                       ? px__secret_write_file(path, data, (size_t)len, err)
-                       : px_err_set(err, PX_EIO, "%s: cannot encode the PEM", path);
+    px_status st = ok && len > 0 ? px__secret_write_file(path, data, (size_t)len, err)
+                                 : px_err_set(err, PX_EIO, "%s: cannot encode the PEM", path);
     if (data && len > 0)
         OPENSSL_cleanse(data, (size_t)len);
     BIO_free(b);
@@ -129,8 +127,7 @@ px_status px_fleet_tls_make_local(const char *dir, const char *host, px_err *err
         ca = read_cert(ca_path);
         ca_key = read_key(ca_key_path);
         if (!ca || !ca_key) {
-            st = px_err_set(err, PX_EIO, "%s: the CA files there cannot be read; remove them",
-                            dir);
+            st = px_err_set(err, PX_EIO, "%s: the CA files there cannot be read; remove them", dir);
             goto done;
         }
     } else {
@@ -146,7 +143,8 @@ px_status px_fleet_tls_make_local(const char *dir, const char *host, px_err *err
     }
     char san[600];
     bool ip = host && host[0] && strspn(host, "0123456789.") == strlen(host);
-    snprintf(san, sizeof san, "IP:127.0.0.1,IP:::1,DNS:localhost%s%s", host && host[0] && strcmp(host, "localhost") ? (ip ? ",IP:" : ",DNS:") : "",
+    snprintf(san, sizeof san, "IP:127.0.0.1,IP:::1,DNS:localhost%s%s",
+             host && host[0] && strcmp(host, "localhost") ? (ip ? ",IP:" : ",DNS:") : "",
              host && host[0] && strcmp(host, "localhost") ? host : "");
     srv_key = new_key();
     srv = srv_key ? make_cert(srv_key, "plexus server", ca, ca_key, 825, false, san) : NULL;
@@ -157,8 +155,8 @@ px_status px_fleet_tls_make_local(const char *dir, const char *host, px_err *err
     if ((st = write_pem(srv_key_path, NULL, srv_key, err)) == PX_OK)
         st = write_pem(srv_path, srv, NULL, err);
     if (st == PX_OK)
-        px_log_info("fleet: made a local CA and a server certificate in %s (clients trust %s)",
-                    dir, ca_path);
+        px_log_info("fleet: made a local CA and a server certificate in %s (clients trust %s)", dir,
+                    ca_path);
 done:
     X509_free(ca);
     X509_free(srv);

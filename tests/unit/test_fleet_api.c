@@ -4,6 +4,7 @@
  * lease, gangs, services, cancels, artifacts and a restart of the server. */
 #include "px_test.h"
 
+#include "fleet/fleet_impl.h"
 #include "plexus/fleet.h"
 
 #include <curl/curl.h>
@@ -659,6 +660,90 @@ static void test_api_drain_group_restart_and_log_long_poll(void **state)
     free(d);
 }
 
+static char *state_of(const char *id, int *attempt)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    reply r = req("GET", path, USER_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    char *s = px_strdup(json_string_value(json_object_get(r.json, "state")));
+    if (attempt)
+        *attempt = (int)json_integer_value(json_object_get(r.json, "attempt"));
+    drop(&r);
+    return s;
+}
+
+static void test_api_never_acknowledges_a_write_the_store_refused(void **state)
+{
+    (void)state;
+    char *d = fresh_dir("full");
+    atomic_int full = 0;
+    px__store_fail_flag = &full; /* this server's store fails on demand */
+    px_fleet_server *srv = start(d, 1.0);
+    px__store_fail_flag = NULL;
+    register_node("f1", NULL);
+    register_node("f2", NULL);
+    expect("POST", "/v1/nodes/f2/drain", USER_TOKEN, NULL, 200, NULL);
+    char *a = submit("{\"command\": [\"a\"], \"resources\": {\"cpus\": 1}}");
+    char *c = submit("{\"command\": [\"c\"], \"resources\": {\"cpus\": 8}}");
+    json_t *as = assignments("f1", 5);
+    assert_int_equal(json_array_size(as), 1);
+    json_decref(as);
+    report(a, "start", "f1", 1, 0, NULL, 200);
+    atomic_store(&full, 1);
+    /* Nothing the store refused is acknowledged, and its error is named. */
+    expect("POST", "/v1/jobs", USER_TOKEN, "{\"command\": [\"b\"]}", 503, "disk is full");
+    report(a, "finish", "f1", 1, 0, ", \"exit_code\": 0", 503);
+    char cancel[96];
+    snprintf(cancel, sizeof cancel, "/v1/jobs/%s/cancel", c);
+    expect("POST", cancel, USER_TOKEN, NULL, 503, "disk is full");
+    expect("POST", "/v1/agent/join", AGENT_TOKEN,
+           "{\"name\": \"f3\", \"credential\": \"node-credential-of-f3-0123456789abcdef\"}", 503,
+           "disk is full");
+    char *st = state_of(a, NULL);
+    assert_string_equal(st, "running");
+    free(st);
+    st = state_of(c, NULL);
+    assert_string_equal(st, "queued");
+    free(st);
+    /* The space comes back: the agent's retry is taken, C is placed. */
+    atomic_store(&full, 0);
+    report(a, "finish", "f1", 1, 0, ", \"exit_code\": 0", 200);
+    st = state_of(a, NULL);
+    assert_string_equal(st, "succeeded");
+    free(st);
+    as = assignments("f1", 5);
+    assert_int_equal(json_array_size(as), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(as, 0), "job")), c);
+    json_decref(as);
+    report(c, "start", "f1", 1, 0, NULL, 200);
+    /* f1 is lost while the store refuses: the requeue waits for the store
+     * and happens by itself once it takes writes again. */
+    atomic_store(&full, 1);
+    expect("POST", "/v1/nodes/f2/undrain", USER_TOKEN, NULL, 503, "disk is full");
+    int attempt = 0;
+    for (int i = 0; i < 30; i++) {
+        heartbeat("f2", "[]");
+        usleep(100000);
+    }
+    st = state_of(c, &attempt);
+    assert_string_equal(st, "running");
+    assert_int_equal(attempt, 1);
+    free(st);
+    atomic_store(&full, 0);
+    for (int i = 0; i < 50 && attempt < 2; i++) {
+        heartbeat("f2", "[]");
+        usleep(100000);
+        free(state_of(c, &attempt));
+    }
+    assert_int_equal(attempt, 2);
+    expect("POST", "/v1/jobs", USER_TOKEN, "{\"command\": [\"b\"]}", 201, NULL);
+    free(a);
+    free(c);
+    px_fleet_server_stop(srv);
+    free(d);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -673,6 +758,7 @@ int main(void)
         cmocka_unit_test(test_api_artifacts_refuse_symlinked_folders),
         cmocka_unit_test(test_api_plan_auto_plans_or_says_why),
         cmocka_unit_test(test_api_drain_group_restart_and_log_long_poll),
+        cmocka_unit_test(test_api_never_acknowledges_a_write_the_store_refused),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
