@@ -27,6 +27,8 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -377,9 +379,13 @@ static _Noreturn void job_exec(const shim_args *a)
     } else {
         close_range((unsigned)first, ~0u, 0);
     }
+    /* Raw system calls: this runs on the shim's memory (vfork-like), where
+     * libc's own bookkeeping of the change must not run. */
     if (!e && a->set_user &&
-        (setgroups((size_t)a->n_groups, a->groups) != 0 || setgid(a->gid) != 0 ||
-         setuid(a->uid) != 0 || getuid() != a->uid || geteuid() != a->uid))
+        (syscall(SYS_setgroups, (size_t)a->n_groups, a->groups) != 0 ||
+         syscall(SYS_setresgid, a->gid, a->gid, a->gid) != 0 ||
+         syscall(SYS_setresuid, a->uid, a->uid, a->uid) != 0 || getuid() != a->uid ||
+         geteuid() != a->uid))
         e = errno ? errno : EPERM;
     /* The job dies with its shim (a shim only dies when killed).  Set after
      * the change of user, which clears it. */
@@ -405,11 +411,24 @@ static _Noreturn void job_exec(const shim_args *a)
     _exit(127);
 }
 
+static int job_main(void *arg)
+{
+    job_exec(arg);
+}
+
 /* Kills every process of the job and reaps them; returns when none is
  * left. */
 static void kill_tree(const shim_args *a, pid_t leader, bool leader_done)
 {
     struct timespec pause = {0, 5 * 1000000L};
+    int status;
+    /* No child at all: as the subreaper of the whole tree, the shim then
+     * has no descendant either (the common end of a job). */
+    if (waitpid(-1, &status, WNOHANG) < 0 && errno == ECHILD) {
+        if (a->cgroup_kill_fd >= 0)
+            (void)!pwrite(a->cgroup_kill_fd, "1", 1, 0);
+        return;
+    }
     for (int round = 0; round < 2000; round++) {
         if (a->cgroup_kill_fd >= 0)
             (void)!pwrite(a->cgroup_kill_fd, "1", 1, 0);
@@ -417,7 +436,6 @@ static void kill_tree(const shim_args *a, pid_t leader, bool leader_done)
         if (leader > 0 && !leader_done)
             kill(-leader, SIGKILL);
         size_t n = signal_descendants(SIGKILL);
-        int status;
         while (waitpid(-1, &status, WNOHANG) > 0)
             ;
         if (n == 0 && waitpid(-1, &status, WNOHANG) < 0 && errno == ECHILD)
@@ -485,9 +503,16 @@ static _Noreturn void shim_main(const shim_args *a)
         _exit(0); /* the agent died before we were set up: start nothing */
     shim_args mine = *a;
     mine.shim = getpid();
-    pid_t leader = fork();
-    if (leader == 0)
-        job_exec(&mine);
+    /* The job starts as posix_spawn starts a program: on the shim's memory
+     * (no copy of the page tables, which cost milliseconds for a process
+     * of the agent's size) with a stack of its own, the shim waiting until
+     * it execs or fails. */
+    const size_t stack_size = 256 * 1024;
+    void *stack = mmap(NULL, stack_size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    pid_t leader = stack == MAP_FAILED ? -1
+                                       : clone(job_main, (char *)stack + stack_size,
+                                               CLONE_VM | CLONE_VFORK | SIGCHLD, &mine);
     close(a->out_w);
     close(a->err_w);
     if (a->res_w >= 0)
@@ -807,15 +832,24 @@ static void end_shim(px__proc *p)
 {
     if (p->shim_reaped)
         return;
+    /* A descriptor of the shim wakes the wait as soon as it exits. */
+    int pidfd = (int)syscall(SYS_pidfd_open, p->shim, 0);
     kill(p->shim, SIGUSR1);
     uint64_t until = px_now_ns() + 10ull * 1000000000ull;
     while (!p->shim_reaped && px_now_ns() < until) {
         reap_shim(p, false);
-        if (!p->shim_reaped) {
-            struct timespec ts = {0, 5 * 1000000L};
+        if (p->shim_reaped)
+            break;
+        if (pidfd >= 0) {
+            struct pollfd pf = {pidfd, POLLIN, 0};
+            poll(&pf, 1, 100);
+        } else {
+            struct timespec ts = {0, 2 * 1000000L};
             nanosleep(&ts, NULL);
         }
     }
+    if (pidfd >= 0)
+        close(pidfd);
     if (!p->shim_reaped) {
         px_log_warn("agent: the supervisor of a job did not stop; killing it");
         kill(p->shim, SIGKILL);

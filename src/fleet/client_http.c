@@ -52,9 +52,40 @@ static bool token_ok(const char *token)
 }
 static CURLcode curl_init_status;
 
+/* One connection pool and TLS session cache for every client of the
+ * process: an agent's job threads (one client each) reuse the connections
+ * and TLS sessions of the others instead of a full handshake per job. */
+static CURLSH *share;
+static pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST];
+
+static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *ud)
+{
+    (void)h, (void)access, (void)ud;
+    pthread_mutex_lock(&share_mu[data]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data data, void *ud)
+{
+    (void)h, (void)ud;
+    pthread_mutex_unlock(&share_mu[data]);
+}
+
 static void curl_init(void)
 {
     curl_init_status = curl_global_init(CURL_GLOBAL_DEFAULT);
+    if (curl_init_status != CURLE_OK)
+        return;
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_init(&share_mu[i], NULL);
+    share = curl_share_init();
+    if (share &&
+        (curl_share_setopt(share, CURLSHOPT_LOCKFUNC, share_lock) != CURLSHE_OK ||
+         curl_share_setopt(share, CURLSHOPT_UNLOCKFUNC, share_unlock) != CURLSHE_OK ||
+         curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION) != CURLSHE_OK ||
+         curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) != CURLSHE_OK)) {
+        curl_share_cleanup(share);
+        share = NULL;
+    }
 }
 
 px_status px_fleet_client_new(const char *server_url, const char *token, px_fleet_client **out,
@@ -293,6 +324,8 @@ static px_status perform(px_fleet_client *c, const request *rq, long *http_statu
     curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    if (share)
+        curl_easy_setopt(h, CURLOPT_SHARE, share);
     if (c->ca) {
         /* Pinned: this CA alone, not the system's store. */
         curl_easy_setopt(h, CURLOPT_CAINFO, c->ca);

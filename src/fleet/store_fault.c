@@ -68,8 +68,8 @@ static px_status f_list_jobs(void *self, const char *state, const char *owner, i
     return f->inner.ops->list_jobs(f->inner.self, state, owner, limit, cb, ud, err);
 }
 
-static px_status f_find_idempotent(void *self, const char *owner, const char *key,
-                                   px__job_row *out, px_err *err)
+static px_status f_find_idempotent(void *self, const char *owner, const char *key, px__job_row *out,
+                                   px_err *err)
 {
     faulty *f = self;
     return f->inner.ops->find_idempotent(f->inner.self, owner, key, out, err);
@@ -92,8 +92,7 @@ static px_status f_read_logs(void *self, const char *job, int64_t after, const c
     return f->inner.ops->read_logs(f->inner.self, job, after, stream, max_bytes, cb, ud, err);
 }
 
-static px_status f_job_usage(void *self, const char *job, int64_t *logs, int64_t *arts,
-                             px_err *err)
+static px_status f_job_usage(void *self, const char *job, int64_t *logs, int64_t *arts, px_err *err)
 {
     faulty *f = self;
     return f->inner.ops->job_usage(f->inner.self, job, logs, arts, err);
@@ -137,8 +136,7 @@ static px_status f_put_heartbeat(void *self, const char *node, int64_t at, const
 static px_status f_put_credential(void *self, const char *node, const char *hash, px_err *err)
 {
     faulty *f = self;
-    return FAILING(f) ? full(f, err)
-                      : f->inner.ops->put_credential(f->inner.self, node, hash, err);
+    return FAILING(f) ? full(f, err) : f->inner.ops->put_credential(f->inner.self, node, hash, err);
 }
 
 static px_status f_drop_credentials(void *self, const char *node, const char *keep, px_err *err)

@@ -54,9 +54,9 @@ static void admin(const char *action, const char *node)
 
 /* A job that starts a setsid process, a double-forked orphan and a plain
  * child, prints their pids, and waits. */
-#define ESCAPER                                                                       \
-    "{\"command\": [\"/bin/sh\", \"-c\", \"setsid sleep 300 & echo setsid=$!; "       \
-    "(sleep 301 & echo orphan=$!); sleep 302 & echo child=$!; echo pids-printed; "    \
+#define ESCAPER                                                                    \
+    "{\"command\": [\"/bin/sh\", \"-c\", \"setsid sleep 300 & echo setsid=$!; "    \
+    "(sleep 301 & echo orphan=$!); sleep 302 & echo child=$!; echo pids-printed; " \
     "wait\"]}"
 
 static void escaper_pids(const char *id, pid_t pids[3])

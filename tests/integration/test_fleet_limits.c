@@ -109,8 +109,8 @@ static void test_idempotent_submissions_and_closed_validation_gaps(void **state)
     json_decref(r2);
     /* The same key with another spec is a mistake, said as such. */
     char e[300];
-    assert_int_equal(post_job(FH_USER_TOKEN, "retry-key-1", "{\"command\": [\"/bin/false\"]}",
-                              NULL, e, sizeof e),
+    assert_int_equal(post_job(FH_USER_TOKEN, "retry-key-1", "{\"command\": [\"/bin/false\"]}", NULL,
+                              e, sizeof e),
                      409);
     px_assert_contains(e, "Idempotency-Key");
     /* Another user's key space is their own. */
@@ -136,7 +136,8 @@ static void test_idempotent_submissions_and_closed_validation_gaps(void **state)
     }
     /* A gang larger than the fleet is accepted, with a word. */
     char *out = NULL, *err = NULL;
-    assert_int_equal(fh_plexus(&out, &err, "submit", "--nodes", "1024", "--", "/bin/true", NULL), 0);
+    assert_int_equal(fh_plexus(&out, &err, "submit", "--nodes", "1024", "--", "/bin/true", NULL),
+                     0);
     px_assert_contains(err, "needs 1024 nodes");
     char id[32];
     assert_int_equal(sscanf(out, "submitted %31s", id), 1);
@@ -183,8 +184,7 @@ static void test_large_upload_streams_in_constant_memory(void **state)
     px_fleet_client_set_timeout(c, 120000);
     json_t *reply = NULL;
     px_err err;
-    px_assert_ok(px_fleet_client_send_file(c, "POST", "/v1/blobs", path, NULL, &reply, &err),
-                 &err);
+    px_assert_ok(px_fleet_client_send_file(c, "POST", "/v1/blobs", path, NULL, &reply, &err), &err);
     assert_string_equal(json_string_value(json_object_get(reply, "digest")), hex);
     assert_int_equal(json_integer_value(json_object_get(reply, "size")), (json_int_t)size);
     json_decref(reply);
@@ -323,9 +323,8 @@ static void test_full_disk_is_never_acknowledged_and_heals(void **state)
     json_t *job = fh_wait_job(&df, id, "succeeded,failed", 60);
     assert_string_equal(json_string_value(json_object_get(job, "state")), "succeeded");
     json_decref(job);
-    assert_int_equal(fh_plexus(&out, &err, "submit", "--wait", "--timeout", "30", "--", "/bin/true",
-                               NULL),
-                     0);
+    assert_int_equal(
+        fh_plexus(&out, &err, "submit", "--wait", "--timeout", "30", "--", "/bin/true", NULL), 0);
     free(out);
     free(err);
     char *text = NULL;

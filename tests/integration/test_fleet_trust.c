@@ -72,10 +72,9 @@ static void test_job_hunting_for_secrets_finds_none(void **state)
     free(cred_text);
     /* Every process's argv and environment the job can read, and, when the
      * agent runs as root with a job user, the files that hold secrets. */
-    char *files = fh_as_root()
-                      ? px_asprintf("%s %s %s %s/tokens", cred_path, fleet.join, fleet.tokens,
-                                    fleet.data)
-                      : px_strdup("");
+    char *files = fh_as_root() ? px_asprintf("%s %s %s %s/tokens", cred_path, fleet.join,
+                                             fleet.tokens, fleet.data)
+                               : px_strdup("");
     if (!fh_as_root())
         print_message("not root: jobs run as the agent's user and may read its files; only "
                       "/proc is hunted here (see docs/security.md)\n");
@@ -132,11 +131,10 @@ static void test_rogue_node_speaks_only_for_itself(void **state)
     json_decref(n1);
 
     /* A rogue node joins (it holds the join token) and is drained. */
-    assert_int_equal(call(FH_CLUSTER_TOKEN, "POST", "/v1/agent/join",
-                          "{\"name\": \"rogue\", \"cpus\": 1024, \"credential\": \"" ROGUE_CRED
-                          "\"}",
-                          NULL),
-                     200);
+    assert_int_equal(
+        call(FH_CLUSTER_TOKEN, "POST", "/v1/agent/join",
+             "{\"name\": \"rogue\", \"cpus\": 1024, \"credential\": \"" ROGUE_CRED "\"}", NULL),
+        200);
     assert_int_equal(call(FH_ADMIN_TOKEN, "POST", "/v1/nodes/rogue/drain", "{}", NULL), 200);
     char path[256], body[256];
     snprintf(path, sizeof path, "/v1/agent/jobs/%s/finish", id);
@@ -159,19 +157,19 @@ static void test_rogue_node_speaks_only_for_itself(void **state)
     snprintf(path, sizeof path, "/v1/agent/jobs/%s/artifacts/undeclared.bin?attempt=1&rank=0", id);
     assert_int_equal(call(n1_cred, "PUT", path, "x", NULL), 403);
     assert_int_equal(call(ROGUE_CRED, "GET", blob, NULL, NULL), 403);
-    assert_int_equal(call(ROGUE_CRED, "POST", "/v1/agent/register",
-                          "{\"name\": \"n1\", \"cpus\": 0.1}", NULL),
-                     403);
+    assert_int_equal(
+        call(ROGUE_CRED, "POST", "/v1/agent/register", "{\"name\": \"n1\", \"cpus\": 0.1}", NULL),
+        403);
     assert_int_equal(call(ROGUE_CRED, "POST", "/v1/agent/heartbeat",
                           "{\"node\": \"n1\", \"running\": []}", NULL),
                      403);
     assert_int_equal(call(ROGUE_CRED, "GET", "/v1/agent/assignments?node=n1&wait=0", NULL, NULL),
                      403);
     /* Joining under n1's name with another credential is refused. */
-    assert_int_equal(call(FH_CLUSTER_TOKEN, "POST", "/v1/agent/join",
-                          "{\"name\": \"n1\", \"credential\": \"another-credential-0123456789abc\"}",
-                          NULL),
-                     409);
+    assert_int_equal(
+        call(FH_CLUSTER_TOKEN, "POST", "/v1/agent/join",
+             "{\"name\": \"n1\", \"credential\": \"another-credential-0123456789abc\"}", NULL),
+        409);
     /* The join token does nothing else; a user's token is no node's. */
     assert_int_equal(call(FH_CLUSTER_TOKEN, "GET", "/v1/jobs", NULL, NULL), 403);
     assert_int_equal(call(FH_USER_TOKEN, "POST", "/v1/agent/heartbeat", "{}", NULL), 403);
@@ -272,9 +270,8 @@ static void test_state_is_private_and_loose_secrets_are_refused(void **state)
     px_assert_contains(err, "chmod 600");
     free(out);
     free(err);
-    assert_int_equal(fh_plexus(&out, &err, "agent", "--join-token-file", loose, "--name", "x",
-                               NULL),
-                     1);
+    assert_int_equal(
+        fh_plexus(&out, &err, "agent", "--join-token-file", loose, "--name", "x", NULL), 1);
     px_assert_contains(err, "chmod 600");
     free(out);
     free(err);
