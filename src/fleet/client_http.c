@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #define REPLY_MAX_BYTES    (64u << 20)
-#define DOWNLOAD_MAX_BYTES (1ull << 32)
+#define DOWNLOAD_MAX_BYTES (1ull << 40) /* models are gigabytes; the disk is the bound */
 
 struct px_fleet_client {
     CURL *curl;
@@ -224,17 +224,26 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
         s->too_big = true;
         return 0;
     }
+    uint64_t at = s->n;
     s->n += len;
     if (s->fd >= 0) {
+        /* Pieces of zeros stay holes (the size is set when done), as the
+         * server keeps them: a sparse model costs its data, not its size. */
         for (size_t off = 0; off < len;) {
-            ssize_t w = write(s->fd, ptr + off, len - off);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w < 0) {
-                s->write_failed = true;
-                return 0;
+            size_t piece = PX_MIN(len - off, (size_t)(4096 - (at + off) % 4096));
+            const char *p = ptr + off;
+            bool zero = p[0] == 0 && memcmp(p, p + 1, piece - 1) == 0;
+            for (size_t done = 0; !zero && done < piece;) {
+                ssize_t w = pwrite(s->fd, p + done, piece - done, (off_t)(at + off + done));
+                if (w < 0 && errno == EINTR)
+                    continue;
+                if (w <= 0) {
+                    s->write_failed = true;
+                    return 0;
+                }
+                done += (size_t)w;
             }
-            off += (size_t)w;
+            off += piece;
         }
         /* Error replies are JSON: keep their start for the message. */
         if (s->body.len < 4096)
@@ -493,6 +502,8 @@ px_status px_fleet_client_download(px_fleet_client *c, const char *path, const c
     request rq = {"GET", path, NULL, 0, NULL, -1, 0, fd};
     sink s = {PX_STRBUF_INIT, fd, 0, DOWNLOAD_MAX_BYTES, false, false};
     px_status st = perform(c, &rq, http_status, &s, err);
+    if (st == PX_OK && (ftruncate(fd, (off_t)s.n) != 0 || fsync(fd) != 0))
+        st = px_err_set(err, PX_EIO, "%s: cannot write: %s", dest, strerror(errno));
     if (close(fd) != 0 && st == PX_OK)
         st = px_err_set(err, PX_EIO, "%s: cannot write: %s", dest, strerror(errno));
     if (st == PX_OK && rename(tmp, dest) != 0)

@@ -527,6 +527,9 @@ px_status px__auth_load(px_fleet_server *srv, px_err *err);
 /* Who the "Authorization: Bearer ..." value names; false when nobody
  * (constant time over every principal). */
 bool px__auth_identify(px_fleet_server *srv, const char *authorization, px__who *who);
+/* Adds the principals of a token file's text (modified in place); path
+ * names it in messages.  PX_EINVAL with the line and the fix. */
+px_status px__auth_parse_text(px_fleet_server *srv, char *text, const char *path, px_err *err);
 /* A node joins with the credential it made: refused when the name was
  * revoked (PX_EAUTH) or already has another credential (PX_EEXIST);
  * joining again with the same credential is accepted. */

@@ -102,13 +102,9 @@ static px_status parse_line(px_fleet_server *srv, char *line, const char *where,
     return st;
 }
 
-static px_status read_token_file(px_fleet_server *srv, const char *path, px_err *err)
+px_status px__auth_parse_text(px_fleet_server *srv, char *text, const char *path, px_err *err)
 {
-    char *text;
-    size_t len;
-    px_status st = px__secret_read_file(path, "token file", 1 << 20, &text, &len, err);
-    if (st != PX_OK)
-        return st;
+    px_status st = PX_OK;
     int line = 0;
     for (char *p = text; st == PX_OK && p && *p;) {
         char *nl = strchr(p, '\n');
@@ -119,6 +115,20 @@ static px_status read_token_file(px_fleet_server *srv, const char *path, px_err 
         st = parse_line(srv, p, where, err);
         p = nl ? nl + 1 : NULL;
     }
+    return st;
+}
+
+static px_status read_token_file(px_fleet_server *srv, const char *path, px_err *err)
+{
+    char *text;
+    size_t len;
+    px_status st = px__secret_read_file(path, "token file", 1 << 20, &text, &len, err);
+    if (st != PX_OK)
+        return st;
+    if (strlen(text) != len)
+        st = px_err_set(err, PX_EINVAL, "%s: holds a NUL byte; a token file is text", path);
+    else
+        st = px__auth_parse_text(srv, text, path, err);
     px__secret_wipe(text, len);
     free(text);
     return st;
