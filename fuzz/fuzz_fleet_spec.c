@@ -17,10 +17,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    px_json_limits lim = {.max_bytes = 1 << 20,
-                          .max_depth = 32,
-                          .max_string = 1 << 20,
-                          .max_elements = 10000};
+    px_json_limits lim = {
+        .max_bytes = 1 << 20, .max_depth = 32, .max_string = 1 << 20, .max_elements = 10000};
     json_t *v = NULL;
     px_err err;
     if (px_json_parse((const char *)data, size, "fuzz.json", &lim, &v, &err) != PX_OK)

@@ -104,6 +104,33 @@ size_t px__proc_sweep(void);
 px_status px__proc_run_capture(const px__proc_spec *spec, int limit_ms, size_t max_out, char **out,
                                px__proc_exit *ex, px_err *err);
 
+/* ---- agent_shim.c: the supervisor of one job (fork side, AS-safe) ---- */
+
+/* What the supervisor needs, prepared by px__proc_spawn before the fork. */
+typedef struct px__shim_args {
+    pid_t agent;
+    pid_t shim; /* set by the shim for its job */
+    const char *const *candidates;
+    size_t n_candidates;
+    char *const *argv;
+    char *const *env;
+    const char *cwd;
+    int out_w, err_w, res_w, exec_w, status_w;
+    int cgroup_procs_fd, cgroup_kill_fd;
+    bool set_user;
+    uid_t uid;
+    gid_t gid;
+    const gid_t *groups;
+    int n_groups;
+} px__shim_args;
+
+/* The supervisor: forks the job and runs until the job's tree is gone. */
+_Noreturn void px__shim_main(const px__shim_args *a);
+/* The parent of pid from /proc/PID/stat, or -1 (async-signal-safe). */
+pid_t px__shim_parent_of(pid_t pid);
+/* Decimal digits at s (end gets the first other character). */
+long px__shim_parse_long(const char *s, const char **end);
+
 /* ------------------------------------------------------------------ */
 /* Python function runner                                              */
 /* ------------------------------------------------------------------ */

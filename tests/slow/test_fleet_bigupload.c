@@ -56,10 +56,8 @@ static void test_five_gib_model_streams_through(void **state)
     char hex[65];
     px_digest_hex(&want, hex);
     char *data = px_asprintf("%s/data", dir);
-    px_fleet_server_options o = {.listen = "127.0.0.1:0",
-                                 .data_dir = data,
-                                 .api_token = USER,
-                                 .disk_reserve = 256u << 20};
+    px_fleet_server_options o = {
+        .listen = "127.0.0.1:0", .data_dir = data, .api_token = USER, .disk_reserve = 256u << 20};
     px_fleet_server *srv;
     px_err err;
     px_assert_ok(px_fleet_server_start(&o, &srv, &err), &err);
@@ -69,8 +67,7 @@ static void test_five_gib_model_streams_through(void **state)
     long before = peak_rss_kib();
     uint64_t t0 = px_now_ns();
     json_t *reply = NULL;
-    px_assert_ok(px_fleet_client_send_file(c, "POST", "/v1/blobs", path, NULL, &reply, &err),
-                 &err);
+    px_assert_ok(px_fleet_client_send_file(c, "POST", "/v1/blobs", path, NULL, &reply, &err), &err);
     double secs = (double)(px_now_ns() - t0) / 1e9;
     long after = peak_rss_kib();
     assert_string_equal(json_string_value(json_object_get(reply, "digest")), hex);
