@@ -139,7 +139,6 @@ static size_t signal_descendants(int sig)
     return found;
 }
 
-
 /* In the job's process after fork: only async-signal-safe calls until
  * exec; any failure is written as an errno on exec_w. */
 static _Noreturn void job_exec(const px__shim_args *a)
@@ -362,4 +361,3 @@ _Noreturn void px__shim_main(const px__shim_args *a)
         }
     }
 }
-
