@@ -228,7 +228,8 @@ void px_fleet_server_stop(px_fleet_server *srv);
  *         ... json_decref(reply);
  *     px_fleet_client_free(c);
  *
- *     px_fleet_agent_config cfg = {.server = url, .token = cluster_token,
+ *     px_fleet_agent_config cfg = {.server = url, .token = join_token,
+ *                                  .ca_file = "ca.pem", .job_user = "nobody",
  *                                  .inventory = "gpu-node.json"};
  *     px_fleet_agent_run(&cfg, &err);   // until *cfg.stop becomes nonzero
  */
