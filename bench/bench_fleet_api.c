@@ -1,27 +1,40 @@
 /* The fleet server's HTTP API on loopback, in process: submit-to-start
- * latency with three simulated agents long-polling for work, then request
+ * latency with three simulated agents long-polling for work; request
  * latency under a paced load of about 1,000 requests per second for three
- * seconds.  Bounded in count and time; talks only to 127.0.0.1. */
+ * seconds; the latency four legitimate clients see while 500 hostile
+ * connections (half-open requests trickling a byte a second, from eight
+ * loopback addresses) are held open; and while 60 MB uploads stream in.
+ * Bounded in count and time; talks only to 127.0.0.0/8. */
 #include "base/common.h"
 
 #include "plexus/fleet.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #define __USE_XOPEN_EXTENDED 1
 #include <ftw.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
-#define AGENT_TOKEN  "bench-agent-token-0123456789"
+#define AGENT_TOKEN  "bench-agent-token-0123456789" /* the join token */
 #define USER_TOKEN   "bench-user-token-0123456789"
 #define N_AGENTS     3
 #define N_SUBMIT     60
 #define LOAD_THREADS 8
 #define LOAD_RATE    1000.0
 #define LOAD_SECONDS 3.0
+#define N_HOSTILE    500
+#define N_LEGIT      4
+#define HOSTILE_S    4.0
 
 static char base[128];
+static int port;
 static volatile int stop_agents;
 
 typedef struct client {
@@ -81,16 +94,27 @@ static long call(client *cl, const char *method, const char *path, const char *b
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t submitted_at[N_SUBMIT + 1], started_at[N_SUBMIT + 1];
 
+/* The credential simulated agent k made for itself. */
+static void credential_of(int k, char *out, size_t n)
+{
+    snprintf(out, n, "bench-node-credential-%d-0123456789abcdef", k);
+}
+
 static void *agent_main(void *arg)
 {
     int k = (int)(intptr_t)arg;
     client cl;
     client_init(&cl, AGENT_TOKEN);
-    char name[32], path[128], body[256];
+    char name[32], path[128], body[256], cred[64];
     snprintf(name, sizeof name, "agent%d", k);
-    snprintf(body, sizeof body, "{\"name\": \"%s\", \"cpus\": 4, \"memory\": \"8 GiB\"}", name);
-    call(&cl, "POST", "/v1/agent/register", body);
-    snprintf(path, sizeof path, "/v1/agent/assignments?node=%s&wait=1", name);
+    credential_of(k, cred, sizeof cred);
+    snprintf(body, sizeof body,
+             "{\"name\": \"%s\", \"cpus\": 4, \"memory\": \"8 GiB\", \"credential\": \"%s\"}", name,
+             cred);
+    call(&cl, "POST", "/v1/agent/join", body);
+    client_free(&cl);
+    client_init(&cl, cred);
+    snprintf(path, sizeof path, "/v1/agent/assignments?wait=1");
     while (!stop_agents) {
         if (call(&cl, "GET", path, NULL) != 200)
             continue;
@@ -178,7 +202,9 @@ static void *load_main(void *arg)
 {
     load_thread *t = arg;
     client cl;
-    client_init(&cl, t->k == 0 ? AGENT_TOKEN : USER_TOKEN);
+    char cred[64];
+    credential_of(0, cred, sizeof cred);
+    client_init(&cl, t->k == 0 ? cred : USER_TOKEN);
     int total = (int)(LOAD_RATE / LOAD_THREADS * LOAD_SECONDS);
     t->lat = malloc((size_t)total * sizeof *t->lat);
     double interval = LOAD_THREADS / LOAD_RATE;
@@ -240,6 +266,190 @@ static void paced_load(void)
     free(all);
 }
 
+/* ---- legitimate clients beside hostile connections or large uploads ---- */
+
+typedef struct legit {
+    double *lat;
+    int n, cap, errors;
+    double seconds;
+} legit;
+
+static void *legit_main(void *arg)
+{
+    legit *t = arg;
+    client cl;
+    client_init(&cl, USER_TOKEN);
+    uint64_t until = px_now_ns() + (uint64_t)(t->seconds * 1e9);
+    for (int i = 0; px_now_ns() < until && t->n < t->cap; i++) {
+        uint64_t a = px_now_ns();
+        long got = i % 2 ? call(&cl, "GET", "/v1/jobs?limit=20", NULL)
+                         : call(&cl, "GET", "/v1/nodes", NULL);
+        t->lat[t->n++] = (double)(px_now_ns() - a) / 1e6;
+        t->errors += got != 200;
+        usleep(5000);
+    }
+    client_free(&cl);
+    return NULL;
+}
+
+static void run_legit(const char *what, int held)
+{
+    legit th[N_LEGIT];
+    pthread_t tid[N_LEGIT];
+    for (int k = 0; k < N_LEGIT; k++) {
+        th[k] = (legit){.cap = 4096, .seconds = HOSTILE_S};
+        th[k].lat = malloc((size_t)th[k].cap * sizeof *th[k].lat);
+        pthread_create(&tid[k], NULL, legit_main, &th[k]);
+    }
+    double *all = malloc((size_t)N_LEGIT * 4096 * sizeof *all);
+    int m = 0, errors = 0;
+    for (int k = 0; k < N_LEGIT; k++) {
+        pthread_join(tid[k], NULL);
+        for (int i = 0; i < th[k].n; i++)
+            all[m++] = th[k].lat[i];
+        errors += th[k].errors;
+        free(th[k].lat);
+    }
+    qsort(all, (size_t)m, sizeof *all, cmp_double);
+    if (m > 0)
+        printf("%s: %d legitimate clients, %d requests: p50 %.2f ms  p99 %.2f ms  max %.2f ms  "
+               "errors %d",
+               what, N_LEGIT, m, all[m / 2], all[(m * 99) / 100], all[m - 1], errors);
+    else
+        printf("%s: no request was served", what);
+    if (held >= 0)
+        printf("  (hostile connections still open: %d)", held);
+    printf("  (aim: every request served within 1 s)\n");
+    free(all);
+}
+
+static int hostile_connect(int k)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    char src_ip[32];
+    snprintf(src_ip, sizeof src_ip, "127.0.0.%d", 2 + k % 8);
+    struct sockaddr_in src = {.sin_family = AF_INET}, dst = {.sin_family = AF_INET};
+    inet_pton(AF_INET, src_ip, &src.sin_addr);
+    dst.sin_port = htons((uint16_t)port);
+    dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (s < 0 || bind(s, (struct sockaddr *)&src, sizeof src) != 0) {
+        if (s >= 0)
+            close(s);
+        return -1;
+    }
+    connect(s, (struct sockaddr *)&dst, sizeof dst);
+    return s;
+}
+
+static void *trickle_main(void *arg)
+{
+    int *socks = arg;
+    uint64_t until = px_now_ns() + (uint64_t)((HOSTILE_S + 1) * 1e9);
+    while (px_now_ns() < until) {
+        for (int i = 0; i < N_HOSTILE; i++)
+            if (socks[i] >= 0 && send(socks[i], "X", 1, MSG_NOSIGNAL) <= 0) {
+                close(socks[i]);
+                socks[i] = -1;
+            }
+        usleep(1000000);
+    }
+    return NULL;
+}
+
+static void under_hostile_connections(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    static int socks[N_HOSTILE];
+    usleep(200000);
+    for (int i = 0; i < N_HOSTILE; i++) {
+        socks[i] = hostile_connect(i);
+        struct pollfd p = {socks[i], POLLOUT, 0};
+        if (socks[i] >= 0 && poll(&p, 1, 1000) == 1)
+            send(socks[i], "GET /v1/jobs HTTP/1.1\r\nHost: x\r\n", 33, MSG_NOSIGNAL);
+    }
+    usleep(300000);
+    int held = 0;
+    for (int i = 0; i < N_HOSTILE; i++) {
+        char b;
+        if (socks[i] < 0)
+            continue;
+        ssize_t r = recv(socks[i], &b, 1, MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN)) {
+            close(socks[i]);
+            socks[i] = -1;
+        } else
+            held++;
+    }
+    pthread_t trickle;
+    pthread_create(&trickle, NULL, trickle_main, socks);
+    char what[160];
+    snprintf(what, sizeof what,
+             "API with %d hostile connections opened (half-open, trickling, from 8 addresses; "
+             "%d held by the server)",
+             N_HOSTILE, held);
+    run_legit(what, -1);
+    pthread_join(trickle, NULL);
+    for (int i = 0; i < N_HOSTILE; i++)
+        if (socks[i] >= 0)
+            close(socks[i]);
+}
+
+static size_t read_zero(char *buf, size_t size, size_t n, void *ud)
+{
+    size_t *left = ud, take = PX_MIN(size * n, *left);
+    memset(buf, 'u', take);
+    *left -= take;
+    return take;
+}
+
+static atomic_int uploading;
+
+static void *upload_main(void *arg)
+{
+    (void)arg;
+    CURL *c = curl_easy_init();
+    char url[200], auth[200];
+    snprintf(url, sizeof url, "%s/v1/blobs", base);
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", USER_TOKEN);
+    struct curl_slist *h = curl_slist_append(NULL, auth);
+    h = curl_slist_append(h, "Expect:");
+    int n = 0;
+    while (atomic_load(&uploading)) {
+        size_t left = (size_t)60 << 20;
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+        curl_easy_setopt(c, CURLOPT_POST, 1L);
+        curl_easy_setopt(c, CURLOPT_READFUNCTION, read_zero);
+        curl_easy_setopt(c, CURLOPT_READDATA, &left);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)left);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+        px_strbuf out = PX_STRBUF_INIT;
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &out);
+        if (curl_easy_perform(c) == CURLE_OK)
+            n++;
+        px_strbuf_release(&out);
+    }
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    printf("  (%d uploads of 60 MB completed meanwhile)\n", n);
+    return NULL;
+}
+
+static void during_uploads(void)
+{
+    pthread_t up;
+    atomic_store(&uploading, 1);
+    pthread_create(&up, NULL, upload_main, NULL);
+    usleep(200000);
+    run_legit("API while 60 MB uploads stream in", -1);
+    atomic_store(&uploading, 0);
+    pthread_join(up, NULL);
+}
+
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
@@ -266,11 +476,14 @@ int main(void)
         return 1;
     }
     snprintf(base, sizeof base, "%s", px_fleet_server_url(srv));
+    port = px_fleet_server_port(srv);
     pthread_t agents[N_AGENTS];
     for (int k = 0; k < N_AGENTS; k++)
         pthread_create(&agents[k], NULL, agent_main, (void *)(intptr_t)k);
     submit_to_start();
     paced_load();
+    under_hostile_connections();
+    during_uploads();
     stop_agents = 1;
     for (int k = 0; k < N_AGENTS; k++)
         pthread_join(agents[k], NULL);

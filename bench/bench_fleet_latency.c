@@ -4,8 +4,10 @@
  * submitted one at a time over HTTP; a job has started when its process
  * writes to a FIFO the benchmark reads.  So the figure holds the HTTP submission, the commit to
  * SQLite (synchronous=FULL), the scheduling pass, the agent's long poll,
- * the fork and exec of the job and its shell.  Bounded in count (JOBS) and
- * time (60 s); talks to 127.0.0.1 only.
+ * the fork and exec of the job and its shell.  Measured twice: over plain
+ * HTTP and over TLS (a local CA made for the run; every client and agent
+ * pins it).  Bounded in count (JOBS) and time (60 s each); talks to
+ * 127.0.0.1 only.
  *
  *     bench_fleet_latency [JOBS]        (default 200)
  */
@@ -26,8 +28,9 @@
 #define LIMIT_S  60
 
 /* An agent process: `plexus agent` beside this benchmark's binary. */
-static pid_t start_agent(const char *plexus, const char *url, const char *token,
-                         const char *inventory, const char *name, const char *work, const char *log)
+static pid_t start_agent(const char *plexus, const char *url, const char *token_file,
+                         const char *ca, const char *inventory, const char *name, const char *work,
+                         const char *log)
 {
     pid_t pid = fork();
     if (pid == 0) {
@@ -38,8 +41,23 @@ static pid_t start_agent(const char *plexus, const char *url, const char *token,
             dup2(fd, 2);
             close(fd);
         }
-        execl(plexus, plexus, "agent", "--server", url, "--token", token, "--inventory", inventory,
-              "--name", name, "--work", work, (char *)NULL);
+        unsetenv("PLEXUS_TOKEN");
+        const char *argv[20] = {
+            plexus,     "agent",       "--server", url,      "--join-token-file",
+            token_file, "--inventory", inventory,  "--name", name,
+            "--work",   work};
+        int n = 12;
+        if (ca) {
+            argv[n++] = "--ca";
+            argv[n++] = ca;
+        }
+        /* A root agent runs its jobs as another user. */
+        if (geteuid() == 0) {
+            argv[n++] = "--job-user";
+            argv[n++] = "nobody";
+        }
+        argv[n] = NULL;
+        execv(plexus, (char *const *)argv);
         _exit(127);
     }
     if (pid > 0)
@@ -89,53 +107,57 @@ static int wait_nodes(px_fleet_client *c, int want)
     return -1;
 }
 
-int main(int argc, char **argv)
+/* One run: a server (TLS or not), four agents, jobs one at a time.
+ * Prints the figures; returns the p50 in ms (negative on failure). */
+static double run(const char *plexus, long jobs, bool tls)
 {
-    long jobs = argc > 1 ? strtol(argv[1], NULL, 10) : 200;
-    if (jobs < 1 || jobs > 100000) {
-        fprintf(stderr, "usage: bench_fleet_latency [JOBS 1..100000]\n");
-        return 2;
-    }
-    px_log_set_level(PX_LOG_ERROR);
     char dir[] = "/tmp/plexus-bench-latency-XXXXXX";
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
-        return 1;
+        return -1;
     }
-    char data[600], fifo[600];
+    /* Jobs of a root agent run as nobody: they must reach their folders
+     * and the FIFO. */
+    chmod(dir, 0755);
+    char data[600], fifo[600], join[600], tls_dir[600], cert[700], key[700], ca[700];
     snprintf(data, sizeof data, "%s/data", dir);
     snprintf(fifo, sizeof fifo, "%s/started", dir);
-    if (mkfifo(fifo, 0600) != 0) {
+    snprintf(join, sizeof join, "%s/join", dir);
+    snprintf(tls_dir, sizeof tls_dir, "%s/tls", dir);
+    snprintf(cert, sizeof cert, "%s/server.pem", tls_dir);
+    snprintf(key, sizeof key, "%s/server-key.pem", tls_dir);
+    snprintf(ca, sizeof ca, "%s/ca.pem", tls_dir);
+    double p50 = -1;
+    if (mkfifo(fifo, 0666) != 0 || chmod(fifo, 0666) != 0) {
         perror("mkfifo");
-        return 1;
+        return -1;
     }
     /* Keep a writer open so the reader never sees end of file. */
     int rfd = open(fifo, O_RDONLY | O_NONBLOCK);
     int keep = open(fifo, O_WRONLY);
     const char *ctok = "bench-cluster-token-0123456789", *utok = "bench-user-token-0123456789";
+    int jfd = open(join, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (jfd < 0 || write(jfd, ctok, strlen(ctok)) < 0) {
+        perror(join);
+        return -1;
+    }
+    close(jfd);
+    px_err err;
+    if (tls && px_fleet_tls_make_local(tls_dir, "127.0.0.1", &err) != PX_OK) {
+        fprintf(stderr, "bench_fleet_latency: %s\n", err.msg);
+        return -1;
+    }
     px_fleet_server_options opt = {.listen = "127.0.0.1:0",
                                    .data_dir = data,
                                    .cluster_token = ctok,
                                    .api_token = utok,
-                                   .lease_s = 10};
+                                   .lease_s = 10,
+                                   .tls_cert = tls ? cert : NULL,
+                                   .tls_key = tls ? key : NULL};
     px_fleet_server *srv;
-    px_err err;
     if (px_fleet_server_start(&opt, &srv, &err) != PX_OK) {
         fprintf(stderr, "bench_fleet_latency: %s\n", err.msg);
-        return 1;
-    }
-    /* The plexus command lives beside this benchmark in the build folder. */
-    char self[512], plexus[600];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    self[len > 0 ? len : 0] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash)
-        *slash = '\0';
-    snprintf(plexus, sizeof plexus, "%s/plexus", self);
-    if (access(plexus, X_OK) != 0) {
-        fprintf(stderr, "bench_fleet_latency: %s is missing; build the plexus target\n", plexus);
-        px_fleet_server_stop(srv);
-        return 1;
+        return -1;
     }
     pid_t agents[N_AGENTS];
     for (int i = 0; i < N_AGENTS; i++) {
@@ -151,14 +173,15 @@ int main(int argc, char **argv)
             name);
         px_write_file(inventory, inv, strlen(inv), NULL);
         free(inv);
-        agents[i] = start_agent(plexus, px_fleet_server_url(srv), ctok, inventory, name, work, log);
+        agents[i] = start_agent(plexus, px_fleet_server_url(srv), join, tls ? ca : NULL, inventory,
+                                name, work, log);
     }
     px_fleet_client *c;
     px_fleet_client_new(px_fleet_server_url(srv), utok, &c, NULL);
-    int rc = 0;
+    if (tls)
+        px_fleet_client_set_ca(c, ca, NULL);
     if (wait_nodes(c, N_AGENTS) != 0) {
         fprintf(stderr, "bench_fleet_latency: the agents did not come online\n");
-        rc = 1;
         goto done;
     }
     char *line = px_asprintf("echo started >> %s", fifo);
@@ -178,7 +201,6 @@ int main(int argc, char **argv)
         json_t *r = NULL;
         if (px_fleet_client_call(c, "POST", "/v1/jobs", spec, NULL, &r, &err) != PX_OK) {
             fprintf(stderr, "bench_fleet_latency: submit: %s\n", err.msg);
-            rc = 1;
             break;
         }
         json_decref(r);
@@ -186,7 +208,6 @@ int main(int argc, char **argv)
         struct pollfd pfd = {rfd, POLLIN, 0};
         if (poll(&pfd, 1, 10000) != 1) {
             fprintf(stderr, "bench_fleet_latency: job %ld did not start within 10 s\n", i);
-            rc = 1;
             break;
         }
         lat[n++] = (double)(px_now_ns() - t0) / 1e6;
@@ -201,11 +222,12 @@ int main(int argc, char **argv)
         double sum = 0;
         for (size_t i = 0; i < n; i++)
             sum += lat[i];
-        printf("fleet submit-to-start latency, %d agents on loopback, %zu jobs one at a time\n",
-               N_AGENTS, n);
+        p50 = pct(lat, n, 0.5);
+        printf("fleet submit-to-start latency%s, %d agents on loopback, %zu jobs one at a time\n",
+               tls ? " over TLS (pinned local CA)" : " over plain HTTP", N_AGENTS, n);
         printf("  p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  max %.2f ms  mean %.2f ms  (aim: p50 < 50 "
                "ms)\n",
-               pct(lat, n, 0.5), pct(lat, n, 0.9), pct(lat, n, 0.99), lat[n - 1], sum / (double)n);
+               p50, pct(lat, n, 0.9), pct(lat, n, 0.99), lat[n - 1], sum / (double)n);
         printf("  of which the acknowledged (committed) submission: p50 %.2f ms  p99 %.2f ms\n",
                pct(ack, n, 0.5), pct(ack, n, 0.99));
     }
@@ -228,5 +250,32 @@ done:
     close(rfd);
     close(keep);
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    return rc;
+    return p50;
+}
+
+int main(int argc, char **argv)
+{
+    long jobs = argc > 1 ? strtol(argv[1], NULL, 10) : 200;
+    if (jobs < 1 || jobs > 100000) {
+        fprintf(stderr, "usage: bench_fleet_latency [JOBS 1..100000]\n");
+        return 2;
+    }
+    px_log_set_level(PX_LOG_ERROR);
+    /* The plexus command lives beside this benchmark in the build folder. */
+    char self[512], plexus[600];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[len > 0 ? len : 0] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(plexus, sizeof plexus, "%s/plexus", self);
+    if (access(plexus, X_OK) != 0) {
+        fprintf(stderr, "bench_fleet_latency: %s is missing; build the plexus target\n", plexus);
+        return 1;
+    }
+    double plain = run(plexus, jobs, false);
+    double tls = run(plexus, jobs, true);
+    if (plain > 0 && tls > 0)
+        printf("  TLS costs %.2f ms at the median (%.2fx)\n", tls - plain, tls / plain);
+    return plain > 0 && tls > 0 ? 0 : 1;
 }

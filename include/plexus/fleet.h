@@ -10,8 +10,9 @@
  *
  *     px_fleet_server_options opt = {.listen = "127.0.0.1:0",
  *                                    .data_dir = "/var/lib/plexus",
- *                                    .cluster_token = ctok,
- *                                    .api_token = utok};
+ *                                    .token_file = "/etc/plexus/tokens",
+ *                                    .tls_cert = "server.pem",
+ *                                    .tls_key = "server-key.pem"};
  *     px_fleet_server *srv;
  *     if (px_fleet_server_start(&opt, &srv, &err) != PX_OK)
  *         fprintf(stderr, "plexus: %s\n", err.msg);
@@ -34,6 +35,12 @@
  *     px_fleet_sched_place(s, r, "j-1", &e, &err);
  *     json_t *why = px_fleet_explanation_to_json(e, s);
  *
+ * Trust (docs/security.md): users (each with a role), a join token that
+ * lets an agent join once, and a credential per node that the agent made
+ * itself and the server knows only by hash.  Every agent call is bound to
+ * its node and to the work assigned there; users see their own jobs (the
+ * admin role sees all, never another user's environment values).
+ *
  * Thread safety: a px_fleet_server is safe to use from any thread (it
  * serializes internally); a px_fleet_sched, px_fleet_request and
  * px_fleet_explanation are not.
@@ -42,6 +49,8 @@
 #define PLEXUS_FLEET_H
 
 #include "plexus/base.h"
+
+#include <stdatomic.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -153,31 +162,50 @@ typedef struct px_fleet_server px_fleet_server;
 /* Settings of a server.  Strings are borrowed for the duration of
  * px_fleet_server_start.  Zero fields take the defaults. */
 typedef struct px_fleet_server_options {
-    const char *listen;        /* "HOST:PORT"; port 0 picks a free one; default "127.0.0.1:7070" */
-    const char *data_dir;      /* state folder, created if absent; default "./plexus-data" */
-    const char *token_file;    /* "agent TOKEN" / "user TOKEN [name]" lines; may be NULL */
-    const char *cluster_token; /* an agent token to accept besides the file's; may be NULL */
-    const char *api_token;     /* a user token to accept besides the file's; may be NULL */
+    const char *listen;   /* "HOST:PORT"; port 0 picks a free one; default "127.0.0.1:7070" */
+    const char *data_dir; /* state folder (made 0700), created if absent; default "./plexus-data" */
+    /* Lines "agent TOKEN" (the join token agents join with) and "user TOKEN
+     * [NAME [ROLE]]" (ROLE user, the default, or admin); the file must not
+     * be readable by group or others.  May be NULL. */
+    const char *token_file;
+    const char *cluster_token; /* a join token to accept besides the file's; may be NULL */
+    const char *api_token;     /* a token of the user "admin" (role admin); may be NULL */
     double lease_s;            /* heartbeat lease; default 10 */
     double heartbeat_s;        /* interval agents are told to use; default lease_s / 4 */
     double restart_backoff_s;  /* first service restart delay; default 1 */
     size_t max_body;           /* JSON and log chunk bodies; default 1 MiB */
-    size_t max_upload;         /* artifacts and blobs; default 64 MiB */
-    unsigned max_connections;  /* default 512 */
+    size_t max_upload;         /* one artifact or blob, streamed to disk; default 1 TiB */
+    unsigned max_connections;  /* default 1024 */
+    unsigned max_connections_per_address; /* default 64 */
+    double header_timeout_s; /* a request's headers (and a TLS handshake) must arrive within
+                                this, and a body must not stall longer; default 10 */
+    /* TLS: a PEM certificate (chain) and its private key (a file only its
+     * owner can read); both or neither.  With them the server speaks only
+     * HTTPS (GnuTLS through libmicrohttpd). */
+    const char *tls_cert;
+    const char *tls_key;
+    uint64_t disk_reserve;   /* bytes kept free in DATA: below, submissions and uploads get
+                                507; default 512 MiB */
+    uint64_t log_quota;      /* output kept per job; the rest is dropped and the log says so;
+                                default 256 MiB */
+    uint64_t artifact_quota; /* bytes of artifacts per job; default 16 GiB */
+    double max_job_time_s;   /* the longest time_limit_s a job may ask for, and the limit of
+                                jobs that give none; 0: no limit */
 } px_fleet_server_options;
 
-/* Opens (or creates and migrates) DATA/fleet.db, loads tokens, nodes and
- * jobs, and starts serving.  When neither a token file nor tokens are
- * given and DATA/tokens does not exist, generates one agent and one user
- * token and writes them there (mode 0600); they are never logged.
- * Returns owned memory (px_fleet_server_stop).  Status: PX_EIO (the data
- * folder or database), PX_EINVAL (options, token file), PX_EPEER (the
- * address could not be bound). */
+/* Opens (or creates and migrates) DATA/fleet.db, loads tokens, node
+ * credentials, nodes and jobs, and starts serving.  When neither a token
+ * file nor tokens are given and DATA/tokens does not exist, generates a
+ * join token and an admin token and writes them there (mode 0600); they
+ * are never logged.  Returns owned memory (px_fleet_server_stop).
+ * Status: PX_EIO (the data folder or database), PX_EINVAL (options, token
+ * file, TLS files), PX_EAUTH (a token or key file others can read),
+ * PX_EPEER (the address could not be bound). */
 px_status px_fleet_server_start(const px_fleet_server_options *opt, px_fleet_server **out,
                                 px_err *err);
 /* The port the server listens on (useful with port 0). */
 uint16_t px_fleet_server_port(const px_fleet_server *srv);
-/* "http://HOST:PORT" (borrowed; valid until stop). */
+/* "http://HOST:PORT" or "https://HOST:PORT" (borrowed; valid until stop). */
 const char *px_fleet_server_url(const px_fleet_server *srv);
 /* Stops serving (waiting for requests in flight), closes the store and
  * frees the server.  NULL is a no-op. */
@@ -200,7 +228,8 @@ void px_fleet_server_stop(px_fleet_server *srv);
  *         ... json_decref(reply);
  *     px_fleet_client_free(c);
  *
- *     px_fleet_agent_config cfg = {.server = url, .token = cluster_token,
+ *     px_fleet_agent_config cfg = {.server = url, .token = join_token,
+ *                                  .ca_file = "ca.pem", .job_user = "nobody",
  *                                  .inventory = "gpu-node.json"};
  *     px_fleet_agent_run(&cfg, &err);   // until *cfg.stop becomes nonzero
  */
@@ -219,11 +248,26 @@ px_status px_fleet_client_new(const char *server_url, const char *token, px_flee
                               px_err *err);
 /* Frees the client and wipes its copy of the token.  NULL is a no-op. */
 void px_fleet_client_free(px_fleet_client *c);
+/* Trusts only the CA certificates in ca_file (PEM) for https:// servers:
+ * the system's store is not consulted, so the server's certificate must
+ * chain to that CA (and name the host).  NULL restores the system store.
+ * PX_ENOTFOUND when the file cannot be read. */
+px_status px_fleet_client_set_ca(px_fleet_client *c, const char *ca_file, px_err *err);
+/* Replaces the bearer token (copied; NULL sends none).  PX_EINVAL for a
+ * token with spaces or control characters. */
+px_status px_fleet_client_set_token(px_fleet_client *c, const char *token, px_err *err);
+/* Sends "Idempotency-Key: key" with the following requests (copied; NULL
+ * stops).  A retried submission with the same key returns the job the
+ * first one made.  PX_EINVAL for a key that is not 1 to 128 printable
+ * characters without spaces. */
+px_status px_fleet_client_set_idempotency_key(px_fleet_client *c, const char *key, px_err *err);
 /* Limit on each whole request in milliseconds (default 30,000). */
 void px_fleet_client_set_timeout(px_fleet_client *c, int timeout_ms);
 /* Makes requests end early (PX_ETIMEOUT) once *flag becomes nonzero, so a
- * long poll does not delay a shutdown.  flag is borrowed; NULL clears. */
-void px_fleet_client_set_abort(px_fleet_client *c, volatile int *flag);
+ * long poll does not delay a shutdown.  flag is borrowed (read from the
+ * calling thread while a request runs; another thread or a signal handler
+ * may set it); NULL clears. */
+void px_fleet_client_set_abort(px_fleet_client *c, const atomic_int *flag);
 /* The server URL (borrowed). */
 const char *px_fleet_client_server(const px_fleet_client *c);
 /* Sends `method` on `path` ("/v1/jobs") with a JSON body (borrowed; may
@@ -252,6 +296,21 @@ px_status px_fleet_client_download(px_fleet_client *c, const char *path, const c
 /* Percent-encodes s for one path segment.  Returns owned memory (free()),
  * NULL on allocation failure. */
 char *px_fleet_url_escape(const char *s);
+
+/* Reads a token from a file that only its owner can read: the first word
+ * of the first line that is not a comment.  `what` names the file in
+ * messages ("--token-file").  Returns owned memory in *out (free() after
+ * wiping).  PX_EAUTH for a file group or others can read (the message
+ * gives the chmod that fixes it), PX_ENOTFOUND, PX_EINVAL for no token or
+ * a malformed one. */
+px_status px_fleet_secret_read(const char *path, const char *what, char **out, px_err *err);
+
+/* Makes a local certificate authority and a server certificate signed by
+ * it in dir (created 0700): ca.pem, ca-key.pem, server.pem and
+ * server-key.pem (keys 0600; ECDSA P-256, SHA-256), the server's valid
+ * for 127.0.0.1, ::1, localhost and `host` (may be NULL).  Files already
+ * there are kept, so clients keep trusting the same CA.  PX_EIO. */
+px_status px_fleet_tls_make_local(const char *dir, const char *host, px_err *err);
 
 /* Validates a Python function target "FILE.py:FUNCTION" (what `plexus
  * submit --python` takes): a non-empty path ending in .py and a Python
@@ -301,8 +360,17 @@ const char *px_fleet_cache_dir(const px_fleet_cache *c);
 /* Settings of an agent.  Strings are borrowed for the duration of
  * px_fleet_agent_run.  Zero fields take the defaults. */
 typedef struct px_fleet_agent_config {
-    const char *server;       /* URL; default http://127.0.0.1:7070 */
-    const char *token;        /* the cluster token (required) */
+    const char *server; /* URL; default http://127.0.0.1:7070 */
+    /* The join token: needed once, to join; afterwards the node uses the
+     * credential it made and keeps in state_dir.  May be NULL then. */
+    const char *token;
+    const char *state_dir; /* the node credential (0700 folder, 0600 file);
+                              default WORK/state */
+    const char *ca_file;   /* trust only this CA for an https:// server */
+    /* Run every job as this user (name or uid; the agent must be root).
+     * An agent running as root without it refuses to start, unless it is
+     * "root" itself: a root job can read the node credential. */
+    const char *job_user;
     const char *inventory;    /* describe the node from this inventory (marked
                                  emulated) instead of discovering it */
     const char *name;         /* node name; default the inventory's node id or
@@ -315,21 +383,27 @@ typedef struct px_fleet_agent_config {
     double health_interval_s; /* service health checks; default 1 */
     int health_failures;      /* failed checks in a row that stop a service;
                                  default 3 */
-    /* Set to nonzero (e.g. from a signal handler) to stop: running work
-     * is killed and the call returns PX_OK.  May be NULL. */
-    volatile int *stop;
+    /* Stop a job that runs this long (seconds; the job's own time_limit_s
+     * when shorter); 0: none. */
+    double max_job_time_s;
+    /* Set to nonzero (from another thread, or from a signal handler: an
+     * atomic_int is lock-free) to stop: running work is killed and the
+     * call returns PX_OK.  May be NULL. */
+    const atomic_int *stop;
 } px_fleet_agent_config;
 
-/* Describes the node, registers with the server, and then heartbeats,
- * takes assignments and runs them until *cfg->stop is set.
+/* Describes the node, joins the server (once, with the join token) or
+ * registers with its node credential, and then heartbeats, takes
+ * assignments and runs them until *cfg->stop is set.
  *
- * What a job gets.  Its own process group in a fresh folder
- * (WORK/jobs/JOB-aATTEMPT-rRANK, removed afterwards), stdin from
- * /dev/null, no descriptor of the agent, and an environment of only PATH,
- * HOME, LANG and TMPDIR, the job's "env", the assignment's RANK,
- * WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, and PLEXUS_JOB_ID,
- * PLEXUS_ATTEMPT, PLEXUS_RANK, PLEXUS_JOB_DIR; PLEXUS_MODEL (a path in the
- * cache) and PLEXUS_MODEL_DIGEST with a model; PORT for a service;
+ * What a job gets.  A fresh folder (WORK/jobs/JOB-aATTEMPT-rRANK, removed
+ * afterwards; owned by the job user), stdin from /dev/null, no descriptor
+ * of the agent, and an environment of only PATH, HOME, LANG and TMPDIR
+ * (HOME and TMPDIR in the job's folder under a job user), the job's
+ * "env", the assignment's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
+ * MASTER_PORT, and PLEXUS_JOB_ID, PLEXUS_ATTEMPT, PLEXUS_RANK,
+ * PLEXUS_JOB_DIR; PLEXUS_MODEL (a path in the cache) and
+ * PLEXUS_MODEL_DIGEST with a model; PORT for a service;
  * PLEXUS_MPI_HOSTFILE with the mpi launcher.  The device visibility
  * variables (CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES,
  * HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, GPU_DEVICE_ORDINAL,
@@ -337,13 +411,29 @@ typedef struct px_fleet_agent_config {
  * for none; the job cannot override them.  torchrun jobs run as
  * `torchrun ARGS --no-python COMMAND`.  Python functions run in the node's
  * python3 through a small runner that imports the file by path and sends
- * the JSON result (or the exception and traceback) back on fd 3.  The job
- * is killed with its group when cancelled, when its attempt goes stale or
- * when the agent stops or dies.  Unreachable
- * servers are retried (with backoff) rather than fatal, so an agent
- * outlives a server restart.  Returns PX_OK when stopped; PX_EINVAL for
- * bad settings or an inventory that cannot be read (the message names
- * it); PX_EAUTH when the server refuses the token. */
+ * the JSON result (or the exception and traceback) back on fd 3.
+ *
+ * What a job cannot reach.  The agent is not dumpable (PR_SET_DUMPABLE
+ * 0: no /proc/PID/environ, mem or ptrace for processes of its uid), holds
+ * no secret in its argv or environment, and keeps the node credential in
+ * a 0600 file of a 0700 folder; with job_user the job runs under another
+ * uid and cannot read it at all.
+ *
+ * Containment.  Each job runs under a small supervisor process of its
+ * own that is the subreaper of everything the job starts (setsid and
+ * double forks included) and, where the cgroup v2 hierarchy is writable,
+ * in a cgroup of its own; cancelling, a stale attempt, the job's time
+ * limit, the agent stopping, the agent dying (the supervisor's parent
+ * death signal) and a restarted agent (leftover cgroups) all end every
+ * process of the job.  An agent that cannot renew its lease within 3/4
+ * of it stops every job before the server can give the work to another
+ * node (fencing), and registers again once it can.
+ *
+ * Unreachable servers are retried (with backoff) rather than fatal, so an
+ * agent outlives a server restart.  Returns PX_OK when stopped; PX_EINVAL
+ * for bad settings or an inventory that cannot be read (the message
+ * names it); PX_EAUTH when the server refuses the join token or the
+ * node's credential (revoked). */
 px_status px_fleet_agent_run(const px_fleet_agent_config *cfg, px_err *err);
 
 #ifdef __cplusplus

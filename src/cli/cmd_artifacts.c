@@ -8,7 +8,7 @@ const char px__cmd_artifacts_summary[] =
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: plexus artifacts JOB [--server URL] [--token T] [-o text|json]\n"
+    fprintf(f, "usage: plexus artifacts JOB [--server URL] [--token-file F] [-o text|json]\n"
                "       plexus artifacts JOB --get NAME -o FILE\n"
                "\n"
                "Lists the files the job declared with --artifact and its agents uploaded\n"
@@ -91,12 +91,14 @@ int px__cmd_artifacts(int argc, char **argv)
             rc = px__cli_fail("artifacts", &err);
         }
         px_fleet_client_free(c);
+        px__fleet_cli_release(&o);
         return rc;
     }
     char path[256];
     snprintf(path, sizeof path, "/v1/jobs/%s/artifacts", id);
     json_t *reply = px__fleet_cli_get(&o, c, "GET", path, NULL);
     px_fleet_client_free(c);
+    px__fleet_cli_release(&o);
     if (!reply)
         return PX_EXIT_FAIL;
     if (o.format == PX_CLI_JSON) {

@@ -7,7 +7,7 @@ int px__cmd_cancel(int argc, char **argv)
 {
     px__fleet_cli o = {.cmd = "cancel"};
     if (px__cli_wants_help(argc, argv)) {
-        printf("usage: plexus cancel JOB [--server URL] [--token T] [-o text|json]\n\n"
+        printf("usage: plexus cancel JOB [--server URL] [--token-file F] [-o text|json]\n\n"
                "Cancels a queued, assigned or running job.  Agents running it kill its\n"
                "process groups at their next heartbeat.  A job that already ended\n"
                "cannot be cancelled (exit 1).\n");
@@ -38,6 +38,7 @@ int px__cmd_cancel(int argc, char **argv)
     json_t *reply = px__fleet_cli_get(&o, c, "POST", path, body);
     json_decref(body);
     px_fleet_client_free(c);
+    px__fleet_cli_release(&o);
     if (!reply)
         return PX_EXIT_FAIL;
     int rc = PX_EXIT_OK;

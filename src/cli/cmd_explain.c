@@ -6,7 +6,7 @@ const char px__cmd_explain_summary[] =
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: plexus explain JOB [--server URL] [--token T] [-o text|json]\n"
+    fprintf(f, "usage: plexus explain JOB [--server URL] [--token-file F] [-o text|json]\n"
                "\n"
                "Prints the scheduler's record of its latest decision for the job: each\n"
                "requirement with how many nodes meet it, each rejected node with its\n"
@@ -105,6 +105,7 @@ int px__cmd_explain(int argc, char **argv)
     snprintf(path, sizeof path, "/v1/jobs/%s/explain", id);
     json_t *reply = px__fleet_cli_get(&o, c, "GET", path, NULL);
     px_fleet_client_free(c);
+    px__fleet_cli_release(&o);
     if (!reply)
         return PX_EXIT_FAIL;
     int rc = PX_EXIT_OK;

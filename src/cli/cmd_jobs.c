@@ -5,14 +5,14 @@ const char px__cmd_jobs_summary[] = "list the fleet's jobs, or show one job";
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: plexus jobs [--state S] [--limit N] [--server URL] [--token T] [-o text|json]\n"
-            "       plexus jobs JOB [-o text|json]\n"
-            "\n"
-            "Lists jobs, newest first; --state filters (queued, assigned, running,\n"
-            "succeeded, failed, cancelled, or active for the first three).  With a job\n"
-            "id, shows that job: its members, nodes and devices, exit status, result\n"
-            "or error, restarts and plan.\n");
+    fprintf(f, "usage: plexus jobs [--state S] [--limit N] [--server URL] [--token-file F] [-o "
+               "text|json]\n"
+               "       plexus jobs JOB [-o text|json]\n"
+               "\n"
+               "Lists jobs, newest first; --state filters (queued, assigned, running,\n"
+               "succeeded, failed, cancelled, or active for the first three).  With a job\n"
+               "id, shows that job: its members, nodes and devices, exit status, result\n"
+               "or error, restarts and plan.\n");
 }
 
 static void print_summary_row(const json_t *j)
@@ -26,8 +26,12 @@ static void print_summary_row(const json_t *j)
     char exit_text[24] = "-";
     if (json_is_integer(ec))
         snprintf(exit_text, sizeof exit_text, "%lld", (long long)json_integer_value(ec));
+    char name[160];
+    /* Names are the submitters' text: nothing in them reaches the
+     * terminal as a control sequence. */
     printf("%-12s %-20.20s %-10s %7lld  %-5s %s\n", px__fleet_cli_str(j, "id", "?"),
-           px__fleet_cli_str(j, "name", ""), px__fleet_cli_str(j, "state", "?"),
+           px__fleet_cli_clean(px__fleet_cli_str(j, "name", ""), name, sizeof name),
+           px__fleet_cli_str(j, "state", "?"),
            (long long)json_integer_value(json_object_get(j, "attempt")), exit_text,
            nodes.len ? nodes.buf : "-");
     px_strbuf_release(&nodes);
@@ -35,8 +39,13 @@ static void print_summary_row(const json_t *j)
 
 static void print_job(const json_t *j)
 {
+    char text[4096];
     printf("job       %s\n", px__fleet_cli_str(j, "id", "?"));
-    printf("name      %s\n", px__fleet_cli_str(j, "name", ""));
+    printf("name      %s\n",
+           px__fleet_cli_clean(px__fleet_cli_str(j, "name", ""), text, sizeof text));
+    if (json_is_string(json_object_get(j, "owner")))
+        printf("owner     %s\n",
+               px__fleet_cli_clean(px__fleet_cli_str(j, "owner", ""), text, sizeof text));
     printf("state     %s (attempt %lld, restarts %lld)\n", px__fleet_cli_str(j, "state", "?"),
            (long long)json_integer_value(json_object_get(j, "attempt")),
            (long long)json_integer_value(json_object_get(j, "restarts")));
@@ -61,13 +70,13 @@ static void print_job(const json_t *j)
     }
     json_t *result = json_object_get(j, "result");
     if (result && !json_is_null(result)) {
-        char *text = json_dumps(result, JSON_ENCODE_ANY | JSON_COMPACT);
-        printf("result    %s\n", text ? text : "?");
-        free(text);
+        char *dump = json_dumps(result, JSON_ENCODE_ANY | JSON_COMPACT);
+        printf("result    %s\n", dump ? dump : "?");
+        free(dump);
     }
     const char *e = px__fleet_cli_str(j, "error", NULL);
     if (e)
-        printf("error     %s\n", e);
+        printf("error     %s\n", px__fleet_cli_clean(e, text, sizeof text));
 }
 
 int px__cmd_jobs(int argc, char **argv)
@@ -114,6 +123,7 @@ int px__cmd_jobs(int argc, char **argv)
                  state ? "&state=" : "", state ? state : "");
     json_t *reply = px__fleet_cli_get(&o, c, "GET", path, NULL);
     px_fleet_client_free(c);
+    px__fleet_cli_release(&o);
     if (!reply)
         return PX_EXIT_FAIL;
     int rc = PX_EXIT_OK;

@@ -5,23 +5,27 @@
 
 const char px__cmd_logs_summary[] = "print a job's output (-f follows it)";
 
-static volatile sig_atomic_t interrupted;
+/* Set by the signal handler, read by libcurl's progress callback: a
+ * lock-free atomic is safe in both places. */
+static atomic_int interrupted;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "atomic_int must be lock-free for signal handlers");
 
 static void on_signal(int sig)
 {
     (void)sig;
-    interrupted = 1;
+    atomic_store(&interrupted, 1);
 }
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: plexus logs [-f] [--stream stdout|stderr] JOB [--server URL] [--token T]\n"
-               "                   [-o text|json]\n"
-               "\n"
-               "Prints the job's output in order: stdout to stdout, stderr to stderr.\n"
-               "-f follows the output until the job ends (long polling the server).\n"
-               "-o json prints one JSON object per chunk (seq, stream, rank, attempt,\n"
-               "data).\n");
+    fprintf(f,
+            "usage: plexus logs [-f] [--stream stdout|stderr] JOB [--server URL] [--token-file F]\n"
+            "                   [-o text|json]\n"
+            "\n"
+            "Prints the job's output in order: stdout to stdout, stderr to stderr.\n"
+            "-f follows the output until the job ends (long polling the server).\n"
+            "-o json prints one JSON object per chunk (seq, stream, rank, attempt,\n"
+            "data).\n");
 }
 
 int px__cmd_logs(int argc, char **argv)
@@ -62,7 +66,7 @@ int px__cmd_logs(int argc, char **argv)
     if (follow) {
         signal(SIGINT, on_signal);
         signal(SIGTERM, on_signal);
-        px_fleet_client_set_abort(c, (volatile int *)&interrupted);
+        px_fleet_client_set_abort(c, &interrupted);
     }
     long long after = 0;
     int rc = PX_EXIT_OK;
@@ -72,7 +76,7 @@ int px__cmd_logs(int argc, char **argv)
                  follow ? 10 : 0, stream ? "&stream=" : "", stream ? stream : "");
         json_t *reply = px__fleet_cli_get(&o, c, "GET", path, NULL);
         if (!reply) {
-            rc = interrupted ? PX_EXIT_OK : PX_EXIT_FAIL;
+            rc = atomic_load(&interrupted) ? PX_EXIT_OK : PX_EXIT_FAIL;
             break;
         }
         const json_t *chunks = json_object_get(reply, "chunks");
@@ -101,12 +105,13 @@ int px__cmd_logs(int argc, char **argv)
             after = json_integer_value(next);
         size_t n_chunks = json_array_size(chunks);
         json_decref(reply);
-        if (interrupted || done)
+        if (atomic_load(&interrupted) || done)
             break;
         /* Without -f: stop once a reply brings nothing new. */
         if (!follow && (!progressed || !n_chunks))
             break;
     }
     px_fleet_client_free(c);
+    px__fleet_cli_release(&o);
     return rc;
 }

@@ -1,18 +1,30 @@
 /* plexus nodes: the fleet's nodes, their devices, frameworks and load. */
 #include "cli/fleet_cli.h"
 
-const char px__cmd_nodes_summary[] = "list the fleet's nodes (state, devices, frameworks, work)";
+const char px__cmd_nodes_summary[] =
+    "list the fleet's nodes; drain, revoke, admit or rotate the credential of one";
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: plexus nodes [--server URL] [--token T] [-o text|json]\n"
+    fprintf(f, "usage: plexus nodes [--server URL] [--token-file F] [--ca F] [-o text|json]\n"
+               "       plexus nodes drain|undrain|revoke|admit|rotate NODE\n"
                "\n"
                "Lists the nodes attached to the server: state (online, offline,\n"
                "draining), whether the node is emulated, CPUs, memory, devices with\n"
                "their free memory, installed frameworks, resident models and running\n"
                "work.  The server comes from --server or PLEXUS_SERVER (default\n"
-               "http://127.0.0.1:7070), the API token from --token or PLEXUS_TOKEN.\n");
+               "http://127.0.0.1:7070), the API token from --token-file or PLEXUS_TOKEN.\n"
+               "\n"
+               "With an action (a user with the admin role only):\n"
+               "  drain NODE     the node keeps its work and gets nothing new (undrain)\n"
+               "  revoke NODE    the node's credential stops working at once; its work is\n"
+               "                 requeued elsewhere and its agent stops; the name cannot\n"
+               "                 join again until `plexus nodes admit NODE`\n"
+               "  rotate NODE    the node's agent makes a new credential at its next\n"
+               "                 heartbeat; the old one stops working once the new is used\n");
 }
+
+static const char *const actions[] = {"drain", "undrain", "revoke", "admit", "rotate"};
 
 static void print_node(const json_t *n)
 {
@@ -60,27 +72,61 @@ int px__cmd_nodes(int argc, char **argv)
         usage(stdout);
         return PX_EXIT_OK;
     }
+    const char *action = NULL, *node = NULL;
     for (int i = 1; i < argc; i++) {
         int r = px__fleet_cli_common(&o, argc, argv, &i);
         if (r < 0)
             return PX_EXIT_USAGE;
-        if (r == 0)
+        if (r > 0)
+            continue;
+        bool known = false;
+        for (size_t k = 0; k < PX_ARRAY_LEN(actions) && !action; k++)
+            known = known || !strcmp(argv[i], actions[k]);
+        if (!action && known)
+            action = argv[i];
+        else if (action && !node && argv[i][0] != '-')
+            node = argv[i];
+        else
             return px__cli_usage_error("nodes", "unexpected argument \"%s\"", argv[i]);
     }
+    if (action && !node)
+        return px__cli_usage_error("nodes", "%s needs the node's name", action);
+    if (node && !px__fleet_cli_valid_id(node))
+        return px__cli_usage_error("nodes", "\"%s\" is not a node name", node);
     px_fleet_client *c = px__fleet_cli_connect(&o);
     if (!c)
         return PX_EXIT_FAIL;
-    json_t *reply = px__fleet_cli_get(&o, c, "GET", "/v1/nodes", NULL);
+    char path[256];
+    if (action)
+        snprintf(path, sizeof path, "/v1/nodes/%s/%s", node, action);
+    json_t *body = action ? json_object() : NULL;
+    json_t *reply =
+        px__fleet_cli_get(&o, c, action ? "POST" : "GET", action ? path : "/v1/nodes", body);
+    json_decref(body);
     px_fleet_client_free(c);
+    px__fleet_cli_release(&o);
     if (!reply)
         return PX_EXIT_FAIL;
     int rc = PX_EXIT_OK;
-    if (o.format == PX_CLI_JSON) {
+    if (action) {
+        if (o.format == PX_CLI_JSON)
+            rc = px__cli_print_json(reply);
+        else if (!strcmp(action, "rotate"))
+            printf("node %s: its agent makes a new credential at its next heartbeat\n", node);
+        else if (!strcmp(action, "revoke"))
+            printf("node %s revoked: its credential no longer works and its work was requeued\n",
+                   node);
+        else if (!strcmp(action, "admit"))
+            printf("node %s may join again\n", node);
+        else
+            printf("node %s %s\n", node, px__fleet_cli_str(reply, "state", action));
+    } else if (o.format == PX_CLI_JSON) {
         rc = px__cli_print_json(reply);
     } else {
         const json_t *nodes = json_object_get(reply, "nodes");
         if (!json_array_size(nodes))
-            printf("no nodes are attached; start one with `plexus agent --server URL --token T`\n");
+            printf("no nodes are attached; start one with `plexus agent --server URL "
+                   "--join-token-file F`\n");
         size_t i;
         json_t *n;
         json_array_foreach(nodes, i, n) print_node(n);

@@ -2,6 +2,7 @@
  * service to the fleet. */
 #include "cli/fleet_cli.h"
 
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,11 +41,15 @@ static void usage(FILE *f)
                "services:\n"
                "  --service --port N [--health /PATH | --health 'CMD']\n"
                "  --max-attempts N         attempts when a node is lost (default 3)\n"
+               "  --time-limit T           stop the job after T (90, 90s, 15m, 2h)\n"
+               "  --idempotency-key K      a retried submit with the same K returns the\n"
+               "                           same job (default: a fresh key, retried on\n"
+               "                           network errors)\n"
                "output:\n"
                "  --wait                   wait for the job to end; print its result;\n"
                "                           exit 0 only when it succeeded\n"
                "  --timeout S              with --wait, give up after S seconds (default 600)\n"
-               "  --server URL --token T -o text|json\n");
+               "  --server URL --token-file F --ca F -o text|json\n");
 }
 
 typedef struct submit_opts {
@@ -59,7 +64,21 @@ typedef struct submit_opts {
     bool service;
     bool wait;
     double timeout_s;
+    const char *idem_key;
 } submit_opts;
+
+/* "90", "90s", "15m", "2h" in seconds; 0 when malformed. */
+static double parse_duration(const char *v)
+{
+    char *end;
+    double x = strtod(v, &end);
+    double unit = !strcmp(end, "") || !strcmp(end, "s") ? 1
+                  : !strcmp(end, "m")                   ? 60
+                  : !strcmp(end, "h")                   ? 3600
+                  : !strcmp(end, "d")                   ? 86400
+                                                        : 0;
+    return end == v || !(x > 0) ? 0 : x * unit;
+}
 
 static bool parse_count(const char *cmd, const char *opt, const char *v, long lo, long hi,
                         long *out)
@@ -272,6 +291,16 @@ static int parse(submit_opts *s, int argc, char **argv, int *cmd_start)
             if (!parse_count("submit", a, v, 1, 100, &n))
                 return PX_EXIT_USAGE;
             json_object_set_new(spec, "max_attempts", json_integer(n));
+        } else if (!strcmp(a, "--time-limit")) {
+            double t = parse_duration(v);
+            if (!(t >= 1) || t > 30 * 86400.0)
+                return px__cli_usage_error("submit",
+                                           "--time-limit takes 1s to 30d (90, 90s, 15m, 2h), not "
+                                           "\"%s\"",
+                                           v);
+            json_object_set_new(spec, "time_limit_s", json_real(t));
+        } else if (!strcmp(a, "--idempotency-key")) {
+            s->idem_key = v;
         } else if (!strcmp(a, "--timeout")) {
             char *end;
             s->timeout_s = strtod(v, &end);
@@ -329,16 +358,66 @@ static int wait_for(submit_opts *s, px_fleet_client *c, const char *id)
             json_decref(job);
             return rc;
         }
-        json_decref(job);
         if (px_now_ns() > deadline) {
+            /* state points into job: print before letting it go. */
             fprintf(stderr, "plexus submit: %s is still %s after the --timeout; it keeps running\n",
                     id, state);
+            json_decref(job);
             return PX_EXIT_FAIL;
         }
+        json_decref(job);
         struct timespec ts = {0, (long)delay_ms * 1000000L};
         nanosleep(&ts, NULL);
         delay_ms = PX_MIN(delay_ms * 2, 500);
     }
+}
+
+/* POSTs the job with an idempotency key, retrying while the server cannot
+ * be reached or answers that it cannot store now: a retry that reaches a
+ * server which had already taken the job returns that job, never a
+ * second one. */
+static json_t *post_job(submit_opts *s, px_fleet_client *c)
+{
+    char key[80];
+    px_err err;
+    if (s->idem_key) {
+        px_strlcpy(key, s->idem_key, sizeof key);
+    } else {
+        unsigned char b[16];
+        if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {
+            fprintf(stderr, "plexus submit: cannot read random bytes: %s\n", strerror(errno));
+            return NULL;
+        }
+        memcpy(key, "submit-", 8);
+        for (size_t i = 0; i < sizeof b; i++)
+            snprintf(key + 7 + 2 * i, 3, "%02x", b[i]);
+    }
+    if (px_fleet_client_set_idempotency_key(c, key, &err) != PX_OK) {
+        px__cli_usage_error("submit", "--idempotency-key: %s", err.msg);
+        return NULL;
+    }
+    json_t *reply = NULL;
+    int delay_ms = 200;
+    for (int attempt = 0;; attempt++) {
+        long code = 0;
+        px_status st = px_fleet_client_call(c, "POST", "/v1/jobs", s->spec, &code, &reply, &err);
+        if (st == PX_OK)
+            break;
+        bool again = code == 0 || code == 500 || code == 502 || code == 503 || code == 504;
+        if (!again || attempt >= 6) {
+            px__cli_fail("submit", &err);
+            if (code == 401 && !s->o.token[0] && !getenv("PLEXUS_TOKEN"))
+                fprintf(stderr, "plexus submit: no API token was given: use --token-file FILE or "
+                                "set PLEXUS_TOKEN\n");
+            reply = NULL;
+            break;
+        }
+        struct timespec ts = {delay_ms / 1000, (long)(delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        delay_ms *= 2;
+    }
+    px_fleet_client_set_idempotency_key(c, NULL, NULL);
+    return reply;
 }
 
 int px__cmd_submit(int argc, char **argv)
@@ -411,8 +490,13 @@ int px__cmd_submit(int argc, char **argv)
             goto done;
         json_object_set_new(s.spec, "model", m);
     }
-    if (!(reply = px__fleet_cli_get(&s.o, c, "POST", "/v1/jobs", s.spec)))
+    if (!(reply = post_job(&s, c)))
         goto done;
+    /* Warnings (a gang larger than the fleet, ...) go to stderr. */
+    size_t wi;
+    json_t *w;
+    json_array_foreach(json_object_get(reply, "warnings"), wi, w) fprintf(
+        stderr, "plexus submit: warning: %s\n", json_string_value(w) ? json_string_value(w) : "?");
     const char *id = px__fleet_cli_str(reply, "id", NULL);
     if (!id || !px__fleet_cli_valid_id(id)) {
         fprintf(stderr, "plexus submit: the server's reply has no job id\n");
@@ -435,6 +519,7 @@ int px__cmd_submit(int argc, char **argv)
 done:
     json_decref(reply);
     px_fleet_client_free(c);
+    px__fleet_cli_release(&s.o);
     json_decref(s.spec);
     json_decref(s.resources);
     return rc;

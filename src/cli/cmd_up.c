@@ -4,35 +4,51 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 const char px__cmd_up_summary[] = "run a server and a local agent in one process (single machine)";
 
-static volatile int stop_flag;
+/* Set by the signal handler, read by the agent's threads: a lock-free
+ * atomic is safe in both places. */
+static atomic_int stop_flag;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "atomic_int must be lock-free for signal handlers");
 
 static void on_signal(int sig)
 {
     (void)sig;
-    stop_flag = 1;
+    atomic_store(&stop_flag, 1);
 }
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: plexus up [--data DIR] [--listen HOST:PORT] [--inventory FILE] [--name N]\n"
-               "                 [--cache-budget SIZE] [--lease S]\n"
+    fprintf(f, "usage: plexus up [--data DIR] [--listen HOST:PORT] [--tls] [--inventory FILE]\n"
+               "                 [--name N] [--cache-budget SIZE] [--lease S] [--job-user U]\n"
                "\n"
                "Starts the server (state in DIR, default ./plexus-data) and one agent for\n"
-               "this machine in the same process: the embedded default for a single\n"
-               "machine.  Tokens are generated on first start into DIR/tokens; client\n"
-               "commands need the user token:\n"
+               "this machine (its jobs' folders and model cache in DIR-agent) in the same\n"
+               "process: the embedded default for a single machine.  A join token and an admin "
+               "token are generated on first start into\n"
+               "DIR/tokens (mode 0600); client commands need the admin (user) token:\n"
                "\n"
                "  export PLEXUS_TOKEN=$(awk '$1==\"user\"{print $2}' plexus-data/tokens)\n"
+               "\n"
+               "  --tls          serve HTTPS with a local CA made in DIR/tls (ca.pem is the\n"
+               "                 CA clients trust: --ca DIR/tls/ca.pem or PLEXUS_CA)\n"
+               "  --job-user U   run jobs as U; when plexus up runs as root the default is\n"
+               "                 nobody, so that no job runs as root\n"
                "\n"
                "SIGINT or SIGTERM stops both.\n");
 }
 
-/* Reads the first token of `kind` ("agent" or "user") from DIR/tokens. */
+/* Reads the first token of `kind` ("agent" or "user") from DIR/tokens,
+ * a file the server keeps private. */
 static char *read_token(const char *path, const char *kind, px_err *err)
 {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && (sb.st_mode & 077)) {
+        px_err_set(err, PX_EAUTH, "%s is readable by group or others; chmod 600 %s", path, path);
+        return NULL;
+    }
     char *text;
     size_t len;
     if (px_read_file(path, 1u << 20, &text, &len, err) != PX_OK)
@@ -45,7 +61,9 @@ static char *read_token(const char *path, const char *kind, px_err *err)
             continue;
         if (!strcmp(k, kind))
             found = px_strdup(tok);
+        memset(tok, 0, sizeof tok);
     }
+    memset(text, 0, len);
     free(text);
     if (!found)
         px_err_set(err, PX_ENOTFOUND, "%s: no \"%s\" token line", path, kind);
@@ -62,7 +80,7 @@ static void *agent_main(void *arg)
 {
     agent_thread *t = arg;
     t->st = px_fleet_agent_run(&t->cfg, &t->err);
-    stop_flag = 1;
+    atomic_store(&stop_flag, 1);
     return NULL;
 }
 
@@ -73,22 +91,30 @@ int px__cmd_up(int argc, char **argv)
         usage(stdout);
         return PX_EXIT_OK;
     }
-    const char *data = "plexus-data", *listen = "127.0.0.1:7070", *inventory = NULL, *name = NULL;
+    const char *data_arg = "plexus-data", *listen = "127.0.0.1:7070", *inventory = NULL,
+               *name = NULL, *job_user = NULL;
     uint64_t budget = 0;
     double lease = 0;
+    bool tls = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--tls")) {
+            tls = true;
+            continue;
+        }
         const char *v = px__fleet_cli_value(&o, argc, argv, &i);
         if (!v)
             return PX_EXIT_USAGE;
         if (!strcmp(a, "--data"))
-            data = v;
+            data_arg = v;
         else if (!strcmp(a, "--listen"))
             listen = v;
         else if (!strcmp(a, "--inventory"))
             inventory = v;
         else if (!strcmp(a, "--name"))
             name = v;
+        else if (!strcmp(a, "--job-user"))
+            job_user = v;
         else if (!strcmp(a, "--cache-budget")) {
             px_qty q;
             if (px_qty_parse(v, PX_DIM_BYTES, &q, NULL) != PX_OK || q.value < 1)
@@ -105,23 +131,61 @@ int px__cmd_up(int argc, char **argv)
     }
     if (!getenv("PLEXUS_LOG"))
         px_log_set_level(PX_LOG_INFO);
-    px_err err;
-    px_fleet_server_options opt = {.listen = listen, .data_dir = data, .lease_s = lease};
-    px_fleet_server *srv;
-    if (px_fleet_server_start(&opt, &srv, &err) != PX_OK)
-        return px__cli_fail("up", &err);
-    char *tokens = px_asprintf("%s/tokens", data);
-    char *agent_token = tokens ? read_token(tokens, "agent", &err) : NULL;
-    if (!agent_token) {
-        px_fleet_server_stop(srv);
-        free(tokens);
-        return px__cli_fail("up", &err);
+    /* A token the user exported for the client commands stays out of this
+     * process's environment, which its jobs' processes are not to read. */
+    px__cli_scrub_env("PLEXUS_TOKEN");
+    if (!job_user && geteuid() == 0) {
+        job_user = "nobody";
+        printf("plexus up: running as root: jobs run as the user nobody (--job-user to choose)\n");
     }
-    char *work = px_asprintf("%s/agent", data);
-    char *cache = px_asprintf("%s/agent/cache", data);
-    mkdir(work, 0755);
+    /* Absolute paths: the model path a job gets ($PLEXUS_MODEL) must hold
+     * from the job's own folder. */
+    if (mkdir(data_arg, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "plexus up: %s: cannot create: %s\n", data_arg, strerror(errno));
+        return PX_EXIT_FAIL;
+    }
+    char *data = realpath(data_arg, NULL);
+    if (!data) {
+        fprintf(stderr, "plexus up: %s: %s\n", data_arg, strerror(errno));
+        return PX_EXIT_FAIL;
+    }
+    px_err err;
+    char *tls_dir = tls ? px_asprintf("%s/tls", data) : NULL;
+    char *cert = tls ? px_asprintf("%s/server.pem", tls_dir) : NULL;
+    char *key = tls ? px_asprintf("%s/server-key.pem", tls_dir) : NULL;
+    char *ca = tls ? px_asprintf("%s/ca.pem", tls_dir) : NULL;
+    int rc = PX_EXIT_OK;
+    char *tokens = NULL, *agent_token = NULL, *work = NULL, *cache = NULL;
+    px_fleet_server *srv = NULL;
+    if (tls) {
+        char host[64];
+        const char *colon = strrchr(listen, ':');
+        snprintf(host, sizeof host, "%.*s", colon ? (int)(colon - listen) : 0, listen);
+        if (px_fleet_tls_make_local(tls_dir, host[0] ? host : NULL, &err) != PX_OK) {
+            rc = px__cli_fail("up", &err);
+            goto done;
+        }
+    }
+    px_fleet_server_options opt = {
+        .listen = listen, .data_dir = data, .lease_s = lease, .tls_cert = cert, .tls_key = key};
+    if (px_fleet_server_start(&opt, &srv, &err) != PX_OK) {
+        rc = px__cli_fail("up", &err);
+        goto done;
+    }
+    tokens = px_asprintf("%s/tokens", data);
+    agent_token = tokens ? read_token(tokens, "agent", &err) : NULL;
+    if (!agent_token) {
+        rc = px__cli_fail("up", &err);
+        goto done;
+    }
+    /* Beside DATA, not in it: DATA is the server's and private (0700), and
+     * a job user must reach its own folders and the models. */
+    work = px_asprintf("%s-agent", data);
+    cache = px_asprintf("%s-agent/cache", data);
     agent_thread t = {.cfg = {.server = px_fleet_server_url(srv),
                               .token = agent_token,
+                              .ca_file = ca,
+                              .job_user = job_user,
                               .inventory = inventory,
                               .name = name,
                               .cache_dir = cache,
@@ -137,14 +201,15 @@ int px__cmd_up(int argc, char **argv)
            "  export PLEXUS_SERVER=%s\n"
            "  export PLEXUS_TOKEN=$(awk '$1==\"user\"{print $2}' %s)\n",
            px_fleet_server_url(srv), tokens);
+    if (ca)
+        printf("  export PLEXUS_CA=%s\n", ca);
     fflush(stdout);
     pthread_t th;
-    int rc = PX_EXIT_OK;
     if (pthread_create(&th, NULL, agent_main, &t) != 0) {
         px_err_set(&err, PX_EINTERNAL, "cannot start the agent thread");
         rc = px__cli_fail("up", &err);
     } else {
-        while (!stop_flag) {
+        while (!atomic_load(&stop_flag)) {
             struct timespec ts = {0, 100 * 1000000L};
             nanosleep(&ts, NULL);
         }
@@ -152,13 +217,21 @@ int px__cmd_up(int argc, char **argv)
         if (t.st != PX_OK)
             rc = px__cli_fail("up", &t.err);
     }
+done:
     px_fleet_server_stop(srv);
-    volatile char *p = agent_token;
-    while (*p)
-        *p++ = 0;
+    if (agent_token) {
+        volatile char *p = agent_token;
+        while (*p)
+            *p++ = 0;
+    }
     free(agent_token);
     free(tokens);
     free(work);
     free(cache);
+    free(tls_dir);
+    free(cert);
+    free(key);
+    free(ca);
+    free(data);
     return rc;
 }

@@ -1,6 +1,8 @@
 /* Helpers shared by the fleet client commands. */
 #include "cli/fleet_cli.h"
 
+extern char **environ;
+
 int px__fleet_cli_common(px__fleet_cli *o, int argc, char **argv, int *i)
 {
     const char *a = argv[*i];
@@ -9,8 +11,20 @@ int px__fleet_cli_common(px__fleet_cli *o, int argc, char **argv, int *i)
             return -1;
         return 1;
     }
-    if (!strcmp(a, "--token")) {
-        if (!(o->token = px__fleet_cli_value(o, argc, argv, i)))
+    if (!strcmp(a, "--token") || px_str_starts_with(a, "--token=")) {
+        px__cli_usage_error(o->cmd,
+                            "--token: a token on the command line is visible to every user of "
+                            "this machine (ps); put it in a file only you can read (chmod 600) "
+                            "and give --token-file FILE, or set PLEXUS_TOKEN");
+        return -1;
+    }
+    if (!strcmp(a, "--token-file")) {
+        if (!(o->token_file = px__fleet_cli_value(o, argc, argv, i)))
+            return -1;
+        return 1;
+    }
+    if (!strcmp(a, "--ca")) {
+        if (!(o->ca = px__fleet_cli_value(o, argc, argv, i)))
             return -1;
         return 1;
     }
@@ -39,15 +53,40 @@ px_fleet_client *px__fleet_cli_connect(px__fleet_cli *o)
         o->server = getenv("PLEXUS_SERVER");
     if (!o->server || !o->server[0])
         o->server = "http://127.0.0.1:7070";
-    if (!o->token)
-        o->token = getenv("PLEXUS_TOKEN");
-    px_fleet_client *c;
+    if (!o->ca)
+        o->ca = getenv("PLEXUS_CA");
+    if (o->ca && !o->ca[0])
+        o->ca = NULL;
     px_err err;
-    if (px_fleet_client_new(o->server, o->token, &c, &err) != PX_OK) {
+    if (o->token_file && !o->token[0]) {
+        char *t;
+        if (px_fleet_secret_read(o->token_file, "--token-file", &t, &err) != PX_OK) {
+            px__cli_fail(o->cmd, &err);
+            return NULL;
+        }
+        px_strlcpy(o->token, t, sizeof o->token);
+        for (volatile char *p = t; *p; p++)
+            *p = 0;
+        free(t);
+    }
+    const char *token = o->token[0] ? o->token : getenv("PLEXUS_TOKEN");
+    px_fleet_client *c;
+    if (px_fleet_client_new(o->server, token, &c, &err) != PX_OK ||
+        (o->ca && px_fleet_client_set_ca(c, o->ca, &err) != PX_OK)) {
         px__cli_fail(o->cmd, &err);
         return NULL;
     }
+    if (px_str_starts_with(o->server, "https://") && !o->ca)
+        px_log_debug("%s: no --ca: the server's certificate is checked against the system's "
+                     "store",
+                     o->cmd);
     return c;
+}
+
+void px__fleet_cli_release(px__fleet_cli *o)
+{
+    for (size_t i = 0; i < sizeof o->token; i++)
+        ((volatile char *)o->token)[i] = 0;
 }
 
 json_t *px__fleet_cli_get(px__fleet_cli *o, px_fleet_client *c, const char *method,
@@ -58,8 +97,10 @@ json_t *px__fleet_cli_get(px__fleet_cli *o, px_fleet_client *c, const char *meth
     long code = 0;
     if (px_fleet_client_call(c, method, path, body, &code, &reply, &err) != PX_OK) {
         px__cli_fail(o->cmd, &err);
-        if (code == 401 && !o->token)
-            fprintf(stderr, "plexus %s: no API token was given: use --token or set PLEXUS_TOKEN\n",
+        if (code == 401 && !o->token[0] && !getenv("PLEXUS_TOKEN"))
+            fprintf(stderr,
+                    "plexus %s: no API token was given: use --token-file FILE or set "
+                    "PLEXUS_TOKEN\n",
                     o->cmd);
         return NULL;
     }
@@ -97,4 +138,37 @@ const char *px__fleet_cli_str(const json_t *obj, const char *key, const char *de
 {
     const char *s = json_string_value(json_object_get(obj, key));
     return s ? s : def;
+}
+
+const char *px__fleet_cli_clean(const char *text, char *buf, size_t n)
+{
+    size_t w = 0;
+    const unsigned char *t = (const unsigned char *)(text ? text : "");
+    for (size_t i = 0; t[i] && w + 1 < n; i++) {
+        unsigned char c = t[i];
+        /* C0 controls, DEL and the C1 controls (U+0080..U+009F, 0xC2 0x80..0x9F). */
+        if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+            buf[w++] = '?';
+        } else if (c == 0xc2 && t[i + 1] >= 0x80 && t[i + 1] <= 0x9f) {
+            buf[w++] = '?';
+            i++;
+        } else {
+            buf[w++] = (char)c;
+        }
+    }
+    buf[w] = '\0';
+    return buf;
+}
+
+void px__cli_scrub_env(const char *name)
+{
+    size_t n = strlen(name);
+    for (char **e = environ; e && *e; e++)
+        if (!strncmp(*e, name, n) && (*e)[n] == '=') {
+            /* The bytes live in the environment block /proc/PID/environ
+             * reads: overwrite them before unsetting the variable. */
+            for (char *v = *e + n + 1; *v; v++)
+                *(volatile char *)v = 'x';
+        }
+    unsetenv(name);
 }

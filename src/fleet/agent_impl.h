@@ -8,6 +8,7 @@
 
 #include "base/common.h"
 
+#include <stdatomic.h>
 #include <sys/types.h>
 
 /* ------------------------------------------------------------------ */
@@ -39,6 +40,16 @@ typedef struct px__proc_spec {
     const char *cwd;
     /* Opens a pipe on the child's fd 3 for a structured result. */
     bool result_fd;
+    /* Run as this user (the agent must be root): uid, gid and the
+     * supplementary groups (n_groups of them; may be 0). */
+    bool set_user;
+    uid_t uid;
+    gid_t gid;
+    const gid_t *groups;
+    int n_groups;
+    /* A cgroup v2 folder made for this job alone: the job joins it before
+     * exec, it is killed through it, and removed when empty.  NULL: none. */
+    const char *cgroup;
 } px__proc_spec;
 
 typedef struct px__proc px__proc;
@@ -58,32 +69,67 @@ typedef struct px__proc_exit {
     int signal; /* the signal that killed it, 0 when it exited */
 } px__proc_exit;
 
-/* Starts the process in its own process group with a scrubbed
- * environment: only PATH, HOME, LANG and TMPDIR of the agent, then the
- * job's variables, then the device visibility variables (which the job
- * cannot override).  stdin is /dev/null.  A program that cannot be
- * executed fails here (PX_ENOTFOUND or PX_EIO, with errno's text) instead
- * of exiting 127.  Returns owned memory (px__proc_free). */
+/* Starts the process under a supervisor of its own (see agent_exec.c), in
+ * its own process group with a scrubbed environment: only PATH, HOME,
+ * LANG and TMPDIR of the agent, then the job's variables, then the device
+ * visibility variables (which the job cannot override).  stdin is
+ * /dev/null.  A program that cannot be executed fails here (PX_ENOTFOUND,
+ * PX_EAUTH or PX_EIO, with errno's text) instead of exiting 127.  Returns
+ * owned memory (px__proc_free). */
 px_status px__proc_spawn(const px__proc_spec *spec, px__proc **out, px_err *err);
 /* Waits up to timeout_ms for output and hands every chunk read to sink.
  * Returns true while any pipe is still open. */
 bool px__proc_pump(px__proc *p, int timeout_ms, px__proc_sink sink, void *ud);
 /* Non-blocking: whether the main process has ended (reaped into *ex). */
 bool px__proc_done(px__proc *p, px__proc_exit *ex);
-/* Sends sig to the whole process group. */
+/* Sends SIGTERM, SIGINT or SIGHUP to every process of the job, or
+ * (SIGKILL) kills them all at once. */
 void px__proc_signal(px__proc *p, int sig);
-/* Terminates the group: SIGTERM, then SIGKILL after grace_ms; reaps the
- * main process. */
+/* Ends the job: SIGTERM to every process, then after grace_ms (or as soon
+ * as the leader is gone) SIGKILL to whatever is left, descendants that
+ * left the process group included; returns when none is left. */
 void px__proc_stop(px__proc *p, int grace_ms);
+/* The job's first process. */
 pid_t px__proc_pid(const px__proc *p);
-/* Kills what is left of the group, closes the pipes, frees.  NULL is a
- * no-op. */
+/* Kills what is left of the job, closes the pipes, removes its cgroup,
+ * frees.  NULL is a no-op. */
 void px__proc_free(px__proc *p);
+/* Ends processes that became the agent's children without being its own
+ * supervisors (they escaped a supervisor killed from outside, and came to
+ * the agent as their subreaper).  Returns how many. */
+size_t px__proc_sweep(void);
 /* Runs to completion with a time limit (ms, 0: none), collecting stdout
  * (bounded by max_out bytes, the rest dropped) and the exit status.
  * Returns PX_ETIMEOUT after killing the group when the limit passes. */
 px_status px__proc_run_capture(const px__proc_spec *spec, int limit_ms, size_t max_out, char **out,
                                px__proc_exit *ex, px_err *err);
+
+/* ---- agent_shim.c: the supervisor of one job (fork side, AS-safe) ---- */
+
+/* What the supervisor needs, prepared by px__proc_spawn before the fork. */
+typedef struct px__shim_args {
+    pid_t agent;
+    pid_t shim; /* set by the shim for its job */
+    const char *const *candidates;
+    size_t n_candidates;
+    char *const *argv;
+    char *const *env;
+    const char *cwd;
+    int out_w, err_w, res_w, exec_w, status_w;
+    int cgroup_procs_fd, cgroup_kill_fd;
+    bool set_user;
+    uid_t uid;
+    gid_t gid;
+    const gid_t *groups;
+    int n_groups;
+} px__shim_args;
+
+/* The supervisor: forks the job and runs until the job's tree is gone. */
+_Noreturn void px__shim_main(const px__shim_args *a);
+/* The parent of pid from /proc/PID/stat, or -1 (async-signal-safe). */
+pid_t px__shim_parent_of(pid_t pid);
+/* Decimal digits at s (end gets the first other character). */
+long px__shim_parse_long(const char *s, const char **end);
 
 /* ------------------------------------------------------------------ */
 /* Python function runner                                              */
@@ -119,29 +165,92 @@ typedef struct px__agent_job {
     json_t *assignment; /* owned */
     pthread_t thread;
     bool thread_started;
-    volatile int stop_requested; /* the server said stop: cancelled or stale */
-    volatile int done;           /* the thread has finished; join and drop */
+    atomic_int stop_requested; /* the server said stop: cancelled or stale */
+    atomic_int done;           /* the thread has finished; join and drop */
 } px__agent_job;
 
 /* How many (job, attempt, rank) keys of finished work are remembered, so
  * a repeated assignment of work already done is not run twice. */
 #define PX__AGENT_RECENT 1024
 
+/* A job stops once this share of the lease has passed since the last
+ * renewal was sent: the server gives the work away only after the whole
+ * lease, so the job is gone first (fencing). */
+#define PX__AGENT_FENCE_SHARE 0.75
+
 struct px__agent {
     const px_fleet_agent_config *cfg;
     char *node_id;
     char *work_dir;
+    char *state_dir;      /* the node credential */
     char *python;         /* interpreter for Python jobs */
     json_t *registration; /* body of POST /v1/agent/register (owned) */
     bool emulated;
     px_fleet_cache *cache;
     double heartbeat_s, lease_s;
-    volatile int stopping;
+    atomic_int stopping; /* read by every thread, set by any */
+    atomic_int revoked;  /* the server refused the node's credential */
+    /* Fencing: jobs stop past this monotonic time (ns), 3/4 of a lease
+     * after the last renewal was sent; `fenced` is set when that stopped a
+     * job, so that the agent registers again once it reaches the server. */
+    _Atomic uint64_t fence_ns;
+    atomic_int fenced;
     pthread_mutex_t mu; /* guards jobs, recent and registration */
     px__agent_job *jobs;
     char recent[PX__AGENT_RECENT][160];
     size_t n_recent;
+    /* The node credential (agent_cred.c): every client takes the current
+     * one before a request (px__agent_sync), so a rotation reaches them. */
+    pthread_mutex_t cred_mu;
+    char cred[320];
+    atomic_uint cred_gen;
+    /* The job user (agent_contain.c). */
+    bool set_user;
+    uid_t uid;
+    gid_t gid;
+    gid_t *groups;
+    int n_groups;
+    /* Folder of this agent's job cgroups (cgroup v2), or NULL. */
+    char *cgroup_root;
 };
+
+/* ---- agent_cred.c: joining, the node credential and its rotation ---- */
+
+/* Makes STATE (0700) and reads STATE/credential when there is one.  A
+ * credential made for another node name is refused with the fix. */
+px_status px__agent_cred_setup(px__agent *a, px_err *err);
+/* A client of the server with the node's current credential (or the join
+ * token before there is one) and the CA.  Owned: px_fleet_client_free. */
+px_status px__agent_client(px__agent *a, px_fleet_client **out, unsigned *gen, px_err *err);
+/* Gives c the current credential when it changed since *gen. */
+void px__agent_sync(px__agent *a, px_fleet_client *c, unsigned *gen);
+/* Joins (first time, or after the server forgot the node) or registers
+ * again, listing the work that still runs; sets the lease and the
+ * fencing deadline.  Returns the stop list of the reply (new reference,
+ * may be NULL).  PX_EAUTH when the credential is refused for good
+ * (revoked), PX_EEXIST when the name belongs to another credential. */
+px_status px__agent_register(px__agent *a, px_fleet_client *c, json_t **stop, px_err *err);
+/* Makes the node's next credential and has the server accept it; from
+ * then on every client uses it. */
+px_status px__agent_rotate(px__agent *a, px_fleet_client *c, px_err *err);
+/* Moves the fencing deadline after a renewal sent at sent_ns. */
+void px__agent_renewed(px__agent *a, uint64_t sent_ns);
+/* Whether the lease may have lapsed on the server: work must stop. */
+bool px__agent_fence_passed(px__agent *a);
+
+/* ---- agent_contain.c: what keeps jobs apart from the agent ---- */
+
+/* The job user, the cgroup folder (leftovers of an earlier run killed),
+ * the agent not dumpable and the subreaper of what its jobs leave. */
+px_status px__agent_contain_setup(px__agent *a, px_err *err);
+/* Makes the cgroup of one job ("JOB-aA-rR"); *path is owned (NULL when
+ * the agent has no cgroups). */
+px_status px__agent_job_cgroup(px__agent *a, const char *key, char **path, px_err *err);
+/* Makes a job's folder, owned by the job user. */
+px_status px__agent_job_dir(px__agent *a, const char *path, px_err *err);
+/* Fills the identity fields of a process spec with the job user's. */
+void px__agent_as_job_user(const px__agent *a, px__proc_spec *spec);
+void px__agent_contain_release(px__agent *a);
 
 /* Describes the node (inventory or discovery) into a->registration,
  * a->node_id, a->python and a->emulated.  Messages name the inventory. */
@@ -149,10 +258,8 @@ px_status px__agent_describe(px__agent *a, px_err *err);
 /* The "live" member of a heartbeat: free memory, load, GPU figures from
  * nvidia-smi when the node is real and has it.  New reference. */
 json_t *px__agent_live(px__agent *a);
-/* Registers (or registers again) with the server; sets heartbeat and
- * lease figures.  Returns the stop list of the reply (new reference, may
- * be NULL). */
-px_status px__agent_register(px__agent *a, px_fleet_client *c, json_t **stop, px_err *err);
+/* The digests the cache holds, for register and heartbeat (new reference). */
+json_t *px__agent_resident(px__agent *a);
 /* The "running" array for register and heartbeat (new reference). */
 json_t *px__agent_running(px__agent *a);
 /* Marks work named in a stop list for stopping. */
@@ -165,9 +272,16 @@ void *px__agent_job_main(void *job);
 bool px__agent_seen(px__agent *a, const char *key);
 
 /* Service health: one check.  HTTP GET on 127.0.0.1:port/path (2xx is
- * healthy) or a command (exit 0 is healthy), each bounded in time.
- * Writes a short reason for an unhealthy result. */
-bool px__agent_health_check(const json_t *service, char *why, size_t n);
+ * healthy) or a command (exit 0 is healthy, run as `as` says: the job's
+ * user and folder), each bounded in time.  Writes a short reason for an
+ * unhealthy result. */
+bool px__agent_health_check(const json_t *service, const px__proc_spec *as, char *why, size_t n);
+
+/* ---- client_http.c, for the agent ---- */
+
+/* Sends the open file fd (len bytes from its start) as the body. */
+px_status px__client_send_fd(px_fleet_client *c, const char *method, const char *path, int fd,
+                             uint64_t len, long *http_status, json_t **reply, px_err *err);
 
 /* Validates an artifact name (relative, no "..", no NUL, no backslash)
  * and opens it under the folder dir_fd without following any link.

@@ -1,10 +1,14 @@
 /*
  * One assignment, from start to report, in its own thread: the job's
- * folder, its model from the cache, its command (or Python function, or
- * launcher), its output streamed to the server in order, a service's
- * health checks, its artifacts and its exit.  Every report names the
- * attempt; a 409 ("stale attempt") means the server gave the work to
- * someone else, so the process is stopped and nothing more is reported.
+ * folder (owned by the job user), its cgroup, its model from the cache,
+ * its command (or Python function, or launcher), its output streamed to
+ * the server in order (within the job's log quota), a service's health
+ * checks, its time limit, its artifacts (streamed from disk) and its
+ * exit.  Every report names the attempt; a 409 ("stale attempt") or a 403
+ * (not this node's work) means the server gave the work to someone else,
+ * so the process is stopped and nothing more is reported.  So does the
+ * fencing deadline: past 3/4 of a lease without a renewal the job stops,
+ * before the server can give it to another node.
  */
 #include "base/common.h"
 
@@ -20,12 +24,16 @@
 #define LOG_FLUSH_NS    (100u * 1000000u)
 #define LOG_KEEP_MAX    (4u << 20) /* output kept while the server is unreachable */
 #define RESULT_MAX      (16u << 20)
-#define ARTIFACT_MAX    (64u << 20)
 
 typedef struct job_run {
     px__agent_job *j;
     px__agent *a;
     px_fleet_client *c;
+    unsigned gen;    /* credential generation c holds */
+    char *cgroup;    /* the job's cgroup, or NULL */
+    bool log_closed; /* the server's log quota is reached: output is dropped */
+    bool fenced;     /* stopped because the lease may have lapsed */
+    double time_limit_s;
     const json_t *spec;
     char *dir;
     char *model_digest; /* held in the cache while the job runs */
@@ -45,7 +53,13 @@ static void sleep_ms(int ms)
 
 static bool stopping(const job_run *r)
 {
-    return r->j->stop_requested || r->a->stopping;
+    return atomic_load(&r->j->stop_requested) || atomic_load(&r->a->stopping);
+}
+
+/* Whether a refusal means the work is no longer this node's. */
+static bool gone(long code)
+{
+    return code == 409 || code == 404 || code == 403;
 }
 
 /* A report the server must get: retried while the server is unreachable
@@ -55,16 +69,17 @@ static px_status report(job_run *r, const char *path, const json_t *body, px_err
     int delay = 100;
     for (;;) {
         long code = 0;
+        px__agent_sync(r->a, r->c, &r->gen);
         px_status st = px_fleet_client_call(r->c, "POST", path, body, &code, NULL, err);
         if (st == PX_OK)
             return PX_OK;
-        if (code == 409 || code == 404) {
+        if (gone(code)) {
             r->stale = true;
             return st;
         }
         if (code >= 400 && code < 500)
             return st;
-        if (r->a->stopping)
+        if (atomic_load(&r->a->stopping))
             return st;
         px_log_info("agent: %s: %s; retrying", path, err ? err->msg : "");
         sleep_ms(delay);
@@ -84,6 +99,10 @@ static void flush_stream(job_run *r, int s)
         px_strbuf_adds(b, note);
         r->dropped[s] = 0;
     }
+    if (r->log_closed) {
+        b->len = 0; /* past the job's log quota: the server keeps no more */
+        return;
+    }
     if (!b->len || r->stale)
         return;
     char *path = px_asprintf("/v1/agent/jobs/%s/logs?attempt=%d&rank=%d&stream=%s", r->j->job,
@@ -96,15 +115,25 @@ static void flush_stream(job_run *r, int s)
         size_t n = PX_MIN(b->len - off, (size_t)1 << 20);
         long code = 0;
         px_err err;
-        px_status st = px_fleet_client_send(r->c, "POST", path, b->buf + off, n, &code, NULL, &err);
+        json_t *reply = NULL;
+        px__agent_sync(r->a, r->c, &r->gen);
+        px_status st =
+            px_fleet_client_send(r->c, "POST", path, b->buf + off, n, &code, &reply, &err);
+        bool truncated = json_is_true(json_object_get(reply, "truncated"));
+        json_decref(reply);
         if (st != PX_OK) {
-            if (code == 409 || code == 404)
+            if (gone(code))
                 r->stale = true;
             else
                 px_log_info("agent: job %s: cannot send output: %s", r->j->job, err.msg);
             break;
         }
         off += n;
+        if (truncated) {
+            r->log_closed = true;
+            off = b->len;
+            break;
+        }
     }
     free(path);
     /* Keep what did not go out, within a bound. */
@@ -166,29 +195,6 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     return 0;
 }
 
-static px_status mkdirs(const char *path, px_err *err)
-{
-    char *p = px_strdup(path);
-    if (!p)
-        return px_err_set(err, PX_ENOMEM, "out of memory");
-    for (char *s = p + 1;; s++) {
-        if (*s == '/' || !*s) {
-            char keep = *s;
-            *s = '\0';
-            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-                px_status st = px_err_set(err, PX_EIO, "%s: cannot create: %s", p, strerror(errno));
-                free(p);
-                return st;
-            }
-            if (!keep)
-                break;
-            *s = keep;
-        }
-    }
-    free(p);
-    return PX_OK;
-}
-
 /* Fetches the job's model into the cache (when not resident) and holds
  * it; exports its path to the job. */
 static px_status fetch_model(job_run *r, const json_t *model, px_strbuf *env_model, px_err *err)
@@ -200,6 +206,7 @@ static px_status fetch_model(job_run *r, const json_t *model, px_strbuf *env_mod
     if (!r->a->cache)
         return px_err_set(err, PX_EUNSUPPORTED, "the job needs a model but the agent has no cache");
     if (!px_fleet_cache_contains(r->a->cache, digest)) {
+        px__agent_sync(r->a, r->c, &r->gen);
         char *path = url ? px_strdup(url) : px_asprintf("/v1/blobs/%s", digest);
         char *tmp = px_asprintf("%s/.download-%s-%s-%d-%d", px_fleet_cache_dir(r->a->cache), digest,
                                 r->j->job, r->j->attempt, r->j->rank);
@@ -319,6 +326,10 @@ static px_status prepare(job_run *r, argv_list *argv, argv_list *env, char **she
             goto oom;
     }
     if (!env_push(env, "PLEXUS_JOB_ID", r->j->job) || !env_push(env, "PLEXUS_JOB_DIR", r->dir))
+        goto oom;
+    /* Under a job user, the agent's HOME and TMPDIR are not the job's to
+     * use: both are the job's own folder. */
+    if (r->a->set_user && (!env_push(env, "HOME", r->dir) || !env_push(env, "TMPDIR", r->dir)))
         goto oom;
     snprintf(num, sizeof num, "%d", r->j->attempt);
     if (!env_push(env, "PLEXUS_ATTEMPT", num))
@@ -522,21 +533,9 @@ static void upload_artifacts(job_run *r)
             note(r, "artifact not uploaded: %s", err.msg);
             continue;
         }
-        px_strbuf body = PX_STRBUF_INIT;
-        char buf[65536];
-        ssize_t n;
-        bool too_big = false;
-        while ((n = read(fd, buf, sizeof buf)) > 0) {
-            if (body.len + (size_t)n > ARTIFACT_MAX) {
-                too_big = true;
-                break;
-            }
-            px_strbuf_add(&body, buf, (size_t)n);
-        }
-        close(fd);
-        if (too_big) {
-            note(r, "artifact \"%s\" not uploaded: larger than %u bytes", name, ARTIFACT_MAX);
-            px_strbuf_release(&body);
+        struct stat sb;
+        if (fstat(fd, &sb) != 0) {
+            close(fd);
             continue;
         }
         char *esc = px_fleet_url_escape(name);
@@ -546,24 +545,26 @@ static void upload_artifacts(job_run *r)
         int delay = 100;
         for (int tries = 0; path && tries < 50; tries++) {
             long code = 0;
+            px__agent_sync(r->a, r->c, &r->gen);
+            /* Streamed from the file: an artifact of any size costs no memory. */
             px_status st =
-                px_fleet_client_send(r->c, "PUT", path, body.buf, body.len, &code, NULL, &err);
+                px__client_send_fd(r->c, "PUT", path, fd, (uint64_t)sb.st_size, &code, NULL, &err);
             if (st == PX_OK)
                 break;
             if (code == 409 || code == 404) {
                 r->stale = true;
                 break;
             }
-            if ((code >= 400 && code < 500) || r->a->stopping) {
+            if ((code >= 400 && code < 500) || atomic_load(&r->a->stopping)) {
                 note(r, "artifact \"%s\" refused: %s", name, err.msg);
                 break;
             }
             sleep_ms(delay);
             delay = PX_MIN(delay * 2, 2000);
         }
+        close(fd);
         free(path);
         free(esc);
-        px_strbuf_release(&body);
     }
     close(dfd);
 }
@@ -583,6 +584,9 @@ static void supervise(job_run *r, px__proc *p, px__proc_exit *ex, bool *stopped_
     uint64_t grace_ns = (uint64_t)(5 * interval * 1e9);
     int failures = 0;
     bool healthy_once = false, open = true;
+    px__proc_spec as = {.cwd = r->dir};
+    px__agent_as_job_user(r->a, &as);
+    uint64_t limit_ns = r->time_limit_s > 0 ? (uint64_t)(r->time_limit_s * 1e9) : 0;
     for (;;) {
         if (open)
             open = px__proc_pump(p, 20, on_output, r);
@@ -597,15 +601,36 @@ static void supervise(job_run *r, px__proc *p, px__proc_exit *ex, bool *stopped_
                 open = px__proc_pump(p, 50, on_output, r);
             break;
         }
+        if (px__agent_fence_passed(r->a)) {
+            /* The lease may be lapsing on the server, which then gives this
+             * work to another node: it must be gone before that. */
+            atomic_store(&r->j->stop_requested, 1);
+            atomic_store(&r->a->fenced, 1);
+            r->fenced = true;
+            px_log_warn("agent: job %s attempt %d: no lease renewal for %.0f%% of the lease; "
+                        "stopping it before the server gives it to another node",
+                        r->j->job, r->j->attempt, PX__AGENT_FENCE_SHARE * 100);
+            *stopped_by_us = true;
+            px__proc_stop(p, 0);
+            px__proc_done(p, ex);
+            break;
+        }
         if (stopping(r) || r->stale) {
             *stopped_by_us = true;
             px__proc_stop(p, 2000);
             px__proc_done(p, ex);
             break;
         }
+        if (limit_ns && px_now_ns() - started > limit_ns) {
+            snprintf(r->error, sizeof r->error, "time limit of %g s exceeded", r->time_limit_s);
+            note(r, "%s; stopping the job", r->error);
+            px__proc_stop(p, 2000);
+            px__proc_done(p, ex);
+            break;
+        }
         if (is_service && px_now_ns() >= next_check) {
             char why[256];
-            if (px__agent_health_check(service, why, sizeof why)) {
+            if (px__agent_health_check(service, &as, why, sizeof why)) {
                 healthy_once = true;
                 failures = 0;
             } else if (healthy_once || px_now_ns() - started > grace_ns) {
@@ -656,7 +681,7 @@ static void finish_report(job_run *r, const px__proc_exit *ex)
     flush_due(r, true);
     char *path = px_asprintf("/v1/agent/jobs/%s/finish", r->j->job);
     px_err err;
-    if (body && path && report(r, path, body, &err) != PX_OK && !r->a->stopping)
+    if (body && path && report(r, path, body, &err) != PX_OK && !atomic_load(&r->a->stopping))
         px_log_warn("agent: job %s attempt %d: finish not accepted: %s", r->j->job, r->j->attempt,
                     err.msg);
     free(path);
@@ -675,9 +700,19 @@ static void run(job_run *r)
     px__proc *p = NULL;
     px__proc_exit ex = {.code = -1, .signal = 0};
 
-    r->dir = px_asprintf("%s/jobs/%s-a%d-r%d", a->work_dir, r->j->job, r->j->attempt, r->j->rank);
-    if (!r->dir || mkdirs(r->dir, &err) != PX_OK)
+    char key[200];
+    snprintf(key, sizeof key, "%s-a%d-r%d", r->j->job, r->j->attempt, r->j->rank);
+    r->dir = px_asprintf("%s/jobs/%s", a->work_dir, key);
+    if (!r->dir) {
+        px_err_set(&err, PX_ENOMEM, "out of memory");
         goto fail_start;
+    }
+    if (px__agent_job_dir(a, r->dir, &err) != PX_OK ||
+        px__agent_job_cgroup(a, key, &r->cgroup, &err) != PX_OK)
+        goto fail_start;
+    double own = json_number_value(json_object_get(r->j->assignment, "time_limit_s"));
+    double cap = a->cfg->max_job_time_s;
+    r->time_limit_s = own > 0 && cap > 0 ? PX_MIN(own, cap) : own > 0 ? own : cap;
     if ((st = prepare(r, &argv, &env, &shell, visible, &err)) != PX_OK)
         goto fail_start;
     px__proc_spec spec = {.argv = argv.v,
@@ -689,7 +724,9 @@ static void run(job_run *r)
                           .visible_amd = visible[1],
                           .visible_intel = visible[2],
                           .cwd = r->dir,
-                          .result_fd = json_object_get(r->spec, "python") != NULL};
+                          .result_fd = json_object_get(r->spec, "python") != NULL,
+                          .cgroup = r->cgroup};
+    px__agent_as_job_user(a, &spec);
     if ((st = px__proc_spawn(&spec, &p, &err)) != PX_OK)
         goto fail_start;
     body = json_pack("{s:s, s:i, s:i, s:I}", "node", a->node_id, "attempt", r->j->attempt, "rank",
@@ -750,7 +787,7 @@ void *px__agent_job_main(void *arg)
         px_strbuf_init(&r.out[s]);
     px_strbuf_init(&r.result);
     px_err err;
-    if (px_fleet_client_new(a->cfg->server, a->cfg->token, &r.c, &err) != PX_OK) {
+    if (px__agent_client(a, &r.c, &r.gen, &err) != PX_OK) {
         px_log_error("agent: job %s: %s", j->job, err.msg);
     } else {
         px_fleet_client_set_timeout(r.c, 30000);
@@ -761,11 +798,12 @@ void *px__agent_job_main(void *arg)
     if (r.dir)
         nftw(r.dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     free(r.dir);
+    free(r.cgroup);
     free(r.model_digest);
     for (int s = 0; s < 3; s++)
         px_strbuf_release(&r.out[s]);
     px_strbuf_release(&r.result);
     px_fleet_client_free(r.c);
-    j->done = 1;
+    atomic_store(&j->done, 1);
     return NULL;
 }

@@ -1,14 +1,21 @@
 /*
- * The agent: registers its node, heartbeats in a thread of its own, long
- * polls for assignments and runs each in a thread (agent_job.c).  A server
- * that cannot be reached is retried with backoff, never fatal: the agent
- * outlives server restarts, and its reports get through once the server is
- * back.  An unknown-node answer (the server lost the node) registers
- * again, listing the work still running.
+ * The agent: describes its node, joins the server (or registers with its
+ * node credential), heartbeats in a thread of its own, long polls for
+ * assignments and runs each in a thread (agent_job.c).  A server that
+ * cannot be reached is retried with backoff, never fatal: the agent
+ * outlives server restarts, and its reports get through once the server
+ * is back.  But its jobs do not outlive its lease: when no heartbeat got
+ * through for 3/4 of the lease, every job is stopped (fencing), because
+ * the server may give the work to another node once the lease is over;
+ * the agent registers again when it reaches the server.  An unknown-node
+ * answer (the server lost the node) registers again, listing the work
+ * still running.  A refused credential (the node was revoked) stops
+ * everything.
  */
 #include "base/common.h"
 
 #include "fleet/agent_impl.h"
+#include "fleet/secret_impl.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -22,12 +29,12 @@ static void sleep_ms(int ms)
 /* Sleeps up to ms, returning early when the agent stops. */
 static void nap(px__agent *a, int ms)
 {
-    while (ms > 0 && !a->stopping) {
+    while (ms > 0 && !atomic_load(&a->stopping)) {
         int step = PX_MIN(ms, 50);
         sleep_ms(step);
         ms -= step;
-        if (a->cfg->stop && *a->cfg->stop)
-            a->stopping = 1;
+        if (a->cfg->stop && atomic_load(a->cfg->stop))
+            atomic_store(&a->stopping, 1);
     }
 }
 
@@ -38,7 +45,7 @@ json_t *px__agent_running(px__agent *a)
         return NULL;
     pthread_mutex_lock(&a->mu);
     for (px__agent_job *j = a->jobs; j; j = j->next)
-        if (!j->done && !j->stop_requested)
+        if (!atomic_load(&j->done) && !atomic_load(&j->stop_requested))
             json_array_append_new(arr, json_pack("{s:s, s:i, s:i}", "job", j->job, "attempt",
                                                  j->attempt, "rank", j->rank));
     pthread_mutex_unlock(&a->mu);
@@ -60,10 +67,9 @@ void px__agent_apply_stop(px__agent *a, const json_t *stop)
         for (px__agent_job *j = a->jobs; j; j = j->next)
             if (!strcmp(j->job, job) && j->attempt == attempt &&
                 (!rank_v || json_integer_value(rank_v) == j->rank)) {
-                if (!j->stop_requested)
+                if (!atomic_exchange(&j->stop_requested, 1))
                     px_log_info("agent: stopping job %s attempt %d rank %d as the server asked",
                                 j->job, j->attempt, j->rank);
-                j->stop_requested = 1;
             }
         pthread_mutex_unlock(&a->mu);
     }
@@ -79,91 +85,84 @@ bool px__agent_seen(px__agent *a, const char *key)
     return false;
 }
 
-static json_t *resident(px__agent *a)
+/* What a heartbeat thread does with a refusal of the node's credential:
+ * the node was revoked; every job stops and the agent exits. */
+static void revoked(px__agent *a, const px_err *err)
 {
-    json_t *arr = json_array();
-    json_t *list = a->cache ? px_fleet_cache_list(a->cache) : NULL;
-    size_t i;
-    json_t *it;
-    json_array_foreach(list, i, it) json_array_append(arr, json_object_get(it, "digest"));
-    json_decref(list);
-    return arr;
-}
-
-px_status px__agent_register(px__agent *a, px_fleet_client *c, json_t **stop, px_err *err)
-{
-    if (stop)
-        *stop = NULL;
-    pthread_mutex_lock(&a->mu);
-    json_t *body = json_deep_copy(a->registration);
-    pthread_mutex_unlock(&a->mu);
-    if (!body)
-        return px_err_set(err, PX_ENOMEM, "out of memory");
-    json_object_set_new(body, "resident", resident(a));
-    json_object_set_new(body, "running", px__agent_running(a));
-    json_t *reply = NULL;
-    px_status st = px_fleet_client_call(c, "POST", "/v1/agent/register", body, NULL, &reply, err);
-    json_decref(body);
-    if (st != PX_OK)
-        return st;
-    double hb = json_number_value(json_object_get(reply, "heartbeat_s"));
-    double lease = json_number_value(json_object_get(reply, "lease_s"));
-    const char *node = json_string_value(json_object_get(reply, "node"));
-    pthread_mutex_lock(&a->mu);
-    if (hb > 0)
-        a->heartbeat_s = hb;
-    if (lease > 0)
-        a->lease_s = lease;
-    if (node && strcmp(node, a->node_id)) {
-        char *n = px_strdup(node);
-        if (n) {
-            free(a->node_id);
-            a->node_id = n;
-        }
-    }
-    pthread_mutex_unlock(&a->mu);
-    if (stop)
-        *stop = json_incref(json_object_get(reply, "stop"));
-    json_decref(reply);
-    return PX_OK;
+    if (!atomic_exchange(&a->revoked, 1))
+        px_log_error("agent: %s; stopping every job", err->msg);
+    atomic_store(&a->stopping, 1);
 }
 
 static void *heartbeat_main(void *arg)
 {
     px__agent *a = arg;
     px_fleet_client *c;
+    unsigned gen;
     px_err err;
-    if (px_fleet_client_new(a->cfg->server, a->cfg->token, &c, &err) != PX_OK) {
+    if (px__agent_client(a, &c, &gen, &err) != PX_OK) {
         px_log_error("agent: heartbeat: %s", err.msg);
         return NULL;
     }
     px_fleet_client_set_abort(c, &a->stopping);
-    while (!a->stopping) {
+    while (!atomic_load(&a->stopping)) {
+        px__agent_sync(a, c, &gen);
+        /* Work that fencing stopped: registering again lets the server
+         * requeue it now rather than wait for the lease. */
+        if (atomic_load(&a->fenced)) {
+            json_t *stop = NULL;
+            if (px__agent_register(a, c, &stop, &err) == PX_OK) {
+                atomic_store(&a->fenced, 0);
+                px__agent_apply_stop(a, stop);
+                px_log_info("agent: node %s registered again after stopping its work", a->node_id);
+            } else if (err.code == PX_EAUTH) {
+                revoked(a, &err);
+            }
+            json_decref(stop);
+            nap(a, (int)(a->heartbeat_s * 1000));
+            continue;
+        }
         json_t *body =
             json_pack("{s:s, s:o, s:o, s:o}", "node", a->node_id, "live", px__agent_live(a),
-                      "resident", resident(a), "running", px__agent_running(a));
-        px_fleet_client_set_timeout(c, (int)(PX_MAX(a->lease_s, 2.0) * 1000));
+                      "resident", px__agent_resident(a), "running", px__agent_running(a));
+        /* A heartbeat waits at most a quarter of the lease: one stuck on a
+         * dead connection must not hold back the next. */
+        px_fleet_client_set_timeout(c, (int)(PX_MAX(a->lease_s / 4, 0.5) * 1000));
         json_t *reply = NULL;
         long code = 0;
+        uint64_t sent = px_now_ns();
         px_status st =
             body ? px_fleet_client_call(c, "POST", "/v1/agent/heartbeat", body, &code, &reply, &err)
                  : PX_ENOMEM;
         json_decref(body);
         if (st == PX_OK) {
+            px__agent_renewed(a, sent);
             px__agent_apply_stop(a, json_object_get(reply, "stop"));
             double hb = json_number_value(json_object_get(reply, "heartbeat_s"));
             if (hb > 0)
                 a->heartbeat_s = hb;
+            if (json_is_true(json_object_get(reply, "rotate_credential")) &&
+                px__agent_rotate(a, c, &err) != PX_OK)
+                px_log_warn("agent: rotating the node credential: %s", err.msg);
+            gen = atomic_load(&a->cred_gen);
         } else if (code == 404) {
             json_t *stop = NULL;
             px_log_info("agent: the server does not know node %s; registering again", a->node_id);
             if (px__agent_register(a, c, &stop, &err) == PX_OK)
                 px__agent_apply_stop(a, stop);
+            else if (err.code == PX_EAUTH)
+                revoked(a, &err);
             json_decref(stop);
-        } else if (!a->stopping) {
+        } else if (code == 401) {
+            revoked(a, &err);
+        } else if (!atomic_load(&a->stopping)) {
             px_log_info("agent: heartbeat: %s", err.msg);
         }
         json_decref(reply);
+        /* Processes that escaped a supervisor come to the agent: end them. */
+        size_t swept = px__proc_sweep();
+        if (swept)
+            px_log_warn("agent: ended %zu process(es) that had escaped their job", swept);
         nap(a, (int)(a->heartbeat_s * 1000));
     }
     px_fleet_client_free(c);
@@ -177,7 +176,7 @@ static void reap_jobs(px__agent *a, bool all)
         px__agent_job *found = NULL;
         pthread_mutex_lock(&a->mu);
         for (px__agent_job **pp = &a->jobs; *pp; pp = &(*pp)->next)
-            if ((*pp)->done || (all && !(*pp)->thread_started)) {
+            if (atomic_load(&(*pp)->done) || (all && !(*pp)->thread_started)) {
                 found = *pp;
                 *pp = found->next;
                 break;
@@ -206,6 +205,10 @@ static bool take(px__agent *a, const json_t *as)
         px_log_warn("agent: ignoring a malformed assignment");
         return false;
     }
+    /* Past the fencing deadline the server may already have given this
+     * work to another node: start nothing until the lease is renewed. */
+    if (px__agent_fence_passed(a))
+        return false;
     char key[160];
     snprintf(key, sizeof key, "%s/%lld/%lld", job, (long long)attempt, (long long)rank);
     pthread_mutex_lock(&a->mu);
@@ -232,7 +235,7 @@ static bool take(px__agent *a, const json_t *as)
         j->assignment && pthread_create(&j->thread, &attr, px__agent_job_main, j) == 0;
     pthread_attr_destroy(&attr);
     if (!j->thread_started)
-        j->done = 1;
+        atomic_store(&j->done, 1);
     pthread_mutex_unlock(&a->mu);
     return true;
 }
@@ -243,9 +246,10 @@ static px_status setup(px__agent *a, const px_fleet_agent_config *cfg, px_err *e
     a->heartbeat_s = 2;
     a->lease_s = 10;
     pthread_mutex_init(&a->mu, NULL);
-    if (!cfg->token || !cfg->token[0])
+    pthread_mutex_init(&a->cred_mu, NULL);
+    if (cfg->token && !px__token_valid(cfg->token))
         return px_err_set(err, PX_EINVAL,
-                          "the agent needs the cluster token: give --token or PLEXUS_TOKEN");
+                          "the join token must be 16 to 256 printable characters without spaces");
     px_status st = px__agent_describe(a, err);
     if (st != PX_OK)
         return st;
@@ -257,6 +261,10 @@ static px_status setup(px__agent *a, const px_fleet_agent_config *cfg, px_err *e
     }
     if (!a->work_dir)
         return px_err_set(err, PX_ENOMEM, "out of memory");
+    if ((st = px__agent_contain_setup(a, err)) != PX_OK)
+        return st;
+    if ((st = px__agent_cred_setup(a, err)) != PX_OK)
+        return st;
     char *cache_dir =
         cfg->cache_dir ? px_strdup(cfg->cache_dir) : px_asprintf("%s/cache", a->work_dir);
     if (!cache_dir)
@@ -273,6 +281,7 @@ px_status px_fleet_agent_run(const px_fleet_agent_config *cfg, px_err *err)
     if (!a)
         return px_err_set(err, PX_ENOMEM, "out of memory");
     px_fleet_client *c = NULL;
+    unsigned gen = 0;
     pthread_t hb;
     bool hb_started = false;
     /* A server that goes away mid-request must not kill the agent. */
@@ -280,25 +289,23 @@ px_status px_fleet_agent_run(const px_fleet_agent_config *cfg, px_err *err)
     px_status st = setup(a, cfg, err);
     if (st != PX_OK)
         goto done;
-    if ((st = px_fleet_client_new(cfg->server, cfg->token, &c, err)) != PX_OK)
+    if ((st = px__agent_client(a, &c, &gen, err)) != PX_OK)
         goto done;
     px_fleet_client_set_abort(c, &a->stopping);
     px_fleet_client_set_timeout(c, 5000);
-    /* Register, waiting for the server to come up. */
+    /* Join or register, waiting for the server to come up. */
     int delay = 100;
     for (;;) {
-        long code = 0;
         json_t *stop = NULL;
         st = px__agent_register(a, c, &stop, err);
         json_decref(stop);
         if (st == PX_OK)
             break;
-        if (st == PX_EAUTH || st == PX_EINVAL) {
-            px_err_prefix(err, st, "registering node %s: ", a->node_id);
+        if (st == PX_EAUTH || st == PX_EINVAL || st == PX_EEXIST) {
+            px_err_prefix(err, st, "joining the server: ");
             goto done;
         }
-        (void)code;
-        if (a->stopping || (cfg->stop && *cfg->stop)) {
+        if (atomic_load(&a->stopping) || (cfg->stop && atomic_load(cfg->stop))) {
             st = PX_OK;
             goto done;
         }
@@ -306,21 +313,23 @@ px_status px_fleet_agent_run(const px_fleet_agent_config *cfg, px_err *err)
         nap(a, delay);
         delay = PX_MIN(delay * 2, 2000);
     }
+    gen = atomic_load(&a->cred_gen);
     px_log_info("agent: node %s registered with %s", a->node_id, px_fleet_client_server(c));
     if (pthread_create(&hb, NULL, heartbeat_main, a) == 0)
         hb_started = true;
     delay = 100;
-    while (!a->stopping) {
-        if (cfg->stop && *cfg->stop) {
-            a->stopping = 1;
+    while (!atomic_load(&a->stopping)) {
+        if (cfg->stop && atomic_load(cfg->stop)) {
+            atomic_store(&a->stopping, 1);
             break;
         }
         reap_jobs(a, false);
+        px__agent_sync(a, c, &gen);
         /* A long poll never outlives half the lease: a poll still open on
          * the server after this agent died must not look like a live node. */
         double wait_s = PX_MIN(10.0, PX_MAX(0.5, a->lease_s / 2));
-        char *path = px_asprintf("/v1/agent/assignments?node=%s&wait=%g", a->node_id, wait_s);
-        px_fleet_client_set_timeout(c, 15000);
+        char *path = px_asprintf("/v1/agent/assignments?wait=%g", wait_s);
+        px_fleet_client_set_timeout(c, (int)(wait_s * 1000) + 5000);
         json_t *reply = NULL;
         long code = 0;
         px_err e2;
@@ -336,32 +345,40 @@ px_status px_fleet_agent_run(const px_fleet_agent_config *cfg, px_err *err)
             if (json_array_size(list) > 0 && n_new == 0)
                 nap(a, 20);
         } else if (code == 404) {
-            json_t *stop = NULL;
-            if (px__agent_register(a, c, &stop, &e2) == PX_OK)
-                px__agent_apply_stop(a, stop);
-            json_decref(stop);
+            /* The heartbeat thread registers again. */
+            nap(a, 200);
         } else if (code == 401 || code == 403) {
-            px_log_error("agent: %s", e2.msg);
+            if (!atomic_load(&a->stopping))
+                px_log_error("agent: %s", e2.msg);
             nap(a, 2000);
-        } else if (!a->stopping) {
+        } else if (!atomic_load(&a->stopping)) {
             px_log_info("agent: assignments: %s", e2.msg);
             nap(a, delay);
             delay = PX_MIN(delay * 2, 2000);
         }
         json_decref(reply);
     }
-    st = PX_OK;
+    st = atomic_load(&a->revoked)
+             ? px_err_set(err, PX_EAUTH,
+                          "the server refused node %s's credential (an admin revoked the "
+                          "node); its jobs were stopped",
+                          a->node_id)
+             : PX_OK;
 done:
-    a->stopping = 1;
+    atomic_store(&a->stopping, 1);
     if (hb_started)
         pthread_join(hb, NULL);
     reap_jobs(a, true);
     px_fleet_client_free(c);
     px_fleet_cache_free(a->cache);
     json_decref(a->registration);
+    px__agent_contain_release(a);
+    px__secret_wipe(a->cred, sizeof a->cred);
     free(a->node_id);
     free(a->work_dir);
+    free(a->state_dir);
     free(a->python);
+    pthread_mutex_destroy(&a->cred_mu);
     pthread_mutex_destroy(&a->mu);
     free(a);
     return st;

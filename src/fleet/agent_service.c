@@ -50,7 +50,7 @@ static bool http_check(long port, const char *path, char *why, size_t n)
     return true;
 }
 
-static bool command_check(const json_t *argv_json, char *why, size_t n)
+static bool command_check(const json_t *argv_json, const px__proc_spec *as, char *why, size_t n)
 {
     size_t count = json_array_size(argv_json);
     if (count == 0 || count > 64) {
@@ -66,7 +66,10 @@ static bool command_check(const json_t *argv_json, char *why, size_t n)
         }
     }
     argv[count] = NULL;
-    px__proc_spec spec = {.argv = argv};
+    /* The job's command, so the job's user and folder: never the agent's. */
+    px__proc_spec spec = as ? *as : (px__proc_spec){0};
+    spec.argv = argv;
+    spec.shell = NULL;
     px__proc_exit ex = {0};
     px_err err;
     if (px__proc_run_capture(&spec, 5000, 0, NULL, &ex, &err) != PX_OK) {
@@ -83,7 +86,7 @@ static bool command_check(const json_t *argv_json, char *why, size_t n)
     return true;
 }
 
-bool px__agent_health_check(const json_t *service, char *why, size_t n)
+bool px__agent_health_check(const json_t *service, const px__proc_spec *as, char *why, size_t n)
 {
     why[0] = '\0';
     const char *path = json_string_value(json_object_get(service, "health_path"));
@@ -91,6 +94,6 @@ bool px__agent_health_check(const json_t *service, char *why, size_t n)
         return http_check((long)json_integer_value(json_object_get(service, "port")), path, why, n);
     const json_t *cmd = json_object_get(service, "health_command");
     if (cmd)
-        return command_check(cmd, why, n);
+        return command_check(cmd, as, why, n);
     return true;
 }

@@ -1,11 +1,15 @@
-/* Agent endpoints: register, heartbeat, assignments (long poll), and the
- * reports of each member: start, log chunks, artifacts, finish.  Reports
- * for an attempt that is not the job's current one are refused (409) and
- * change nothing.  Called with the server lock held. */
+/* Agent endpoints: join, register, heartbeat, assignments (long poll),
+ * credential rotation, and the reports of each member: start, log chunks,
+ * finish (artifacts are streamed uploads, api_upload.c).  Every call is
+ * bound to the node whose credential made it: a node names no other node,
+ * and reports only members assigned to it; reports for an attempt that is
+ * not the job's current one are refused (409) and change nothing.  Called
+ * with the server lock held. */
 #include "base/common.h"
 
 #include "fleet/fleet_impl.h"
 
+#include <ctype.h>
 #include <unistd.h>
 
 #define MAX_WAIT_S 30
@@ -36,13 +40,34 @@ static json_t *stop_list(px_fleet_server *srv, size_t node, const json_t *runnin
     return stop;
 }
 
+/* The caller's node in the scheduler; a "node" the caller names (in the
+ * body or the query) must be its own. */
+static bool own_node(px__api_req *rq, px__api_resp *rs, const char *named, size_t *i)
+{
+    if (named && strcmp(named, rq->who.name) != 0) {
+        px__api_error(rs, 403,
+                      "this credential belongs to node \"%s\", not \"%.64s\"; a node speaks "
+                      "only for itself",
+                      rq->who.name, named);
+        return false;
+    }
+    if (px_fleet_sched_find_node(rq->srv->sched, rq->who.name, i) != PX_OK) {
+        px__api_error(rs, 404, "unknown node \"%s\": register again", rq->who.name);
+        return false;
+    }
+    return true;
+}
+
 static void lease_reply(px_fleet_server *srv, px__api_resp *rs, size_t node, const json_t *running,
                         bool with_node)
 {
+    const char *name = px_fleet_sched_node_name(srv->sched, node);
     json_t *o = json_pack("{s:f, s:f, s:o}", "lease_s", srv->opt.lease_s, "heartbeat_s",
                           srv->opt.heartbeat_s, "stop", stop_list(srv, node, running));
     if (with_node)
-        json_object_set_new(o, "node", json_string(px_fleet_sched_node_name(srv->sched, node)));
+        json_object_set_new(o, "node", json_string(name));
+    if (json_object_get(srv->rotate, name))
+        json_object_set_new(o, "rotate_credential", json_true());
     px__api_json(rs, 200, o);
 }
 
@@ -50,25 +75,25 @@ static void bring_online(px_fleet_server *srv, size_t i)
 {
     px__srv_touch_node(srv, i);
     if (px_fleet_sched_state(srv->sched, i) == PX_FLEET_NODE_OFFLINE) {
+        px_err err;
+        const char *name = px_fleet_sched_node_name(srv->sched, i);
         px_fleet_sched_set_state(srv->sched, i, PX_FLEET_NODE_ONLINE);
-        srv->store.ops->put_node(srv->store.self, px_fleet_sched_node_name(srv->sched, i), NULL,
-                                 "online", px_wall_time(), NULL);
+        if (srv->store.ops->put_node(srv->store.self, name, NULL, "online", px_wall_time(), &err) !=
+            PX_OK)
+            px_log_error("fleet: node %s: %s", name, err.msg);
         srv->dirty = true;
         pthread_cond_signal(&srv->kick);
     }
 }
 
-static void do_register(px__api_req *rq, px__api_resp *rs)
+/* Registration of the caller's node (a join or a register), body borrowed. */
+static void accept_registration(px__api_req *rq, px__api_resp *rs, json_t *body)
 {
     px_fleet_server *srv = rq->srv;
-    json_t *body = px__api_body_json(rq, rs);
-    if (!body)
-        return;
     size_t i;
     px_err err;
     if (px_fleet_sched_add_node(srv->sched, body, &i, &err) != PX_OK) {
         px__api_fail(rs, &err);
-        json_decref(body);
         return;
     }
     /* The registration minus its volatile parts is what a restart reloads. */
@@ -81,31 +106,85 @@ static void do_register(px__api_req *rq, px__api_resp *rs)
                                           text, node_states[px_fleet_sched_state(srv->sched, i)],
                                           px_wall_time(), &err) != PX_OK) {
         free(text);
-        json_decref(body);
-        px__api_error(rs, 503, "node registered but not stored: %s",
+        px__api_error(rs, 503, "node registered but not stored: %s; retry",
                       text ? err.msg : "out of memory");
         return;
     }
     free(text);
+    if (px__srv_reconcile_node(srv, i, json_object_get(body, "running"), &err) != PX_OK) {
+        px__api_error(rs, 503, "node registered, its lost work not yet requeued: %s; retry",
+                      err.msg);
+        return;
+    }
     px_log_info("fleet: node %s registered", px_fleet_sched_node_name(srv->sched, i));
-    px__srv_reconcile_node(srv, i, json_object_get(body, "running"));
     srv->dirty = true;
     pthread_cond_signal(&srv->kick);
     lease_reply(srv, rs, i, json_object_get(body, "running"), true);
+}
+
+static void do_join(px__api_req *rq, px__api_resp *rs)
+{
+    json_t *body = px__api_body_json(rq, rs);
+    if (!body)
+        return;
+    const char *name = json_string_value(json_object_get(body, "name"));
+    char *credential = px_strdup(json_string_value(json_object_get(body, "credential")));
+    json_object_del(body, "credential"); /* never stored with the registration */
+    px_err err;
+    bool valid = name && strlen(name) <= 64 && name[0];
+    for (const char *c = name; valid && *c; c++)
+        valid = isalnum((unsigned char)*c) || strchr("_.-", *c);
+    if (!name || !credential)
+        px__api_error(rs, 400, "join: the body needs \"name\" and the node's \"credential\"");
+    else if (!valid)
+        px__api_error(rs, 400, "/name: a node name is 1 to 64 of A-Z a-z 0-9 _ . -");
+    else if (px__auth_join(rq->srv, name, credential, &err) != PX_OK)
+        px__api_fail(rs, &err);
+    else {
+        px_strlcpy(rq->who.name, name, sizeof rq->who.name);
+        accept_registration(rq, rs, body);
+        if (rs->status == 200)
+            px_log_info("fleet: node %s joined", name);
+    }
+    if (credential) {
+        memset(credential, 0, strlen(credential));
+        free(credential);
+    }
     json_decref(body);
 }
 
-static bool find_node(px__api_req *rq, px__api_resp *rs, const char *name, size_t *i)
+static void do_register(px__api_req *rq, px__api_resp *rs)
 {
-    if (!name) {
-        px__api_error(rs, 400, "%s: name the node (\"node\" in the body or ?node=)", rq->url);
-        return false;
+    json_t *body = px__api_body_json(rq, rs);
+    if (!body)
+        return;
+    const char *name = json_string_value(json_object_get(body, "name"));
+    if (name && strcmp(name, rq->who.name) != 0)
+        px__api_error(rs, 403,
+                      "this credential belongs to node \"%s\"; it cannot register \"%.64s\"",
+                      rq->who.name, name);
+    else {
+        json_object_set_new(body, "name", json_string(rq->who.name));
+        json_object_del(body, "credential");
+        accept_registration(rq, rs, body);
     }
-    if (px_fleet_sched_find_node(rq->srv->sched, name, i) != PX_OK) {
-        px__api_error(rs, 404, "unknown node \"%.64s\": register again", name);
-        return false;
-    }
-    return true;
+    json_decref(body);
+}
+
+static void rotate_credential(px__api_req *rq, px__api_resp *rs)
+{
+    json_t *body = px__api_body_json(rq, rs);
+    if (!body)
+        return;
+    const char *cred = json_string_value(json_object_get(body, "credential"));
+    px_err err;
+    if (!cred)
+        px__api_error(rs, 400, "/credential: expected the node's next credential");
+    else if (px__auth_add_pending(rq->srv, rq->who.name, cred, &err) != PX_OK)
+        px__api_fail(rs, &err);
+    else
+        px__api_json(rs, 200, json_pack("{s:s}", "node", rq->who.name));
+    json_decref(body);
 }
 
 static void heartbeat(px__api_req *rq, px__api_resp *rs)
@@ -115,7 +194,7 @@ static void heartbeat(px__api_req *rq, px__api_resp *rs)
     if (!body)
         return;
     size_t i;
-    if (find_node(rq, rs, json_string_value(json_object_get(body, "node")), &i)) {
+    if (own_node(rq, rs, json_string_value(json_object_get(body, "node")), &i)) {
         bring_online(srv, i);
         px_fleet_sched_update_live(srv->sched, i, body);
         double now = (double)px_now_ns();
@@ -124,8 +203,10 @@ static void heartbeat(px__api_req *rq, px__api_resp *rs)
             char *live = json_dumps(json_object_get(body, "live") ? json_object_get(body, "live")
                                                                   : json_null(),
                                     JSON_COMPACT | JSON_ENCODE_ANY);
-            srv->store.ops->put_heartbeat(srv->store.self, px_fleet_sched_node_name(srv->sched, i),
-                                          px_wall_time(), live, NULL);
+            px_err err;
+            if (srv->store.ops->put_heartbeat(srv->store.self, rq->who.name, px_wall_time(), live,
+                                              &err) != PX_OK)
+                px_log_warn("fleet: node %s: live report not stored: %s", rq->who.name, err.msg);
             free(live);
         }
         bool queued = false;
@@ -188,6 +269,8 @@ json_t *px__srv_assignment_json(px_fleet_server *srv, px__job *job, int rank)
         snprintf(url, sizeof url, "/v1/blobs/%s", digest);
         json_object_set_new(a, "model", json_pack("{s:s, s:s}", "digest", digest, "url", url));
     }
+    if (job->time_limit_s > 0)
+        json_object_set_new(a, "time_limit_s", json_real(job->time_limit_s));
     return a;
 }
 
@@ -218,7 +301,7 @@ static void assignments(px__api_req *rq, px__api_resp *rs)
         }
     }
     size_t i;
-    if (!find_node(rq, rs, px__api_query(rq, "node"), &i))
+    if (!own_node(rq, rs, px__api_query(rq, "node"), &i))
         return;
     uint64_t deadline = px_now_ns() + (uint64_t)(wait * 1e9);
     /* The agent is alive when it asks, not each time this poll wakes: a
@@ -231,6 +314,11 @@ static void assignments(px__api_req *rq, px__api_resp *rs)
             return;
         }
         json_decref(arr);
+        /* Revoked while waiting: the credential no longer names a node. */
+        if (px__auth_is_revoked(srv, rq->who.name)) {
+            px__api_error(rs, 401, "node %s was revoked", rq->who.name);
+            return;
+        }
     }
 }
 
@@ -285,7 +373,7 @@ static void report(px__api_req *rq, px__api_resp *rs, px__job *job, const char *
     size_t node;
     if (!int_arg(rq, rs, body, "attempt", &attempt) ||
         (json_object_get(body, "rank") && !int_arg(rq, rs, body, "rank", &rank)) ||
-        !find_node(rq, rs, json_string_value(json_object_get(body, "node")), &node)) {
+        !own_node(rq, rs, json_string_value(json_object_get(body, "node")), &node)) {
         json_decref(body);
         return;
     }
@@ -319,68 +407,65 @@ static void report(px__api_req *rq, px__api_resp *rs, px__job *job, const char *
     px__api_json(rs, 200, json_object());
 }
 
+/* Appends a chunk of output within the job's log quota: the part past the
+ * quota is dropped, once, with a line that says so, and the reply tells
+ * the agent to send no more. */
 static void upload_log(px__api_req *rq, px__api_resp *rs, px__job *job)
 {
+    px_fleet_server *srv = rq->srv;
     int attempt, rank;
-    if (!int_arg(rq, rs, NULL, "attempt", &attempt) || !int_arg(rq, rs, NULL, "rank", &rank))
+    size_t node;
+    if (!int_arg(rq, rs, NULL, "attempt", &attempt) || !int_arg(rq, rs, NULL, "rank", &rank) ||
+        !own_node(rq, rs, NULL, &node))
         return;
     const char *stream = px__api_query(rq, "stream");
     if (!stream || (strcmp(stream, "stdout") != 0 && strcmp(stream, "stderr") != 0)) {
         px__api_error(rs, 400, "?stream=: expected stdout or stderr");
         return;
     }
-    if (attempt != job->row.attempt) {
-        px__api_error(rs, 409, "stale attempt: job %s is at attempt %d, not %d; stop this work",
-                      job->row.id, job->row.attempt, attempt);
-        return;
-    }
-    int64_t seq;
     px_err err;
-    if (rq->srv->store.ops->append_log(rq->srv->store.self, job->row.id, attempt, rank, stream,
-                                       rq->body, rq->body_len, &seq, &err) != PX_OK) {
+    if (px__srv_check_member(job, attempt, rank, (int)node, &err) != PX_OK) {
         px__api_fail(rs, &err);
         return;
     }
-    pthread_cond_broadcast(&rq->srv->changed);
-    px__api_json(rs, 200, json_pack("{s:I}", "seq", (json_int_t)seq));
-}
-
-static void upload_artifact(px__api_req *rq, px__api_resp *rs, px__job *job, const char *name)
-{
-    int attempt, rank = 0;
-    if (!int_arg(rq, rs, NULL, "attempt", &attempt) ||
-        (px__api_query(rq, "rank") && !int_arg(rq, rs, NULL, "rank", &rank)))
-        return;
-    if (attempt != job->row.attempt) {
-        px__api_error(rs, 409, "stale attempt: job %s is at attempt %d, not %d; stop this work",
-                      job->row.id, job->row.attempt, attempt);
+    if (job->log_truncated) {
+        px__api_json(rs, 200, json_pack("{s:I, s:b}", "seq", (json_int_t)0, "truncated", 1));
         return;
     }
-    int fd;
-    px_err err;
-    if (px__artifact_open(rq->srv->data_dir, job->row.id, name, true, &fd, &err) != PX_OK) {
-        px__api_fail(rs, &err);
+    if (px__srv_disk_headroom(srv) < (int64_t)rq->body_len) {
+        px__api_error(rs, 507,
+                      "the server's data folder is below its free-space reserve; the agent "
+                      "keeps the output and sends it later");
         return;
     }
-    px_status st = px__write_all(fd, rq->body, rq->body_len, &err);
-    close(fd);
+    uint64_t quota = srv->opt.log_quota, used = (uint64_t)PX_MAX(job->log_bytes, 0);
+    size_t take = used >= quota ? 0 : (size_t)PX_MIN((uint64_t)rq->body_len, quota - used);
+    bool cut = take < rq->body_len;
+    int64_t seq = 0;
+    px_status st = PX_OK;
+    if (take > 0)
+        st = srv->store.ops->append_log(srv->store.self, job->row.id, attempt, rank, stream,
+                                        rq->body, take, &seq, &err);
+    if (st == PX_OK && cut) {
+        char note[200];
+        int n = snprintf(note, sizeof note,
+                         "\n[plexus: output truncated: the job's log quota of %llu bytes is "
+                         "reached; the rest is dropped]\n",
+                         (unsigned long long)quota);
+        st = srv->store.ops->append_log(srv->store.self, job->row.id, attempt, rank, "stderr", note,
+                                        (size_t)n, &seq, &err);
+    }
     if (st != PX_OK) {
         px__api_fail(rs, &err);
         return;
     }
-    px_digest d;
-    px_sha256(rq->body, rq->body_len, &d);
-    char hex[65];
-    px_digest_hex(&d, hex);
-    px__artifact_row a = {job->row.id, (char *)name, hex,           (int64_t)rq->body_len,
-                          rank,        attempt,      px_wall_time()};
-    if (rq->srv->store.ops->put_artifact(rq->srv->store.self, &a, &err) != PX_OK) {
-        px__api_fail(rs, &err);
-        return;
-    }
-    px__api_json(rs, 201,
-                 json_pack("{s:s, s:I, s:s}", "name", name, "size", (json_int_t)rq->body_len,
-                           "sha256", hex));
+    job->log_bytes += (int64_t)take;
+    job->log_truncated = cut;
+    if (cut)
+        px_log_warn("fleet: job %s: log quota of %llu bytes reached; output truncated", job->row.id,
+                    (unsigned long long)quota);
+    pthread_cond_broadcast(&srv->changed);
+    px__api_json(rs, 200, json_pack("{s:I, s:b}", "seq", (json_int_t)seq, "truncated", cut));
 }
 
 static void job_report_route(px__api_req *rq, px__api_resp *rs, const char *rest)
@@ -403,8 +488,6 @@ static void job_report_route(px__api_req *rq, px__api_resp *rs, const char *rest
         report(rq, rs, job, sub);
     else if (strcmp(sub, "logs") == 0 && post)
         upload_log(rq, rs, job);
-    else if (px_str_starts_with(sub, "artifacts/") && strcmp(rq->method, "PUT") == 0)
-        upload_artifact(rq, rs, job, sub + strlen("artifacts/"));
     else
         px__api_error(rs, 405, "%s %s: method or path not supported", rq->method, rq->url);
 }
@@ -413,8 +496,12 @@ bool px__api_agent_route(px__api_req *rq, px__api_resp *rs)
 {
     const char *u = rq->url;
     bool post = strcmp(rq->method, "POST") == 0;
-    if (strcmp(u, "/v1/agent/register") == 0 && post)
+    if (strcmp(u, "/v1/agent/join") == 0 && post)
+        do_join(rq, rs);
+    else if (strcmp(u, "/v1/agent/register") == 0 && post)
         do_register(rq, rs);
+    else if (strcmp(u, "/v1/agent/credential") == 0 && post)
+        rotate_credential(rq, rs);
     else if (strcmp(u, "/v1/agent/heartbeat") == 0 && post)
         heartbeat(rq, rs);
     else if (strcmp(u, "/v1/agent/assignments") == 0 && strcmp(rq->method, "GET") == 0)

@@ -45,19 +45,17 @@ px_status px__artifact_name_check(const char *name, size_t len, px_err *err)
     return PX_OK;
 }
 
-/* Opens DATA/artifacts/<job>/<name> walking one component at a time with
- * O_NOFOLLOW, so a symbolic link planted anywhere on the way is refused. */
-px_status px__artifact_open(const char *data_dir, const char *job, const char *name, bool create,
-                            int *out_fd, px_err *err)
+px_status px__artifact_dir(const char *data_dir, const char *job, const char *name, bool create,
+                           int *out_dir, const char **base, px_err *err)
 {
     px_status st = px__artifact_name_check(name, strlen(name), err);
     if (st != PX_OK)
         return st;
-    char base[PATH_MAX];
-    snprintf(base, sizeof base, "%s/artifacts", data_dir);
-    int dir = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    char root[PATH_MAX];
+    snprintf(root, sizeof root, "%s/artifacts", data_dir);
+    int dir = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir < 0)
-        return px_err_set(err, PX_EIO, "%s: %s", base, strerror(errno));
+        return px_err_set(err, PX_EIO, "%s: %s", root, strerror(errno));
     char *path = px_asprintf("%s/%s", job, name);
     if (!path) {
         close(dir);
@@ -84,7 +82,27 @@ px_status px__artifact_open(const char *data_dir, const char *job, const char *n
         dir = next;
         p = slash + 1;
     }
-    int fd = openat(dir, p,
+    *out_dir = dir;
+    dir = -1;
+    *base = name + (p - path) - strlen(job) - 1;
+done:
+    free(path);
+    if (dir >= 0)
+        close(dir);
+    return st;
+}
+
+/* Opens DATA/artifacts/<job>/<name> walking one component at a time with
+ * O_NOFOLLOW, so a symbolic link planted anywhere on the way is refused. */
+px_status px__artifact_open(const char *data_dir, const char *job, const char *name, bool create,
+                            int *out_fd, px_err *err)
+{
+    int dir;
+    const char *base;
+    px_status st = px__artifact_dir(data_dir, job, name, create, &dir, &base, err);
+    if (st != PX_OK)
+        return st;
+    int fd = openat(dir, base,
                     create ? O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC
                            : O_RDONLY | O_NOFOLLOW | O_CLOEXEC,
                     0600);
@@ -93,8 +111,6 @@ px_status px__artifact_open(const char *data_dir, const char *job, const char *n
                         errno == ENOENT ? "not found" : strerror(errno));
     else
         *out_fd = fd;
-done:
-    free(path);
     close(dir);
     return st;
 }

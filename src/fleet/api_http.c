@@ -1,30 +1,183 @@
 /* The HTTP side of the server on libmicrohttpd: one thread per connection
- * (long polls block in their handler), bounded bodies, bearer tokens
- * checked by hash in constant time, JSON errors, request metrics. */
+ * (long polls block in their handler), JSON errors, request metrics, and
+ * the defences of a server on an open network:
+ *
+ *   - every request is authenticated from its headers, before one byte of
+ *     its body is read: a client without a token cannot make the server
+ *     hold memory or disk for it;
+ *   - connections are limited in total and per client address;
+ *   - a connection gets a deadline for each phase: an idle connection (or
+ *     a TLS handshake) has 30 s to start a request, a started request
+ *     header_timeout to finish its headers, and a body may not stall
+ *     longer than that; a watchdog thread shuts down the socket of a
+ *     connection past its deadline, so a client trickling a byte now and
+ *     then holds nothing for long;
+ *   - JSON bodies are bounded and held in memory within a budget; uploads
+ *     (artifacts, blobs) go to disk as they arrive (api_upload.c);
+ *   - TLS (GnuTLS through libmicrohttpd) with the operator's certificate. */
 #include "base/common.h"
 
 #include "fleet/fleet_impl.h"
+#include "fleet/secret_impl.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
-#include <openssl/crypto.h>
-#include <strings.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
-/* Request bodies held in memory across all connections at once; past it
- * new body bytes are refused, so many concurrent uploads cannot exhaust
- * memory. */
+/* JSON and log bodies held in memory across all connections at once; past
+ * it new body bytes are refused, so many concurrent requests cannot
+ * exhaust memory.  Only authenticated requests get here. */
 #define BODY_BUDGET ((size_t)512 << 20)
-static size_t body_bytes_in_flight;
+/* An idle connection (none of a request yet, or a TLS handshake). */
+#define IDLE_TIMEOUT_S   30.0
+#define WATCHDOG_TICK_NS (100 * 1000000L)
 
-typedef struct conn_ctx {
+/* ---- connections and their deadlines ---- */
+
+typedef enum conn_phase {
+    PHASE_IDLE = 0, /* waiting for a request line */
+    PHASE_HEADERS,  /* request line seen, headers arriving */
+    PHASE_BODY,     /* headers done, body arriving */
+    PHASE_HANDLER,  /* the request is being answered (long polls wait here) */
+} conn_phase;
+
+typedef struct conn_slot {
+    int fd; /* a duplicate of the socket: shutting it down never hits a reused fd */
+    conn_phase phase;
+    uint64_t since_ns; /* start of the phase, or the last body byte */
+    bool cut;
+    struct conn_slot *prev, *next;
+} conn_slot;
+
+typedef struct conns {
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    conn_slot *head;
+    pthread_t watchdog;
+    bool started, stop;
+    uint64_t header_ns;
+    size_t body_in_flight;
+} conns;
+
+static void set_phase(conn_slot *s, conns *t, conn_phase phase)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&t->mu);
+    s->phase = phase;
+    s->since_ns = px_now_ns();
+    pthread_mutex_unlock(&t->mu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    px_fleet_server *srv = cls;
+    conns *t = srv->conns;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        conn_slot *s = calloc(1, sizeof *s);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!s)
+            return;
+        s->fd = ci ? fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 0) : -1;
+        /* A TLS reply goes out in several records: without this, Nagle's
+         * algorithm holds the last one for the client's delayed ACK (40 ms
+         * on Linux). */
+        int one = 1;
+        if (ci)
+            setsockopt(ci->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        s->phase = PHASE_IDLE;
+        s->since_ns = px_now_ns();
+        pthread_mutex_lock(&t->mu);
+        s->next = t->head;
+        if (t->head)
+            t->head->prev = s;
+        t->head = s;
+        pthread_mutex_unlock(&t->mu);
+        *socket_context = s;
+        return;
+    }
+    conn_slot *s = *socket_context;
+    if (!s)
+        return;
+    pthread_mutex_lock(&t->mu);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        t->head = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    pthread_mutex_unlock(&t->mu);
+    if (s->fd >= 0)
+        close(s->fd);
+    free(s);
+    *socket_context = NULL;
+}
+
+static void *watchdog_main(void *arg)
+{
+    conns *t = arg;
+    pthread_mutex_lock(&t->mu);
+    while (!t->stop) {
+        uint64_t now = px_now_ns();
+        for (conn_slot *s = t->head; s; s = s->next) {
+            uint64_t limit = s->phase == PHASE_IDLE      ? (uint64_t)(IDLE_TIMEOUT_S * 1e9)
+                             : s->phase == PHASE_HANDLER ? UINT64_MAX
+                                                         : t->header_ns;
+            if (!s->cut && s->fd >= 0 && now - s->since_ns > limit) {
+                /* The connection's thread wakes to an end of file and closes. */
+                shutdown(s->fd, SHUT_RDWR);
+                s->cut = true;
+            }
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += WATCHDOG_TICK_NS;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&t->wake, &t->mu, &ts);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)uri;
+    px_fleet_server *srv = cls;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    set_phase(ci ? ci->socket_context : NULL, srv->conns, PHASE_HEADERS);
+    return NULL;
+}
+
+static conn_slot *slot_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* ---- requests ---- */
+
+typedef struct req_ctx {
     px_strbuf body;
     size_t limit;
     bool too_large;
-    size_t counted; /* bytes added to body_bytes_in_flight */
+    size_t counted; /* bytes added to the body budget */
     uint64_t t0;
-} conn_ctx;
+    px__who who;
+    px__upload *upload;
+    conn_slot *slot;
+} req_ctx;
 
 const char *px__api_query(const px__api_req *rq, const char *key)
 {
@@ -76,7 +229,7 @@ void px__api_fail(px__api_resp *rs, const px_err *err)
         status = 413;
         break;
     case PX_EAUTH:
-        status = 401;
+        status = 403;
         break;
     case PX_EIO:
         status = 503;
@@ -115,64 +268,60 @@ json_t *px__api_body_json(const px__api_req *rq, px__api_resp *rs)
 
 /* ---- authentication ---- */
 
-typedef enum auth_need { AUTH_NONE, AUTH_USER, AUTH_AGENT, AUTH_EITHER } auth_need;
+typedef enum auth_need { AUTH_NONE, AUTH_USER, AUTH_NODE, AUTH_JOIN, AUTH_USER_OR_NODE } auth_need;
 
 static auth_need need_of(const char *method, const char *url)
 {
     if (strcmp(url, "/v1/health") == 0 || strcmp(url, "/metrics") == 0)
         return AUTH_NONE;
+    if (strcmp(url, "/v1/agent/join") == 0)
+        return AUTH_JOIN;
     if (px_str_starts_with(url, "/v1/agent/"))
-        return AUTH_AGENT;
+        return AUTH_NODE;
     if (px_str_starts_with(url, "/v1/blobs/") && strcmp(method, "GET") == 0)
-        return AUTH_EITHER;
+        return AUTH_USER_OR_NODE;
     return AUTH_USER;
 }
 
-/* Returns 0 when allowed, else the HTTP status (and sets the reply). */
+/* Returns 0 when allowed (who filled), else the HTTP status of the reply
+ * set in rs. */
 static int authorize(px_fleet_server *srv, struct MHD_Connection *conn, auth_need need,
-                     px__api_resp *rs)
+                     px__who *who, px__api_resp *rs)
 {
+    memset(who, 0, sizeof *who);
     if (need == AUTH_NONE)
         return 0;
     const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
+    if (!h) {
         px__api_error(rs, 401,
-                      "missing token: send \"Authorization: Bearer <token>\" "
-                      "(--token or PLEXUS_TOKEN)");
+                      "missing token: send \"Authorization: Bearer <token>\" (--token-file or "
+                      "PLEXUS_TOKEN)");
         return 401;
     }
-    const char *tok = h + 7;
-    while (*tok == ' ')
-        tok++;
-    px_digest d;
-    px_sha256(tok, strlen(tok), &d);
-    /* Compare against every token without stopping early, so the time
-     * taken says nothing about which token came close. */
-    int match_agent = 0, match_user = 0;
-    for (size_t i = 0; i < srv->n_tokens; i++) {
-        int eq = CRYPTO_memcmp(d.bytes, srv->tokens[i].hash.bytes, sizeof d.bytes) == 0;
-        match_agent |= eq & srv->tokens[i].agent;
-        match_user |= eq & !srv->tokens[i].agent;
-    }
-    if (!match_agent && !match_user) {
-        px__api_error(rs, 401, "unknown token: check --token or PLEXUS_TOKEN");
+    if (!px__auth_identify(srv, h, who)) {
+        px__api_error(rs, 401,
+                      need == AUTH_NODE
+                          ? "unknown node credential: the node was revoked or the server does not "
+                            "know it; see the agent's log"
+                          : "unknown token: check --token-file or PLEXUS_TOKEN");
         return 401;
     }
-    if ((need == AUTH_AGENT && !match_agent) || (need == AUTH_USER && !match_user)) {
-        px__api_error(rs, 403,
-                      need == AUTH_AGENT ? "this endpoint is for agents: use the cluster token"
-                                         : "agents' cluster token cannot be used here: use an API "
-                                           "token");
-        return 403;
-    }
-    return 0;
-}
-
-static bool is_upload(const char *method, const char *url)
-{
-    return (strcmp(method, "PUT") == 0 && px_str_starts_with(url, "/v1/agent/jobs/") &&
-            strstr(url, "/artifacts/")) ||
-           (strcmp(method, "POST") == 0 && strcmp(url, "/v1/blobs") == 0);
+    bool ok =
+        (need == AUTH_USER && who->kind == PX__WHO_USER) ||
+        (need == AUTH_NODE && who->kind == PX__WHO_NODE) ||
+        (need == AUTH_JOIN && who->kind == PX__WHO_JOIN) ||
+        (need == AUTH_USER_OR_NODE && (who->kind == PX__WHO_USER || who->kind == PX__WHO_NODE));
+    if (ok)
+        return 0;
+    px__api_error(rs, 403, "%s",
+                  who->kind == PX__WHO_JOIN
+                      ? "the join token only joins a node (POST /v1/agent/join); a node then uses "
+                        "its own credential"
+                  : need == AUTH_JOIN ? "joining needs the join token"
+                  : need == AUTH_NODE ? "this endpoint is for agents, with their node credential"
+                                      : "a node's credential cannot be used here: use a user's "
+                                        "token");
+    return 403;
 }
 
 static void public_route(px__api_req *rq, px__api_resp *rs)
@@ -227,6 +376,74 @@ static void count(px_fleet_server *srv, int status, uint64_t t0)
     pthread_mutex_unlock(&srv->lock);
 }
 
+/* The first call of a request: its headers are complete, its body (if
+ * any) not yet read.  Everything that can refuse it does so here. */
+static enum MHD_Result begin(px_fleet_server *srv, struct MHD_Connection *conn, const char *url,
+                             const char *method, void **con_cls)
+{
+    px__api_resp rs = {.fd = -1};
+    req_ctx *rc = calloc(1, sizeof *rc);
+    if (!rc)
+        return MHD_NO;
+    px_strbuf_init(&rc->body);
+    rc->t0 = px_now_ns();
+    rc->slot = slot_of(conn);
+    *con_cls = rc;
+    set_phase(rc->slot, srv->conns, PHASE_BODY);
+    auth_need need = need_of(method, url);
+    if (authorize(srv, conn, need, &rc->who, &rs) != 0) {
+        count(srv, rs.status, rc->t0);
+        return reply(conn, &rs);
+    }
+    bool upload = px__upload_is(method, url);
+    rc->limit = upload ? srv->opt.max_upload : srv->opt.max_body;
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+    unsigned long long length = cl ? strtoull(cl, NULL, 10) : 0;
+    if (cl && length > rc->limit) {
+        px__api_error(&rs, 413, "%s %s: a body of %s bytes is over the limit of %zu bytes%s",
+                      method, url, cl, rc->limit, upload ? " (plexus server --max-upload)" : "");
+        count(srv, 413, rc->t0);
+        return reply(conn, &rs);
+    }
+    if (upload) {
+        px__api_req rq = {.srv = srv, .conn = conn, .method = method, .url = url, .who = rc->who};
+        pthread_mutex_lock(&srv->lock);
+        int status = px__upload_begin(&rq, length, &rc->upload, &rs);
+        pthread_mutex_unlock(&srv->lock);
+        if (status != 0) {
+            count(srv, rs.status, rc->t0);
+            return reply(conn, &rs);
+        }
+    }
+    return MHD_YES;
+}
+
+static void body_data(px_fleet_server *srv, req_ctx *rc, const char *data, size_t n)
+{
+    conns *t = srv->conns;
+    if (rc->slot) {
+        pthread_mutex_lock(&t->mu);
+        rc->slot->since_ns = px_now_ns();
+        pthread_mutex_unlock(&t->mu);
+    }
+    if (rc->upload) {
+        px__upload_data(rc->upload, data, n);
+        return;
+    }
+    if (rc->too_large || rc->body.len + n > rc->limit) {
+        rc->too_large = true;
+        return;
+    }
+    if (__atomic_add_fetch(&t->body_in_flight, n, __ATOMIC_RELAXED) > BODY_BUDGET) {
+        __atomic_sub_fetch(&t->body_in_flight, n, __ATOMIC_RELAXED);
+        rc->too_large = true;
+        return;
+    }
+    rc->counted += n;
+    if (px_strbuf_add(&rc->body, data, n) != PX_OK)
+        rc->too_large = true;
+}
+
 static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, const char *url,
                                       const char *method, const char *version,
                                       const char *upload_data, size_t *upload_data_size,
@@ -234,73 +451,54 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
 {
     (void)version;
     px_fleet_server *srv = cls;
-    conn_ctx *cc = *con_cls;
-    px__api_resp rs = {.fd = -1};
-    if (!cc) {
-        cc = calloc(1, sizeof *cc);
-        if (!cc)
-            return MHD_NO;
-        px_strbuf_init(&cc->body);
-        cc->t0 = px_now_ns();
-        cc->limit = is_upload(method, url) ? srv->opt.max_upload : srv->opt.max_body;
-        *con_cls = cc;
-        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > cc->limit) {
-            px__api_error(&rs, 413, "%s %s: body of %s bytes is over the limit of %zu bytes",
-                          method, url, cl, cc->limit);
-            count(srv, 413, cc->t0);
-            return reply(conn, &rs);
-        }
-        return MHD_YES;
-    }
+    req_ctx *rc = *con_cls;
+    if (!rc)
+        return begin(srv, conn, url, method, con_cls);
     if (*upload_data_size > 0) {
-        size_t n = *upload_data_size;
-        if (!cc->too_large && cc->body.len + n <= cc->limit &&
-            __atomic_add_fetch(&body_bytes_in_flight, n, __ATOMIC_RELAXED) <= BODY_BUDGET) {
-            cc->counted += n;
-            if (px_strbuf_add(&cc->body, upload_data, n) != PX_OK)
-                cc->too_large = true;
-        } else {
-            if (!cc->too_large && cc->body.len + n <= cc->limit)
-                __atomic_sub_fetch(&body_bytes_in_flight, n, __ATOMIC_RELAXED);
-            cc->too_large = true;
-        }
+        body_data(srv, rc, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
     }
-    if (cc->too_large) {
+    set_phase(rc->slot, srv->conns, PHASE_HANDLER);
+    px__api_resp rs = {.fd = -1};
+    px__api_req rq = {srv, conn, method, url, rc->body.buf, rc->body.len, rc->who, NULL};
+    if (rc->upload) {
+        px__upload_end(&rq, rc->upload, &rs);
+    } else if (rc->too_large) {
         px__api_error(&rs, 413, "%s %s: body is over the limit of %zu bytes", method, url,
-                      cc->limit);
+                      rc->limit);
     } else {
-        px__api_req rq = {srv, conn, method, url, cc->body.buf, cc->body.len};
-        auth_need need = need_of(method, url);
         pthread_mutex_lock(&srv->lock);
-        if (authorize(srv, conn, need, &rs) == 0) {
-            if (need == AUTH_NONE)
-                public_route(&rq, &rs);
-            else if (need == AUTH_AGENT ? !px__api_agent_route(&rq, &rs)
-                                        : !px__api_user_route(&rq, &rs))
-                px__api_error(&rs, 404, "%s %s: no such endpoint (see docs/formats/fleet-api.md)",
-                              method, url);
-        }
+        px_err err;
+        if (rc->who.kind == PX__WHO_NODE && rc->who.fresh &&
+            px__auth_settle(srv, &rc->who, &err) != PX_OK)
+            px__api_fail(&rs, &err);
+        else if (rc->who.kind == PX__WHO_NONE)
+            public_route(&rq, &rs);
+        else if (px_str_starts_with(url, "/v1/agent/") ? !px__api_agent_route(&rq, &rs)
+                                                       : !px__api_user_route(&rq, &rs))
+            px__api_error(&rs, 404, "%s %s: no such endpoint (see docs/formats/fleet-api.md)",
+                          method, url);
         pthread_mutex_unlock(&srv->lock);
     }
-    count(srv, rs.status, cc->t0);
+    count(srv, rs.status, rc->t0);
     return reply(conn, &rs);
 }
 
 static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                       enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)conn;
     (void)toe;
-    conn_ctx *cc = *con_cls;
-    if (!cc)
+    px_fleet_server *srv = cls;
+    req_ctx *rc = *con_cls;
+    /* Kept alive: the connection waits for its next request. */
+    set_phase(slot_of(conn), srv->conns, PHASE_IDLE);
+    if (!rc)
         return;
-    __atomic_sub_fetch(&body_bytes_in_flight, cc->counted, __ATOMIC_RELAXED);
-    px_strbuf_release(&cc->body);
-    free(cc);
+    __atomic_sub_fetch(&((conns *)srv->conns)->body_in_flight, rc->counted, __ATOMIC_RELAXED);
+    px__upload_free(rc->upload);
+    px_strbuf_release(&rc->body);
+    free(rc);
     *con_cls = NULL;
 }
 
@@ -344,6 +542,26 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     px_log_debug("fleet: http: %s", msg);
 }
 
+/* Certificate and key of the server, kept until it stops (libmicrohttpd
+ * reads them at start; the key is wiped afterwards). */
+static px_status read_tls(px_fleet_server *srv, char **cert, char **key, px_err *err)
+{
+    size_t len;
+    if (!MHD_is_feature_supported(MHD_FEATURE_TLS))
+        return px_err_set(err, PX_EUNSUPPORTED,
+                          "this libmicrohttpd was built without TLS; install one built with "
+                          "GnuTLS (Debian's libmicrohttpd12 is)");
+    px_status st = px_read_file(srv->opt.tls_cert, 1 << 20, cert, &len, err);
+    if (st != PX_OK)
+        return px_err_prefix(err, st, "--tls-cert: ");
+    st = px__secret_read_file(srv->opt.tls_key, "--tls-key", 1 << 20, key, &len, err);
+    if (st != PX_OK) {
+        free(*cert);
+        *cert = NULL;
+    }
+    return st;
+}
+
 px_status px__api_start(px_fleet_server *srv, const char *host, uint16_t port, px_err *err)
 {
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(port)};
@@ -352,19 +570,50 @@ px_status px__api_start(px_fleet_server *srv, const char *host, uint16_t port, p
         return px_err_set(err, PX_EINVAL,
                           "--listen: \"%s\" is not an IPv4 address (use 127.0.0.1 or 0.0.0.0)",
                           host);
+    conns *t = calloc(1, sizeof *t);
+    if (!t)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->wake, NULL);
+    t->header_ns = (uint64_t)(srv->opt.header_timeout_s * 1e9);
+    srv->conns = t;
+    char *cert = NULL, *key = NULL;
+    if (srv->tls) {
+        px_status st = read_tls(srv, &cert, &key, err);
+        if (st != PX_OK)
+            return st;
+    }
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                     MHD_USE_ERROR_LOG | (srv->tls ? MHD_USE_TLS : 0);
+    struct MHD_OptionItem tls_opts[] = {
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, cert},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, key},
+        {MHD_OPTION_END, 0, NULL},
+    };
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG, port,
-        NULL, NULL, access_handler, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-        MHD_OPTION_NOTIFY_COMPLETED, completed, srv, MHD_OPTION_CONNECTION_LIMIT,
-        srv->opt.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_EXTERNAL_LOGGER,
-        mhd_log, srv, MHD_OPTION_UNESCAPE_CALLBACK, unescape, srv, MHD_OPTION_END);
+        flags, port, NULL, NULL, access_handler, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, completed, srv,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv, MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
+        MHD_OPTION_CONNECTION_LIMIT, srv->opt.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        srv->opt.max_connections_per_address, MHD_OPTION_CONNECTION_TIMEOUT, 120u,
+        MHD_OPTION_THREAD_STACK_SIZE, (size_t)1 << 20, MHD_OPTION_UNESCAPE_CALLBACK, unescape, srv,
+        MHD_OPTION_ARRAY, srv->tls ? tls_opts : tls_opts + 2, MHD_OPTION_END);
+    int e = errno;
+    px__secret_wipe(key, 0);
+    free(key);
+    free(cert);
     if (!d)
-        return px_err_set(err, PX_EPEER, "cannot listen on %s:%u: %s (is the port in use?)", host,
-                          (unsigned)port, strerror(errno));
+        return px_err_set(err, PX_EPEER, "cannot listen on %s:%u: %s%s", host, (unsigned)port,
+                          strerror(e),
+                          srv->tls ? " (or the TLS certificate and key do not match or parse)"
+                                   : " (is the port in use?)");
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     if (info)
         srv->port = info->port;
     srv->daemon = d;
+    if (pthread_create(&t->watchdog, NULL, watchdog_main, t) != 0)
+        return px_err_set(err, PX_EINTERNAL, "cannot start the connection watchdog");
+    t->started = true;
     return PX_OK;
 }
 
@@ -373,4 +622,18 @@ void px__api_stop(px_fleet_server *srv)
     if (srv->daemon)
         MHD_stop_daemon(srv->daemon);
     srv->daemon = NULL;
+    conns *t = srv->conns;
+    if (!t)
+        return;
+    if (t->started) {
+        pthread_mutex_lock(&t->mu);
+        t->stop = true;
+        pthread_cond_signal(&t->wake);
+        pthread_mutex_unlock(&t->mu);
+        pthread_join(t->watchdog, NULL);
+    }
+    pthread_cond_destroy(&t->wake);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+    srv->conns = NULL;
 }

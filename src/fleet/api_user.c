@@ -1,9 +1,15 @@
 /* User endpoints: submit, list, inspect, cancel, explain, logs, artifacts,
- * nodes, blobs.  Called with the server lock held. */
+ * nodes, blobs.  A user sees and acts on the jobs they submitted; the
+ * admin role sees every job (and manages nodes), but the values of a
+ * job's environment are shown to its owner alone.  A job another user
+ * owns answers 404, as one that does not exist.  Called with the server
+ * lock held. */
 #include "base/common.h"
 
 #include "fleet/fleet_impl.h"
 
+#include <microhttpd.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define LOG_REPLY_MAX (4u << 20)
@@ -24,8 +30,28 @@ static json_t *time_json(int64_t t)
     return json_string(buf);
 }
 
+bool px__api_may_see(const px__api_req *rq, const px__job_row *row)
+{
+    return rq->who.admin || (row->owner && !strcmp(row->owner, rq->who.name));
+}
+
+/* The spec as its viewer may see it: env values hidden from all but the
+ * job's owner (an admin included). */
+static json_t *spec_for(const px__job_row *row, const px__who *viewer)
+{
+    json_t *spec = parse_or_null(row->spec);
+    bool owner = viewer && row->owner && !strcmp(row->owner, viewer->name);
+    json_t *env = json_object_get(spec, "env");
+    if (!owner && json_is_object(env)) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(env, k, v) json_object_set_new(env, k, json_string("(hidden)"));
+    }
+    return spec;
+}
+
 json_t *px__srv_job_json(px_fleet_server *srv, const px__job_row *row, const px__job *live,
-                         bool detail)
+                         bool detail, const px__who *viewer)
 {
     (void)srv;
     json_t *members = parse_or_null(row->members);
@@ -38,6 +64,7 @@ json_t *px__srv_job_json(px_fleet_server *srv, const px__job_row *row, const px_
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(row->id));
     json_object_set_new(o, "name", json_string(row->name ? row->name : row->id));
+    json_object_set_new(o, "owner", row->owner ? json_string(row->owner) : json_null());
     json_object_set_new(o, "state",
                         json_string(live ? px__job_state_name(live->state) : row->state));
     json_object_set_new(o, "attempt", json_integer(row->attempt));
@@ -47,7 +74,10 @@ json_t *px__srv_job_json(px_fleet_server *srv, const px__job_row *row, const px_
     json_object_set_new(o, "exit_code",
                         row->exit_code == INT_MIN ? json_null() : json_integer(row->exit_code));
     if (detail) {
-        json_object_set_new(o, "spec", parse_or_null(row->spec));
+        json_object_set_new(o, "spec", spec_for(row, viewer));
+        json_object_set_new(o, "time_limit_s",
+                            live && live->time_limit_s > 0 ? json_real(live->time_limit_s)
+                                                           : json_null());
         json_object_set(o, "members", members);
         json_object_set_new(o, "result", parse_or_null(row->result));
         json_object_set_new(o, "error", row->error ? json_string(row->error) : json_null());
@@ -108,32 +138,76 @@ json_t *px__srv_node_json(px_fleet_server *srv, size_t i)
 
 /* ---- jobs ---- */
 
+static bool idem_key_valid(const char *k)
+{
+    size_t n = strlen(k);
+    if (n == 0 || n > 128)
+        return false;
+    for (const char *c = k; *c; c++)
+        if ((unsigned char)*c <= ' ' || (unsigned char)*c >= 127)
+            return false;
+    return true;
+}
+
 static void submit(px__api_req *rq, px__api_resp *rs)
 {
+    px_fleet_server *srv = rq->srv;
+    const char *key = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Idempotency-Key");
+    if (key && !idem_key_valid(key)) {
+        px__api_error(rs, 400, "Idempotency-Key: expected 1 to 128 printable characters");
+        return;
+    }
+    if (px__srv_disk_headroom(srv) < 0) {
+        px__api_error(rs, 507,
+                      "the server's data folder is below its free-space reserve of %llu bytes; "
+                      "no job is accepted until space is freed there (plexus server "
+                      "--disk-reserve)",
+                      (unsigned long long)srv->opt.disk_reserve);
+        return;
+    }
     json_t *spec = px__api_body_json(rq, rs);
     if (!spec)
         return;
-    px__job *job;
+    px__job_row row;
+    bool replay;
     px_err err;
-    if (px__srv_submit(rq->srv, spec, &job, &err) != PX_OK)
+    if (px__srv_submit(srv, spec, rq->who.name, key, &row, &replay, &err) != PX_OK) {
         px__api_fail(rs, &err);
-    else
-        px__api_json(rs, 201,
-                     json_pack("{s:s, s:s, s:i}", "id", job->row.id, "state", "queued", "attempt",
-                               job->row.attempt));
+        json_decref(spec);
+        return;
+    }
+    json_t *o =
+        json_pack("{s:s, s:s, s:i}", "id", row.id, "state", row.state, "attempt", row.attempt);
+    if (replay)
+        json_object_set_new(o, "idempotent_replay", json_true());
+    /* A gang larger than the fleet waits; say so rather than queue in silence. */
+    long members = json_integer_value(json_object_get(spec, "nodes"));
+    size_t known = px_fleet_sched_n_nodes(srv->sched);
+    if (members > 1 && (size_t)members > known) {
+        char text[200];
+        snprintf(text, sizeof text,
+                 "the job needs %ld nodes for its members and the fleet has %zu; it stays queued "
+                 "until enough nodes join (plexus explain %s)",
+                 members, known, row.id);
+        json_object_set_new(o, "warnings", json_pack("[s]", text));
+    }
+    px__api_json(rs, replay ? 200 : 201, o);
+    px__job_row_release(&row);
     json_decref(spec);
 }
 
 typedef struct list_ctx {
     px_fleet_server *srv;
     json_t *arr;
+    const px__who *viewer;
 } list_ctx;
 
 static void list_one(const px__job_row *row, void *ud)
 {
     list_ctx *c = ud;
     px__job *live = px__srv_find_job(c->srv, row->id);
-    json_array_append_new(c->arr, px__srv_job_json(c->srv, live ? &live->row : row, live, false));
+    json_array_append_new(
+        c->arr, px__srv_job_json(c->srv, live ? &live->row : row, live, false, c->viewer));
 }
 
 static void list(px__api_req *rq, px__api_resp *rs)
@@ -157,10 +231,11 @@ static void list(px__api_req *rq, px__api_resp *rs)
             return;
         }
     }
-    list_ctx c = {rq->srv, json_array()};
+    list_ctx c = {rq->srv, json_array(), &rq->who};
     px_err err;
-    if (rq->srv->store.ops->list_jobs(rq->srv->store.self, state ? state : "", (int)limit, list_one,
-                                      &c, &err) != PX_OK) {
+    if (rq->srv->store.ops->list_jobs(rq->srv->store.self, state ? state : "",
+                                      rq->who.admin ? NULL : rq->who.name, (int)limit, list_one, &c,
+                                      &err) != PX_OK) {
         json_decref(c.arr);
         px__api_fail(rs, &err);
         return;
@@ -168,17 +243,23 @@ static void list(px__api_req *rq, px__api_resp *rs)
     px__api_json(rs, 200, json_pack("{s:o}", "jobs", c.arr));
 }
 
-/* Loads a job's row: the live one when active, else from the store. */
+/* Loads a job's row (the live one when active, else from the store) when
+ * the caller may see it; another user's job is "not found", so that its
+ * existence says nothing either. */
 static bool job_row(px__api_req *rq, px__api_resp *rs, const char *id, px__job_row *row,
                     px__job **live)
 {
     *live = px__srv_find_job(rq->srv, id);
     memset(row, 0, sizeof *row);
-    if (*live)
-        return true;
     px_err err;
-    if (rq->srv->store.ops->get_job(rq->srv->store.self, id, row, &err) != PX_OK) {
+    if (!*live && rq->srv->store.ops->get_job(rq->srv->store.self, id, row, &err) != PX_OK) {
         px__api_fail(rs, &err);
+        return false;
+    }
+    if (!px__api_may_see(rq, *live ? &(*live)->row : row)) {
+        px__job_row_release(row);
+        *live = NULL;
+        px__api_error(rs, 404, "no job \"%.64s\"", id);
         return false;
     }
     return true;
@@ -378,9 +459,15 @@ static void jobs_route(px__api_req *rq, px__api_resp *rs, const char *rest)
         px__job *live;
         if (!job_row(rq, rs, id, &row, &live))
             return;
-        px__api_json(rs, 200, px__srv_job_json(rq->srv, live ? &live->row : &row, live, true));
+        px__api_json(rs, 200,
+                     px__srv_job_json(rq->srv, live ? &live->row : &row, live, true, &rq->who));
         px__job_row_release(&row);
     } else if (strcmp(sub, "cancel") == 0 && post) {
+        px__job_row row;
+        px__job *live;
+        if (!job_row(rq, rs, id, &row, &live))
+            return;
+        px__job_row_release(&row);
         px_err err;
         if (px__srv_cancel(rq->srv, id, &err) != PX_OK)
             px__api_fail(rs, &err);
@@ -411,9 +498,17 @@ static void nodes_route(px__api_req *rq, px__api_resp *rs, const char *rest)
         return;
     }
     const char *slash = strchr(rest, '/');
-    if (!slash || strcmp(rq->method, "POST") != 0 ||
-        (strcmp(slash + 1, "drain") != 0 && strcmp(slash + 1, "undrain") != 0)) {
+    static const char *const actions[] = {"drain", "undrain", "revoke", "admit", "rotate"};
+    size_t act = PX_ARRAY_LEN(actions);
+    for (size_t k = 0; slash && k < PX_ARRAY_LEN(actions); k++)
+        if (!strcmp(slash + 1, actions[k]))
+            act = k;
+    if (!slash || strcmp(rq->method, "POST") != 0 || act == PX_ARRAY_LEN(actions)) {
         px__api_error(rs, 404, "%s /v1/nodes/%.64s: no such endpoint", rq->method, rest);
+        return;
+    }
+    if (!rq->who.admin) {
+        px__api_error(rs, 403, "%s a node: only a user with the admin role may", actions[act]);
         return;
     }
     char name[80];
@@ -424,12 +519,49 @@ static void nodes_route(px__api_req *rq, px__api_resp *rs, const char *rest)
     }
     memcpy(name, rest, n);
     name[n] = '\0';
+    px_err err;
     size_t i;
-    if (px_fleet_sched_find_node(srv->sched, name, &i) != PX_OK) {
+    bool known = px_fleet_sched_find_node(srv->sched, name, &i) == PX_OK;
+    if (act == 3) { /* admit */
+        if (!px__auth_is_revoked(srv, name)) {
+            px__api_error(rs, 409, "node \"%s\" is not revoked; nothing to admit", name);
+            return;
+        }
+        if (px__auth_admit(srv, name, &err) != PX_OK) {
+            px__api_fail(rs, &err);
+            return;
+        }
+        px__api_json(rs, 200, json_pack("{s:s, s:s}", "id", name, "state", "admitted"));
+        return;
+    }
+    if (!known && !(act == 2 && px__auth_has_node(srv, name))) {
         px__api_error(rs, 404, "no node \"%s\"; see GET /v1/nodes", name);
         return;
     }
-    bool drain = strcmp(slash + 1, "drain") == 0;
+    if (act == 2) { /* revoke: credentials gone, work moved at once */
+        if (px__auth_revoke(srv, name, &err) != PX_OK) {
+            px__api_fail(rs, &err);
+            return;
+        }
+        if (known) {
+            px_fleet_sched_set_state(srv->sched, i, PX_FLEET_NODE_OFFLINE);
+            if (srv->store.ops->put_node(srv->store.self, name, NULL, "offline", px_wall_time(),
+                                         &err) != PX_OK)
+                px_log_error("fleet: node %s: %s", name, err.msg);
+            char reason[120];
+            snprintf(reason, sizeof reason, "node %s was revoked", name);
+            px__srv_evict_node(srv, i, reason, NULL); /* what fails is retried on the tick */
+            pthread_cond_broadcast(&srv->changed);
+        }
+        px__api_json(rs, 200, json_pack("{s:s, s:s}", "id", name, "state", "revoked"));
+        return;
+    }
+    if (act == 4) { /* rotate: the agent makes its next credential at its next heartbeat */
+        json_object_set_new(srv->rotate, name, json_true());
+        px__api_json(rs, 200, json_pack("{s:s, s:b}", "id", name, "rotate_credential", 1));
+        return;
+    }
+    bool drain = act == 0;
     px_fleet_node_state st = px_fleet_sched_state(srv->sched, i);
     if (drain && st == PX_FLEET_NODE_ONLINE)
         px_fleet_sched_set_state(srv->sched, i, PX_FLEET_NODE_DRAINING);
@@ -439,31 +571,46 @@ static void nodes_route(px__api_req *rq, px__api_resp *rs, const char *rest)
         pthread_cond_signal(&srv->kick);
     }
     static const char *const names[] = {"online", "offline", "draining"};
-    srv->store.ops->put_node(srv->store.self, name, NULL,
-                             names[px_fleet_sched_state(srv->sched, i)], px_wall_time(), NULL);
+    if (srv->store.ops->put_node(srv->store.self, name, NULL,
+                                 names[px_fleet_sched_state(srv->sched, i)], px_wall_time(),
+                                 &err) != PX_OK) {
+        px_fleet_sched_set_state(srv->sched, i, st);
+        px__api_fail(rs, &err);
+        return;
+    }
     px__api_json(rs, 200, px__srv_node_json(srv, i));
+}
+
+/* Whether a node may fetch the blob: the model of work assigned to it. */
+static bool node_needs_blob(px_fleet_server *srv, const char *node, const char *digest)
+{
+    size_t i;
+    if (px_fleet_sched_find_node(srv->sched, node, &i) != PX_OK)
+        return false;
+    for (px__job *j = srv->jobs; j; j = j->next) {
+        const char *d =
+            json_string_value(json_object_get(json_object_get(j->req->spec, "model"), "digest"));
+        if (!d || strcasecmp(d, digest) != 0)
+            continue;
+        for (int m = 0; m < j->n_members; m++)
+            if (j->members[m].node == (int)i)
+                return true;
+    }
+    return false;
 }
 
 static void blobs_route(px__api_req *rq, px__api_resp *rs, const char *rest)
 {
     char path[PATH_MAX];
     px_err err;
-    if (!*rest && strcmp(rq->method, "POST") == 0) {
-        px_digest d;
-        px_sha256(rq->body, rq->body_len, &d);
-        char hex[65];
-        px_digest_hex(&d, hex);
-        snprintf(path, sizeof path, "%s/blobs/%s", rq->srv->data_dir, hex);
-        if (access(path, F_OK) != 0 &&
-            px_write_file(path, rq->body_len ? rq->body : "", rq->body_len, &err) != PX_OK) {
-            px__api_fail(rs, &err);
+    if (*rest && strcmp(rq->method, "GET") == 0) {
+        if (rq->who.kind == PX__WHO_NODE && !node_needs_blob(rq->srv, rq->who.name, rest)) {
+            px__api_error(rs, 403,
+                          "node %s has no work that reads blob %.64s; a node fetches only the "
+                          "models of its own assignments",
+                          rq->who.name, rest);
             return;
         }
-        px__api_json(rs, 201,
-                     json_pack("{s:s, s:I}", "digest", hex, "size", (json_int_t)rq->body_len));
-        return;
-    }
-    if (*rest && strcmp(rq->method, "GET") == 0) {
         int fd;
         size_t size;
         if (px__blob_path(rq->srv->data_dir, rest, path, sizeof path, &err) != PX_OK ||

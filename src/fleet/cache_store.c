@@ -207,6 +207,11 @@ static px_status mkdir_p(const char *path, px_err *err)
     px_status st = PX_OK;
     if (mkdir(p, 0755) != 0 && errno != EEXIST)
         st = px_err_set(err, PX_EIO, "%s: cannot create: %s", p, strerror(errno));
+    /* Models are read by jobs, which may run as another user: the cache
+     * folder is open to them whatever the umask. */
+    struct stat sb;
+    if (st == PX_OK && stat(p, &sb) == 0 && sb.st_uid == geteuid() && (sb.st_mode & 0755) != 0755)
+        chmod(p, 0755);
     free(p);
     return st;
 }
@@ -299,6 +304,8 @@ static px_status copy_hashing(const char *src, const char *tmp, uint64_t *size, 
         return px_err_set(err, errno == ENOENT ? PX_ENOTFOUND : PX_EIO, "%s: cannot open: %s", src,
                           strerror(errno));
     int outfd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (outfd >= 0)
+        fchmod(outfd, 0644); /* readable by jobs whatever the umask */
     if (outfd < 0) {
         px_status st = px_err_set(err, PX_EIO, "%s: cannot create: %s", tmp, strerror(errno));
         close(in);

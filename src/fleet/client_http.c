@@ -8,6 +8,7 @@
  */
 #include "base/common.h"
 
+#include "fleet/agent_impl.h"
 #include "plexus/fleet.h"
 
 #include <curl/curl.h>
@@ -17,22 +18,74 @@
 #include <unistd.h>
 
 #define REPLY_MAX_BYTES    (64u << 20)
-#define DOWNLOAD_MAX_BYTES (1ull << 32)
+#define DOWNLOAD_MAX_BYTES (1ull << 40) /* models are gigabytes; the disk is the bound */
 
 struct px_fleet_client {
     CURL *curl;
     char *base; /* "http://127.0.0.1:7070", no trailing slash */
     char *auth; /* "Authorization: Bearer ..." */
+    char *ca;   /* trust only this CA file, or NULL for the system store */
+    char *idem; /* "Idempotency-Key: ...", or NULL */
     long timeout_ms;
-    volatile int *abort_flag; /* a request in flight ends when it becomes nonzero */
+    const atomic_int *abort_flag; /* a request in flight ends when it becomes nonzero */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+
+static void wipe_free(char *s)
+{
+    if (!s)
+        return;
+    /* The token should not outlive the client in freed memory. */
+    volatile char *p = s;
+    while (*p)
+        *p++ = 0;
+    free(s);
+}
+
+static bool token_ok(const char *token)
+{
+    for (const char *t = token; t && *t; t++)
+        if ((unsigned char)*t <= ' ' || (unsigned char)*t >= 127)
+            return false;
+    return true;
+}
 static CURLcode curl_init_status;
+
+/* One connection pool and TLS session cache for every client of the
+ * process: an agent's job threads (one client each) reuse the connections
+ * and TLS sessions of the others instead of a full handshake per job. */
+static CURLSH *share;
+static pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST];
+
+static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *ud)
+{
+    (void)h, (void)access, (void)ud;
+    pthread_mutex_lock(&share_mu[data]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data data, void *ud)
+{
+    (void)h, (void)ud;
+    pthread_mutex_unlock(&share_mu[data]);
+}
 
 static void curl_init(void)
 {
     curl_init_status = curl_global_init(CURL_GLOBAL_DEFAULT);
+    if (curl_init_status != CURLE_OK)
+        return;
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_init(&share_mu[i], NULL);
+    share = curl_share_init();
+    if (share &&
+        (curl_share_setopt(share, CURLSHOPT_LOCKFUNC, share_lock) != CURLSHE_OK ||
+         curl_share_setopt(share, CURLSHOPT_UNLOCKFUNC, share_unlock) != CURLSHE_OK ||
+         curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION) != CURLSHE_OK ||
+         curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) != CURLSHE_OK)) {
+        curl_share_cleanup(share);
+        share = NULL;
+    }
 }
 
 px_status px_fleet_client_new(const char *server_url, const char *token, px_fleet_client **out,
@@ -48,13 +101,10 @@ px_status px_fleet_client_new(const char *server_url, const char *token, px_flee
                           server_url);
     if (strlen(server_url) > 2048)
         return px_err_set(err, PX_EINVAL, "server URL is longer than 2048 characters");
-    if (token) {
-        for (const char *t = token; *t; t++)
-            if ((unsigned char)*t <= ' ' || (unsigned char)*t >= 127)
-                return px_err_set(err, PX_EINVAL,
-                                  "the token holds a space or a non-printable character; "
-                                  "check --token or PLEXUS_TOKEN");
-    }
+    if (!token_ok(token))
+        return px_err_set(err, PX_EINVAL,
+                          "the token holds a space or a non-printable character; check "
+                          "--token-file or PLEXUS_TOKEN");
     pthread_once(&curl_once, curl_init);
     if (curl_init_status != CURLE_OK)
         return px_err_set(err, PX_EIO, "cannot initialise libcurl: %s",
@@ -83,15 +133,55 @@ void px_fleet_client_free(px_fleet_client *c)
         return;
     if (c->curl)
         curl_easy_cleanup(c->curl);
-    if (c->auth) {
-        /* The token should not outlive the client in freed memory. */
-        volatile char *p = c->auth;
-        while (*p)
-            *p++ = 0;
-        free(c->auth);
-    }
+    wipe_free(c->auth);
+    free(c->ca);
+    free(c->idem);
     free(c->base);
     free(c);
+}
+
+px_status px_fleet_client_set_ca(px_fleet_client *c, const char *ca_file, px_err *err)
+{
+    char *copy = NULL;
+    if (ca_file) {
+        if (access(ca_file, R_OK) != 0)
+            return px_err_set(err, PX_ENOTFOUND, "CA file %s: cannot read: %s", ca_file,
+                              strerror(errno));
+        if (!(copy = px_strdup(ca_file)))
+            return px_err_set(err, PX_ENOMEM, "out of memory");
+    }
+    free(c->ca);
+    c->ca = copy;
+    return PX_OK;
+}
+
+px_status px_fleet_client_set_token(px_fleet_client *c, const char *token, px_err *err)
+{
+    if (!token_ok(token))
+        return px_err_set(err, PX_EINVAL, "the token holds a space or a non-printable character");
+    char *auth = token && token[0] ? px_asprintf("Authorization: Bearer %s", token) : NULL;
+    if (token && token[0] && !auth)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    wipe_free(c->auth);
+    c->auth = auth;
+    return PX_OK;
+}
+
+px_status px_fleet_client_set_idempotency_key(px_fleet_client *c, const char *key, px_err *err)
+{
+    char *h = NULL;
+    if (key) {
+        size_t n = strlen(key);
+        if (n == 0 || n > 128 || !token_ok(key))
+            return px_err_set(err, PX_EINVAL,
+                              "an idempotency key is 1 to 128 printable characters without "
+                              "spaces");
+        if (!(h = px_asprintf("Idempotency-Key: %s", key)))
+            return px_err_set(err, PX_ENOMEM, "out of memory");
+    }
+    free(c->idem);
+    c->idem = h;
+    return PX_OK;
 }
 
 void px_fleet_client_set_timeout(px_fleet_client *c, int timeout_ms)
@@ -99,7 +189,7 @@ void px_fleet_client_set_timeout(px_fleet_client *c, int timeout_ms)
     c->timeout_ms = timeout_ms > 0 ? timeout_ms : 30000;
 }
 
-void px_fleet_client_set_abort(px_fleet_client *c, volatile int *flag)
+void px_fleet_client_set_abort(px_fleet_client *c, const atomic_int *flag)
 {
     c->abort_flag = flag;
 }
@@ -108,8 +198,8 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
                        curl_off_t ulnow)
 {
     (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
-    volatile int *flag = ud;
-    return *flag ? 1 : 0;
+    const atomic_int *flag = ud;
+    return atomic_load_explicit(flag, memory_order_relaxed) ? 1 : 0;
 }
 
 const char *px_fleet_client_server(const px_fleet_client *c)
@@ -134,17 +224,26 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
         s->too_big = true;
         return 0;
     }
+    uint64_t at = s->n;
     s->n += len;
     if (s->fd >= 0) {
+        /* Pieces of zeros stay holes (the size is set when done), as the
+         * server keeps them: a sparse model costs its data, not its size. */
         for (size_t off = 0; off < len;) {
-            ssize_t w = write(s->fd, ptr + off, len - off);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w < 0) {
-                s->write_failed = true;
-                return 0;
+            size_t piece = PX_MIN(len - off, (size_t)(4096 - (at + off) % 4096));
+            const char *p = ptr + off;
+            bool zero = p[0] == 0 && memcmp(p, p + 1, piece - 1) == 0;
+            for (size_t done = 0; !zero && done < piece;) {
+                ssize_t w = pwrite(s->fd, p + done, piece - done, (off_t)(at + off + done));
+                if (w < 0 && errno == EINTR)
+                    continue;
+                if (w <= 0) {
+                    s->write_failed = true;
+                    return 0;
+                }
+                done += (size_t)w;
             }
-            off += (size_t)w;
+            off += piece;
         }
         /* Error replies are JSON: keep their start for the message. */
         if (s->body.len < 4096)
@@ -217,6 +316,8 @@ static px_status perform(px_fleet_client *c, const request *rq, long *http_statu
     struct curl_slist *hdrs = NULL;
     if (c->auth)
         hdrs = curl_slist_append(hdrs, c->auth);
+    if (c->idem)
+        hdrs = curl_slist_append(hdrs, c->idem);
     char ct[128];
     snprintf(ct, sizeof ct, "Content-Type: %s",
              rq->content_type ? rq->content_type : "application/json");
@@ -232,12 +333,26 @@ static px_status perform(px_fleet_client *c, const request *rq, long *http_statu
     curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    if (share)
+        curl_easy_setopt(h, CURLOPT_SHARE, share);
+    if (c->ca) {
+        /* Pinned: this CA alone, not the system's store. */
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->ca);
+        curl_easy_setopt(h, CURLOPT_CAPATH, NULL);
+    }
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
     if (c->abort_flag) {
         curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
         curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)c->abort_flag);
     }
     int upload_fd = rq->upload_fd;
+    if (upload_fd >= 0 && lseek(upload_fd, 0, SEEK_SET) != 0) {
+        curl_slist_free_all(hdrs);
+        free(url);
+        return px_err_set(err, PX_EIO, "cannot read the file to send: %s", strerror(errno));
+    }
     if (!strcmp(rq->method, "GET")) {
         curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
     } else if (upload_fd >= 0) {
@@ -358,13 +473,27 @@ px_status px_fleet_client_send_file(px_fleet_client *c, const char *method, cons
     return st;
 }
 
+px_status px__client_send_fd(px_fleet_client *c, const char *method, const char *path, int fd,
+                             uint64_t len, long *http_status, json_t **reply, px_err *err)
+{
+    if (reply)
+        *reply = NULL;
+    request rq = {method, path, NULL, 0, "application/octet-stream", fd, len, -1};
+    sink s = {PX_STRBUF_INIT, -1, 0, REPLY_MAX_BYTES, false, false};
+    px_status st = perform(c, &rq, http_status, &s, err);
+    if (st == PX_OK)
+        st = parse_reply(&s, path, reply, err);
+    px_strbuf_release(&s.body);
+    return st;
+}
+
 px_status px_fleet_client_download(px_fleet_client *c, const char *path, const char *dest,
                                    long *http_status, px_err *err)
 {
     char *tmp = px_asprintf("%s.part.%ld", dest, (long)getpid());
     if (!tmp)
         return px_err_set(err, PX_ENOMEM, "out of memory");
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
         px_status st = px_err_set(err, PX_EIO, "%s: cannot create: %s", dest, strerror(errno));
         free(tmp);
@@ -373,6 +502,8 @@ px_status px_fleet_client_download(px_fleet_client *c, const char *path, const c
     request rq = {"GET", path, NULL, 0, NULL, -1, 0, fd};
     sink s = {PX_STRBUF_INIT, fd, 0, DOWNLOAD_MAX_BYTES, false, false};
     px_status st = perform(c, &rq, http_status, &s, err);
+    if (st == PX_OK && (ftruncate(fd, (off_t)s.n) != 0 || fsync(fd) != 0))
+        st = px_err_set(err, PX_EIO, "%s: cannot write: %s", dest, strerror(errno));
     if (close(fd) != 0 && st == PX_OK)
         st = px_err_set(err, PX_EIO, "%s: cannot write: %s", dest, strerror(errno));
     if (st == PX_OK && rename(tmp, dest) != 0)

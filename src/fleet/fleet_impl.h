@@ -10,6 +10,7 @@
 #include "plexus/fleet.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 /* ------------------------------------------------------------------ */
 /* Versions                                                            */
@@ -173,7 +174,8 @@ struct px_fleet_request {
     bool service;
     bool plan_auto;
     int max_attempts;
-    int refs; /* the owner's plus one per explanation */
+    double time_limit_s; /* 0: none */
+    int refs;            /* the owner's plus one per explanation */
 };
 
 typedef struct px__scored {
@@ -232,9 +234,14 @@ typedef struct px__job_row {
     int exit_code;            /* INT_MIN when none */
     int64_t created, updated; /* Unix seconds */
     double not_before;        /* Unix seconds (fractions), 0 none */
+    char *owner;              /* the submitting user's name; NULL for jobs older than users */
+    char *idem_key;           /* the submission's Idempotency-Key, or NULL */
+    char *idem_hash;          /* SHA-256 (hex) of the submitted spec, with idem_key */
 } px__job_row;
 
 void px__job_row_release(px__job_row *r);
+/* Deep copy (every string duplicated).  PX_ENOMEM leaves out empty. */
+px_status px__job_row_copy(const px__job_row *in, px__job_row *out, px_err *err);
 
 typedef struct px__log_chunk {
     int64_t seq;
@@ -254,41 +261,48 @@ typedef struct px__artifact_row {
 typedef void (*px__job_cb)(const px__job_row *row, void *ud);
 typedef void (*px__node_cb)(const char *name, const char *reg_json, const char *state,
                             int64_t last_seen, void *ud);
-typedef void (*px__token_cb)(const char *kind, const char *name, const char *sha256_hex, void *ud);
+typedef void (*px__credential_cb)(const char *node, const char *sha256_hex, void *ud);
+typedef void (*px__name_cb)(const char *name, void *ud);
 typedef void (*px__log_cb)(const px__log_chunk *c, void *ud);
 typedef void (*px__artifact_cb)(const px__artifact_row *a, void *ud);
 
 /* The store behind the server: a table of operations so that another
- * database (PostgreSQL for several servers) can follow.  Version 1; slots
- * are only ever added at the end.  Every write is durable when it returns
- * PX_OK. */
+ * database (PostgreSQL for several servers) can follow.  Version 2 (1 held
+ * the tokens of the token file, which are configuration, not state);
+ * slots are only ever added at the end.  Every write is durable when it
+ * returns PX_OK, and a failed write changes nothing and says why in err
+ * (err must not be NULL for writes: a failure nobody can read is how a
+ * store lies). */
 typedef struct px__store_ops {
     int version;
     void (*close)(void *self);
-    px_status (*clear_tokens)(void *self, px_err *err);
-    px_status (*put_token)(void *self, const char *kind, const char *name, const char *sha256_hex,
-                           px_err *err);
-    px_status (*list_tokens)(void *self, px__token_cb cb, void *ud, px_err *err);
     px_status (*put_node)(void *self, const char *name, const char *reg_json, const char *state,
                           int64_t last_seen, px_err *err);
     px_status (*list_nodes)(void *self, px__node_cb cb, void *ud, px_err *err);
     /* Inserts a job with the next sequence number; fills row->seq and
-     * row->id ("j-000001") when id is NULL. */
+     * row->id ("j-000001") when id is NULL.  PX_EEXIST when (owner,
+     * idem_key) is taken. */
     px_status (*insert_job)(void *self, px__job_row *row, px_err *err);
     /* Writes the job's row, its members rows and (when attempt_reason is
      * not NULL) an attempts row, in one transaction. */
     px_status (*update_job)(void *self, const px__job_row *row, const char *attempt_reason,
                             px_err *err);
     px_status (*get_job)(void *self, const char *id, px__job_row *out, px_err *err);
-    /* Jobs in a state ("" any, "active" queued/assigned/running), newest
-     * first, at most limit. */
-    px_status (*list_jobs)(void *self, const char *state, int limit, px__job_cb cb, void *ud,
-                           px_err *err);
+    /* Jobs in a state ("" any, "active" queued/assigned/running) of an
+     * owner (NULL: every owner), newest first, at most limit. */
+    px_status (*list_jobs)(void *self, const char *state, const char *owner, int limit,
+                           px__job_cb cb, void *ud, px_err *err);
+    /* The job an owner submitted with an idempotency key; PX_ENOTFOUND. */
+    px_status (*find_idempotent)(void *self, const char *owner, const char *key, px__job_row *out,
+                                 px_err *err);
     px_status (*append_log)(void *self, const char *job, int attempt, int rank, const char *stream,
                             const void *data, size_t len, int64_t *seq, px_err *err);
     /* Chunks with seq > after, at most max_bytes of data (at least one). */
     px_status (*read_logs)(void *self, const char *job, int64_t after, const char *stream,
                            size_t max_bytes, px__log_cb cb, void *ud, px_err *err);
+    /* Bytes of log data and of artifacts a job holds (for its quotas). */
+    px_status (*job_usage)(void *self, const char *job, int64_t *log_bytes, int64_t *artifact_bytes,
+                           px_err *err);
     px_status (*put_artifact)(void *self, const px__artifact_row *a, px_err *err);
     px_status (*list_artifacts)(void *self, const char *job, px__artifact_cb cb, void *ud,
                                 px_err *err);
@@ -300,6 +314,15 @@ typedef struct px__store_ops {
      * 30 s per node at most). */
     px_status (*put_heartbeat)(void *self, const char *node, int64_t at, const char *live_json,
                                px_err *err);
+    /* Node credentials, by the SHA-256 (hex) of the secret. */
+    px_status (*put_credential)(void *self, const char *node, const char *sha256_hex, px_err *err);
+    /* Drops a node's credentials except keep (NULL: all of them). */
+    px_status (*drop_credentials)(void *self, const char *node, const char *keep_sha256_hex,
+                                  px_err *err);
+    px_status (*list_credentials)(void *self, px__credential_cb cb, void *ud, px_err *err);
+    /* Node names an admin revoked: they cannot join again until admitted. */
+    px_status (*set_revoked)(void *self, const char *node, bool revoked, px_err *err);
+    px_status (*list_revoked)(void *self, px__name_cb cb, void *ud, px_err *err);
 } px__store_ops;
 
 typedef struct px__store {
@@ -307,10 +330,16 @@ typedef struct px__store {
     void *self;
 } px__store;
 
-/* Opens DATA/fleet.db (created and migrated as needed). */
+/* Opens DATA/fleet.db (created and migrated as needed), the file and its
+ * WAL readable by the owner alone (0600) whatever the umask. */
 px_status px__store_sqlite_open(const char *path, px__store *out, px_err *err);
 /* The schema version a freshly migrated database has. */
 int px__store_sqlite_schema_version(void);
+/* Test seam (store_fault.c): while *px__store_fail_flag is nonzero, the
+ * store of a server started after it was set refuses every write as a
+ * full disk would.  NULL (always, outside tests) leaves the store alone. */
+extern atomic_int *px__store_fail_flag;
+px_status px__store_wrap_faults(px__store *store, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Server state                                                        */
@@ -334,6 +363,34 @@ typedef enum px__member_state {
     PX__MEM_EXITED,
 } px__member_state;
 
+/* Names of users and nodes: [A-Za-z0-9_.@-], 1 to 64 characters. */
+#define PX__NAME_MAX 64
+
+/* Who made a request, as authentication found it. */
+typedef enum px__who_kind {
+    PX__WHO_NONE = 0,
+    PX__WHO_JOIN, /* the join token: may only join a new node */
+    PX__WHO_USER, /* a user (role user or admin) */
+    PX__WHO_NODE, /* a node, by the credential it made at join */
+} px__who_kind;
+
+typedef struct px__who {
+    px__who_kind kind;
+    bool admin; /* users: the admin role */
+    bool fresh; /* nodes: a rotated credential used for the first time */
+    px_digest hash;
+    char name[PX__NAME_MAX + 1]; /* user or node name */
+} px__who;
+
+/* One accepted secret, known by its SHA-256. */
+typedef struct px__principal {
+    px_digest hash;
+    px__who_kind kind;
+    bool admin;
+    bool pending; /* a node's rotated credential, not yet used */
+    char name[PX__NAME_MAX + 1];
+} px__principal;
+
 typedef struct px__member {
     int node; /* scheduler node index, -1 none */
     json_t *devices;
@@ -352,14 +409,14 @@ typedef struct px__job {
     int master_port;
     double not_before_ns; /* monotonic; 0 none */
     bool explained_this_attempt;
-    json_t *explain;      /* latest explanation, full JSON; NULL before the first */
-    struct px__job *next; /* in the active list, oldest first */
+    double time_limit_s;    /* effective limit of one attempt; 0 none */
+    int64_t log_bytes;      /* output stored, against the log quota */
+    int64_t artifact_bytes; /* artifacts stored, against the artifact quota */
+    bool log_truncated;     /* the quota was reached and the log says so */
+    bool store_failed;      /* the last write of this job failed: retried on the tick */
+    json_t *explain;        /* latest explanation, full JSON; NULL before the first */
+    struct px__job *next;   /* in the active list, oldest first */
 } px__job;
-
-typedef struct px__token {
-    px_digest hash;
-    bool agent;
-} px__token;
 
 typedef struct px__metrics {
     uint64_t submitted, decisions, placements, requeues;
@@ -383,8 +440,16 @@ struct px_fleet_server {
     double *hb_written_ns; /* per node: when its heartbeat was last stored */
     size_t cap_last_seen;
     px__job *jobs; /* active jobs, oldest first */
-    px__token *tokens;
-    size_t n_tokens;
+    /* Accepted secrets; read by every request before its body, so under
+     * their own lock (taken after `lock` when both are held). */
+    px__principal *principals;
+    size_t n_principals, cap_principals;
+    pthread_rwlock_t auth_lock;
+    json_t *revoked; /* object used as a set: node names an admin revoked */
+    json_t *rotate;  /* object used as a set: nodes asked to rotate their credential */
+    char *tmp_dir;   /* DATA/tmp: uploads in flight */
+    bool tls;
+    void *conns; /* the connection table of api_http.c */
     pthread_mutex_t lock;
     pthread_cond_t changed; /* any job or log change: wakes long polls */
     pthread_cond_t kick;    /* wakes the scheduler thread */
@@ -397,14 +462,42 @@ struct px_fleet_server {
     void *daemon; /* struct MHD_Daemon */
 };
 
-/* server_jobs.c: state transitions.  All take the server lock held. */
+/* server_jobs.c: state transitions.  All take the server lock held.
+ * Each one writes the new state to the store before it changes anything
+ * in memory or answers: a write that fails leaves the job as it was and
+ * returns the store's error (the caller answers 503 and the agent or the
+ * tick retries), so nothing is acknowledged that is not on disk. */
 px__job *px__srv_find_job(px_fleet_server *srv, const char *id);
-px_status px__srv_submit(px_fleet_server *srv, json_t *spec, px__job **out, px_err *err);
+/* Submits spec for `owner` (a user name; NULL for none) with an optional
+ * idempotency key.  *replay is set when the key named an earlier job with
+ * the same spec (*out_row then holds that job's row, owned). */
+px_status px__srv_submit(px_fleet_server *srv, json_t *spec, const char *owner,
+                         const char *idem_key, px__job_row *out_row, bool *replay, px_err *err);
 void px__srv_schedule_pass(px_fleet_server *srv);
+/* Lost nodes, their work requeued; writes that failed before, retried;
+ * jobs past their time limit, failed. */
 void px__srv_check_leases(px_fleet_server *srv);
 /* Requeues work a re-registering agent no longer runs (running: its list). */
-void px__srv_reconcile_node(px_fleet_server *srv, size_t node, const json_t *running);
+px_status px__srv_reconcile_node(px_fleet_server *srv, size_t node, const json_t *running,
+                                 px_err *err);
+/* Requeues (or fails) every active job with a member on node, at once. */
+px_status px__srv_evict_node(px_fleet_server *srv, size_t node, const char *reason, px_err *err);
 px_status px__srv_cancel(px_fleet_server *srv, const char *id, px_err *err);
+/* The pieces the transitions share (server_jobs.c, server_leases.c). */
+px__job *px__srv_job_new(px_fleet_server *srv, px__job_row *row, px_fleet_request *req);
+void px__srv_append_job(px_fleet_server *srv, px__job *job);
+void px__srv_reset_members(px__job *job);
+void px__srv_free_job(px__job *job);
+/* Queues the job again with the next attempt (after delay_s). */
+px_status px__srv_requeue(px_fleet_server *srv, px__job *job, double delay_s, const char *reason,
+                          px_err *err);
+/* Ends the job in a terminal state and drops it from the active list (the
+ * job must not be touched after PX_OK). */
+px_status px__srv_finish(px_fleet_server *srv, px__job *job, px__job_state state, int exit_code,
+                         const char *error, px_err *err);
+/* Whether (attempt, rank) of the job is current and assigned to node:
+ * PX_ESTATE (stale), PX_EINVAL (no such rank), PX_EAUTH (another node's). */
+px_status px__srv_check_member(px__job *job, int attempt, int rank, int node, px_err *err);
 /* Reports from agents; PX_ESTATE for a stale attempt. */
 px_status px__srv_member_start(px_fleet_server *srv, px__job *job, int attempt, int rank, int node,
                                px_err *err);
@@ -417,11 +510,46 @@ px_status px__srv_load(px_fleet_server *srv, px_err *err);
  * "detail": ...}); new reference. */
 json_t *px__srv_plan(px_fleet_server *srv, const px__job *job);
 void px__srv_free_jobs(px_fleet_server *srv);
+/* The job's JSON; with detail, the spec too, its "env" values replaced
+ * by "(hidden)" unless `viewer` is the job's owner. */
 json_t *px__srv_job_json(px_fleet_server *srv, const px__job_row *row, const px__job *live,
-                         bool detail);
+                         bool detail, const px__who *viewer);
 json_t *px__srv_node_json(px_fleet_server *srv, size_t i);
 json_t *px__srv_assignment_json(px_fleet_server *srv, px__job *job, int rank);
 void px__srv_touch_node(px_fleet_server *srv, size_t node);
+
+/* server_auth.c: principals.  px__auth_identify takes auth_lock itself;
+ * the others run under the server lock. */
+/* Loads the token file and options (users, join tokens), node
+ * credentials and revoked names from the store; generates DATA/tokens
+ * when nothing else gives a token. */
+px_status px__auth_load(px_fleet_server *srv, px_err *err);
+/* Who the "Authorization: Bearer ..." value names; false when nobody
+ * (constant time over every principal). */
+bool px__auth_identify(px_fleet_server *srv, const char *authorization, px__who *who);
+/* Adds the principals of a token file's text (modified in place); path
+ * names it in messages.  PX_EINVAL with the line and the fix. */
+px_status px__auth_parse_text(px_fleet_server *srv, char *text, const char *path, px_err *err);
+/* A node joins with the credential it made: refused when the name was
+ * revoked (PX_EAUTH) or already has another credential (PX_EEXIST);
+ * joining again with the same credential is accepted. */
+px_status px__auth_join(px_fleet_server *srv, const char *node, const char *credential,
+                        px_err *err);
+/* A node's next credential: accepted beside the current one until first
+ * used, which drops the others (px__auth_settle). */
+px_status px__auth_add_pending(px_fleet_server *srv, const char *node, const char *credential,
+                               px_err *err);
+px_status px__auth_settle(px_fleet_server *srv, const px__who *who, px_err *err);
+/* Drops every credential of a node and keeps it from joining again. */
+px_status px__auth_revoke(px_fleet_server *srv, const char *node, px_err *err);
+/* Lets a revoked node join again. */
+px_status px__auth_admit(px_fleet_server *srv, const char *node, px_err *err);
+bool px__auth_is_revoked(px_fleet_server *srv, const char *node);
+/* Whether the node has any credential. */
+bool px__auth_has_node(px_fleet_server *srv, const char *node);
+void px__auth_free(px_fleet_server *srv);
+/* Whether a user or node name is 1 to 64 of [A-Za-z0-9_.@-]. */
+bool px__name_valid(const char *name);
 
 /* One HTTP request as the handlers see it (api_http.c fills it). */
 typedef struct px__api_req {
@@ -431,6 +559,9 @@ typedef struct px__api_req {
     const char *url;
     const char *body;
     size_t body_len;
+    px__who who; /* the authenticated caller */
+    /* A streamed upload that has been written to a file (api_upload.c). */
+    struct px__upload *upload;
 } px__api_req;
 
 /* The reply a handler fills: a memory body (owned) or a file. */
@@ -457,10 +588,38 @@ json_t *px__api_body_json(const px__api_req *rq, px__api_resp *rs);
 bool px__api_user_route(px__api_req *rq, px__api_resp *rs);
 bool px__api_agent_route(px__api_req *rq, px__api_resp *rs);
 
+/* Whether the caller may see the job (its owner, or an admin). */
+bool px__api_may_see(const px__api_req *rq, const px__job_row *row);
+
+/* api_upload.c: artifact and blob bodies streamed to disk, hashed on the
+ * way, outside the server lock; only the bookkeeping takes it. */
+typedef struct px__upload px__upload;
+/* Whether method+url is an upload; its checks before any byte is read
+ * (server lock held): 0 to go on, else the HTTP status of the reply set
+ * in rs.  *out gets the upload state (owned: px__upload_free). */
+bool px__upload_is(const char *method, const char *url);
+int px__upload_begin(px__api_req *rq, uint64_t content_length, px__upload **out, px__api_resp *rs);
+/* Writes one chunk (no lock); false once the upload failed (its reply is
+ * then set at the end). */
+bool px__upload_data(px__upload *u, const char *data, size_t len);
+/* Finishes (fsync and rename outside the lock, bookkeeping inside) and
+ * sets the reply. */
+void px__upload_end(px__api_req *rq, px__upload *u, px__api_resp *rs);
+void px__upload_free(px__upload *u);
+
+/* Free bytes in the data folder beyond the reserve (negative: short);
+ * uploads and submissions check it. */
+int64_t px__srv_disk_headroom(px_fleet_server *srv);
+
 /* api_files.c */
 px_status px__artifact_name_check(const char *name, size_t len, px_err *err);
 px_status px__artifact_open(const char *data_dir, const char *job, const char *name, bool create,
                             int *out_fd, px_err *err);
+/* Opens (creating with create) the folder DATA/artifacts/<job>/<dirs of
+ * name> without following links; *base points into name at its last
+ * component. */
+px_status px__artifact_dir(const char *data_dir, const char *job, const char *name, bool create,
+                           int *out_dir, const char **base, px_err *err);
 px_status px__write_all(int fd, const void *data, size_t len, px_err *err);
 px_status px__blob_path(const char *data_dir, const char *hex, char *out, size_t n, px_err *err);
 px_status px__open_read(const char *path, int *fd, size_t *size, px_err *err);

@@ -101,7 +101,7 @@ static px_status get_int(const json_t *obj, const char *key, const char *ptr, lo
 /* Splits "torch>=2.1,<3" into its name and specifier and checks both. */
 static px_status parse_fw_req(const char *text, size_t i, px__fw_req *out, px_err *err)
 {
-    char ptr[32];
+    char ptr[48];
     snprintf(ptr, sizeof ptr, "/frameworks/%zu", i);
     size_t n = 0;
     while (text[n] && (isalnum((unsigned char)text[n]) || strchr("._-", text[n])))
@@ -136,8 +136,11 @@ static px_status compile_resources(const json_t *res, px_fleet_request *r, px_er
         return PX_EINVAL;
     const json_t *v;
     if ((v = json_object_get(res, "cpus"))) {
-        if (!json_is_number(v) || !(json_number_value(v) > 0) || json_number_value(v) > 100000)
-            return SPEC_ERR(err, "/resources/cpus", "expected a number of cores above 0");
+        /* A floor, so that no job can ask for so little that a node takes
+         * an unbounded number of them. */
+        if (!json_is_number(v) || !(json_number_value(v) >= 0.01) || json_number_value(v) > 100000)
+            return SPEC_ERR(err, "/resources/cpus",
+                            "expected a number of cores from 0.01 to 100000");
         r->cpus = json_number_value(v);
     }
     if ((v = json_object_get(res, "memory")) &&
@@ -240,7 +243,8 @@ static px_status compile(const json_t *spec, px_fleet_request *r, px_err *err)
                                         "launcher",
                                         "on_member_failure",
                                         "service",
-                                        "max_attempts"};
+                                        "max_attempts",
+                                        "time_limit_s"};
     if (!json_is_object(spec))
         return SPEC_ERR(err, "/", "expected an object, got %s", px_json_type_name(spec));
     if (!check_members(spec, "top level", known, PX_ARRAY_LEN(known), err))
@@ -249,6 +253,14 @@ static px_status compile(const json_t *spec, px_fleet_request *r, px_err *err)
     if ((v = json_object_get(spec, "name"))) {
         if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > 128)
             return SPEC_ERR(err, "/name", "expected a string of 1 to 128 characters");
+        /* Listings print names on terminals: no control characters (C0,
+         * DEL or C1), so a name cannot carry escape sequences. */
+        const unsigned char *c = (const unsigned char *)json_string_value(v);
+        for (size_t i = 0; i < json_string_length(v); i++)
+            if (c[i] < 0x20 || c[i] == 0x7f ||
+                (c[i] == 0xc2 && c[i + 1] >= 0x80 && c[i + 1] <= 0x9f))
+                return SPEC_ERR(err, "/name",
+                                "byte %zu is a control character; a name is printable text", i);
     }
     const json_t *cmd = json_object_get(spec, "command");
     const json_t *py = json_object_get(spec, "python");
@@ -311,6 +323,18 @@ static px_status compile(const json_t *spec, px_fleet_request *r, px_err *err)
     if ((v = json_object_get(spec, "artifacts"))) {
         if (check_string_array(v, "/artifacts", 0, 256, err) != PX_OK)
             return PX_EINVAL;
+        /* Refused here, at submission, rather than when the agent uploads. */
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            const json_t *a = json_array_get(v, i);
+            px_err ae;
+            char ptr[32];
+            snprintf(ptr, sizeof ptr, "/artifacts/%zu", i);
+            if (px__artifact_name_check(json_string_value(a), json_string_length(a), &ae) != PX_OK)
+                return SPEC_ERR(err, ptr, "%s", ae.msg);
+            for (size_t k = 0; k < i; k++)
+                if (json_equal(a, json_array_get(v, k)))
+                    return SPEC_ERR(err, ptr, "\"%.64s\" is listed twice", json_string_value(a));
+        }
     }
     long n = 1;
     if (get_int(spec, "nodes", "/nodes", 1, 1024, 1, &n, err) != PX_OK)
@@ -334,6 +358,12 @@ static px_status compile(const json_t *spec, px_fleet_request *r, px_err *err)
     if (get_int(spec, "max_attempts", "/max_attempts", 1, 100, 3, &n, err) != PX_OK)
         return PX_EINVAL;
     r->max_attempts = (int)n;
+    if ((v = json_object_get(spec, "time_limit_s"))) {
+        if (!json_is_number(v) || !(json_number_value(v) >= 1) ||
+            json_number_value(v) > 30 * 86400.0)
+            return SPEC_ERR(err, "/time_limit_s", "expected seconds from 1 to 2592000 (30 days)");
+        r->time_limit_s = json_number_value(v);
+    }
     return PX_OK;
 }
 

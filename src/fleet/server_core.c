@@ -1,134 +1,20 @@
-/* The server's life cycle: options, data folder, tokens, the store, the
- * scheduler thread (placement passes and lease checks) and start/stop. */
+/* The server's life cycle: options, the data folder (private whatever
+ * the umask), principals, the store, the scheduler thread (placement
+ * passes, lease checks, retries of failed writes) and start/stop. */
 #include "base/common.h"
 
 #include "fleet/fleet_impl.h"
+#include "fleet/secret_impl.h"
 
-#include <ctype.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
 #define TICK_NS 100000000ull /* lease checks and backoff timers: every 100 ms */
-
-/* ---- tokens ---- */
-
-static px_status add_token(px_fleet_server *srv, const char *kind, const char *name,
-                           const char *token, const char *where, px_err *err)
-{
-    size_t n = strlen(token);
-    if (n < 16 || n > 256)
-        return px_err_set(err, PX_EINVAL, "%s: a token must have 16 to 256 characters", where);
-    for (size_t i = 0; i < n; i++)
-        if (!isgraph((unsigned char)token[i]))
-            return px_err_set(err, PX_EINVAL, "%s: a token must be printable ASCII without spaces",
-                              where);
-    px__token *t = realloc(srv->tokens, (srv->n_tokens + 1) * sizeof *t);
-    if (!t)
-        return px_err_set(err, PX_ENOMEM, "out of memory");
-    srv->tokens = t;
-    px__token *nt = &srv->tokens[srv->n_tokens++];
-    px_sha256(token, n, &nt->hash);
-    nt->agent = strcmp(kind, "agent") == 0;
-    char hex[65];
-    px_digest_hex(&nt->hash, hex);
-    return srv->store.ops->put_token(srv->store.self, kind, name, hex, err);
-}
-
-static px_status read_token_file(px_fleet_server *srv, const char *path, px_err *err)
-{
-    char *text;
-    size_t len;
-    px_status st = px_read_file(path, 1 << 20, &text, &len, err);
-    if (st != PX_OK)
-        return st;
-    int line = 0;
-    char *save = text;
-    for (char *p = text; st == PX_OK && p && *p;) {
-        char *nl = strchr(p, '\n');
-        if (nl)
-            *nl = '\0';
-        line++;
-        char *hash = strchr(p, '#');
-        if (hash)
-            *hash = '\0';
-        char kind[16] = "", token[300] = "", name[80] = "";
-        int got = sscanf(p, "%15s %299s %79s", kind, token, name);
-        char where[PATH_MAX + 32];
-        snprintf(where, sizeof where, "%s:%d", path, line);
-        if (got >= 1 && got < 2)
-            st = px_err_set(err, PX_EINVAL, "%s: expected \"agent TOKEN\" or \"user TOKEN [name]\"",
-                            where);
-        else if (got >= 2 && strcmp(kind, "agent") != 0 && strcmp(kind, "user") != 0)
-            st = px_err_set(err, PX_EINVAL, "%s: unknown token kind \"%s\"; use agent or user",
-                            where, kind);
-        else if (got >= 2)
-            st = add_token(srv, kind, got == 3 ? name : kind, token, where, err);
-        p = nl ? nl + 1 : NULL;
-    }
-    free(save);
-    return st;
-}
-
-static px_status random_token(char out[49], px_err *err)
-{
-    unsigned char b[24];
-    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || read(fd, b, sizeof b) != (ssize_t)sizeof b) {
-        if (fd >= 0)
-            close(fd);
-        return px_err_set(err, PX_EIO, "/dev/urandom: cannot read random bytes for a token");
-    }
-    close(fd);
-    for (size_t i = 0; i < sizeof b; i++)
-        snprintf(out + 2 * i, 3, "%02x", b[i]);
-    return PX_OK;
-}
-
-static px_status setup_tokens(px_fleet_server *srv, px_err *err)
-{
-    const px_fleet_server_options *o = &srv->opt;
-    px_status st = srv->store.ops->clear_tokens(srv->store.self, err);
-    if (st == PX_OK && o->cluster_token)
-        st = add_token(srv, "agent", "agent", o->cluster_token, "cluster token", err);
-    if (st == PX_OK && o->api_token)
-        st = add_token(srv, "user", "user", o->api_token, "API token", err);
-    if (st != PX_OK)
-        return st;
-    if (o->token_file)
-        return read_token_file(srv, o->token_file, err);
-    if (o->cluster_token || o->api_token)
-        return PX_OK;
-    char *path = px_asprintf("%s/tokens", srv->data_dir);
-    if (!path)
-        return px_err_set(err, PX_ENOMEM, "out of memory");
-    if (access(path, F_OK) != 0) {
-        char a[49], u[49];
-        if ((st = random_token(a, err)) != PX_OK || (st = random_token(u, err)) != PX_OK) {
-            free(path);
-            return st;
-        }
-        char *text =
-            px_asprintf("# plexus tokens: keep this file private\nagent %s\nuser %s\n", a, u);
-        int fd = text ? open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
-        size_t n = text ? strlen(text) : 0;
-        bool ok = fd >= 0 && write(fd, text, n) == (ssize_t)n && fsync(fd) == 0;
-        if (fd >= 0)
-            close(fd);
-        free(text);
-        if (!ok) {
-            st = px_err_set(err, PX_EIO, "%s: cannot write the generated tokens: %s", path,
-                            strerror(errno));
-            free(path);
-            return st;
-        }
-        px_log_info("fleet: generated an agent and a user token in %s", path);
-    }
-    st = read_token_file(srv, path, err);
-    free(path);
-    return st;
-}
 
 /* ---- nodes from the store ---- */
 
@@ -238,18 +124,54 @@ static px_status parse_listen(const char *listen, char *host, size_t n_host, uin
     return PX_OK;
 }
 
+/* DATA and its folders, 0700 whatever the umask: the database and its
+ * WAL hold jobs' environments, artifacts and blobs are users' data. */
 static px_status make_dirs(const char *data, px_err *err)
 {
-    const char *subs[] = {"", "/artifacts", "/blobs"};
+    const char *subs[] = {"", "/artifacts", "/blobs", "/tmp"};
     for (size_t i = 0; i < PX_ARRAY_LEN(subs); i++) {
         char path[PATH_MAX];
         if ((size_t)snprintf(path, sizeof path, "%s%s", data, subs[i]) >= sizeof path)
             return px_err_set(err, PX_EINVAL, "--data: path too long");
-        if (mkdir(path, 0700) != 0 && errno != EEXIST)
-            return px_err_set(err, PX_EIO, "%s: cannot create the folder: %s", path,
-                              strerror(errno));
+        px_status st = px__private_dir(path, err);
+        if (st != PX_OK)
+            return px_err_prefix(err, st, "--data: ");
     }
     return PX_OK;
+}
+
+/* Uploads a crash interrupted: nothing refers to them. */
+static void clean_tmp(const char *tmp)
+{
+    DIR *d = opendir(tmp);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (px_str_starts_with(e->d_name, "upload-"))
+            unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+}
+
+int64_t px__srv_disk_headroom(px_fleet_server *srv)
+{
+    struct statvfs v;
+    if (statvfs(srv->data_dir, &v) != 0)
+        return INT64_MAX; /* cannot tell: let the write itself fail */
+    double avail = (double)v.f_bavail * (double)v.f_frsize;
+    double left = avail - (double)srv->opt.disk_reserve;
+    return left > 9e18 ? INT64_MAX : (int64_t)left;
+}
+
+/* Each connection holds a socket and a thread: let the process have as
+ * many descriptors as the system allows it. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
 }
 
 px_status px_fleet_server_start(const px_fleet_server_options *opt, px_fleet_server **out,
@@ -272,10 +194,23 @@ px_status px_fleet_server_start(const px_fleet_server_options *opt, px_fleet_ser
     if (!o->max_body)
         o->max_body = 1 << 20;
     if (!o->max_upload)
-        o->max_upload = 64u << 20;
+        o->max_upload = (size_t)1 << 40;
     if (!o->max_connections)
-        o->max_connections = 512;
+        o->max_connections = 1024;
+    if (!o->max_connections_per_address)
+        o->max_connections_per_address = 64;
+    if (!(o->header_timeout_s > 0))
+        o->header_timeout_s = 10;
+    if (!o->disk_reserve)
+        o->disk_reserve = 512u << 20;
+    if (!o->log_quota)
+        o->log_quota = 256u << 20;
+    if (!o->artifact_quota)
+        o->artifact_quota = (uint64_t)16 << 30;
+    if (!(o->max_job_time_s >= 0))
+        o->max_job_time_s = 0;
     pthread_mutex_init(&srv->lock, NULL);
+    pthread_rwlock_init(&srv->auth_lock, NULL);
     pthread_cond_init(&srv->changed, NULL);
     pthread_cond_init(&srv->kick, NULL);
     char host[64];
@@ -289,12 +224,26 @@ px_status px_fleet_server_start(const px_fleet_server_options *opt, px_fleet_ser
     }
     if ((st = make_dirs(srv->data_dir, err)) != PX_OK)
         goto fail;
+    if (!(srv->tmp_dir = px_asprintf("%s/tmp", srv->data_dir))) {
+        st = px_err_set(err, PX_ENOMEM, "out of memory");
+        goto fail;
+    }
+    clean_tmp(srv->tmp_dir);
     char db[PATH_MAX];
     snprintf(db, sizeof db, "%s/fleet.db", srv->data_dir);
-    if ((st = px__store_sqlite_open(db, &srv->store, err)) != PX_OK)
+    if ((st = px__store_sqlite_open(db, &srv->store, err)) != PX_OK ||
+        (st = px__store_wrap_faults(&srv->store, err)) != PX_OK)
         goto fail;
-    if ((st = setup_tokens(srv, err)) != PX_OK)
+    if ((st = px__auth_load(srv, err)) != PX_OK)
         goto fail;
+    if (!o->tls_cert != !o->tls_key) {
+        st = px_err_set(err, PX_EINVAL,
+                        "TLS needs both a certificate and its key (--tls-cert and "
+                        "--tls-key)");
+        goto fail;
+    }
+    srv->tls = o->tls_cert != NULL;
+    raise_fd_limit();
     o->token_file = o->cluster_token = o->api_token = NULL; /* borrowed: not kept */
     o->data_dir = NULL;
     if ((st = px_fleet_sched_new(&srv->sched, err)) != PX_OK)
@@ -305,7 +254,9 @@ px_status px_fleet_server_start(const px_fleet_server_options *opt, px_fleet_ser
         goto fail;
     if ((st = px__api_start(srv, host, srv->port, err)) != PX_OK)
         goto fail;
-    snprintf(srv->url, sizeof srv->url, "http://%s:%u", host, (unsigned)srv->port);
+    o->tls_cert = o->tls_key = NULL;
+    snprintf(srv->url, sizeof srv->url, "%s://%s:%u", srv->tls ? "https" : "http", host,
+             (unsigned)srv->port);
     if (pthread_create(&srv->sched_thread, NULL, sched_main, srv) != 0) {
         st = px_err_set(err, PX_EINTERNAL, "cannot start the scheduler thread");
         goto fail;
@@ -348,8 +299,10 @@ void px_fleet_server_stop(px_fleet_server *srv)
         srv->store.ops->close(srv->store.self);
     free(srv->last_seen_ns);
     free(srv->hb_written_ns);
-    free(srv->tokens);
+    px__auth_free(srv);
+    free(srv->tmp_dir);
     free(srv->data_dir);
+    pthread_rwlock_destroy(&srv->auth_lock);
     pthread_cond_destroy(&srv->kick);
     pthread_cond_destroy(&srv->changed);
     pthread_mutex_destroy(&srv->lock);

@@ -1,12 +1,20 @@
-/* Job state transitions on the server: submission, placement passes,
- * starts and finishes reported by agents (with attempt checks), requeues
- * when a node's lease runs out, service restarts with backoff, cancels.
- * Every function here runs with the server lock held. */
+/* Job state transitions on the server: submission (with idempotency
+ * keys), placement passes, starts and finishes reported by agents (with
+ * attempt checks), requeues, service restarts with backoff, cancels.
+ * Every function here runs with the server lock held.
+ *
+ * Each transition writes its new state to the store first and changes the
+ * job in memory only once the write succeeded: a write that fails (a full
+ * disk) leaves the job as it was and the caller answers 503, so an agent
+ * retries its report, a client its request, and the scheduler's tick its
+ * own work, until the store takes writes again. */
 #include "base/common.h"
 
 #include "fleet/fleet_impl.h"
 
 #define MAX_BACKOFF_S 60.0
+/* A placement whose write failed is tried again after this long. */
+#define STORE_RETRY_S 1.0
 
 const char *px__job_state_name(px__job_state s)
 {
@@ -59,9 +67,24 @@ static json_t *members_json(px_fleet_server *srv, const px__job *job)
     return arr;
 }
 
-px_status px__srv_write_job(px_fleet_server *srv, px__job *job, const char *reason, px_err *err)
+/* Every member waiting for a node: how a requeued job is written. */
+static json_t *waiting_members(const px__job *job)
 {
-    json_t *m = members_json(srv, job);
+    json_t *arr = json_array();
+    for (int m = 0; arr && m < job->n_members; m++)
+        json_array_append_new(arr, json_pack("{s:i, s:n, s:[], s:s, s:n, s:i, s:i}", "rank", m,
+                                             "node", "devices", "state", "waiting", "exit_code",
+                                             "started", 0, "finished", 0));
+    return arr;
+}
+
+/* Writes the job's row as it stands (its members as they are, or all
+ * waiting); only on success are the row's members, state and update time
+ * replaced in memory. */
+static px_status write_job(px_fleet_server *srv, px__job *job, const char *reason, bool waiting,
+                           px_err *err)
+{
+    json_t *m = waiting ? waiting_members(job) : members_json(srv, job);
     char *text = m ? json_dumps(m, JSON_COMPACT) : NULL;
     json_decref(m);
     char *state = px_strdup(px__job_state_name(job->state));
@@ -70,18 +93,37 @@ px_status px__srv_write_job(px_fleet_server *srv, px__job *job, const char *reas
         free(state);
         return px_err_set(err, PX_ENOMEM, "out of memory");
     }
+    px__job_row row = job->row;
+    row.members = text;
+    row.state = state;
+    row.updated = px_wall_time();
+    px_status st = srv->store.ops->update_job(srv->store.self, &row, reason, err);
+    if (st != PX_OK) {
+        free(text);
+        free(state);
+        /* Said once: the tick retries while the store refuses. */
+        if (!job->store_failed)
+            px_log_error("fleet: job %s: could not write its state (%s), so it is unchanged and "
+                         "retried: %s",
+                         job->row.id, px__job_state_name(job->state), err->msg);
+        return st;
+    }
+    if (job->store_failed)
+        px_log_info("fleet: job %s: its state is written again", job->row.id);
     free(job->row.members);
-    job->row.members = text;
     free(job->row.state);
+    job->row.members = text;
     job->row.state = state;
-    job->row.updated = px_wall_time();
-    px_status st = srv->store.ops->update_job(srv->store.self, &job->row, reason, err);
-    if (st != PX_OK)
-        px_log_error("fleet: job %s: could not write state: %s", job->row.id, err ? err->msg : "");
-    return st;
+    job->row.updated = row.updated;
+    return PX_OK;
 }
 
-static void reset_members(px__job *job)
+px_status px__srv_write_job(px_fleet_server *srv, px__job *job, const char *reason, px_err *err)
+{
+    return write_job(srv, job, reason, false, err);
+}
+
+void px__srv_reset_members(px__job *job)
 {
     for (int m = 0; m < job->n_members; m++) {
         json_decref(job->members[m].devices);
@@ -89,11 +131,11 @@ static void reset_members(px__job *job)
     }
 }
 
-static void job_free(px__job *job)
+void px__srv_free_job(px__job *job)
 {
     if (!job)
         return;
-    reset_members(job);
+    px__srv_reset_members(job);
     free(job->members);
     px_fleet_request_free(job->req);
     json_decref(job->explain);
@@ -110,12 +152,21 @@ static void retire(px_fleet_server *srv, px__job *job)
             *p = job->next;
             break;
         }
-    job_free(job);
+    px__srv_free_job(job);
     srv->dirty = true;
     pthread_cond_broadcast(&srv->changed);
 }
 
-static px__job *job_new(px__job_row *row, px_fleet_request *req)
+/* The limit one attempt gets: the job's own, capped by the server's. */
+static double effective_limit(const px_fleet_server *srv, const px_fleet_request *req)
+{
+    double own = req->time_limit_s, cap = srv->opt.max_job_time_s;
+    if (own > 0 && cap > 0)
+        return PX_MIN(own, cap);
+    return own > 0 ? own : cap;
+}
+
+px__job *px__srv_job_new(px_fleet_server *srv, px__job_row *row, px_fleet_request *req)
 {
     px__job *job = calloc(1, sizeof *job);
     if (!job)
@@ -131,10 +182,11 @@ static px__job *job_new(px__job_row *row, px_fleet_request *req)
     for (int m = 0; m < job->n_members; m++)
         job->members[m].node = -1;
     job->master_port = 20000 + (int)(row->seq * 7 % 10000);
+    job->time_limit_s = effective_limit(srv, req);
     return job;
 }
 
-static void append(px_fleet_server *srv, px__job *job)
+void px__srv_append_job(px_fleet_server *srv, px__job *job)
 {
     px__job **p = &srv->jobs;
     while (*p)
@@ -142,12 +194,72 @@ static void append(px_fleet_server *srv, px__job *job)
     *p = job;
 }
 
-px_status px__srv_submit(px_fleet_server *srv, json_t *spec, px__job **out, px_err *err)
+/* SHA-256 of the spec's canonical text: what a retried submission must
+ * match to be the same job. */
+static px_status spec_hash(const json_t *spec, char hex[65], px_err *err)
 {
+    char *text = json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!text)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    px_digest d;
+    px_sha256(text, strlen(text), &d);
+    free(text);
+    px_digest_hex(&d, hex);
+    return PX_OK;
+}
+
+px_status px__srv_submit(px_fleet_server *srv, json_t *spec, const char *owner,
+                         const char *idem_key, px__job_row *out_row, bool *replay, px_err *err)
+{
+    *replay = false;
+    memset(out_row, 0, sizeof *out_row);
     px_fleet_request *req;
     px_status st = px_fleet_request_compile(spec, &req, err);
     if (st != PX_OK)
         return st;
+    if (srv->opt.max_job_time_s > 0 && req->time_limit_s > srv->opt.max_job_time_s) {
+        px_fleet_request_free(req);
+        return px_err_set(err, PX_EINVAL,
+                          "job spec: /time_limit_s: %g s is over this server's limit of %g s "
+                          "(plexus server --max-job-time)",
+                          req->time_limit_s, srv->opt.max_job_time_s);
+    }
+    char hash[65];
+    if ((st = spec_hash(spec, hash, err)) != PX_OK) {
+        px_fleet_request_free(req);
+        return st;
+    }
+    if (idem_key) {
+        px__job_row prev;
+        st = srv->store.ops->find_idempotent(srv->store.self, owner, idem_key, &prev, err);
+        if (st == PX_OK) {
+            px_fleet_request_free(req);
+            if (!prev.idem_hash || strcmp(prev.idem_hash, hash) != 0) {
+                st = px_err_set(err, PX_ESTATE,
+                                "Idempotency-Key \"%.64s\" was used for another job spec (%s); "
+                                "send a new key with a new job",
+                                idem_key, prev.id);
+                px__job_row_release(&prev);
+                return st;
+            }
+            /* The live row, when active, has the current state. */
+            px__job *live = px__srv_find_job(srv, prev.id);
+            if (live) {
+                px__job_row_release(&prev);
+                if ((st = px__job_row_copy(&live->row, out_row, err)) != PX_OK)
+                    return st;
+                free(out_row->state);
+                out_row->state = px_strdup(px__job_state_name(live->state));
+            } else
+                *out_row = prev;
+            *replay = true;
+            return PX_OK;
+        }
+        if (st != PX_ENOTFOUND) {
+            px_fleet_request_free(req);
+            return st;
+        }
+    }
     px__job_row row = {0};
     const char *name = json_string_value(json_object_get(spec, "name"));
     row.name = name ? px_strdup(name) : NULL;
@@ -157,7 +269,11 @@ px_status px__srv_submit(px_fleet_server *srv, json_t *spec, px__job **out, px_e
     row.members = px_strdup("[]");
     row.exit_code = INT_MIN;
     row.created = row.updated = px_wall_time();
-    if (!row.state || !row.spec || !row.members || (name && !row.name)) {
+    row.owner = owner ? px_strdup(owner) : NULL;
+    row.idem_key = idem_key ? px_strdup(idem_key) : NULL;
+    row.idem_hash = idem_key ? px_strdup(hash) : NULL;
+    if (!row.state || !row.spec || !row.members || (name && !row.name) || (owner && !row.owner) ||
+        (idem_key && (!row.idem_key || !row.idem_hash))) {
         px__job_row_release(&row);
         px_fleet_request_free(req);
         return px_err_set(err, PX_ENOMEM, "out of memory");
@@ -169,7 +285,7 @@ px_status px__srv_submit(px_fleet_server *srv, json_t *spec, px__job **out, px_e
         px_fleet_request_free(req);
         return st;
     }
-    px__job *job = job_new(&row, req);
+    px__job *job = px__srv_job_new(srv, &row, req);
     if (!job) {
         px__job_row_release(&row);
         px_fleet_request_free(req);
@@ -179,12 +295,11 @@ px_status px__srv_submit(px_fleet_server *srv, json_t *spec, px__job **out, px_e
     }
     if (!job->row.name)
         job->row.name = px_strdup(job->row.id);
-    append(srv, job);
+    px__srv_append_job(srv, job);
     srv->metrics.submitted++;
     srv->dirty = true;
     pthread_cond_signal(&srv->kick);
-    *out = job;
-    return PX_OK;
+    return px__job_row_copy(&job->row, out_row, err);
 }
 
 static json_t *stamp_explanation(px__job *job, json_t *body)
@@ -241,17 +356,28 @@ static void place(px_fleet_server *srv, px__job *job)
     keep_explanation(srv, job, e, placed || !job->explained_this_attempt);
     job->explained_this_attempt = true;
     if (placed) {
-        srv->metrics.placements++;
         for (int m = 0; m < job->n_members; m++) {
             job->members[m].node = (int)px_fleet_explanation_node(e, (size_t)m);
             job->members[m].devices = px_fleet_explanation_devices(e, srv->sched, (size_t)m);
             job->members[m].state = PX__MEM_PENDING;
         }
         job->state = PX__JOB_ASSIGNED;
-        job->not_before_ns = 0;
+        double nb = job->row.not_before;
         job->row.not_before = 0;
-        px__srv_write_job(srv, job, NULL, NULL);
-        pthread_cond_broadcast(&srv->changed);
+        if (write_job(srv, job, NULL, false, &err) != PX_OK) {
+            /* Not on disk: take the placement back and try again shortly. */
+            px_fleet_sched_release(srv->sched, job->row.id);
+            px__srv_reset_members(job);
+            job->state = PX__JOB_QUEUED;
+            job->row.not_before = nb;
+            job->not_before_ns = (double)px_now_ns() + STORE_RETRY_S * 1e9;
+            job->store_failed = true;
+        } else {
+            srv->metrics.placements++;
+            job->not_before_ns = 0;
+            job->store_failed = false;
+            pthread_cond_broadcast(&srv->changed);
+        }
     }
     px_fleet_explanation_free(e);
 }
@@ -273,104 +399,57 @@ void px__srv_schedule_pass(px_fleet_server *srv)
                         (double)(px_now_ns() - t0) / 1e9);
 }
 
-/* Puts a job back in the queue with the next attempt number. */
-static void requeue(px_fleet_server *srv, px__job *job, double delay_s, const char *reason)
+px_status px__srv_requeue(px_fleet_server *srv, px__job *job, double delay_s, const char *reason,
+                          px_err *err)
 {
-    px_fleet_sched_release(srv->sched, job->row.id);
-    reset_members(job);
+    int attempt = job->row.attempt;
+    px__job_state state = job->state;
+    double nb = job->row.not_before;
     job->row.attempt++;
     job->state = PX__JOB_QUEUED;
+    job->row.not_before = delay_s > 0 ? (double)px_wall_time() + delay_s : 0;
+    px_status st = write_job(srv, job, reason, true, err);
+    if (st != PX_OK) {
+        job->row.attempt = attempt;
+        job->state = state;
+        job->row.not_before = nb;
+        job->store_failed = true;
+        return st;
+    }
+    job->store_failed = false;
+    px_fleet_sched_release(srv->sched, job->row.id);
+    px__srv_reset_members(job);
     job->explained_this_attempt = false;
     job->not_before_ns = delay_s > 0 ? (double)px_now_ns() + delay_s * 1e9 : 0;
-    job->row.not_before = delay_s > 0 ? (double)px_wall_time() + delay_s : 0;
     srv->metrics.requeues++;
-    px__srv_write_job(srv, job, reason, NULL);
     srv->dirty = true;
     pthread_cond_broadcast(&srv->changed);
     pthread_cond_signal(&srv->kick);
+    return PX_OK;
 }
 
-static void finish_job(px_fleet_server *srv, px__job *job, px__job_state state, int exit_code,
-                       const char *error)
+px_status px__srv_finish(px_fleet_server *srv, px__job *job, px__job_state state, int exit_code,
+                         const char *error, px_err *err)
 {
+    px__job_state old_state = job->state;
+    int old_code = job->row.exit_code;
+    char *old_error = job->row.error;
     job->state = state;
     job->row.exit_code = exit_code;
-    if (error && !job->row.error)
+    if (error && !old_error)
         job->row.error = px_strdup(error);
-    px__srv_write_job(srv, job, NULL, NULL);
+    px_status st = write_job(srv, job, NULL, false, err);
+    if (st != PX_OK) {
+        if (job->row.error != old_error)
+            free(job->row.error);
+        job->row.error = old_error;
+        job->state = old_state;
+        job->row.exit_code = old_code;
+        job->store_failed = true;
+        return st;
+    }
     retire(srv, job);
-}
-
-void px__srv_check_leases(px_fleet_server *srv)
-{
-    double now = (double)px_now_ns();
-    double lease = srv->opt.lease_s * 1e9;
-    size_t n = px_fleet_sched_n_nodes(srv->sched);
-    for (size_t i = 0; i < n && i < srv->cap_last_seen; i++) {
-        if (px_fleet_sched_state(srv->sched, i) == PX_FLEET_NODE_OFFLINE ||
-            now - srv->last_seen_ns[i] <= lease)
-            continue;
-        const char *name = px_fleet_sched_node_name(srv->sched, i);
-        px_log_warn("fleet: node %s lost (no heartbeat for %.1f s)", name,
-                    (now - srv->last_seen_ns[i]) / 1e9);
-        px_fleet_sched_set_state(srv->sched, i, PX_FLEET_NODE_OFFLINE);
-        srv->store.ops->put_node(srv->store.self, name, NULL, "offline", px_wall_time(), NULL);
-        for (px__job *j = srv->jobs, *next; j; j = next) {
-            next = j->next;
-            bool on_node = false;
-            for (int m = 0; m < j->n_members; m++)
-                on_node = on_node || j->members[m].node == (int)i;
-            if (!on_node || (j->state != PX__JOB_ASSIGNED && j->state != PX__JOB_RUNNING))
-                continue;
-            char reason[160];
-            snprintf(reason, sizeof reason, "node %s lost (no heartbeat within %.1f s)", name,
-                     srv->opt.lease_s);
-            if (j->req->service || j->row.attempt < j->req->max_attempts)
-                requeue(srv, j, 0, reason);
-            else
-                finish_job(srv, j, PX__JOB_FAILED, -1, reason);
-        }
-    }
-}
-
-static bool listed(const json_t *running, const char *id, int attempt, int rank)
-{
-    for (size_t k = 0; json_is_array(running) && k < json_array_size(running); k++) {
-        const json_t *r = json_array_get(running, k);
-        const char *j = json_string_value(json_object_get(r, "job"));
-        if (j && strcmp(j, id) == 0 &&
-            json_integer_value(json_object_get(r, "attempt")) == attempt &&
-            json_integer_value(json_object_get(r, "rank")) == rank)
-            return true;
-    }
-    return false;
-}
-
-void px__srv_reconcile_node(px_fleet_server *srv, size_t node, const json_t *running)
-{
-    /* An agent that registers again (it restarted) without a member it had
-     * started has lost that work: requeue it now rather than wait for a
-     * report that will never come. */
-    for (px__job *j = srv->jobs, *next; j; j = next) {
-        next = j->next;
-        if (j->state != PX__JOB_ASSIGNED && j->state != PX__JOB_RUNNING)
-            continue;
-        int lost = -1;
-        for (int m = 0; m < j->n_members && lost < 0; m++)
-            if (j->members[m].node == (int)node && j->members[m].state == PX__MEM_RUNNING &&
-                !listed(running, j->row.id, j->row.attempt, m))
-                lost = m;
-        if (lost < 0)
-            continue;
-        char reason[200];
-        snprintf(reason, sizeof reason,
-                 "the agent on %s registered again without rank %d (it restarted)",
-                 px_fleet_sched_node_name(srv->sched, node), lost);
-        if (j->req->service || j->row.attempt < j->req->max_attempts)
-            requeue(srv, j, 0, reason);
-        else
-            finish_job(srv, j, PX__JOB_FAILED, -1, reason);
-    }
+    return PX_OK;
 }
 
 px_status px__srv_cancel(px_fleet_server *srv, const char *id, px_err *err)
@@ -379,14 +458,13 @@ px_status px__srv_cancel(px_fleet_server *srv, const char *id, px_err *err)
     if (!job) {
         px__job_row row;
         if (srv->store.ops->get_job(srv->store.self, id, &row, err) != PX_OK)
-            return err ? err->code : PX_ENOTFOUND;
+            return err->code;
         px_status st = px_err_set(err, PX_ESTATE, "job %s already ended (%s); nothing to cancel",
                                   id, row.state);
         px__job_row_release(&row);
         return st;
     }
-    finish_job(srv, job, PX__JOB_CANCELLED, INT_MIN, "cancelled by the user");
-    return PX_OK;
+    return px__srv_finish(srv, job, PX__JOB_CANCELLED, INT_MIN, "cancelled by the user", err);
 }
 
 static px_status check_report(px__job *job, int attempt, int rank, int node, px_err *err)
@@ -400,11 +478,16 @@ static px_status check_report(px__job *job, int attempt, int rank, int node, px_
         return px_err_set(err, PX_EINVAL, "job %s has no rank %d (it has %d members)", job->row.id,
                           rank, job->n_members);
     if (job->members[rank].node != node)
-        return px_err_set(err, PX_ESTATE,
-                          "stale attempt: rank %d of job %s is not assigned to this node; stop "
-                          "this work",
-                          rank, job->row.id);
+        return px_err_set(err, PX_EAUTH,
+                          "rank %d of job %s attempt %d is not assigned to this node; a node "
+                          "reports only its own work",
+                          rank, job->row.id, attempt);
     return PX_OK;
+}
+
+px_status px__srv_check_member(px__job *job, int attempt, int rank, int node, px_err *err)
+{
+    return check_report(job, attempt, rank, node, err);
 }
 
 px_status px__srv_member_start(px_fleet_server *srv, px__job *job, int attempt, int rank, int node,
@@ -416,6 +499,7 @@ px_status px__srv_member_start(px_fleet_server *srv, px__job *job, int attempt, 
     px__member *m = &job->members[rank];
     if (m->state != PX__MEM_PENDING)
         return PX_OK; /* a repeated report */
+    px__job_state old_state = job->state;
     m->state = PX__MEM_RUNNING;
     m->started = px_wall_time();
     bool all = true;
@@ -423,9 +507,47 @@ px_status px__srv_member_start(px_fleet_server *srv, px__job *job, int attempt, 
         all = all && job->members[k].state != PX__MEM_PENDING;
     if (all && job->state == PX__JOB_ASSIGNED)
         job->state = PX__JOB_RUNNING;
-    px__srv_write_job(srv, job, NULL, NULL);
+    if ((st = write_job(srv, job, NULL, false, err)) != PX_OK) {
+        m->state = PX__MEM_PENDING;
+        m->started = 0;
+        job->state = old_state;
+        return st;
+    }
     pthread_cond_broadcast(&srv->changed);
     return PX_OK;
+}
+
+/* What a member's exit does to its job, once the member is marked. */
+static px_status member_outcome(px_fleet_server *srv, px__job *job, int rank, int exit_code,
+                                int sig, bool ok, px_err *err)
+{
+    char reason[200];
+    if (job->req->service) {
+        job->row.restarts++;
+        double backoff = srv->opt.restart_backoff_s * pow(2.0, PX_MIN(job->row.restarts - 1, 16));
+        snprintf(reason, sizeof reason, "service exited (code %d, signal %d); restart %d in %.1f s",
+                 exit_code, sig, job->row.restarts, PX_MIN(backoff, MAX_BACKOFF_S));
+        px_status st = px__srv_requeue(srv, job, PX_MIN(backoff, MAX_BACKOFF_S), reason, err);
+        if (st != PX_OK)
+            job->row.restarts--;
+        return st;
+    }
+    if (!ok) {
+        const json_t *omf = json_object_get(job->req->spec, "on_member_failure");
+        bool restart = job->n_members > 1 && json_is_string(omf) &&
+                       strcmp(json_string_value(omf), "restart") == 0 &&
+                       job->row.attempt < job->req->max_attempts;
+        if (restart) {
+            snprintf(reason, sizeof reason, "member %d failed (code %d, signal %d); group restarts",
+                     rank, exit_code, sig);
+            return px__srv_requeue(srv, job, 0, reason, err);
+        }
+        return px__srv_finish(srv, job, PX__JOB_FAILED, sig ? 128 + sig : exit_code, NULL, err);
+    }
+    for (int k = 0; k < job->n_members; k++)
+        if (job->members[k].state != PX__MEM_EXITED)
+            return write_job(srv, job, NULL, false, err);
+    return px__srv_finish(srv, job, PX__JOB_SUCCEEDED, 0, NULL, err);
 }
 
 px_status px__srv_member_finish(px_fleet_server *srv, px__job *job, int attempt, int rank, int node,
@@ -438,159 +560,37 @@ px_status px__srv_member_finish(px_fleet_server *srv, px__job *job, int attempt,
     px__member *m = &job->members[rank];
     if (m->state == PX__MEM_EXITED)
         return PX_OK;
+    px__member saved = *m;
+    char *old_result = job->row.result, *old_error = job->row.error;
+    bool new_result = result && !json_is_null(result) && rank == 0;
+    bool new_error = error && *error;
     m->state = PX__MEM_EXITED;
     m->exit_code = exit_code;
     m->finished = px_wall_time();
-    if (result && !json_is_null(result) && rank == 0) {
-        free(job->row.result);
+    if (new_result)
         job->row.result = json_dumps(result, JSON_COMPACT | JSON_ENCODE_ANY);
-    }
-    if (error && *error) {
-        free(job->row.error);
+    if (new_error)
         job->row.error = px_strndup(error, strnlen(error, 64 * 1024));
+    bool ok = exit_code == 0 && sig == 0 && !new_error;
+    st = member_outcome(srv, job, rank, exit_code, sig, ok, err);
+    if (st != PX_OK) {
+        /* Nothing changed on disk: neither may it in memory. */
+        if (new_result)
+            free(job->row.result);
+        if (new_error)
+            free(job->row.error);
+        job->row.result = old_result;
+        job->row.error = old_error;
+        *m = saved;
+        return st;
     }
-    bool ok = exit_code == 0 && sig == 0 && !(error && *error);
-    char reason[200];
-    if (job->req->service) {
-        job->row.restarts++;
-        double backoff = srv->opt.restart_backoff_s * pow(2.0, PX_MIN(job->row.restarts - 1, 16));
-        snprintf(reason, sizeof reason, "service exited (code %d, signal %d); restart %d in %.1f s",
-                 exit_code, sig, job->row.restarts, PX_MIN(backoff, MAX_BACKOFF_S));
-        requeue(srv, job, PX_MIN(backoff, MAX_BACKOFF_S), reason);
-        return PX_OK;
-    }
-    if (!ok) {
-        const json_t *omf = json_object_get(job->req->spec, "on_member_failure");
-        bool restart = job->n_members > 1 && json_is_string(omf) &&
-                       strcmp(json_string_value(omf), "restart") == 0 &&
-                       job->row.attempt < job->req->max_attempts;
-        if (restart) {
-            snprintf(reason, sizeof reason, "member %d failed (code %d, signal %d); group restarts",
-                     rank, exit_code, sig);
-            requeue(srv, job, 0, reason);
-        } else
-            finish_job(srv, job, PX__JOB_FAILED, sig ? 128 + sig : exit_code, NULL);
-        return PX_OK;
-    }
-    for (int k = 0; k < job->n_members; k++)
-        if (job->members[k].state != PX__MEM_EXITED) {
-            px__srv_write_job(srv, job, NULL, NULL);
-            return PX_OK;
-        }
-    finish_job(srv, job, PX__JOB_SUCCEEDED, 0, NULL);
+    /* The job may be gone (retired): only the texts it replaced are
+     * touched now. */
+    if (new_result)
+        free(old_result);
+    if (new_error)
+        free(old_error);
     return PX_OK;
-}
-
-/* ---- restart: rebuild the active jobs from the store ---- */
-
-typedef struct load_ctx {
-    px__job_row *rows;
-    size_t n, cap;
-} load_ctx;
-
-static void collect_row(const px__job_row *row, void *ud)
-{
-    load_ctx *c = ud;
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 64;
-        px__job_row *r = realloc(c->rows, cap * sizeof *r);
-        if (!r)
-            return;
-        c->rows = r;
-        c->cap = cap;
-    }
-    /* Take ownership of the strings: the store releases its copy after. */
-    px__job_row *d = &c->rows[c->n++];
-    *d = *row;
-    d->id = px_strdup(row->id);
-    d->name = row->name ? px_strdup(row->name) : NULL;
-    d->state = px_strdup(row->state);
-    d->spec = px_strdup(row->spec);
-    d->members = row->members ? px_strdup(row->members) : NULL;
-    d->result = row->result ? px_strdup(row->result) : NULL;
-    d->error = row->error ? px_strdup(row->error) : NULL;
-    d->plan = row->plan ? px_strdup(row->plan) : NULL;
-}
-
-static void restore_members(px_fleet_server *srv, px__job *job)
-{
-    json_t *m = job->row.members ? json_loads(job->row.members, 0, NULL) : NULL;
-    bool ok = json_is_array(m) && (int)json_array_size(m) == job->n_members &&
-              job->state != PX__JOB_QUEUED;
-    for (int k = 0; ok && k < job->n_members; k++) {
-        const json_t *x = json_array_get(m, (size_t)k);
-        size_t node;
-        const char *name = json_string_value(json_object_get(x, "node"));
-        const char *state = json_string_value(json_object_get(x, "state"));
-        if (!name || px_fleet_sched_find_node(srv->sched, name, &node) != PX_OK ||
-            px_fleet_sched_restore(srv->sched, job->req, job->row.id, node,
-                                   json_object_get(x, "devices"), NULL) != PX_OK) {
-            ok = false;
-            break;
-        }
-        px__member *mm = &job->members[k];
-        mm->node = (int)node;
-        mm->devices = json_incref(json_object_get(x, "devices"));
-        mm->state = state && strcmp(state, "running") == 0  ? PX__MEM_RUNNING
-                    : state && strcmp(state, "exited") == 0 ? PX__MEM_EXITED
-                                                            : PX__MEM_PENDING;
-        const json_t *ec = json_object_get(x, "exit_code");
-        mm->exit_code = json_is_integer(ec) ? (int)json_integer_value(ec) : 0;
-        mm->started = json_integer_value(json_object_get(x, "started"));
-        mm->finished = json_integer_value(json_object_get(x, "finished"));
-    }
-    json_decref(m);
-    if (!ok && job->state != PX__JOB_QUEUED) {
-        px_fleet_sched_release(srv->sched, job->row.id);
-        reset_members(job);
-        job->state = PX__JOB_QUEUED;
-    }
-}
-
-px_status px__srv_load(px_fleet_server *srv, px_err *err)
-{
-    load_ctx c = {0};
-    px_status st =
-        srv->store.ops->list_jobs(srv->store.self, "active", 10000000, collect_row, &c, err);
-    /* Oldest first, as they were queued. */
-    size_t k = c.n;
-    while (st == PX_OK && k-- > 0) {
-        px__job_row *row = &c.rows[k];
-        json_t *spec = json_loads(row->spec, 0, NULL);
-        px_fleet_request *req = NULL;
-        px_err cerr;
-        if (!spec || px_fleet_request_compile(spec, &req, &cerr) != PX_OK) {
-            px_log_error("fleet: job %s: stored specification unreadable; marking failed", row->id);
-            free(row->state);
-            row->state = px_strdup("failed");
-            srv->store.ops->update_job(srv->store.self, row, NULL, NULL);
-            json_decref(spec);
-            px__job_row_release(row);
-            continue;
-        }
-        json_decref(spec);
-        px__job *job = job_new(row, req);
-        if (!job) {
-            px_fleet_request_free(req);
-            px__job_row_release(row);
-            st = px_err_set(err, PX_ENOMEM, "out of memory");
-            break;
-        }
-        if (!px__job_state_parse(row->state, &job->state))
-            job->state = PX__JOB_QUEUED;
-        if (row->not_before > 0) {
-            double wait = row->not_before - (double)px_wall_time();
-            job->not_before_ns = wait > 0 ? (double)px_now_ns() + wait * 1e9 : 0;
-        }
-        restore_members(srv, job);
-        append(srv, job);
-    }
-    /* Rows not yet handed to a job when a failure stopped the loop. */
-    for (size_t r = 0; st != PX_OK && r < k; r++)
-        px__job_row_release(&c.rows[r]);
-    free(c.rows);
-    srv->dirty = true;
-    return st;
 }
 
 void px__srv_free_jobs(px_fleet_server *srv)
@@ -598,6 +598,6 @@ void px__srv_free_jobs(px_fleet_server *srv)
     while (srv->jobs) {
         px__job *j = srv->jobs;
         srv->jobs = j->next;
-        job_free(j);
+        px__srv_free_job(j);
     }
 }

@@ -1,16 +1,13 @@
-/* The SQLite store: one file, WAL, synchronous=FULL, numbered migrations.
- * Every write is committed before it returns, so an acknowledged
- * submission survives a crash of the server. */
-#include "base/common.h"
+/* The SQLite store: one file, WAL, synchronous=FULL, numbered migrations,
+ * and the job rows.  Every write is committed before it returns, so an
+ * acknowledged submission survives a crash of the server; a write that
+ * fails (a full disk) rolls back and says so. */
+#include "fleet/store_sqlite_impl.h"
 
-#include "fleet/fleet_impl.h"
-
-#include <sqlite3.h>
-
-typedef struct sql_store {
-    sqlite3 *db;
-    char *path;
-} sql_store;
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <pthread.h>
+#include <unistd.h>
 
 /* Migrations, applied in order, each in one transaction; never edit one
  * that has shipped, add the next. */
@@ -40,6 +37,19 @@ static const char *const migrations[] = {
     "  at INTEGER NOT NULL, PRIMARY KEY(job, attempt));",
     /* 2: the last live report of each node. */
     "CREATE TABLE heartbeats(node TEXT PRIMARY KEY, at INTEGER NOT NULL, live TEXT);",
+    /* 3: users own jobs, submissions carry idempotency keys, nodes have
+     * credentials of their own; the token file is configuration and is no
+     * longer copied here. */
+    "ALTER TABLE jobs ADD COLUMN owner TEXT;"
+    "ALTER TABLE jobs ADD COLUMN idem_key TEXT;"
+    "ALTER TABLE jobs ADD COLUMN idem_hash TEXT;"
+    "CREATE UNIQUE INDEX jobs_idempotency ON jobs(owner, idem_key) WHERE idem_key IS NOT NULL;"
+    "CREATE INDEX jobs_owner ON jobs(owner, seq);"
+    "CREATE TABLE node_credentials(hash TEXT PRIMARY KEY, node TEXT NOT NULL,"
+    "  created INTEGER NOT NULL);"
+    "CREATE INDEX node_credentials_node ON node_credentials(node);"
+    "CREATE TABLE revoked_nodes(node TEXT PRIMARY KEY, at INTEGER NOT NULL);"
+    "DROP TABLE tokens;",
 };
 
 int px__store_sqlite_schema_version(void)
@@ -47,30 +57,30 @@ int px__store_sqlite_schema_version(void)
     return (int)PX_ARRAY_LEN(migrations);
 }
 
-static px_status sql_fail(sql_store *st, px_err *err, const char *what)
+px_status px__sql_fail(px__sql *st, px_err *err, const char *what)
 {
     return px_err_set(err, PX_EIO, "%s: %s: %s", st->path, what, sqlite3_errmsg(st->db));
 }
 
-static px_status exec(sql_store *st, const char *sql, px_err *err)
+px_status px__sql_exec(px__sql *st, const char *sql, px_err *err)
 {
     char *msg = NULL;
     if (sqlite3_exec(st->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        px_err_set(err, PX_EIO, "%s: %s", st->path, msg ? msg : "error");
+        px_err_set(err, PX_EIO, "%s: %s", st->path, msg ? msg : sqlite3_errmsg(st->db));
         sqlite3_free(msg);
         return PX_EIO;
     }
     return PX_OK;
 }
 
-static px_status prepare(sql_store *st, const char *sql, sqlite3_stmt **out, px_err *err)
+px_status px__sql_prepare(px__sql *st, const char *sql, sqlite3_stmt **out, px_err *err)
 {
     if (sqlite3_prepare_v2(st->db, sql, -1, out, NULL) != SQLITE_OK)
-        return sql_fail(st, err, "prepare");
+        return px__sql_fail(st, err, "prepare");
     return PX_OK;
 }
 
-static void bind_text(sqlite3_stmt *s, int i, const char *v)
+void px__sql_bind_text(sqlite3_stmt *s, int i, const char *v)
 {
     if (v)
         sqlite3_bind_text(s, i, v, -1, SQLITE_TRANSIENT);
@@ -78,13 +88,18 @@ static void bind_text(sqlite3_stmt *s, int i, const char *v)
         sqlite3_bind_null(s, i);
 }
 
-static char *col_text(sqlite3_stmt *s, int i)
+char *px__sql_col_text(sqlite3_stmt *s, int i)
 {
     const unsigned char *t = sqlite3_column_text(s, i);
     return t ? px_strdup((const char *)t) : NULL;
 }
+#define sql_fail  px__sql_fail
+#define exec      px__sql_exec
+#define prepare   px__sql_prepare
+#define bind_text px__sql_bind_text
+#define col_text  px__sql_col_text
 
-static px_status migrate(sql_store *st, px_err *err)
+static px_status migrate(px__sql *st, px_err *err)
 {
     if (exec(st,
              "CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL,"
@@ -120,82 +135,12 @@ static px_status migrate(sql_store *st, px_err *err)
 
 static void sql_close(void *self)
 {
-    sql_store *st = self;
+    px__sql *st = self;
     if (!st)
         return;
     sqlite3_close_v2(st->db);
     free(st->path);
     free(st);
-}
-
-static px_status clear_tokens(void *self, px_err *err)
-{
-    return exec(self, "DELETE FROM tokens", err);
-}
-
-static px_status put_token(void *self, const char *kind, const char *name, const char *hash,
-                           px_err *err)
-{
-    sql_store *st = self;
-    sqlite3_stmt *s;
-    if (prepare(st, "INSERT OR REPLACE INTO tokens(hash, kind, name) VALUES(?,?,?)", &s, err))
-        return PX_EIO;
-    bind_text(s, 1, hash);
-    bind_text(s, 2, kind);
-    bind_text(s, 3, name);
-    int rc = sqlite3_step(s);
-    sqlite3_finalize(s);
-    return rc == SQLITE_DONE ? PX_OK : sql_fail(st, err, "put token");
-}
-
-static px_status list_tokens(void *self, px__token_cb cb, void *ud, px_err *err)
-{
-    sql_store *st = self;
-    sqlite3_stmt *s;
-    if (prepare(st, "SELECT kind, name, hash FROM tokens", &s, err))
-        return PX_EIO;
-    int rc;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW)
-        cb((const char *)sqlite3_column_text(s, 0), (const char *)sqlite3_column_text(s, 1),
-           (const char *)sqlite3_column_text(s, 2), ud);
-    sqlite3_finalize(s);
-    return rc == SQLITE_DONE ? PX_OK : sql_fail(st, err, "list tokens");
-}
-
-static px_status put_node(void *self, const char *name, const char *reg, const char *state,
-                          int64_t last_seen, px_err *err)
-{
-    sql_store *st = self;
-    sqlite3_stmt *s;
-    /* A NULL registration changes only the state (drain, lost, back). */
-    if (prepare(st,
-                "INSERT INTO nodes(name, registration, state, last_seen)"
-                " VALUES(?1, COALESCE(?2, '{}'), ?3, ?4) ON CONFLICT(name) DO UPDATE SET"
-                " registration = COALESCE(?2, registration), state = ?3, last_seen = ?4",
-                &s, err))
-        return PX_EIO;
-    bind_text(s, 1, name);
-    bind_text(s, 2, reg);
-    bind_text(s, 3, state);
-    sqlite3_bind_int64(s, 4, last_seen);
-    int rc = sqlite3_step(s);
-    sqlite3_finalize(s);
-    return rc == SQLITE_DONE ? PX_OK : sql_fail(st, err, "put node");
-}
-
-static px_status list_nodes(void *self, px__node_cb cb, void *ud, px_err *err)
-{
-    sql_store *st = self;
-    sqlite3_stmt *s;
-    if (prepare(st, "SELECT name, registration, state, last_seen FROM nodes ORDER BY rowid", &s,
-                err))
-        return PX_EIO;
-    int rc;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW)
-        cb((const char *)sqlite3_column_text(s, 0), (const char *)sqlite3_column_text(s, 1),
-           (const char *)sqlite3_column_text(s, 2), sqlite3_column_int64(s, 3), ud);
-    sqlite3_finalize(s);
-    return rc == SQLITE_DONE ? PX_OK : sql_fail(st, err, "list nodes");
 }
 
 void px__job_row_release(px__job_row *r)
@@ -210,12 +155,39 @@ void px__job_row_release(px__job_row *r)
     free(r->result);
     free(r->error);
     free(r->plan);
+    free(r->owner);
+    free(r->idem_key);
+    free(r->idem_hash);
     memset(r, 0, sizeof *r);
+}
+
+px_status px__job_row_copy(const px__job_row *in, px__job_row *out, px_err *err)
+{
+    *out = *in;
+    char **fields[] = {&out->id,      &out->name,     &out->state,    &out->spec,
+                       &out->members, &out->result,   &out->error,    &out->plan,
+                       &out->owner,   &out->idem_key, &out->idem_hash};
+    bool ok = true;
+    for (size_t i = 0; i < PX_ARRAY_LEN(fields); i++)
+        if (*fields[i] && !(*fields[i] = px_strdup(*fields[i])))
+            ok = false;
+    if (ok)
+        return PX_OK;
+    /* Free only what was duplicated: a field equal to the input's was not. */
+    const char *const orig[] = {in->id,      in->name,     in->state,    in->spec,
+                                in->members, in->result,   in->error,    in->plan,
+                                in->owner,   in->idem_key, in->idem_hash};
+    for (size_t i = 0; i < PX_ARRAY_LEN(fields); i++)
+        if (*fields[i] != orig[i])
+            free(*fields[i]);
+    memset(out, 0, sizeof *out);
+    return px_err_set(err, PX_ENOMEM, "out of memory");
 }
 
 #define JOB_COLS                                                                               \
     "seq, id, name, state, attempt, restarts, spec, members, result, error, plan, exit_code, " \
-    "created, updated, not_before"
+    "created, updated, not_before, owner, idem_key, idem_hash"
+#define JOB_PARAMS "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?"
 
 static void bind_job(sqlite3_stmt *s, const px__job_row *r)
 {
@@ -237,6 +209,9 @@ static void bind_job(sqlite3_stmt *s, const px__job_row *r)
     sqlite3_bind_int64(s, 13, r->created);
     sqlite3_bind_int64(s, 14, r->updated);
     sqlite3_bind_double(s, 15, r->not_before);
+    bind_text(s, 16, r->owner);
+    bind_text(s, 17, r->idem_key);
+    bind_text(s, 18, r->idem_hash);
 }
 
 static void read_job(sqlite3_stmt *s, px__job_row *r)
@@ -256,11 +231,14 @@ static void read_job(sqlite3_stmt *s, px__job_row *r)
     r->created = sqlite3_column_int64(s, 12);
     r->updated = sqlite3_column_int64(s, 13);
     r->not_before = sqlite3_column_double(s, 14);
+    r->owner = col_text(s, 15);
+    r->idem_key = col_text(s, 16);
+    r->idem_hash = col_text(s, 17);
 }
 
 static px_status insert_job(void *self, px__job_row *row, px_err *err)
 {
-    sql_store *st = self;
+    px__sql *st = self;
     if (exec(st, "BEGIN IMMEDIATE", err) != PX_OK)
         return PX_EIO;
     sqlite3_stmt *s = NULL;
@@ -280,11 +258,15 @@ static px_status insert_job(void *self, px__job_row *row, px_err *err)
             goto fail;
         }
     }
-    if (prepare(st, "INSERT INTO jobs(" JOB_COLS ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", &s,
-                err))
+    if (prepare(st, "INSERT INTO jobs(" JOB_COLS ") VALUES(" JOB_PARAMS ")", &s, err))
         goto fail;
     bind_job(s, row);
-    if (sqlite3_step(s) != SQLITE_DONE) {
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_CONSTRAINT && row->idem_key) {
+        px_err_set(err, PX_EEXIST, "Idempotency-Key \"%.64s\" is already used", row->idem_key);
+        goto fail;
+    }
+    if (rc != SQLITE_DONE) {
         sql_fail(st, err, "insert job");
         goto fail;
     }
@@ -299,7 +281,7 @@ fail_rollback:
     return err ? err->code : PX_EIO;
 }
 
-static px_status write_members(sql_store *st, const px__job_row *row, px_err *err)
+static px_status write_members(px__sql *st, const px__job_row *row, px_err *err)
 {
     json_t *m = row->members ? json_loads(row->members, 0, NULL) : NULL;
     sqlite3_stmt *s;
@@ -342,13 +324,11 @@ static px_status write_members(sql_store *st, const px__job_row *row, px_err *er
 
 static px_status update_job(void *self, const px__job_row *row, const char *reason, px_err *err)
 {
-    sql_store *st = self;
+    px__sql *st = self;
     if (exec(st, "BEGIN IMMEDIATE", err) != PX_OK)
         return PX_EIO;
     sqlite3_stmt *s = NULL;
-    if (prepare(st,
-                "INSERT OR REPLACE INTO jobs(" JOB_COLS ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                &s, err))
+    if (prepare(st, "INSERT OR REPLACE INTO jobs(" JOB_COLS ") VALUES(" JOB_PARAMS ")", &s, err))
         goto fail;
     bind_job(s, row);
     if (sqlite3_step(s) != SQLITE_DONE) {
@@ -385,7 +365,7 @@ fail:
 
 static px_status get_job(void *self, const char *id, px__job_row *out, px_err *err)
 {
-    sql_store *st = self;
+    px__sql *st = self;
     sqlite3_stmt *s;
     memset(out, 0, sizeof *out);
     if (prepare(st, "SELECT " JOB_COLS " FROM jobs WHERE id = ?", &s, err))
@@ -402,22 +382,26 @@ static px_status get_job(void *self, const char *id, px__job_row *out, px_err *e
     return sql_fail(st, err, "get job");
 }
 
-static px_status list_jobs(void *self, const char *state, int limit, px__job_cb cb, void *ud,
-                           px_err *err)
+static px_status list_jobs(void *self, const char *state, const char *owner, int limit,
+                           px__job_cb cb, void *ud, px_err *err)
 {
-    sql_store *st = self;
+    px__sql *st = self;
     sqlite3_stmt *s;
+    /* ?3 NULL matches every owner. */
     const char *sql =
-        !state || !*state ? "SELECT " JOB_COLS " FROM jobs ORDER BY seq DESC LIMIT ?"
+        !state || !*state ? "SELECT " JOB_COLS " FROM jobs WHERE (?3 IS NULL OR owner = ?3)"
+                            " ORDER BY seq DESC LIMIT ?1"
         : strcmp(state, "active") == 0
             ? "SELECT " JOB_COLS " FROM jobs WHERE state IN ('queued','assigned','running')"
-              " ORDER BY seq DESC LIMIT ?"
-            : "SELECT " JOB_COLS " FROM jobs WHERE state = ?2 ORDER BY seq DESC LIMIT ?1";
+              " AND (?3 IS NULL OR owner = ?3) ORDER BY seq DESC LIMIT ?1"
+            : "SELECT " JOB_COLS " FROM jobs WHERE state = ?2 AND (?3 IS NULL OR owner = ?3)"
+              " ORDER BY seq DESC LIMIT ?1";
     if (prepare(st, sql, &s, err))
         return PX_EIO;
     sqlite3_bind_int(s, 1, limit);
     if (state && *state && strcmp(state, "active") != 0)
         bind_text(s, 2, state);
+    bind_text(s, 3, owner);
     int rc;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         px__job_row r;
@@ -429,193 +413,81 @@ static px_status list_jobs(void *self, const char *state, int limit, px__job_cb 
     return rc == SQLITE_DONE ? PX_OK : sql_fail(st, err, "list jobs");
 }
 
-static px_status append_log(void *self, const char *job, int attempt, int rank, const char *stream,
-                            const void *data, size_t len, int64_t *seq, px_err *err)
-{
-    sql_store *st = self;
-    if (exec(st, "BEGIN IMMEDIATE", err) != PX_OK)
-        return PX_EIO;
-    sqlite3_stmt *s = NULL;
-    if (prepare(st,
-                "INSERT INTO logs(job, seq, attempt, rank, stream, data, at) SELECT ?1,"
-                " COALESCE(MAX(seq), 0) + 1, ?2, ?3, ?4, ?5, ?6 FROM logs WHERE job = ?1"
-                " RETURNING seq",
-                &s, err))
-        goto fail;
-    bind_text(s, 1, job);
-    sqlite3_bind_int(s, 2, attempt);
-    sqlite3_bind_int(s, 3, rank);
-    bind_text(s, 4, stream);
-    sqlite3_bind_blob(s, 5, len ? data : "", (int)len, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(s, 6, px_wall_time());
-    if (sqlite3_step(s) != SQLITE_ROW) {
-        sql_fail(st, err, "append log");
-        goto fail;
-    }
-    *seq = sqlite3_column_int64(s, 0);
-    sqlite3_step(s);
-    sqlite3_finalize(s);
-    s = NULL;
-    if (exec(st, "COMMIT", err) != PX_OK)
-        goto fail;
-    return PX_OK;
-fail:
-    sqlite3_finalize(s);
-    exec(st, "ROLLBACK", NULL);
-    return err ? err->code : PX_EIO;
-}
-
-static px_status read_logs(void *self, const char *job, int64_t after, const char *stream,
-                           size_t max_bytes, px__log_cb cb, void *ud, px_err *err)
-{
-    sql_store *st = self;
-    sqlite3_stmt *s;
-    if (prepare(st,
-                "SELECT seq, stream, rank, attempt, data FROM logs WHERE job = ?1 AND"
-                " seq > ?2 AND (?3 IS NULL OR stream = ?3) ORDER BY seq LIMIT 10000",
-                &s, err))
-        return PX_EIO;
-    bind_text(s, 1, job);
-    sqlite3_bind_int64(s, 2, after);
-    bind_text(s, 3, stream);
-    size_t total = 0;
-    int rc;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        px__log_chunk c = {.seq = sqlite3_column_int64(s, 0),
-                           .stream = (char *)sqlite3_column_text(s, 1),
-                           .rank = sqlite3_column_int(s, 2),
-                           .attempt = sqlite3_column_int(s, 3)};
-        c.data = (char *)sqlite3_column_blob(s, 4);
-        c.len = (size_t)sqlite3_column_bytes(s, 4);
-        if (total > 0 && total + c.len > max_bytes)
-            break;
-        total += c.len;
-        cb(&c, ud);
-    }
-    sqlite3_finalize(s);
-    return rc == SQLITE_DONE || rc == SQLITE_ROW ? PX_OK : sql_fail(st, err, "read logs");
-}
-
-static px_status put_artifact(void *self, const px__artifact_row *a, px_err *err)
-{
-    sql_store *st = self;
-    sqlite3_stmt *s;
-    if (prepare(st,
-                "INSERT OR REPLACE INTO artifacts(job, name, size, sha256, rank, attempt,"
-                " created) VALUES(?,?,?,?,?,?,?)",
-                &s, err))
-        return PX_EIO;
-    bind_text(s, 1, a->job);
-    bind_text(s, 2, a->name);
-    sqlite3_bind_int64(s, 3, a->size);
-    bind_text(s, 4, a->sha256);
-    sqlite3_bind_int(s, 5, a->rank);
-    sqlite3_bind_int(s, 6, a->attempt);
-    sqlite3_bind_int64(s, 7, a->created);
-    int rc = sqlite3_step(s);
-    sqlite3_finalize(s);
-    return rc == SQLITE_DONE ? PX_OK : sql_fail(st, err, "put artifact");
-}
-
-static px_status list_artifacts(void *self, const char *job, px__artifact_cb cb, void *ud,
-                                px_err *err)
-{
-    sql_store *st = self;
-    sqlite3_stmt *s;
-    if (prepare(st,
-                "SELECT job, name, sha256, size, rank, attempt, created FROM artifacts"
-                " WHERE job = ? ORDER BY name",
-                &s, err))
-        return PX_EIO;
-    bind_text(s, 1, job);
-    int rc;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        px__artifact_row a = {(char *)sqlite3_column_text(s, 0), (char *)sqlite3_column_text(s, 1),
-                              (char *)sqlite3_column_text(s, 2), sqlite3_column_int64(s, 3),
-                              sqlite3_column_int(s, 4),          sqlite3_column_int(s, 5),
-                              sqlite3_column_int64(s, 6)};
-        cb(&a, ud);
-    }
-    sqlite3_finalize(s);
-    return rc == SQLITE_DONE ? PX_OK : sql_fail(st, err, "list artifacts");
-}
-
-static px_status put_explanation(void *self, const char *job, int attempt, const char *json,
+static px_status find_idempotent(void *self, const char *owner, const char *key, px__job_row *out,
                                  px_err *err)
 {
-    sql_store *st = self;
+    px__sql *st = self;
     sqlite3_stmt *s;
-    if (prepare(st, "INSERT OR REPLACE INTO explanations(job, attempt, body, at) VALUES(?,?,?,?)",
+    memset(out, 0, sizeof *out);
+    if (prepare(st,
+                "SELECT " JOB_COLS " FROM jobs WHERE idem_key = ?2 AND"
+                " (owner = ?1 OR (?1 IS NULL AND owner IS NULL))",
                 &s, err))
         return PX_EIO;
-    bind_text(s, 1, job);
-    sqlite3_bind_int(s, 2, attempt);
-    bind_text(s, 3, json);
-    sqlite3_bind_int64(s, 4, px_wall_time());
-    int rc = sqlite3_step(s);
-    sqlite3_finalize(s);
-    return rc == SQLITE_DONE ? PX_OK : sql_fail(st, err, "put explanation");
-}
-
-static px_status get_explanation(void *self, const char *job, char **out, px_err *err)
-{
-    sql_store *st = self;
-    sqlite3_stmt *s;
-    *out = NULL;
-    if (prepare(st, "SELECT body FROM explanations WHERE job = ? ORDER BY attempt DESC LIMIT 1", &s,
-                err))
-        return PX_EIO;
-    bind_text(s, 1, job);
+    bind_text(s, 1, owner);
+    bind_text(s, 2, key);
     int rc = sqlite3_step(s);
     if (rc == SQLITE_ROW)
-        *out = col_text(s, 0);
+        read_job(s, out);
     sqlite3_finalize(s);
     if (rc == SQLITE_ROW)
-        return *out ? PX_OK : px_err_set(err, PX_ENOMEM, "out of memory");
+        return PX_OK;
     if (rc == SQLITE_DONE)
-        return px_err_set(err, PX_ENOTFOUND, "no explanation for job \"%.64s\"", job);
-    return sql_fail(st, err, "get explanation");
+        return px_err_set(err, PX_ENOTFOUND, "no job with that idempotency key");
+    return sql_fail(st, err, "find idempotent job");
 }
 
-static px_status put_heartbeat(void *self, const char *node, int64_t at, const char *live,
-                               px_err *err)
-{
-    sql_store *st = self;
-    sqlite3_stmt *s;
-    if (prepare(st, "INSERT OR REPLACE INTO heartbeats(node, at, live) VALUES(?,?,?)", &s, err))
-        return PX_EIO;
-    bind_text(s, 1, node);
-    sqlite3_bind_int64(s, 2, at);
-    bind_text(s, 3, live);
-    int rc = sqlite3_step(s);
-    sqlite3_finalize(s);
-    return rc == SQLITE_DONE ? PX_OK : sql_fail(st, err, "put heartbeat");
-}
-
-static const px__store_ops sqlite_ops = {
-    .version = 1,
+static px__store_ops sqlite_ops = {
+    .version = 2,
     .close = sql_close,
-    .clear_tokens = clear_tokens,
-    .put_token = put_token,
-    .list_tokens = list_tokens,
-    .put_node = put_node,
-    .list_nodes = list_nodes,
     .insert_job = insert_job,
     .update_job = update_job,
     .get_job = get_job,
     .list_jobs = list_jobs,
-    .append_log = append_log,
-    .read_logs = read_logs,
-    .put_artifact = put_artifact,
-    .list_artifacts = list_artifacts,
-    .put_explanation = put_explanation,
-    .get_explanation = get_explanation,
-    .put_heartbeat = put_heartbeat,
+    .find_idempotent = find_idempotent,
 };
+static pthread_once_t sqlite_ops_once = PTHREAD_ONCE_INIT;
+
+static void fill_ops(void)
+{
+    px__sql_fill_record_ops(&sqlite_ops);
+}
+
+/* Creates the file readable by its owner alone, or takes group and world
+ * access away from one that exists (a database from before, or one made
+ * under a loose umask), so that neither it nor its WAL leaks jobs' secrets:
+ * SQLite gives the -wal and -shm files the database's own mode. */
+static px_status secure_file(const char *path, bool create, px_err *err)
+{
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
+    if (fd < 0) {
+        if (!create && errno == ENOENT)
+            return PX_OK;
+        return px_err_set(err, PX_EIO, "%s: cannot open: %s", path, strerror(errno));
+    }
+    struct stat sb;
+    px_status st = PX_OK;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+        st = px_err_set(err, PX_EIO, "%s: not a regular file", path);
+    else if ((sb.st_mode & 077) && fchmod(fd, sb.st_mode & 0700) != 0)
+        st = px_err_set(err, PX_EIO, "%s: cannot make it private (chmod 600): %s", path,
+                        strerror(errno));
+    close(fd);
+    return st;
+}
 
 px_status px__store_sqlite_open(const char *path, px__store *out, px_err *err)
 {
-    sql_store *st = calloc(1, sizeof *st);
+    pthread_once(&sqlite_ops_once, fill_ops);
+    px_status rc = secure_file(path, true, err);
+    for (int i = 0; rc == PX_OK && i < 2; i++) {
+        char side[PATH_MAX];
+        snprintf(side, sizeof side, "%s%s", path, i ? "-shm" : "-wal");
+        rc = secure_file(side, false, err);
+    }
+    if (rc != PX_OK)
+        return rc;
+    px__sql *st = calloc(1, sizeof *st);
     if (!st || !(st->path = px_strdup(path))) {
         free(st);
         return px_err_set(err, PX_ENOMEM, "out of memory");
@@ -625,8 +497,8 @@ px_status px__store_sqlite_open(const char *path, px__store *out, px_err *err)
     if (sqlite3_open_v2(path, &st->db,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                         NULL) != SQLITE_OK) {
-        px_status rc = px_err_set(err, PX_EIO, "%s: cannot open the database: %s", path,
-                                  st->db ? sqlite3_errmsg(st->db) : "out of memory");
+        rc = px_err_set(err, PX_EIO, "%s: cannot open the database: %s", path,
+                        st->db ? sqlite3_errmsg(st->db) : "out of memory");
         sql_close(st);
         return rc;
     }

@@ -3,6 +3,9 @@
  * `plexus agent` processes on 127.0.0.1 (ephemeral ports, a temporary data
  * folder, emulated GPU inventories written here), API calls with the user
  * token, and cleanup of every process group at exit, also on failure.
+ * Agents join with the join token from a private file; when the tests run
+ * as root, agents run their jobs as the user nobody (as a root agent
+ * must), so the test folders are made passable for it.
  * Included by the tests/integration/test_fleet_*.c files (static helpers).
  */
 #ifndef PX_FLEET_HARNESS_H
@@ -10,12 +13,16 @@
 
 #include "px_test.h"
 
+#include <stdatomic.h>
+
 #include "base/common.h"
 #include "plexus/fleet.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -26,6 +33,8 @@
 #define FH_MAX_PROCS     16
 #define FH_CLUSTER_TOKEN "cluster-token-for-tests-0123456789"
 #define FH_USER_TOKEN    "user-token-for-tests-abcdefghijkl"
+#define FH_OTHER_TOKEN   "other-user-token-for-tests-mnopqr"
+#define FH_ADMIN_TOKEN   "admin-token-for-tests-stuvwxyz0123"
 
 typedef struct fh_proc {
     pid_t pid;
@@ -37,6 +46,10 @@ typedef struct fh_fleet {
     char dir[400];
     char data[600];
     char tokens[600];
+    char join[600];   /* the join token, in a private file */
+    char shared[600]; /* a folder every job may write (1777), for files the test reads */
+    char ca[600];     /* with TLS: the CA clients and agents trust ("" without) */
+    const char *extra_server_args[8]; /* more `plexus server` options, NULL-ended */
     char url[64];
     int port;
     double lease_s;
@@ -108,8 +121,12 @@ static inline pid_t fh_spawn(char *const argv[], const char *log, const char *co
             dup2(fd, 2);
             close(fd);
         }
-        for (int i = 0; env && env[i]; i += 2)
-            setenv(env[i], env[i + 1], 1);
+        for (int i = 0; env && env[i]; i += 2) {
+            if (env[i + 1])
+                setenv(env[i], env[i + 1], 1);
+            else
+                unsetenv(env[i]);
+        }
         execv(argv[0], argv);
         _exit(127);
     }
@@ -149,6 +166,8 @@ static inline px_fleet_client *fh_client(fh_fleet *f, const char *token)
     px_fleet_client *c;
     px_err err;
     px_assert_ok(px_fleet_client_new(f->url, token, &c, &err), &err);
+    if (f->ca[0])
+        px_assert_ok(px_fleet_client_set_ca(c, f->ca, &err), &err);
     px_fleet_client_set_timeout(c, 20000);
     return c;
 }
@@ -182,17 +201,21 @@ static inline void fh_start_server(fh_fleet *f)
     char lease[32], listen[64];
     snprintf(lease, sizeof lease, "%g", f->lease_s);
     snprintf(listen, sizeof listen, "127.0.0.1:%d", f->port);
-    char *argv[] = {(char *)px_test_plexus_bin(),
-                    "server",
-                    "--listen",
-                    listen,
-                    "--data",
-                    f->data,
-                    "--token-file",
-                    f->tokens,
-                    "--lease",
-                    lease,
-                    NULL};
+    char *argv[32] = {(char *)px_test_plexus_bin(),
+                      "server",
+                      "--listen",
+                      listen,
+                      "--data",
+                      f->data,
+                      "--token-file",
+                      f->tokens,
+                      "--lease",
+                      lease,
+                      NULL};
+    int n = 10;
+    for (int i = 0; f->extra_server_args[i] && n < 30; i++)
+        argv[n++] = (char *)f->extra_server_args[i];
+    argv[n] = NULL;
     f->server.pid = fh_spawn(argv, f->server.log, NULL);
     for (int i = 0; i < 200; i++) {
         if (fh_server_up(f))
@@ -218,27 +241,58 @@ static inline void fh_kill_server(fh_fleet *f)
     f->server.pid = 0;
 }
 
-/* Creates the folder, the token file and starts the server. */
-static inline void fh_fleet_start(fh_fleet *f, const char *name, double lease_s)
+/* Whether agents run their jobs as nobody (the tests run as root). */
+static inline bool fh_as_root(void)
+{
+    return geteuid() == 0;
+}
+
+/* Writes text to a file only its owner can read. */
+static inline void fh_write_private(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+        fail_msg("%s: cannot write: %s", path, strerror(errno));
+    fchmod(fd, 0600);
+    close(fd);
+}
+
+/* Creates the folder, the token file and starts the server (with the
+ * options already in f->extra_server_args). */
+static inline void fh_fleet_prepare(fh_fleet *f, const char *name, double lease_s)
 {
     fh_install_cleanup();
+    const char *extra[8];
+    memcpy(extra, f->extra_server_args, sizeof extra);
     memset(f, 0, sizeof *f);
+    memcpy(f->extra_server_args, extra, sizeof extra);
+    /* Jobs run as nobody must be able to walk to their folders. */
+    chmod(px_test_tmpdir(), 0755);
     snprintf(f->dir, sizeof f->dir, "%s/%s", px_test_tmpdir(), name);
     mkdir(f->dir, 0755);
     snprintf(f->data, sizeof f->data, "%s/data", f->dir);
     snprintf(f->tokens, sizeof f->tokens, "%s/tokens.txt", f->dir);
-    const char *tok =
-        "# tokens for the test fleet\nagent " FH_CLUSTER_TOKEN "\nuser " FH_USER_TOKEN " tester\n";
-    px_err err;
-    px_assert_ok(px_write_file(f->tokens, tok, strlen(tok), &err), &err);
-    chmod(f->tokens, 0600);
+    snprintf(f->join, sizeof f->join, "%s/join-token", f->dir);
+    snprintf(f->shared, sizeof f->shared, "%s/shared", f->dir);
+    mkdir(f->shared, 01777);
+    chmod(f->shared, 01777);
+    fh_write_private(f->tokens, "# tokens for the test fleet\nagent " FH_CLUSTER_TOKEN
+                                "\nuser " FH_USER_TOKEN " tester\nuser " FH_OTHER_TOKEN
+                                " other\nuser " FH_ADMIN_TOKEN " boss admin\n");
+    fh_write_private(f->join, FH_CLUSTER_TOKEN "\n");
     f->port = fh_free_port();
     f->lease_s = lease_s;
     snprintf(f->url, sizeof f->url, "http://127.0.0.1:%d", f->port);
+    unsetenv("PLEXUS_CA");
     snprintf(f->server.log, sizeof f->server.log, "%s/server.log", f->dir);
     snprintf(f->server.name, sizeof f->server.name, "server");
     setenv("PLEXUS_SERVER", f->url, 1);
     setenv("PLEXUS_TOKEN", FH_USER_TOKEN, 1);
+}
+
+static inline void fh_fleet_start(fh_fleet *f, const char *name, double lease_s)
+{
+    fh_fleet_prepare(f, name, lease_s);
     fh_start_server(f);
 }
 
@@ -262,40 +316,75 @@ static inline char *fh_inventory(fh_fleet *f, const char *node, const char *devi
     return path;
 }
 
-/* Starts an agent for an inventory (NULL: a plain CPU node). */
-static inline int fh_start_agent(fh_fleet *f, const char *name, const char *inventory)
+/* Starts an agent for an inventory (NULL: a plain CPU node) at a server
+ * URL (NULL: the fleet's own), with more options (NULL-ended, may be NULL). */
+static inline pid_t fh_spawn_agent(fh_fleet *f, fh_proc *p, const char *name, const char *inventory,
+                                   const char *url, const char *const *extra)
 {
-    assert_true(f->n_agents < FH_MAX_PROCS);
-    fh_proc *p = &f->agents[f->n_agents];
-    char nm[64];
-    px_strlcpy(nm, name, sizeof nm);
-    px_strlcpy(p->name, nm, sizeof p->name);
-    char *log = px_asprintf("%s/agent-%s.log", f->dir, nm);
-    px_strlcpy(p->log, log ? log : "", sizeof p->log);
-    free(log);
     char work[600], *inv = NULL;
     snprintf(work, sizeof work, "%s/work-%s", f->dir, name);
     if (!inventory)
         inventory = inv = fh_inventory(f, name, "", "");
-    char *argv[] = {(char *)px_test_plexus_bin(),
-                    "agent",
-                    "--server",
-                    f->url,
-                    "--token",
-                    FH_CLUSTER_TOKEN,
-                    "--inventory",
-                    (char *)inventory,
-                    "--name",
-                    (char *)name,
-                    "--work",
-                    work,
-                    "--health-interval",
-                    "0.2",
-                    NULL};
-    const char *env[] = {"PLEXUS_LOG", "info", NULL};
-    p->pid = fh_spawn(argv, p->log, env);
+    char *argv[40] = {(char *)px_test_plexus_bin(),
+                      "agent",
+                      "--server",
+                      (char *)(url ? url : f->url),
+                      "--join-token-file",
+                      f->join,
+                      "--inventory",
+                      (char *)inventory,
+                      "--name",
+                      (char *)name,
+                      "--work",
+                      work,
+                      "--health-interval",
+                      "0.2",
+                      NULL};
+    int n = 14;
+    if (f->ca[0]) {
+        argv[n++] = "--ca";
+        argv[n++] = f->ca;
+    }
+    if (fh_as_root()) {
+        argv[n++] = "--job-user";
+        argv[n++] = "nobody";
+    }
+    for (int i = 0; extra && extra[i] && n < 38; i++)
+        argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
+    /* The agent keeps no token in its environment: the test's own is not
+     * passed on. */
+    const char *env[] = {"PLEXUS_LOG", "info", "PLEXUS_TOKEN", NULL, NULL};
+    pid_t pid = fh_spawn(argv, p->log, env);
     free(inv);
+    return pid;
+}
+
+/* Starts an agent for an inventory (NULL: a plain CPU node) at a server
+ * URL (NULL: the fleet's own), with more options (NULL-ended, may be NULL).
+ * Its work folder (and so its credential) is work-NAME in the fleet's. */
+static inline int fh_start_agent_via(fh_fleet *f, const char *name, const char *inventory,
+                                     const char *url, const char *const *extra)
+{
+    assert_true(f->n_agents < FH_MAX_PROCS);
+    fh_proc *p = &f->agents[f->n_agents];
+    px_strlcpy(p->name, name, sizeof p->name);
+    char *log = px_asprintf("%s/agent-%s.log", f->dir, name);
+    px_strlcpy(p->log, log ? log : "", sizeof p->log);
+    free(log);
+    p->pid = fh_spawn_agent(f, p, name, inventory, url, extra);
     return f->n_agents++;
+}
+
+/* Starts agent k again (after it was killed), with its work folder. */
+static inline void fh_restart_agent(fh_fleet *f, int k, const char *inventory)
+{
+    f->agents[k].pid = fh_spawn_agent(f, &f->agents[k], f->agents[k].name, inventory, NULL, NULL);
+}
+
+static inline int fh_start_agent(fh_fleet *f, const char *name, const char *inventory)
+{
+    return fh_start_agent_via(f, name, inventory, NULL, NULL);
 }
 
 static inline json_t *fh_node(fh_fleet *f, const char *name)
@@ -472,6 +561,184 @@ static inline void fh_fleet_stop(fh_fleet *f)
         fh_forget(f->server.pid);
         f->server.pid = 0;
     }
+}
+
+/* The logs of a job (every stream, as text), or NULL; owned. */
+static inline char *fh_logs(fh_fleet *f, const char *id)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs?after=0", id);
+    json_t *r = fh_api(f, "GET", path, NULL);
+    px_strbuf sb = PX_STRBUF_INIT;
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(r, "chunks"), i, c)
+        px_strbuf_adds(&sb, json_string_value(json_object_get(c, "data")));
+    json_decref(r);
+    return px_strbuf_detach(&sb, NULL);
+}
+
+/* Waits until the job's logs hold needle; returns them (owned). */
+static inline char *fh_wait_logs(fh_fleet *f, const char *id, const char *needle, int timeout_s)
+{
+    uint64_t deadline = px_now_ns() + (uint64_t)timeout_s * 1000000000ull;
+    for (;;) {
+        char *text = fh_logs(f, id);
+        if (text && strstr(text, needle))
+            return text;
+        if (px_now_ns() > deadline) {
+            print_message("logs of %s:\n%s\n", id, text ? text : "");
+            fh_print_log(f->server.log);
+            for (int i = 0; i < f->n_agents; i++)
+                fh_print_log(f->agents[i].log);
+            free(text);
+            fail_msg("the logs of %s did not show \"%s\" within %d s", id, needle, timeout_s);
+        }
+        free(text);
+        fh_sleep_ms(100);
+    }
+}
+
+/* Whether process pid is gone (or a zombie nobody waits for). */
+static inline bool fh_pid_gone(pid_t pid)
+{
+    char path[64], buf[512] = "";
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return true;
+    if (!fgets(buf, sizeof buf, fp))
+        buf[0] = '\0';
+    fclose(fp);
+    char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && rp[2] == 'Z';
+}
+
+/* Waits until every pid is gone; fails naming the first that stays. */
+static inline void fh_wait_pids_gone(const pid_t *pids, int n, int timeout_s)
+{
+    uint64_t deadline = px_now_ns() + (uint64_t)timeout_s * 1000000000ull;
+    for (int i = 0; i < n; i++)
+        while (!fh_pid_gone(pids[i])) {
+            if (px_now_ns() > deadline)
+                fail_msg("process %d (%d of %d) still runs after %d s", (int)pids[i], i + 1, n,
+                         timeout_s);
+            fh_sleep_ms(50);
+        }
+}
+
+/* Reads the "NAME=PID" lines a job printed, in order, into pids. */
+static inline int fh_pids_in(const char *text, const char *name, pid_t *pids, int max)
+{
+    int n = 0;
+    size_t len = strlen(name);
+    for (const char *p = text; p && *p && n < max; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (!strncmp(p, name, len) && p[len] == '=')
+            pids[n++] = (pid_t)strtol(p + len + 1, NULL, 10);
+    return n;
+}
+
+/* ---- a TCP proxy between an agent and the server, to cut on purpose ---- */
+
+typedef struct fh_proxy {
+    int listen_fd;
+    int port, target;
+    atomic_int cut; /* nonzero: every connection closed, new ones refused */
+    atomic_int stop;
+    pthread_t thread;
+} fh_proxy;
+
+static inline void *fh_proxy_main(void *arg)
+{
+    fh_proxy *x = arg;
+    struct pollfd fds[129];
+    int peer[129]; /* fds[i]'s other end */
+    int n = 1;
+    fds[0] = (struct pollfd){.fd = x->listen_fd, .events = POLLIN};
+    while (!atomic_load(&x->stop)) {
+        if (atomic_load(&x->cut)) {
+            for (int i = 1; i < n; i++)
+                close(fds[i].fd);
+            n = 1;
+        }
+        if (poll(fds, (nfds_t)n, 50) <= 0)
+            continue;
+        if (fds[0].revents & POLLIN) {
+            int c = accept(x->listen_fd, NULL, NULL);
+            if (c >= 0 && (atomic_load(&x->cut) || n + 2 > 129)) {
+                close(c);
+            } else if (c >= 0) {
+                int s = socket(AF_INET, SOCK_STREAM, 0);
+                struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(x->target)};
+                a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+                if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) != 0) {
+                    close(c);
+                    if (s >= 0)
+                        close(s);
+                } else {
+                    fds[n] = (struct pollfd){.fd = c, .events = POLLIN};
+                    peer[n++] = s;
+                    fds[n] = (struct pollfd){.fd = s, .events = POLLIN};
+                    peer[n++] = c;
+                }
+            }
+        }
+        for (int i = 1; i < n; i++) {
+            if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            char buf[65536];
+            ssize_t r = read(fds[i].fd, buf, sizeof buf);
+            bool ok = r > 0;
+            for (ssize_t off = 0; ok && off < r;) {
+                ssize_t w = write(peer[i], buf + off, (size_t)(r - off));
+                ok = w > 0;
+                off += w > 0 ? w : 0;
+            }
+            if (!ok) {
+                /* One side closed: close the pair and drop both slots. */
+                int a = fds[i].fd, b = peer[i];
+                close(a);
+                close(b);
+                int w = 1;
+                for (int k = 1; k < n; k++)
+                    if (fds[k].fd != a && fds[k].fd != b) {
+                        fds[w] = fds[k];
+                        peer[w++] = peer[k];
+                    }
+                n = w;
+                break;
+            }
+        }
+    }
+    for (int i = 1; i < n; i++)
+        close(fds[i].fd);
+    return NULL;
+}
+
+/* Starts a proxy on a free port of 127.0.0.1 to the fleet's server. */
+static inline void fh_proxy_start(fh_proxy *x, fh_fleet *f)
+{
+    memset(x, 0, sizeof *x);
+    x->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int one = 1;
+    setsockopt(x->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(x->listen_fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(x->listen_fd, 64) != 0 ||
+        getsockname(x->listen_fd, (struct sockaddr *)&a, &len) != 0)
+        fail_msg("proxy: %s", strerror(errno));
+    x->port = ntohs(a.sin_port);
+    x->target = f->port;
+    if (pthread_create(&x->thread, NULL, fh_proxy_main, x) != 0)
+        fail_msg("proxy: cannot start its thread");
+}
+
+static inline void fh_proxy_stop(fh_proxy *x)
+{
+    atomic_store(&x->stop, 1);
+    pthread_join(x->thread, NULL);
+    close(x->listen_fd);
 }
 
 /* Device JSON snippets for inventories. */

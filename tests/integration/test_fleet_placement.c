@@ -249,7 +249,7 @@ static void test_artifacts_are_uploaded_and_fetched(void **state)
 static void test_cancel_kills_the_running_process_group(void **state)
 {
     (void)state;
-    char *pidfile = px_asprintf("%s/cancel.pid", fleet.dir);
+    char *pidfile = px_asprintf("%s/cancel.pid", fleet.shared);
     char *spec = px_asprintf("{\"command\": [\"/bin/sh\", \"-c\", \"sleep 60 & echo $! > %s; "
                              "wait\"]}",
                              pidfile);

@@ -216,27 +216,10 @@ static void test_killed_agents_job_finishes_elsewhere(void **state)
     assert_int_equal(fh_plexus(&out, NULL, "logs", id, NULL), 0);
     px_assert_contains(out, "finished attempt 2");
     free(out);
-    /* The agent comes back under the same name. */
-    char *inv = fh_inventory(&fleet, victim, "", "");
-    char work[600];
-    snprintf(work, sizeof work, "%s/work-%s-2", fleet.dir, victim);
-    char *argv[] = {(char *)px_test_plexus_bin(),
-                    "agent",
-                    "--server",
-                    fleet.url,
-                    "--token",
-                    FH_CLUSTER_TOKEN,
-                    "--inventory",
-                    inv,
-                    "--name",
-                    victim,
-                    "--work",
-                    work,
-                    NULL};
-    fleet.agents[k].pid = fh_spawn(argv, fleet.agents[k].log, NULL);
+    /* The agent comes back under the same name, with its credential. */
+    fh_restart_agent(&fleet, k, NULL);
     const char *names[] = {victim};
     fh_wait_nodes_online(&fleet, names, 1, 20);
-    free(inv);
     free(id);
 }
 

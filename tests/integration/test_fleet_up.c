@@ -1,36 +1,31 @@
 /*
  * `plexus up`: a server and a local agent in one process, tokens
- * generated into the data folder, jobs run, and a clean stop on SIGTERM.
+ * generated into the data folder, jobs run, and a clean stop on SIGTERM;
+ * with --tls, over HTTPS with the local CA it makes.
  */
 #include "fleet_harness.h"
 
-static void test_up_runs_jobs_and_stops_cleanly(void **state)
+static void run_up(bool tls)
 {
-    (void)state;
     fh_install_cleanup();
-    char *dir = px_asprintf("%s/up", px_test_tmpdir());
+    chmod(px_test_tmpdir(), 0755); /* a root `plexus up` runs jobs as nobody */
+    char *dir = px_asprintf("%s/up%s", px_test_tmpdir(), tls ? "-tls" : "");
     mkdir(dir, 0755);
     char *data = px_asprintf("%s/data", dir);
     char *log = px_asprintf("%s/up.log", dir);
     int port = fh_free_port();
     char listen[64], url[64];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    snprintf(url, sizeof url, "%s://127.0.0.1:%d", tls ? "https" : "http", port);
     fh_fleet f;
     memset(&f, 0, sizeof f);
     snprintf(f.url, sizeof f.url, "%s", url);
     snprintf(f.dir, sizeof f.dir, "%s", dir);
     char *inv =
         fh_inventory(&f, "local", FH_L4("gpu0"), "{\"name\": \"torch\", \"version\": \"2.3.1\"}");
-    char *argv[] = {(char *)px_test_plexus_bin(),
-                    "up",
-                    "--data",
-                    data,
-                    "--listen",
-                    listen,
-                    "--inventory",
-                    inv,
-                    NULL};
+    char *argv[] = {
+        (char *)px_test_plexus_bin(), "up", "--data", data, "--listen", listen, "--inventory", inv,
+        tls ? "--tls" : NULL,         NULL};
     pid_t pid = fh_spawn(argv, log, NULL);
     /* The tokens appear in the data folder; the user token drives the CLI. */
     char *tokens = px_asprintf("%s/tokens", data);
@@ -39,9 +34,9 @@ static void test_up_runs_jobs_and_stops_cleanly(void **state)
         char *text = NULL;
         size_t len;
         if (px_read_file(tokens, 1 << 16, &text, &len, NULL) == PX_OK) {
-            char *p = strstr(text, "user ");
+            char *p = strstr(text, "\nuser ");
             if (p) {
-                p += 5;
+                p += 6;
                 size_t n = strcspn(p, " \n");
                 if (n >= 16)
                     user = px_strndup(p, n);
@@ -57,6 +52,11 @@ static void test_up_runs_jobs_and_stops_cleanly(void **state)
     }
     setenv("PLEXUS_SERVER", url, 1);
     setenv("PLEXUS_TOKEN", user, 1);
+    char *ca = px_asprintf("%s/tls/ca.pem", data);
+    if (tls)
+        setenv("PLEXUS_CA", ca, 1);
+    else
+        unsetenv("PLEXUS_CA");
     /* Wait for the local node, then run a GPU job on it. */
     bool online = false;
     for (int i = 0; i < 200 && !online; i++) {
@@ -105,6 +105,7 @@ static void test_up_runs_jobs_and_stops_cleanly(void **state)
     assert_null(strstr(text, user));
     free(text);
     free(user);
+    free(ca);
     free(tokens);
     free(inv);
     free(log);
@@ -112,10 +113,23 @@ static void test_up_runs_jobs_and_stops_cleanly(void **state)
     free(dir);
 }
 
+static void test_up_runs_jobs_and_stops_cleanly(void **state)
+{
+    (void)state;
+    run_up(false);
+}
+
+static void test_up_tls_serves_https_with_its_local_ca(void **state)
+{
+    (void)state;
+    run_up(true);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_up_runs_jobs_and_stops_cleanly),
+        cmocka_unit_test(test_up_tls_serves_https_with_its_local_ca),
     };
     alarm(90);
     return cmocka_run_group_tests(tests, NULL, NULL);

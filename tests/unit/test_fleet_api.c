@@ -4,6 +4,7 @@
  * lease, gangs, services, cancels, artifacts and a restart of the server. */
 #include "px_test.h"
 
+#include "fleet/fleet_impl.h"
 #include "plexus/fleet.h"
 
 #include <curl/curl.h>
@@ -12,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define AGENT_TOKEN "agent-token-0123456789abcdef"
-#define USER_TOKEN  "user-token-0123456789abcdef"
+#define AGENT_TOKEN "agent-token-0123456789abcdef" /* the join token */
+#define USER_TOKEN  "user-token-0123456789abcdef"  /* the user "admin", role admin */
 
 static char base_url[128];
 
@@ -88,6 +89,25 @@ static void expect(const char *method, const char *path, const char *token, cons
     drop(&r);
 }
 
+/* Node credentials made by the test's "agents" as they join. */
+static struct {
+    char name[32];
+    char cred[96];
+} creds[32];
+static int n_creds;
+
+static const char *cred_of(const char *node)
+{
+    for (int i = 0; i < n_creds; i++)
+        if (!strcmp(creds[i].name, node))
+            return creds[i].cred;
+    assert_true(n_creds < 32);
+    snprintf(creds[n_creds].name, sizeof creds[0].name, "%s", node);
+    snprintf(creds[n_creds].cred, sizeof creds[0].cred, "node-credential-of-%s-0123456789abcdef",
+             node);
+    return creds[n_creds++].cred;
+}
+
 static px_fleet_server *start(const char *data, double lease)
 {
     px_fleet_server_options o = {.listen = "127.0.0.1:0",
@@ -105,16 +125,31 @@ static px_fleet_server *start(const char *data, double lease)
 
 static char *fresh_dir(const char *name)
 {
+    n_creds = 0;
     char *d = px_asprintf("%s/%s", px_test_tmpdir(), name);
     return d;
 }
 
+/* Joins the node (the first time, with the join token and a credential
+ * of its own) or registers it again with that credential. */
 static void register_node(const char *name, const char *extra)
 {
     char body[1024];
+    bool joined = false;
+    for (int i = 0; i < n_creds; i++)
+        joined = joined || !strcmp(creds[i].name, name);
+    const char *cred = cred_of(name);
+    if (!joined) {
+        snprintf(body, sizeof body,
+                 "{\"name\": \"%s\", \"credential\": \"%s\", \"cpus\": 8, \"memory\": "
+                 "\"16 GiB\"%s}",
+                 name, cred, extra ? extra : "");
+        expect("POST", "/v1/agent/join", AGENT_TOKEN, body, 200, "\"lease_s\"");
+        return;
+    }
     snprintf(body, sizeof body, "{\"name\": \"%s\", \"cpus\": 8, \"memory\": \"16 GiB\"%s}", name,
              extra ? extra : "");
-    expect("POST", "/v1/agent/register", AGENT_TOKEN, body, 200, "\"lease_s\"");
+    expect("POST", "/v1/agent/register", cred, body, 200, "\"lease_s\"");
 }
 
 static char *submit(const char *spec)
@@ -132,7 +167,7 @@ static json_t *assignments(const char *node, int wait)
 {
     char path[128];
     snprintf(path, sizeof path, "/v1/agent/assignments?node=%s&wait=%d", node, wait);
-    reply r = req("GET", path, AGENT_TOKEN, NULL);
+    reply r = req("GET", path, cred_of(node), NULL);
     assert_int_equal(r.status, 200);
     json_t *a = json_incref(json_object_get(r.json, "assignments"));
     drop(&r);
@@ -146,7 +181,7 @@ static void report(const char *id, const char *what, const char *node, int attem
     snprintf(path, sizeof path, "/v1/agent/jobs/%s/%s", id, what);
     snprintf(body, sizeof body, "{\"node\": \"%s\", \"attempt\": %d, \"rank\": %d%s}", node,
              attempt, rank, extra ? extra : "");
-    expect("POST", path, AGENT_TOKEN, body, status, NULL);
+    expect("POST", path, cred_of(node), body, status, NULL);
 }
 
 static char *job_state(const char *id)
@@ -164,7 +199,7 @@ static void heartbeat(const char *node, const char *running)
 {
     char body[512];
     snprintf(body, sizeof body, "{\"node\": \"%s\", \"running\": %s}", node, running);
-    expect("POST", "/v1/agent/heartbeat", AGENT_TOKEN, body, 200, NULL);
+    expect("POST", "/v1/agent/heartbeat", cred_of(node), body, 200, NULL);
 }
 
 static void test_api_refuses_bad_tokens(void **state)
@@ -176,8 +211,10 @@ static void test_api_refuses_bad_tokens(void **state)
     expect("GET", "/metrics", NULL, NULL, 200, "plexus_jobs_submitted_total");
     expect("GET", "/v1/jobs", NULL, NULL, 401, "missing token");
     expect("GET", "/v1/jobs", "wrong-token-0123456789", NULL, 401, "unknown token");
-    expect("GET", "/v1/jobs", AGENT_TOKEN, NULL, 403, "use an API token");
-    expect("POST", "/v1/agent/register", USER_TOKEN, "{\"name\": \"n\"}", 403, "cluster token");
+    expect("GET", "/v1/jobs", AGENT_TOKEN, NULL, 403, "join token only joins");
+    expect("POST", "/v1/agent/register", USER_TOKEN, "{\"name\": \"n\"}", 403, "for agents");
+    expect("POST", "/v1/agent/register", AGENT_TOKEN, "{\"name\": \"n\"}", 403,
+           "join token only joins");
     expect("GET", "/v1/jobs", USER_TOKEN, NULL, 200, "\"jobs\"");
     /* The token never shows up in an answer. */
     reply r = req("GET", "/v1/jobs", "wrong-token-0123456789", NULL);
@@ -204,10 +241,13 @@ static void test_api_refuses_malformed_and_oversized_requests(void **state)
     expect("GET", "/v1/jobs?limit=5000", USER_TOKEN, NULL, 400, "limit");
     expect("GET", "/v1/jobs?state=sleeping", USER_TOKEN, NULL, 400, "state");
     expect("GET", "/v1/blobs/zz", USER_TOKEN, NULL, 400, "64 hex digits");
-    expect("POST", "/v1/agent/register", AGENT_TOKEN, "{\"name\": \"a b\"}", 400, "/name");
-    expect("POST", "/v1/agent/heartbeat", AGENT_TOKEN, "{\"node\": \"ghost\"}", 404,
-           "register again");
-    expect("GET", "/v1/agent/assignments?node=ghost&wait=99", AGENT_TOKEN, NULL, 400, "wait");
+    expect("POST", "/v1/agent/join", AGENT_TOKEN,
+           "{\"name\": \"a b\", \"credential\": \"node-credential-0123456789abcdef0123\"}", 400,
+           "/name");
+    register_node("m1", NULL);
+    expect("POST", "/v1/agent/heartbeat", cred_of("m1"), "{\"node\": \"ghost\"}", 403,
+           "only for itself");
+    expect("GET", "/v1/agent/assignments?node=m1&wait=99", cred_of("m1"), NULL, 400, "wait");
     /* A body over 1 MiB is refused before it is read whole. */
     size_t n = (1u << 20) + 100;
     char *big = malloc(n);
@@ -238,7 +278,7 @@ static void test_api_runs_a_job_through_its_life(void **state)
     char *d = fresh_dir("life");
     px_fleet_server *srv = start(d, 5);
     char *id = submit("{\"name\": \"hello\", \"command\": [\"echo\", \"hi\"], \"resources\": "
-                      "{\"vendor\": \"nvidia\"}}");
+                      "{\"vendor\": \"nvidia\"}, \"artifacts\": [\"out/result.txt\"]}");
     /* No node yet: the explanation says so once considered. */
     register_node("cpu1", NULL);
     register_node("gpu1", ", \"node\": {\"devices\": [{\"id\": \"gpu0\", \"class\": \"gpu\", "
@@ -265,17 +305,17 @@ static void test_api_runs_a_job_through_its_life(void **state)
     assert_string_equal(st, "running");
     free(st);
     snprintf(path, sizeof path, "/v1/agent/jobs/%s/logs?attempt=1&rank=0&stream=stdout", id);
-    reply l = http("POST", path, AGENT_TOKEN, "hi\n\xff", 4);
+    reply l = http("POST", path, cred_of("gpu1"), "hi\n\xff", 4);
     assert_int_equal(l.status, 200);
     drop(&l);
     snprintf(path, sizeof path, "/v1/agent/jobs/%s/artifacts/out%%2Fresult.txt?attempt=1", id);
-    l = http("PUT", path, AGENT_TOKEN, "42", 2);
+    l = http("PUT", path, cred_of("gpu1"), "42", 2);
     assert_int_equal(l.status, 201);
     drop(&l);
     snprintf(path, sizeof path, "/v1/agent/jobs/%s/artifacts/%%2Fetc%%2Fpasswd?attempt=1", id);
-    expect("PUT", path, AGENT_TOKEN, "x", 400, "absolute");
+    expect("PUT", path, cred_of("gpu1"), "x", 400, "absolute");
     snprintf(path, sizeof path, "/v1/agent/jobs/%s/artifacts/a%%2F..%%2F..%%2Fx?attempt=1", id);
-    expect("PUT", path, AGENT_TOKEN, "x", 400, "cannot leave");
+    expect("PUT", path, cred_of("gpu1"), "x", 400, "cannot leave");
     report(id, "finish", "gpu1", 1, 0, ", \"exit_code\": 0, \"result\": {\"answer\": 42}", 200);
     st = job_state(id);
     assert_string_equal(st, "succeeded");
@@ -333,7 +373,7 @@ static void test_api_requeues_work_of_a_lost_node_with_next_attempt(void **state
     snprintf(running, sizeof running, "[{\"job\": \"%s\", \"attempt\": 1, \"rank\": 0}]", id);
     char body[300];
     snprintf(body, sizeof body, "{\"node\": \"a\", \"running\": %s}", running);
-    reply r = req("POST", "/v1/agent/heartbeat", AGENT_TOKEN, body);
+    reply r = req("POST", "/v1/agent/heartbeat", cred_of("a"), body);
     assert_int_equal(json_array_size(json_object_get(r.json, "stop")), 1);
     drop(&r);
     report(id, "start", "b", 2, 0, NULL, 200);
@@ -403,7 +443,7 @@ static void test_api_gang_and_member_failure_fail_the_group(void **state)
              rank2);
     char body[300];
     snprintf(body, sizeof body, "{\"node\": \"g2\", \"running\": %s}", running);
-    r = req("POST", "/v1/agent/heartbeat", AGENT_TOKEN, body);
+    r = req("POST", "/v1/agent/heartbeat", cred_of("g2"), body);
     assert_int_equal(json_array_size(json_object_get(r.json, "stop")), 1);
     drop(&r);
     free(id);
@@ -483,7 +523,7 @@ static void test_api_artifacts_refuse_symlinked_folders(void **state)
     char *d = fresh_dir("links");
     px_fleet_server *srv = start(d, 5);
     register_node("l1", NULL);
-    char *id = submit("{\"command\": [\"true\"]}");
+    char *id = submit("{\"command\": [\"true\"], \"artifacts\": [\"evil/x\", \"ok\"]}");
     json_t *a = assignments("l1", 5);
     json_decref(a);
     char dir[600], link[700];
@@ -493,9 +533,9 @@ static void test_api_artifacts_refuse_symlinked_folders(void **state)
     assert_int_equal(symlink(px_test_tmpdir(), link), 0);
     char path[160];
     snprintf(path, sizeof path, "/v1/agent/jobs/%s/artifacts/evil%%2Fx?attempt=1", id);
-    expect("PUT", path, AGENT_TOKEN, "x", 400, "link");
+    expect("PUT", path, cred_of("l1"), "x", 400, "link");
     snprintf(path, sizeof path, "/v1/agent/jobs/%s/artifacts/ok?attempt=7", id);
-    expect("PUT", path, AGENT_TOKEN, "x", 409, "stale attempt");
+    expect("PUT", path, cred_of("l1"), "x", 409, "stale attempt");
     free(id);
     px_fleet_server_stop(srv);
     free(d);
@@ -541,8 +581,17 @@ static void test_api_plan_auto_plans_or_says_why(void **state)
     free(data);
     free(model);
     id = submit(spec);
-    a = assignments("p1", 5);
-    json_decref(a);
+    /* The first job's assignment is repeated until it starts: wait for
+     * this job's own, so that its placement (and plan) is done. */
+    bool mine = false;
+    for (int i = 0; i < 100 && !mine; i++) {
+        a = assignments("p1", 1);
+        for (size_t k = 0; k < json_array_size(a); k++)
+            mine = mine ||
+                   !strcmp(json_string_value(json_object_get(json_array_get(a, k), "job")), id);
+        json_decref(a);
+    }
+    assert_true(mine);
     snprintf(path, sizeof path, "/v1/jobs/%s/explain", id);
     reply r = req("GET", path, USER_TOKEN, NULL);
     px_assert_contains(r.body, "\"status\":\"planned\"");
@@ -561,7 +610,7 @@ static void *post_late_log(void *arg)
 {
     late_log *l = arg;
     usleep(300000);
-    reply r = http("POST", l->path, AGENT_TOKEN, "late line\n", 10);
+    reply r = http("POST", l->path, cred_of("d2"), "late line\n", 10);
     drop(&r);
     return NULL;
 }
@@ -620,6 +669,90 @@ static void test_api_drain_group_restart_and_log_long_poll(void **state)
     free(d);
 }
 
+static char *state_of(const char *id, int *attempt)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    reply r = req("GET", path, USER_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    char *s = px_strdup(json_string_value(json_object_get(r.json, "state")));
+    if (attempt)
+        *attempt = (int)json_integer_value(json_object_get(r.json, "attempt"));
+    drop(&r);
+    return s;
+}
+
+static void test_api_never_acknowledges_a_write_the_store_refused(void **state)
+{
+    (void)state;
+    char *d = fresh_dir("full");
+    atomic_int full = 0;
+    px__store_fail_flag = &full; /* this server's store fails on demand */
+    px_fleet_server *srv = start(d, 1.0);
+    px__store_fail_flag = NULL;
+    register_node("f1", NULL);
+    register_node("f2", NULL);
+    expect("POST", "/v1/nodes/f2/drain", USER_TOKEN, NULL, 200, NULL);
+    char *a = submit("{\"command\": [\"a\"], \"resources\": {\"cpus\": 1}}");
+    char *c = submit("{\"command\": [\"c\"], \"resources\": {\"cpus\": 8}}");
+    json_t *as = assignments("f1", 5);
+    assert_int_equal(json_array_size(as), 1);
+    json_decref(as);
+    report(a, "start", "f1", 1, 0, NULL, 200);
+    atomic_store(&full, 1);
+    /* Nothing the store refused is acknowledged, and its error is named. */
+    expect("POST", "/v1/jobs", USER_TOKEN, "{\"command\": [\"b\"]}", 503, "disk is full");
+    report(a, "finish", "f1", 1, 0, ", \"exit_code\": 0", 503);
+    char cancel[96];
+    snprintf(cancel, sizeof cancel, "/v1/jobs/%s/cancel", c);
+    expect("POST", cancel, USER_TOKEN, NULL, 503, "disk is full");
+    expect("POST", "/v1/agent/join", AGENT_TOKEN,
+           "{\"name\": \"f3\", \"credential\": \"node-credential-of-f3-0123456789abcdef\"}", 503,
+           "disk is full");
+    char *st = state_of(a, NULL);
+    assert_string_equal(st, "running");
+    free(st);
+    st = state_of(c, NULL);
+    assert_string_equal(st, "queued");
+    free(st);
+    /* The space comes back: the agent's retry is taken, C is placed. */
+    atomic_store(&full, 0);
+    report(a, "finish", "f1", 1, 0, ", \"exit_code\": 0", 200);
+    st = state_of(a, NULL);
+    assert_string_equal(st, "succeeded");
+    free(st);
+    as = assignments("f1", 5);
+    assert_int_equal(json_array_size(as), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(as, 0), "job")), c);
+    json_decref(as);
+    report(c, "start", "f1", 1, 0, NULL, 200);
+    /* f1 is lost while the store refuses: the requeue waits for the store
+     * and happens by itself once it takes writes again. */
+    atomic_store(&full, 1);
+    expect("POST", "/v1/nodes/f2/undrain", USER_TOKEN, NULL, 503, "disk is full");
+    int attempt = 0;
+    for (int i = 0; i < 30; i++) {
+        heartbeat("f2", "[]");
+        usleep(100000);
+    }
+    st = state_of(c, &attempt);
+    assert_string_equal(st, "running");
+    assert_int_equal(attempt, 1);
+    free(st);
+    atomic_store(&full, 0);
+    for (int i = 0; i < 50 && attempt < 2; i++) {
+        heartbeat("f2", "[]");
+        usleep(100000);
+        free(state_of(c, &attempt));
+    }
+    assert_int_equal(attempt, 2);
+    expect("POST", "/v1/jobs", USER_TOKEN, "{\"command\": [\"b\"]}", 201, NULL);
+    free(a);
+    free(c);
+    px_fleet_server_stop(srv);
+    free(d);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -634,6 +767,7 @@ int main(void)
         cmocka_unit_test(test_api_artifacts_refuse_symlinked_folders),
         cmocka_unit_test(test_api_plan_auto_plans_or_says_why),
         cmocka_unit_test(test_api_drain_group_restart_and_log_long_poll),
+        cmocka_unit_test(test_api_never_acknowledges_a_write_the_store_refused),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();

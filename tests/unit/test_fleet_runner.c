@@ -352,6 +352,152 @@ static void test_artifact_open_refuses_escapes_and_links(void **state)
     free(dir), free(sub), free(f), free(link), free(dlink);
 }
 
+static bool gone(pid_t pid)
+{
+    char path[64], buf[512] = "";
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return true;
+    if (!fgets(buf, sizeof buf, f))
+        buf[0] = '\0';
+    fclose(f);
+    char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && rp[2] == 'Z';
+}
+
+static void wait_gone(const pid_t *pids, int n)
+{
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < 400 && !gone(pids[i]); k++)
+            usleep(25000);
+        if (!gone(pids[i]))
+            fail_msg("process %d outlived its job", (int)pids[i]);
+    }
+}
+
+/* Runs a job that starts a setsid process and a double-forked orphan and
+ * prints their pids, then exits; returns the pids. */
+static void run_escaper(const char *cgroup, pid_t pids[2])
+{
+    char *script = "setsid sleep 300 & echo $!; (sleep 301 & echo $!); sleep 0.2";
+    px__proc_spec spec = {.shell = script, .cgroup = cgroup};
+    collected c = {PX_STRBUF_INIT, PX_STRBUF_INIT, PX_STRBUF_INIT};
+    px__proc *p;
+    px_err err;
+    px_assert_ok(px__proc_spawn(&spec, &p, &err), &err);
+    uint64_t deadline = px_now_ns() + 10ull * 1000000000ull;
+    while (!px__proc_done(p, NULL) && px_now_ns() < deadline)
+        px__proc_pump(p, 50, collect, &c);
+    /* The leader is gone; its descendants hold the pipes.  Take what they
+     * printed, then end the job. */
+    for (int i = 0; i < 10; i++)
+        px__proc_pump(p, 20, collect, &c);
+    long a = 0, b = 0;
+    assert_int_equal(sscanf(c.out.buf ? c.out.buf : "", "%ld %ld", &a, &b), 2);
+    pids[0] = (pid_t)a;
+    pids[1] = (pid_t)b;
+    assert_false(gone(pids[0]));
+    assert_false(gone(pids[1]));
+    if (cgroup) {
+        char path[64], *text = NULL;
+        size_t len;
+        snprintf(path, sizeof path, "/proc/%ld/cgroup", a);
+        px_assert_ok(px_read_file(path, 4096, &text, &len, NULL), (px_err *)NULL);
+        px_assert_contains(text, strrchr(cgroup, '/'));
+        free(text);
+    }
+    px__proc_free(p);
+    wait_gone(pids, 2);
+    release(&c);
+}
+
+static void test_runner_ends_descendants_that_left_the_group(void **state)
+{
+    (void)state;
+    pid_t pids[2];
+    run_escaper(NULL, pids);
+}
+
+/* A cgroup v2 folder this test may write, or NULL. */
+static char *test_cgroup(void)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "r");
+    char line[4096], mount[1024] = "";
+    while (f && fgets(line, sizeof line, f))
+        if (strstr(line, " - cgroup2 ")) {
+            char root[1024];
+            if (sscanf(line, "%*s %*s %*s %1023s %1023s", root, mount) == 2 && !strcmp(root, "/"))
+                break;
+            mount[0] = '\0';
+        }
+    if (f)
+        fclose(f);
+    if (!mount[0])
+        return NULL;
+    f = fopen("/proc/self/cgroup", "r");
+    char own[1024] = "";
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "0::", 3)) {
+            line[strcspn(line, "\n")] = '\0';
+            snprintf(own, sizeof own, "%.1000s", line + 3);
+        }
+    if (f)
+        fclose(f);
+    char *dir = px_asprintf("%s%s/plexus-runner-test-%d", mount, strcmp(own, "/") ? own : "",
+                            (int)getpid());
+    char kill_file[1200];
+    snprintf(kill_file, sizeof kill_file, "%s/cgroup.kill", dir);
+    if (mkdir(dir, 0755) != 0 || access(kill_file, W_OK) != 0) {
+        rmdir(dir);
+        free(dir);
+        return NULL;
+    }
+    return dir;
+}
+
+static void test_runner_in_a_cgroup_ends_everything_and_removes_it(void **state)
+{
+    (void)state;
+    char *cg = test_cgroup();
+    if (!cg) {
+        print_message("skipped: no writable cgroup v2 here; the supervisor's subreaper is "
+                      "tested above\n");
+        skip();
+    }
+    pid_t pids[2];
+    run_escaper(cg, pids);
+    assert_int_equal(access(cg, F_OK), -1); /* removed with the job */
+    free(cg);
+}
+
+static void test_runner_runs_jobs_as_the_job_user(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) {
+        print_message("skipped: only root runs jobs as another user\n");
+        skip();
+    }
+    const char *dir = px_test_tmpdir();
+    char *secret = px_asprintf("%s/secret", dir);
+    int fd = open(secret, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "s3cr3t\n", 7), 7);
+    close(fd);
+    chmod(dir, 0755);
+    char *script = px_asprintf("id -u; id -G; cat %s || echo refused", secret);
+    px__proc_spec spec = {.shell = script, .set_user = true, .uid = 65534, .gid = 65534};
+    collected c = {PX_STRBUF_INIT, PX_STRBUF_INIT, PX_STRBUF_INIT};
+    px__proc_exit ex = run_all(&spec, &c);
+    assert_int_equal(ex.code, 0);
+    px_assert_contains(c.out.buf, "65534\n65534\n");
+    px_assert_contains(c.out.buf, "refused");
+    assert_null(strstr(c.out.buf, "s3cr3t"));
+    release(&c);
+    free(script);
+    free(secret);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -366,6 +512,9 @@ int main(void)
         cmocka_unit_test(test_python_runner_returns_json_result_and_traceback),
         cmocka_unit_test(test_python_target_parse_rejects_bad_targets),
         cmocka_unit_test(test_artifact_open_refuses_escapes_and_links),
+        cmocka_unit_test(test_runner_ends_descendants_that_left_the_group),
+        cmocka_unit_test(test_runner_in_a_cgroup_ends_everything_and_removes_it),
+        cmocka_unit_test(test_runner_runs_jobs_as_the_job_user),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,12 +1,15 @@
-/* The SQLite store: migrations, jobs with members and attempts, log
- * sequence numbers, artifacts, explanations, tokens, nodes, and that what
- * was written is there after the database is closed and opened again. */
+/* The SQLite store: migrations, jobs with members and attempts, owners and
+ * idempotency keys, log sequence numbers and usage, artifacts,
+ * explanations, node credentials and revocations, nodes, files private
+ * whatever the umask, and that what was written is there after the
+ * database is closed and opened again. */
 #include "px_test.h"
 
 #include "fleet/fleet_impl.h"
 
 #include <sqlite3.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static char *db_path(const char *name)
 {
@@ -93,10 +96,10 @@ static void test_store_migrates_and_persists_jobs(void **state)
     px__job_row_release(&got);
     assert_int_equal(st.ops->get_job(st.self, "j-999999", &got, &err), PX_ENOTFOUND);
     int n = 0;
-    px_assert_ok(st.ops->list_jobs(st.self, "active", 100, count_job, &n, &err), &err);
+    px_assert_ok(st.ops->list_jobs(st.self, "active", NULL, 100, count_job, &n, &err), &err);
     assert_int_equal(n, 2);
     n = 0;
-    px_assert_ok(st.ops->list_jobs(st.self, "succeeded", 100, count_job, &n, &err), &err);
+    px_assert_ok(st.ops->list_jobs(st.self, "succeeded", NULL, 100, count_job, &n, &err), &err);
     assert_int_equal(n, 0);
     st.ops->close(st.self);
     assert_int_equal(query_int(path, "SELECT COUNT(*) FROM schema_version"),
@@ -106,7 +109,7 @@ static void test_store_migrates_and_persists_jobs(void **state)
     free(path);
 }
 
-static void test_store_logs_artifacts_explanations_tokens(void **state)
+static void test_store_logs_artifacts_explanations_nodes(void **state)
 {
     (void)state;
     char *path = db_path("misc.db");
@@ -139,12 +142,13 @@ static void test_store_logs_artifacts_explanations_tokens(void **state)
     assert_string_equal(ex, "{\"a\":2}");
     free(ex);
     assert_int_equal(st.ops->get_explanation(st.self, "j-9", &ex, &err), PX_ENOTFOUND);
-    px_assert_ok(st.ops->put_token(st.self, "agent", "agent", "00ff", &err), &err);
-    px_assert_ok(st.ops->clear_tokens(st.self, &err), &err);
+    int64_t log_bytes, art_bytes;
+    px_assert_ok(st.ops->job_usage(st.self, "j-1", &log_bytes, &art_bytes, &err), &err);
+    assert_int_equal(log_bytes, 16);
+    assert_int_equal(art_bytes, 3);
     px_assert_ok(st.ops->put_node(st.self, "n1", "{\"name\":\"n1\"}", "online", 7, &err), &err);
     px_assert_ok(st.ops->put_node(st.self, "n1", NULL, "offline", 8, &err), &err);
     st.ops->close(st.self);
-    assert_int_equal(query_int(path, "SELECT COUNT(*) FROM tokens"), 0);
     assert_int_equal(query_int(path, "SELECT COUNT(*) FROM nodes WHERE state = 'offline' AND "
                                      "registration LIKE '%n1%'"),
                      1);
@@ -172,11 +176,100 @@ static void test_store_refuses_unusable_paths_and_newer_schemas(void **state)
     free(path);
 }
 
+static void count_cred(const char *node, const char *hash, void *ud)
+{
+    (void)hash;
+    if (!strcmp(node, "n1"))
+        (*(int *)ud)++;
+}
+
+static void count_name(const char *name, void *ud)
+{
+    (void)name;
+    (*(int *)ud)++;
+}
+
+static void test_store_owners_keys_credentials_and_private_files(void **state)
+{
+    (void)state;
+    char *path = db_path("owners.db");
+    /* A database made under a loose umask, and one left world-readable by
+     * an older plexus, both end up readable by the owner alone. */
+    mode_t old = umask(0);
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_sqlite_open(path, &st, &err), &err);
+    px__job_row row = {.name = "a",
+                       .state = "queued",
+                       .attempt = 1,
+                       .spec = "{}",
+                       .members = "[]",
+                       .exit_code = INT_MIN,
+                       .owner = "alice",
+                       .idem_key = "k1",
+                       .idem_hash = "h1"};
+    px_assert_ok(st.ops->insert_job(st.self, &row, &err), &err);
+    free(row.id);
+    row.id = NULL;
+    /* The same key for the same owner is taken; another owner has its own. */
+    assert_int_equal(st.ops->insert_job(st.self, &row, &err), PX_EEXIST);
+    free(row.id);
+    row.id = NULL;
+    row.owner = "bob";
+    px_assert_ok(st.ops->insert_job(st.self, &row, &err), &err);
+    free(row.id);
+    row.id = NULL;
+    px__job_row got;
+    px_assert_ok(st.ops->find_idempotent(st.self, "alice", "k1", &got, &err), &err);
+    assert_string_equal(got.owner, "alice");
+    assert_string_equal(got.idem_hash, "h1");
+    px__job_row_release(&got);
+    assert_int_equal(st.ops->find_idempotent(st.self, "alice", "k2", &got, &err), PX_ENOTFOUND);
+    int n = 0;
+    px_assert_ok(st.ops->list_jobs(st.self, "", "bob", 100, count_job, &n, &err), &err);
+    assert_int_equal(n, 1);
+    n = 0;
+    px_assert_ok(st.ops->list_jobs(st.self, "active", NULL, 100, count_job, &n, &err), &err);
+    assert_int_equal(n, 2);
+    /* Credentials by node; a rotation keeps one and drops the rest. */
+    px_assert_ok(st.ops->put_credential(st.self, "n1", "aa", &err), &err);
+    px_assert_ok(st.ops->put_credential(st.self, "n1", "bb", &err), &err);
+    px_assert_ok(st.ops->put_credential(st.self, "n2", "cc", &err), &err);
+    px_assert_ok(st.ops->drop_credentials(st.self, "n1", "bb", &err), &err);
+    n = 0;
+    px_assert_ok(st.ops->list_credentials(st.self, count_cred, &n, &err), &err);
+    assert_int_equal(n, 1);
+    px_assert_ok(st.ops->set_revoked(st.self, "n3", true, &err), &err);
+    px_assert_ok(st.ops->set_revoked(st.self, "n4", true, &err), &err);
+    px_assert_ok(st.ops->set_revoked(st.self, "n4", false, &err), &err);
+    n = 0;
+    px_assert_ok(st.ops->list_revoked(st.self, count_name, &n, &err), &err);
+    assert_int_equal(n, 1);
+    st.ops->close(st.self);
+    umask(old);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+    char *wal = px_asprintf("%s-wal", path);
+    chmod(path, 0644);
+    if (stat(wal, &sb) == 0)
+        chmod(wal, 0644);
+    px_assert_ok(px__store_sqlite_open(path, &st, &err), &err);
+    st.ops->close(st.self);
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+    if (stat(wal, &sb) == 0)
+        assert_int_equal(sb.st_mode & 0777, 0600);
+    free(wal);
+    free(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_store_migrates_and_persists_jobs),
-        cmocka_unit_test(test_store_logs_artifacts_explanations_tokens),
+        cmocka_unit_test(test_store_logs_artifacts_explanations_nodes),
+        cmocka_unit_test(test_store_owners_keys_credentials_and_private_files),
         cmocka_unit_test(test_store_refuses_unusable_paths_and_newer_schemas),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,204 @@
+/* A test seam, as SQLite's own tests inject I/O failures: when
+ * px__store_fail_flag is set before a server starts, that server's store
+ * is wrapped so that every write fails while the flag is nonzero, with the
+ * message a full disk gives.  Reads pass through.  Production code never
+ * sets the flag. */
+#include "base/common.h"
+
+#include "fleet/fleet_impl.h"
+
+atomic_int *px__store_fail_flag;
+
+typedef struct faulty {
+    px__store inner;
+    atomic_int *flag;
+} faulty;
+
+static px_status full(const faulty *f, px_err *err)
+{
+    (void)f;
+    return px_err_set(err, PX_EIO, "fleet.db: database or disk is full (injected)");
+}
+
+#define FAILING(f) (atomic_load((f)->flag) != 0)
+
+static void f_close(void *self)
+{
+    faulty *f = self;
+    f->inner.ops->close(f->inner.self);
+    free(f);
+}
+
+static px_status f_put_node(void *self, const char *name, const char *reg, const char *state,
+                            int64_t last_seen, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err)
+                      : f->inner.ops->put_node(f->inner.self, name, reg, state, last_seen, err);
+}
+
+static px_status f_list_nodes(void *self, px__node_cb cb, void *ud, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->list_nodes(f->inner.self, cb, ud, err);
+}
+
+static px_status f_insert_job(void *self, px__job_row *row, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err) : f->inner.ops->insert_job(f->inner.self, row, err);
+}
+
+static px_status f_update_job(void *self, const px__job_row *row, const char *reason, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err) : f->inner.ops->update_job(f->inner.self, row, reason, err);
+}
+
+static px_status f_get_job(void *self, const char *id, px__job_row *out, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->get_job(f->inner.self, id, out, err);
+}
+
+static px_status f_list_jobs(void *self, const char *state, const char *owner, int limit,
+                             px__job_cb cb, void *ud, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->list_jobs(f->inner.self, state, owner, limit, cb, ud, err);
+}
+
+static px_status f_find_idempotent(void *self, const char *owner, const char *key, px__job_row *out,
+                                   px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->find_idempotent(f->inner.self, owner, key, out, err);
+}
+
+static px_status f_append_log(void *self, const char *job, int attempt, int rank,
+                              const char *stream, const void *data, size_t len, int64_t *seq,
+                              px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err)
+                      : f->inner.ops->append_log(f->inner.self, job, attempt, rank, stream, data,
+                                                 len, seq, err);
+}
+
+static px_status f_read_logs(void *self, const char *job, int64_t after, const char *stream,
+                             size_t max_bytes, px__log_cb cb, void *ud, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->read_logs(f->inner.self, job, after, stream, max_bytes, cb, ud, err);
+}
+
+static px_status f_job_usage(void *self, const char *job, int64_t *logs, int64_t *arts, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->job_usage(f->inner.self, job, logs, arts, err);
+}
+
+static px_status f_put_artifact(void *self, const px__artifact_row *a, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err) : f->inner.ops->put_artifact(f->inner.self, a, err);
+}
+
+static px_status f_list_artifacts(void *self, const char *job, px__artifact_cb cb, void *ud,
+                                  px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->list_artifacts(f->inner.self, job, cb, ud, err);
+}
+
+static px_status f_put_explanation(void *self, const char *job, int attempt, const char *json,
+                                   px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err)
+                      : f->inner.ops->put_explanation(f->inner.self, job, attempt, json, err);
+}
+
+static px_status f_get_explanation(void *self, const char *job, char **out, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->get_explanation(f->inner.self, job, out, err);
+}
+
+static px_status f_put_heartbeat(void *self, const char *node, int64_t at, const char *live,
+                                 px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err)
+                      : f->inner.ops->put_heartbeat(f->inner.self, node, at, live, err);
+}
+
+static px_status f_put_credential(void *self, const char *node, const char *hash, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err) : f->inner.ops->put_credential(f->inner.self, node, hash, err);
+}
+
+static px_status f_drop_credentials(void *self, const char *node, const char *keep, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err)
+                      : f->inner.ops->drop_credentials(f->inner.self, node, keep, err);
+}
+
+static px_status f_list_credentials(void *self, px__credential_cb cb, void *ud, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->list_credentials(f->inner.self, cb, ud, err);
+}
+
+static px_status f_set_revoked(void *self, const char *node, bool revoked, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err) : f->inner.ops->set_revoked(f->inner.self, node, revoked, err);
+}
+
+static px_status f_list_revoked(void *self, px__name_cb cb, void *ud, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->list_revoked(f->inner.self, cb, ud, err);
+}
+
+static const px__store_ops faulty_ops = {
+    .version = 2,
+    .close = f_close,
+    .put_node = f_put_node,
+    .list_nodes = f_list_nodes,
+    .insert_job = f_insert_job,
+    .update_job = f_update_job,
+    .get_job = f_get_job,
+    .list_jobs = f_list_jobs,
+    .find_idempotent = f_find_idempotent,
+    .append_log = f_append_log,
+    .read_logs = f_read_logs,
+    .job_usage = f_job_usage,
+    .put_artifact = f_put_artifact,
+    .list_artifacts = f_list_artifacts,
+    .put_explanation = f_put_explanation,
+    .get_explanation = f_get_explanation,
+    .put_heartbeat = f_put_heartbeat,
+    .put_credential = f_put_credential,
+    .drop_credentials = f_drop_credentials,
+    .list_credentials = f_list_credentials,
+    .set_revoked = f_set_revoked,
+    .list_revoked = f_list_revoked,
+};
+
+px_status px__store_wrap_faults(px__store *store, px_err *err)
+{
+    if (!px__store_fail_flag)
+        return PX_OK;
+    faulty *f = calloc(1, sizeof *f);
+    if (!f)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    f->inner = *store;
+    f->flag = px__store_fail_flag;
+    store->ops = &faulty_ops;
+    store->self = f;
+    return PX_OK;
+}
