@@ -393,7 +393,7 @@ static void serve_plan(const char *label, const char *model, const char *invento
  * calibrated on this machine (`plexus calibrate`). */
 static void serve_plans(const char *dir)
 {
-    char model[512], plan[512], calib[512], inventory[512], cmd[2048];
+    char model[512], plan[512], calib[512], inventory[512], cmd[8192];
     snprintf(model, sizeof model, "%s/models/stories260K.gguf", PX_SHARED_DIR);
     snprintf(inventory, sizeof inventory, "%s/data/scenarios/emu-small.json", PX_SOURCE_DIR);
     snprintf(plan, sizeof plan, "%s/throughput-plan.json", dir);
