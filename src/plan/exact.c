@@ -148,11 +148,7 @@ static px_status linear_model(px__plan_ctx *ctx, const px_cost_workload *wl, lin
                                per_flops / (peak * ctx->cp->eff_compute));
         ld[i].t_head = PX_MAX(m->head.attn_bytes / (d->mem_bw * ctx->cp->eff_mem),
                               head_flops / (peak * ctx->cp->eff_compute));
-        double over =
-            (d->cls == PX_HW_CLASS_CPU ? ctx->cp->workspace_cpu : ctx->cp->workspace_gpu) +
-            (!strcmp(d->backend, "cuda")  ? ctx->cp->runtime_cuda
-             : !strcmp(d->backend, "emu") ? ctx->cp->runtime_emu
-                                          : ctx->cp->runtime_cpu);
+        double over = px_cost_device_overhead(ctx->cp, d);
         ld[i].cap = d->mem_free * (1.0 - ctx->cp->headroom) - over;
     }
     (void)err;

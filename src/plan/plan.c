@@ -454,7 +454,8 @@ static bool cost_baseline(px__plan_ctx *ctx, const px__plan_layout *lay, const p
                 char over[32];
                 px__plan_fmt_bytes(e->why_bytes, over, sizeof over);
                 snprintf(b->why, sizeof b->why,
-                         "its placement runs out of memory on %s (%s over the limit)",
+                         "its placement runs out of %smemory on %s (%s over the limit)",
+                         e->why_host ? "host " : "",
                          ctx->fleet->devices[lay->replicas[i].stages[e->why_stage].devices[0]].id,
                          over);
             } else {

@@ -211,6 +211,51 @@ static void test_cost_kv_on_host_is_slower_and_frees_device_memory(void **state)
     teardown_fixture(&fx);
 }
 
+/* Host memory belongs to a node: two stages on one node that each keep a
+ * KV cache within the node's memory, but not both together, do not fit. */
+static void test_cost_host_kv_is_summed_per_node(void **state)
+{
+    (void)state;
+    fixture fx;
+    setup_fixture(&fx, fleet_json(true, "100 Gbit/s", "5 us", "2 us"), "llama-3-8b",
+                  PX_DTYPE_COUNT_);
+    fx.wl.context = 65536;
+    fx.wl.batch = 1;
+    px_cost_pipeline p = two_stages(&fx, dev(&fx, "n1.gpu0"), dev(&fx, "n1.gpu1"), 16);
+    p.stages[0].kv = p.stages[1].kv = PX_COST_KV_HOST;
+    px_cost_estimate *e = eval(&fx, &p);
+    assert_int_equal(e->why, PX_COST_OK);
+    double per_seq = PX_MAX(e->stages[0].host_bytes, e->stages[1].host_bytes);
+    double limit = fx.fleet->devices[dev(&fx, "n1.gpu0")].host_mem * (1.0 - fx.params.headroom);
+    assert_true(per_seq > 0 && limit > 0);
+    fx.wl.batch = (uint32_t)ceil(0.6 * limit / per_seq);
+    e = eval(&fx, &p);
+    /* Each stage alone is within the node's memory; together they are not. */
+    assert_true(e->stages[0].host_bytes <= limit && e->stages[1].host_bytes <= limit);
+    assert_true(e->stages[0].host_bytes + e->stages[1].host_bytes > limit);
+    assert_int_equal(e->why, PX_COST_NO_MEMORY);
+    assert_true(e->why_host);
+    assert_true(e->why_bytes > 0);
+    /* Half the batch fits both. */
+    fx.wl.batch /= 2;
+    e = eval(&fx, &p);
+    assert_int_equal(e->why, PX_COST_OK);
+    teardown_fixture(&fx);
+}
+
+/* A device that names no backend is planned for its vendor's stack. */
+static void test_cost_default_backend_follows_the_vendor(void **state)
+{
+    (void)state;
+    assert_string_equal(px_cost_default_backend(PX_HW_CLASS_GPU, "nvidia"), "cuda");
+    assert_string_equal(px_cost_default_backend(PX_HW_CLASS_GPU, "AMD"), "rocm");
+    assert_string_equal(px_cost_default_backend(PX_HW_CLASS_GPU, "apple"), "metal");
+    assert_string_equal(px_cost_default_backend(PX_HW_CLASS_GPU, "intel"), "oneapi");
+    assert_string_equal(px_cost_default_backend(PX_HW_CLASS_GPU, NULL), "unknown");
+    assert_string_equal(px_cost_default_backend(PX_HW_CLASS_GPU, "acme"), "unknown");
+    assert_string_equal(px_cost_default_backend(PX_HW_CLASS_CPU, "amd"), "cpu");
+}
+
 static void test_cost_falls_back_to_a_supported_dtype(void **state)
 {
     (void)state;
@@ -402,6 +447,8 @@ int main(void)
         cmocka_unit_test(test_cost_memory_is_itemized_and_sums),
         cmocka_unit_test(test_cost_refuses_model_larger_than_memory),
         cmocka_unit_test(test_cost_kv_on_host_is_slower_and_frees_device_memory),
+        cmocka_unit_test(test_cost_host_kv_is_summed_per_node),
+        cmocka_unit_test(test_cost_default_backend_follows_the_vendor),
         cmocka_unit_test(test_cost_falls_back_to_a_supported_dtype),
         cmocka_unit_test(test_cost_slow_link_adds_transfer_time),
         cmocka_unit_test(test_cost_allreduce_grows_with_link_latency),
