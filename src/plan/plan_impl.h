@@ -92,6 +92,7 @@ typedef struct px__plan_ctx {
     size_t n_evaluated;
     px_cost_estimate *scratch; /* one estimate for evaluations */
     px_strbuf notes;           /* lines for the explanation */
+    char precision_note[320];  /* why products are costed as they are ("" when plain) */
 } px__plan_ctx;
 
 typedef px_status (*px__plan_place_fn)(px__plan_ctx *ctx, px__plan_layout *out, px_err *err);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "plexus/contract.h"
 #include "plexus/hw.h"
 #include "plexus/ir.h"
 #include "plexus/plan.h"
@@ -161,6 +162,51 @@ static void test_plan_fleets_names_backends_per_vendor(void **state)
     px_hw_graph_free(g);
 }
 
+/* Without a contract the products stay at f32 rates on tensor-core GPUs,
+ * and the plan says why and what would allow the bf16 rate; with a
+ * contract that allows it, the stages compute in bf16. */
+static void test_plan_fleets_says_which_rate_products_are_costed_at(void **state)
+{
+    (void)state;
+    px_hw_graph *g = load_fleet("a100-l4-100gbe");
+    px_ir_model *m = preset("llama-3-8b");
+    px_plan *p = plan_on(g, m, PX_PLAN_OBJ_THROUGHPUT, false);
+    json_t *doc = px_plan_to_json(p);
+    char *text = json_dumps(json_object_get(doc, "explanation"), 0);
+    assert_non_null(text);
+    px_assert_contains(text, "costed at f32 rates");
+    px_assert_contains(text, "--contract relaxed");
+    free(text);
+    json_decref(doc);
+    px_plan_free(p);
+
+    px_contract *c = NULL;
+    px_err err;
+    px_assert_ok(px_contract_builtin("relaxed", &c, &err), &err);
+    px_plan_request req;
+    px_plan_request_default(&req);
+    req.graph = g;
+    req.model = m;
+    req.objective = PX_PLAN_OBJ_THROUGHPUT;
+    req.fallbacks = false;
+    req.contract = c;
+    px_assert_ok(px_plan_search(&req, &p, &err), &err);
+    doc = px_plan_to_json(p);
+    size_t i;
+    const json_t *st;
+    json_array_foreach(json_object_get(doc, "stages"), i, st)
+    {
+        const char *cd = json_string_value(json_object_get(st, "compute_dtype"));
+        assert_non_null(cd);
+        assert_true(strcmp(cd, "f32") != 0);
+    }
+    json_decref(doc);
+    px_plan_free(p);
+    px_contract_free(c);
+    px_ir_model_free(m);
+    px_hw_graph_free(g);
+}
+
 static const char *const fleets[] = {"home-lab-2x4090",      "a100-l4-100gbe",  "h100x2-l4x8",
                                      "m2ultra-2x4090-10gbe", "sixteen-4-types", "v100x8-h200"};
 static const char *const models[] = {"llama-3-8b", "llama-3-70b", "qwen2.5-7b", "mixtral-8x7b"};
@@ -223,6 +269,7 @@ int main(void)
         cmocka_unit_test(test_plan_fleets_groups_over_pcie),
         cmocka_unit_test(test_plan_fleets_no_host_kv_for_throughput),
         cmocka_unit_test(test_plan_fleets_names_backends_per_vendor),
+        cmocka_unit_test(test_plan_fleets_says_which_rate_products_are_costed_at),
         cmocka_unit_test(test_plan_fleets_never_behind_a_baseline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
