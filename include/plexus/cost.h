@@ -464,10 +464,19 @@ typedef struct px_cost_bound {
 
 /* The bound over the devices listed (fleet indices, borrowed; NULL: all
  * devices that can hold any part of the model).  Attainable bandwidth is
- * the datasheet figure times eff_mem_hi. */
+ * the datasheet figure times eff_mem_hi.  Capacity-aware: the bytes a step
+ * reads are spread over the memories that can hold them, device memory
+ * first and host memory over the host links past it; the throughput bound
+ * is taken at the largest batch the fleet's memory (devices and hosts)
+ * holds. */
 void px_cost_lower_bound(const px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
                          const px_cost_workload *wl, const uint32_t *devices, size_t n_devices,
                          px_cost_bound *out);
+/* The same, with compute at the rate of the fastest precision a plan may
+ * use (NULL: every device's best dtype but int4). */
+void px_cost_lower_bound_at(const px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
+                            const px_cost_workload *wl, const px_cost_precision *fastest,
+                            const uint32_t *devices, size_t n_devices, px_cost_bound *out);
 /* The bound of one pipeline as placed: each stage's bytes over its
  * attainable bandwidth (or FLOPs over peak, whichever is larger) plus each
  * hop's bytes / bandwidth + latency. */

@@ -426,7 +426,11 @@ static px_status evaluate_layout(px__plan_ctx *ctx, px__plan_result *r, px_err *
     r->tpot_p99 = r->mc.tpot_s.p99 * k_tpot;
     r->ttft_p50 = r->mc.ttft_s.p50 * k_ttft;
     r->ttft_p99 = r->mc.ttft_s.p99 * k_ttft;
-    px_cost_lower_bound(ctx->fleet, ctx->model, ctx->cp, &l->wl, NULL, 0, &r->bound);
+    /* Compute at the rate of the most aggressive precision the contract
+     * allowed (the last option), so the bound holds for every plan the
+     * search could have made. */
+    px_cost_lower_bound_at(ctx->fleet, ctx->model, ctx->cp, &l->wl,
+                           &ctx->prec[ctx->n_prec - 1].prec, NULL, 0, &r->bound);
     r->placed_bound_s =
         px_cost_pipeline_bound(ctx->fleet, ctx->model, ctx->cp, &l->wl, &l->replicas[0]);
     r->contract = px__plan_contract_json(ctx, l, &r->verdict);

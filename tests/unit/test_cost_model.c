@@ -350,6 +350,32 @@ static void test_cost_uncertainty_is_seeded_and_ordered(void **state)
     teardown_fixture(&fx);
 }
 
+/* A model larger than the fleet's device memory: the bound reads what the
+ * devices cannot hold over host links, so it lies well above the bytes
+ * over the aggregate bandwidth, yet below a placement that spills the KV
+ * cache; the throughput bound is finite and below the compute ceiling. */
+static void test_cost_lower_bound_counts_capacity(void **state)
+{
+    (void)state;
+    fixture fx;
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-70b", PX_DTYPE_COUNT_);
+    px_cost_bound bound;
+    px_cost_lower_bound(fx.fleet, fx.model, &fx.params, &fx.wl, NULL, 0, &bound);
+    double bw = 0;
+    for (uint32_t i = 0; i < fx.fleet->n_devices; i++)
+        if (fx.fleet->devices[i].mem_free > 0)
+            bw += fx.fleet->devices[i].mem_bw * fx.params.eff_mem_hi;
+    double naive = fx.model->total_bytes / bw;
+    assert_true(bound.tpot_mem_s > 1.5 * naive);
+    assert_true(isfinite(bound.tpot_s));
+    assert_true(bound.throughput > 0 && isfinite(bound.throughput));
+    fx.wl.batch = 64;
+    px_cost_bound big;
+    px_cost_lower_bound(fx.fleet, fx.model, &fx.params, &fx.wl, NULL, 0, &big);
+    assert_true(big.tpot_s >= bound.tpot_s);
+    teardown_fixture(&fx);
+}
+
 static void test_cost_lower_bound_is_below_every_prediction(void **state)
 {
     (void)state;
@@ -454,6 +480,7 @@ int main(void)
         cmocka_unit_test(test_cost_allreduce_grows_with_link_latency),
         cmocka_unit_test(test_cost_money_energy_and_reliability),
         cmocka_unit_test(test_cost_uncertainty_is_seeded_and_ordered),
+        cmocka_unit_test(test_cost_lower_bound_counts_capacity),
         cmocka_unit_test(test_cost_lower_bound_is_below_every_prediction),
         cmocka_unit_test(test_cost_stage_quick_matches_pipeline_eval),
         cmocka_unit_test(test_cost_refuses_bad_parameters_and_layouts),
