@@ -80,12 +80,66 @@ static bool split_allowed(px__plan_ctx *ctx, const uint32_t *devs, uint32_t p)
     return true;
 }
 
+static int cmp_by_bandwidth(const void *pa, const void *pb, void *fleet)
+{
+    const px_cost_fleet *f = fleet;
+    const dev_order *a = pa, *b = pb;
+    double x = f->devices[a->dev].mem_bw, y = f->devices[b->dev].mem_bw;
+    if (x != y)
+        return x > y ? -1 : 1;
+    if (a->node != b->node)
+        return a->node < b->node ? -1 : 1;
+    return a->dev < b->dev ? -1 : (a->dev > b->dev);
+}
+
+/* Groups of devices of different classes: equal shards run at the pace of
+ * the slowest member, so neighbours in memory bandwidth are grouped (the
+ * fastest two, the next two, ...).  Only groups that mix classes are
+ * added; the others are already there. */
+static size_t mixed_groups(px__plan_ctx *ctx, dev_order *ord, size_t m, px__plan_unit *units,
+                           size_t nu, size_t cap)
+{
+    const px_cost_fleet *f = ctx->fleet;
+    size_t k = 0;
+    for (size_t i = 0; i < m; i++)
+        if (f->devices[ord[i].dev].cls != PX_HW_CLASS_CPU)
+            ord[k++] = ord[i];
+    qsort_r(ord, k, sizeof *ord, cmp_by_bandwidth, (void *)f);
+    bool checked = false;
+    for (uint32_t p = 2; p <= PX_MIN((uint32_t)k, (uint32_t)PX_COST_MAX_TP); p *= 2) {
+        if (!tp_divides(ctx->model, p))
+            continue;
+        for (size_t i = 0; i + p <= k && nu < cap; i += p) {
+            bool mixed = false;
+            for (uint32_t q = 1; q < p; q++)
+                mixed |= ord[i + q].klass != ord[i].klass;
+            if (!mixed)
+                continue;
+            uint32_t devs[PX_COST_MAX_TP];
+            for (uint32_t q = 0; q < p; q++)
+                devs[q] = ord[i + q].dev;
+            if (!checked && !split_allowed(ctx, devs, p))
+                return nu;
+            checked = true;
+            px__plan_unit *u = &units[nu++];
+            memset(u, 0, sizeof *u);
+            u->tp = p;
+            memcpy(u->devices, devs, p * sizeof devs[0]);
+            px__plan_fill_unit(ctx, u);
+            /* An island of its own: the layer search keys a group's
+             * figures by its first device's class and its island. */
+            u->island = (uint32_t)(f->n_islands + f->n_devices) + u->devices[0];
+        }
+    }
+    return nu;
+}
+
 px_status px__plan_units(px__plan_ctx *ctx, const bool *excluded, px__plan_unit **out, size_t *n,
                          px_err *err)
 {
     const px_cost_fleet *f = ctx->fleet;
     dev_order *ord = malloc(f->n_devices * sizeof *ord);
-    px__plan_unit *units = malloc(2 * f->n_devices * sizeof *units + sizeof *units);
+    px__plan_unit *units = malloc(3 * f->n_devices * sizeof *units + sizeof *units);
     if (!ord || !units) {
         free(ord);
         free(units);
@@ -140,6 +194,7 @@ px_status px__plan_units(px__plan_ctx *ctx, const bool *excluded, px__plan_unit 
         }
         i = j;
     }
+    nu = mixed_groups(ctx, ord, m, units, nu, 3 * f->n_devices);
     free(ord);
     *out = units;
     *n = nu;

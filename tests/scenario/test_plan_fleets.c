@@ -207,6 +207,57 @@ static void test_plan_fleets_says_which_rate_products_are_costed_at(void **state
     px_hw_graph_free(g);
 }
 
+/* The exhaustive yardstick (every ordered sequence of disjoint groups, a
+ * group one device or a tensor-parallel group of any devices, each with its
+ * best cut) finds no layout faster than the search on small fleets. */
+static void test_plan_fleets_no_layout_beats_the_search(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *fleet;
+        uint32_t max_devices;
+    } cases[] = {{"home-lab-2x4090", 2}, {"m2ultra-2x4090-10gbe", 3}, {"hetero-pair-h100-l4", 2},
+                 {"irregular-4dev", 4},  {"a100-l4-100gbe", 4},       {"h100x2-l4x8", 4}};
+    static const char *const names[] = {"llama-3-8b", "llama-3-70b"};
+    size_t checked = 0;
+    for (size_t c = 0; c < PX_ARRAY_LEN(cases); c++) {
+        px_hw_graph *g = load_fleet(cases[c].fleet);
+        const px_hw_view *v = px_hw_graph_view(g);
+        if (v->n_devices > 8) {
+            px_hw_graph_free(g);
+            continue;
+        }
+        for (size_t k = 0; k < PX_ARRAY_LEN(names); k++) {
+            px_ir_model *m = preset(names[k]);
+            px_plan_request req;
+            px_plan_request_default(&req);
+            req.graph = g;
+            req.model = m;
+            req.fallbacks = false;
+            px_plan *p = NULL;
+            px_err err;
+            double exact = 0;
+            if (px_plan_search(&req, &p, &err) != PX_OK ||
+                px_plan_exact(&req, cases[c].max_devices, &exact, &err) != PX_OK) {
+                px_plan_free(p);
+                px_ir_model_free(m);
+                continue;
+            }
+            px_plan_summary s;
+            px_plan_get_summary(p, &s);
+            if (s.tpot_point_s > exact * 1.001)
+                fail_msg("%s / %s: the search gives %.4g s per token, a layout of the yardstick "
+                         "%.4g s",
+                         cases[c].fleet, names[k], s.tpot_point_s, exact);
+            checked++;
+            px_plan_free(p);
+            px_ir_model_free(m);
+        }
+        px_hw_graph_free(g);
+    }
+    assert_true(checked >= 6);
+}
+
 static const char *const fleets[] = {"home-lab-2x4090",      "a100-l4-100gbe",  "h100x2-l4x8",
                                      "m2ultra-2x4090-10gbe", "sixteen-4-types", "v100x8-h200"};
 static const char *const models[] = {"llama-3-8b", "llama-3-70b", "qwen2.5-7b", "mixtral-8x7b"};
@@ -270,6 +321,7 @@ int main(void)
         cmocka_unit_test(test_plan_fleets_no_host_kv_for_throughput),
         cmocka_unit_test(test_plan_fleets_names_backends_per_vendor),
         cmocka_unit_test(test_plan_fleets_says_which_rate_products_are_costed_at),
+        cmocka_unit_test(test_plan_fleets_no_layout_beats_the_search),
         cmocka_unit_test(test_plan_fleets_never_behind_a_baseline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
