@@ -258,6 +258,34 @@ static void test_plan_fleets_no_layout_beats_the_search(void **state)
     assert_true(checked >= 6);
 }
 
+/* Baselines are judged by their own rules: GPUStack's split of Llama-3-70B
+ * over eight L4 and two H100 fits the memory itself (its own estimate
+ * placed it), though not under plexus's headroom. */
+static void test_plan_fleets_judges_baselines_by_their_own_rules(void **state)
+{
+    (void)state;
+    px_hw_graph *g = load_fleet("h100x2-l4x8");
+    px_ir_model *m = preset("llama-3-70b");
+    px_plan *p = plan_on(g, m, PX_PLAN_OBJ_LATENCY, true);
+    json_t *doc = px_plan_to_json(p);
+    size_t i;
+    const json_t *b;
+    bool seen = false;
+    json_array_foreach(json_object_get(doc, "baselines"), i, b)
+    {
+        if (strcmp(json_string_value(json_object_get(b, "policy")), "gpustack"))
+            continue;
+        seen = true;
+        assert_true(json_is_true(json_object_get(b, "feasible")));
+        assert_true(json_number_value(json_object_get(b, "plexus_speedup_tpot")) >= 1.0);
+    }
+    assert_true(seen);
+    json_decref(doc);
+    px_plan_free(p);
+    px_ir_model_free(m);
+    px_hw_graph_free(g);
+}
+
 static const char *const fleets[] = {"home-lab-2x4090",      "a100-l4-100gbe",  "h100x2-l4x8",
                                      "m2ultra-2x4090-10gbe", "sixteen-4-types", "v100x8-h200"};
 static const char *const models[] = {"llama-3-8b", "llama-3-70b", "qwen2.5-7b", "mixtral-8x7b"};
@@ -322,6 +350,7 @@ int main(void)
         cmocka_unit_test(test_plan_fleets_names_backends_per_vendor),
         cmocka_unit_test(test_plan_fleets_says_which_rate_products_are_costed_at),
         cmocka_unit_test(test_plan_fleets_no_layout_beats_the_search),
+        cmocka_unit_test(test_plan_fleets_judges_baselines_by_their_own_rules),
         cmocka_unit_test(test_plan_fleets_never_behind_a_baseline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
