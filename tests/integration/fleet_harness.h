@@ -51,7 +51,7 @@ typedef struct fh_fleet {
     char shared[600]; /* a folder every job may write (1777), for files the test reads */
     char ca[600];     /* with TLS: the CA clients and agents trust ("" without) */
     const char *extra_server_args[12]; /* more `plexus server` options, NULL-ended */
-    char url[64];
+    char url[256];                     /* the server, or several (URL,URL,...) */
     int port;
     double lease_s;
     fh_proc server;
