@@ -20,7 +20,7 @@
 /* The login form's body: token=... (the longest token is 256 bytes,
  * percent-encoded at most three times that). */
 #define LOGIN_BODY_MAX PX__UI_BODY_MAX
-#define TOKEN_MAX      256
+#define TOKEN_MAX      PX__UI_TOKEN_MAX
 /* A session lasts this long; then the person logs in again. */
 #define SESSION_S 43200
 
@@ -42,6 +42,25 @@ static int hexval(char c)
     return -1;
 }
 
+bool px__ui_cookie_token(const char *value, char *out, size_t cap)
+{
+    size_t n = strlen(value);
+    if (n == 0 || n % 2 || n / 2 > PX__UI_TOKEN_MAX || n / 2 >= cap)
+        return false;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i += 2) {
+        int hi = hexval(value[i]), lo = hexval(value[i + 1]);
+        if (hi < 0 || lo < 0)
+            return false;
+        char c = (char)(hi * 16 + lo);
+        if (c <= ' ' || c > '~')
+            return false;
+        out[k++] = c;
+    }
+    out[k] = '\0';
+    return true;
+}
+
 /* The session cookie's user, or false (no cookie, not hex, not a user's
  * token). */
 static bool session_user(px_fleet_server *srv, struct MHD_Connection *conn, px__who *who,
@@ -51,21 +70,9 @@ static bool session_user(px_fleet_server *srv, struct MHD_Connection *conn, px__
     *had_cookie = v != NULL;
     if (!v)
         return false;
-    size_t n = strlen(v);
-    if (n == 0 || n % 2 || n / 2 > TOKEN_MAX)
+    char bearer[8 + PX__UI_TOKEN_MAX + 1] = "Bearer ";
+    if (!px__ui_cookie_token(v, bearer + 7, sizeof bearer - 7))
         return false;
-    char bearer[8 + TOKEN_MAX + 1] = "Bearer ";
-    size_t k = 7;
-    for (size_t i = 0; i < n; i += 2) {
-        int hi = hexval(v[i]), lo = hexval(v[i + 1]);
-        if (hi < 0 || lo < 0)
-            return false;
-        char c = (char)(hi * 16 + lo);
-        if (c <= ' ' || c > '~')
-            return false;
-        bearer[k++] = c;
-    }
-    bearer[k] = '\0';
     px__who w;
     bool ok = px__auth_identify(srv, bearer, &w) && w.kind == PX__WHO_USER;
     px__secret_wipe(bearer, sizeof bearer);
@@ -216,10 +223,10 @@ static int login_page(struct MHD_Connection *conn, int status, const char *messa
     return ret;
 }
 
-/* The value of token= in a form body, percent-decoded into out; false
- * when absent or malformed. */
-static bool form_token(const char *body, size_t len, char *out, size_t cap)
+bool px__ui_form_token(const char *body, size_t len, char *out, size_t cap)
 {
+    if (cap == 0)
+        return false;
     const char *p = body, *end = body + len;
     while (p < end) {
         const char *amp = memchr(p, '&', (size_t)(end - p));
@@ -239,7 +246,7 @@ static bool form_token(const char *body, size_t len, char *out, size_t cap)
                     c = (char)(hi * 16 + lo);
                     r += 2;
                 }
-                if (k + 1 >= cap)
+                if (c == '\0' || k + 1 >= cap)
                     return false;
                 out[k++] = c;
             }
@@ -267,15 +274,15 @@ static int login(px__api_req *rq, int *status)
     }
     char token[TOKEN_MAX * 3 + 1];
     if (rq->body_len > LOGIN_BODY_MAX ||
-        !form_token(rq->body ? rq->body : "", rq->body_len, token, sizeof token)) {
+        !px__ui_form_token(rq->body ? rq->body : "", rq->body_len, token, sizeof token)) {
         *status = 200;
         return login_page(conn, 200, "Paste a user token into the field.");
     }
     char bearer[sizeof token + 8];
     snprintf(bearer, sizeof bearer, "Bearer %s", token);
     px__who who;
-    bool ok = strlen(token) <= TOKEN_MAX && px__auth_identify(srv, bearer, &who) &&
-              who.kind == PX__WHO_USER;
+    bool ok =
+        px__token_valid(token) && px__auth_identify(srv, bearer, &who) && who.kind == PX__WHO_USER;
     px__secret_wipe(bearer, sizeof bearer);
     if (!ok) {
         px__secret_wipe(token, sizeof token);

@@ -30,6 +30,20 @@ typedef struct px__ui_asset {
 extern const px__ui_asset px__ui_assets[];
 extern const size_t px__ui_n_assets;
 
+/* The longest user token (docs/formats/fleet-api.md). */
+#define PX__UI_TOKEN_MAX 256
+
+/* Parsers of what a browser sends (untrusted; fuzz/fuzz_fleet_ui.c).
+ * px__ui_form_token: the value of token= in an urlencoded form body of
+ * len bytes ('+' is a space, %XX decoded, spaces and line ends around it
+ * dropped) into out (cap bytes with its NUL); false when absent, empty,
+ * malformed or too long.
+ * px__ui_cookie_token: the session cookie's value (the hex of a token)
+ * decoded into out; false unless it is 1..PX__UI_TOKEN_MAX printable
+ * characters without spaces that fit cap. */
+bool px__ui_form_token(const char *body, size_t len, char *out, size_t cap);
+bool px__ui_cookie_token(const char *value, char *out, size_t cap);
+
 /* Whether url is the dashboard's (/ui or under /ui/). */
 bool px__ui_is(const char *url);
 
