@@ -58,7 +58,13 @@ void px__incident_node_lost(px_fleet_server *srv, size_t node, double silent_s)
     json_t *dv;
     size_t k;
     json_array_foreach(json_object_get(node_json, "devices"), k, dv)
-        json_array_append(devices, json_object_get(dv, "id"));
+    {
+        /* Fleet-wide ids, as plans name devices: node.device. */
+        const char *dev = json_string_value(json_object_get(dv, "id"));
+        char global[200];
+        snprintf(global, sizeof global, "%s.%s", name, dev ? dev : "?");
+        json_array_append_new(devices, json_string(global));
+    }
     json_decref(node_json);
     char evidence[200];
     snprintf(evidence, sizeof evidence, "no heartbeat from %s for %.1f s (lease %.1f s)", name,
@@ -188,10 +194,13 @@ static bool follow(px_fleet_server *srv, json_t *inc, json_t *e, double now)
                 else
                     rej++;
             }
-            char *where = json_dumps(placed, JSON_COMPACT);
+            px_strbuf where = PX_STRBUF_INIT;
+            json_t *n;
+            json_array_foreach(placed, i, n)
+                px_strbuf_addf(&where, "%s%s", i ? ", " : "", json_string_value(n));
             timeline_add(inc, now, "%s attempt %d placed on %s (%zu accepted, %zu rejected)", id,
-                         j->row.attempt, where ? where : "?", acc, rej);
-            free(where);
+                         j->row.attempt, where.len ? where.buf : "?", acc, rej);
+            px_strbuf_release(&where);
             json_object_set_new(e, "placed_on", placed);
             json_object_set_new(e, "candidates", cands);
         }

@@ -355,6 +355,13 @@ static void test_dashboard_in_headless_chromium(void **state)
     setenv("PLEXUS_OTHER_TOKEN", FH_OTHER_TOKEN, 1);
     setenv("CHROMIUM", browser, 1);
     setenv("UI_SHOTS", shots, 1);
+    /* With the shared tiny model, a job planned across the fleet too. */
+    char *model = px_test_shared_model("stories260K.gguf");
+    if (model && access(model, R_OK) == 0)
+        setenv("PLEXUS_MODEL", model, 1);
+    else
+        unsetenv("PLEXUS_MODEL");
+    free(model);
     int to_child[2], from_child[2];
     assert_int_equal(pipe(to_child), 0);
     assert_int_equal(pipe(from_child), 0);
@@ -386,9 +393,13 @@ static void test_dashboard_in_headless_chromium(void **state)
         line[strcspn(line, "\n")] = '\0';
         const char *reply = "ok\n";
         if (px_str_starts_with(line, "start-agent ")) {
+            /* A node with one emulated L4 (the dashboard shows it as
+             * emulated). */
             char name[32];
             snprintf(name, sizeof name, "%.31s", line + 12);
-            fh_start_agent(&fleet, name, NULL);
+            char *inv = fh_inventory(&fleet, name, FH_L4("gpu0"), "");
+            fh_start_agent(&fleet, name, inv);
+            free(inv);
         } else if (px_str_starts_with(line, "kill-agent ")) {
             int k = agent_index(line + 11);
             if (k < 0)

@@ -10,7 +10,7 @@
 // PLEXUS_OTHER_TOKEN (a plain user's), CHROMIUM (the browser),
 // UI_SHOTS (the folder for screenshots).
 import { createInterface } from 'node:readline';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import puppeteer from 'puppeteer-core';
 
 const URL_ = process.env.PLEXUS_URL;
@@ -21,6 +21,7 @@ const XSS = '<img src=x onerror=alert(1)>';
 const WIDE = { width: 1280, height: 800 };
 const NARROW = { width: 390, height: 844 };
 
+rmSync(SHOTS, { recursive: true, force: true });
 mkdirSync(SHOTS, { recursive: true });
 const lines = createInterface({ input: process.stdin });
 const replies = [];
@@ -74,6 +75,13 @@ async function checkFits(page, label) {
   }));
   if (m.doc > m.win + 1) fail(label + ': the page is ' + m.doc + ' px wide in a ' + m.win + ' px window');
   if (!m.nav || m.main < 200) fail(label + ': navigation or content off screen ' + JSON.stringify(m));
+}
+
+// Clicks in the page itself: the dashboard redraws on every event, so a
+// handle taken a moment before may be gone.
+async function click(page, sel) {
+  await page.waitForSelector(sel);
+  await page.$eval(sel, (e) => e.click());
 }
 
 async function text(page, sel) {
@@ -150,7 +158,9 @@ async function main() {
 
     // 5. A device (node) loss: the agent running a job is killed; the
     // incident follows the job to the other node.
-    const long = await api('POST', '/v1/jobs', { name: 'survivor', command: ['/bin/sh', '-c', 'echo started; sleep 120'] });
+    const long = await api('POST', '/v1/jobs', {
+      name: 'survivor', command: ['/bin/sh', '-c', 'echo started; sleep 120'], resources: { gpus: 1 },
+    });
     const placed = await until('the long job to run', async () => {
       const j = await api('GET', '/v1/jobs/' + long.id);
       return j.state === 'running' ? j : null;
@@ -169,13 +179,32 @@ async function main() {
     };
     if (!seen.incident.timeline.some((t) => t.includes('detected'))) fail('no detection in the timeline');
     if (!seen.incident.candidates.some((t) => t.includes('accepted'))) fail('no accepted candidate');
+    if (!(await text(page, '#lost-devices')).includes(victim + '.gpu0')) fail('the lost device is not named');
     await shot(page, 'incident-1280');
     await page.goto(URL_ + '/ui/#/fleet', { waitUntil: 'networkidle2' });
     await page.waitForFunction((v) => document.querySelector(`[data-node="${v}"] .s-offline`), {}, victim);
     await shot(page, 'fleet-lost-1280');
 
-    // 6. Every page at 1280x800 and on a narrow screen.
+    // 6. A job planned across the fleet (with the shared tiny model): its
+    // plan drawn as stages on devices, or the planner's reason for none.
     const pages = ['fleet', 'jobs', 'jobs/' + job.id, 'deployments', 'incidents', 'incidents/' + incId];
+    if (process.env.PLEXUS_MODEL) {
+      const bytes = readFileSync(process.env.PLEXUS_MODEL);
+      const up = await fetch(URL_ + '/v1/blobs', { method: 'POST', headers: { Authorization: 'Bearer ' + TOKEN }, body: bytes });
+      const blob = await up.json();
+      if (up.status !== 201) fail('upload: ' + JSON.stringify(blob));
+      const planned = await api('POST', '/v1/jobs', {
+        name: 'planned', command: ['/bin/sh', '-c', 'echo serving; sleep 2'], plan: 'auto',
+        model: { digest: blob.digest }, resources: { gpus: 1 },
+      });
+      await page.goto(URL_ + '/ui/#/deployments/' + planned.id, { waitUntil: 'networkidle2' });
+      await page.waitForSelector('.plan svg, main .notice', { timeout: 60000 });
+      seen.plan = await page.$('.plan svg') ? 'planned: ' + (await page.$$eval('.plan .stage', (g) => g.length)) + ' stages'
+        : await text(page, 'main .notice');
+      await shot(page, 'deployment-1280');
+      pages.push('deployments/' + planned.id);
+    }
+    // 7. Every page at 1280x800 and on a narrow screen.
     for (const [vp, tag] of [[WIDE, '1280'], [NARROW, 'narrow']]) {
       await page.setViewport(vp);
       for (const p of pages) {
@@ -187,30 +216,30 @@ async function main() {
     }
     await page.setViewport(WIDE);
 
-    // 7. Actions ask first: cancel kept, then confirmed; drain confirmed.
+    // 8. Actions ask first: cancel kept, then confirmed; drain confirmed.
     await page.goto(URL_ + '/ui/#/jobs/' + long.id, { waitUntil: 'networkidle2' });
     await page.waitForSelector('button[data-action=cancel]');
-    await page.click('button[data-action=cancel]');
+    await click(page, 'button[data-action=cancel]');
     await page.waitForSelector('dialog[open]');
     await shot(page, 'confirm-cancel');
-    await page.click('#confirm-no');
+    await click(page, '#confirm-no');
     await new Promise((r) => setTimeout(r, 500));
     if ((await api('GET', '/v1/jobs/' + long.id)).state === 'cancelled') fail('cancelled without confirmation');
-    await page.click('button[data-action=cancel]');
+    await click(page, 'button[data-action=cancel]');
     await page.waitForSelector('dialog[open]');
-    await page.click('#confirm-yes');
+    await click(page, '#confirm-yes');
     await until('the job to be cancelled', async () => (await api('GET', '/v1/jobs/' + long.id)).state === 'cancelled');
     await page.waitForFunction(() => document.querySelector('h1 .s-cancelled'), { timeout: 30000 });
     const survivor = seen.nodes.find((n) => n !== victim);
     await page.goto(URL_ + '/ui/#/fleet', { waitUntil: 'networkidle2' });
     await page.waitForSelector(`[data-node="${survivor}"] button[data-action=drain]`);
-    await page.click(`[data-node="${survivor}"] button[data-action=drain]`);
+    await click(page, `[data-node="${survivor}"] button[data-action=drain]`);
     await page.waitForSelector('dialog[open]');
-    await page.click('#confirm-yes');
+    await click(page, '#confirm-yes');
     await page.waitForFunction((v) => document.querySelector(`[data-node="${v}"] .s-draining`), { timeout: 30000 }, survivor);
     await shot(page, 'fleet-draining');
 
-    // 8. Another user sees neither the admin's jobs nor the drain button.
+    // 9. Another user sees neither the admin's jobs nor the drain button.
     const ctx = await browser.createBrowserContext();
     const p2 = await ctx.newPage();
     p2.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(m.text() + ' @ ' + p2.url()); });
@@ -227,7 +256,7 @@ async function main() {
     if (await p2.$('button[data-action=drain], button[data-action=undrain]')) fail('a plain user got node actions');
     await ctx.close();
 
-    // 9. Logging out ends the session: only the login page again.
+    // 10. Logging out ends the session: only the login page again.
     await Promise.all([page.waitForNavigation(), page.click('#logout')]);
     if (!page.url().startsWith(URL_ + '/ui/login')) fail('after logout: ' + page.url());
     await page.goto(URL_ + '/ui/#/fleet', { waitUntil: 'networkidle0' });

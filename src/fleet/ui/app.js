@@ -59,7 +59,11 @@ function bytes(n) {
 }
 
 const secs = (s) => (s === null || s === undefined) ? '—' : Number(s).toFixed(s < 10 ? 2 : 1) + ' s';
-const ms = (s) => (s === null || s === undefined) ? '—' : (Number(s) * 1000).toFixed(2) + ' ms';
+function ms(s) {
+  if (s === null || s === undefined) return '—';
+  const v = Number(s);
+  return v < 1e-3 ? (v * 1e6).toFixed(1) + ' µs' : (v * 1000).toFixed(2) + ' ms';
+}
 const table = (head, rows, cls) => h('div', { class: 'table-wrap' },
   h('table', { class: cls || '' }, h('thead', {}, h('tr', {}, head.map((c) => h('th', {}, c)))),
     h('tbody', {}, rows)));
@@ -175,7 +179,12 @@ function render() {
   const body = pages[S.page]();
   // Keep the log element (and its scroll) across re-renders of a job page.
   const keep = document.getElementById('log');
-  main.replaceChildren(...body.flat(Infinity).filter((x) => x !== null && x !== undefined && x !== false));
+  const kids = body.flat(Infinity).filter((x) => x !== null && x !== undefined && x !== false);
+  // Unchanged content is left alone, so that a click or a selection in
+  // progress survives an event that changed nothing on this page.
+  const next = h('main', {}, kids);
+  if (next.innerHTML === main.innerHTML && !document.getElementById('log-slot')) return;
+  main.replaceChildren(...next.childNodes);
   const slot = document.getElementById('log-slot');
   if (slot) {
     slot.replaceWith(keep || h('pre', { class: 'log', id: 'log' }));
@@ -374,7 +383,7 @@ function drawPlan(plan) {
         svg('text', { x: x + w + 4, y: pad + hgt / 2 - 6 }, t === undefined ? '' : ms(t)));
     }
   });
-  return h('div', { class: 'plan' }, svg('svg', { viewBox: '0 0 ' + width + ' ' + (hgt + 2 * pad), role: 'img',
+  return h('div', { class: 'plan' }, svg('svg', { viewBox: '0 0 ' + width + ' ' + (hgt + 2 * pad), width, role: 'img',
     'aria-label': 'the plan: ' + stages.length + ' stages' }, kids));
 }
 
@@ -437,7 +446,7 @@ function pageIncident() {
     h('dl', { class: 'kv' },
       h('dt', {}, 'detection'), h('dd', {}, i.detection.detector + ': ' + i.detection.evidence),
       h('dt', {}, 'time to detect'), h('dd', {}, secs(i.detection.time_to_detect_s)),
-      h('dt', {}, 'devices lost'), h('dd', { class: 'mono' }, (i.devices || []).join(', ') || '—'),
+      h('dt', {}, 'devices lost'), h('dd', { class: 'mono', id: 'lost-devices' }, (i.devices || []).join(', ') || 'none'),
       h('dt', {}, 'RTO'), h('dd', { id: 'rto' }, secs(i.rto_s)),
       h('dt', {}, 'lost work'), h('dd', {}, secs(i.lost_work_s)),
       h('dt', {}, 'record'), h('dd', {}, h('a', { href: '/ui/api/incidents/' + encodeURIComponent(i.id), download: i.id + '.json' }, i.id + '.json'))),
