@@ -67,14 +67,27 @@ static void reap(px_rt_executor *ex, bool block)
     }
 }
 
+/* Where stage i runs, for messages: "pid 4242", or for a launched stage
+ * the address it listens on. */
+static const char *stage_where(const px_rt_executor *ex, uint32_t i, char *buf, size_t cap)
+{
+    if (ex->launched[i] || ex->pid[i] <= 0)
+        snprintf(buf, cap, "launched, at %s", ex->addr[i]);
+    else
+        snprintf(buf, cap, "pid %d", (int)ex->pid[i]);
+    return buf;
+}
+
 /* Appends why stage i ended, if it did, to sb. */
 static bool describe_exit(const px_rt_executor *ex, uint32_t i, px_strbuf *sb)
 {
     if (!ex->reaped[i])
         return false;
     int s = ex->wstatus[i];
-    px_strbuf_addf(sb, "stage %u (%s%s, pid %d) ", i, stage_device(ex, i),
-                   ex->spec.stages[i].emulated ? ", emulated" : "", (int)ex->pid[i]);
+    char where[160];
+    px_strbuf_addf(sb, "stage %u (%s%s, %s) ", i, stage_device(ex, i),
+                   ex->spec.stages[i].emulated ? ", emulated" : "",
+                   stage_where(ex, i, where, sizeof where));
     if (WIFSIGNALED(s))
         px_strbuf_addf(sb, "died: killed by signal %d (%s)", WTERMSIG(s), strsignal(WTERMSIG(s)));
     else
@@ -145,11 +158,12 @@ static px_status ring_failed(px_rt_executor *ex, px_status st, px_err *err)
         /* A worker that answers nothing may be stopped (SIGSTOP, a
          * debugger): name it rather than the hop that timed out. */
         uint32_t i = (uint32_t)culprit;
+        char where[160];
         px_err_set(err, PX_ETIMEOUT,
-                   "stage %u (%s%s, pid %d) is stopped and answers "
+                   "stage %u (%s%s, %s) is stopped and answers "
                    "nothing; the pipeline timed out (%s)",
                    i, stage_device(ex, i), ex->spec.stages[i].emulated ? ", emulated" : "",
-                   (int)ex->pid[i], why);
+                   stage_where(ex, i, where, sizeof where), why);
         return PX_ETIMEOUT;
     }
     /* Otherwise a stage's own error frame, or the timeout naming the
@@ -333,9 +347,9 @@ static px_status join_ring(px_rt_executor *ex, px_err *err)
     px_digest_hex(&d, hex);
     snprintf(mine.model, sizeof mine.model, "sha256:%s", hex);
     uint32_t n = ex->spec.n_stages;
-    char peer[160];
-    snprintf(peer, sizeof peer, "stage %u (%s, pid %d)", n - 1, stage_device(ex, n - 1),
-             (int)ex->pid[n - 1]);
+    char peer[320], where[160];
+    snprintf(peer, sizeof peer, "stage %u (%s, %s)", n - 1, stage_device(ex, n - 1),
+             stage_where(ex, n - 1, where, sizeof where));
     /* Workers open the model before they connect: allow them the timeout
      * to do so, polling for one that gave up. */
     uint64_t deadline = px_now_ns() + (uint64_t)ex->timeout_ms * 1000000u;
@@ -366,7 +380,8 @@ static px_status join_ring(px_rt_executor *ex, px_err *err)
     if ((st = px_rt_conn_set_secret(ex->last, ex->secret, ex->secret_len, err)) != PX_OK ||
         (st = px_rt_hello_server(ex->last, &mine, &theirs, err)) != PX_OK)
         return st;
-    snprintf(peer, sizeof peer, "stage 0 (%s, pid %d)", stage_device(ex, 0), (int)ex->pid[0]);
+    snprintf(peer, sizeof peer, "stage 0 (%s, %s)", stage_device(ex, 0),
+             stage_where(ex, 0, where, sizeof where));
     if ((st = px_rt_conn_connect(ex->addr[0], ex->timeout_ms, peer, &ex->first, err)) != PX_OK)
         return st;
     px_rt_conn_set_timeout(ex->first, ex->timeout_ms);
