@@ -344,13 +344,7 @@ static px_status before_step(void *ud, px_rt_executor *ex, const px_rt_step_obs 
  * never answers a shutdown), so that freeing it does not wait. */
 static void kill_workers(px_rt_executor *ex)
 {
-    const px_rt_pipeline_spec *spec = px_rt_executor_spec(ex);
-    for (uint32_t i = 0; spec && i < spec->n_stages; i++) {
-        px_rt_stage_state s = px_rt_executor_stage_health(ex, i, NULL, 0);
-        int pid = px_rt_executor_stage_pid(ex, i);
-        if (pid > 0 && s != PX_RT_STAGE_EXITED && s != PX_RT_STAGE_KILLED)
-            kill((pid_t)pid, SIGKILL);
-    }
+    px_rt_executor_kill_stages(ex);
 }
 
 static void reset_window(px_heal_run *h)
