@@ -240,7 +240,7 @@ static void test_cookie_changes_need_the_csrf_header_and_same_origin(void **stat
     json_t *job = fh_job(&fleet, id);
     assert_string_equal(json_string_value(json_object_get(job, "state")), "queued");
     json_decref(job);
-    char origin[128];
+    char origin[300];
     snprintf(origin, sizeof origin, "Origin: %s", fleet.url);
     const char *same[] = {cookie, "X-Plexus-CSRF: 1", origin, NULL};
     http("POST", path, same, NULL, &r);
