@@ -272,7 +272,7 @@ static void test_event_stream_sends_a_snapshot_of_what_the_user_may_see(void **s
     assert_int_equal(login(FH_OTHER_TOKEN, cookie, sizeof cookie), 303);
     /* Read the stream's first events with a short timeout. */
     CURL *c = curl_easy_init();
-    char url[256];
+    char url[300];
     snprintf(url, sizeof url, "%s/ui/events", fleet.url);
     struct curl_slist *hl = curl_slist_append(NULL, cookie);
     px_strbuf body = PX_STRBUF_INIT;
