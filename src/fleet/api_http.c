@@ -408,6 +408,22 @@ static enum MHD_Result begin(px_fleet_server *srv, struct MHD_Connection *conn, 
     rc->slot = slot_of(conn);
     *con_cls = rc;
     set_phase(rc->slot, srv->conns, PHASE_BODY);
+    /* A replica standing by (another holds the scheduler lease) serves
+     * nothing but its metrics: clients and load balancers go to the next
+     * server, and /v1/health says why. */
+    if (!atomic_load(&srv->active) && strcmp(url, "/metrics") != 0) {
+        pthread_mutex_lock(&srv->lock);
+        bool failed = srv->failed[0] != '\0';
+        pthread_mutex_unlock(&srv->lock);
+        px__api_json(&rs, 503,
+                     json_pack("{s:s, s:s}", "status", failed ? "failed" : "standby", "error",
+                               failed ? "this server replica lost the scheduler lease and "
+                                        "stopped serving; use another server URL"
+                                      : "this server replica is standing by (another holds "
+                                        "the scheduler lease); use another server URL"));
+        count(srv, 503, rc->t0);
+        return reply(conn, &rs);
+    }
     auth_need need = need_of(method, url);
     if (authorize(srv, conn, method, need, &rc->who, &rs) != 0) {
         count(srv, rs.status, rc->t0);
