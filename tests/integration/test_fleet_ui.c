@@ -52,7 +52,7 @@ static void http(const char *method, const char *path, const char *const *header
     px_strbuf_init(&r->headers);
     px_strbuf_init(&r->body);
     CURL *c = curl_easy_init();
-    char url[256];
+    char url[400];
     snprintf(url, sizeof url, "%s%s", fleet.url, path);
     struct curl_slist *hl = NULL;
     for (size_t i = 0; headers && headers[i]; i++)
@@ -240,7 +240,7 @@ static void test_cookie_changes_need_the_csrf_header_and_same_origin(void **stat
     json_t *job = fh_job(&fleet, id);
     assert_string_equal(json_string_value(json_object_get(job, "state")), "queued");
     json_decref(job);
-    char origin[128];
+    char origin[300];
     snprintf(origin, sizeof origin, "Origin: %s", fleet.url);
     const char *same[] = {cookie, "X-Plexus-CSRF: 1", origin, NULL};
     http("POST", path, same, NULL, &r);
@@ -272,7 +272,7 @@ static void test_event_stream_sends_a_snapshot_of_what_the_user_may_see(void **s
     assert_int_equal(login(FH_OTHER_TOKEN, cookie, sizeof cookie), 303);
     /* Read the stream's first events with a short timeout. */
     CURL *c = curl_easy_init();
-    char url[256];
+    char url[400];
     snprintf(url, sizeof url, "%s/ui/events", fleet.url);
     struct curl_slist *hl = curl_slist_append(NULL, cookie);
     px_strbuf body = PX_STRBUF_INIT;
@@ -312,7 +312,7 @@ static void test_event_stream_sends_a_snapshot_of_what_the_user_may_see(void **s
 static void read_stream(const char *cookie, const char *job, const char *extra, px_strbuf *body)
 {
     CURL *c = curl_easy_init();
-    char url[256];
+    char url[400];
     snprintf(url, sizeof url, "%s/ui/events?job=%s", fleet.url, job);
     struct curl_slist *hl = curl_slist_append(NULL, cookie);
     if (extra)
