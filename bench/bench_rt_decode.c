@@ -391,6 +391,7 @@ int main(void)
         snprintf(dir, sizeof dir, "%.*s/bench-models", (int)(slash - self), self);
     }
     mkdir(dir, 0755);
+    setvbuf(stdout, NULL, _IOLBF, 0);
     bool models_only = getenv("PX_BENCH_MODELS_ONLY") != NULL;
     print_load("at start");
     double bw[3] = {0};
