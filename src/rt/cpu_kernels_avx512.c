@@ -80,7 +80,8 @@ INLINE __m512 load8(px_dtype t, const uint8_t *w, uint32_t j)
         return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
     }
     default:
-        return _mm512_maskz_loadu_ps(0xff, (const float *)(const void *)(w + 4 * (size_t)j));
+        return _mm512_zextps256_ps512(
+            _mm256_loadu_ps((const float *)(const void *)(w + 4 * (size_t)j)));
     }
 }
 
@@ -132,8 +133,8 @@ INLINE void tile_plain(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t 
             __m512 wv = load8(t, w + c * row_bytes, j);
 #pragma GCC unroll 8
             for (uint32_t r = 0; r < RX; r++)
-                acc[r][c] = _mm512_mask3_fmadd_ps(wv, _mm512_maskz_loadu_ps(0xff, x + r * ldx + j),
-                                                  acc[r][c], 0xff);
+                acc[r][c] = _mm512_mask3_fmadd_ps(
+                    wv, _mm512_zextps256_ps512(_mm256_loadu_ps(x + r * ldx + j)), acc[r][c], 0xff);
         }
         j += 8;
     }
@@ -201,9 +202,22 @@ static TGT void matmul_bf16(const void *w, size_t row_bytes, uint32_t k, uint32_
     matmul_plain(PX_DTYPE_BF16, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
 }
 
+/* The avx2 variant's kernels (cpu_kernels_x86.c), with the same bits:
+ * up to PX_RT_SMALL_BATCH rows (decode), where the weights stream from
+ * memory and the wide tiles measured no faster (bench_rt_kernels). */
+void px__rt_avx2_matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                        uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y,
+                        size_t ldy);
+void px__rt_avx2_matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
+                             const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy);
+
 static void matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                    uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
 {
+    if (n_x <= PX_RT_SMALL_BATCH) {
+        px__rt_avx2_matmul(t, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
+        return;
+    }
     switch (t) {
     case PX_DTYPE_F16:
         matmul_f16(w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
@@ -327,6 +341,10 @@ INLINE void rows_q8_0(const uint8_t *w, size_t row_bytes, uint32_t k, const int8
 static TGT void matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
                             const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy)
 {
+    if (n_x <= PX_RT_SMALL_BATCH) {
+        px__rt_avx2_matmul_q8_0(w, row_bytes, k, i0, i1, xq, xd, n_x, y, ldy);
+        return;
+    }
     const uint8_t *wb = w;
     uint32_t i = i0;
     for (; i + TILE_WQ <= i1; i += TILE_WQ)

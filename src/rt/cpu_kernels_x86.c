@@ -195,10 +195,16 @@ MATVEC_N(2)
 MATVEC_N(3)
 MATVEC_N(4)
 
+void px__rt_avx2_matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                        uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y,
+                        size_t ldy);
+void px__rt_avx2_matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
+                             const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy);
+
 /* Any number of x rows, PX_RT_SMALL_BATCH at a time: a row's result is
  * the same in every group. */
-static void matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
-                   uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
+void px__rt_avx2_matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                        uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
 {
     const uint8_t *wb = w;
     for (uint32_t r = 0; r < n_x; r += PX_RT_SMALL_BATCH) {
@@ -221,8 +227,8 @@ static void matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint
     }
 }
 
-static void matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
-                        const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy)
+void px__rt_avx2_matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
+                             const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy)
 {
     const uint8_t *wb = w;
     uint32_t nb = k / PX__RT_Q8_0_ELEMS;
@@ -298,8 +304,8 @@ TGT void px__rt_avx2_axpy_f32(float a, const float *x, float *y, uint32_t n)
 
 static const px__rt_kernels kernels_avx2 = {
     .name = "avx2",
-    .matmul = matmul,
-    .matmul_q8_0 = matmul_q8_0,
+    .matmul = px__rt_avx2_matmul,
+    .matmul_q8_0 = px__rt_avx2_matmul_q8_0,
     .dequant = px__rt_avx2_dequant,
     .dot_f32 = px__rt_avx2_dot_f32,
     .axpy_f32 = px__rt_avx2_axpy_f32,
