@@ -204,17 +204,23 @@ static TGT void matmul_bf16(const void *w, size_t row_bytes, uint32_t k, uint32_
 
 /* The avx2 variant's kernels (cpu_kernels_x86.c), with the same bits:
  * up to PX_RT_SMALL_BATCH rows (decode), where the weights stream from
- * memory and the wide tiles measured no faster (bench_rt_kernels). */
+ * memory and the wide tiles measured no faster (bench_rt_kernels), and
+ * the block-quantized formats (cpu_quant*.c). */
 void px__rt_avx2_matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                         uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y,
                         size_t ldy);
 void px__rt_avx2_matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
                              const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy);
 
+static bool dtype_plain(px_dtype t)
+{
+    return t == PX_DTYPE_F32 || t == PX_DTYPE_F16 || t == PX_DTYPE_BF16;
+}
+
 static void matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                    uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
 {
-    if (n_x <= PX_RT_SMALL_BATCH) {
+    if (n_x <= PX_RT_SMALL_BATCH || !dtype_plain(t)) {
         px__rt_avx2_matmul(t, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
         return;
     }

@@ -13,6 +13,7 @@
  */
 #include "base/common.h"
 
+#include "rt/quant_impl.h"
 #include "rt/rt_impl.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -210,7 +211,13 @@ void px__rt_avx2_matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k,
     for (uint32_t r = 0; r < n_x; r += PX_RT_SMALL_BATCH) {
         const float *xr = x + (size_t)r * ldx;
         float *yr = y + (size_t)r * ldy;
-        switch (PX_MIN(n_x - r, PX_RT_SMALL_BATCH)) {
+        uint32_t n = PX_MIN(n_x - r, PX_RT_SMALL_BATCH);
+        if (px__rt_quant_handles(t)) {
+            px__rt_quant_matvec(px__rt_quant_dot_x86, t, w, row_bytes, k, i0, i1, xr, ldx, n, yr,
+                                ldy);
+            continue;
+        }
+        switch (n) {
         case 1:
             matvec_1(t, wb, row_bytes, k, i0, i1, xr, ldx, yr, ldy);
             break;
@@ -261,6 +268,10 @@ void px__rt_avx2_axpy_f32(float a, const float *x, float *y, uint32_t n);
 TGT void px__rt_avx2_dequant(px_dtype t, const void *row, float *dst, uint32_t k)
 {
     const uint8_t *w = row;
+    if (px__rt_quant_handles(t)) {
+        px__rt_quant_dequant_row(t, row, dst, k);
+        return;
+    }
     if (t == PX_DTYPE_Q8_0) {
         for (uint32_t b = 0; b < k / PX__RT_Q8_0_ELEMS; b++) {
             const uint8_t *blk = w + (size_t)b * PX__RT_Q8_0_BYTES;
