@@ -285,7 +285,7 @@ static void matvec_speed(void)
         double best = 1e9;
         for (int rep = 0; rep < 7; rep++) {
             double t0 = now_s();
-            k->matvec(dt, w, rb, K, 0, N, x, K, 1, y, N);
+            k->matmul(dt, w, rb, K, 0, N, x, K, 1, y, N);
             best = fmin(best, now_s() - t0);
         }
         double mb = (double)rb * N / 1e6;
