@@ -13,15 +13,21 @@
  *    the reference quantizer (the bench says so and stops when the folder
  *    is absent).
  * 2. stories260K (a trained model) quantized by px_rt_quantize_file.
+ * 3. One matrix-vector product of a 4096 x 4096 matrix in each format, one
+ *    thread, the kernels chosen at run time: weight GB/s streamed (best of
+ *    7; the matrix, 8 to 67 MB, is larger than the caches).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "plexus/ir.h"
 #include "plexus/rt.h"
+#include "rt/quant_impl.h"
+#include "rt/rt_impl.h"
 
 #define N_NEW 120
 
@@ -219,6 +225,77 @@ static void header(void)
            "bits/weight");
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Section 3: weight GB/s of one-thread matrix-vector products. */
+static void matvec_speed(void)
+{
+    enum { K = 4096, N = 4096 };
+    static const px_dtype types[] = {PX_DTYPE_F32,  PX_DTYPE_F16,  PX_DTYPE_Q8_0, PX_DTYPE_Q6_K,
+                                     PX_DTYPE_Q5_K, PX_DTYPE_Q5_0, PX_DTYPE_Q4_K, PX_DTYPE_Q4_0,
+                                     PX_DTYPE_Q3_K, PX_DTYPE_Q2_K};
+    const px__rt_kernels *k = px__rt_kernels_avx2();
+    if (!k)
+        k = &px__rt_kernels_portable;
+    float *row = malloc(K * sizeof(float)), *x = malloc(K * sizeof(float)), y[N];
+    uint8_t *w = malloc((size_t)N * K * 4);
+    if (!row || !x || !w)
+        return;
+    px_rng r;
+    px_rng_seed(&r, 1);
+    for (int j = 0; j < K; j++)
+        x[j] = (float)px_rng_normal(&r);
+    printf("\n3. one matrix-vector product, 4096 x 4096, 1 thread, %s kernels\n\n", k->name);
+    printf("%-8s %12s %12s %14s\n", "format", "MB", "ms", "weight GB/s");
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        px_dtype dt = types[t];
+        size_t rb = (size_t)K / px_dtype_block_elems(dt) * px_dtype_block_bytes(dt);
+        for (int i = 0; i < N; i++) {
+            uint8_t *o = w + (size_t)i * rb;
+            if (dt == PX_DTYPE_F32 || dt == PX_DTYPE_F16 || px__rt_quantize_supports(dt)) {
+                for (int j = 0; j < K; j++)
+                    row[j] = (float)(0.02 * px_rng_normal(&r));
+                if (dt == PX_DTYPE_F32)
+                    memcpy(o, row, rb);
+                else if (dt == PX_DTYPE_F16)
+                    for (int j = 0; j < K; j++) {
+                        uint16_t h = px_f32_to_f16(row[j]);
+                        memcpy(o + 2 * j, &h, 2);
+                    }
+                else
+                    px__rt_quantize_row(dt, row, o, K);
+            } else {
+                /* Q2_K, Q3_K: no quantizer here; random blocks with small
+                 * scales time the same. */
+                for (size_t b = 0; b < rb; b++)
+                    o[b] = (uint8_t)px_rng_next(&r);
+                for (size_t b = 0; b < rb; b += px_dtype_block_bytes(dt)) {
+                    uint16_t h = px_f32_to_f16(0.001f);
+                    memcpy(o + b + px_dtype_block_bytes(dt) - 2, &h, 2);
+                    if (dt == PX_DTYPE_Q2_K)
+                        memcpy(o + b + 80, &h, 2);
+                }
+            }
+        }
+        double best = 1e9;
+        for (int rep = 0; rep < 7; rep++) {
+            double t0 = now_s();
+            k->matvec(dt, w, rb, K, 0, N, x, K, 1, y, N);
+            best = fmin(best, now_s() - t0);
+        }
+        double mb = (double)rb * N / 1e6;
+        printf("%-8s %12.1f %12.3f %14.2f\n", px_dtype_name(dt), mb, best * 1e3, mb / 1e3 / best);
+    }
+    free(row);
+    free(x);
+    free(w);
+}
+
 int main(void)
 {
     const char *shared = getenv("PX_SHARED_DIR");
@@ -317,5 +394,6 @@ int main(void)
     }
     unload(&s32);
     free(ref);
+    matvec_speed();
     return status;
 }

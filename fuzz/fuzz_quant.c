@@ -19,9 +19,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const px_dtype formats[] = {PX_DTYPE_Q4_0, PX_DTYPE_Q5_0, PX_DTYPE_Q2_K,
-                                       PX_DTYPE_Q3_K, PX_DTYPE_Q4_K, PX_DTYPE_Q5_K,
-                                       PX_DTYPE_Q6_K};
+    static const px_dtype formats[] = {PX_DTYPE_Q4_0, PX_DTYPE_Q5_0, PX_DTYPE_Q2_K, PX_DTYPE_Q3_K,
+                                       PX_DTYPE_Q4_K, PX_DTYPE_Q5_K, PX_DTYPE_Q6_K};
     if (size < 2)
         return 0;
     px_dtype t = formats[data[0] % (sizeof formats / sizeof formats[0])];

@@ -496,7 +496,8 @@ json_t *px_cost_assumptions_json(const px_cost_fleet *f, const px_cost_model *m,
 
 /* The compute dtype a matrix product with these weights and activations
  * runs in on device d, and whether it had to fall back to a wider one
- * (the nearest supported).  Returns false when the device computes in no
+ * (the nearest supported). Q4_0, Q5_0 and k-quant weights run int8 products
+ * where the device has them (quantized activations).  Returns false when the device computes in no
  * floating dtype at all. */
 bool px_cost_compute_dtype(const px_cost_device *d, px_dtype weights, px_dtype acts,
                            px_hw_dtype *out, bool *fallback);

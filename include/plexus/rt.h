@@ -53,13 +53,15 @@
  * Determinism.  The cpu backend splits work by output rows (matrix rows,
  * attention heads, activation rows), never along a reduction, and every
  * output element is computed by the same code in the same order whatever
- * thread computes it: results are bit-identical from run to run and for
- * any thread count.  They are not identical across machines whose cpu
- * kernels differ (AVX2/FMA or the portable path), nor between a step of
- * up to PX_RT_SMALL_BATCH rows (own kernels, where a row's result does not
- * depend on the other rows of the step) and a larger one (OpenBLAS sgemm,
- * whose blocking may make it depend on them); they differ from the scalar
- * reference by float rounding only (the tests bound logits to 1e-4).
+ * thread computes it: results are bit-identical from run to run, for
+ * any thread count, and for any rows beside a row in a step (a prompt
+ * alone, batched with others, or in chunks gives the same bits; no
+ * environment variable changes them).  f32, f16 and bf16 results are the
+ * same on AVX2 and AVX-512 machines but not on the portable path; q8_0
+ * results (activations quantized to q8_0, integer dot products) are the
+ * same on every path.  They differ from the scalar reference by float
+ * rounding only (the tests bound logits to 1e-4; q8_0 models to 1e-2,
+ * where an activation may round to the other quantization step).
  *
  * Thread safety: a model is immutable and may be shared by any number of
  * sessions and threads.  A session, a stream, a sampler are used by one
@@ -208,7 +210,7 @@ enum {
 
 typedef struct px_rt_device_props {
     char name[64];         /* "cpu", "emu:a100-like" */
-    char description[128]; /* "cpu: 2 threads, AVX2+FMA kernels, OpenBLAS" */
+    char description[128]; /* "cpu: 2 threads, avx512 kernels" */
     px_rt_device_kind kind;
     uint64_t memory_total; /* bytes the device may allocate; 0: unknown */
     uint64_t memory_free;  /* bytes still free; 0: unknown */
@@ -406,8 +408,9 @@ const px_ir_hparams *px_rt_model_hparams(const px_rt_model *m);
 
 typedef struct px_rt_session px_rt_session;
 
-/* Steps of at most this many rows use the own multi-row kernels for
- * matrix products; larger steps use OpenBLAS sgemm. */
+/* Activation rows the portable and AVX2 matrix kernels take at once (a
+ * step of more rows runs in groups of this many; results do not depend
+ * on the grouping). */
 #define PX_RT_SMALL_BATCH 4
 
 typedef struct px_rt_session_opts {

@@ -34,6 +34,15 @@ bool px_cost_compute_dtype(const px_cost_device *d, px_dtype weights, px_dtype a
     if ((weights == PX_DTYPE_FP8_E4M3 || weights == PX_DTYPE_FP8_E5M2) && want == PX_HW_DTYPE_FP8)
         want = PX_HW_DTYPE_FP8;
     *fallback = false;
+    /* Q4_0, Q5_0 and the k-quants multiply as 8-bit integers against
+     * activations quantized to 8 bits (ADR 0009): int8 products where
+     * the device has them, else as above. */
+    bool int8_blocks = weights == PX_DTYPE_Q4_0 || weights == PX_DTYPE_Q5_0 ||
+                       (weights >= PX_DTYPE_Q2_K && weights <= PX_DTYPE_Q6_K);
+    if (int8_blocks && d->peak[PX_HW_DTYPE_INT8] > 0) {
+        *out = PX_HW_DTYPE_INT8;
+        return true;
+    }
     if (d->peak[want] > 0) {
         *out = want;
         return true;

@@ -5,7 +5,6 @@
  */
 #include "base/common.h"
 
-#include <cblas.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -157,9 +156,8 @@ static void device_props(void *dev, px_rt_device_props *out)
 {
     cpu_device *d = dev;
     px_strlcpy(out->name, "cpu", sizeof out->name);
-    snprintf(out->description, sizeof out->description,
-             "cpu: %u thread%s, %s kernels, OpenBLAS sgemm", d->n_threads,
-             d->n_threads == 1 ? "" : "s", d->kernels->name);
+    snprintf(out->description, sizeof out->description, "cpu: %u thread%s, %s kernels",
+             d->n_threads, d->n_threads == 1 ? "" : "s", d->kernels->name);
     out->kind = PX_RT_DEVICE_CPU;
     out->memory_total = host_memory(false);
     out->memory_free = host_memory(true);
@@ -191,15 +189,6 @@ static const px_rt_device_iface cpu_device_iface = {
     .work_size = device_work_size,
 };
 
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-
-/* Each pool thread calls sgemm on its own chunks, so OpenBLAS must not
- * start threads of its own (the process's setting, made once). */
-static void blas_single_thread(void)
-{
-    openblas_set_num_threads(1);
-}
-
 static px_status device_open(const px_rt_device_opts *opts, const px_rt_device_iface **iface,
                              void **dev, px_err *err)
 {
@@ -214,10 +203,9 @@ static px_status device_open(const px_rt_device_opts *opts, const px_rt_device_i
     if (!d)
         return px_err_set(err, PX_ENOMEM, "cpu: out of memory");
     d->n_threads = n;
-    d->kernels = opts->portable_kernels ? NULL : px__rt_kernels_avx2();
+    d->kernels = opts->portable_kernels ? NULL : px__rt_kernels_native();
     if (!d->kernels)
         d->kernels = &px__rt_kernels_portable;
-    pthread_once(&blas_once, blas_single_thread);
     *iface = &cpu_device_iface;
     *dev = d;
     return PX_OK;
@@ -227,6 +215,6 @@ const px_rt_backend_iface px__rt_cpu_backend = {
     .abi_version = PX_RT_ABI_VERSION,
     .size = sizeof(px_rt_backend_iface),
     .name = "cpu",
-    .description = "host processor: threads, own kernels, OpenBLAS",
+    .description = "host processor: threads, own kernels",
     .device_open = device_open,
 };

@@ -116,47 +116,31 @@ static void axpy_f32(float a, const float *x, float *y, uint32_t n)
  * into a small buffer, so every dtype shares dot_f32's order. */
 static float dot_row(px_dtype t, const uint8_t *w, uint32_t k, const float *x)
 {
-    switch (t) {
-    case PX_DTYPE_F32:
+    if (t == PX_DTYPE_F32)
         return dot_f32((const float *)(const void *)w, x, k);
-    case PX_DTYPE_Q8_0: {
-        float s = 0;
-        for (uint32_t b = 0; b < k / PX__RT_Q8_0_ELEMS; b++) {
-            const uint8_t *blk = w + (size_t)b * PX__RT_Q8_0_BYTES;
-            const int8_t *q = (const int8_t *)(blk + 2);
-            const float *xb = x + (size_t)b * PX__RT_Q8_0_ELEMS;
-            float acc[8] = {0};
-            for (uint32_t j = 0; j < PX__RT_Q8_0_ELEMS; j += 8)
-                for (int l = 0; l < 8; l++)
-                    acc[l] += (float)q[j + l] * xb[j + l];
-            s += px__rt_f16(load_u16(blk)) * lanes_sum(acc);
-        }
-        return s;
+    float acc[8] = {0}, tmp[8];
+    uint32_t j = 0;
+    for (; j + 8 <= k; j += 8) {
+        px__rt_dequant_row(t, w + 2 * (size_t)j, tmp, 8);
+        for (int l = 0; l < 8; l++)
+            acc[l] += tmp[l] * x[j + l];
     }
-    default: {
-        float acc[8] = {0}, tmp[8];
-        uint32_t j = 0;
-        for (; j + 8 <= k; j += 8) {
-            px__rt_dequant_row(t, w + 2 * (size_t)j, tmp, 8);
-            for (int l = 0; l < 8; l++)
-                acc[l] += tmp[l] * x[j + l];
-        }
-        float s = lanes_sum(acc);
-        for (; j < k; j++) {
-            px__rt_dequant_row(t, w + 2 * (size_t)j, tmp, 1);
-            s += tmp[0] * x[j];
-        }
-        return s;
+    float s = lanes_sum(acc);
+    for (; j < k; j++) {
+        px__rt_dequant_row(t, w + 2 * (size_t)j, tmp, 1);
+        s += tmp[0] * x[j];
     }
-    }
+    return s;
 }
 
-static void matvec(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+static void matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                    uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
 {
     if (px__rt_quant_handles(t)) {
-        px__rt_quant_matvec(px__rt_quant_dot_portable, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y,
-                            ldy);
+        for (uint32_t r = 0; r < n_x; r += PX_RT_SMALL_BATCH)
+            px__rt_quant_matvec(px__rt_quant_dot_portable, t, w, row_bytes, k, i0, i1,
+                                x + (size_t)r * ldx, ldx, PX_MIN(n_x - r, PX_RT_SMALL_BATCH),
+                                y + (size_t)r * ldy, ldy);
         return;
     }
     for (uint32_t i = i0; i < i1; i++) {
@@ -166,16 +150,90 @@ static void matvec(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint
     }
 }
 
+void px__rt_quantize_q8_act(const float *x, uint32_t k, int8_t *q, float *d)
+{
+    for (uint32_t b = 0; b < k / PX__RT_Q8_0_ELEMS; b++) {
+        const float *xb = x + (size_t)b * PX__RT_Q8_0_ELEMS;
+        int8_t *qb = q + (size_t)b * PX__RT_Q8_0_ELEMS;
+        float amax = 0;
+        bool nan = false;
+        for (uint32_t j = 0; j < PX__RT_Q8_0_ELEMS; j++) {
+            float a = fabsf(xb[j]);
+            if (a > amax)
+                amax = a;
+            else if (a != a)
+                nan = true;
+        }
+        float id = amax > 0 && !nan ? 127.0f / amax : 0.0f;
+        d[b] = nan ? NAN : amax / 127.0f;
+        for (uint32_t j = 0; j < PX__RT_Q8_0_ELEMS; j++) {
+            float v = xb[j] * id;
+            /* |v| <= 127 but for the rounding of id; an infinite block
+             * (id 0) gives 0 * inf = NaN here: 0, and d = inf makes the
+             * products NaN. */
+            v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v == v ? v : 0.0f;
+            qb[j] = (int8_t)lrintf(v);
+        }
+    }
+}
+
+float px__rt_dot_q8_0(const uint8_t *w, const int8_t *xq, const float *xd, uint32_t k)
+{
+    float acc[16] = {0};
+    for (uint32_t b = 0; b < k / PX__RT_Q8_0_ELEMS; b++) {
+        const uint8_t *blk = w + (size_t)b * PX__RT_Q8_0_BYTES;
+        const int8_t *q = (const int8_t *)(blk + 2), *xb = xq + (size_t)b * PX__RT_Q8_0_ELEMS;
+        float scale = px__rt_f16(load_u16(blk)) * xd[b];
+        float *a = acc + (b % 2) * 8;
+        for (int l = 0; l < 8; l++) {
+            int32_t sum = 0;
+            for (int j = 4 * l; j < 4 * l + 4; j++)
+                sum += (int32_t)q[j] * (int32_t)xb[j];
+            float p = scale * (float)sum;
+            a[l] += p;
+        }
+    }
+    float h[8];
+    for (int l = 0; l < 8; l++)
+        h[l] = acc[l] + acc[l + 8];
+    return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
+}
+
+static void matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
+                        const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy)
+{
+    uint32_t nb = k / PX__RT_Q8_0_ELEMS;
+    for (uint32_t i = i0; i < i1; i++) {
+        const uint8_t *row = (const uint8_t *)w + (size_t)i * row_bytes;
+        for (uint32_t r = 0; r < n_x; r++)
+            y[r * ldy + i] = px__rt_dot_q8_0(row, xq + (size_t)r * k, xd + (size_t)r * nb, k);
+    }
+}
+
 const px__rt_kernels px__rt_kernels_portable = {
     .name = "portable",
-    .matvec = matvec,
+    .matmul = matmul,
+    .matmul_q8_0 = matmul_q8_0,
     .dequant = px__rt_dequant_row,
     .dot_f32 = dot_f32,
     .axpy_f32 = axpy_f32,
 };
 
+const px__rt_kernels *px__rt_kernels_native(void)
+{
+    const px__rt_kernels *k = px__rt_kernels_avx512();
+    if (!k)
+        k = px__rt_kernels_avx2();
+    return k ? k : &px__rt_kernels_portable;
+}
+
 #if !(defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)))
 const px__rt_kernels *px__rt_kernels_avx2(void)
+{
+    return NULL;
+}
+
+const px__rt_kernels *px__rt_kernels_avx512(void)
 {
     return NULL;
 }

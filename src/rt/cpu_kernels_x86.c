@@ -2,12 +2,14 @@
  * AVX2 + FMA + F16C cpu kernels, chosen at run time when the processor
  * has them (the rest of the build stays at the baseline instruction set).
  *
- * A matrix-vector product streams each weight row once and dots it with
- * up to PX_RT_SMALL_BATCH activation vectors: decode is bound by memory
- * bandwidth, so reading the weights once per step is what matters.  Each
- * dot keeps two 8-wide partial sums over 16 values at a time and reduces
- * them in a fixed order, the same for any number of vectors and any row
- * range, which keeps results independent of batching and threads.
+ * A matrix product streams each weight row once per group of up to
+ * PX_RT_SMALL_BATCH activation rows.  Each float dot keeps two 8-wide
+ * partial sums over 16 values at a time and reduces them in a fixed
+ * order, the same for any number of rows and any row range, which keeps
+ * results independent of batching and threads.  q8_0 weights meet
+ * activations quantized to q8_0 with integer products (maddubs, madd),
+ * in px__rt_dot_q8_0's order.  Processors with AVX-512 run
+ * cpu_kernels_avx512.c instead, which computes the same bits faster.
  */
 #include "base/common.h"
 
@@ -104,31 +106,51 @@ static inline TGT __m256 q8_load8(const int8_t *q)
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
 }
 
-/* One q8_0 row against N vectors: per block, the dot of the 32 int8
- * values with x, then scaled and added to the row's sum. */
-INLINE void row_q8_0(const uint8_t *w, uint32_t k, const float *x, size_t ldx, uint32_t N,
+/* The 8 int32 sums of four int8 products each of a q8_0 block with an
+ * activation block: |w| (unsigned) times x with w's sign, in pairs
+ * (at most 2 * 128 * 127, so maddubs never saturates), then in fours. */
+static inline TGT __m256i q8_block_sums(__m256i ax, __m256i wv, __m256i xv)
+{
+    __m256i p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(xv, wv));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* Block b of a q8_0 row against N quantized activation rows, added to
+ * acc (the partial sums of the block's parity). */
+INLINE void q8_block(const uint8_t *w, uint32_t b, uint32_t k, const int8_t *xq, const float *xd,
+                     uint32_t N, __m256 *acc)
+{
+    uint32_t nb = k / PX__RT_Q8_0_ELEMS;
+    const uint8_t *blk = w + (size_t)b * PX__RT_Q8_0_BYTES;
+    __m256i wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
+    __m256i ax = _mm256_abs_epi8(wv);
+    float dw = _cvtsh_ss(load_u16(blk));
+    for (uint32_t r = 0; r < N; r++) {
+        const int8_t *xb = xq + (size_t)r * k + (size_t)b * PX__RT_Q8_0_ELEMS;
+        __m256i xv = _mm256_loadu_si256((const __m256i *)xb);
+        __m256 sum = _mm256_cvtepi32_ps(q8_block_sums(ax, wv, xv));
+        __m256 scale = _mm256_set1_ps(dw * xd[(size_t)r * nb + b]);
+        acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(scale, sum));
+    }
+}
+
+/* One q8_0 row against N quantized activation rows (px__rt_dot_q8_0's
+ * order: even blocks into acc0, odd into acc1, scale product not fused). */
+INLINE void row_q8_0(const uint8_t *w, uint32_t k, const int8_t *xq, const float *xd, uint32_t N,
                      float *out)
 {
-    __m256 acc[PX_RT_SMALL_BATCH];
+    __m256 acc0[PX_RT_SMALL_BATCH], acc1[PX_RT_SMALL_BATCH];
     for (uint32_t r = 0; r < N; r++)
-        acc[r] = _mm256_setzero_ps();
-    uint32_t nb = k / PX__RT_Q8_0_ELEMS;
-    for (uint32_t b = 0; b < nb; b++) {
-        const uint8_t *blk = w + (size_t)b * PX__RT_Q8_0_BYTES;
-        const int8_t *q = (const int8_t *)(blk + 2);
-        __m256 d = _mm256_set1_ps(px__rt_f16(load_u16(blk)));
-        __m256 q0 = q8_load8(q), q1 = q8_load8(q + 8), q2 = q8_load8(q + 16), q3 = q8_load8(q + 24);
-        for (uint32_t r = 0; r < N; r++) {
-            const float *xr = x + r * ldx + (size_t)b * PX__RT_Q8_0_ELEMS;
-            __m256 v = _mm256_mul_ps(q0, _mm256_loadu_ps(xr));
-            v = _mm256_fmadd_ps(q1, _mm256_loadu_ps(xr + 8), v);
-            v = _mm256_fmadd_ps(q2, _mm256_loadu_ps(xr + 16), v);
-            v = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xr + 24), v);
-            acc[r] = _mm256_fmadd_ps(d, v, acc[r]);
-        }
+        acc0[r] = acc1[r] = _mm256_setzero_ps();
+    uint32_t nb = k / PX__RT_Q8_0_ELEMS, b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        q8_block(w, b, k, xq, xd, N, acc0);
+        q8_block(w, b + 1, k, xq, xd, N, acc1);
     }
+    if (b < nb)
+        q8_block(w, b, k, xq, xd, N, acc0);
     for (uint32_t r = 0; r < N; r++)
-        out[r] = hsum(acc[r]);
+        out[r] = hsum(_mm256_add_ps(acc0[r], acc1[r]));
 }
 
 /* The row loop for one dtype, with the row kernel inlined so that the
@@ -141,27 +163,32 @@ INLINE void row_q8_0(const uint8_t *w, uint32_t k, const float *x, size_t ldx, u
             y[r * ldy + i] = out[r];                    \
     }
 
-#define MATVEC_N(NV)                                                                            \
-    static TGT void matvec_##NV(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k,     \
-                                uint32_t i0, uint32_t i1, const float *x, size_t ldx, float *y, \
-                                size_t ldy)                                                     \
-    {                                                                                           \
-        enum { N = NV };                                                                        \
-        float out[PX_RT_SMALL_BATCH];                                                           \
-        switch (t) {                                                                            \
-        case PX_DTYPE_Q8_0:                                                                     \
-            ROWS(row_q8_0(row, k, x, ldx, N, out));                                             \
-            break;                                                                              \
-        case PX_DTYPE_F16:                                                                      \
-            ROWS(row_plain(PX_DTYPE_F16, row, k, x, ldx, N, out));                              \
-            break;                                                                              \
-        case PX_DTYPE_BF16:                                                                     \
-            ROWS(row_plain(PX_DTYPE_BF16, row, k, x, ldx, N, out));                             \
-            break;                                                                              \
-        default:                                                                                \
-            ROWS(row_plain(PX_DTYPE_F32, row, k, x, ldx, N, out));                              \
-            break;                                                                              \
-        }                                                                                       \
+#define MATVEC_N(NV)                                                                              \
+    static TGT void matvec_##NV(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k,       \
+                                uint32_t i0, uint32_t i1, const float *x, size_t ldx, float *y,   \
+                                size_t ldy)                                                       \
+    {                                                                                             \
+        enum { N = NV };                                                                          \
+        float out[PX_RT_SMALL_BATCH];                                                             \
+        switch (t) {                                                                              \
+        case PX_DTYPE_F16:                                                                        \
+            ROWS(row_plain(PX_DTYPE_F16, row, k, x, ldx, N, out));                                \
+            break;                                                                                \
+        case PX_DTYPE_BF16:                                                                       \
+            ROWS(row_plain(PX_DTYPE_BF16, row, k, x, ldx, N, out));                               \
+            break;                                                                                \
+        default:                                                                                  \
+            ROWS(row_plain(PX_DTYPE_F32, row, k, x, ldx, N, out));                                \
+            break;                                                                                \
+        }                                                                                         \
+    }                                                                                             \
+    static TGT void matvec_q8_0_##NV(const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0, \
+                                     uint32_t i1, const int8_t *xq, const float *xd, float *y,    \
+                                     size_t ldy)                                                  \
+    {                                                                                             \
+        enum { N = NV };                                                                          \
+        float out[PX_RT_SMALL_BATCH];                                                             \
+        ROWS(row_q8_0(row, k, xq, xd, N, out));                                                   \
     }
 
 MATVEC_N(1)
@@ -169,32 +196,76 @@ MATVEC_N(2)
 MATVEC_N(3)
 MATVEC_N(4)
 
-static void matvec(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
-                   uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
+void px__rt_avx2_matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                        uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y,
+                        size_t ldy);
+void px__rt_avx2_matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
+                             const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy);
+
+/* Any number of x rows, PX_RT_SMALL_BATCH at a time: a row's result is
+ * the same in every group. */
+void px__rt_avx2_matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                        uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
 {
     const uint8_t *wb = w;
-    if (px__rt_quant_handles(t)) {
-        px__rt_quant_matvec(px__rt_quant_dot_x86, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
-        return;
-    }
-    switch (n_x) {
-    case 1:
-        matvec_1(t, wb, row_bytes, k, i0, i1, x, ldx, y, ldy);
-        break;
-    case 2:
-        matvec_2(t, wb, row_bytes, k, i0, i1, x, ldx, y, ldy);
-        break;
-    case 3:
-        matvec_3(t, wb, row_bytes, k, i0, i1, x, ldx, y, ldy);
-        break;
-    default:
-        PX_ASSERT(n_x == 4);
-        matvec_4(t, wb, row_bytes, k, i0, i1, x, ldx, y, ldy);
-        break;
+    for (uint32_t r = 0; r < n_x; r += PX_RT_SMALL_BATCH) {
+        const float *xr = x + (size_t)r * ldx;
+        float *yr = y + (size_t)r * ldy;
+        uint32_t n = PX_MIN(n_x - r, PX_RT_SMALL_BATCH);
+        if (px__rt_quant_handles(t)) {
+            px__rt_quant_matvec(px__rt_quant_dot_x86, t, w, row_bytes, k, i0, i1, xr, ldx, n, yr,
+                                ldy);
+            continue;
+        }
+        switch (n) {
+        case 1:
+            matvec_1(t, wb, row_bytes, k, i0, i1, xr, ldx, yr, ldy);
+            break;
+        case 2:
+            matvec_2(t, wb, row_bytes, k, i0, i1, xr, ldx, yr, ldy);
+            break;
+        case 3:
+            matvec_3(t, wb, row_bytes, k, i0, i1, xr, ldx, yr, ldy);
+            break;
+        default:
+            matvec_4(t, wb, row_bytes, k, i0, i1, xr, ldx, yr, ldy);
+            break;
+        }
     }
 }
 
-static TGT void dequant(px_dtype t, const void *row, float *dst, uint32_t k)
+void px__rt_avx2_matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
+                             const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy)
+{
+    const uint8_t *wb = w;
+    uint32_t nb = k / PX__RT_Q8_0_ELEMS;
+    for (uint32_t r = 0; r < n_x; r += PX_RT_SMALL_BATCH) {
+        const int8_t *qr = xq + (size_t)r * k;
+        const float *dr = xd + (size_t)r * nb;
+        float *yr = y + (size_t)r * ldy;
+        switch (PX_MIN(n_x - r, PX_RT_SMALL_BATCH)) {
+        case 1:
+            matvec_q8_0_1(wb, row_bytes, k, i0, i1, qr, dr, yr, ldy);
+            break;
+        case 2:
+            matvec_q8_0_2(wb, row_bytes, k, i0, i1, qr, dr, yr, ldy);
+            break;
+        case 3:
+            matvec_q8_0_3(wb, row_bytes, k, i0, i1, qr, dr, yr, ldy);
+            break;
+        default:
+            matvec_q8_0_4(wb, row_bytes, k, i0, i1, qr, dr, yr, ldy);
+            break;
+        }
+    }
+}
+
+/* Shared with the avx512 variant (cpu_kernels_avx512.c). */
+void px__rt_avx2_dequant(px_dtype t, const void *row, float *dst, uint32_t k);
+float px__rt_avx2_dot_f32(const float *a, const float *b, uint32_t n);
+void px__rt_avx2_axpy_f32(float a, const float *x, float *y, uint32_t n);
+
+TGT void px__rt_avx2_dequant(px_dtype t, const void *row, float *dst, uint32_t k)
 {
     const uint8_t *w = row;
     if (px__rt_quant_handles(t)) {
@@ -219,7 +290,7 @@ static TGT void dequant(px_dtype t, const void *row, float *dst, uint32_t k)
         dst[j] = value_at(t, w, j);
 }
 
-static TGT float dot_f32(const float *a, const float *b, uint32_t n)
+TGT float px__rt_avx2_dot_f32(const float *a, const float *b, uint32_t n)
 {
     __m256 acc = _mm256_setzero_ps();
     uint32_t j = 0;
@@ -231,7 +302,7 @@ static TGT float dot_f32(const float *a, const float *b, uint32_t n)
     return s;
 }
 
-static TGT void axpy_f32(float a, const float *x, float *y, uint32_t n)
+TGT void px__rt_avx2_axpy_f32(float a, const float *x, float *y, uint32_t n)
 {
     __m256 va = _mm256_set1_ps(a);
     uint32_t j = 0;
@@ -244,10 +315,11 @@ static TGT void axpy_f32(float a, const float *x, float *y, uint32_t n)
 
 static const px__rt_kernels kernels_avx2 = {
     .name = "avx2",
-    .matvec = matvec,
-    .dequant = dequant,
-    .dot_f32 = dot_f32,
-    .axpy_f32 = axpy_f32,
+    .matmul = px__rt_avx2_matmul,
+    .matmul_q8_0 = px__rt_avx2_matmul_q8_0,
+    .dequant = px__rt_avx2_dequant,
+    .dot_f32 = px__rt_avx2_dot_f32,
+    .axpy_f32 = px__rt_avx2_axpy_f32,
 };
 
 /* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports

@@ -4,22 +4,21 @@
  * rows) with a static partition, so each output is computed by the same
  * code in the same order whatever the number of threads.
  *
- * Matrix products of up to PX_RT_SMALL_BATCH rows use the own multi-row
- * kernels (weights streamed once: decode is bandwidth-bound); larger ones
- * call OpenBLAS sgemm per chunk of PX__RT_GEMM_CHUNK weight rows, each
- * thread on its own chunks with OpenBLAS single-threaded, so that the pool
- * and OpenBLAS never compete for the cores.
+ * Matrix products of any number of rows run the own kernels, each thread
+ * on its own weight rows against every activation row: the weights stream
+ * from memory once per step, and a row's result is the same whatever the
+ * rows beside it (the serving engine relies on it) and whatever the
+ * thread count.  With q8_0 weights the activation rows are quantized to
+ * q8_0 first, once per op, for the integer dot products.
  */
 #include "base/common.h"
 
-#include <cblas.h>
-
 #include "rt/rt_impl.h"
 
-/* Whether large steps run through the matvec kernels too, so that every
- * row's result is the same whatever the rows beside it (the serving
- * engine relies on it), rather than through sgemm. */
-#define PX__RT_BATCH_INVARIANT 1
+/* Weight rows are shared among threads in units of this many, a multiple
+ * of every kernel's tile, so that no thread runs a partial tile that a
+ * whole one could cover.  Speed only: results do not depend on it. */
+#define PX__RT_ROW_UNIT 12u
 
 bool px__rt_cpu_supports(px_ir_op_kind op, px_dtype t)
 {
@@ -70,29 +69,26 @@ static size_t cache_row(const px_rt_rows *rows, size_t block, int32_t slot, int3
     return (size_t)b * block + (size_t)pos % block;
 }
 
-/* Matmul scratch: gathered rows (with a selection), then one dequantised
- * chunk per thread (sgemm over non-f32 weights). */
+/* Matmul scratch: gathered rows (with a selection), then for q8_0
+ * weights the quantized rows (block scales, then values). */
 static size_t gather_bytes(const px_rt_op *op)
 {
     return op->select ? (size_t)op->n_select * (size_t)op->src[1]->ne[0] * sizeof(float) : 0;
 }
 
-static bool needs_dequant(const px_rt_op *op, uint32_t rows)
+static size_t quant_bytes(const px_rt_op *op, uint32_t rows)
 {
     const px_rt_tensor *w = op->src[1];
-    return !PX__RT_BATCH_INVARIANT && rows > PX_RT_SMALL_BATCH &&
-           (w->dtype != PX_DTYPE_F32 || w->nb[1] != (size_t)w->ne[0] * sizeof(float));
+    if (w->dtype != PX_DTYPE_Q8_0)
+        return 0;
+    size_t k = (size_t)w->ne[0];
+    return (size_t)rows * (k / PX__RT_Q8_0_ELEMS * sizeof(float) + k);
 }
 
 size_t px__rt_cpu_work_size(uint32_t n_threads, const px_rt_op *op)
 {
-    if (is_matmul(op)) {
-        uint32_t rows = op_out_rows(op);
-        size_t n = gather_bytes(op);
-        if (needs_dequant(op, rows))
-            n += (size_t)n_threads * PX__RT_GEMM_CHUNK * (size_t)op->src[1]->ne[0] * sizeof(float);
-        return n;
-    }
+    if (is_matmul(op))
+        return gather_bytes(op) + quant_bytes(op, op_out_rows(op));
     if (op->kind == PX_IR_OP_ATTENTION && op->n_kv_heads) {
         size_t group = op->n_heads / op->n_kv_heads;
         return (size_t)n_threads * group * attention_positions(op) * sizeof(float);
@@ -152,6 +148,8 @@ static px_status check_op(const px_rt_op *op, px_err *err)
                               px_dtype_name(w->dtype), w->name ? w->name : "weight");
         if (w->ne[0] != x->ne[0] || y->ne[0] != w->ne[1] || y->ne[1] < op_out_rows(op))
             return op_error(err, op, "shapes of activations, weight and output disagree");
+        if (w->dtype == PX_DTYPE_Q8_0 && w->ne[0] % PX__RT_Q8_0_ELEMS)
+            return op_error(err, op, "q8_0 weight rows must hold a multiple of 32 values");
         if (b && (!host_f32(b) || b->ne[0] != w->ne[1]))
             return op_error(err, op, "bias must be f32 of the output width");
         break;
@@ -234,6 +232,8 @@ typedef struct task {
     const px_rt_op *op;
     const px__rt_kernels *k;
     const float *x; /* matmul input rows (gathered when selected) */
+    int8_t *xq;     /* ... quantized for q8_0 weights, and their block scales */
+    float *xd;
     uint32_t rows;
     float *scratch; /* per-thread scratch, stride `scratch_stride` floats */
     size_t scratch_stride;
@@ -277,6 +277,15 @@ static void rmsnorm_rows(void *arg, uint32_t ith, uint32_t nth)
     }
 }
 
+static void quantize_rows(void *arg, uint32_t ith, uint32_t nth)
+{
+    task *t = arg;
+    size_t k = (size_t)t->op->src[1]->ne[0], nb = k / PX__RT_Q8_0_ELEMS, r0, r1;
+    px__rt_split(t->rows, ith, nth, &r0, &r1);
+    for (size_t r = r0; r < r1; r++)
+        px__rt_quantize_q8_act(t->x + r * k, (uint32_t)k, t->xq + r * k, t->xd + r * nb);
+}
+
 static void matmul_rows(void *arg, uint32_t ith, uint32_t nth)
 {
     task *t = arg;
@@ -285,35 +294,16 @@ static void matmul_rows(void *arg, uint32_t ith, uint32_t nth)
     const uint8_t *wd = px_rt_tensor_data(w);
     uint32_t k = (uint32_t)w->ne[0], n = (uint32_t)w->ne[1];
     float *y = px_rt_tensor_data(op->dst);
-    if (t->rows <= PX_RT_SMALL_BATCH || PX__RT_BATCH_INVARIANT) {
-        /* Groups of at most PX_RT_SMALL_BATCH rows through the matvec
-         * kernels: a row's result never depends on the other rows. */
-        size_t i0, i1;
-        px__rt_split(n, ith, nth, &i0, &i1);
-        for (uint32_t r = 0; r < t->rows && i1 > i0; r += PX_RT_SMALL_BATCH)
-            t->k->matvec(w->dtype, wd, w->nb[1], k, (uint32_t)i0, (uint32_t)i1,
-                         t->x + (size_t)r * k, k, PX_MIN(PX_RT_SMALL_BATCH, t->rows - r),
-                         y + (size_t)r * n, n);
+    size_t u0, u1;
+    px__rt_split((n + PX__RT_ROW_UNIT - 1) / PX__RT_ROW_UNIT, ith, nth, &u0, &u1);
+    uint32_t i0 = (uint32_t)PX_MIN(u0 * PX__RT_ROW_UNIT, n);
+    uint32_t i1 = (uint32_t)PX_MIN(u1 * PX__RT_ROW_UNIT, n);
+    if (i1 <= i0)
         return;
-    }
-    /* Large steps: sgemm per aligned chunk of weight rows. */
-    size_t n_chunks = (n + PX__RT_GEMM_CHUNK - 1) / PX__RT_GEMM_CHUNK, c0, c1;
-    px__rt_split(n_chunks, ith, nth, &c0, &c1);
-    float *deq = t->scratch ? t->scratch + ith * t->scratch_stride : NULL;
-    for (size_t c = c0; c < c1; c++) {
-        uint32_t i0 = (uint32_t)(c * PX__RT_GEMM_CHUNK);
-        uint32_t nc = PX_MIN(PX__RT_GEMM_CHUNK, n - i0);
-        const float *wc;
-        if (deq) {
-            for (uint32_t i = 0; i < nc; i++)
-                t->k->dequant(w->dtype, wd + (size_t)(i0 + i) * w->nb[1], deq + (size_t)i * k, k);
-            wc = deq;
-        } else {
-            wc = (const float *)(const void *)(wd + (size_t)i0 * w->nb[1]);
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)t->rows, (int)nc, (int)k, 1.0f,
-                    t->x, (int)k, wc, (int)k, 0.0f, y + i0, (int)n);
-    }
+    if (w->dtype == PX_DTYPE_Q8_0)
+        t->k->matmul_q8_0(wd, w->nb[1], k, i0, i1, t->xq, t->xd, t->rows, y, n);
+    else
+        t->k->matmul(w->dtype, wd, w->nb[1], k, i0, i1, t->x, k, t->rows, y, n);
 }
 
 static void matmul(const px__rt_cpu_exec *ex, const px_rt_op *op)
@@ -322,18 +312,20 @@ static void matmul(const px__rt_cpu_exec *ex, const px_rt_op *op)
     uint32_t k = (uint32_t)w->ne[0], n = (uint32_t)w->ne[1];
     task t = {.op = op, .k = ex->k, .rows = op_out_rows(op)};
     const float *x = px_rt_tensor_data(op->src[0]);
-    float *work = op->work ? px_rt_tensor_data(op->work) : NULL;
+    uint8_t *work = op->work ? px_rt_tensor_data(op->work) : NULL;
     if (op->select) {
+        float *g = (float *)(void *)work;
         for (uint32_t r = 0; r < op->n_select; r++)
-            memcpy(work + (size_t)r * k, x + (size_t)op->select[r] * k, (size_t)k * sizeof(float));
-        t.x = work;
-        work += (size_t)op->n_select * k;
+            memcpy(g + (size_t)r * k, x + (size_t)op->select[r] * k, (size_t)k * sizeof(float));
+        t.x = g;
+        work += gather_bytes(op);
     } else {
         t.x = x;
     }
-    if (needs_dequant(op, t.rows)) {
-        t.scratch = work;
-        t.scratch_stride = (size_t)PX__RT_GEMM_CHUNK * k;
+    if (w->dtype == PX_DTYPE_Q8_0) {
+        t.xd = (float *)(void *)work;
+        t.xq = (int8_t *)(work + (size_t)t.rows * (k / PX__RT_Q8_0_ELEMS) * sizeof(float));
+        run_split(ex, quantize_rows, &t, (size_t)t.rows * k * 4);
     }
     run_split(ex, matmul_rows, &t, (size_t)w->nb[1] * n / 4 + (size_t)t.rows * n);
     if (op->src[2]) {

@@ -47,6 +47,12 @@ INLINE int32_t hsum_i32(__m256i v)
     return _mm_cvtsi128_si32(s);
 }
 
+/* An f16 as float (exact, as px__rt_f16). */
+INLINE float f16_at(const uint8_t *p)
+{
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(p[0] | p[1] << 8)));
+}
+
 /* The 32 values of a Q4_0/Q5_0 block, signed, in order. */
 INLINE __m256i legacy_values(px_dtype t, const uint8_t *blk)
 {
@@ -81,8 +87,7 @@ static TGT float dot_legacy(px_dtype t, const uint8_t *w, const uint8_t *xq, uin
         /* Exact: |q| <= 16 and |qx| <= 127 keep the pair sums in int16. */
         __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(qx, q));
         __m256i p32 = _mm256_madd_epi16(p16, ones);
-        float s = px__rt_f16((uint16_t)(blk[0] | blk[1] << 8)) *
-                  px__rt_f16((uint16_t)(xb[0] | xb[1] << 8));
+        float s = f16_at(blk) * f16_at(xb);
         acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(s)));
     }
     return lanes_sum(acc);
@@ -135,14 +140,13 @@ static TGT float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t
                 _mm256_set_m128i(_mm_set1_epi16(b.sc[2 * c + 1]), _mm_set1_epi16(b.sc[2 * c]));
             sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p16, sc));
         }
-        int32_t sumi = hsum_i32(sum), summ = 0, corr = 0;
-        for (uint32_t s = 0; s < 16; s++) {
-            int16_t bsum;
-            memcpy(&bsum, xb + 260 + 2 * s, sizeof bsum);
-            summ += b.m[s] * bsum;
-            corr += b.sc[s] * bsum;
-        }
-        sumi -= offset * corr;
+        /* The per-16 sums of the activations against the mins, and
+         * against the scales for the offset: exact in int32. */
+        __m256i bsums = load256(xb + 260);
+        int32_t sumi = hsum_i32(sum);
+        int32_t summ = hsum_i32(_mm256_madd_epi16(bsums, load256((const uint8_t *)b.m)));
+        if (offset)
+            sumi -= offset * hsum_i32(_mm256_madd_epi16(bsums, load256((const uint8_t *)b.sc)));
         float dx;
         memcpy(&dx, xb, sizeof dx);
         float v = (dx * b.d) * (float)sumi;

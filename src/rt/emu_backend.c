@@ -12,7 +12,6 @@
  */
 #include "base/common.h"
 
-#include <cblas.h>
 #include <pthread.h>
 #include <sys/prctl.h>
 #include <time.h>
@@ -429,12 +428,10 @@ static px_status device_open(const px_rt_device_opts *opts, const px_rt_device_i
     d->prof = prof;
     d->n_threads = n;
     /* The same kernels the cpu backend picks, so that results match it. */
-    d->kernels = opts->portable_kernels ? NULL : px__rt_kernels_avx2();
+    d->kernels = opts->portable_kernels ? NULL : px__rt_kernels_native();
     if (!d->kernels)
         d->kernels = &px__rt_kernels_portable;
     pthread_mutex_init(&d->lock, NULL);
-    /* As the cpu backend: each pool thread runs its own sgemm chunks. */
-    openblas_set_num_threads(1);
     *iface = &emu_device_iface;
     *dev = d;
     return PX_OK;

@@ -1,7 +1,10 @@
 /*
  * The scalar reference forward pass: one sequence, one token at a time,
  * in double precision, reading every weight value by value.  It shares
- * nothing with the backends but the model's resolved tensors, and is
+ * nothing with the backends but the model's resolved tensors and, for
+ * q8_0 weights, the definition of the activations' quantization (the
+ * q8_0 kernels multiply quantized activations, as the field's runtimes
+ * do), and is
  * written to read like the model's definition (llama2.c's run.c), so
  * that it can be trusted as the yardstick for every backend.
  */
@@ -21,6 +24,7 @@ struct px_rt_ref {
     double *tmp;               /* projection output [dim] */
     double *hb, *hb2;          /* [hidden] */
     double *scores;            /* [context] */
+    double *qx;                /* a matrix's input as quantized [max width] */
     double *k_cache, *v_cache; /* [n_layers][context][kv_dim] */
 };
 
@@ -48,10 +52,11 @@ px_status px_rt_ref_new(const px_rt_model *m, uint32_t context, px_rt_ref **out,
     r->hb = calloc(hp->hidden_dim, sizeof(double));
     r->hb2 = calloc(hp->hidden_dim, sizeof(double));
     r->scores = calloc(context, sizeof(double));
+    r->qx = calloc(PX_MAX(PX_MAX(hp->dim, m->q_dim), hp->hidden_dim), sizeof(double));
     r->k_cache = calloc(cache, sizeof(double));
     r->v_cache = calloc(cache, sizeof(double));
     if (!r->x || !r->xb || !r->q || !r->k || !r->v || !r->att || !r->tmp || !r->hb || !r->hb2 ||
-        !r->scores || !r->k_cache || !r->v_cache) {
+        !r->qx || !r->scores || !r->k_cache || !r->v_cache) {
         px_rt_ref_free(r);
         return px_err_set(err, PX_ENOMEM, "reference: out of memory for a context of %u", context);
     }
@@ -73,15 +78,39 @@ void px_rt_ref_free(px_rt_ref *r)
     free(r->hb);
     free(r->hb2);
     free(r->scores);
+    free(r->qx);
     free(r->k_cache);
     free(r->v_cache);
     free(r);
 }
 
-/* out = W x (+ bias), W stored as ne[1] rows of ne[0] values. */
-static void matvec(double *out, const double *x, const px_ir_tensor *w, const px_ir_tensor *bias)
+/* What a matrix of dtype t multiplies: x itself, or for q8_0 weights x
+ * quantized to q8_0 blocks as the kernels define it (the activations in
+ * f32, then px__rt_quantize_q8_act), each value its block's scale times
+ * its int8.  Returns x or q. */
+static const double *matmul_input(px_dtype t, const double *x, uint32_t n, double *q)
+{
+    if (t != PX_DTYPE_Q8_0)
+        return x;
+    for (uint32_t b = 0; b < n / 32; b++) {
+        float xf[32], d;
+        int8_t qb[32];
+        for (uint32_t j = 0; j < 32; j++)
+            xf[j] = (float)x[b * 32 + j];
+        px__rt_quantize_q8_act(xf, 32, qb, &d);
+        for (uint32_t j = 0; j < 32; j++)
+            q[b * 32 + j] = (double)d * qb[j];
+    }
+    return q;
+}
+
+/* out = W x (+ bias), W stored as ne[1] rows of ne[0] values; q holds
+ * ne[0] values of scratch. */
+static void matvec(double *out, const double *x, const px_ir_tensor *w, const px_ir_tensor *bias,
+                   double *q)
 {
     const uint8_t *base = w->data;
+    x = matmul_input(w->dtype, x, (uint32_t)w->ne[0], q);
     for (uint64_t i = 0; i < w->ne[1]; i++) {
         const uint8_t *row = base + i * w->nb[1];
         double sum = bias ? ((const float *)bias->data)[i] : 0.0;
@@ -144,9 +173,9 @@ px_status px_rt_ref_forward(px_rt_ref *r, int32_t token, uint32_t pos, float *lo
     for (uint32_t l = 0; l < hp->n_layers; l++) {
         const px__rt_layer_weights *w = &m->layers[l];
         rmsnorm(r->xb, r->x, w->attn_norm, dim, hp->rms_eps);
-        matvec(r->q, r->xb, w->wq, w->bq);
-        matvec(r->k, r->xb, w->wk, w->bk);
-        matvec(r->v, r->xb, w->wv, w->bv);
+        matvec(r->q, r->xb, w->wq, w->bq, r->qx);
+        matvec(r->k, r->xb, w->wk, w->bk, r->qx);
+        matvec(r->v, r->xb, w->wv, w->bv, r->qx);
         rope(r->q, hp->n_heads, hp, pos);
         rope(r->k, hp->n_kv_heads, hp, pos);
         double *kc = r->k_cache + (size_t)l * r->context * kv_dim;
@@ -180,26 +209,27 @@ px_status px_rt_ref_forward(px_rt_ref *r, int32_t token, uint32_t pos, float *lo
                 o[d] = acc;
             }
         }
-        matvec(r->tmp, r->att, w->wo, NULL);
+        matvec(r->tmp, r->att, w->wo, NULL, r->qx);
         for (uint32_t j = 0; j < dim; j++)
             r->x[j] += r->tmp[j];
 
         rmsnorm(r->xb, r->x, w->ffn_norm, dim, hp->rms_eps);
-        matvec(r->hb, r->xb, w->w1, NULL);
-        matvec(r->hb2, r->xb, w->w3, NULL);
+        matvec(r->hb, r->xb, w->w1, NULL, r->qx);
+        matvec(r->hb2, r->xb, w->w3, NULL, r->qx);
         for (uint32_t j = 0; j < hp->hidden_dim; j++)
             r->hb[j] = r->hb[j] / (1.0 + exp(-r->hb[j])) * r->hb2[j];
-        matvec(r->tmp, r->hb, w->w2, NULL);
+        matvec(r->tmp, r->hb, w->w2, NULL, r->qx);
         for (uint32_t j = 0; j < dim; j++)
             r->x[j] += r->tmp[j];
     }
     rmsnorm(r->xb, r->x, m->output_norm, dim, hp->rms_eps);
     const px_ir_tensor *out = m->output;
+    const double *xo = matmul_input(out->dtype, r->xb, dim, r->qx);
     for (uint32_t i = 0; i < hp->vocab_size; i++) {
         const uint8_t *row = (const uint8_t *)out->data + (size_t)i * out->nb[1];
         double sum = 0;
         for (uint32_t j = 0; j < dim; j++)
-            sum += px__rt_weight_at(out->dtype, row, j) * r->xb[j];
+            sum += px__rt_weight_at(out->dtype, row, j) * xo[j];
         logits[i] = (float)sum;
     }
     r->n_pos = pos + 1;

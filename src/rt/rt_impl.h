@@ -75,16 +75,33 @@ static inline void px__rt_split(size_t n, uint32_t ith, uint32_t nth, size_t *be
 /* ------------------------------------------------------------------ */
 
 /* Kernels that have a vectorised variant.  Every variant computes each
- * output with one fixed order of operations, whatever the row range or
- * the number of x vectors, so that splitting rows among threads and
- * batching rows never changes a result. */
+ * output with one fixed order of operations, whatever the row range, the
+ * number of x rows beside it or the thread: splitting rows among threads
+ * and batching rows never changes a result.
+ *
+ * The order per dtype (docs/adr/0010-batch-invariant-kernels.md):
+ * - f32, f16, bf16: sixteen partial sums, lane j % 16 taking the fused
+ *   multiply-add of value j (j < k rounded down to 8), reduced as
+ *   hsum8(lane l + lane l+8), then the remaining values added in turn.
+ *   The avx2 and avx512 variants share it; the portable variant keeps
+ *   eight partial sums without fusing (processors without FMA).
+ * - q8_0: the activations are quantized to 32-value blocks first
+ *   (px__rt_quantize_q8_act); per block, the exact int32 sums of four
+ *   int8 products each (8 lanes), scaled by (weight scale * activation
+ *   scale) and added, not fused, into partial sum (block % 2) * 8 + lane;
+ *   reduced like f32.  Every variant gives the same bits. */
 typedef struct px__rt_kernels {
-    const char *name; /* "avx2" or "portable" */
+    const char *name; /* "avx512", "avx2" or "portable" */
     /* y[r*ldy + i] = dot(row i of w, x + r*ldx) for i in [i0, i1) and
-     * r < n_x (n_x <= PX_RT_SMALL_BATCH).  Rows are row_bytes apart and
-     * k values long, of dtype t (f32, f16, bf16, q8_0). */
-    void (*matvec)(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+     * r < n_x (any number).  Rows are row_bytes apart and k values long,
+     * of dtype t (f32, f16, bf16). */
+    void (*matmul)(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                    uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy);
+    /* The same for q8_0 weights (k a multiple of 32) and activations
+     * quantized by px__rt_quantize_q8_act: row r's values at xq + r*k,
+     * its block scales at xd + r*(k/32). */
+    void (*matmul_q8_0)(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
+                        const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy);
     /* Converts k values of a row of dtype t to f32. */
     void (*dequant)(px_dtype t, const void *row, float *dst, uint32_t k);
     float (*dot_f32)(const float *a, const float *b, uint32_t n);
@@ -96,6 +113,22 @@ extern const px__rt_kernels px__rt_kernels_portable;
 /* The AVX2+FMA+F16C variant, or NULL when the build or the processor
  * lacks it. */
 const px__rt_kernels *px__rt_kernels_avx2(void);
+/* The AVX-512 (F, BW, DQ, VL, VNNI) variant, or NULL when the build or
+ * the processor lacks it.  Its results equal the avx2 variant's. */
+const px__rt_kernels *px__rt_kernels_avx512(void);
+/* The fastest variant this processor runs: avx512, avx2 or portable. */
+const px__rt_kernels *px__rt_kernels_native(void);
+
+/* Quantizes k activations (k a multiple of 32) to q8_0 blocks for
+ * matmul_q8_0: per block of 32, d = max|x| / 127 and q = x * (127 /
+ * max|x|) rounded to nearest even (0 for a zero block; a block holding a
+ * NaN gets d = NaN, so that the products stay NaN).  Scalar on purpose:
+ * this defines the quantization for every variant. */
+void px__rt_quantize_q8_act(const float *x, uint32_t k, int8_t *q, float *d);
+
+/* The portable q8_0 dot product: the definition the vectorised ones
+ * reproduce bit for bit. */
+float px__rt_dot_q8_0(const uint8_t *w, const int8_t *xq, const float *xd, uint32_t k);
 
 /* ------------------------------------------------------------------ */
 /* The cpu backend's ops (cpu_ops.c), reusable by backends that run    */
@@ -111,9 +144,6 @@ typedef struct px__rt_cpu_exec {
  * thread alone: smaller ops cost less than waking the pool.  Which thread
  * computes an output never changes it, so this only affects speed. */
 #define PX__RT_PAR_MIN_WORK 16384u
-/* Weight rows per sgemm call.  Chunks start at multiples of this in every
- * thread count, so each output comes from the same call. */
-#define PX__RT_GEMM_CHUNK 128u
 
 /* Whether the cpu kernels run op with weights (or main input) of dtype t. */
 bool px__rt_cpu_supports(px_ir_op_kind op, px_dtype t);

@@ -52,7 +52,7 @@ static void http(const char *method, const char *path, const char *const *header
     px_strbuf_init(&r->headers);
     px_strbuf_init(&r->body);
     CURL *c = curl_easy_init();
-    char url[256];
+    char url[400];
     snprintf(url, sizeof url, "%s%s", fleet.url, path);
     struct curl_slist *hl = NULL;
     for (size_t i = 0; headers && headers[i]; i++)
@@ -240,7 +240,7 @@ static void test_cookie_changes_need_the_csrf_header_and_same_origin(void **stat
     json_t *job = fh_job(&fleet, id);
     assert_string_equal(json_string_value(json_object_get(job, "state")), "queued");
     json_decref(job);
-    char origin[128];
+    char origin[300];
     snprintf(origin, sizeof origin, "Origin: %s", fleet.url);
     const char *same[] = {cookie, "X-Plexus-CSRF: 1", origin, NULL};
     http("POST", path, same, NULL, &r);
@@ -272,7 +272,7 @@ static void test_event_stream_sends_a_snapshot_of_what_the_user_may_see(void **s
     assert_int_equal(login(FH_OTHER_TOKEN, cookie, sizeof cookie), 303);
     /* Read the stream's first events with a short timeout. */
     CURL *c = curl_easy_init();
-    char url[256];
+    char url[400];
     snprintf(url, sizeof url, "%s/ui/events", fleet.url);
     struct curl_slist *hl = curl_slist_append(NULL, cookie);
     px_strbuf body = PX_STRBUF_INIT;
@@ -305,6 +305,73 @@ static void test_event_stream_sends_a_snapshot_of_what_the_user_may_see(void **s
     assert_int_equal(json_array_size(json_object_get(snap, "jobs")), 0);
     json_decref(snap);
     px_strbuf_release(&body);
+}
+
+/* The first 1.5 s of /ui/events?job=ID with the cookie and optional
+ * headers. */
+static void read_stream(const char *cookie, const char *job, const char *extra, px_strbuf *body)
+{
+    CURL *c = curl_easy_init();
+    char url[400];
+    snprintf(url, sizeof url, "%s/ui/events?job=%s", fleet.url, job);
+    struct curl_slist *hl = curl_slist_append(NULL, cookie);
+    if (extra)
+        hl = curl_slist_append(hl, extra);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, body);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 1500L);
+    assert_int_equal(curl_easy_perform(c), CURLE_OPERATION_TIMEDOUT);
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(c);
+}
+
+static void test_event_stream_resumes_a_job_log_after_last_event_id(void **state)
+{
+    (void)state;
+    fh_start_agent(&fleet, "c", NULL);
+    const char *names[] = {"c"};
+    fh_wait_nodes_online(&fleet, names, 1, 30);
+    char *id = fh_submit(&fleet, "{\"command\": [\"/bin/sh\", \"-c\", \"echo one; sleep 0.5; "
+                                 "echo two; sleep 0.5; echo three\"]}");
+    json_decref(fh_wait_job(&fleet, id, "succeeded", 60));
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs?after=0", id);
+    json_t *logs = fh_api(&fleet, "GET", path, NULL);
+    json_t *chunks = json_object_get(logs, "chunks");
+    assert_true(json_array_size(chunks) >= 2);
+    json_int_t first = json_integer_value(json_object_get(json_array_get(chunks, 0), "seq"));
+    json_decref(logs);
+    char cookie[1200];
+    assert_int_equal(login(FH_USER_TOKEN, cookie, sizeof cookie), 303);
+    px_strbuf all = PX_STRBUF_INIT, rest = PX_STRBUF_INIT;
+    read_stream(cookie, id, NULL, &all);
+    px_assert_contains(all.buf, "event: log\n");
+    px_assert_contains(all.buf, "one");
+    px_assert_contains(all.buf, "three");
+    px_assert_contains(all.buf, "event: logend\n");
+    /* Reconnecting after the first chunk resumes after it. */
+    char last[64], first_id[64];
+    snprintf(last, sizeof last, "Last-Event-ID: %lld", (long long)first);
+    snprintf(first_id, sizeof first_id, "id: %lld\n", (long long)first);
+    read_stream(cookie, id, last, &rest);
+    assert_null(strstr(rest.buf, first_id));
+    assert_null(strstr(rest.buf, "\"one\\n\""));
+    px_assert_contains(rest.buf, "three");
+    px_assert_contains(rest.buf, "event: logend\n");
+    /* Another user's stream of this job carries none of it. */
+    char other[1200];
+    assert_int_equal(login(FH_OTHER_TOKEN, other, sizeof other), 303);
+    px_strbuf theirs = PX_STRBUF_INIT;
+    read_stream(other, id, NULL, &theirs);
+    assert_null(strstr(theirs.buf, "event: log\n"));
+    assert_null(strstr(theirs.buf, "three"));
+    px_assert_contains(theirs.buf, "no such job");
+    px_strbuf_release(&all);
+    px_strbuf_release(&rest);
+    px_strbuf_release(&theirs);
+    free(id);
 }
 
 /* ---- in a real browser ---- */
@@ -456,6 +523,7 @@ int main(void)
         cmocka_unit_test(test_cookie_changes_need_the_csrf_header_and_same_origin),
         cmocka_unit_test(test_event_stream_sends_a_snapshot_of_what_the_user_may_see),
         cmocka_unit_test(test_dashboard_in_headless_chromium),
+        cmocka_unit_test(test_event_stream_resumes_a_job_log_after_last_event_id),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

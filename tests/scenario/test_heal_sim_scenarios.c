@@ -421,23 +421,33 @@ static void test_a_rack_failure_is_replanned_without_the_whole_rack_at_once(void
     scen_close(&s);
 }
 
-static const char device_faults[] =
-    "{\"schema\": \"plexus.faults/1\", \"faults\": [{\"at\": \"10 s\", \"kind\": \"device-loss\", "
-    "\"target\": \"n3.gpu1\"}]}";
+/* A device of the plan's last stage is lost at 10 s. */
+static char *device_faults(const scen *s, char *victim, size_t n)
+{
+    const json_t *stages = json_object_get(s->plan, "stages");
+    const json_t *devs =
+        json_object_get(json_array_get(stages, json_array_size(stages) - 1), "devices");
+    px_strlcpy(victim, json_string_value(json_array_get(devs, json_array_size(devs) - 1)), n);
+    return px_asprintf("{\"schema\": \"plexus.faults/1\", \"faults\": [{\"at\": \"10 s\", "
+                       "\"kind\": \"device-loss\", \"target\": \"%s\"}]}",
+                       victim);
+}
 
 static void test_a_lost_device_is_recovered_with_its_rto_and_lost_work(void **state)
 {
     (void)state;
     scen s;
     scen_open(&s, "data/scenarios/faulted-cluster.json", NULL, NULL);
-    scen_run(&s, device_faults, "poisson:rate=20,prompt=128,gen=64", 40, NULL, "device");
+    char victim[64];
+    char *faults = device_faults(&s, victim, sizeof victim);
+    scen_run(&s, faults, "poisson:rate=20,prompt=128,gen=64", 40, NULL, "device");
+    free(faults);
     assert_int_equal(check_complete(&s), 1);
     const json_t *inc = incident_of(&s, "device-loss");
     assert_non_null(inc);
     assert_string_equal(json_string_value(json_object_get(inc, "kind")), "recovery");
     assert_string_equal(
-        json_string_value(json_object_get(json_object_get(inc, "localization"), "device")),
-        "n3.gpu1");
+        json_string_value(json_object_get(json_object_get(inc, "localization"), "device")), victim);
     const json_t *det = json_object_get(inc, "detection");
     double ttd = json_number_value(json_object_get(det, "time_to_detect_s"));
     assert_true(ttd >= 1.5 && ttd <= 2.5); /* the heartbeat timeout, to a tick */

@@ -423,6 +423,32 @@ static void test_cost_stage_quick_matches_pipeline_eval(void **state)
     teardown_fixture(&fx);
 }
 
+static void test_cost_block_quantized_weights_run_int8_products(void **state)
+{
+    (void)state;
+    px_cost_device d = {0};
+    d.peak[PX_HW_DTYPE_F32] = 1e12;
+    px_hw_dtype cd;
+    bool fb;
+    /* Without int8: the activations' dtype, as before. */
+    assert_true(px_cost_compute_dtype(&d, PX_DTYPE_Q4_K, PX_DTYPE_F32, &cd, &fb));
+    assert_int_equal(cd, PX_HW_DTYPE_F32);
+    assert_false(fb);
+    d.peak[PX_HW_DTYPE_INT8] = 4e12;
+    static const px_dtype blocks[] = {PX_DTYPE_Q4_0, PX_DTYPE_Q5_0, PX_DTYPE_Q2_K, PX_DTYPE_Q3_K,
+                                      PX_DTYPE_Q4_K, PX_DTYPE_Q5_K, PX_DTYPE_Q6_K};
+    for (size_t i = 0; i < PX_ARRAY_LEN(blocks); i++) {
+        assert_true(px_cost_compute_dtype(&d, blocks[i], PX_DTYPE_F32, &cd, &fb));
+        assert_int_equal(cd, PX_HW_DTYPE_INT8);
+        assert_false(fb);
+    }
+    /* Q8_0 and float weights multiply f32 activations in float. */
+    assert_true(px_cost_compute_dtype(&d, PX_DTYPE_Q8_0, PX_DTYPE_F32, &cd, &fb));
+    assert_int_equal(cd, PX_HW_DTYPE_F32);
+    assert_true(px_cost_compute_dtype(&d, PX_DTYPE_BF16, PX_DTYPE_F32, &cd, &fb));
+    assert_int_equal(cd, PX_HW_DTYPE_F32);
+}
+
 static void test_cost_refuses_bad_parameters_and_layouts(void **state)
 {
     (void)state;
@@ -483,6 +509,7 @@ int main(void)
         cmocka_unit_test(test_cost_lower_bound_counts_capacity),
         cmocka_unit_test(test_cost_lower_bound_is_below_every_prediction),
         cmocka_unit_test(test_cost_stage_quick_matches_pipeline_eval),
+        cmocka_unit_test(test_cost_block_quantized_weights_run_int8_products),
         cmocka_unit_test(test_cost_refuses_bad_parameters_and_layouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,6 +16,12 @@ static const char *const good[] = {
     "faulted-cluster.json",
     "adversarial-fast-behind-slow-link.json",
     "emu-small.json",
+    "a100-l4-100gbe.json",
+    "h100x2-l4x8.json",
+    "home-lab-2x4090.json",
+    "m2ultra-2x4090-10gbe.json",
+    "sixteen-4-types.json",
+    "v100x8-h200.json",
 };
 
 typedef struct refusal {

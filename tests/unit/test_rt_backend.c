@@ -149,7 +149,7 @@ static px_status hl_stream_new(void *d, const px_rt_stream_iface **iface, void *
                                px_err *err)
 {
     hl_stream *s = calloc(1, sizeof *s);
-    s->exec.k = px__rt_kernels_avx2() ? px__rt_kernels_avx2() : &px__rt_kernels_portable;
+    s->exec.k = px__rt_kernels_native();
     px_status st = px__rt_pool_new(((hl_dev *)d)->n_threads, &s->exec.pool, err);
     if (st) {
         free(s);

@@ -283,13 +283,18 @@ static double batch_against_reference(const px_rt_model *m, uint32_t threads, bo
     return max_diff;
 }
 
-static void check_model_against_reference(px_rt_model *m, const char *what)
+/* tol: 1e-4, float rounding against double.  q8_0 models get more: the
+ * kernels multiply activations quantized to q8_0, and the reference
+ * quantizes its double activations the same way, but a value within
+ * float rounding of a rounding boundary may land one step of its block's
+ * scale apart (a few 1e-3 in the logits). */
+static void check_model_tol(px_rt_model *m, const char *what, double tol)
 {
     float bits[3][N_SEQS][VOCAB];
     for (uint32_t threads = 1; threads <= 3; threads++) {
         double d = batch_against_reference(m, threads, false, bits[threads - 1]);
         print_message("%s, %u thread(s): max |cpu - reference| = %.3g\n", what, threads, d);
-        if (!(d <= 1e-4))
+        if (!(d <= tol))
             fail_msg("%s, %u threads: logits differ from the reference by %g", what, threads, d);
     }
     /* Work is split by output rows: the thread count never changes a bit. */
@@ -297,8 +302,13 @@ static void check_model_against_reference(px_rt_model *m, const char *what)
     assert_memory_equal(bits[0], bits[2], sizeof bits[0]);
     double d = batch_against_reference(m, 2, true, NULL);
     print_message("%s, portable kernels: max |cpu - reference| = %.3g\n", what, d);
-    assert_true(d <= 1e-4);
+    assert_true(d <= tol);
     px_rt_model_free(m);
+}
+
+static void check_model_against_reference(px_rt_model *m, const char *what)
+{
+    check_model_tol(m, what, 1e-4);
 }
 
 static void test_forward_matches_reference_with_grouped_query_attention(void **state)
@@ -333,12 +343,11 @@ static void test_forward_matches_reference_on_f16_bf16_q8_0_weights(void **state
                                   "f16");
     check_model_against_reference(sharp("bf16", "llama", 64, 96, 2, 4, 2, PX_DTYPE_BF16, false),
                                   "bf16");
-    check_model_against_reference(sharp("q8", "llama", 64, 128, 2, 4, 2, PX_DTYPE_Q8_0, false),
-                                  "q8_0");
+    check_model_tol(sharp("q8", "llama", 64, 128, 2, 4, 2, PX_DTYPE_Q8_0, false), "q8_0", 1e-2);
     /* The ir module's own synthetic model too. */
-    check_model_against_reference(
+    check_model_tol(
         synth("synth_q8", PX_IR_ARCH_LLAMA, 64, 128, 2, 8, 4, PX_DTYPE_Q8_0, false, 512),
-        "ir synthetic q8_0");
+        "ir synthetic q8_0", 1e-2);
 }
 
 static void test_forward_matches_reference_with_a_sliding_window(void **state)

@@ -10,7 +10,7 @@
 #include "plexus/rt.h"
 #include "rt/rt_impl.h"
 
-static const px__rt_kernels *variants[2];
+static const px__rt_kernels *variants[3];
 static size_t n_variants;
 
 static int setup(void **state)
@@ -22,7 +22,30 @@ static int setup(void **state)
         variants[n_variants++] = px__rt_kernels_avx2();
     else
         print_message("note: no AVX2 on this processor; only the portable kernels are tested\n");
+    if (px__rt_kernels_avx512())
+        variants[n_variants++] = px__rt_kernels_avx512();
+    else
+        print_message("note: no AVX-512 VNNI on this processor; its kernels are not tested\n");
     return 0;
+}
+
+/* y[r*ldy + i] for rows [i0, i1) and n_x activation rows, through the
+ * kernel of w's dtype (q8_0: the activations quantized first). */
+static void kernel_matmul(const px__rt_kernels *kern, px_dtype t, const uint8_t *w,
+                          size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1, const float *x,
+                          uint32_t n_x, float *y, size_t ldy)
+{
+    if (t != PX_DTYPE_Q8_0) {
+        kern->matmul(t, w, row_bytes, k, i0, i1, x, k, n_x, y, ldy);
+        return;
+    }
+    int8_t *xq = malloc((size_t)n_x * k + 1);
+    float *xd = malloc(((size_t)n_x * k / 32 + 1) * sizeof(float));
+    for (uint32_t r = 0; r < n_x; r++)
+        px__rt_quantize_q8_act(x + (size_t)r * k, k, xq + (size_t)r * k, xd + (size_t)r * k / 32);
+    kern->matmul_q8_0(w, row_bytes, k, i0, i1, xq, xd, n_x, y, ldy);
+    free(xq);
+    free(xd);
 }
 
 /* Encodes n floats as dtype t (q8_0: one scale per 32 values). */
@@ -64,15 +87,34 @@ static void fill(px_rng *r, float *v, size_t n, double scale)
 /* Matrix-vector kernels                                               */
 /* ------------------------------------------------------------------ */
 
-static void test_matvec_matches_double_dot_for_every_variant_and_dtype(void **state)
+/* The value matmul_q8_0 defines: the weights against the activations
+ * as quantized, in double. */
+static double q8_0_want(const uint8_t *w, const float *x, uint32_t k, double *mag)
+{
+    int8_t q[32];
+    float d;
+    double want = 0;
+    *mag = 0;
+    for (uint32_t b = 0; b < k / 32; b++) {
+        px__rt_quantize_q8_act(x + b * 32, 32, q, &d);
+        for (uint32_t j = 0; j < 32; j++) {
+            double p = px__rt_weight_at(PX_DTYPE_Q8_0, w, b * 32 + j) * (double)d * q[j];
+            want += p;
+            *mag += fabs(p);
+        }
+    }
+    return want;
+}
+
+static void test_matmul_matches_double_dot_for_every_variant_and_dtype(void **state)
 {
     (void)state;
     static const px_dtype types[] = {PX_DTYPE_F32, PX_DTYPE_F16, PX_DTYPE_BF16, PX_DTYPE_Q8_0};
-    static const uint32_t ks[] = {1, 7, 32, 37, 64, 72, 200, 1056};
-    enum { ROWS = 13 };
+    static const uint32_t ks[] = {1, 7, 32, 37, 64, 72, 96, 200, 1056};
+    enum { ROWS = 13, NX = 6 };
     px_rng r;
     px_rng_seed(&r, 1);
-    float *wf = malloc(ROWS * 1056 * sizeof(float)), *x = malloc(4 * 1056 * sizeof(float));
+    float *wf = malloc(ROWS * 1056 * sizeof(float)), *x = malloc(NX * 1056 * sizeof(float));
     uint8_t *w = malloc(ROWS * 1056 * 4);
     for (size_t vi = 0; vi < n_variants; vi++) {
         const px__rt_kernels *kern = variants[vi];
@@ -83,23 +125,28 @@ static void test_matvec_matches_double_dot_for_every_variant_and_dtype(void **st
                 if (t == PX_DTYPE_Q8_0 && k % 32)
                     continue;
                 fill(&r, wf, (size_t)ROWS * k, 1.0);
-                fill(&r, x, 4 * (size_t)k, 1.0);
+                fill(&r, x, NX * (size_t)k, 1.0);
                 size_t row_bytes = encode(t, wf, k, w);
                 for (uint32_t i = 1; i < ROWS; i++)
                     encode(t, wf + (size_t)i * k, k, w + i * row_bytes);
-                float y4[4 * ROWS], y1[ROWS];
-                kern->matvec(t, w, row_bytes, k, 0, ROWS, x, k, 4, y4, ROWS);
-                for (uint32_t xr = 0; xr < 4; xr++) {
+                float yn[NX * ROWS], y1[ROWS];
+                kernel_matmul(kern, t, w, row_bytes, k, 0, ROWS, x, NX, yn, ROWS);
+                for (uint32_t xr = 0; xr < NX; xr++) {
                     /* One vector at a time, in two row ranges: the same bits. */
-                    kern->matvec(t, w, row_bytes, k, 0, 5, x + xr * k, k, 1, y1, ROWS);
-                    kern->matvec(t, w, row_bytes, k, 5, ROWS, x + xr * k, k, 1, y1, ROWS);
-                    assert_memory_equal(y1, y4 + xr * ROWS, sizeof y1);
+                    kernel_matmul(kern, t, w, row_bytes, k, 0, 5, x + xr * k, 1, y1, ROWS);
+                    kernel_matmul(kern, t, w, row_bytes, k, 5, ROWS, x + xr * k, 1, y1, ROWS);
+                    assert_memory_equal(y1, yn + xr * ROWS, sizeof y1);
                     for (uint32_t i = 0; i < ROWS; i++) {
                         double want = 0, mag = 0;
-                        for (uint32_t j = 0; j < k; j++) {
-                            double p = px__rt_weight_at(t, w + i * row_bytes, j) * x[xr * k + j];
-                            want += p;
-                            mag += fabs(p);
+                        if (t == PX_DTYPE_Q8_0) {
+                            want = q8_0_want(w + i * row_bytes, x + xr * k, k, &mag);
+                        } else {
+                            for (uint32_t j = 0; j < k; j++) {
+                                double p =
+                                    px__rt_weight_at(t, w + i * row_bytes, j) * x[xr * k + j];
+                                want += p;
+                                mag += fabs(p);
+                            }
                         }
                         double got = y1[i];
                         if (fabs(got - want) > 1e-5 * mag + 1e-6)
@@ -118,6 +165,94 @@ static void test_matvec_matches_double_dot_for_every_variant_and_dtype(void **st
     free(wf);
     free(x);
     free(w);
+}
+
+/* Activation quantization: the scale is max|x| / 127, values round to
+ * nearest, a zero block stays zero, a NaN makes the scale NaN. */
+static void test_q8_activation_quantization_rounds_and_keeps_nan(void **state)
+{
+    (void)state;
+    float x[64];
+    int8_t q[64];
+    float d[2];
+    for (int j = 0; j < 32; j++)
+        x[j] = (float)(j - 16) * 0.25f;
+    memset(x + 32, 0, 32 * sizeof(float));
+    px__rt_quantize_q8_act(x, 64, q, d);
+    assert_true(d[0] == 4.0f / 127.0f);
+    assert_int_equal(q[0], -127);
+    assert_int_equal(q[16], 0);
+    assert_int_equal(q[31], (int)lrintf(3.75f * (127.0f / 4.0f)));
+    assert_true(d[1] == 0.0f);
+    for (int j = 32; j < 64; j++)
+        assert_int_equal(q[j], 0);
+    x[5] = NAN;
+    px__rt_quantize_q8_act(x, 32, q, d);
+    assert_true(isnan(d[0]));
+}
+
+/* The batch-invariance contract of the matrix kernels: an activation
+ * row's outputs are the same bits whatever the number of rows in the step
+ * (1..N, the row at any place among them), whatever the split of weight
+ * rows among 1..4 threads, and (for the avx2 and avx512 variants, and for
+ * q8_0 on every variant) whatever the variant. */
+static void test_matmul_row_is_identical_for_any_batch_thread_count_and_variant(void **state)
+{
+    (void)state;
+    static const px_dtype types[] = {PX_DTYPE_F32, PX_DTYPE_F16, PX_DTYPE_BF16, PX_DTYPE_Q8_0};
+    /* Odd block counts, tails of 8 and of single values, and a wide one. */
+    static const uint32_t ks[] = {96, 200, 1024};
+    enum { ROWS = 29, NMAX = 11 };
+    px_rng r;
+    px_rng_seed(&r, 7);
+    float *wf = malloc(ROWS * 1024 * sizeof(float)), *x = malloc(NMAX * 1024 * sizeof(float));
+    uint8_t *w = malloc(ROWS * 1024 * 4);
+    float *ref = malloc(NMAX * ROWS * sizeof(float)), *y = malloc(NMAX * ROWS * sizeof(float));
+    for (size_t ti = 0; ti < PX_ARRAY_LEN(types); ti++)
+        for (size_t ki = 0; ki < PX_ARRAY_LEN(ks); ki++) {
+            px_dtype t = types[ti];
+            uint32_t k = ks[ki];
+            if (t == PX_DTYPE_Q8_0 && k % 32)
+                continue;
+            fill(&r, wf, (size_t)ROWS * k, 1.0);
+            fill(&r, x, NMAX * (size_t)k, 1.0);
+            size_t row_bytes = encode(t, wf, k, w);
+            for (uint32_t i = 1; i < ROWS; i++)
+                encode(t, wf + (size_t)i * k, k, w + i * row_bytes);
+            for (size_t vi = 0; vi < n_variants; vi++) {
+                const px__rt_kernels *kern = variants[vi];
+                /* The reference: each row alone, one thread. */
+                float ref_v[NMAX * ROWS];
+                for (uint32_t xr = 0; xr < NMAX; xr++)
+                    kernel_matmul(kern, t, w, row_bytes, k, 0, ROWS, x + xr * k, 1,
+                                  ref_v + xr * ROWS, ROWS);
+                if (vi == 0 || (vi == 1 && t != PX_DTYPE_Q8_0))
+                    memcpy(ref, ref_v, sizeof ref_v);
+                else if (memcmp(ref, ref_v, sizeof ref_v) != 0)
+                    fail_msg("%s %s k=%u: results differ from the %s variant", kern->name,
+                             px_dtype_name(t), k, vi == 1 ? "portable" : "previous");
+                for (uint32_t n = 1; n <= NMAX; n++)
+                    for (uint32_t nth = 1; nth <= 4; nth++) {
+                        /* Rows [first, first + n) of x, split as the pool would. */
+                        uint32_t first = (n * 5 + nth) % (NMAX - n + 1);
+                        for (uint32_t ith = 0; ith < nth; ith++) {
+                            size_t i0, i1;
+                            px__rt_split(ROWS, ith, nth, &i0, &i1);
+                            kernel_matmul(kern, t, w, row_bytes, k, (uint32_t)i0, (uint32_t)i1,
+                                          x + (size_t)first * k, n, y, ROWS);
+                        }
+                        if (memcmp(y, ref_v + (size_t)first * ROWS, (size_t)n * ROWS * 4) != 0)
+                            fail_msg("%s %s k=%u: %u rows from %u on %u threads differ from "
+                                     "the rows alone",
+                                     kern->name, px_dtype_name(t), k, n, first, nth);
+                    }
+            }
+        }
+    free(wf);
+    free(x);
+    free(w);
+    free(ref);
+    free(y);
 }
 
 /* ------------------------------------------------------------------ */
@@ -335,8 +470,8 @@ static void all_ops(uint32_t threads, float *out, size_t *n_out)
     memcpy(out + o, f32(&ga), sizeof g0);
     o += DIM * R;
 
-    /* EMBEDDING and MATMUL (9 rows: the sgemm path) for every dtype, and a
-     * CLASSIFIER over selected rows (3 rows: the own kernels). */
+    /* EMBEDDING and MATMUL (9 rows) for every dtype, and a CLASSIFIER over
+     * selected rows (3 rows), which must equal the MATMUL's rows. */
     static const px_dtype types[] = {PX_DTYPE_F32, PX_DTYPE_F16, PX_DTYPE_BF16, PX_DTYPE_Q8_0};
     for (size_t ti = 0; ti < PX_ARRAY_LEN(types); ti++) {
         px_dtype t = types[ti];
@@ -364,10 +499,13 @@ static void all_ops(uint32_t threads, float *out, size_t *n_out)
         run(&a, &op);
         for (int i = 0; i < R; i++)
             for (int n = 0; n < VOC; n++) {
-                double want = f32(&bias)[n];
-                for (int j = 0; j < 64; j++)
-                    want += px__rt_weight_at(t, wd + (size_t)n * wt.nb[1], (uint32_t)j) *
-                            f32(&e)[i * 64 + j];
+                double want = f32(&bias)[n], mag;
+                if (t == PX_DTYPE_Q8_0)
+                    want += q8_0_want(wd + (size_t)n * wt.nb[1], f32(&e) + i * 64, 64, &mag);
+                else
+                    for (int j = 0; j < 64; j++)
+                        want += px__rt_weight_at(t, wd + (size_t)n * wt.nb[1], (uint32_t)j) *
+                                f32(&e)[i * 64 + j];
                 CLOSE(f32(&mm)[i * VOC + n], want, 1e-4);
             }
         memcpy(out + o, f32(&mm), R * VOC * sizeof(float));
@@ -459,7 +597,9 @@ static void test_ops_reject_shapes_ids_and_kinds_they_cannot_run(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matvec_matches_double_dot_for_every_variant_and_dtype),
+        cmocka_unit_test(test_matmul_matches_double_dot_for_every_variant_and_dtype),
+        cmocka_unit_test(test_q8_activation_quantization_rounds_and_keeps_nan),
+        cmocka_unit_test(test_matmul_row_is_identical_for_any_batch_thread_count_and_variant),
         cmocka_unit_test(test_ops_match_definitions_and_ignore_thread_count),
         cmocka_unit_test(test_ops_reject_shapes_ids_and_kinds_they_cannot_run),
     };

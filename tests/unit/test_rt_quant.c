@@ -241,10 +241,10 @@ static void test_quant_matvec_independent_of_rows_and_batch(void **state)
         float ref[4 * ROWS];
         for (size_t v = 0; v < 2 && variants[v]; v++) {
             float all[4 * ROWS], one[4 * ROWS];
-            variants[v]->matvec(t, w, rb, K, 0, ROWS, x, K, 4, all, ROWS);
+            variants[v]->matmul(t, w, rb, K, 0, ROWS, x, K, 4, all, ROWS);
             for (uint32_t i = 0; i < ROWS; i++)
                 for (uint32_t rr = 0; rr < 4; rr++)
-                    variants[v]->matvec(t, w, rb, K, i, i + 1, x + rr * K, K, 1, one + rr * ROWS,
+                    variants[v]->matmul(t, w, rb, K, i, i + 1, x + rr * K, K, 1, one + rr * ROWS,
                                         ROWS);
             assert_memory_equal(all, one, sizeof all);
             if (v == 0)

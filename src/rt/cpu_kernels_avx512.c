@@ -1,0 +1,387 @@
+/*
+ * AVX-512 cpu kernels (F, BW, DQ, VL and VNNI, with FMA and F16C), chosen
+ * at run time when the processor has them.  They compute the same bits
+ * as the avx2 variant, faster:
+ *
+ * - f32, f16, bf16: one 16-lane accumulator per (activation row, weight
+ *   row) holds exactly the avx2 variant's two 8-lane partial sums (lane
+ *   j % 16), and is reduced the same way.  A matrix product runs in tiles
+ *   of TILE_X activation rows by TILE_W weight rows, so that each weight
+ *   value loaded (and converted) feeds TILE_X fused multiply-adds and each
+ *   activation value TILE_W; the weights stream from memory once per
+ *   step, whatever the number of rows.  A partial tile is computed lane
+ *   for lane like a full one, so a row's result never depends on the rows
+ *   beside it: prefill, batched decode and a single decode agree bit for
+ *   bit.
+ * - q8_0: two blocks per register; the exact int32 sums come from
+ *   vpdpbusd on (x + 128) as unsigned bytes against the signed weights,
+ *   started from -128 * sum(w) (the same dpbusd on 0x80 bytes), so that
+ *   every lane holds the same integer as the avx2 and portable paths; the
+ *   even block lands in lanes 0-7 and the odd in 8-15, which are the
+ *   avx2 variant's two accumulators.
+ */
+#include "base/common.h"
+
+#include "rt/rt_impl.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <immintrin.h>
+
+#define TGT    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline)) TGT
+
+/* Tiles: activation rows by weight rows (accumulators in registers: 24
+ * of the 32 for floats; 12 for q8_0, which needs more per weight row). */
+enum { TILE_X = 4, TILE_W = 6, TILE_WQ = 3 };
+
+static inline uint16_t load_u16(const void *p)
+{
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* hsum8(lo + hi), in the avx2 variant's order. */
+INLINE float hsum16(__m512 v)
+{
+    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Sixteen values of a row of dtype t starting at value j, as floats. */
+INLINE __m512 load16(px_dtype t, const uint8_t *w, uint32_t j)
+{
+    switch (t) {
+    case PX_DTYPE_F16:
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 2 * (size_t)j)));
+    case PX_DTYPE_BF16: {
+        __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + 2 * (size_t)j)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+    }
+    default:
+        return _mm512_loadu_ps((const float *)(const void *)(w + 4 * (size_t)j));
+    }
+}
+
+/* Eight values in lanes 0-7 (lanes 8-15 zero). */
+INLINE __m512 load8(px_dtype t, const uint8_t *w, uint32_t j)
+{
+    switch (t) {
+    case PX_DTYPE_F16:
+        return _mm512_cvtph_ps(_mm256_inserti128_si256(
+            _mm256_setzero_si256(), _mm_loadu_si128((const __m128i *)(w + 2 * (size_t)j)), 0));
+    case PX_DTYPE_BF16: {
+        __m512i u = _mm512_cvtepu16_epi32(_mm256_inserti128_si256(
+            _mm256_setzero_si256(), _mm_loadu_si128((const __m128i *)(w + 2 * (size_t)j)), 0));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+    }
+    default:
+        return _mm512_zextps256_ps512(
+            _mm256_loadu_ps((const float *)(const void *)(w + 4 * (size_t)j)));
+    }
+}
+
+static inline float value_at(px_dtype t, const uint8_t *w, uint32_t j)
+{
+    switch (t) {
+    case PX_DTYPE_F16:
+        return px__rt_f16(load_u16(w + 2 * (size_t)j));
+    case PX_DTYPE_BF16:
+        return px__rt_bf16(load_u16(w + 2 * (size_t)j));
+    default: {
+        float f;
+        memcpy(&f, w + 4 * (size_t)j, sizeof f);
+        return f;
+    }
+    }
+}
+
+/* RX activation rows (x, ldx apart) by RW weight rows (w, row_bytes
+ * apart) into y[r*ldy + c].  RX and RW are constants in each inlined
+ * copy, so the accumulators stay in registers. */
+INLINE void tile_plain(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k, const float *x,
+                       size_t ldx, uint32_t RX, uint32_t RW, float *y, size_t ldy)
+{
+    __m512 acc[TILE_X][TILE_W];
+#pragma GCC unroll 8
+    for (uint32_t r = 0; r < RX; r++)
+#pragma GCC unroll 8
+        for (uint32_t c = 0; c < RW; c++)
+            acc[r][c] = _mm512_setzero_ps();
+    uint32_t j = 0;
+    for (; j + 16 <= k; j += 16) {
+        __m512 wv[TILE_W];
+#pragma GCC unroll 8
+        for (uint32_t c = 0; c < RW; c++)
+            wv[c] = load16(t, w + c * row_bytes, j);
+#pragma GCC unroll 8
+        for (uint32_t r = 0; r < RX; r++) {
+            __m512 xv = _mm512_loadu_ps(x + r * ldx + j);
+#pragma GCC unroll 8
+            for (uint32_t c = 0; c < RW; c++)
+                acc[r][c] = _mm512_fmadd_ps(wv[c], xv, acc[r][c]);
+        }
+    }
+    if (j + 8 <= k) {
+        /* The avx2 variant's last 8-wide step: lanes 0-7 only. */
+#pragma GCC unroll 8
+        for (uint32_t c = 0; c < RW; c++) {
+            __m512 wv = load8(t, w + c * row_bytes, j);
+#pragma GCC unroll 8
+            for (uint32_t r = 0; r < RX; r++)
+                acc[r][c] = _mm512_mask3_fmadd_ps(
+                    wv, _mm512_zextps256_ps512(_mm256_loadu_ps(x + r * ldx + j)), acc[r][c], 0xff);
+        }
+        j += 8;
+    }
+#pragma GCC unroll 8
+    for (uint32_t r = 0; r < RX; r++)
+#pragma GCC unroll 8
+        for (uint32_t c = 0; c < RW; c++) {
+            float s = hsum16(acc[r][c]);
+            for (uint32_t jj = j; jj < k; jj++)
+                s += value_at(t, w + c * row_bytes, jj) * x[r * ldx + jj];
+            y[r * ldy + c] = s;
+        }
+}
+
+/* All activation rows against RW weight rows. */
+INLINE void rows_plain(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k, const float *x,
+                       size_t ldx, uint32_t n_x, uint32_t RW, float *y, size_t ldy)
+{
+    uint32_t r = 0;
+    for (; r + TILE_X <= n_x; r += TILE_X)
+        tile_plain(t, w, row_bytes, k, x + r * ldx, ldx, TILE_X, RW, y + r * ldy, ldy);
+    switch (n_x - r) {
+    case 1:
+        tile_plain(t, w, row_bytes, k, x + r * ldx, ldx, 1, RW, y + r * ldy, ldy);
+        break;
+    case 2:
+        tile_plain(t, w, row_bytes, k, x + r * ldx, ldx, 2, RW, y + r * ldy, ldy);
+        break;
+    case 3:
+        tile_plain(t, w, row_bytes, k, x + r * ldx, ldx, 3, RW, y + r * ldy, ldy);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Weight rows outermost: a tile of them stays in the first-level cache
+ * while every activation row passes, and is read from memory once. */
+INLINE void matmul_plain(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                         uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y,
+                         size_t ldy)
+{
+    uint32_t i = i0;
+    for (; i + TILE_W <= i1; i += TILE_W)
+        rows_plain(t, w + (size_t)i * row_bytes, row_bytes, k, x, ldx, n_x, TILE_W, y + i, ldy);
+    for (; i < i1; i++)
+        rows_plain(t, w + (size_t)i * row_bytes, row_bytes, k, x, ldx, n_x, 1, y + i, ldy);
+}
+
+static TGT void matmul_f32(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
+                           const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
+{
+    matmul_plain(PX_DTYPE_F32, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
+}
+
+static TGT void matmul_f16(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
+                           const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
+{
+    matmul_plain(PX_DTYPE_F16, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
+}
+
+static TGT void matmul_bf16(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
+                            const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
+{
+    matmul_plain(PX_DTYPE_BF16, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
+}
+
+/* The avx2 variant's kernels (cpu_kernels_x86.c), with the same bits:
+ * up to PX_RT_SMALL_BATCH rows (decode), where the weights stream from
+ * memory and the wide tiles measured no faster (bench_rt_kernels), and
+ * the block-quantized formats (cpu_quant*.c). */
+void px__rt_avx2_matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                        uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y,
+                        size_t ldy);
+void px__rt_avx2_matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
+                             const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy);
+
+static bool dtype_plain(px_dtype t)
+{
+    return t == PX_DTYPE_F32 || t == PX_DTYPE_F16 || t == PX_DTYPE_BF16;
+}
+
+static void matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                   uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
+{
+    if (n_x <= PX_RT_SMALL_BATCH || !dtype_plain(t)) {
+        px__rt_avx2_matmul(t, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
+        return;
+    }
+    switch (t) {
+    case PX_DTYPE_F16:
+        matmul_f16(w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
+        break;
+    case PX_DTYPE_BF16:
+        matmul_bf16(w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
+        break;
+    default:
+        matmul_f32(w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
+        break;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* q8_0                                                                */
+/* ------------------------------------------------------------------ */
+
+/* [a x 8, b x 8] from the two floats of lo (lanes 0 and 1). */
+INLINE __m512 pair_spread(__m128 lo)
+{
+    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(lo));
+}
+
+INLINE void tile_q8_0(const uint8_t *w, size_t row_bytes, uint32_t k, const int8_t *xq,
+                      const float *xd, uint32_t RX, uint32_t RW, float *y, size_t ldy)
+{
+    uint32_t nb = k / PX__RT_Q8_0_ELEMS, b = 0;
+    const __m512i c80 = _mm512_set1_epi8((char)0x80);
+    __m512 acc[TILE_X][TILE_WQ];
+#pragma GCC unroll 8
+    for (uint32_t r = 0; r < RX; r++)
+#pragma GCC unroll 8
+        for (uint32_t c = 0; c < RW; c++)
+            acc[r][c] = _mm512_setzero_ps();
+    for (; b + 2 <= nb; b += 2) {
+        __m512i wv[TILE_WQ], base[TILE_WQ];
+        __m512 dw[TILE_WQ];
+#pragma GCC unroll 8
+        for (uint32_t c = 0; c < RW; c++) {
+            const uint8_t *blk = w + c * row_bytes + (size_t)b * PX__RT_Q8_0_BYTES;
+            wv[c] = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(blk + 2))),
+                _mm256_loadu_si256((const __m256i *)(blk + 2 + PX__RT_Q8_0_BYTES)), 1);
+            base[c] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), c80, wv[c]));
+            uint32_t hh = (uint32_t)load_u16(blk) | (uint32_t)load_u16(blk + PX__RT_Q8_0_BYTES)
+                                                        << 16;
+            dw[c] = pair_spread(_mm_cvtph_ps(_mm_cvtsi32_si128((int)hh)));
+        }
+#pragma GCC unroll 8
+        for (uint32_t r = 0; r < RX; r++) {
+            const float *dr = xd + (size_t)r * nb + b;
+            __m512i xv = _mm512_xor_si512(
+                _mm512_loadu_si512(xq + (size_t)r * k + (size_t)b * PX__RT_Q8_0_ELEMS), c80);
+            __m512 dx = pair_spread(_mm_setr_ps(dr[0], dr[1], 0.0f, 0.0f));
+#pragma GCC unroll 8
+            for (uint32_t c = 0; c < RW; c++) {
+                __m512 sum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(base[c], xv, wv[c]));
+                __m512 scale = _mm512_mul_ps(dw[c], dx);
+                acc[r][c] = _mm512_add_ps(acc[r][c], _mm512_mul_ps(scale, sum));
+            }
+        }
+    }
+    if (b < nb) {
+        /* An odd count: the last block is an even one, lanes 0-7. */
+        const __m256i c80h = _mm256_set1_epi8((char)0x80);
+#pragma GCC unroll 8
+        for (uint32_t c = 0; c < RW; c++) {
+            const uint8_t *blk = w + c * row_bytes + (size_t)b * PX__RT_Q8_0_BYTES;
+            __m256i wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
+            __m256i base = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                            _mm256_dpbusd_epi32(_mm256_setzero_si256(), c80h, wv));
+            float dw = _cvtsh_ss(load_u16(blk));
+#pragma GCC unroll 8
+            for (uint32_t r = 0; r < RX; r++) {
+                __m256i xv = _mm256_xor_si256(
+                    _mm256_loadu_si256(
+                        (const __m256i *)(xq + (size_t)r * k + (size_t)b * PX__RT_Q8_0_ELEMS)),
+                    c80h);
+                __m256 sum = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(base, xv, wv));
+                __m256 scale = _mm256_set1_ps(dw * xd[(size_t)r * nb + b]);
+                __m256 p = _mm256_mul_ps(scale, sum);
+                acc[r][c] =
+                    _mm512_mask_add_ps(acc[r][c], 0xff, acc[r][c], _mm512_castps256_ps512(p));
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (uint32_t r = 0; r < RX; r++)
+#pragma GCC unroll 8
+        for (uint32_t c = 0; c < RW; c++)
+            y[r * ldy + c] = hsum16(acc[r][c]);
+}
+
+INLINE void rows_q8_0(const uint8_t *w, size_t row_bytes, uint32_t k, const int8_t *xq,
+                      const float *xd, uint32_t n_x, uint32_t RW, float *y, size_t ldy)
+{
+    uint32_t nb = k / PX__RT_Q8_0_ELEMS, r = 0;
+    for (; r + TILE_X <= n_x; r += TILE_X)
+        tile_q8_0(w, row_bytes, k, xq + (size_t)r * k, xd + (size_t)r * nb, TILE_X, RW, y + r * ldy,
+                  ldy);
+    switch (n_x - r) {
+    case 1:
+        tile_q8_0(w, row_bytes, k, xq + (size_t)r * k, xd + (size_t)r * nb, 1, RW, y + r * ldy,
+                  ldy);
+        break;
+    case 2:
+        tile_q8_0(w, row_bytes, k, xq + (size_t)r * k, xd + (size_t)r * nb, 2, RW, y + r * ldy,
+                  ldy);
+        break;
+    case 3:
+        tile_q8_0(w, row_bytes, k, xq + (size_t)r * k, xd + (size_t)r * nb, 3, RW, y + r * ldy,
+                  ldy);
+        break;
+    default:
+        break;
+    }
+}
+
+static TGT void matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
+                            const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy)
+{
+    if (n_x <= PX_RT_SMALL_BATCH) {
+        px__rt_avx2_matmul_q8_0(w, row_bytes, k, i0, i1, xq, xd, n_x, y, ldy);
+        return;
+    }
+    const uint8_t *wb = w;
+    uint32_t i = i0;
+    for (; i + TILE_WQ <= i1; i += TILE_WQ)
+        rows_q8_0(wb + (size_t)i * row_bytes, row_bytes, k, xq, xd, n_x, TILE_WQ, y + i, ldy);
+    for (; i < i1; i++)
+        rows_q8_0(wb + (size_t)i * row_bytes, row_bytes, k, xq, xd, n_x, 1, y + i, ldy);
+}
+
+/* The rest (dequantisation, attention's dots) is the avx2 variant's
+ * (cpu_kernels_x86.c). */
+void px__rt_avx2_dequant(px_dtype t, const void *row, float *dst, uint32_t k);
+float px__rt_avx2_dot_f32(const float *a, const float *b, uint32_t n);
+void px__rt_avx2_axpy_f32(float a, const float *x, float *y, uint32_t n);
+
+static const px__rt_kernels kernels_avx512 = {
+    .name = "avx512",
+    .matmul = matmul,
+    .matmul_q8_0 = matmul_q8_0,
+    .dequant = px__rt_avx2_dequant,
+    .dot_f32 = px__rt_avx2_dot_f32,
+    .axpy_f32 = px__rt_avx2_axpy_f32,
+};
+
+const px__rt_kernels *px__rt_kernels_avx512(void)
+{
+    __builtin_cpu_init();
+    if (px__rt_kernels_avx2() && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+        return &kernels_avx512;
+    return NULL;
+}
+
+#endif
