@@ -156,7 +156,8 @@ static void timing(void)
 
 static void optimality_gap(void)
 {
-    printf("\n== optimality gap on small instances (exhaustive: every ordered subset and cut)\n");
+    printf("\n== optimality gap on small instances (exhaustive: every ordered sequence of disjoint "
+           "device groups and cut)\n");
     printf("%-6s %-8s %-10s %12s %12s %8s\n", "seed", "devices", "model", "plexus tpot",
            "exact tpot", "gap %");
     double worst = 0;
@@ -311,6 +312,160 @@ static void ratios(void)
     px_ir_model_free(m70);
 }
 
+static const char *const new_fleets[] = {"home-lab-2x4090",      "a100-l4-100gbe",  "h100x2-l4x8",
+                                         "m2ultra-2x4090-10gbe", "sixteen-4-types", "v100x8-h200"};
+
+/* One plan with the baselines: plexus's figure on the objective, the best
+ * baseline's, the bound fractions and the planning time. */
+static void fleet_row(const char *fleet, px_hw_graph *g, const char *model, px_ir_model *m,
+                      px_plan_objective obj, double *worst_ratio, size_t *behind)
+{
+    px_plan_request req;
+    px_plan_request_default(&req);
+    req.graph = g;
+    req.model = m;
+    req.fallbacks = false;
+    req.compare_baselines = true;
+    req.objective = obj;
+    px_plan *p = NULL;
+    px_err err;
+    uint64_t t0 = px_now_ns();
+    px_status st = px_plan_search(&req, &p, &err);
+    double ms = ms_since(t0);
+    bool thr = obj == PX_PLAN_OBJ_THROUGHPUT;
+    if (st != PX_OK) {
+        printf("%-22s %-12s %-10s  infeasible (%.60s)\n", fleet, model, px_plan_objective_name(obj),
+               err.msg);
+        return;
+    }
+    px_plan_summary s;
+    px_plan_get_summary(p, &s);
+    json_t *doc = px_plan_to_json(p);
+    const json_t *lb = json_object_get(doc, "lower_bound");
+    double mine = thr ? s.throughput_point : s.tpot_point_s;
+    double best = thr ? 0 : INFINITY, ratio = INFINITY;
+    const char *best_name = "-";
+    size_t i;
+    const json_t *b;
+    json_array_foreach(json_object_get(doc, "baselines"), i, b)
+    {
+        if (!json_is_true(json_object_get(b, "feasible")))
+            continue;
+        double v = json_number_value(json_object_get(b, thr ? "throughput" : "tpot_s"));
+        double r = json_number_value(
+            json_object_get(b, thr ? "plexus_speedup_throughput" : "plexus_speedup_tpot"));
+        if (thr ? v > best : v < best) {
+            best = v;
+            best_name = json_string_value(json_object_get(b, "policy"));
+        }
+        ratio = PX_MIN(ratio, r);
+    }
+    if (isfinite(ratio)) {
+        *worst_ratio = PX_MIN(*worst_ratio, ratio);
+        *behind += ratio < 0.999;
+    }
+    char mine_s[32], best_s[32];
+    if (thr) {
+        snprintf(mine_s, sizeof mine_s, "%.4g tok/s", mine);
+        snprintf(best_s, sizeof best_s, "%.4g tok/s", best);
+    } else {
+        snprintf(mine_s, sizeof mine_s, "%.4g ms", mine * 1e3);
+        snprintf(best_s, sizeof best_s, "%.4g ms", best * 1e3);
+    }
+    printf("%-22s %-12s %-10s %14s  %-11s %14s %7.2fx  %5.0f%% %5.0f%%  %7.0f ms\n", fleet, model,
+           px_plan_objective_name(obj), mine_s, best_name, isfinite(ratio) ? best_s : "-",
+           isfinite(ratio) ? ratio : 0.0,
+           100.0 * json_number_value(json_object_get(lb, "fraction")),
+           100.0 * json_number_value(json_object_get(lb, "throughput_fraction")), ms);
+    json_decref(doc);
+    px_plan_free(p);
+}
+
+static void new_fleets_figures(void)
+{
+    printf("\n== heterogeneous fleets (data/scenarios): plexus against the best baseline on the "
+           "objective's metric (same cost model and workload; ratio >1: plexus better, worst of "
+           "the baselines), fractions of the latency and throughput bounds, planning time\n");
+    printf("%-22s %-12s %-10s %14s  %-11s %14s %8s  %6s %6s  %10s\n", "fleet", "model", "objective",
+           "plexus", "best base", "its figure", "ratio", "lat-b", "thr-b", "plan time");
+    static const char *const models[] = {"llama-3-8b", "llama-3-70b", "qwen2.5-7b", "mixtral-8x7b"};
+    double worst = INFINITY;
+    size_t behind = 0;
+    for (size_t fi = 0; fi < PX_ARRAY_LEN(new_fleets); fi++) {
+        char *path = px_asprintf("%s/data/scenarios/%s.json", PX_SOURCE_DIR, new_fleets[fi]);
+        px_hw_graph *g = NULL;
+        px_err err;
+        if (px_hw_graph_load(path, NULL, &g, NULL, &err) != PX_OK) {
+            printf("%s: %s\n", new_fleets[fi], err.msg);
+            free(path);
+            continue;
+        }
+        free(path);
+        for (size_t mi = 0; mi < PX_ARRAY_LEN(models); mi++) {
+            px_ir_model *m = preset(models[mi], PX_DTYPE_COUNT_);
+            if (!m)
+                continue;
+            fleet_row(new_fleets[fi], g, models[mi], m, PX_PLAN_OBJ_LATENCY, &worst, &behind);
+            fleet_row(new_fleets[fi], g, models[mi], m, PX_PLAN_OBJ_THROUGHPUT, &worst, &behind);
+            px_ir_model_free(m);
+        }
+        px_hw_graph_free(g);
+    }
+    printf("worst ratio against any feasible baseline: %.3fx; plans behind a baseline: %zu\n",
+           worst, behind);
+
+    printf("\n== exhaustive yardstick on small fleets (every ordered sequence of disjoint groups, "
+           "tensor-parallel groups of any devices included, each with its best cut)\n");
+    printf("%-22s %-12s %8s %14s %14s %8s %10s\n", "fleet", "model", "devices", "plexus tpot",
+           "exact tpot", "gap %", "exact time");
+    static const struct {
+        const char *fleet;
+        uint32_t max_devices;
+    } small[] = {{"home-lab-2x4090", 2},     {"m2ultra-2x4090-10gbe", 3},
+                 {"hetero-pair-h100-l4", 2}, {"irregular-4dev", 4},
+                 {"a100-l4-100gbe", 4},      {"adversarial-fast-behind-slow-link", 4}};
+    double worst_gap = -INFINITY;
+    for (size_t c = 0; c < PX_ARRAY_LEN(small); c++) {
+        char *path = px_asprintf("%s/data/scenarios/%s.json", PX_SOURCE_DIR, small[c].fleet);
+        px_hw_graph *g = NULL;
+        px_err err;
+        px_status st = px_hw_graph_load(path, NULL, &g, NULL, &err);
+        free(path);
+        if (st != PX_OK)
+            continue;
+        for (int k = 0; k < 2; k++) {
+            const char *name = k ? "llama-3-70b" : "llama-3-8b";
+            px_ir_model *m = preset(name, PX_DTYPE_COUNT_);
+            px_plan_request req;
+            px_plan_request_default(&req);
+            req.graph = g;
+            req.model = m;
+            req.fallbacks = false;
+            px_plan *p = NULL;
+            double exact = 0;
+            uint64_t t0 = px_now_ns();
+            if (m && px_plan_search(&req, &p, &err) == PX_OK &&
+                px_plan_exact(&req, small[c].max_devices, &exact, &err) == PX_OK) {
+                double ms = ms_since(t0);
+                px_plan_summary s;
+                px_plan_get_summary(p, &s);
+                double gap = 100.0 * (s.tpot_point_s / exact - 1.0);
+                worst_gap = PX_MAX(worst_gap, gap);
+                printf("%-22.22s %-12s %8u %11.4g ms %11.4g ms %8.2f %7.0f ms\n", small[c].fleet,
+                       name, small[c].max_devices, s.tpot_point_s * 1e3, exact * 1e3, gap, ms);
+            } else {
+                printf("%-22.22s %-12s  (%.70s)\n", small[c].fleet, name, err.msg);
+            }
+            px_plan_free(p);
+            px_ir_model_free(m);
+        }
+        px_hw_graph_free(g);
+    }
+    printf("worst gap of plexus against the exhaustive yardstick: %.2f%% (<= 0: no layout "
+           "beats the search)\n",
+           worst_gap);
+}
+
 int main(void)
 {
     px_log_set_level(PX_LOG_ERROR);
@@ -318,6 +473,7 @@ int main(void)
     timing();
     optimality_gap();
     ratios();
+    new_fleets_figures();
     printf("\nbench_plan_search: %.1f s in all\n", ms_since(t0) / 1e3);
     return 0;
 }

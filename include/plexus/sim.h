@@ -631,8 +631,14 @@ typedef struct px_sim_compare_options {
     uint32_t seeds;           /* seeds 1..seeds (10); at most 1000 */
     double duration_s;        /* simulated time per seed; 0 (default): sized to the load */
     px_sim_cmp_metric metric; /* the figure regret and "best" use (TPOT_P50) */
-    const char *faults;       /* borrowed path; replaces every scenario's faults; NULL */
-    bool random_failures;     /* draw failures from MTBFs (true) */
+    /* true (default): each scenario is judged on its objective's own
+     * figure (latency: tpot_p50_s, ttft: ttft_p99_s, throughput:
+     * tokens_per_s, tokens_per_dollar: usd_per_mtoken, joules_per_token:
+     * joules_per_token) and `metric` only for the plot; false: on
+     * `metric` everywhere (the CLI's --metric). */
+    bool metric_by_objective;
+    const char *faults;   /* borrowed path; replaces every scenario's faults; NULL */
+    bool random_failures; /* draw failures from MTBFs (true) */
     /* The exact yardstick (px_plan_exact) on fleets of at most this many
      * devices: 6 by default (seconds); up to 8 (minutes); 0: off. */
     uint32_t exact_max_devices;
@@ -667,6 +673,7 @@ typedef struct px_sim_scenario_outcome {
     double exact_tpot_s;             /* px_plan_exact's optimum; NAN when not computed */
     const char *best;                /* the best policy on the metric; NULL when none is feasible */
     px_sim_policy_outcome *policies; /* in the order of the options */
+    px_sim_cmp_metric metric;        /* the figure "best" and regret use here */
 } px_sim_scenario_outcome;
 
 /* One policy over every scenario. */

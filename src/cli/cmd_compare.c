@@ -28,9 +28,10 @@ static void usage(void)
            "  --seeds N            simulate seeds 1..N (default 10, at most 1000)\n"
            "  --faults FILE        plexus.faults/1 file for every scenario (replaces the pack's)\n"
            "  --duration T         simulated time per seed (default: sized to the load)\n"
-           "  --metric NAME        figure for regret, \"best\" and the plot: tpot_p50_s\n"
-           "                       (default), tpot_p99_s, ttft_p99_s, tokens_per_s,\n"
-           "                       joules_per_token, usd_per_mtoken, failed\n"
+           "  --metric NAME        figure for regret, \"best\" and the plot in every scenario:\n"
+           "                       tpot_p50_s, tpot_p99_s, ttft_p99_s, tokens_per_s,\n"
+           "                       joules_per_token, usd_per_mtoken, failed (default: each\n"
+           "                       scenario's objective's own figure; the plot tpot_p50_s)\n"
            "  --no-random-failures draw no failures from MTBFs (faults files only)\n"
            "  --exact-max N        exact yardstick on fleets of at most N devices (default 6,\n"
            "                       at most 8: enumeration grows as N!; 0: off)\n"
@@ -196,6 +197,7 @@ int px__cmd_compare(int argc, char **argv)
         } else if (!strcmp(a, "--metric")) {
             if (px_sim_cmp_metric_parse(v, &opt.metric, &err) != PX_OK)
                 return px__cli_usage_error("compare", "%s", err.msg);
+            opt.metric_by_objective = false;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!px__cli_parse_format("compare", v, &fmt))
                 return PX_EXIT_USAGE;

@@ -21,6 +21,7 @@ void px_sim_compare_options_default(px_sim_compare_options *opt)
     memset(opt, 0, sizeof *opt);
     opt->seeds = 10;
     opt->metric = PX_SIM_CMP_TPOT_P50;
+    opt->metric_by_objective = true;
     opt->random_failures = true;
     opt->exact_max_devices = 6;
 }
@@ -211,14 +212,43 @@ static px_status choose_load(const px_sim_scenario *sc, const px_sim_scenario_ou
     return px_sim_load_parse(*spec, &r->load, err);
 }
 
-static double choose_duration(const px_sim_compare_options *opt, const px_sim_load *load)
+/* Long enough for the arrivals wanted and, whatever the objective, for
+ * requests of the slowest plan to finish many times over (a request takes
+ * its prefill plus gen_tokens decode steps): a throughput scenario whose
+ * requests never finish measures nothing. */
+#define DURATION_REQUEST_TIMES 10.0
+
+static double choose_duration(const px_sim_compare_options *opt, const px_sim_load *load,
+                              double slowest_request_s)
 {
     if (opt->duration_s > 0)
         return opt->duration_s;
     double d = load->rate > 0 ? DURATION_REQUESTS / load->rate : DURATION_MIN_S;
     if (load->kind == PX_SIM_LOAD_TRACE && load->n_arrivals)
         d = load->arrivals[load->n_arrivals - 1].t + 1;
-    return PX_MIN(PX_MAX(d, DURATION_MIN_S), DURATION_MAX_S);
+    double need = isfinite(slowest_request_s) ? DURATION_REQUEST_TIMES * slowest_request_s : 0;
+    double cap = PX_MAX(DURATION_MAX_S, need);
+    return PX_MIN(PX_MAX(PX_MAX(d, need), DURATION_MIN_S), cap);
+}
+
+/* The figure a scenario's objective is judged on. */
+static px_sim_cmp_metric objective_metric(const char *objective, px_sim_cmp_metric fallback)
+{
+    px_plan_objective o;
+    if (!objective || px_plan_objective_parse(objective, &o, NULL) != PX_OK)
+        return fallback;
+    switch (o) {
+    case PX_PLAN_OBJ_TTFT:
+        return PX_SIM_CMP_TTFT_P99;
+    case PX_PLAN_OBJ_THROUGHPUT:
+        return PX_SIM_CMP_TOKENS_PER_S;
+    case PX_PLAN_OBJ_TOKENS_PER_DOLLAR:
+        return PX_SIM_CMP_USD_PER_MTOKEN;
+    case PX_PLAN_OBJ_JOULES_PER_TOKEN:
+        return PX_SIM_CMP_JOULES_PER_TOKEN;
+    default:
+        return PX_SIM_CMP_TPOT_P50;
+    }
 }
 
 static px_status simulate_policy(const scenario_run *r, size_t p, const px_sim_compare_options *opt,
@@ -302,10 +332,11 @@ static void score_scenario(const px_sim_compare_options *opt, px_sim_scenario_ou
     }
     free(a);
     free(b);
-    bool higher = px_sim_cmp_metric_higher_is_better(opt->metric);
+    px_sim_cmp_metric metric = so->metric;
+    bool higher = px_sim_cmp_metric_higher_is_better(metric);
     double best = NAN;
     for (size_t p = 0; p < opt->n_policies; p++) {
-        double v = so->policies[p].stats[opt->metric].mean;
+        double v = so->policies[p].stats[metric].mean;
         if (!so->policies[p].feasible || !isfinite(v))
             continue;
         if (!isfinite(best) || (higher ? v > best : v < best)) {
@@ -315,7 +346,7 @@ static void score_scenario(const px_sim_compare_options *opt, px_sim_scenario_ou
     }
     for (size_t p = 0; p < opt->n_policies; p++) {
         px_sim_policy_outcome *o = &so->policies[p];
-        double v = o->stats[opt->metric].mean;
+        double v = o->stats[metric].mean;
         if (!o->feasible || !isfinite(v) || !isfinite(best)) {
             o->regret = NAN;
             continue;
@@ -332,6 +363,8 @@ static px_status run_scenario(const px_sim_scenario *sc, const px_sim_compare_op
     memset(&r, 0, sizeof r);
     so->name = sc->name;
     so->objective = sc->objective;
+    so->metric =
+        opt->metric_by_objective ? objective_metric(sc->objective, opt->metric) : opt->metric;
     so->faults = opt->faults ? opt->faults : sc->faults;
     so->policies = px_arena_calloc(a, opt->n_policies, sizeof *so->policies);
     px_status st =
@@ -346,7 +379,14 @@ static px_status run_scenario(const px_sim_scenario *sc, const px_sim_compare_op
     }
     if ((st = choose_load(sc, so, opt->n_policies, a, &r, &so->load, err)) != PX_OK)
         goto done;
-    so->duration_s = choose_duration(opt, &r.load);
+    double slowest = 0;
+    for (size_t p = 0; p < opt->n_policies; p++)
+        if (so->policies[p].feasible && r.plans[p]) {
+            px_plan_summary s;
+            px_plan_get_summary(r.plans[p], &s);
+            slowest = PX_MAX(slowest, s.ttft_s.p50 + (double)sc->gen_tokens * s.tpot_s.p50);
+        }
+    so->duration_s = choose_duration(opt, &r.load, slowest);
     for (size_t p = 0; p < opt->n_policies; p++)
         if (so->policies[p].feasible &&
             (st = simulate_policy(&r, p, opt, so->duration_s, a, &so->policies[p], err)) != PX_OK)

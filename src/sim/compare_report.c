@@ -73,11 +73,12 @@ static json_t *scenario_json(const px_sim_comparison *c, const px_sim_scenario_o
         }
     if (!list)
         return NULL;
-    return json_pack("{s:s, s:s, s:o, s:s, s:I, s:o, s:o, s:o, s:o}", "name", so->name, "load",
+    return json_pack("{s:s, s:s, s:o, s:s, s:I, s:o, s:o, s:s, s:o, s:o}", "name", so->name, "load",
                      so->load ? so->load : "", "faults", str_or_null(so->faults), "objective",
                      so->objective, "devices", (json_int_t)so->n_devices, "duration_s",
-                     num(so->duration_s), "exact_tpot_s", num(so->exact_tpot_s), "best",
-                     str_or_null(so->best), "policies", list);
+                     num(so->duration_s), "exact_tpot_s", num(so->exact_tpot_s), "metric",
+                     px_sim_cmp_metric_name(so->metric), "best", str_or_null(so->best), "policies",
+                     list);
 }
 
 static json_t *overall_json(const px_sim_policy_overall *ov)
@@ -167,7 +168,7 @@ static void add_interval(px_strbuf *sb, px_sim_cmp_metric m, double lo, double h
 static void scenario_report(const px_sim_comparison *c, const px_sim_scenario_outcome *so,
                             px_strbuf *sb)
 {
-    px_sim_cmp_metric key = c->metric;
+    px_sim_cmp_metric key = so->metric;
     px_strbuf_addf(sb, "\nscenario %s: %zu devices, objective %s, load %s, %g s x %u seeds%s%s",
                    so->name, so->n_devices, so->objective, so->load, so->duration_s, c->seeds,
                    so->faults ? ", faults " : "", so->faults ? so->faults : "");
@@ -215,7 +216,7 @@ static void scenario_report(const px_sim_comparison *c, const px_sim_scenario_ou
         add_percent(sb, o->exact_gap);
         px_strbuf_addch(sb, '\n');
     }
-    px_strbuf_addf(sb, "  best on %s: %s\n", px_sim_cmp_metric_name(key),
+    px_strbuf_addf(sb, "  best on %s: %s\n", px_sim_cmp_metric_name(so->metric),
                    so->best ? so->best : "none");
 }
 
@@ -224,7 +225,8 @@ px_status px_sim_comparison_report(const px_sim_comparison *c, px_strbuf *sb)
     if (c->n_policies == 0)
         return px_strbuf_adds(sb, "no comparison\n");
     px_strbuf_addf(sb,
-                   "%zu policies x %zu scenarios x %u seeds; reference %s; metric %s\n"
+                   "%zu policies x %zu scenarios x %u seeds; reference %s; metric %s (each "
+                   "scenario: the figure its line says \"best on\")\n"
                    "means with 95%% Student-t intervals over seeds; differences are paired by "
                    "seed (this - reference, * significant: the interval excludes 0);\n"
                    "model err = simulated / predicted TPOT p50 - 1; regret = distance to the "

@@ -217,7 +217,7 @@ static void test_plan_fleets_no_layout_beats_the_search(void **state)
         const char *fleet;
         uint32_t max_devices;
     } cases[] = {{"home-lab-2x4090", 2}, {"m2ultra-2x4090-10gbe", 3}, {"hetero-pair-h100-l4", 2},
-                 {"irregular-4dev", 4},  {"a100-l4-100gbe", 4},       {"h100x2-l4x8", 4}};
+                 {"irregular-4dev", 4},  {"a100-l4-100gbe", 3},       {"h100x2-l4x8", 4}};
     static const char *const names[] = {"llama-3-8b", "llama-3-70b"};
     size_t checked = 0;
     for (size_t c = 0; c < PX_ARRAY_LEN(cases); c++) {

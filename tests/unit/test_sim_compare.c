@@ -322,6 +322,53 @@ static void test_compare_outlives_its_pack(void **state)
 /* plexus against llama.cpp's split on an H100 beside an L4: plexus keeps
  * the model on the H100 and must win on TPOT by a significant paired
  * difference; everything is reproducible. */
+/* A throughput scenario is judged on tokens per second, and its default
+ * duration lets requests of the slowest plan finish many times over. */
+static void test_compare_judges_a_scenario_on_its_objective(void **state)
+{
+    (void)state;
+    char *inv = px_test_source_path("data/scenarios/hetero-pair-h100-l4.json");
+    px_sim_pack pack;
+    px_err err;
+    px_assert_ok(px_sim_pack_load(inv, &pack, &err), &err);
+    pack.scenarios[0].objective = "throughput";
+    pack.scenarios[0].context = 2048;
+    pack.scenarios[0].prompt_tokens = 256;
+    pack.scenarios[0].gen_tokens = 32;
+    const char *policies[] = {"plexus", "llamacpp"};
+    px_sim_compare_options opt;
+    px_sim_compare_options_default(&opt);
+    opt.policies = policies;
+    opt.n_policies = 2;
+    opt.seeds = 2;
+    opt.exact_max_devices = 0;
+    px_sim_comparison c;
+    px_assert_ok(px_sim_compare(&pack, &opt, &c, &err), &err);
+    const px_sim_scenario_outcome *so = &c.scenarios[0];
+    assert_int_equal(so->metric, PX_SIM_CMP_TOKENS_PER_S);
+    double slowest = 0;
+    for (size_t p = 0; p < 2; p++)
+        if (so->policies[p].feasible)
+            slowest = PX_MAX(slowest, 32 * so->policies[p].predicted_tpot_p50_s);
+    assert_true(so->duration_s >= 10 * slowest);
+    /* Every feasible policy finished requests. */
+    for (size_t p = 0; p < 2; p++)
+        if (so->policies[p].feasible)
+            assert_true(so->policies[p].stats[PX_SIM_CMP_TOKENS_PER_S].mean > 0);
+    px_strbuf r = PX_STRBUF_INIT;
+    px_assert_ok(px_sim_comparison_report(&c, &r), NULL);
+    px_assert_contains(r.buf, "best on tokens_per_s");
+    px_strbuf_release(&r);
+    px_sim_comparison_release(&c);
+    /* --metric: one figure everywhere. */
+    opt.metric_by_objective = false;
+    px_assert_ok(px_sim_compare(&pack, &opt, &c, &err), &err);
+    assert_int_equal(c.scenarios[0].metric, PX_SIM_CMP_TPOT_P50);
+    px_sim_comparison_release(&c);
+    px_sim_pack_release(&pack);
+    free(inv);
+}
+
 static void test_compare_finds_the_better_policy(void **state)
 {
     (void)state;
@@ -393,6 +440,7 @@ int main(void)
         cmocka_unit_test(test_compare_refuses_bad_options),
         cmocka_unit_test(test_compare_outlives_its_pack),
         cmocka_unit_test(test_compare_finds_the_better_policy),
+        cmocka_unit_test(test_compare_judges_a_scenario_on_its_objective),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
