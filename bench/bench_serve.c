@@ -420,8 +420,12 @@ int main(void)
     bool own = !dir;
     if (own && !(dir = mkdtemp(tmpl)))
         return 1;
-    serve_136m(dir);
-    serve_plan(dir);
+    /* PX_BENCH_SERVE=136m or =plan runs one part. */
+    const char *only = getenv("PX_BENCH_SERVE");
+    if (!only || strcmp(only, "136m") == 0)
+        serve_136m(dir);
+    if (!only || strcmp(only, "plan") == 0)
+        serve_plan(dir);
     if (own)
         rmdir(dir);
     curl_global_cleanup();

@@ -122,6 +122,47 @@ bool px__rt_exec_stage_stopped(const px_rt_executor *ex, uint32_t i)
     return ex->pid[i] > 0 && px__rt_exec_stopped(ex->pid[i]);
 }
 
+/* What /proc says of the stage workers: the processor time they have
+ * used together (ns), and whether one of them is stopped or runnable. */
+typedef struct stage_activity {
+    uint64_t cpu_ns;
+    bool stopped, runnable;
+} stage_activity;
+
+static stage_activity stages_activity(const px_rt_executor *ex)
+{
+    stage_activity a = {0};
+    long tick = sysconf(_SC_CLK_TCK);
+    for (uint32_t i = 0; i < ex->spec.n_stages; i++) {
+        char path[64], buf[512];
+        /* A launched stage runs elsewhere: only its launcher's word. */
+        if (ex->launched[i])
+            a.stopped |= px__rt_exec_stage_stopped(ex, i);
+        if (ex->pid[i] <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)ex->pid[i]);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        /* "pid (comm) S ppid ... utime stime": fields 3, 14 and 15. */
+        const char *p = strrchr(buf, ')');
+        if (!p || p[1] != ' ')
+            continue;
+        char state = p[2];
+        a.stopped |= state == 'T' || state == 't';
+        a.runnable |= state == 'R' || state == 'D';
+        unsigned long long utime = 0, stime = 0;
+        if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+                   &stime) == 2 &&
+            tick > 0)
+            a.cpu_ns += (utime + stime) * (1000000000ull / (unsigned long long)tick);
+    }
+    return a;
+}
+
 /* Turns a failure of the ring into a message naming the stage that died
  * first (one killed by a signal, else one that exited), when one did. */
 static px_status ring_failed(px_rt_executor *ex, px_status st, px_err *err)
@@ -399,8 +440,28 @@ static px_status recv_last(px_rt_executor *ex, px_rt_frame_type want, px_rt_fram
     /* A step's result may have a tighter deadline than the transport's
      * (px_rt_executor_set_step_timeout): a hung stage is found sooner. */
     bool step = want == PX_RT_FRAME_RESULT && ex->step_timeout_ms > 0;
-    px_status st =
-        px__rt_exec_rx_take(ex, want, step ? ex->step_timeout_ms : ex->timeout_ms, h, p, err);
+    px_status st;
+    if (!step) {
+        st = px__rt_exec_rx_take(ex, want, ex->timeout_ms, h, p, err);
+    } else {
+        /* Past the step's deadline a stage that still works (it used the
+         * processor since, or waits for one) is slow, not stuck: on a
+         * busy host that is the host's doing.  It gets another deadline,
+         * up to the transport's; a stopped one, or one that did nothing,
+         * is stuck. */
+        stage_activity a0 = stages_activity(ex);
+        int waited = 0;
+        for (;;) {
+            st = px__rt_exec_rx_take(ex, want, ex->step_timeout_ms, h, p, err);
+            waited += ex->step_timeout_ms;
+            if (st != PX_ETIMEOUT || waited >= ex->timeout_ms)
+                break;
+            stage_activity a1 = stages_activity(ex);
+            if (a1.stopped || (a1.cpu_ns == a0.cpu_ns && !a1.runnable))
+                break;
+            a0 = a1;
+        }
+    }
     if (st)
         return st;
     if (h->type == PX_RT_FRAME_ERROR && want != PX_RT_FRAME_ERROR)
