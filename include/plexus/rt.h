@@ -1662,6 +1662,37 @@ void px_rt_profile_result_release(px_rt_profile_result *r);
  * PX_EIO, PX_ENOMEM. */
 px_status px_rt_profile_copy(size_t bytes, uint32_t n_reps, uint64_t *ns, px_err *err);
 
+/* ------------------------------------------------------------------ */
+/* Quantizing model files                                              */
+/* ------------------------------------------------------------------ */
+
+/* What px_rt_quantize_file did. */
+typedef struct px_rt_quantize_stats {
+    uint32_t n_tensors;                   /* tensors written */
+    uint32_t n_quantized;                 /* of them, quantized here */
+    uint32_t n_by_dtype[PX_DTYPE_COUNT_]; /* tensors written per dtype */
+    uint64_t bytes_in, bytes_out;         /* tensor data */
+    uint64_t n_values;                    /* values quantized */
+    double rmse;                          /* root mean square of (dequantized - source) over them */
+} px_rt_quantize_stats;
+
+/* Writes the GGUF model at in_path (f32, f16 or bf16 tensors) to out_path
+ * with its matrices quantized by `recipe`, llama.cpp's mixes as its
+ * quantize tool makes them without an importance matrix: "q8_0", "q4_0"
+ * (output.weight Q6_K), "q4_k_m" and "q5_k_m" (Q4_K / Q5_K, with Q6_K
+ * for output.weight and for attn_v and ffn_down in the layers that get
+ * more bits), "q6_k".  Blocks are made as ggml's reference quantizer
+ * makes them.  A matrix whose rows do not fill whole blocks falls back
+ * (Q4_K: Q5_0; Q5_K, Q6_K: Q8_0; then f16); vectors (norms) are kept.
+ * Metadata is copied, with general.file_type and
+ * general.quantization_version set.  out_path is written through a
+ * temporary file.  stats may be NULL.  Errors: PX_EINVAL (unknown
+ * recipe, naming the known ones), PX_EUNSUPPORTED (a tensor already
+ * quantized, or not a GGUF file), PX_EVALIDATE (a NaN or infinite weight,
+ * naming the tensor and row), the reader's and the writer's. */
+px_status px_rt_quantize_file(const char *in_path, const char *out_path, const char *recipe,
+                              px_rt_quantize_stats *stats, px_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -135,9 +135,11 @@ static stage_activity stages_activity(const px_rt_executor *ex)
     long tick = sysconf(_SC_CLK_TCK);
     for (uint32_t i = 0; i < ex->spec.n_stages; i++) {
         char path[64], buf[512];
-        /* A launched stage runs elsewhere: only its launcher's word. */
-        if (ex->launched[i])
+        if (ex->launched[i]) {
+            /* Another machine's: only its launcher knows. */
             a.stopped |= px__rt_exec_stage_stopped(ex, i);
+            continue;
+        }
         if (ex->pid[i] <= 0)
             continue;
         snprintf(path, sizeof path, "/proc/%d/stat", (int)ex->pid[i]);
