@@ -1131,7 +1131,8 @@ typedef struct px_rt_launcher {
     void (*stop)(void *ctx, void *handle);
 } px_rt_launcher;
 
-/* A launcher that starts workers on this machine (fork and exec with
+/* A launcher that starts workers on this machine (thread-safe: the
+ * executors of several replicas may share one; fork and exec with
  * --announce, the secret on a pipe to their standard input) listening on
  * tcp:HOST:0: what an agent runs for the stages placed on its node.  bin
  * NULL: this process's binary; timeout_ms: the wait for a worker to
@@ -1144,7 +1145,7 @@ void px_rt_local_launcher_free(px_rt_local_launcher *l);
 /* Its interface (borrowed; valid while l lives). */
 const px_rt_launcher *px_rt_local_launcher_iface(px_rt_local_launcher *l);
 /* The process id of the worker a handle names, or -1. */
-int px_rt_local_launcher_pid(const px_rt_local_launcher *l, const void *handle);
+int px_rt_local_launcher_pid(px_rt_local_launcher *l, const void *handle);
 
 typedef struct px_rt_executor_opts {
     const char *model_path; /* borrowed; required */

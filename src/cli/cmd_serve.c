@@ -22,7 +22,7 @@ static const char usage_text[] =
     "                    [--model-name NAME] [--threads N] [--max-seqs N] [--context N]\n"
     "                    [--step-tokens N] [--kv-blocks N] [--queue N] [--objective NAME]\n"
     "                    [--contract SPEC] [--inject SPEC ...] [--no-heal]\n"
-    "                    [--transport unix|tcp] [--timeout-ms T]\n"
+    "                    [--transport unix|tcp|tcp:A.B.C.D] [--timeout-ms T]\n"
     "\n"
     "Serves GET /v1/models, POST /v1/completions and POST /v1/chat/completions (stream\n"
     "or not), GET /health and GET /metrics (Prometheus) until interrupted.  Requests\n"
@@ -59,6 +59,9 @@ static const char usage_text[] =
     "  --queue N             requests waiting per replica before 429 (default 64)\n"
     "  --inject SPEC         inject a fault into replica 0, as `plexus run --inject`\n"
     "  --no-heal             detect and report faults, change nothing\n"
+    "  --transport KIND      with a plan: unix sockets (default), tcp on 127.0.0.1, or\n"
+    "                        tcp:A.B.C.D: workers started by a launcher on that address,\n"
+    "                        every connection authenticated with the pipeline's secret\n"
     "\n"
     "examples:\n"
     "  plexus serve --model model.gguf --listen 127.0.0.1:8080\n"
@@ -73,6 +76,7 @@ typedef struct serve_args {
     px_serve_opts so;
     uint32_t threads, timeout_ms;
     px_rt_transport transport;
+    const char *stage_host; /* --transport tcp:A.B.C.D */
     px_heal_inject injects[MAX_INJECTS];
     uint32_t n_injects;
     bool no_heal;
@@ -136,8 +140,12 @@ static int parse_args(int argc, char **argv, serve_args *a)
                 a->transport = PX_RT_TRANSPORT_UNIX;
             else if (!strcmp(v, "tcp"))
                 a->transport = PX_RT_TRANSPORT_TCP;
-            else
-                return px__cli_usage_error("serve", "--transport takes unix or tcp, not \"%s\"", v);
+            else if (px_str_starts_with(v, "tcp:") && v[4]) {
+                a->transport = PX_RT_TRANSPORT_TCP;
+                a->stage_host = v + 4;
+            } else
+                return px__cli_usage_error(
+                    "serve", "--transport takes unix, tcp or tcp:A.B.C.D, not \"%s\"", v);
         } else if (!strcmp(o, "--threads")) {
             u = &a->threads, max = 1024;
         } else if (!strcmp(o, "--max-seqs")) {
@@ -258,6 +266,8 @@ int px__cmd_serve(int argc, char **argv)
     px_ir_model *ir = NULL;
     px_contract *contract = NULL;
     px_serve *s = NULL;
+    px_rt_local_launcher *launcher = NULL;
+    char ret_addr[96];
     char *key = NULL;
     rc = PX_EXIT_FAIL;
     if (a.key_file && read_key(a.key_file, &key, &err) != PX_OK)
@@ -293,6 +303,16 @@ int px__cmd_serve(int argc, char **argv)
         a.so.inventory_doc = inventory_doc;
         a.so.executor = (px_rt_executor_opts){
             .transport = a.transport, .n_threads = a.threads, .timeout_ms = (int)a.timeout_ms};
+        if (a.stage_host) {
+            /* Stages started by a launcher on that address, reached over
+             * authenticated TCP. */
+            if (px_rt_local_launcher_new(NULL, a.stage_host, (int)a.timeout_ms, &launcher, &err) !=
+                PX_OK)
+                goto fail;
+            snprintf(ret_addr, sizeof ret_addr, "tcp:%s:0", a.stage_host);
+            a.so.executor.launcher = px_rt_local_launcher_iface(launcher);
+            a.so.executor.listen = ret_addr;
+        }
         a.so.heal = !a.no_heal;
         a.so.injects = a.injects;
         a.so.n_injects = a.n_injects;
@@ -321,6 +341,7 @@ fail:
     px__cli_fail("serve", &err);
 done:
     px_serve_free(s);
+    px_rt_local_launcher_free(launcher);
     if (key) {
         explicit_bzero(key, strlen(key));
         free(key);

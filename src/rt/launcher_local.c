@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -36,6 +37,7 @@ struct px_rt_local_launcher {
     char *bin;
     char host[64];
     int timeout_ms;
+    pthread_mutex_t mu; /* the list: executors of several threads share one */
     local_stage *stages;
 };
 
@@ -92,11 +94,13 @@ static px_status read_announce(px_rt_local_launcher *l, uint32_t stage, int fd, 
 
 static void forget(px_rt_local_launcher *l, local_stage *s)
 {
+    pthread_mutex_lock(&l->mu);
     for (local_stage **p = &l->stages; *p; p = &(*p)->next)
         if (*p == s) {
             *p = s->next;
             break;
         }
+    pthread_mutex_unlock(&l->mu);
     free(s);
 }
 
@@ -154,8 +158,10 @@ static px_status local_start(void *ctx, uint32_t stage, const px_rt_worker_argv 
         (void)w;
         _exit(127);
     }
+    pthread_mutex_lock(&l->mu);
     *s = (local_stage){.next = l->stages, .stage = stage, .pid = pid};
     l->stages = s;
+    pthread_mutex_unlock(&l->mu);
     close(in[0]);
     close(out[1]);
     in[0] = out[1] = -1;
@@ -278,6 +284,7 @@ px_status px_rt_local_launcher_new(const char *bin, const char *host, int timeou
         return px_err_set(err, PX_ENOMEM, "launcher: out of memory");
     }
     px_strlcpy(l->host, host, sizeof l->host);
+    pthread_mutex_init(&l->mu, NULL);
     l->timeout_ms = timeout_ms > 0 ? timeout_ms : 30000;
     l->iface = (px_rt_launcher){.ctx = l,
                                 .start = local_start,
@@ -296,6 +303,7 @@ void px_rt_local_launcher_free(px_rt_local_launcher *l)
         end_worker(l->stages);
         forget(l, l->stages);
     }
+    pthread_mutex_destroy(&l->mu);
     free(l->bin);
     free(l);
 }
@@ -305,10 +313,15 @@ const px_rt_launcher *px_rt_local_launcher_iface(px_rt_local_launcher *l)
     return &l->iface;
 }
 
-int px_rt_local_launcher_pid(const px_rt_local_launcher *l, const void *handle)
+int px_rt_local_launcher_pid(px_rt_local_launcher *l, const void *handle)
 {
-    for (const local_stage *s = l ? l->stages : NULL; s; s = s->next)
+    int pid = -1;
+    if (!l)
+        return -1;
+    pthread_mutex_lock(&l->mu);
+    for (const local_stage *s = l->stages; s; s = s->next)
         if (s == handle)
-            return (int)s->pid;
-    return -1;
+            pid = (int)s->pid;
+    pthread_mutex_unlock(&l->mu);
+    return pid;
 }
