@@ -40,6 +40,8 @@ bool px__cli_wants_help(int argc, char **argv);
 px_status px__cli_find_vocab(const char *model, const char *tokenizer, const px_ir_model *ir,
                              px_arena *arena, px_ir_vocab *out, const px_ir_vocab **vocab,
                              px_err *err);
+/* `plexus model quantize` (src/cli/model_quantize.c). */
+int px__cmd_model_quantize(int argc, char **argv);
 /* `plexus inventory discover` (src/cli/inventory_discover.c). */
 int px__cmd_inventory_discover(int argc, char **argv);
 

@@ -482,7 +482,9 @@ struct px_fleet_server {
     uint64_t lease_checked_ns;
     uint64_t log_epoch;
     px__metrics metrics;
-    void *daemon; /* struct MHD_Daemon */
+    void *daemon;      /* struct MHD_Daemon */
+    json_t *incidents; /* ui_incidents.c: node-loss incidents, oldest first */
+    int incident_seq;
 };
 
 /* server_jobs.c: state transitions.  All take the server lock held.
@@ -614,6 +616,9 @@ json_t *px__api_body_json(const px__api_req *rq, px__api_resp *rs);
 /* api_user.c / api_agent.c: route a request, server lock held. */
 bool px__api_user_route(px__api_req *rq, px__api_resp *rs);
 bool px__api_agent_route(px__api_req *rq, px__api_resp *rs);
+
+/* Appends text as valid UTF-8: bytes that are not become U+FFFD. */
+void px__api_add_utf8(px_strbuf *sb, const unsigned char *p, size_t n);
 
 /* Whether the caller may see the job (its owner, or an admin). */
 bool px__api_may_see(const px__api_req *rq, const px__job_row *row);

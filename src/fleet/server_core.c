@@ -4,6 +4,7 @@
 #include "base/common.h"
 
 #include "fleet/fleet_impl.h"
+#include "fleet/ui_impl.h"
 #include "fleet/secret_impl.h"
 
 #include <dirent.h>
@@ -432,6 +433,7 @@ void px_fleet_server_stop(px_fleet_server *srv)
     if (srv->sched_thread_started)
         pthread_join(srv->sched_thread, NULL);
     px__srv_free_jobs(srv);
+    px__incidents_free(srv);
     px_fleet_sched_free(srv->sched);
     if (srv->store.ops)
         srv->store.ops->close(srv->store.self);
