@@ -36,15 +36,22 @@ static px_status write_advisory(px__pg *st, const char *sql, const px__pgq *q, c
                                 px_err *err)
 {
     pthread_mutex_lock(&st->mu);
-    px_status rc = run(st, "BEGIN", NULL, NULL, what, err);
+    px_status rc;
+    if (st->batch) {
+        /* In a batch it commits with the batch's durable writes. */
+        rc = run(st, sql, q, NULL, what, err);
+        pthread_mutex_unlock(&st->mu);
+        return rc;
+    }
+    rc = px__pg_begin(st, err);
     if (rc == PX_OK)
         rc = run(st, "SET LOCAL synchronous_commit = off", NULL, NULL, what, err);
     if (rc == PX_OK)
         rc = run(st, sql, q, NULL, what, err);
     if (rc == PX_OK)
-        rc = run(st, "COMMIT", NULL, NULL, what, err);
-    else if (!st->lost)
-        run(st, "ROLLBACK", NULL, NULL, what, NULL);
+        rc = px__pg_commit(st, err);
+    else
+        px__pg_rollback(st);
     pthread_mutex_unlock(&st->mu);
     return rc;
 }
