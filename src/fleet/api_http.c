@@ -417,8 +417,8 @@ static enum MHD_Result begin(px_fleet_server *srv, struct MHD_Connection *conn, 
         pthread_mutex_unlock(&srv->lock);
         px__api_json(&rs, 503,
                      json_pack("{s:s, s:s}", "status", failed ? "failed" : "standby", "error",
-                               failed ? "this server replica lost the scheduler lease and "
-                                        "stopped serving; use another server URL"
+                               failed ? "this server replica stopped serving (it lost the "
+                                        "scheduler lease or its store); use another server URL"
                                       : "this server replica is standing by (another holds "
                                         "the scheduler lease); use another server URL"));
         count(srv, 503, rc->t0);

@@ -332,6 +332,14 @@ typedef struct px__store_ops {
      * that other replicas accepted and no scheduler has taken in yet, at
      * most max, oldest first; each is marked taken as it is handed over. */
     px_status (*claim_jobs)(void *self, int max, px__job_cb cb, void *ud, px_err *err);
+    /* (optional: NULL, every write commits alone) A batch: the writes
+     * until batch_end commit together, each still all or nothing on its own
+     * (one that fails changes nothing, and the batch goes on).  The caller
+     * holds the server lock from begin to end, so nothing written is seen
+     * before the commit.  A batch_end that fails loses every write of the
+     * batch: the caller must drop what it holds in memory. */
+    px_status (*batch_begin)(void *self, px_err *err);
+    px_status (*batch_end)(void *self, px_err *err);
 } px__store_ops;
 
 typedef struct px__store {
@@ -667,6 +675,9 @@ char *px__metrics_render(px_fleet_server *srv);
 void px__metrics_observe(uint64_t *hist, double *sum, uint64_t *count, double seconds);
 
 /* server_core.c */
+/* Stops serving for good (a lost scheduler lease, a lost batch): memory
+ * may no longer match the store.  Server lock held. */
+void px__srv_fence(px_fleet_server *srv, const char *why);
 px_status px__srv_write_job(px_fleet_server *srv, px__job *job, const char *attempt_reason,
                             px_err *err);
 

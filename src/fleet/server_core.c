@@ -88,12 +88,11 @@ static void take_in_job(const px__job_row *row, void *ud);
  * scheduling already, and nothing this one holds in memory may be acted
  * on.  The process is expected to exit and be restarted (plexus server
  * does, with status 75), coming back as a standby. */
-static void fence(px_fleet_server *srv, const char *why)
+void px__srv_fence(px_fleet_server *srv, const char *why)
 {
     atomic_store(&srv->active, false);
     if (!srv->failed[0]) {
-        snprintf(srv->failed, sizeof srv->failed,
-                 "lost the scheduler lease (%.160s); this replica stops serving", why);
+        snprintf(srv->failed, sizeof srv->failed, "%.200s; this server stops serving", why);
         px_log_error("server: %s", srv->failed);
     }
 }
@@ -142,13 +141,13 @@ static bool lease_tick(px_fleet_server *srv)
     px_status st = srv->store.ops->lease(srv->store.self, &held, &err);
     if (active) {
         if (st != PX_OK || !held)
-            fence(srv, st != PX_OK ? err.msg : "another replica holds it");
+            px__srv_fence(srv, st != PX_OK ? err.msg : "lost the scheduler lease");
         return !srv->failed[0];
     }
     if (st != PX_OK)
         px_log_warn("server: standing by: %s", err.msg);
     else if (held && take_over(srv, &err) != PX_OK)
-        fence(srv, err.msg);
+        px__srv_fence(srv, err.msg);
     return atomic_load(&srv->active);
 }
 

@@ -387,6 +387,12 @@ void px__srv_schedule_pass(px_fleet_server *srv)
     uint64_t t0 = px_now_ns();
     srv->dirty = false;
     double now = (double)t0;
+    /* The pass's assignments commit together (one flush of the store's
+     * log, not one per decision) before the lock is let go; a store
+     * without batches commits each on its own. */
+    px_err err;
+    bool batch =
+        srv->store.ops->batch_begin && srv->store.ops->batch_begin(srv->store.self, &err) == PX_OK;
     for (px__job *j = srv->jobs; j; j = j->next) {
         if (j->state != PX__JOB_QUEUED)
             continue;
@@ -395,6 +401,8 @@ void px__srv_schedule_pass(px_fleet_server *srv)
         }
         place(srv, j);
     }
+    if (batch && srv->store.ops->batch_end(srv->store.self, &err) != PX_OK)
+        px__srv_fence(srv, err.msg);
     px__metrics_observe(srv->metrics.pass_hist, &srv->metrics.pass_sum, &srv->metrics.pass_count,
                         (double)(px_now_ns() - t0) / 1e9);
 }

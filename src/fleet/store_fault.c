@@ -179,6 +179,18 @@ static px_status f_claim_jobs(void *self, int max, px__job_cb cb, void *ud, px_e
     return FAILING(f) ? full(f, err) : f->inner.ops->claim_jobs(f->inner.self, max, cb, ud, err);
 }
 
+static px_status f_batch_begin(void *self, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->batch_begin ? f->inner.ops->batch_begin(f->inner.self, err) : PX_OK;
+}
+
+static px_status f_batch_end(void *self, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->batch_end ? f->inner.ops->batch_end(f->inner.self, err) : PX_OK;
+}
+
 static const px__store_ops faulty_ops = {
     .version = 3,
     .close = f_close,
@@ -204,6 +216,8 @@ static const px__store_ops faulty_ops = {
     .list_revoked = f_list_revoked,
     .lease = f_lease,
     .claim_jobs = f_claim_jobs,
+    .batch_begin = f_batch_begin,
+    .batch_end = f_batch_end,
 };
 
 px_status px__store_wrap_faults(px__store *store, px_err *err)

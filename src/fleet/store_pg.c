@@ -111,8 +111,29 @@ static const char *one_line(const char *msg, char *buf, size_t n)
     return buf;
 }
 
+static px_status run_one(px__pg *st, const char *sql, const px__pgq *q, PGresult **res,
+                         const char *what, px_err *err);
+
 px_status px__pg_run(px__pg *st, const char *sql, const px__pgq *q, PGresult **res,
                      const char *what, px_err *err)
+{
+    /* Inside a batch a statement of its own is a savepoint, so that one
+     * that fails leaves the batch's other writes alone. */
+    if (!st->batch || st->depth > 0 || !q)
+        return run_one(st, sql, q, res, what, err);
+    px_status rc = run_one(st, "SAVEPOINT px_s", NULL, NULL, what, err);
+    if (rc != PX_OK)
+        return rc;
+    rc = run_one(st, sql, q, res, what, err);
+    if (rc == PX_OK)
+        return run_one(st, "RELEASE SAVEPOINT px_s", NULL, NULL, what, err);
+    if (!st->lost)
+        run_one(st, "ROLLBACK TO SAVEPOINT px_s; RELEASE SAVEPOINT px_s", NULL, NULL, what, NULL);
+    return rc;
+}
+
+static px_status run_one(px__pg *st, const char *sql, const px__pgq *q, PGresult **res,
+                         const char *what, px_err *err)
 {
     if (res)
         *res = NULL;
@@ -166,21 +187,41 @@ int64_t px__pg_int(const PGresult *r, int row, int col)
 #define text px__pgq_text
 #define i64  px__pgq_int
 
-static px_status begin(px__pg *st, px_err *err)
+px_status px__pg_begin(px__pg *st, px_err *err)
 {
-    return run(st, "BEGIN", NULL, NULL, "begin", err);
+    if (!st->batch)
+        return run(st, "BEGIN", NULL, NULL, "begin", err);
+    px_status rc = run(st, "SAVEPOINT px_t", NULL, NULL, "begin", err);
+    if (rc == PX_OK)
+        st->depth++;
+    return rc;
 }
 
-static px_status commit(px__pg *st, px_err *err)
+px_status px__pg_commit(px__pg *st, px_err *err)
 {
-    return run(st, "COMMIT", NULL, NULL, "commit", err);
+    if (!st->batch)
+        return run(st, "COMMIT", NULL, NULL, "commit", err);
+    px_status rc = run(st, "RELEASE SAVEPOINT px_t", NULL, NULL, "commit", err);
+    if (rc == PX_OK)
+        st->depth--;
+    return rc;
 }
 
-static void rollback(px__pg *st)
+void px__pg_rollback(px__pg *st)
 {
-    if (!st->lost)
+    if (st->lost)
+        return;
+    if (!st->batch) {
         run(st, "ROLLBACK", NULL, NULL, "rollback", NULL);
+        return;
+    }
+    run(st, "ROLLBACK TO SAVEPOINT px_t; RELEASE SAVEPOINT px_t", NULL, NULL, "rollback", NULL);
+    st->depth--;
 }
+
+#define begin    px__pg_begin
+#define commit   px__pg_commit
+#define rollback px__pg_rollback
 
 static px_status migrate(px__pg *st, px_err *err)
 {
@@ -541,6 +582,38 @@ fail_unlock:
     return err ? err->code : PX_EIO;
 }
 
+/* A batch: one transaction for the writes of a scheduling pass, so that
+ * its decisions cost one commit (one flush of the log) rather than one
+ * each.  The server lock is held from batch_begin to batch_end, so no
+ * reply and no agent sees a write of the batch before it is committed. */
+static px_status batch_begin(void *self, px_err *err)
+{
+    px__pg *st = self;
+    pthread_mutex_lock(&st->mu);
+    px_status rc = st->batch ? PX_OK : run(st, "BEGIN", NULL, NULL, "begin batch", err);
+    if (rc == PX_OK) {
+        st->batch = true;
+        st->depth = 0;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+static px_status batch_end(void *self, px_err *err)
+{
+    px__pg *st = self;
+    pthread_mutex_lock(&st->mu);
+    px_status rc = PX_OK;
+    if (st->batch) {
+        st->batch = false;
+        rc = run(st, "COMMIT", NULL, NULL, "commit batch", err);
+        if (rc != PX_OK && !st->lost)
+            run(st, "ROLLBACK", NULL, NULL, "rollback batch", NULL);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
 static px__store_ops pg_ops = {
     .version = 3,
     .close = pg_close,
@@ -551,6 +624,8 @@ static px__store_ops pg_ops = {
     .find_idempotent = find_idempotent,
     .lease = lease,
     .claim_jobs = claim_jobs,
+    .batch_begin = batch_begin,
+    .batch_end = batch_end,
 };
 static pthread_once_t pg_ops_once = PTHREAD_ONCE_INIT;
 

@@ -22,7 +22,9 @@ typedef struct px__pg {
     pthread_mutex_t mu;
     char *where; /* the database named for messages (never a password) */
     bool lease_held;
-    bool lost; /* the connection broke: the lease (if held) is gone */
+    bool lost;  /* the connection broke: the lease (if held) is gone */
+    bool batch; /* a batch is open (batch_begin): writes become savepoints */
+    int depth;  /* savepoints open inside the batch */
 } px__pg;
 
 /* Parameters of one statement, all sent as text except blobs. */
@@ -47,6 +49,11 @@ void px__pgq_blob(px__pgq *q, const void *data, size_t len);
  * when not NULL).  The caller holds st->mu. */
 px_status px__pg_run(px__pg *st, const char *sql, const px__pgq *q, PGresult **res,
                      const char *what, px_err *err);
+/* A transaction of several statements, or inside a batch a savepoint:
+ * begin, then commit or roll back.  The caller holds st->mu. */
+px_status px__pg_begin(px__pg *st, px_err *err);
+px_status px__pg_commit(px__pg *st, px_err *err);
+void px__pg_rollback(px__pg *st);
 /* A column's text copied (owned), NULL for NULL. */
 char *px__pg_text(const PGresult *r, int row, int col);
 int64_t px__pg_int(const PGresult *r, int row, int col);

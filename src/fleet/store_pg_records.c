@@ -27,6 +27,35 @@ static px_status read1(px__pg *st, const char *sql, const px__pgq *q, PGresult *
     return rc;
 }
 
+/* Runs one write whose loss in a crash costs nothing but a record: an
+ * explanation (made again on the next decision) or a node's live report
+ * (sent again within seconds).  It commits without waiting for the disk
+ * (synchronous_commit off for this transaction alone): still atomic and
+ * in order, and the writes that acknowledge something keep their fsync. */
+static px_status write_advisory(px__pg *st, const char *sql, const px__pgq *q, const char *what,
+                                px_err *err)
+{
+    pthread_mutex_lock(&st->mu);
+    px_status rc;
+    if (st->batch) {
+        /* In a batch it commits with the batch's durable writes. */
+        rc = run(st, sql, q, NULL, what, err);
+        pthread_mutex_unlock(&st->mu);
+        return rc;
+    }
+    rc = px__pg_begin(st, err);
+    if (rc == PX_OK)
+        rc = run(st, "SET LOCAL synchronous_commit = off", NULL, NULL, what, err);
+    if (rc == PX_OK)
+        rc = run(st, sql, q, NULL, what, err);
+    if (rc == PX_OK)
+        rc = px__pg_commit(st, err);
+    else
+        px__pg_rollback(st);
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
 static px_status put_node(void *self, const char *name, const char *reg, const char *state,
                           int64_t last_seen, px_err *err)
 {
@@ -176,11 +205,11 @@ static px_status put_explanation(void *self, const char *job, int attempt, const
     i64(&q, attempt);
     text(&q, json);
     i64(&q, px_wall_time());
-    return write1(self,
-                  "INSERT INTO explanations(job, attempt, body, at) VALUES($1,$2,$3,$4)"
-                  " ON CONFLICT(job, attempt) DO UPDATE SET body = EXCLUDED.body,"
-                  " at = EXCLUDED.at",
-                  &q, "put explanation", err);
+    return write_advisory(self,
+                          "INSERT INTO explanations(job, attempt, body, at) VALUES($1,$2,$3,$4)"
+                          " ON CONFLICT(job, attempt) DO UPDATE SET body = EXCLUDED.body,"
+                          " at = EXCLUDED.at",
+                          &q, "put explanation", err);
 }
 
 static px_status get_explanation(void *self, const char *job, char **out, px_err *err)
@@ -210,10 +239,11 @@ static px_status put_heartbeat(void *self, const char *node, int64_t at, const c
     text(&q, node);
     i64(&q, at);
     text(&q, live);
-    return write1(self,
-                  "INSERT INTO heartbeats(node, at, live) VALUES($1,$2,$3) ON CONFLICT(node)"
-                  " DO UPDATE SET at = EXCLUDED.at, live = EXCLUDED.live",
-                  &q, "put heartbeat", err);
+    return write_advisory(
+        self,
+        "INSERT INTO heartbeats(node, at, live) VALUES($1,$2,$3) ON CONFLICT(node)"
+        " DO UPDATE SET at = EXCLUDED.at, live = EXCLUDED.live",
+        &q, "put heartbeat", err);
 }
 
 static px_status job_usage(void *self, const char *job, int64_t *log_bytes, int64_t *artifact_bytes,

@@ -51,7 +51,8 @@ typedef struct fh_fleet {
     char shared[600]; /* a folder every job may write (1777), for files the test reads */
     char ca[600];     /* with TLS: the CA clients and agents trust ("" without) */
     const char *extra_server_args[12]; /* more `plexus server` options, NULL-ended */
-    char url[256];                     /* the server, or several (URL,URL,...) */
+    char url[64];
+    char servers[256]; /* several servers (URL,URL,...) clients use instead of url; or "" */
     int port;
     double lease_s;
     fh_proc server;
@@ -166,7 +167,7 @@ static inline px_fleet_client *fh_client(fh_fleet *f, const char *token)
 {
     px_fleet_client *c;
     px_err err;
-    px_assert_ok(px_fleet_client_new(f->url, token, &c, &err), &err);
+    px_assert_ok(px_fleet_client_new(f->servers[0] ? f->servers : f->url, token, &c, &err), &err);
     if (f->ca[0])
         px_assert_ok(px_fleet_client_set_ca(c, f->ca, &err), &err);
     px_fleet_client_set_timeout(c, 20000);

@@ -374,6 +374,53 @@ static void test_pg_lease_one_holder_taken_over_and_jobs_claimed_once(void **sta
     free(uri);
 }
 
+static void test_pg_batch_commits_together_and_survives_a_failed_write(void **state)
+{
+    (void)state;
+    char *uri = fresh("batch");
+    if (!uri)
+        skip();
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    px__job_row row = {.name = "a",
+                       .state = "queued",
+                       .attempt = 1,
+                       .spec = "{}",
+                       .members = "[]",
+                       .exit_code = INT_MIN,
+                       .owner = "alice",
+                       .idem_key = "k1",
+                       .idem_hash = "h1"};
+    px_assert_ok(st.ops->insert_job(st.self, &row, &err), &err);
+    char *id = row.id;
+    int64_t seq = row.seq;
+    row.id = NULL;
+    px_assert_ok(st.ops->batch_begin(st.self, &err), &err);
+    /* A write that fails inside the batch changes nothing and leaves the
+     * batch usable. */
+    assert_int_equal(st.ops->insert_job(st.self, &row, &err), PX_EEXIST);
+    row.id = id;
+    row.seq = seq; /* the failed insert took a number of its own */
+    row.state = "assigned";
+    row.members = "[{\"node\":\"n1\",\"devices\":[],\"state\":\"assigned\"}]";
+    px_assert_ok(st.ops->update_job(st.self, &row, NULL, &err), &err);
+    px_assert_ok(st.ops->put_explanation(st.self, id, 1, "{}", &err), &err);
+    /* Nobody sees the batch before it commits. */
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM jobs WHERE state = 'assigned'"), 0);
+    px_assert_ok(st.ops->batch_end(st.self, &err), &err);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM jobs WHERE state = 'assigned'"), 1);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM members WHERE node = 'n1'"), 1);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM explanations"), 1);
+    /* Outside a batch each write commits at once again. */
+    row.state = "running";
+    px_assert_ok(st.ops->update_job(st.self, &row, NULL, &err), &err);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM jobs WHERE state = 'running'"), 1);
+    st.ops->close(st.self);
+    free(id);
+    free(uri);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -382,6 +429,7 @@ int main(void)
         cmocka_unit_test(test_pg_store_owners_keys_and_credentials),
         cmocka_unit_test(test_pg_store_refuses_passwords_bad_uris_and_newer_schemas),
         cmocka_unit_test(test_pg_lease_one_holder_taken_over_and_jobs_claimed_once),
+        cmocka_unit_test(test_pg_batch_commits_together_and_survives_a_failed_write),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -99,12 +99,12 @@ static int setup(void **state)
         }
         assert_int_equal(code, 503);
     }
-    snprintf(fleet.url, sizeof fleet.url, "%s,%s,%s", replica_url[0], replica_url[1],
+    snprintf(fleet.servers, sizeof fleet.servers, "%s,%s,%s", replica_url[0], replica_url[1],
              replica_url[2]);
-    setenv("PLEXUS_SERVER", fleet.url, 1);
-    fh_start_agent(&fleet, "a", NULL);
-    fh_start_agent(&fleet, "b", NULL);
-    fh_start_agent(&fleet, "c", NULL);
+    setenv("PLEXUS_SERVER", fleet.servers, 1);
+    fh_start_agent_via(&fleet, "a", NULL, fleet.servers, NULL);
+    fh_start_agent_via(&fleet, "b", NULL, fleet.servers, NULL);
+    fh_start_agent_via(&fleet, "c", NULL, fleet.servers, NULL);
     const char *names[] = {"a", "b", "c"};
     fh_wait_nodes_online(&fleet, names, 3, 60);
     return 0;
