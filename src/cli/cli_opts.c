@@ -272,6 +272,11 @@ static int unknown_option(const px_cli_spec *spec, const char *given, size_t len
     names[n] = NULL;
     char opt[80];
     snprintf(opt, sizeof opt, "%.*s", (int)PX_MIN(len, sizeof opt - 1), given);
+    if ((!strcmp(opt, "-o") || !strcmp(opt, "--output")) && find_long(spec, "out", 3))
+        return px__cli_usage_error(spec->name,
+                                   "unknown option \"%s\": -o is a report format in plexus; a "
+                                   "file goes with --out FILE",
+                                   opt);
     const char *near = px__cli_nearest(opt, names);
     if (near)
         return px__cli_usage_error(spec->name, "unknown option \"%s\"; did you mean %s?", opt,

@@ -169,6 +169,26 @@ static void test_cli_man_pages_and_completion_come_from_the_tables(void **state)
     free(err);
 }
 
+/* -o is a report format everywhere; files go with --out FILE. */
+static void test_cli_o_is_a_format_and_out_a_file(void **state)
+{
+    (void)state;
+    char *out, *err;
+    assert_int_equal(RUN(&out, &err, "calibrate", "-i", "x.json", "-m", "y.gguf", "-o", "c.json"),
+                     2);
+    px_assert_contains(err, "-o is a report format in plexus; a file goes with --out FILE");
+    free(out);
+    free(err);
+    assert_int_equal(RUN(&out, &err, "model", "synth", "-o", "s.gguf"), 2);
+    px_assert_contains(err, "write the model with --out FILE");
+    free(out);
+    free(err);
+    assert_int_equal(RUN(&out, &err, "version", "-o", "json"), 0);
+    px_assert_contains(out, "\"version\": ");
+    free(out);
+    free(err);
+}
+
 static void test_cli_names_a_file_of_the_wrong_kind(void **state)
 {
     (void)state;
@@ -204,6 +224,7 @@ int main(void)
         cmocka_unit_test(test_cli_reads_attached_values),
         cmocka_unit_test(test_cli_help_is_generated_with_examples),
         cmocka_unit_test(test_cli_man_pages_and_completion_come_from_the_tables),
+        cmocka_unit_test(test_cli_o_is_a_format_and_out_a_file),
         cmocka_unit_test(test_cli_names_a_file_of_the_wrong_kind),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
