@@ -217,6 +217,64 @@ static void test_cli_names_a_file_of_the_wrong_kind(void **state)
     free(model);
 }
 
+/* `cmake --install` puts the command, the library, its headers and
+ * pkg-config file, the man pages and the completion in place. */
+static void test_cli_install_puts_everything_in_place(void **state)
+{
+    (void)state;
+    char *prefix = NULL;
+    if (asprintf(&prefix, "%s/prefix", px_test_tmpdir()) < 0)
+        fail_msg("asprintf");
+    char *out, *err;
+    char *const install[] = {"cmake", "--install", PX_BINARY_DIR, "--prefix", prefix, NULL};
+    int rc = px_test_run(install, 120, &out, &err);
+    if (rc != 0)
+        fail_msg("cmake --install failed (%d): %s %s", rc, out, err);
+    free(out);
+    free(err);
+    const char *files[] = {"bin/plexus",
+                           "include/plexus/plan.h",
+                           "share/man/man1/plexus.1",
+                           "share/man/man1/plexus-plan.1",
+                           "share/bash-completion/completions/plexus",
+                           "share/zsh/vendor-completions/_plexus"};
+    for (size_t i = 0; i < PX_ARRAY_LEN(files); i++) {
+        char *p = NULL;
+        if (asprintf(&p, "%s/%s", prefix, files[i]) < 0)
+            fail_msg("asprintf");
+        struct stat sb;
+        if (stat(p, &sb) != 0 || sb.st_size == 0)
+            fail_msg("%s: not installed", p);
+        free(p);
+    }
+    /* The library is found by pkg-config under the prefix. */
+    char *pc = NULL, *env = NULL;
+    if (asprintf(&pc, "%s/lib/pkgconfig/plexus.pc", prefix) < 0)
+        fail_msg("asprintf");
+    struct stat sb;
+    if (stat(pc, &sb) != 0) {
+        free(pc);
+        if (asprintf(&pc, "%s/lib/x86_64-linux-gnu/pkgconfig/plexus.pc", prefix) < 0)
+            fail_msg("asprintf");
+    }
+    char *dir = strdup(pc);
+    *strrchr(dir, '/') = 0;
+    if (asprintf(&env, "PKG_CONFIG_PATH=%s", dir) < 0)
+        fail_msg("asprintf");
+    char *const pkg[] = {"env", env, "pkg-config", "--cflags", "--libs", "plexus", NULL};
+    rc = px_test_run(pkg, 30, &out, &err);
+    if (rc != 0)
+        fail_msg("pkg-config plexus failed (%d): %s %s", rc, out, err);
+    px_assert_contains(out, "-lplexus");
+    px_assert_contains(out, "/include");
+    free(out);
+    free(err);
+    free(env);
+    free(dir);
+    free(pc);
+    free(prefix);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -226,6 +284,7 @@ int main(void)
         cmocka_unit_test(test_cli_man_pages_and_completion_come_from_the_tables),
         cmocka_unit_test(test_cli_o_is_a_format_and_out_a_file),
         cmocka_unit_test(test_cli_names_a_file_of_the_wrong_kind),
+        cmocka_unit_test(test_cli_install_puts_everything_in_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
