@@ -17,7 +17,9 @@
  * 3. Plans stories260K for throughput on emu-small (this cpu and two
  *    emulated accelerators), serves the plan through its stage workers,
  *    loads it with as many clients as the plan batches, and prints the
- *    observed tokens/s against the plan's predicted interval.
+ *    observed tokens/s against the plan's predicted interval; then the
+ *    same with the inventory calibrated on this machine (`plexus
+ *    calibrate`, `plexus plan --mode calibrated`).
  *
  * About two minutes on a two-core machine.  PX_BENCH_DIR holds the model
  * (default: a fresh folder under TMPDIR, removed afterwards).
@@ -341,25 +343,11 @@ static void serve_136m(const char *dir)
     unlink(model);
 }
 
-/* The throughput plan on emu-small, served, against its prediction. */
-static void serve_plan(const char *dir)
+/* Serves the plan in `plan` (made for emu-small) and prints its observed
+ * tokens/s against its predicted interval, as `label` says. */
+static void serve_plan(const char *label, const char *model, const char *inventory,
+                       const char *plan)
 {
-    char model[512], plan[512], inventory[512];
-    snprintf(model, sizeof model, "%s/models/stories260K.gguf", PX_SHARED_DIR);
-    snprintf(inventory, sizeof inventory, "%s/data/scenarios/emu-small.json", PX_SOURCE_DIR);
-    snprintf(plan, sizeof plan, "%s/throughput-plan.json", dir);
-    if (access(model, R_OK) != 0) {
-        printf("emu-small throughput plan: skipped (%s is not there)\n", model);
-        return;
-    }
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "'%s' plan --model '%s' --inventory '%s' --objective throughput -o json > '%s'",
-             plexus_bin, model, inventory, plan);
-    if (system(cmd) != 0) {
-        printf("emu-small throughput plan: plexus plan failed\n");
-        return;
-    }
     json_t *doc = json_load_file(plan, 0, NULL);
     const json_t *pred =
         json_object_get(json_object_get(doc, "predictions"), "throughput_tokens_per_s");
@@ -383,7 +371,7 @@ static void serve_plan(const char *dir)
     const char *args[] = {"--model",    model, "--inventory", inventory, "--plan", plan,
                           "--max-seqs", seqs,  "--queue",     "1024",    NULL};
     if (!start_server(&s, args)) {
-        printf("emu-small throughput plan: plexus serve did not start\n");
+        printf("emu-small throughput plan, %s: plexus serve did not start\n", label);
         stop_server(&s);
         return;
     }
@@ -391,10 +379,47 @@ static void serve_plan(const char *dir)
     level lv = load(s.url, clients, 3, 100, false);
     stop_server(&s);
     bool inside = lv.tokens_per_s >= lo && lv.tokens_per_s <= hi;
-    printf("emu-small throughput plan (%zu stages, %lld replica%s, batch %lld, EMULATED devices): "
-           "observed %.0f tok/s with %d clients; predicted %.0f [%.0f, %.0f]: %s\n",
-           n_stages, (long long)reps, reps == 1 ? "" : "s", (long long)batch, lv.tokens_per_s,
-           clients, p50, lo, hi, inside ? "inside the interval" : "OUTSIDE the interval");
+    printf("emu-small throughput plan, %s (%zu stages, %lld replica%s, batch %lld, EMULATED "
+           "devices): observed %.0f tok/s with %d clients; predicted %.0f [%.0f, %.0f]: %s%s\n",
+           label, n_stages, (long long)reps, reps == 1 ? "" : "s", (long long)batch,
+           lv.tokens_per_s, clients, p50, lo, hi,
+           inside ? "inside the interval" : "OUTSIDE the interval",
+           lv.failed ? " (failed requests)" : "");
+    fflush(stdout);
+}
+
+/* The throughput plan on emu-small, served, against its prediction: as
+ * planned from the inventory's sourced figures, then from figures
+ * calibrated on this machine (`plexus calibrate`). */
+static void serve_plans(const char *dir)
+{
+    char model[512], plan[512], calib[512], inventory[512], cmd[8192];
+    snprintf(model, sizeof model, "%s/models/stories260K.gguf", PX_SHARED_DIR);
+    snprintf(inventory, sizeof inventory, "%s/data/scenarios/emu-small.json", PX_SOURCE_DIR);
+    snprintf(plan, sizeof plan, "%s/throughput-plan.json", dir);
+    snprintf(calib, sizeof calib, "%s/emu-small-calibration.json", dir);
+    if (access(model, R_OK) != 0) {
+        printf("emu-small throughput plan: skipped (%s is not there)\n", model);
+        return;
+    }
+    snprintf(cmd, sizeof cmd,
+             "'%s' plan --model '%s' --inventory '%s' --objective throughput -o json > '%s'",
+             plexus_bin, model, inventory, plan);
+    if (system(cmd) != 0) {
+        printf("emu-small throughput plan: plexus plan failed\n");
+        return;
+    }
+    serve_plan("sourced figures", model, inventory, plan);
+    snprintf(cmd, sizeof cmd,
+             "'%s' calibrate --inventory '%s' --model '%s' --out '%s' > /dev/null && "
+             "'%s' plan --model '%s' --inventory '%s' --objective throughput --mode calibrated "
+             "--calibration '%s' -o json > '%s'",
+             plexus_bin, inventory, model, calib, plexus_bin, model, inventory, calib, plan);
+    if (system(cmd) != 0)
+        printf("emu-small throughput plan: plexus calibrate or plan failed\n");
+    else
+        serve_plan("calibrated on this machine", model, inventory, plan);
+    unlink(calib);
     unlink(plan);
 }
 
@@ -420,8 +445,12 @@ int main(void)
     bool own = !dir;
     if (own && !(dir = mkdtemp(tmpl)))
         return 1;
-    serve_136m(dir);
-    serve_plan(dir);
+    /* PX_BENCH_SERVE=136m or =plan runs one part. */
+    const char *only = getenv("PX_BENCH_SERVE");
+    if (!only || strcmp(only, "136m") == 0)
+        serve_136m(dir);
+    if (!only || strcmp(only, "plan") == 0)
+        serve_plans(dir);
     if (own)
         rmdir(dir);
     curl_global_cleanup();

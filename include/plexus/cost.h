@@ -333,6 +333,7 @@ typedef struct px_cost_estimate {
     px_cost_infeasible why; /* PX_COST_OK when feasible */
     uint32_t why_stage;
     double why_bytes;  /* memory: bytes over the limit */
+    bool why_host;     /* memory: the node's host memory (KV of its stages), not a device's */
     double tpot_s;     /* time per output token of one sequence */
     double ttft_s;     /* prefill of the prompt through the pipeline */
     double step_s;     /* one decode step of the whole batch */
@@ -396,6 +397,17 @@ px_status px_cost_prefix_init(px_cost_prefix *pre, const px_cost_model *m,
                               px_err *err);
 void px_cost_prefix_release(px_cost_prefix *pre);
 
+/* The backend a device without one is planned for: "cpu" for CPUs, else
+ * its vendor's stack ("cuda" for nvidia, "rocm" for amd, "metal" for apple,
+ * "oneapi" for intel, "xla" for google, ...), "unknown" when the vendor is
+ * unknown.  Never "cuda" for a device that is not NVIDIA's.  Static string. */
+const char *px_cost_default_backend(px_hw_class cls, const char *vendor);
+
+/* Bytes a device gives up before any weight: kernel workspace and the
+ * runtime's footprint for its backend (CUDA-like context for every GPU
+ * stack, the cpu's for CPUs, the emulator's for emu). */
+double px_cost_device_overhead(const px_cost_params *p, const px_cost_device *d);
+
 /* Estimates one stage alone (st borrowed; its precision must be pre's):
  * decode and prefill time, the worst device's memory, KV placement kept
  * as given.  Same formulas as px_cost_eval_pipeline, without transfers
@@ -452,10 +464,19 @@ typedef struct px_cost_bound {
 
 /* The bound over the devices listed (fleet indices, borrowed; NULL: all
  * devices that can hold any part of the model).  Attainable bandwidth is
- * the datasheet figure times eff_mem_hi. */
+ * the datasheet figure times eff_mem_hi.  Capacity-aware: the bytes a step
+ * reads are spread over the memories that can hold them, device memory
+ * first and host memory over the host links past it; the throughput bound
+ * is taken at the largest batch the fleet's memory (devices and hosts)
+ * holds. */
 void px_cost_lower_bound(const px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
                          const px_cost_workload *wl, const uint32_t *devices, size_t n_devices,
                          px_cost_bound *out);
+/* The same, with compute at the rate of the fastest precision a plan may
+ * use (NULL: every device's best dtype but int4). */
+void px_cost_lower_bound_at(const px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
+                            const px_cost_workload *wl, const px_cost_precision *fastest,
+                            const uint32_t *devices, size_t n_devices, px_cost_bound *out);
 /* The bound of one pipeline as placed: each stage's bytes over its
  * attainable bandwidth (or FLOPs over peak, whichever is larger) plus each
  * hop's bytes / bandwidth + latency. */
@@ -475,7 +496,8 @@ json_t *px_cost_assumptions_json(const px_cost_fleet *f, const px_cost_model *m,
 
 /* The compute dtype a matrix product with these weights and activations
  * runs in on device d, and whether it had to fall back to a wider one
- * (the nearest supported).  Returns false when the device computes in no
+ * (the nearest supported). Q4_0, Q5_0 and k-quant weights run int8 products
+ * where the device has them (quantized activations).  Returns false when the device computes in no
  * floating dtype at all. */
 bool px_cost_compute_dtype(const px_cost_device *d, px_dtype weights, px_dtype acts,
                            px_hw_dtype *out, bool *fallback);

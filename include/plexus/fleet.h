@@ -191,6 +191,12 @@ typedef struct px_fleet_server_options {
     uint64_t artifact_quota; /* bytes of artifacts per job; default 16 GiB */
     double max_job_time_s;   /* the longest time_limit_s a job may ask for, and the limit of
                                 jobs that give none; 0: no limit */
+    /* Where the state lives: NULL for DATA/fleet.db (SQLite, one server),
+     * or a PostgreSQL URI "postgres://USER@HOST:PORT/DATABASE" without a
+     * password (libpq reads it from ~/.pgpass or PGPASSFILE) that several
+     * server replicas share; one of them schedules at a time (the holder of
+     * the scheduler lease), the others stand by until it goes. */
+    const char *store;
 } px_fleet_server_options;
 
 /* Opens (or creates and migrates) DATA/fleet.db, loads tokens, node
@@ -205,6 +211,15 @@ px_status px_fleet_server_start(const px_fleet_server_options *opt, px_fleet_ser
                                 px_err *err);
 /* The port the server listens on (useful with port 0). */
 uint16_t px_fleet_server_port(const px_fleet_server *srv);
+/* Whether the server serves its API: at once on its own store; on a
+ * shared (PostgreSQL) store, once it holds the scheduler lease (until
+ * then it answers 503 "standing by").  Thread-safe. */
+bool px_fleet_server_serving(const px_fleet_server *srv);
+/* NULL while all is well; else why the server stopped serving for good
+ * (a replica that lost the scheduler lease: another may be scheduling, so
+ * it must be stopped and started again, as a standby).  Borrowed.
+ * Thread-safe. */
+const char *px_fleet_server_failed(px_fleet_server *srv);
 /* "http://HOST:PORT" or "https://HOST:PORT" (borrowed; valid until stop). */
 const char *px_fleet_server_url(const px_fleet_server *srv);
 /* Stops serving (waiting for requests in flight), closes the store and

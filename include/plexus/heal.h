@@ -725,6 +725,7 @@ px_status px_heal_run_finish(px_heal_run *h, const char *const *texts, size_t n_
 typedef struct px_heal_run_summary {
     uint32_t injected, findings, incidents, switches, rollbacks, audits, audit_departures;
     uint32_t canaries_passed, canaries_failed;
+    uint32_t recorded;     /* incidents closed, their records in px_heal_run_incidents */
     double last_detect_s;  /* injection to detection of the last incident; -1 */
     double last_recover_s; /* detection to the first token on the new executor; -1 */
 } px_heal_run_summary;

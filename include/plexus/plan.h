@@ -166,10 +166,11 @@ const px_cost_pipeline *px_plan_pipeline(const px_plan *p, uint32_t replica);
 /* The fleet view the plan was made on (borrowed from the plan). */
 const px_cost_fleet *px_plan_fleet(const px_plan *p);
 
-/* The exact yardstick for small instances: every ordered subset of at most
- * max_devices devices (single-device stages, no tensor parallelism) and
- * every cut, at the request's workload and the stored precision; the best
- * TPOT (latency) or throughput found.  PX_ELIMIT when the fleet has more
+/* The exact yardstick for small instances: every ordered sequence of
+ * disjoint groups of at most max_devices devices in all (a group is one
+ * device or a tensor-parallel group of any devices whose count divides the
+ * heads) and every cut, at the request's workload and the stored
+ * precision; the best TPOT found.  PX_ELIMIT when the fleet has more
  * than 8 devices; PX_EINFEASIBLE when nothing fits. */
 px_status px_plan_exact(const px_plan_request *req, uint32_t max_devices, double *best,
                         px_err *err);

@@ -796,6 +796,8 @@ typedef enum px_rt_frame_type {
     PX_RT_FRAME_ERROR = 9,     /* a stage failed: the message (text) */
     PX_RT_FRAME_FAULT = 10,    /* a fault to inject (px_rt_fault); the
                                   stage it names applies it */
+    PX_RT_FRAME_AUTH = 11,     /* the hello's third message: the connecting
+                                  side's proof of the secret (32 bytes) */
 } px_rt_frame_type;
 
 /* Flags of a STEP frame: with AUDIT every stage appends its output's
@@ -825,9 +827,10 @@ px_status px_rt_frame_header_decode(const uint8_t in[PX_RT_FRAME_HEADER_BYTES],
                                     uint32_t max_payload, const char *peer, px_rt_frame_header *out,
                                     px_err *err);
 
-/* A transport address: "unix:PATH" or "tcp:127.0.0.1:PORT" (port 0 when
- * listening picks a free one).  Other hosts are refused: the transport
- * joins processes on one machine. */
+/* A transport address: "unix:PATH" or "tcp:A.B.C.D:PORT" (a numeric
+ * IPv4 address, "localhost" for 127.0.0.1; port 0 when listening picks a
+ * free one; 0.0.0.0 listens on every interface).  A connection that leaves
+ * the machine must be authenticated: see px_rt_conn_set_secret. */
 typedef struct px_rt_listener px_rt_listener;
 typedef struct px_rt_conn px_rt_conn;
 
@@ -836,8 +839,8 @@ typedef struct px_rt_conn px_rt_conn;
  * naming the accepted forms), PX_EIO (the system's refusal). */
 px_status px_rt_listener_new(const char *addr, px_rt_listener **out, px_err *err);
 void px_rt_listener_free(px_rt_listener *l);
-/* The address as peers reach it (the chosen port for "tcp:...:0");
- * borrowed. */
+/* The address the listener bound ("tcp:10.0.0.2:41234": the chosen port
+ * for "tcp:...:0"); borrowed. */
 const char *px_rt_listener_address(const px_rt_listener *l);
 /* Waits at most timeout_ms for a peer.  peer names it in messages
  * (copied).  Returns owned (px_rt_conn_free).  PX_ETIMEOUT, PX_EIO. */
@@ -848,6 +851,21 @@ px_status px_rt_listener_accept(px_rt_listener *l, int timeout_ms, const char *p
 px_status px_rt_conn_connect(const char *addr, int timeout_ms, const char *peer, px_rt_conn **out,
                              px_err *err);
 void px_rt_conn_free(px_rt_conn *c); /* NULL is a no-op */
+/* Checks an address's form.  PX_EINVAL naming it and the accepted forms. */
+px_status px_rt_addr_check(const char *addr, px_err *err);
+/* Whether addr is well formed and stays on this machine: a Unix socket,
+ * or TCP in 127.0.0.0/8. */
+bool px_rt_addr_is_local(const char *addr);
+
+/* The secret of a deployment, shared by its executor and stage workers:
+ * with one set, the hello is a challenge and response (HMAC-SHA256 over
+ * both sides' random nonces and hellos), and a peer without the same
+ * secret is refused with PX_EAUTH.  Both ends must have one, or neither.
+ * Copied (and wiped when the connection is freed); len 0 clears it.
+ * PX_EINVAL for a length outside [PX_RT_SECRET_MIN, PX_RT_SECRET_MAX]. */
+#define PX_RT_SECRET_MIN 16
+#define PX_RT_SECRET_MAX 64
+px_status px_rt_conn_set_secret(px_rt_conn *c, const uint8_t *secret, size_t len, px_err *err);
 
 /* Every read and write waits at most this long (default 10 s). */
 void px_rt_conn_set_timeout(px_rt_conn *c, int timeout_ms);
@@ -914,10 +932,17 @@ typedef struct px_rt_hello {
 
 /* The connecting side: sends its hello, reads the answer, checks the
  * protocol and model, and sets the connection's maximum payload to the
- * lower of both.  Errors: PX_EVALIDATE (another model), the transport's. */
+ * lower of both.  With a secret on the connection the hello takes three
+ * messages: HELLO (with the client's nonce), HELLO_ACK (the server's
+ * nonce and its proof), AUTH (the client's proof); each proof is an
+ * HMAC-SHA256 of the other side's hello under the secret, compared in
+ * constant time.  Errors: PX_EVALIDATE (another model), PX_EAUTH (a
+ * wrong secret, or one side has a secret and the other none), the
+ * transport's. */
 px_status px_rt_hello_client(px_rt_conn *c, const px_rt_hello *mine, px_rt_hello *theirs,
                              px_err *err);
-/* The accepting side: reads the peer's hello, checks it, answers. */
+/* The accepting side: reads the peer's hello, checks it, answers, and
+ * with a secret checks the peer's proof.  Errors: as the client's. */
 px_status px_rt_hello_server(px_rt_conn *c, const px_rt_hello *mine, px_rt_hello *theirs,
                              px_err *err);
 
@@ -947,7 +972,53 @@ typedef struct px_rt_worker_opts {
                                                      dead upstream is seen at once */
     uint32_t max_seqs, context, max_batch_tokens; /* 0: defaults */
     uint32_t kv_blocks, kv_block_size;            /* the session's; 0: defaults */
+    /* The deployment's secret (PX_RT_SECRET_MIN to PX_RT_SECRET_MAX
+     * bytes; borrowed): both of the worker's connections authenticate
+     * with it.  Required to listen on an address that is not local
+     * (px_rt_addr_is_local); len 0: none. */
+    const uint8_t *secret;
+    size_t secret_len;
+    /* Once listening, write "listening ADDRESS\n" (the bound address) to
+     * standard output, for a launcher that let the worker pick its port. */
+    bool announce;
 } px_rt_worker_opts;
+
+/* The worker's command line, built and parsed in one place (the
+ * executor, launchers and `plexus worker` share it).  argv[0] is the
+ * binary, argv[1] "worker"; a secret is never in it: with one,
+ * "--secret-stdin" says the worker reads it (hex, one line) from its
+ * standard input. */
+#define PX_RT_WORKER_MAX_ARGS 48
+typedef struct px_rt_worker_argv {
+    int argc;
+    char *argv[PX_RT_WORKER_MAX_ARGS + 1]; /* owned; NULL-terminated */
+} px_rt_worker_argv;
+
+/* Builds the command line of o (bin NULL: "plexus").  Release with
+ * px_rt_worker_args_release.  PX_EINVAL (a required field missing),
+ * PX_ELIMIT, PX_ENOMEM. */
+px_status px_rt_worker_args_build(const px_rt_worker_opts *o, const char *bin,
+                                  px_rt_worker_argv *out, px_err *err);
+void px_rt_worker_args_release(px_rt_worker_argv *a);
+/* Parses the options after "worker" (argc, argv: the options only) into
+ * o, whose strings borrow argv; *secret_stdin says whether the secret is
+ * to be read from standard input.  PX_EINVAL naming the option and the
+ * fix (an unknown option, a missing value, a number out of range, a
+ * malformed address, a backend other than cpu or emu). */
+px_status px_rt_worker_args_parse(int argc, char *const *argv, px_rt_worker_opts *o,
+                                  bool *secret_stdin, px_err *err);
+
+/* A deployment's secret: PX_RT_SECRET_BYTES random bytes (OpenSSL's
+ * RAND_bytes).  PX_EINTERNAL. */
+#define PX_RT_SECRET_BYTES 32
+px_status px_rt_secret_new(uint8_t out[PX_RT_SECRET_BYTES], px_err *err);
+/* Writes len bytes as 2*len hex digits and a NUL. */
+void px_rt_secret_hex(const uint8_t *secret, size_t len, char *out);
+/* Reads a secret from fd: hex digits on one line (up to the newline or
+ * the end), PX_RT_SECRET_MIN to PX_RT_SECRET_MAX bytes.  PX_EINVAL
+ * (length, a character that is not a hex digit: the secret itself is
+ * never quoted), PX_EIO. */
+px_status px_rt_secret_read_fd(int fd, uint8_t out[PX_RT_SECRET_MAX], size_t *len, px_err *err);
 
 /* Runs a stage worker until shutdown: opens the model and a session of
  * its layers, listens, connects to the next hop, accepts the previous
@@ -1020,6 +1091,58 @@ typedef enum px_rt_transport {
     PX_RT_TRANSPORT_TCP = 1,
 } px_rt_transport;
 
+typedef enum px_rt_stage_state {
+    PX_RT_STAGE_RUNNING = 0,
+    PX_RT_STAGE_STOPPED, /* stopped by a signal (it answers nothing) */
+    PX_RT_STAGE_EXITED,  /* exited with a status */
+    PX_RT_STAGE_KILLED,  /* killed by a signal */
+} px_rt_stage_state;
+
+/* Who starts the stage workers.  By default the executor forks and execs
+ * them itself; a launcher lets someone else start them (on other
+ * machines: a fleet's agents) while the executor reaches them over TCP
+ * and watches them through `health`, which feeds the same fault detection
+ * as the process table does for its own workers. */
+typedef struct px_rt_launcher {
+    void *ctx;
+    /* Starts the worker of `stage`.  argv is its command line
+     * (px_rt_worker_args_build's, with "--announce" and a placeholder
+     * "--listen" the launcher replaces with an address of the machine it
+     * starts the worker on); secret (hex on one line) goes to the worker's
+     * standard input.  Returns once the worker listens, with the address
+     * it bound ("tcp:A.B.C.D:PORT") in addr and, in *handle, what names
+     * this worker to the other calls (one launcher may serve several
+     * executors at once: a heal loop's next executor starts before the
+     * last one ends).  The executor starts the last stage first: each
+     * worker's next hop already listens.  On failure *handle is NULL. */
+    px_status (*start)(void *ctx, uint32_t stage, const px_rt_worker_argv *argv,
+                       const uint8_t *secret, size_t secret_len, char *addr, size_t addr_cap,
+                       void **handle, px_err *err);
+    /* The worker's state, without waiting; for EXITED its status and for
+     * KILLED its signal in *code, and what happened in detail. */
+    px_rt_stage_state (*health)(void *ctx, void *handle, int *code, char *detail, size_t cap);
+    /* Sends SIGKILL or SIGSTOP to the worker (fault injection).  May be
+     * NULL: such faults are then PX_EUNSUPPORTED. */
+    px_status (*signal)(void *ctx, void *handle, int sig, px_err *err);
+    /* Ends the worker if it still runs and releases the handle. */
+    void (*stop)(void *ctx, void *handle);
+} px_rt_launcher;
+
+/* A launcher that starts workers on this machine (fork and exec with
+ * --announce, the secret on a pipe to their standard input) listening on
+ * tcp:HOST:0: what an agent runs for the stages placed on its node.  bin
+ * NULL: this process's binary; timeout_ms: the wait for a worker to
+ * announce (0: 30 s). */
+typedef struct px_rt_local_launcher px_rt_local_launcher;
+px_status px_rt_local_launcher_new(const char *bin, const char *host, int timeout_ms,
+                                   px_rt_local_launcher **out, px_err *err);
+/* Stops every worker it started and frees it.  NULL is a no-op. */
+void px_rt_local_launcher_free(px_rt_local_launcher *l);
+/* Its interface (borrowed; valid while l lives). */
+const px_rt_launcher *px_rt_local_launcher_iface(px_rt_local_launcher *l);
+/* The process id of the worker a handle names, or -1. */
+int px_rt_local_launcher_pid(const px_rt_local_launcher *l, const void *handle);
+
 typedef struct px_rt_executor_opts {
     const char *model_path; /* borrowed; required */
     const char *worker_bin; /* the plexus binary; NULL: /proc/self/exe */
@@ -1031,6 +1154,16 @@ typedef struct px_rt_executor_opts {
     uint32_t max_batch_tokens; /* prefill micro-batch rows; 0: the session default */
     uint32_t kv_blocks;        /* each stage's KV cache, as px_rt_session_opts; 0: default */
     uint32_t kv_block_size;    /* 0: default */
+    /* Stages started by a launcher (borrowed; NULL: the executor's own
+     * processes).  The transport is then TCP, and authenticated. */
+    const px_rt_launcher *launcher;
+    /* With a launcher: where the last stage connects back, "tcp:A.B.C.D:0"
+     * on an interface it reaches (NULL: tcp:127.0.0.1:0). */
+    const char *listen;
+    /* The deployment's secret (borrowed, copied); NULL: over TCP the
+     * executor draws one of its own. */
+    const uint8_t *secret;
+    size_t secret_len;
 } px_rt_executor_opts;
 
 typedef struct px_rt_executor px_rt_executor;
@@ -1048,8 +1181,12 @@ void px_rt_executor_free(px_rt_executor *ex);
 /* Sets (or clears, f NULL) the faults of the executor's connection to
  * stage 0, for fault injection. */
 void px_rt_executor_set_faults(px_rt_executor *ex, const px_rt_link_faults *f);
-/* Process id of stage i's worker, or -1. */
+/* Process id of stage i's worker, or -1 (also for a stage a launcher
+ * started: its process is not this machine's to signal). */
 int px_rt_executor_stage_pid(const px_rt_executor *ex, uint32_t i);
+/* The launcher's handle of stage i's worker, NULL when the executor
+ * started it itself. */
+void *px_rt_executor_stage_handle(const px_rt_executor *ex, uint32_t i);
 /* What stage i reported when the ring was set up: its device's
  * properties (borrowed; NULL for i out of range). */
 const px_rt_device_props *px_rt_executor_stage_device(const px_rt_executor *ex, uint32_t i);
@@ -1111,18 +1248,15 @@ typedef struct px_rt_fault {
  * stage. */
 px_status px_rt_executor_inject(px_rt_executor *ex, const px_rt_fault *f, px_err *err);
 
-typedef enum px_rt_stage_state {
-    PX_RT_STAGE_RUNNING = 0,
-    PX_RT_STAGE_STOPPED, /* stopped by a signal (it answers nothing) */
-    PX_RT_STAGE_EXITED,  /* exited with a status */
-    PX_RT_STAGE_KILLED,  /* killed by a signal */
-} px_rt_stage_state;
-
 /* The health of stage i's worker, from the process table (the
  * executor's heartbeat: it never waits).  *detail (may be NULL) gets "killed by
  * signal 9 (Killed)" or "" .  PX_RT_STAGE_RUNNING for i out of range. */
 px_rt_stage_state px_rt_executor_stage_health(px_rt_executor *ex, uint32_t i, char *detail,
                                               size_t cap);
+/* Kills every stage worker that still runs (its own processes with
+ * SIGKILL, launched ones through the launcher), so that freeing a failed
+ * executor does not wait for a stopped worker. */
+void px_rt_executor_kill_stages(px_rt_executor *ex);
 /* The stage a failure of the ring is blamed on (killed or exited first,
  * else stopped), or -1 when none is known. */
 int px_rt_executor_culprit(px_rt_executor *ex);
@@ -1526,6 +1660,37 @@ void px_rt_profile_result_release(px_rt_profile_result *r);
  * n_reps one-way times (half of each round trip).  Errors: PX_EINVAL,
  * PX_EIO, PX_ENOMEM. */
 px_status px_rt_profile_copy(size_t bytes, uint32_t n_reps, uint64_t *ns, px_err *err);
+
+/* ------------------------------------------------------------------ */
+/* Quantizing model files                                              */
+/* ------------------------------------------------------------------ */
+
+/* What px_rt_quantize_file did. */
+typedef struct px_rt_quantize_stats {
+    uint32_t n_tensors;                   /* tensors written */
+    uint32_t n_quantized;                 /* of them, quantized here */
+    uint32_t n_by_dtype[PX_DTYPE_COUNT_]; /* tensors written per dtype */
+    uint64_t bytes_in, bytes_out;         /* tensor data */
+    uint64_t n_values;                    /* values quantized */
+    double rmse;                          /* root mean square of (dequantized - source) over them */
+} px_rt_quantize_stats;
+
+/* Writes the GGUF model at in_path (f32, f16 or bf16 tensors) to out_path
+ * with its matrices quantized by `recipe`, llama.cpp's mixes as its
+ * quantize tool makes them without an importance matrix: "q8_0", "q4_0"
+ * (output.weight Q6_K), "q4_k_m" and "q5_k_m" (Q4_K / Q5_K, with Q6_K
+ * for output.weight and for attn_v and ffn_down in the layers that get
+ * more bits), "q6_k".  Blocks are made as ggml's reference quantizer
+ * makes them.  A matrix whose rows do not fill whole blocks falls back
+ * (Q4_K: Q5_0; Q5_K, Q6_K: Q8_0; then f16); vectors (norms) are kept.
+ * Metadata is copied, with general.file_type and
+ * general.quantization_version set.  out_path is written through a
+ * temporary file.  stats may be NULL.  Errors: PX_EINVAL (unknown
+ * recipe, naming the known ones), PX_EUNSUPPORTED (a tensor already
+ * quantized, or not a GGUF file), PX_EVALIDATE (a NaN or infinite weight,
+ * naming the tensor and row), the reader's and the writer's. */
+px_status px_rt_quantize_file(const char *in_path, const char *out_path, const char *recipe,
+                              px_rt_quantize_stats *stats, px_err *err);
 
 #ifdef __cplusplus
 }

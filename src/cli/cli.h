@@ -204,6 +204,8 @@ px_status px__cli_open_model(const char *cmd, const char *spec, px_ir_model **ou
  * by px__cli_progress_done. */
 void px__cli_progress(const char *cmd, const char *fmt, ...) PX_PRINTF(2, 3);
 void px__cli_progress_done(void);
+/* `plexus model quantize` (src/cli/model_quantize.c). */
+int px__cmd_model_quantize(int argc, char **argv);
 /* `plexus inventory discover` (src/cli/inventory_discover.c). */
 int px__cmd_inventory_discover(int argc, char **argv);
 

@@ -3,7 +3,7 @@
 #include "plexus/ir.h"
 
 const char px__cmd_model_summary[] =
-    "inspect a model (GGUF, llama2.c, preset) or write a synthetic one";
+    "inspect a model (GGUF, llama2.c, preset), write a synthetic one or quantize one";
 
 static const char k_usage[] =
     "usage: plexus model inspect FILE|PRESET [-o text|json] [--context T] [--batch B]\n"
@@ -14,6 +14,8 @@ static const char k_usage[] =
     "                          [--vocab N] [--context N] [--dtype f32|f16|bf16|q8_0]\n"
     "                          [--experts N --experts-used K] [--tied]\n"
     "                          [--no-tokenizer] [--seed N]\n"
+    "       plexus model quantize IN OUT --type q8_0|q4_0|q4_k_m|q5_k_m|q6_k\n"
+    "                             [-o text|json]\n"
     "       plexus model presets [-o text|json]\n"
     "\n"
     "inspect   architecture and hyper-parameters; parameters and bytes by dtype;\n"
@@ -30,6 +32,10 @@ static const char k_usage[] =
     "          dim 64, hidden 172, 2 layers, 8 heads, 4 kv heads, vocab 512,\n"
     "          context 256, f32, seed 1.  --tied omits output.weight;\n"
     "          --no-tokenizer omits the vocabulary (and allows --vocab below 259).\n"
+    "quantize  writes the GGUF model IN (f32, f16 or bf16) to OUT with its\n"
+    "          matrices quantized by llama.cpp's recipe T, blocks made as\n"
+    "          ggml's reference quantizer makes them; prints the tensors per\n"
+    "          dtype, the sizes and the RMS error of the quantized values.\n"
     "presets   lists the models known by hyper-parameters alone.\n"
     "\n"
     "FLOPs count 2 per multiply-add; docs/formats/model-ir.md has the conventions.\n";
@@ -486,8 +492,10 @@ int px__cmd_model(int argc, char **argv)
         return cmd_synth(argc - 1, argv + 1);
     if (!strcmp(argv[1], "presets"))
         return cmd_presets(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "quantize"))
+        return px__cmd_model_quantize(argc - 1, argv + 1);
     return px__cli_usage_error("model",
-                               "unknown subcommand \"%s\"; use inspect, synth or "
+                               "unknown subcommand \"%s\"; use inspect, synth, quantize or "
                                "presets",
                                argv[1]);
 }

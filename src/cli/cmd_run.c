@@ -40,7 +40,9 @@ static const char usage_text[] =
     "  --top-p P          nucleus threshold (default 0.9)\n"
     "  --seed S           random seed; prompt i uses S + i (default 42)\n"
     "  --threads N        threads per worker (default 1)\n"
-    "  --transport KIND   unix sockets (default) or tcp on 127.0.0.1\n"
+    "  --transport KIND   unix sockets (default), tcp on 127.0.0.1, or tcp:A.B.C.D:\n"
+    "                     workers started by a launcher, listening on that address, every\n"
+    "                     connection authenticated with the run's secret\n"
     "  --timeout-ms T     limit of every wait on a worker (default 10000)\n"
     "  -o text|json       text streams tokens; json prints one document at the end\n"
     "\n"
@@ -74,6 +76,7 @@ typedef struct run_opts {
     double temp, top_p;
     uint64_t seed;
     px_rt_transport transport;
+    const char *stage_host; /* --transport tcp:A.B.C.D */
     px_cli_format format;
     char *file_text; /* --prompts contents; prompts point into it */
 } run_opts;
@@ -198,8 +201,12 @@ static int parse_args(int argc, char **argv, run_opts *o)
                 o->transport = PX_RT_TRANSPORT_UNIX;
             else if (!strcmp(v, "tcp"))
                 o->transport = PX_RT_TRANSPORT_TCP;
-            else
-                return px__cli_usage_error("run", "--transport takes unix or tcp, not \"%s\"", v);
+            else if (px_str_starts_with(v, "tcp:") && v[4]) {
+                o->transport = PX_RT_TRANSPORT_TCP;
+                o->stage_host = v + 4;
+            } else
+                return px__cli_usage_error(
+                    "run", "--transport takes unix, tcp or tcp:A.B.C.D, not \"%s\"", v);
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!px__cli_parse_format("run", v, &o->format))
                 return PX_EXIT_USAGE;
@@ -462,6 +469,7 @@ int px__cmd_run(int argc, char **argv)
     px_rt_tokenizer *tok = NULL;
     json_t *plan = NULL;
     px_rt_executor *ex = NULL;
+    px_rt_local_launcher *launcher = NULL;
     px_rt_pipeline_spec spec;
     px_rt_pipeline_stats stats;
     memset(&stats, 0, sizeof stats);
@@ -548,6 +556,17 @@ int px__cmd_run(int argc, char **argv)
                               .n_threads = o.threads,
                               .timeout_ms = (int)o.timeout_ms,
                               .max_seqs = o.n_prompts};
+    char ret_addr[96];
+    if (o.stage_host) {
+        if (px_rt_local_launcher_new(NULL, o.stage_host, (int)o.timeout_ms, &launcher, &err) !=
+            PX_OK) {
+            px__cli_fail("run", &err);
+            goto done;
+        }
+        snprintf(ret_addr, sizeof ret_addr, "tcp:%s:0", o.stage_host);
+        xo.launcher = px_rt_local_launcher_iface(launcher);
+        xo.listen = ret_addr;
+    }
     if (rh.on) {
         if (start_heal(&o, &rh, graph, ir, plan, &xo, &ro, &err) != PX_OK) {
             px__cli_fail("run", &err);
@@ -625,6 +644,7 @@ done:
     px_rt_pipeline_stats_release(&stats);
     px_rt_executor_free(ex);
     px_heal_run_free(rh.run);
+    px_rt_local_launcher_free(launcher);
     if (rh.trace)
         px_trace_writer_close(rh.trace, NULL);
     px_contract_free(rh.contract);

@@ -5,12 +5,14 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
 
 const char px__cmd_server_summary[] = "run the fleet control plane (HTTP API, store, scheduler)";
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: plexus server [--listen HOST:PORT] [--data DIR] [--token-file F]\n"
+    fprintf(f, "usage: plexus server [--listen HOST:PORT] [--data DIR] [--store URI]\n"
+               "                     [--token-file F]\n"
                "                     [--tls-cert F --tls-key F] [--lease SECONDS]\n"
                "                     [--restart-backoff SECONDS] [--disk-reserve SIZE]\n"
                "                     [--log-quota SIZE] [--artifact-quota SIZE]\n"
@@ -23,6 +25,10 @@ static void usage(FILE *f)
                "./plexus-data, made private: 0700): DIR/fleet.db (SQLite), artifacts, blobs.\n"
                "See docs/security.md for what the server promises and what it needs.\n"
                "\n"
+               "  --store URI           postgres://USER@HOST:PORT/DATABASE: keep the state in\n"
+               "                        PostgreSQL, which several replicas share (one\n"
+               "                        schedules, the others serve and stand by); no\n"
+               "                        password in URI: libpq reads ~/.pgpass or PGPASSFILE\n"
                "  --token-file F        lines \"agent TOKEN\" (the join token) and \"user TOKEN\n"
                "                        [NAME [user|admin]]\"; the file must be private\n"
                "                        (chmod 600); without it, a join token and an admin\n"
@@ -109,6 +115,8 @@ int px__cmd_server(int argc, char **argv)
             opt.listen = v;
         else if (!strcmp(a, "--data"))
             opt.data_dir = v;
+        else if (!strcmp(a, "--store"))
+            opt.store = v;
         else if (!strcmp(a, "--token-file"))
             opt.token_file = v;
         else if (!strcmp(a, "--tls-cert"))
@@ -156,8 +164,19 @@ int px__cmd_server(int argc, char **argv)
         return px__cli_fail("server", &err);
     printf("listening on %s\n", px_fleet_server_url(srv));
     fflush(stdout);
+    /* A replica that lost the scheduler lease must not serve again from
+     * what it holds in memory: it exits (75, "try again later") for its
+     * supervisor to start it afresh as a standby. */
     int sig = 0;
-    sigwait(&set, &sig);
+    const char *failed = NULL;
+    struct timespec tick = {.tv_sec = 0, .tv_nsec = 200000000};
+    while ((sig = sigtimedwait(&set, NULL, &tick)) < 0 && !(failed = px_fleet_server_failed(srv))) {
+    }
+    if (failed) {
+        fprintf(stderr, "plexus server: %s; exiting to be restarted as a standby\n", failed);
+        px_fleet_server_stop(srv);
+        return 75;
+    }
     px_log_info("server: stopping on signal %d", sig);
     px_fleet_server_stop(srv);
     return PX_EXIT_OK;

@@ -34,6 +34,15 @@ bool px_cost_compute_dtype(const px_cost_device *d, px_dtype weights, px_dtype a
     if ((weights == PX_DTYPE_FP8_E4M3 || weights == PX_DTYPE_FP8_E5M2) && want == PX_HW_DTYPE_FP8)
         want = PX_HW_DTYPE_FP8;
     *fallback = false;
+    /* Q4_0, Q5_0 and the k-quants multiply as 8-bit integers against
+     * activations quantized to 8 bits (ADR 0009): int8 products where
+     * the device has them, else as above. */
+    bool int8_blocks = weights == PX_DTYPE_Q4_0 || weights == PX_DTYPE_Q5_0 ||
+                       (weights >= PX_DTYPE_Q2_K && weights <= PX_DTYPE_Q6_K);
+    if (int8_blocks && d->peak[PX_HW_DTYPE_INT8] > 0) {
+        *out = PX_HW_DTYPE_INT8;
+        return true;
+    }
     if (d->peak[want] > 0) {
         *out = want;
         return true;
@@ -285,15 +294,6 @@ static px_cost_infeasible check_capability(px_cost_fleet *f, const px_cost_stage
     return PX_COST_OK;
 }
 
-static double runtime_bytes(const px_cost_params *p, const px_cost_device *d)
-{
-    if (!strcmp(d->backend, "cuda"))
-        return p->runtime_cuda;
-    if (!strcmp(d->backend, "emu"))
-        return p->runtime_emu;
-    return p->runtime_cpu;
-}
-
 static bool calibrated(const px_cost_params *p)
 {
     return p->mode == PX_COST_CALIBRATED && p->calibration;
@@ -448,9 +448,10 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
         if (st->head)
             mem.activations += b * (double)m->vocab * 4.0;
         /* Emulated devices run the cpu kernels and need their workspace. */
-        bool cpu_kernels = d->cls == PX_HW_CLASS_CPU || strcmp(d->backend, "cuda") != 0;
+        bool cpu_kernels =
+            d->cls == PX_HW_CLASS_CPU || !strcmp(d->backend, "cpu") || !strcmp(d->backend, "emu");
         mem.workspace = cpu_kernels ? p->workspace_cpu : p->workspace_gpu;
-        mem.runtime = runtime_bytes(p, d);
+        mem.runtime = px_cost_device_overhead(p, d) - mem.workspace;
         mem.total = mem.weights + mem.kv + mem.activations + mem.workspace + mem.runtime;
         mem.limit = d->mem_free * (1.0 - p->headroom);
         if (k == 0 || mem.total - mem.limit > e->mem.total - e->mem.limit)
@@ -460,13 +461,48 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
             est->why_stage = si;
             est->why_bytes = mem.total - mem.limit;
         }
-        if (st->kv == PX_COST_KV_HOST && e->host_bytes > d->host_mem * (1.0 - p->headroom) &&
-            est->why == PX_COST_OK) {
-            est->why = PX_COST_NO_MEMORY;
-            est->why_stage = si;
-            est->why_bytes = e->host_bytes - d->host_mem * (1.0 - p->headroom);
+    }
+}
+
+/* Host memory is a node's, not a stage's: the host KV of every stage on one
+ * node (each device's share on its own node) is summed against that node's
+ * memory.  True when a node is over its limit: *stage gets the last stage
+ * on it and *over the excess. */
+static bool host_over(const px_cost_fleet *f, const px_cost_params *p, const px_cost_stage *stages,
+                      const px_cost_stage_est *ests, uint32_t n_stages, uint32_t *stage,
+                      double *over)
+{
+    enum { CAP = PX_COST_MAX_STAGES * PX_COST_MAX_TP };
+    uint32_t node[CAP], last[CAP];
+    double bytes[CAP], limit[CAP];
+    size_t n = 0;
+    for (uint32_t i = 0; i < n_stages; i++) {
+        const px_cost_stage *st = &stages[i];
+        double share = ests[i].host_bytes / st->tp;
+        if (share <= 0)
+            continue;
+        for (uint32_t k = 0; k < st->tp; k++) {
+            const px_cost_device *d = &f->devices[st->devices[k]];
+            size_t at = 0;
+            while (at < n && node[at] != d->node)
+                at++;
+            if (at == n) {
+                node[n] = d->node;
+                bytes[n] = 0;
+                limit[n] = d->host_mem * (1.0 - p->headroom);
+                n++;
+            }
+            bytes[at] += share;
+            last[at] = i;
         }
     }
+    for (size_t j = 0; j < n; j++)
+        if (bytes[j] > limit[j]) {
+            *stage = last[j];
+            *over = bytes[j] - limit[j];
+            return true;
+        }
+    return false;
 }
 
 static px_status check_layout(const px_cost_fleet *f, const px_cost_model *m,
@@ -592,6 +628,15 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
             hop_groups[i] = pa.contention;
         }
     }
+    uint32_t host_stage;
+    double host_excess;
+    if (est->why == PX_COST_OK &&
+        host_over(f, p, pipe->stages, est->stages, pipe->n_stages, &host_stage, &host_excess)) {
+        est->why = PX_COST_NO_MEMORY;
+        est->why_stage = host_stage;
+        est->why_bytes = host_excess;
+        est->why_host = true;
+    }
     /* Hops in one contention group share it when micro-batches overlap. */
     for (uint32_t i = 0; i + 1 < pipe->n_stages; i++) {
         uint32_t share = 1;
@@ -688,6 +733,10 @@ px_cost_infeasible px_cost_stage_quick(px_cost_fleet *f, const px_cost_prefix *p
     stage_load ld;
     load_from_prefix(pre, st, &ld);
     eval_stage(f, pre->model, p, &pre->wl, st, NULL, micro_batch(&pre->wl), &ld, out, &est, 0);
+    uint32_t at;
+    double over;
+    if (est.why == PX_COST_OK && host_over(f, p, st, out, 1, &at, &over))
+        return PX_COST_NO_MEMORY;
     return est.why;
 }
 

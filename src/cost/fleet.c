@@ -2,6 +2,8 @@
  * of device-to-device routes over the hardware graph. */
 #include "base/common.h"
 
+#include <strings.h>
+
 #include "cost/cost_impl.h"
 
 /* Open-addressing map from (a, b) to a route. */
@@ -180,6 +182,34 @@ static px_status build_islands(px_cost_fleet *f, const px_hw_view *v, px_err *er
     return PX_OK;
 }
 
+const char *px_cost_default_backend(px_hw_class cls, const char *vendor)
+{
+    if (cls == PX_HW_CLASS_CPU)
+        return "cpu";
+    /* The vendor's own stack, named for what it is: plexus plans for it
+     * whether or not it can run it, and never calls it cuda unless it is. */
+    static const struct {
+        const char *vendor, *backend;
+    } by_vendor[] = {{"nvidia", "cuda"},  {"amd", "rocm"},     {"apple", "metal"},
+                     {"intel", "oneapi"}, {"google", "xla"},   {"habana", "synapse"},
+                     {"aws", "neuron"},   {"qualcomm", "qnn"}, {"huawei", "cann"}};
+    for (size_t i = 0; vendor && i < PX_ARRAY_LEN(by_vendor); i++)
+        if (!strcasecmp(vendor, by_vendor[i].vendor))
+            return by_vendor[i].backend;
+    return "unknown";
+}
+
+double px_cost_device_overhead(const px_cost_params *p, const px_cost_device *d)
+{
+    bool cpu = d->cls == PX_HW_CLASS_CPU || !strcmp(d->backend, "cpu");
+    bool emu = !strcmp(d->backend, "emu");
+    /* Emulated devices run the cpu kernels and need their workspace; any
+     * other accelerator stack holds a context like CUDA's. */
+    double workspace = cpu || emu ? p->workspace_cpu : p->workspace_gpu;
+    double runtime = emu ? p->runtime_emu : cpu ? p->runtime_cpu : p->runtime_cuda;
+    return workspace + runtime;
+}
+
 static void fill_device(px_cost_device *cd, const px_hw_view *v, uint32_t i,
                         const px_cost_params *p)
 {
@@ -191,7 +221,7 @@ static void fill_device(px_cost_device *cd, const px_hw_view *v, uint32_t i,
     memset(cd, 0, sizeof *cd);
     cd->id = d->global_id;
     cd->model = d->model ? d->model : d->catalog ? d->catalog : px_hw_class_name(d->cls);
-    cd->backend = d->backend ? d->backend : (d->cls == PX_HW_CLASS_CPU ? "cpu" : "cuda");
+    cd->backend = d->backend ? d->backend : px_cost_default_backend(d->cls, d->vendor);
     cd->node_id = node ? node->id : "";
     cd->cls = d->cls;
     cd->hw_index = i;

@@ -195,31 +195,110 @@ done:
     return st;
 }
 
+/* The memories a bound may read from: each device's own (attainable
+ * bandwidth, capacity) and, past its capacity, its node's host memory over
+ * its host link.  Every bound here is optimistic: full capacity, no
+ * headroom, every device reading at once. */
+typedef struct bound_mem {
+    double *bw, *cap;
+    size_t n;
+    double host_bw;  /* sum of the devices' host links */
+    double host_cap; /* sum of the nodes' host memory */
+    double dev_cap;  /* sum of the devices' capacity */
+    double peak;     /* sum of the best peaks */
+} bound_mem;
+
+/* The least time in which n devices, each reading at most bw[i] per second
+ * and holding at most cap[i] of the bytes, plus host links for the rest,
+ * read `bytes` bytes: the smallest t with sum min(bw t, cap) + host_bw t >=
+ * bytes.  INFINITY when the bytes cannot be held at all. */
+static double fill_time(const bound_mem *bm, double bytes)
+{
+    if (bytes <= 0)
+        return 0;
+    if (bm->dev_cap + bm->host_cap < bytes || (bm->dev_cap < bytes && bm->host_bw <= 0))
+        return INFINITY;
+    double lo = 0, hi = 1;
+    for (int i = 0; i < 200; i++) {
+        double got = bm->host_bw * hi;
+        for (size_t k = 0; k < bm->n; k++)
+            got += PX_MIN(bm->bw[k] * hi, bm->cap[k]);
+        if (got >= bytes)
+            break;
+        hi *= 2;
+    }
+    for (int it = 0; it < 100; it++) {
+        double t = (lo + hi) / 2, got = bm->host_bw * t;
+        for (size_t k = 0; k < bm->n; k++)
+            got += PX_MIN(bm->bw[k] * t, bm->cap[k]);
+        if (got >= bytes)
+            hi = t;
+        else
+            lo = t;
+    }
+    return hi;
+}
+
 void px_cost_lower_bound(const px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
                          const px_cost_workload *wl, const uint32_t *devices, size_t n_devices,
                          px_cost_bound *out)
 {
+    px_cost_lower_bound_at(f, m, p, wl, NULL, devices, n_devices, out);
+}
+
+void px_cost_lower_bound_at(const px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
+                            const px_cost_workload *wl, const px_cost_precision *fastest,
+                            const uint32_t *devices, size_t n_devices, px_cost_bound *out)
+{
     memset(out, 0, sizeof *out);
-    double bw = 0, peak = 0;
     size_t n = devices ? n_devices : f->n_devices;
+    bound_mem bm = {0};
+    bm.bw = calloc(n ? n : 1, sizeof *bm.bw);
+    bm.cap = calloc(n ? n : 1, sizeof *bm.cap);
+    uint32_t *nodes = calloc(n ? n : 1, sizeof *nodes);
+    size_t n_nodes = 0;
+    if (!bm.bw || !bm.cap || !nodes)
+        goto done;
+    double bw = 0;
     for (size_t i = 0; i < n; i++) {
         const px_cost_device *d = &f->devices[devices ? devices[i] : i];
         if (d->mem_free <= 0)
             continue;
-        bw += d->mem_bw * p->eff_mem_hi;
+        bm.bw[bm.n] = d->mem_bw * p->eff_mem_hi;
+        bm.cap[bm.n] = d->mem_free;
+        bw += bm.bw[bm.n];
+        bm.dev_cap += d->mem_free;
+        bm.n++;
+        bm.host_bw += d->host_bw;
+        bool seen = false;
+        for (size_t k = 0; k < n_nodes; k++)
+            seen |= nodes[k] == d->node;
+        if (!seen) {
+            nodes[n_nodes++] = d->node;
+            bm.host_cap += d->host_mem;
+        }
         double best = 0;
-        for (int t = 0; t < PX_HW_DTYPE_COUNT; t++)
-            if (t != PX_HW_DTYPE_INT4 && d->peak[t] > best)
-                best = d->peak[t];
-        peak += best * p->eff_compute_hi;
+        px_hw_dtype cd;
+        bool fb;
+        if (fastest) {
+            px_dtype w =
+                fastest->ffn_weights < PX_DTYPE_COUNT_ ? fastest->ffn_weights : m->weight_dtype;
+            if (px_cost_compute_dtype(d, w, fastest->activations, &cd, &fb))
+                best = d->peak[cd];
+        } else {
+            for (int t = 0; t < PX_HW_DTYPE_COUNT; t++)
+                if (t != PX_HW_DTYPE_INT4 && d->peak[t] > best)
+                    best = d->peak[t];
+        }
+        bm.peak += best * p->eff_compute_hi;
     }
-    if (bw <= 0 || peak <= 0)
-        return;
+    if (bw <= 0 || bm.peak <= 0)
+        goto done;
     double batch = PX_MAX(wl->batch, 1u);
     double T = m->dit ? m->dit_tokens : wl->context;
     double S = m->dit ? m->dit_tokens : 1.0;
     double P = PX_MAX(wl->prompt_tokens, 1u);
-    double weights = 0, kv = 0, flops = 0, pf_flops = 0;
+    double weights = 0, held = 0, kv = 0, flops = 0, pf_flops = 0;
     for (uint32_t i = 0; i < m->n_layers; i++) {
         const px_cost_layer *l = &m->layers[i];
         double ffn = l->ffn_bytes;
@@ -229,19 +308,59 @@ void px_cost_lower_bound(const px_cost_fleet *f, const px_cost_model *m, const p
             ffn = l->ffn_bytes - l->expert_bytes * l->n_experts + touched * l->expert_bytes;
         }
         weights += l->attn_bytes + ffn;
+        held += l->attn_bytes + l->ffn_bytes;
         kv += l->kv_bytes_token;
         flops += S * l->flops_token + (m->dit ? S * T : T) * l->flops_pair + l->flops_seq;
         pf_flops += P * l->flops_token + P * (P + 1) / 2 * l->flops_pair + l->flops_seq;
     }
     weights += m->head.attn_bytes;
+    held += m->head.attn_bytes;
     flops += m->head.flops_token + m->head.flops_seq;
     double kv_read = m->dit ? 0 : batch * T * kv;
-    out->tpot_mem_s = (weights + kv_read) / bw;
-    out->tpot_compute_s = batch * flops / peak;
+    /* Capacity: the bytes a step reads live in proportion to what is held;
+     * what the devices cannot hold is read over host links. */
+    double read = weights + kv_read, hold = held + kv_read;
+    double t_mem = fill_time(&bm, hold) < INFINITY && hold > 0
+                       ? fill_time(&bm, hold) * (read / hold)
+                       : (weights + kv_read) / bw;
+    out->tpot_mem_s = PX_MAX(t_mem, (weights + kv_read) / bw);
+    out->tpot_compute_s = batch * flops / bm.peak;
     out->tpot_s = PX_MAX(out->tpot_mem_s, out->tpot_compute_s);
-    out->throughput =
-        flops > 0 ? peak / flops * (m->dit ? 1.0 / PX_MAX(m->dit_steps, 1u) : 1.0) : 0;
-    out->ttft_s = m->dit ? out->tpot_s * PX_MAX(m->dit_steps, 1u) : batch * pf_flops / peak;
+    out->ttft_s = m->dit ? out->tpot_s * PX_MAX(m->dit_steps, 1u) : batch * pf_flops / bm.peak;
+    /* Throughput: the best batch the fleet's memory (devices and hosts)
+     * can hold, each step reading the weights once and every sequence's
+     * KV cache, never faster than the aggregate peak allows. */
+    double steps = m->dit ? 1.0 / PX_MAX(m->dit_steps, 1u) : 1.0;
+    double compute_cap = flops > 0 ? bm.peak / flops * steps : 0;
+    double best = 0;
+    double kv_seq = m->dit ? 0 : T * kv;
+    double b_max = kv_seq > 0 ? (bm.dev_cap + bm.host_cap - held) / kv_seq : 1e6;
+    if (b_max >= 1) {
+        for (double b = 1; b <= b_max * 1.0000001; b = b * 1.25 + 1) {
+            double bb = PX_MIN(b, b_max);
+            double t = fill_time(&bm, held + bb * kv_seq);
+            if (!(t < INFINITY))
+                break;
+            double tr =
+                (held + bb * kv_seq) > 0 ? (weights + bb * kv_seq) / (held + bb * kv_seq) : 1.0;
+            double step = PX_MAX(t * tr, bb * flops / bm.peak);
+            if (step > 0)
+                best = PX_MAX(best, bb / step * steps);
+            if (bb >= b_max)
+                break;
+        }
+        double t = fill_time(&bm, held + b_max * kv_seq);
+        if (t < INFINITY && b_max < 1e6) {
+            double step = PX_MAX(t, b_max * flops / bm.peak);
+            if (step > 0)
+                best = PX_MAX(best, b_max / step * steps);
+        }
+    }
+    out->throughput = best > 0 ? PX_MIN(best, compute_cap) : compute_cap;
+done:
+    free(bm.bw);
+    free(bm.cap);
+    free(nodes);
 }
 
 double px_cost_pipeline_bound(px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,

@@ -19,6 +19,7 @@
 
 #include "fleet/fleet_impl.h"
 #include "fleet/secret_impl.h"
+#include "fleet/ui_impl.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -268,12 +269,23 @@ json_t *px__api_body_json(const px__api_req *rq, px__api_resp *rs)
 
 /* ---- authentication ---- */
 
-typedef enum auth_need { AUTH_NONE, AUTH_USER, AUTH_NODE, AUTH_JOIN, AUTH_USER_OR_NODE } auth_need;
+/* AUTH_UI: the dashboard, which checks its session cookie itself
+ * (ui_http.c) and shows the login page to everyone else. */
+typedef enum auth_need {
+    AUTH_NONE,
+    AUTH_USER,
+    AUTH_NODE,
+    AUTH_JOIN,
+    AUTH_USER_OR_NODE,
+    AUTH_UI
+} auth_need;
 
 static auth_need need_of(const char *method, const char *url)
 {
     if (strcmp(url, "/v1/health") == 0 || strcmp(url, "/metrics") == 0)
         return AUTH_NONE;
+    if (px__ui_is(url))
+        return AUTH_UI;
     if (strcmp(url, "/v1/agent/join") == 0)
         return AUTH_JOIN;
     if (px_str_starts_with(url, "/v1/agent/"))
@@ -285,13 +297,19 @@ static auth_need need_of(const char *method, const char *url)
 
 /* Returns 0 when allowed (who filled), else the HTTP status of the reply
  * set in rs. */
-static int authorize(px_fleet_server *srv, struct MHD_Connection *conn, auth_need need,
-                     px__who *who, px__api_resp *rs)
+static int authorize(px_fleet_server *srv, struct MHD_Connection *conn, const char *method,
+                     auth_need need, px__who *who, px__api_resp *rs)
 {
     memset(who, 0, sizeof *who);
-    if (need == AUTH_NONE)
+    if (need == AUTH_NONE || need == AUTH_UI)
         return 0;
     const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (!h && need == AUTH_USER) {
+        /* The dashboard's pages call the API with their session cookie. */
+        int st = px__ui_cookie_auth(srv, conn, method, who, rs);
+        if (st >= 0)
+            return st;
+    }
     if (!h) {
         px__api_error(rs, 401,
                       "missing token: send \"Authorization: Bearer <token>\" (--token-file or "
@@ -390,13 +408,31 @@ static enum MHD_Result begin(px_fleet_server *srv, struct MHD_Connection *conn, 
     rc->slot = slot_of(conn);
     *con_cls = rc;
     set_phase(rc->slot, srv->conns, PHASE_BODY);
+    /* A replica standing by (another holds the scheduler lease) serves
+     * nothing but its metrics: clients and load balancers go to the next
+     * server, and /v1/health says why. */
+    if (!atomic_load(&srv->active) && strcmp(url, "/metrics") != 0) {
+        pthread_mutex_lock(&srv->lock);
+        bool failed = srv->failed[0] != '\0';
+        pthread_mutex_unlock(&srv->lock);
+        px__api_json(&rs, 503,
+                     json_pack("{s:s, s:s}", "status", failed ? "failed" : "standby", "error",
+                               failed ? "this server replica lost the scheduler lease and "
+                                        "stopped serving; use another server URL"
+                                      : "this server replica is standing by (another holds "
+                                        "the scheduler lease); use another server URL"));
+        count(srv, 503, rc->t0);
+        return reply(conn, &rs);
+    }
     auth_need need = need_of(method, url);
-    if (authorize(srv, conn, need, &rc->who, &rs) != 0) {
+    if (authorize(srv, conn, method, need, &rc->who, &rs) != 0) {
         count(srv, rs.status, rc->t0);
         return reply(conn, &rs);
     }
     bool upload = px__upload_is(method, url);
-    rc->limit = upload ? srv->opt.max_upload : srv->opt.max_body;
+    rc->limit = upload            ? srv->opt.max_upload
+                : need == AUTH_UI ? PX__UI_BODY_MAX
+                                  : srv->opt.max_body;
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
     unsigned long long length = cl ? strtoull(cl, NULL, 10) : 0;
     if (cl && length > rc->limit) {
@@ -467,6 +503,11 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
     } else if (rc->too_large) {
         px__api_error(&rs, 413, "%s %s: body is over the limit of %zu bytes", method, url,
                       rc->limit);
+    } else if (px__ui_is(url)) {
+        int status = 500;
+        enum MHD_Result ret = (enum MHD_Result)px__ui_serve(&rq, &status);
+        count(srv, status, rc->t0);
+        return ret;
     } else {
         pthread_mutex_lock(&srv->lock);
         px_err err;

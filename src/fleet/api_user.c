@@ -293,7 +293,7 @@ static void explain(px__api_req *rq, px__api_resp *rs, const char *id)
 }
 
 /* Appends text as valid UTF-8: bytes that are not become U+FFFD. */
-static void add_utf8(px_strbuf *sb, const unsigned char *p, size_t n)
+void px__api_add_utf8(px_strbuf *sb, const unsigned char *p, size_t n)
 {
     size_t i = 0;
     while (i < n) {
@@ -332,7 +332,7 @@ static void log_one(const px__log_chunk *c, void *ud)
     }
     x->bytes += c->len;
     px_strbuf sb = PX_STRBUF_INIT;
-    add_utf8(&sb, (const unsigned char *)c->data, c->len);
+    px__api_add_utf8(&sb, (const unsigned char *)c->data, c->len);
     json_array_append_new(x->chunks,
                           json_pack("{s:I, s:s, s:i, s:i, s:s%}", "seq", (json_int_t)c->seq,
                                     "stream", c->stream, "rank", c->rank, "attempt", c->attempt,

@@ -20,9 +20,15 @@
 #define REPLY_MAX_BYTES    (64u << 20)
 #define DOWNLOAD_MAX_BYTES (1ull << 40) /* models are gigabytes; the disk is the bound */
 
+#define MAX_SERVERS 16
+
 struct px_fleet_client {
     CURL *curl;
-    char *base; /* "http://127.0.0.1:7070", no trailing slash */
+    char *base; /* the server in use: "http://127.0.0.1:7070", no trailing slash */
+    /* Every server given ("URL,URL,..."; replicas on one store): a request
+     * the one in use cannot take goes to the next. */
+    char *servers[MAX_SERVERS];
+    int n_servers, cur;
     char *auth; /* "Authorization: Bearer ..." */
     char *ca;   /* trust only this CA file, or NULL for the system store */
     char *idem; /* "Idempotency-Key: ...", or NULL */
@@ -94,13 +100,26 @@ px_status px_fleet_client_new(const char *server_url, const char *token, px_flee
     *out = NULL;
     if (!server_url || !server_url[0])
         server_url = "http://127.0.0.1:7070";
-    if (!px_str_starts_with(server_url, "http://") && !px_str_starts_with(server_url, "https://"))
-        return px_err_set(err, PX_EINVAL,
-                          "server URL \"%s\" must start with http:// or https:// (e.g. "
-                          "http://127.0.0.1:7070)",
-                          server_url);
     if (strlen(server_url) > 2048)
         return px_err_set(err, PX_EINVAL, "server URL is longer than 2048 characters");
+    /* Several servers, comma-separated: each must be a URL. */
+    int n_servers = 0;
+    for (const char *p = server_url;; n_servers++) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (n_servers == MAX_SERVERS)
+            return px_err_set(err, PX_EINVAL, "server URLs: more than %d servers given",
+                              MAX_SERVERS);
+        if ((len < 7 || strncmp(p, "http://", 7) != 0) && (len < 8 || strncmp(p, "https://", 8)))
+            return px_err_set(err, PX_EINVAL,
+                              "server URL %d \"%.*s\" must start with http:// or https:// "
+                              "(e.g. http://127.0.0.1:7070; several servers: URL,URL)",
+                              n_servers + 1, (int)PX_MIN(len, 200), p);
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    n_servers++;
     if (!token_ok(token))
         return px_err_set(err, PX_EINVAL,
                           "the token holds a space or a non-printable character; check "
@@ -112,17 +131,31 @@ px_status px_fleet_client_new(const char *server_url, const char *token, px_flee
     px_fleet_client *c = calloc(1, sizeof *c);
     if (!c)
         return px_err_set(err, PX_ENOMEM, "out of memory");
-    c->base = px_strdup(server_url);
+    bool ok = true;
+    const char *p = server_url;
+    for (int i = 0; i < n_servers; i++) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char *u = malloc(len + 1);
+        if (!u) {
+            ok = false;
+            break;
+        }
+        memcpy(u, p, len);
+        u[len] = '\0';
+        while (len > 0 && u[len - 1] == '/')
+            u[--len] = '\0';
+        c->servers[c->n_servers++] = u;
+        p = comma ? comma + 1 : p + len;
+    }
+    c->base = c->n_servers ? c->servers[0] : NULL;
     c->auth = token && token[0] ? px_asprintf("Authorization: Bearer %s", token) : NULL;
     c->curl = curl_easy_init();
     c->timeout_ms = 30000;
-    if (!c->base || !c->curl || (token && token[0] && !c->auth)) {
+    if (!ok || !c->base || !c->curl || (token && token[0] && !c->auth)) {
         px_fleet_client_free(c);
         return px_err_set(err, PX_ENOMEM, "out of memory creating the HTTP client");
     }
-    size_t n = strlen(c->base);
-    while (n > 0 && c->base[n - 1] == '/')
-        c->base[--n] = '\0';
     *out = c;
     return PX_OK;
 }
@@ -136,7 +169,8 @@ void px_fleet_client_free(px_fleet_client *c)
     wipe_free(c->auth);
     free(c->ca);
     free(c->idem);
-    free(c->base);
+    for (int i = 0; i < c->n_servers; i++)
+        free(c->servers[i]);
     free(c);
 }
 
@@ -305,9 +339,10 @@ static size_t on_read(char *buf, size_t size, size_t nmemb, void *ud)
     return r < 0 ? CURL_READFUNC_ABORT : (size_t)r;
 }
 
-static px_status perform(px_fleet_client *c, const request *rq, long *http_status, sink *s,
-                         px_err *err)
+static px_status perform_one(px_fleet_client *c, const request *rq, long *http_status, sink *s,
+                             bool *next, px_err *err)
 {
+    *next = false;
     CURL *h = c->curl;
     curl_easy_reset(h);
     char *url = px_asprintf("%s%s", c->base, rq->path);
@@ -384,18 +419,47 @@ static px_status perform(px_fleet_client *c, const request *rq, long *http_statu
                             strerror(errno));
         else if (rc == CURLE_ABORTED_BY_CALLBACK)
             st = px_err_set(err, PX_ETIMEOUT, "%s %s: interrupted", rq->method, rq->path);
-        else
+        else {
+            /* Nothing was sent: another server may take it. */
+            *next = rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST;
             st = px_err_set(err, rc == CURLE_OPERATION_TIMEDOUT ? PX_ETIMEOUT : PX_EIO,
                             "cannot reach the plexus server at %s (%s %s): %s; check --server "
                             "or PLEXUS_SERVER and that the server runs",
                             c->base, rq->method, rq->path, curl_easy_strerror(rc));
+        }
     } else if (code < 200 || code >= 300) {
+        /* A replica standing by refuses before it reads anything. */
+        *next = code == 503 && s->body.len > 0 &&
+                (strstr(s->body.buf, "\"standby\"") || strstr(s->body.buf, "\"failed\""));
         char text[200];
         error_text(&s->body, text, sizeof text);
         st = px_err_set(err, status_for_http(code), "%s %s: server answered %ld: %s", rq->method,
                         rq->path, code, text);
     }
     free(url);
+    return st;
+}
+
+/* Sends the request to the server in use; when it cannot take it (it
+ * cannot be reached, or it is a replica standing by) and others were
+ * given, to each of them in turn, keeping the first that answers. */
+static px_status perform(px_fleet_client *c, const request *rq, long *http_status, sink *s,
+                         px_err *err)
+{
+    px_status st = PX_EIO;
+    for (int tried = 0; tried < c->n_servers; tried++) {
+        bool next = false;
+        st = perform_one(c, rq, http_status, s, &next, err);
+        if (!next || c->n_servers == 1)
+            break;
+        c->cur = (c->cur + 1) % c->n_servers;
+        c->base = c->servers[c->cur];
+        px_strbuf_reset(&s->body);
+        s->n = 0;
+        s->too_big = s->write_failed = false;
+        if (s->fd >= 0 && ftruncate(s->fd, 0) != 0)
+            break;
+    }
     return st;
 }
 

@@ -323,6 +323,15 @@ typedef struct px__store_ops {
     /* Node names an admin revoked: they cannot join again until admitted. */
     px_status (*set_revoked)(void *self, const char *node, bool revoked, px_err *err);
     px_status (*list_revoked)(void *self, px__name_cb cb, void *ud, px_err *err);
+    /* Version 3.  (optional: NULL means a store only one server opens, so
+     * always held) The scheduler lease among replicas on one database:
+     * takes it when free, or checks that it is still held; *held says
+     * which.  PX_EIO when the store was lost (and with it the lease). */
+    px_status (*lease)(void *self, bool *held, px_err *err);
+    /* (optional: NULL when every job is inserted by the scheduler) Jobs
+     * that other replicas accepted and no scheduler has taken in yet, at
+     * most max, oldest first; each is marked taken as it is handed over. */
+    px_status (*claim_jobs)(void *self, int max, px__job_cb cb, void *ud, px_err *err);
 } px__store_ops;
 
 typedef struct px__store {
@@ -335,6 +344,14 @@ typedef struct px__store {
 px_status px__store_sqlite_open(const char *path, px__store *out, px_err *err);
 /* The schema version a freshly migrated database has. */
 int px__store_sqlite_schema_version(void);
+/* Whether --store names a PostgreSQL database (postgres:// or
+ * postgresql://). */
+bool px__store_is_pg(const char *spec);
+/* Connects to the database (a libpq URI without a password: libpq reads
+ * it from ~/.pgpass or PGPASSFILE) and migrates it, one replica at a time.
+ * PX_EINVAL (a malformed URI), PX_EAUTH (a password in it), PX_EIO. */
+px_status px__store_pg_open(const char *spec, px__store *out, px_err *err);
+int px__store_pg_schema_version(void);
 /* Test seam (store_fault.c): while *px__store_fail_flag is nonzero, the
  * store of a server started after it was set refuses every write as a
  * full disk would.  NULL (always, outside tests) leaves the store alone. */
@@ -457,9 +474,17 @@ struct px_fleet_server {
     bool sched_thread_started;
     bool stopping;
     bool dirty; /* something may now be placeable */
+    /* Replicas on a shared store: whether this one holds the scheduler
+     * lease and serves (read without the lock by the HTTP front), and why
+     * it stopped serving for good (lost the lease: it must be restarted). */
+    atomic_bool active;
+    char failed[320];
+    uint64_t lease_checked_ns;
     uint64_t log_epoch;
     px__metrics metrics;
-    void *daemon; /* struct MHD_Daemon */
+    void *daemon;      /* struct MHD_Daemon */
+    json_t *incidents; /* ui_incidents.c: node-loss incidents, oldest first */
+    int incident_seq;
 };
 
 /* server_jobs.c: state transitions.  All take the server lock held.
@@ -524,6 +549,10 @@ void px__srv_touch_node(px_fleet_server *srv, size_t node);
  * credentials and revoked names from the store; generates DATA/tokens
  * when nothing else gives a token. */
 px_status px__auth_load(px_fleet_server *srv, px_err *err);
+/* Node credentials and revoked names from the store (px__auth_load does
+ * it, except on a store shared by replicas: they do it on taking the
+ * scheduler lease). */
+px_status px__auth_load_store(px_fleet_server *srv, px_err *err);
 /* Who the "Authorization: Bearer ..." value names; false when nobody
  * (constant time over every principal). */
 bool px__auth_identify(px_fleet_server *srv, const char *authorization, px__who *who);
@@ -587,6 +616,9 @@ json_t *px__api_body_json(const px__api_req *rq, px__api_resp *rs);
 /* api_user.c / api_agent.c: route a request, server lock held. */
 bool px__api_user_route(px__api_req *rq, px__api_resp *rs);
 bool px__api_agent_route(px__api_req *rq, px__api_resp *rs);
+
+/* Appends text as valid UTF-8: bytes that are not become U+FFFD. */
+void px__api_add_utf8(px_strbuf *sb, const unsigned char *p, size_t n);
 
 /* Whether the caller may see the job (its owner, or an admin). */
 bool px__api_may_see(const px__api_req *rq, const px__job_row *row);

@@ -210,8 +210,15 @@ px_status px__auth_load(px_fleet_server *srv, px_err *err)
     }
     if (st != PX_OK)
         return st;
+    /* Replicas on a shared store read the nodes' credentials when they
+     * take the scheduler lease: they may change until then. */
+    return srv->store.ops->lease ? PX_OK : px__auth_load_store(srv, err);
+}
+
+px_status px__auth_load_store(px_fleet_server *srv, px_err *err)
+{
     load_ctx c = {srv, PX_OK, err};
-    st = srv->store.ops->list_credentials(srv->store.self, load_credential, &c, err);
+    px_status st = srv->store.ops->list_credentials(srv->store.self, load_credential, &c, err);
     if (st == PX_OK)
         st = c.st;
     if (st == PX_OK)

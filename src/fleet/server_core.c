@@ -4,6 +4,7 @@
 #include "base/common.h"
 
 #include "fleet/fleet_impl.h"
+#include "fleet/ui_impl.h"
 #include "fleet/secret_impl.h"
 
 #include <dirent.h>
@@ -76,6 +77,110 @@ bool px__srv_wait(px_fleet_server *srv, uint64_t deadline_ns)
     return !srv->stopping;
 }
 
+/* ---- the scheduler lease (replicas on a shared store) ---- */
+
+#define LEASE_POLL_NS  250000000ull /* a standby tries for the lease this often */
+#define LEASE_CHECK_NS 500000000ull /* the holder checks it still holds it */
+
+static void take_in_job(const px__job_row *row, void *ud);
+
+/* Stops serving for good: the lease is gone, so another replica may be
+ * scheduling already, and nothing this one holds in memory may be acted
+ * on.  The process is expected to exit and be restarted (plexus server
+ * does, with status 75), coming back as a standby. */
+static void fence(px_fleet_server *srv, const char *why)
+{
+    atomic_store(&srv->active, false);
+    if (!srv->failed[0]) {
+        snprintf(srv->failed, sizeof srv->failed,
+                 "lost the scheduler lease (%.160s); this replica stops serving", why);
+        px_log_error("server: %s", srv->failed);
+    }
+}
+
+/* Becomes the scheduling replica: reads the state the last holder left
+ * (credentials, nodes, active jobs), then serves.  Server lock held. */
+static px_status take_over(px_fleet_server *srv, px_err *err)
+{
+    uint64_t t0 = px_now_ns();
+    pthread_rwlock_wrlock(&srv->auth_lock);
+    px_status st = px__auth_load_store(srv, err);
+    pthread_rwlock_unlock(&srv->auth_lock);
+    if (st == PX_OK)
+        st = srv->store.ops->list_nodes(srv->store.self, load_node, srv, err);
+    if (st == PX_OK)
+        st = px__srv_load(srv, err);
+    if (st != PX_OK)
+        return st;
+    /* What the last holder left unclaimed is ours now too. */
+    if (srv->store.ops->claim_jobs)
+        srv->store.ops->claim_jobs(srv->store.self, 1000000, take_in_job, srv, err);
+    srv->dirty = true;
+    atomic_store(&srv->active, true);
+    pthread_cond_broadcast(&srv->changed);
+    px_log_info("server: took the scheduler lease; serving (%zu nodes, state read in %.0f ms)",
+                srv->sched->n_nodes, (double)(px_now_ns() - t0) / 1e6);
+    return PX_OK;
+}
+
+/* Stands by until the lease is ours, then takes over; checks it is still
+ * held while serving.  False once this replica must stop serving.  Server
+ * lock held (released while waiting). */
+static bool lease_tick(px_fleet_server *srv)
+{
+    if (!srv->store.ops->lease)
+        return true;
+    if (srv->failed[0])
+        return false;
+    uint64_t now = px_now_ns();
+    bool active = atomic_load(&srv->active);
+    if (active && now - srv->lease_checked_ns < LEASE_CHECK_NS)
+        return true;
+    srv->lease_checked_ns = now;
+    bool held = false;
+    px_err err = {0};
+    px_status st = srv->store.ops->lease(srv->store.self, &held, &err);
+    if (active) {
+        if (st != PX_OK || !held)
+            fence(srv, st != PX_OK ? err.msg : "another replica holds it");
+        return !srv->failed[0];
+    }
+    if (st != PX_OK)
+        px_log_warn("server: standing by: %s", err.msg);
+    else if (held && take_over(srv, &err) != PX_OK)
+        fence(srv, err.msg);
+    return atomic_load(&srv->active);
+}
+
+/* A job another replica accepted: into the queue, as if submitted here. */
+static void take_in_job(const px__job_row *row, void *ud)
+{
+    px_fleet_server *srv = ud;
+    if (px__srv_find_job(srv, row->id))
+        return;
+    json_t *spec = json_loads(row->spec, 0, NULL);
+    px_fleet_request *req = NULL;
+    px_err err;
+    px__job_row copy;
+    if (!spec || px_fleet_request_compile(spec, &req, &err) != PX_OK ||
+        px__job_row_copy(row, &copy, &err) != PX_OK) {
+        px_log_error("fleet: job %s: stored specification unreadable; left queued", row->id);
+        json_decref(spec);
+        px_fleet_request_free(req);
+        return;
+    }
+    json_decref(spec);
+    px__job *job = px__srv_job_new(srv, &copy, req);
+    if (!job) {
+        px_fleet_request_free(req);
+        px__job_row_release(&copy);
+        return;
+    }
+    job->state = PX__JOB_QUEUED;
+    px__srv_append_job(srv, job);
+    srv->dirty = true;
+}
+
 /* ---- the scheduler thread ---- */
 
 static void *sched_main(void *arg)
@@ -83,19 +188,28 @@ static void *sched_main(void *arg)
     px_fleet_server *srv = arg;
     pthread_mutex_lock(&srv->lock);
     while (!srv->stopping) {
-        px__srv_check_leases(srv);
+        bool serving = lease_tick(srv);
+        if (serving) {
+            px__srv_check_leases(srv);
+            if (srv->store.ops->claim_jobs) {
+                px_err err;
+                if (srv->store.ops->claim_jobs(srv->store.self, 1000, take_in_job, srv, &err) !=
+                    PX_OK)
+                    px_log_warn("server: %s", err.msg);
+            }
+        }
         bool timers = false;
         double now = (double)px_now_ns();
-        for (px__job *j = srv->jobs; j && !timers; j = j->next)
+        for (px__job *j = srv->jobs; serving && j && !timers; j = j->next)
             timers = j->state == PX__JOB_QUEUED && j->not_before_ns > 0 && j->not_before_ns <= now;
-        if (srv->dirty || timers)
+        if (serving && (srv->dirty || timers))
             px__srv_schedule_pass(srv);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + TICK_NS;
+        uint64_t ns = (uint64_t)ts.tv_nsec + (serving ? TICK_NS : LEASE_POLL_NS);
         ts.tv_sec += (time_t)(ns / 1000000000ull);
         ts.tv_nsec = (long)(ns % 1000000000ull);
-        if (!srv->dirty)
+        if (!serving || !srv->dirty)
             pthread_cond_timedwait(&srv->kick, &srv->lock, &ts);
     }
     pthread_mutex_unlock(&srv->lock);
@@ -231,7 +345,14 @@ px_status px_fleet_server_start(const px_fleet_server_options *opt, px_fleet_ser
     clean_tmp(srv->tmp_dir);
     char db[PATH_MAX];
     snprintf(db, sizeof db, "%s/fleet.db", srv->data_dir);
-    if ((st = px__store_sqlite_open(db, &srv->store, err)) != PX_OK ||
+    if (o->store && !px__store_is_pg(o->store)) {
+        st = px_err_set(err, PX_EINVAL,
+                        "--store: expected postgres://USER@HOST:PORT/DATABASE (or leave "
+                        "--store out for SQLite in DATA/fleet.db)");
+        goto fail;
+    }
+    if ((st = o->store ? px__store_pg_open(o->store, &srv->store, err)
+                       : px__store_sqlite_open(db, &srv->store, err)) != PX_OK ||
         (st = px__store_wrap_faults(&srv->store, err)) != PX_OK)
         goto fail;
     if ((st = px__auth_load(srv, err)) != PX_OK)
@@ -245,13 +366,18 @@ px_status px_fleet_server_start(const px_fleet_server_options *opt, px_fleet_ser
     srv->tls = o->tls_cert != NULL;
     raise_fd_limit();
     o->token_file = o->cluster_token = o->api_token = NULL; /* borrowed: not kept */
-    o->data_dir = NULL;
+    o->data_dir = o->store = NULL;
     if ((st = px_fleet_sched_new(&srv->sched, err)) != PX_OK)
         goto fail;
-    if ((st = srv->store.ops->list_nodes(srv->store.self, load_node, srv, err)) != PX_OK)
-        goto fail;
-    if ((st = px__srv_load(srv, err)) != PX_OK)
-        goto fail;
+    /* One server on its own store serves at once; a replica on a shared
+     * store serves once it holds the scheduler lease (sched_main). */
+    if (!srv->store.ops->lease) {
+        if ((st = srv->store.ops->list_nodes(srv->store.self, load_node, srv, err)) != PX_OK)
+            goto fail;
+        if ((st = px__srv_load(srv, err)) != PX_OK)
+            goto fail;
+        atomic_store(&srv->active, true);
+    }
     if ((st = px__api_start(srv, host, srv->port, err)) != PX_OK)
         goto fail;
     o->tls_cert = o->tls_key = NULL;
@@ -274,6 +400,19 @@ uint16_t px_fleet_server_port(const px_fleet_server *srv)
     return srv->port;
 }
 
+const char *px_fleet_server_failed(px_fleet_server *srv)
+{
+    pthread_mutex_lock(&srv->lock);
+    const char *why = srv->failed[0] ? srv->failed : NULL;
+    pthread_mutex_unlock(&srv->lock);
+    return why;
+}
+
+bool px_fleet_server_serving(const px_fleet_server *srv)
+{
+    return atomic_load(&srv->active);
+}
+
 const char *px_fleet_server_url(const px_fleet_server *srv)
 {
     return srv->url;
@@ -294,6 +433,7 @@ void px_fleet_server_stop(px_fleet_server *srv)
     if (srv->sched_thread_started)
         pthread_join(srv->sched_thread, NULL);
     px__srv_free_jobs(srv);
+    px__incidents_free(srv);
     px_fleet_sched_free(srv->sched);
     if (srv->store.ops)
         srv->store.ops->close(srv->store.self);

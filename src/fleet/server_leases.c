@@ -6,6 +6,7 @@
 #include "base/common.h"
 
 #include "fleet/fleet_impl.h"
+#include "fleet/ui_impl.h"
 
 /* A job past its limit by this much more than a lease is failed by the
  * server even if its agent never stopped it. */
@@ -78,6 +79,7 @@ void px__srv_check_leases(px_fleet_server *srv)
             now - srv->last_seen_ns[i] > lease) {
             px_log_warn("fleet: node %s lost (no heartbeat for %.1f s)", name,
                         (now - srv->last_seen_ns[i]) / 1e9);
+            px__incident_node_lost(srv, i, (now - srv->last_seen_ns[i]) / 1e9);
             px_fleet_sched_set_state(srv->sched, i, PX_FLEET_NODE_OFFLINE);
             px_err err;
             if (srv->store.ops->put_node(srv->store.self, name, NULL, "offline", px_wall_time(),
@@ -97,6 +99,7 @@ void px__srv_check_leases(px_fleet_server *srv)
         }
     }
     time_limits(srv);
+    px__incidents_tick(srv);
 }
 
 static bool listed(const json_t *running, const char *id, int attempt, int rank)

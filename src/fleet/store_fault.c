@@ -164,8 +164,23 @@ static px_status f_list_revoked(void *self, px__name_cb cb, void *ud, px_err *er
     return f->inner.ops->list_revoked(f->inner.self, cb, ud, err);
 }
 
+static px_status f_lease(void *self, bool *held, px_err *err)
+{
+    faulty *f = self;
+    *held = true;
+    return f->inner.ops->lease ? f->inner.ops->lease(f->inner.self, held, err) : PX_OK;
+}
+
+static px_status f_claim_jobs(void *self, int max, px__job_cb cb, void *ud, px_err *err)
+{
+    faulty *f = self;
+    if (!f->inner.ops->claim_jobs)
+        return PX_OK;
+    return FAILING(f) ? full(f, err) : f->inner.ops->claim_jobs(f->inner.self, max, cb, ud, err);
+}
+
 static const px__store_ops faulty_ops = {
-    .version = 2,
+    .version = 3,
     .close = f_close,
     .put_node = f_put_node,
     .list_nodes = f_list_nodes,
@@ -187,6 +202,8 @@ static const px__store_ops faulty_ops = {
     .list_credentials = f_list_credentials,
     .set_revoked = f_set_revoked,
     .list_revoked = f_list_revoked,
+    .lease = f_lease,
+    .claim_jobs = f_claim_jobs,
 };
 
 px_status px__store_wrap_faults(px__store *store, px_err *err)

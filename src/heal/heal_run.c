@@ -344,13 +344,7 @@ static px_status before_step(void *ud, px_rt_executor *ex, const px_rt_step_obs 
  * never answers a shutdown), so that freeing it does not wait. */
 static void kill_workers(px_rt_executor *ex)
 {
-    const px_rt_pipeline_spec *spec = px_rt_executor_spec(ex);
-    for (uint32_t i = 0; spec && i < spec->n_stages; i++) {
-        px_rt_stage_state s = px_rt_executor_stage_health(ex, i, NULL, 0);
-        int pid = px_rt_executor_stage_pid(ex, i);
-        if (pid > 0 && s != PX_RT_STAGE_EXITED && s != PX_RT_STAGE_KILLED)
-            kill((pid_t)pid, SIGKILL);
-    }
+    px_rt_executor_kill_stages(ex);
 }
 
 static void reset_window(px_heal_run *h)
@@ -362,6 +356,41 @@ static void reset_window(px_heal_run *h)
     h->calibrated = false;
     px_heal_detector_free(h->det);
     h->det = NULL;
+}
+
+/* The envelope holds for the rows per step it was calibrated with: when
+ * a serving batch grows or shrinks past a factor of two every stage's
+ * time changes, and no fault is to blame.  Such a step (*s, just
+ * recorded) leaves the window, so the detector never sees it; once the
+ * new batch has lasted a baseline's worth of steps the window starts over
+ * with it and the envelope is calibrated again.  Returns whether *s stays
+ * in the window (*s is moved when the window starts over). */
+static bool keep_in_window(px_heal_run *h, uint32_t rows, hr_step **s)
+{
+    if (h->n_win == 1 || !h->win_rows || !rows) {
+        if (h->n_win == 1)
+            h->win_rows = rows;
+        h->off_rows_steps = 0;
+        return true;
+    }
+    if (rows <= 2 * h->win_rows && 2 * rows >= h->win_rows) {
+        h->off_rows_steps = 0;
+        return true;
+    }
+    h->n_win--;
+    if (++h->off_rows_steps < PX_MAX(h->o.detector.baseline_steps, 1u))
+        return false;
+    hr_step last = h->win[h->n_win];
+    px_log_info("heal: %u rows per step since step %" PRIu64 " (the envelope's were %u): "
+                "calibrating again",
+                rows, last.s.step, h->win_rows);
+    reset_window(h);
+    h->win[0] = last;
+    h->n_win = 1;
+    h->win_rows = rows;
+    h->off_rows_steps = 0;
+    *s = &h->win[0];
+    return true;
 }
 
 static void switched(void *ud, px_rt_executor *before, px_rt_executor *now,
@@ -670,6 +699,7 @@ static px_status after_step(void *ud, px_rt_executor *ex, const px_rt_step_obs *
     px_status st = record_step(h, obs, &s, err);
     if (st != PX_OK)
         return st;
+    bool in_window = keep_in_window(h, obs->n_rows, &s);
     if (obs->audit[0] && h->shadow) {
         h->audit_pending = false;
         if ((st = px__hr_on_audit(h, obs, v, err)) != PX_OK || v->switch_to)
@@ -680,7 +710,7 @@ static px_status after_step(void *ud, px_rt_executor *ex, const px_rt_step_obs *
             return st;
     }
     px_heal_finding f;
-    if (detect(h, &f)) {
+    if (in_window && detect(h, &f)) {
         if ((st = on_finding(h, &f, v, err)) != PX_OK || v->switch_to)
             return st;
     }

@@ -71,6 +71,10 @@ struct px_heal_run {
     /* Decode steps on the current executor since it started. */
     hr_step *win;
     size_t n_win, cap_win;
+    /* The rows per step the window's steps ran with (its first's), and
+     * how many steps in a row since ran with a batch twice as large or
+     * half as large: those are kept out of the window. */
+    uint32_t win_rows, off_rows_steps;
     uint64_t n_steps_recorded; /* all decode observations, for names */
     px_heal_envelope raw_env;
     px_heal_detector *det;

@@ -248,6 +248,7 @@ void px__hr_incident_close(px_heal_run *h, const char *outcome, double realized_
     if (!trace)
         px_json_set(json_object_get(inc, "reproducer"), "trace", json_null());
     json_array_append_new(h->incidents, inc);
+    h->sum.recorded = (uint32_t)json_array_size(h->incidents);
     json_decref(h->timeline);
     h->timeline = NULL;
     h->canary_on = false;

@@ -187,6 +187,15 @@ px_status px_ir_gguf_writer_add_str(px_ir_gguf_writer *w, const char *key, const
     return st;
 }
 
+px_status px__ir_gguf_writer_add_raw(px_ir_gguf_writer *w, const char *key, px_gguf_type t,
+                                     const void *value, size_t len, px_err *err)
+{
+    px_status st = begin_kv(w, key, t, err);
+    if (st == PX_OK)
+        put_bytes(&w->kv, value, len, &w->oom);
+    return st;
+}
+
 static uint32_t scalar_size(px_gguf_type t)
 {
     switch (t) {

@@ -88,6 +88,11 @@ typedef struct px__gguf_kv {
     const char *text;   /* short rendering for listings */
 } px__gguf_kv;
 
+/* Adds a pair whose value is already serialized (len bytes as GGUF
+ * stores a value of type t, e.g. copied from another file) (gguf_write.c). */
+px_status px__ir_gguf_writer_add_raw(px_ir_gguf_writer *w, const char *key, px_gguf_type t,
+                                     const void *value, size_t len, px_err *err);
+
 /* ---- the model ---- */
 
 #define PX__IR_NO_TENSOR UINT32_MAX

@@ -487,7 +487,9 @@ px_status px__plan_gpustack(px__plan_ctx *ctx, px__plan_layout *out, px_err *err
             }
         }
     }
-    /* 5. CPU only: the CPU with the most memory. */
+    /* 5. CPU only: the CPU with the most memory; with no CPU to fall back
+     * to, 6. every GPU, the layers split by free memory (the split its
+     * llama.cpp workers make when given them all). */
     {
         int64_t cpu = -1;
         for (uint32_t i = 0; i < f->n_devices; i++)
@@ -505,6 +507,13 @@ px_status px__plan_gpustack(px__plan_ctx *ctx, px__plan_layout *out, px_err *err
             st = px__plan_layout_push(out, &pipe, err);
             goto done;
         }
+    }
+    if (ng > 0) {
+        size_t n = PX_MIN(ng, (size_t)PX_COST_MAX_STAGES - 1);
+        memcpy(sel, gpus, ng * sizeof *sel);
+        sort_by_free(ctx, sel, ng);
+        st = llamacpp_split(ctx, sel, n, out, err);
+        goto done;
     }
     st = px_err_set(err, PX_EINFEASIBLE, "GPUStack baseline: no strategy fits");
 done:

@@ -274,6 +274,14 @@ static void reject_infeasible(px__plan_ctx *ctx, const px_cost_pipeline *p, uint
     char need[32], lim[32];
     switch (e->why) {
     case PX_COST_NO_MEMORY: {
+        if (e->why_host) {
+            px__plan_fmt_bytes(e->why_bytes, need, sizeof need);
+            px__plan_reject_add(ctx, PX__REJ_MEMORY, key, devices, NULL,
+                                "the host KV cache of the stages on %s's node exceeds its host "
+                                "memory after headroom by %s",
+                                dev, need);
+            break;
+        }
         const px_cost_mem *m = &e->stages[e->why_stage].mem;
         px__plan_fmt_bytes(m->total, need, sizeof need);
         px__plan_fmt_bytes(m->limit, lim, sizeof lim);

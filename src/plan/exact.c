@@ -1,5 +1,7 @@
 /* Exact yardsticks for the heuristic search: exhaustive enumeration of
- * ordered device subsets (each with its optimal cut by DP) on small fleets,
+ * ordered sequences of disjoint device groups (single devices and
+ * tensor-parallel groups of any devices, each sequence with its optimal
+ * cut by DP) on small fleets,
  * and a mixed-integer program (GLPK) for the bottleneck split on medium
  * ones.  They measure the heuristic's optimality gap; they never plan. */
 #include "base/common.h"
@@ -22,25 +24,34 @@ typedef struct enum_state {
     px__plan_dp_session *session;
     const uint32_t *devs;
     size_t n, max_len;
-    uint32_t order[8];
-    bool used[8];
+    px__plan_unit units[8];
+    uint32_t used; /* bitmask over devs */
     px_cost_workload wl;
     double best;
+    size_t n_layouts;
     px_status st;
     px_err *err;
 } enum_state;
 
-static void visit(enum_state *s, size_t len)
+static bool tp_ok(const px_cost_model *m, uint32_t p)
+{
+    return p <= PX_COST_MAX_TP && m->n_heads % p == 0 &&
+           (m->n_kv_heads == 0 || m->n_kv_heads % p == 0);
+}
+
+/* Every ordered sequence of disjoint groups of the devices (any group whose
+ * size divides the heads, of any devices, over whatever links join them),
+ * each with its best cut of the layers: the search's shapes and every
+ * other. */
+static void visit(enum_state *s, size_t n_units, size_t n_devs)
 {
     if (s->st != PX_OK)
         return;
-    if (len > 0) {
-        uint32_t devs[8];
-        for (size_t i = 0; i < len; i++)
-            devs[i] = s->devs[s->order[i]];
+    if (n_units > 0) {
         px_cost_pipeline pipe;
         double v;
-        px_status st = px__plan_dp_devices(s->session, devs, len, false, true, &pipe, &v, s->err);
+        s->n_layouts++;
+        px_status st = px__plan_dp_units(s->session, s->units, n_units, false, &pipe, &v, s->err);
         if (st == PX_OK) {
             px_cost_estimate *e = s->ctx->scratch;
             if (px_cost_eval_pipeline(s->ctx->fleet, s->ctx->model, s->ctx->cp, &s->wl, &pipe, NULL,
@@ -52,15 +63,29 @@ static void visit(enum_state *s, size_t len)
             return;
         }
     }
-    if (len == s->max_len)
+    if (n_devs == s->max_len || n_units == PX_ARRAY_LEN(s->units))
         return;
-    for (size_t i = 0; i < s->n; i++) {
-        if (s->used[i])
+    uint32_t all = (1u << s->n) - 1;
+    uint32_t free_mask = all & ~s->used;
+    /* Every non-empty subset of the unused devices as the next group. */
+    for (uint32_t g = free_mask; g; g = (g - 1) & free_mask) {
+        uint32_t size = (uint32_t)__builtin_popcount(g);
+        if (n_devs + size > s->max_len || !tp_ok(s->ctx->model, size))
             continue;
-        s->used[i] = true;
-        s->order[len] = (uint32_t)i;
-        visit(s, len + 1);
-        s->used[i] = false;
+        if (size > 1 && s->ctx->fleet->devices[s->devs[__builtin_ctz(g)]].cls == PX_HW_CLASS_CPU)
+            continue;
+        px__plan_unit *u = &s->units[n_units];
+        memset(u, 0, sizeof *u);
+        u->tp = 0;
+        for (uint32_t i = 0; i < s->n; i++)
+            if (g & (1u << i))
+                u->devices[u->tp++] = s->devs[i];
+        px__plan_fill_unit(s->ctx, u);
+        if (u->tp > 1)
+            u->island = (uint32_t)(s->ctx->fleet->n_islands + s->ctx->fleet->n_devices) + g;
+        s->used |= g;
+        visit(s, n_units + 1, n_devs + size);
+        s->used &= ~g;
     }
 }
 
@@ -94,7 +119,7 @@ px_status px_plan_exact(const px_plan_request *req, uint32_t max_devices, double
                     .err = err};
     st = px__plan_dp_session_new(&ctx, &s.wl, &s.session, err);
     if (st == PX_OK) {
-        visit(&s, 0);
+        visit(&s, 0, 0);
         st = s.st;
         px__plan_dp_session_free(s.session);
     }
@@ -148,11 +173,7 @@ static px_status linear_model(px__plan_ctx *ctx, const px_cost_workload *wl, lin
                                per_flops / (peak * ctx->cp->eff_compute));
         ld[i].t_head = PX_MAX(m->head.attn_bytes / (d->mem_bw * ctx->cp->eff_mem),
                               head_flops / (peak * ctx->cp->eff_compute));
-        double over =
-            (d->cls == PX_HW_CLASS_CPU ? ctx->cp->workspace_cpu : ctx->cp->workspace_gpu) +
-            (!strcmp(d->backend, "cuda")  ? ctx->cp->runtime_cuda
-             : !strcmp(d->backend, "emu") ? ctx->cp->runtime_emu
-                                          : ctx->cp->runtime_cpu);
+        double over = px_cost_device_overhead(ctx->cp, d);
         ld[i].cap = d->mem_free * (1.0 - ctx->cp->headroom) - over;
     }
     (void)err;

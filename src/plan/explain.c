@@ -206,6 +206,8 @@ json_t *px__plan_explanation(px__plan_ctx *ctx, const px__plan_result *r)
         px_plan_objective_name(ctx->req->objective), devs, wp->n_stages,
         wp->n_stages == 1 ? "" : "s", r->layout.n_replicas, r->layout.n_replicas == 1 ? "" : "s",
         r->layout.wl.batch, ctx->prec[r->layout.prec_index].label, a, r->throughput);
+    if (ctx->precision_note[0])
+        say(arr, "%s", ctx->precision_note);
     if (px__plan_layout_emulated(ctx, &r->layout))
         say(arr, "runs on emulated or simulated devices: the figures describe the emulated "
                  "hardware, not real hardware");

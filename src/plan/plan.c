@@ -426,7 +426,11 @@ static px_status evaluate_layout(px__plan_ctx *ctx, px__plan_result *r, px_err *
     r->tpot_p99 = r->mc.tpot_s.p99 * k_tpot;
     r->ttft_p50 = r->mc.ttft_s.p50 * k_ttft;
     r->ttft_p99 = r->mc.ttft_s.p99 * k_ttft;
-    px_cost_lower_bound(ctx->fleet, ctx->model, ctx->cp, &l->wl, NULL, 0, &r->bound);
+    /* Compute at the rate of the most aggressive precision the contract
+     * allowed (the last option), so the bound holds for every plan the
+     * search could have made. */
+    px_cost_lower_bound_at(ctx->fleet, ctx->model, ctx->cp, &l->wl,
+                           &ctx->prec[ctx->n_prec - 1].prec, NULL, 0, &r->bound);
     r->placed_bound_s =
         px_cost_pipeline_bound(ctx->fleet, ctx->model, ctx->cp, &l->wl, &l->replicas[0]);
     r->contract = px__plan_contract_json(ctx, l, &r->verdict);
@@ -440,21 +444,26 @@ static px_status evaluate_layout(px__plan_ctx *ctx, px__plan_result *r, px_err *
 /* ------------------------------------------------------------------ */
 
 /* Costs one baseline layout at batch w->batch; false when a replica does
- * not fit (b->why says why). */
+ * not fit (b->why says why).  A baseline is judged by its own rule: it
+ * placed by its own memory estimate, so it fails only where the memory
+ * itself runs out (no plexus headroom). */
 static bool cost_baseline(px__plan_ctx *ctx, const px__plan_layout *lay, const px_cost_workload *w,
                           px__plan_baseline *b)
 {
     b->tpot_s = b->ttft_s = b->throughput = b->usd_per_hour = b->joules_per_token = 0;
+    px_cost_params own = *ctx->cp;
+    own.headroom = 0;
     for (uint32_t i = 0; i < lay->n_replicas; i++) {
         px_cost_estimate *e = ctx->scratch;
-        if (px_cost_eval_pipeline(ctx->fleet, ctx->model, ctx->cp, w, &lay->replicas[i], NULL, e,
+        if (px_cost_eval_pipeline(ctx->fleet, ctx->model, &own, w, &lay->replicas[i], NULL, e,
                                   NULL) != PX_OK ||
             e->why != PX_COST_OK) {
             if (e->why == PX_COST_NO_MEMORY) {
                 char over[32];
                 px__plan_fmt_bytes(e->why_bytes, over, sizeof over);
                 snprintf(b->why, sizeof b->why,
-                         "its placement runs out of memory on %s (%s over the limit)",
+                         "its placement runs out of %smemory on %s (%s over its capacity)",
+                         e->why_host ? "host " : "",
                          ctx->fleet->devices[lay->replicas[i].stages[e->why_stage].devices[0]].id,
                          over);
             } else {

@@ -92,6 +92,7 @@ typedef struct px__plan_ctx {
     size_t n_evaluated;
     px_cost_estimate *scratch; /* one estimate for evaluations */
     px_strbuf notes;           /* lines for the explanation */
+    char precision_note[320];  /* why products are costed as they are ("" when plain) */
 } px__plan_ctx;
 
 typedef px_status (*px__plan_place_fn)(px__plan_ctx *ctx, px__plan_layout *out, px_err *err);
@@ -167,11 +168,11 @@ typedef struct px__plan_dp_session px__plan_dp_session;
 px_status px__plan_dp_session_new(px__plan_ctx *ctx, const px_cost_workload *wl,
                                   px__plan_dp_session **out, px_err *err);
 void px__plan_dp_session_free(px__plan_dp_session *s);
-/* Best cut of the layers over devs in this order (use_all: every device
- * holds at least one block). */
-px_status px__plan_dp_devices(px__plan_dp_session *s, const uint32_t *devs, size_t n,
-                              bool bottleneck, bool use_all, px_cost_pipeline *out, double *value,
-                              px_err *err);
+/* Best cut over explicit units in this order, each holding at least one
+ * block.  A unit of several devices needs an island no other unit of its
+ * shape shares (the stage cache is keyed by it).  PX_EINFEASIBLE. */
+px_status px__plan_dp_units(px__plan_dp_session *s, const px__plan_unit *units, size_t n,
+                            bool bottleneck, px_cost_pipeline *out, double *value, px_err *err);
 px_status px__plan_heuristic_pipe(px__plan_ctx *ctx, const px_cost_workload *wl, bool bottleneck,
                                   px_cost_pipeline *out, px_err *err);
 /* A context for a request outside px_plan_search (yardsticks). */

@@ -407,14 +407,18 @@ static json_t *bound_json(const px__plan_result *r)
 {
     double frac = r->tpot_p50 > 0 ? r->bound.tpot_s / r->tpot_p50 : 0;
     double placed = r->tpot_p50 > 0 ? r->placed_bound_s / r->tpot_p50 : 0;
-    return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:s}", "tpot_s", num(r->bound.tpot_s),
-                     "tpot_memory_s", num(r->bound.tpot_mem_s), "tpot_compute_s",
-                     num(r->bound.tpot_compute_s), "throughput_tokens_per_s",
-                     num(r->bound.throughput), "fraction", num(frac), "placed_tpot_s",
-                     num(r->placed_bound_s), "placed_fraction", num(placed), "note",
-                     "fleet bound: (weights + KV read) over the aggregate attainable bandwidth and "
-                     "2 x active parameters x batch over the aggregate peak; placed bound: the "
-                     "same stages and hops at the best efficiencies");
+    double tfrac = r->bound.throughput > 0 ? r->throughput / r->bound.throughput : 0;
+    return json_pack(
+        "{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:s}", "tpot_s", num(r->bound.tpot_s),
+        "tpot_memory_s", num(r->bound.tpot_mem_s), "tpot_compute_s", num(r->bound.tpot_compute_s),
+        "throughput_tokens_per_s", num(r->bound.throughput), "throughput_fraction", num(tfrac),
+        "fraction", num(frac), "placed_tpot_s", num(r->placed_bound_s), "placed_fraction",
+        num(placed), "note",
+        "fleet bound: the bytes a step reads over the attainable bandwidth of the memories that "
+        "can hold them (device memory first, host memory over host links past its capacity, "
+        "every device reading at once) and 2 x active parameters x batch over the aggregate "
+        "peak; throughput bound: the same at the largest batch the fleet's memory holds; placed "
+        "bound: the same stages and hops at the best efficiencies");
 }
 
 static json_t *fallbacks_json(const px__plan_ctx *ctx, const px__plan_result *r)

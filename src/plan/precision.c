@@ -101,6 +101,62 @@ static bool lowers(px_dtype from, px_dtype to)
     return px_dtype_bytes_per_elem(to) < px_dtype_bytes_per_elem(from);
 }
 
+/* Whether some usable device multiplies 16-bit operands of this dtype
+ * markedly faster than f32 (tensor cores, matrix engines). */
+static bool fleet_computes_faster_in(const px__plan_ctx *ctx, px_dtype dt)
+{
+    px_hw_dtype hw = dt == PX_DTYPE_F16 ? PX_HW_DTYPE_F16 : PX_HW_DTYPE_BF16;
+    for (uint32_t i = 0; i < ctx->fleet->n_devices; i++) {
+        const px_cost_device *d = &ctx->fleet->devices[i];
+        if (ctx->usable[i] && d->peak[hw] > 1.5 * d->peak[PX_HW_DTYPE_F32])
+            return true;
+    }
+    return false;
+}
+
+/* Without a contract: the stored precision, and where the weights are
+ * 16-bit and some device computes faster in that dtype than in f32, the
+ * option to feed the products in the weights' dtype (f32 accumulation) as
+ * such devices do, when the implied contract allows it.  The search costs
+ * both and keeps the better; the plan's precision says which. */
+static px_status compute_precision(px__plan_ctx *ctx, const px_cost_precision *stored)
+{
+    const px_cost_model *m = ctx->model;
+    px_dtype wdt = m->weight_dtype;
+    if ((wdt != PX_DTYPE_BF16 && wdt != PX_DTYPE_F16) || !lowers(stored->activations, wdt) ||
+        !fleet_computes_faster_in(ctx, wdt) || ctx->n_prec >= PX__PLAN_MAX_PREC)
+        return PX_OK;
+    px_transform t = {.kind = PX_TRANSFORM_PRECISION,
+                      .tensors = PX_TENSORS_ACTIVATIONS,
+                      .from_dtype = px_dtype_name(stored->activations),
+                      .to_dtype = px_dtype_name(wdt)};
+    char msg[320];
+    px_verdict v = judge(ctx, &t, R_ALL, msg, sizeof msg, NULL);
+    if (v == PX_VERDICT_FORBIDDEN) {
+        px__plan_reject_add(ctx, PX__REJ_CONTRACT, px_hash64("compute-16", 10), "", NULL,
+                            "%s compute on every region: %s", px_dtype_name(wdt), msg);
+        snprintf(ctx->precision_note, sizeof ctx->precision_note,
+                 "products are costed at %s rates: the implied contract (stored precision, "
+                 "deterministic) forbids feeding them in %s, the dtype these devices compute "
+                 "fastest in; a contract that allows it (--contract relaxed) costs them at the "
+                 "%s rate",
+                 px_dtype_name(stored->activations), px_dtype_name(wdt), px_dtype_name(wdt));
+        return PX_OK;
+    }
+    snprintf(ctx->precision_note, sizeof ctx->precision_note,
+             "products may be fed in %s, the dtype these devices compute fastest in: the implied "
+             "contract allows it; the plan's precision says whether the search chose it",
+             px_dtype_name(wdt));
+    px__plan_prec *o = &ctx->prec[ctx->n_prec++];
+    o->prec = *stored;
+    o->prec.activations = wdt;
+    o->verdict = v;
+    snprintf(o->label, sizeof o->label,
+             "%s compute (the devices' %s rate; stored weights, %s activations)",
+             px_dtype_name(wdt), px_dtype_name(wdt), px_dtype_name(wdt));
+    return PX_OK;
+}
+
 px_status px__plan_precisions(px__plan_ctx *ctx, px_err *err)
 {
     (void)err;
@@ -113,7 +169,7 @@ px_status px__plan_precisions(px__plan_ctx *ctx, px_err *err)
     ctx->prec[ctx->n_prec++] =
         (px__plan_prec){.prec = cur, .label = "stored", .verdict = PX_VERDICT_ALLOWED};
     if (ctx->implied_contract)
-        return PX_OK;
+        return compute_precision(ctx, &cur);
     const step steps[] = {
         {"bf16 activations", PX_TENSORS_ACTIVATIONS, R_ALL, PX_DTYPE_BF16},
         {"f16 KV cache", PX_TENSORS_KV, R_ATTN, PX_DTYPE_F16},
@@ -257,10 +313,16 @@ json_t *px__plan_contract_json(px__plan_ctx *ctx, const px__plan_layout *l, px_v
         px_json_set(o, "kv_offload", json_boolean(host_kv)))
         goto fail;
     if (ctx->implied_contract) {
+        bool computes16 = pr->activations != m->act_dtype;
         if (px_json_set(o, "name", json_string("implied")) ||
             px_json_set(o, "note",
-                        json_string("no contract given: stored precision everywhere, "
-                                    "deterministic runs")))
+                        json_string(computes16
+                                        ? "no contract given: stored weights and KV cache, "
+                                          "products fed in the weights' 16-bit dtype as the "
+                                          "devices compute (the implied deterministic contract "
+                                          "allows it), deterministic runs"
+                                        : "no contract given: stored precision everywhere, "
+                                          "deterministic runs")))
             goto fail;
     } else {
         const char *name = px_contract_name(ctx->contract);

@@ -149,6 +149,12 @@ px_status px_plan_report(const px_plan *p, px_strbuf *sb)
                    "lower bound: %s per token on the whole fleet (plan reaches %.0f%% of it); "
                    "%s on these stages (%.0f%%)\n",
                    a, 100.0 * getnum(lb, "fraction"), b, 100.0 * getnum(lb, "placed_fraction"));
+    if (strcmp(getstr(obj, "name"), "latency") && strcmp(getstr(obj, "name"), "ttft"))
+        px_strbuf_addf(sb,
+                       "throughput bound: %.4g tokens/s at the largest batch the fleet's memory "
+                       "holds (plan reaches %.0f%% of it)\n",
+                       getnum(lb, "throughput_tokens_per_s"),
+                       100.0 * getnum(lb, "throughput_fraction"));
     px_strbuf_adds(sb, "\nwhy:\n");
     const json_t *e;
     json_array_foreach(json_object_get(doc, "explanation"), i, e)

@@ -518,20 +518,15 @@ void px__plan_dp_session_free(px__plan_dp_session *s)
     free(s);
 }
 
-px_status px__plan_dp_devices(px__plan_dp_session *s, const uint32_t *devs, size_t n,
-                              bool bottleneck, bool use_all, px_cost_pipeline *out, double *value,
-                              px_err *err)
+px_status px__plan_dp_units(px__plan_dp_session *s, const px__plan_unit *units, size_t n,
+                            bool bottleneck, px_cost_pipeline *out, double *value, px_err *err)
 {
-    seq q = {.force_first = use_all};
+    seq q = {.force_first = true};
     for (size_t i = 0; i < n && q.n < PX__PLAN_SEQ_UNITS; i++)
-        q.units[q.n++] = devs[i];
-    px_status st = run_dp(s->ctx, &s->cache, s->units, &q, bottleneck, false, out, value, err);
-    if (st == PX_OK && use_all) {
-        /* The yardstick counts each ordered subset once: all must be used. */
-        uint32_t used = out->n_stages;
-        if (used != q.n)
-            st = PX_EINFEASIBLE;
-    }
+        q.units[q.n++] = (uint32_t)i;
+    px_status st = run_dp(s->ctx, &s->cache, units, &q, bottleneck, false, out, value, err);
+    if (st == PX_OK && out->n_stages != q.n)
+        st = PX_EINFEASIBLE; /* every unit must hold a block, in this order */
     return st;
 }
 

@@ -9,11 +9,13 @@
  */
 #include "base/common.h"
 
+#include "rt/quant_impl.h"
 #include "rt/rt_impl.h"
 
 bool px__rt_dtype_supported(px_dtype t)
 {
-    return t == PX_DTYPE_F32 || t == PX_DTYPE_F16 || t == PX_DTYPE_BF16 || t == PX_DTYPE_Q8_0;
+    return t == PX_DTYPE_F32 || t == PX_DTYPE_F16 || t == PX_DTYPE_BF16 || t == PX_DTYPE_Q8_0 ||
+           px__rt_quant_handles(t);
 }
 
 static inline uint16_t load_u16(const void *p)
@@ -52,7 +54,8 @@ void px__rt_dequant_row(px_dtype t, const void *row, float *dst, uint32_t k)
         break;
     }
     default:
-        PX_ASSERT(!"dtype checked at model load");
+        PX_ASSERT(px__rt_quant_handles(t));
+        px__rt_quant_dequant_row(t, row, dst, k);
     }
 }
 
@@ -76,7 +79,8 @@ double px__rt_weight_at(px_dtype t, const void *row, uint32_t i)
                (double)((const int8_t *)(blk + 2))[i % PX__RT_Q8_0_ELEMS];
     }
     default:
-        PX_ASSERT(!"dtype checked at model load");
+        PX_ASSERT(px__rt_quant_handles(t));
+        return px__rt_quant_value_at(t, row, i);
     }
 }
 
@@ -150,6 +154,11 @@ static float dot_row(px_dtype t, const uint8_t *w, uint32_t k, const float *x)
 static void matvec(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                    uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
 {
+    if (px__rt_quant_handles(t)) {
+        px__rt_quant_matvec(px__rt_quant_dot_portable, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y,
+                            ldy);
+        return;
+    }
     for (uint32_t i = i0; i < i1; i++) {
         const uint8_t *row = (const uint8_t *)w + (size_t)i * row_bytes;
         for (uint32_t r = 0; r < n_x; r++)

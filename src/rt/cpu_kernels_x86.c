@@ -11,6 +11,7 @@
  */
 #include "base/common.h"
 
+#include "rt/quant_impl.h"
 #include "rt/rt_impl.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -172,6 +173,10 @@ static void matvec(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint
                    uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
 {
     const uint8_t *wb = w;
+    if (px__rt_quant_handles(t)) {
+        px__rt_quant_matvec(px__rt_quant_dot_x86, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
+        return;
+    }
     switch (n_x) {
     case 1:
         matvec_1(t, wb, row_bytes, k, i0, i1, x, ldx, y, ldy);
@@ -192,6 +197,10 @@ static void matvec(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint
 static TGT void dequant(px_dtype t, const void *row, float *dst, uint32_t k)
 {
     const uint8_t *w = row;
+    if (px__rt_quant_handles(t)) {
+        px__rt_quant_dequant_row(t, row, dst, k);
+        return;
+    }
     if (t == PX_DTYPE_Q8_0) {
         for (uint32_t b = 0; b < k / PX__RT_Q8_0_ELEMS; b++) {
             const uint8_t *blk = w + (size_t)b * PX__RT_Q8_0_BYTES;

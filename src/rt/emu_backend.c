@@ -2,9 +2,10 @@
  * The emu backend: an emulated accelerator for hardware this machine
  * lacks.  It runs the cpu kernels (so its results are the cpu backend's,
  * bit for bit), then stretches each op's real time by its profile's
- * slowdown for the op's class, compute-bound or memory-bound, by waiting
- * out the difference: clock_nanosleep to an absolute deadline, then a busy
- * wait over the last PACE_SPIN_NS for accuracy.  The slowdowns come from
+ * slowdown for the op's class, compute-bound or memory-bound, and waits
+ * out the difference once per run of ops, as a host sees an accelerator's
+ * stream only when it synchronizes: clock_nanosleep to an absolute
+ * deadline, then a short busy wait for accuracy.  The slowdowns come from
  * the inventory (the device's "emu" member), never from the planner's cost
  * model, so that predicted against observed stays an honest comparison.
  * Buffers count against the profile's memory capacity.
@@ -20,13 +21,11 @@
 #include "rt/rt_impl.h"
 
 /* The last stretch of a wait is spun, not slept: a sleep overshoots by
- * tens of microseconds even with the timer slack lowered, and on a busy
- * host a thread that sleeps waits for a processor again when it wakes
- * (milliseconds under load), while one that spins keeps its share.  Ops
- * last microseconds to milliseconds, so waits under PACE_SLEEP_MIN_NS are
- * spun whole; longer ones sleep until PACE_SPIN_NS before the deadline. */
-#define PACE_SPIN_NS      2000000u
-#define PACE_SLEEP_MIN_NS 20000000u
+ * tens of microseconds even with the timer slack lowered.  Only that
+ * stretch: an emulated device computing is not a host thread running, and
+ * a wait spun whole would take a core from the real work beside it (the
+ * other stages, the server) on a small host. */
+#define PACE_SPIN_NS 50000u
 
 /* Linux lets a sleep end up to the thread's timer slack (50 us by
  * default) late; pacing wants it as small as it gets. */
@@ -266,7 +265,7 @@ static void wait_until(uint64_t deadline)
         slack_set = true;
     }
     uint64_t now = px_now_ns();
-    if (now + PACE_SLEEP_MIN_NS < deadline) {
+    if (now + PACE_SPIN_NS < deadline) {
         uint64_t wake = deadline - PACE_SPIN_NS;
         struct timespec ts = {.tv_sec = (time_t)(wake / 1000000000u),
                               .tv_nsec = (long)(wake % 1000000000u)};
@@ -298,6 +297,10 @@ static px_status stream_run(void *s, const px_rt_op *ops, size_t n_ops, px_rt_op
 {
     emu_stream *es = s;
     const px_rt_emu_profile *p = &es->dev->prof;
+    /* The device's clock: when the ops run so far would have finished on
+     * it.  Each op starts when both the host has run it and the device
+     * has finished the one before. */
+    uint64_t device_now = px_now_ns();
     for (size_t i = 0; i < n_ops; i++) {
         uint64_t c0 = thread_cpu_ns();
         uint64_t t0 = px_now_ns();
@@ -317,12 +320,13 @@ static px_status stream_run(void *s, const px_rt_op *ops, size_t n_ops, px_rt_op
         if (k < 1)
             k = 1;
         uint64_t target = (uint64_t)((double)real * k);
-        wait_until(t0 + target);
+        device_now = PX_MAX(device_now, t0) + target;
         /* The device's time is the stretched one; a late wake-up of a
          * busy host is the host's, not the emulated device's. */
         if (timing)
             timing[i].ns = PX_MAX(PX_MAX(target, wall), 1);
     }
+    wait_until(device_now);
     return PX_OK;
 }
 

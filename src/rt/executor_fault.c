@@ -105,6 +105,25 @@ static void sleep_ms(long ms)
  * shows it took effect, so that health read right after is the fault's. */
 static px_status signal_stage(px_rt_executor *ex, uint32_t i, int sig, px_err *err)
 {
+    if (ex->launched[i]) {
+        if (!ex->launcher->signal)
+            return px_err_set(err, PX_EUNSUPPORTED,
+                              "%s fault: stage %u was started by a launcher that cannot signal it",
+                              sig == SIGKILL ? "kill" : "stop", i);
+        if (ex->reaped[i])
+            return px_err_set(err, PX_ESTATE, "%s fault: stage %u has already ended",
+                              sig == SIGKILL ? "kill" : "stop", i);
+        px_status st = ex->launcher->signal(ex->launcher->ctx, ex->handle[i], sig, err);
+        if (st)
+            return st;
+        for (int k = 0; k < 1000; k++) {
+            px__rt_exec_reap(ex);
+            if (sig == SIGKILL ? ex->reaped[i] : px__rt_exec_stage_stopped(ex, i))
+                break;
+            sleep_ms(1);
+        }
+        return PX_OK;
+    }
     if (ex->pid[i] <= 0 || ex->reaped[i])
         return px_err_set(err, PX_ESTATE, "%s fault: stage %u (pid %d) has already ended",
                           sig == SIGKILL ? "kill" : "stop", i, (int)ex->pid[i]);
@@ -192,7 +211,7 @@ int px__rt_exec_blame(const px_rt_executor *ex, bool *stopped)
     if (exited >= 0)
         return exited;
     for (uint32_t i = 0; i < ex->spec.n_stages; i++)
-        if (ex->pid[i] > 0 && px__rt_exec_stopped(ex->pid[i])) {
+        if (px__rt_exec_stage_stopped(ex, i)) {
             *stopped = true;
             return (int)i;
         }
@@ -208,8 +227,13 @@ px_rt_stage_state px_rt_executor_stage_health(px_rt_executor *ex, uint32_t i, ch
         cap = sizeof local;
     }
     detail[0] = 0;
-    if (!ex || i >= ex->spec.n_stages || ex->pid[i] <= 0)
+    if (!ex || i >= ex->spec.n_stages || (ex->pid[i] <= 0 && !ex->launched[i]))
         return PX_RT_STAGE_RUNNING;
+    if (ex->launched[i]) {
+        int code = 0;
+        px__rt_exec_reap(ex);
+        return ex->launcher->health(ex->launcher->ctx, ex->handle[i], &code, detail, cap);
+    }
     px__rt_exec_reap(ex);
     if (ex->reaped[i]) {
         int s = ex->wstatus[i];
@@ -225,6 +249,31 @@ px_rt_stage_state px_rt_executor_stage_health(px_rt_executor *ex, uint32_t i, ch
         return PX_RT_STAGE_STOPPED;
     }
     return PX_RT_STAGE_RUNNING;
+}
+
+void px_rt_executor_kill_stages(px_rt_executor *ex)
+{
+    if (!ex)
+        return;
+    px__rt_exec_reap(ex);
+    for (uint32_t i = 0; i < ex->spec.n_stages; i++) {
+        if (ex->reaped[i])
+            continue;
+        if (ex->launched[i]) {
+            if (!ex->launcher->signal ||
+                ex->launcher->signal(ex->launcher->ctx, ex->handle[i], SIGKILL, NULL) != PX_OK) {
+                /* It cannot be signalled: end it and count it killed. */
+                ex->launcher->stop(ex->launcher->ctx, ex->handle[i]);
+                ex->launched[i] = false;
+                ex->handle[i] = NULL;
+                ex->reaped[i] = true;
+                ex->wstatus[i] = SIGKILL;
+                ex->reap_order[i] = ++ex->n_reaped;
+            }
+        } else if (ex->pid[i] > 0) {
+            kill(ex->pid[i], SIGKILL);
+        }
+    }
 }
 
 int px_rt_executor_culprit(px_rt_executor *ex)

@@ -31,7 +31,12 @@ struct px_rt_executor {
     int step_timeout_ms; /* the wait for a step's result; 0: timeout_ms */
     char dir[64];
     char addr[PX_RT_MAX_STAGES + 1][128]; /* stage i's; [n]: the executor's return */
-    pid_t pid[PX_RT_MAX_STAGES];
+    pid_t pid[PX_RT_MAX_STAGES];          /* 0 for stages a launcher started */
+    const px_rt_launcher *launcher;       /* NULL: the executor's own workers */
+    bool launched[PX_RT_MAX_STAGES];      /* the launcher started it */
+    void *handle[PX_RT_MAX_STAGES];       /* the launcher's */
+    uint8_t secret[PX_RT_SECRET_MAX];
+    size_t secret_len;
     int wstatus[PX_RT_MAX_STAGES];
     bool reaped[PX_RT_MAX_STAGES];
     uint32_t reap_order[PX_RT_MAX_STAGES]; /* 1, 2, ...: the order workers ended in */
@@ -77,6 +82,8 @@ uint64_t px__rt_exec_rx_time(const px_rt_executor *ex);
 void px__rt_exec_reap(px_rt_executor *ex);
 /* Whether /proc says the process is stopped (executor_run.c). */
 bool px__rt_exec_stopped(pid_t pid);
+/* Whether stage i is stopped: its process, or what its launcher says. */
+bool px__rt_exec_stage_stopped(const px_rt_executor *ex, uint32_t i);
 /* Asks every stage for its description again (executor_run.c). */
 px_status px__rt_exec_gather_info(px_rt_executor *ex, px_err *err);
 /* The stage to blame: the first killed by a signal, else the first that

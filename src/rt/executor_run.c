@@ -7,6 +7,7 @@
  */
 #include "base/common.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -17,10 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "rt/executor_impl.h"
 
 #define DEFAULT_TIMEOUT_MS 10000
-#define MAX_ARGS           48
 
 /* ------------------------------------------------------------------ */
 /* Workers                                                             */
@@ -32,9 +34,27 @@ static const char *stage_device(const px_rt_executor *ex, uint32_t i)
     return s->device[0] ? s->device : s->backend;
 }
 
+/* A launched stage that ended is reaped as a child would be: its wait
+ * status made from what the launcher says. */
+static void reap_launched(px_rt_executor *ex, uint32_t i)
+{
+    int code = 0;
+    char detail[8];
+    px_rt_stage_state s =
+        ex->launcher->health(ex->launcher->ctx, ex->handle[i], &code, detail, sizeof detail);
+    if (s != PX_RT_STAGE_KILLED && s != PX_RT_STAGE_EXITED)
+        return;
+    ex->reaped[i] = true;
+    ex->wstatus[i] =
+        s == PX_RT_STAGE_KILLED ? (code > 0 && code < 0x7f ? code : SIGKILL) : (code & 0xff) << 8;
+    ex->reap_order[i] = ++ex->n_reaped;
+}
+
 static void reap(px_rt_executor *ex, bool block)
 {
     for (uint32_t i = 0; i < ex->spec.n_stages; i++) {
+        if (ex->launched[i] && !ex->reaped[i])
+            reap_launched(ex, i);
         if (ex->pid[i] <= 0 || ex->reaped[i])
             continue;
         int status;
@@ -47,14 +67,27 @@ static void reap(px_rt_executor *ex, bool block)
     }
 }
 
+/* Where stage i runs, for messages: "pid 4242", or for a launched stage
+ * the address it listens on. */
+static const char *stage_where(const px_rt_executor *ex, uint32_t i, char *buf, size_t cap)
+{
+    if (ex->launched[i] || ex->pid[i] <= 0)
+        snprintf(buf, cap, "launched, at %s", ex->addr[i]);
+    else
+        snprintf(buf, cap, "pid %d", (int)ex->pid[i]);
+    return buf;
+}
+
 /* Appends why stage i ended, if it did, to sb. */
 static bool describe_exit(const px_rt_executor *ex, uint32_t i, px_strbuf *sb)
 {
     if (!ex->reaped[i])
         return false;
     int s = ex->wstatus[i];
-    px_strbuf_addf(sb, "stage %u (%s%s, pid %d) ", i, stage_device(ex, i),
-                   ex->spec.stages[i].emulated ? ", emulated" : "", (int)ex->pid[i]);
+    char where[160];
+    px_strbuf_addf(sb, "stage %u (%s%s, %s) ", i, stage_device(ex, i),
+                   ex->spec.stages[i].emulated ? ", emulated" : "",
+                   stage_where(ex, i, where, sizeof where));
     if (WIFSIGNALED(s))
         px_strbuf_addf(sb, "died: killed by signal %d (%s)", WTERMSIG(s), strsignal(WTERMSIG(s)));
     else
@@ -76,6 +109,60 @@ bool px__rt_exec_stopped(pid_t pid)
     /* "pid (comm) S ...": the state follows the last ')'. */
     const char *close = strrchr(buf, ')');
     return close && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
+}
+
+bool px__rt_exec_stage_stopped(const px_rt_executor *ex, uint32_t i)
+{
+    if (ex->launched[i]) {
+        int code;
+        char detail[8];
+        return ex->launcher->health(ex->launcher->ctx, ex->handle[i], &code, detail,
+                                    sizeof detail) == PX_RT_STAGE_STOPPED;
+    }
+    return ex->pid[i] > 0 && px__rt_exec_stopped(ex->pid[i]);
+}
+
+/* What /proc says of the stage workers: the processor time they have
+ * used together (ns), and whether one of them is stopped or runnable. */
+typedef struct stage_activity {
+    uint64_t cpu_ns;
+    bool stopped, runnable;
+} stage_activity;
+
+static stage_activity stages_activity(const px_rt_executor *ex)
+{
+    stage_activity a = {0};
+    long tick = sysconf(_SC_CLK_TCK);
+    for (uint32_t i = 0; i < ex->spec.n_stages; i++) {
+        char path[64], buf[512];
+        if (ex->launched[i]) {
+            /* Another machine's: only its launcher knows. */
+            a.stopped |= px__rt_exec_stage_stopped(ex, i);
+            continue;
+        }
+        if (ex->pid[i] <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)ex->pid[i]);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        /* "pid (comm) S ppid ... utime stime": fields 3, 14 and 15. */
+        const char *p = strrchr(buf, ')');
+        if (!p || p[1] != ' ')
+            continue;
+        char state = p[2];
+        a.stopped |= state == 'T' || state == 't';
+        a.runnable |= state == 'R' || state == 'D';
+        unsigned long long utime = 0, stime = 0;
+        if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
+                   &stime) == 2 &&
+            tick > 0)
+            a.cpu_ns += (utime + stime) * (1000000000ull / (unsigned long long)tick);
+    }
+    return a;
 }
 
 /* Turns a failure of the ring into a message naming the stage that died
@@ -114,11 +201,12 @@ static px_status ring_failed(px_rt_executor *ex, px_status st, px_err *err)
         /* A worker that answers nothing may be stopped (SIGSTOP, a
          * debugger): name it rather than the hop that timed out. */
         uint32_t i = (uint32_t)culprit;
+        char where[160];
         px_err_set(err, PX_ETIMEOUT,
-                   "stage %u (%s%s, pid %d) is stopped and answers "
+                   "stage %u (%s%s, %s) is stopped and answers "
                    "nothing; the pipeline timed out (%s)",
                    i, stage_device(ex, i), ex->spec.stages[i].emulated ? ", emulated" : "",
-                   (int)ex->pid[i], why);
+                   stage_where(ex, i, where, sizeof where), why);
         return PX_ETIMEOUT;
     }
     /* Otherwise a stage's own error frame, or the timeout naming the
@@ -157,61 +245,100 @@ static px_status pick_tcp_ports(px_rt_executor *ex, px_err *err)
     return st;
 }
 
-static px_status spawn(px_rt_executor *ex, uint32_t i, px_err *err)
+/* The options of stage i's worker (its strings borrow ex and prof). */
+static px_status stage_opts(px_rt_executor *ex, uint32_t i, px_strbuf *prof, px_rt_worker_opts *o,
+                            px_err *err)
 {
     const px_rt_stage_spec *s = &ex->spec.stages[i];
-    char stage[16], layers[48], threads[16], tmo[16], seqs[16], ctx[16], rows[16], kvb[16], kvs[16];
-    snprintf(stage, sizeof stage, "%u", i);
-    if (s->layer_begin == s->layer_end)
-        snprintf(layers, sizeof layers, "none@%u", s->layer_begin);
-    else
-        snprintf(layers, sizeof layers, "%u-%u", s->layer_begin, s->layer_end - 1);
-    snprintf(threads, sizeof threads, "%u", ex->n_threads);
-    snprintf(tmo, sizeof tmo, "%d", ex->timeout_ms);
-    snprintf(seqs, sizeof seqs, "%u", ex->max_seqs);
-    snprintf(ctx, sizeof ctx, "%u", ex->context);
-    snprintf(rows, sizeof rows, "%u", ex->max_rows);
-    snprintf(kvb, sizeof kvb, "%u", ex->kv_blocks);
-    snprintf(kvs, sizeof kvs, "%u", ex->kv_block_size);
-    px_strbuf prof = PX_STRBUF_INIT;
     if (!strcmp(s->backend, "emu")) {
-        px_status st = px_rt_emu_profile_format(&s->emu, &prof, err);
+        px_status st = px_rt_emu_profile_format(&s->emu, prof, err);
         if (st)
             return st;
     }
-    const char *argv[MAX_ARGS];
-    int n = 0;
-    argv[n++] = ex->worker_bin;
-    argv[n++] = "worker";
-    argv[n++] = "--stage", argv[n++] = stage;
-    argv[n++] = "--model", argv[n++] = ex->model_path;
-    argv[n++] = "--layers", argv[n++] = layers;
-    if (s->embedding)
-        argv[n++] = "--embedding";
-    if (s->head)
-        argv[n++] = "--head";
-    argv[n++] = "--backend", argv[n++] = s->backend;
-    if (prof.len)
-        argv[n++] = "--emu-profile", argv[n++] = prof.buf;
-    if (s->device[0])
-        argv[n++] = "--device", argv[n++] = s->device;
-    argv[n++] = "--threads", argv[n++] = threads;
-    argv[n++] = "--listen", argv[n++] = ex->addr[i];
-    argv[n++] = "--next",
-    argv[n++] = ex->addr[i + 1 < ex->spec.n_stages ? i + 1 : PX_RT_MAX_STAGES];
-    argv[n++] = "--timeout-ms", argv[n++] = tmo;
-    argv[n++] = "--max-seqs", argv[n++] = seqs;
-    argv[n++] = "--context", argv[n++] = ctx;
-    argv[n++] = "--batch-tokens", argv[n++] = rows;
-    argv[n++] = "--kv-blocks", argv[n++] = kvb;
-    argv[n++] = "--kv-block-size", argv[n++] = kvs;
-    argv[n] = NULL;
+    *o = (px_rt_worker_opts){
+        .stage = i,
+        .model_path = ex->model_path,
+        .layer_begin = s->layer_begin,
+        .layer_end = s->layer_end,
+        .embedding = s->embedding,
+        .head = s->head,
+        .backend = s->backend,
+        .emu_profile = prof->len ? prof->buf : NULL,
+        .device_name = s->device,
+        .n_threads = ex->n_threads,
+        .listen = ex->addr[i],
+        .next = ex->addr[i + 1 < ex->spec.n_stages ? i + 1 : PX_RT_MAX_STAGES],
+        .timeout_ms = ex->timeout_ms,
+        .max_seqs = ex->max_seqs,
+        .context = ex->context,
+        .max_batch_tokens = ex->max_rows,
+        .kv_blocks = ex->kv_blocks,
+        .kv_block_size = ex->kv_block_size,
+        .secret = ex->secret_len ? ex->secret : NULL,
+        .secret_len = ex->secret_len,
+        .announce = ex->launcher != NULL,
+    };
+    return PX_OK;
+}
+
+/* Starts stage i through the launcher; its address goes to ex->addr[i]. */
+static px_status launch(px_rt_executor *ex, uint32_t i, px_err *err)
+{
+    px_strbuf prof = PX_STRBUF_INIT;
+    px_rt_worker_opts o;
+    px_rt_worker_argv av = {0};
+    /* The launcher puts an address of its machine in place of this. */
+    px_strlcpy(ex->addr[i], "tcp:127.0.0.1:0", sizeof ex->addr[i]);
+    px_status st = stage_opts(ex, i, &prof, &o, err);
+    if (st == PX_OK)
+        st = px_rt_worker_args_build(&o, "plexus", &av, err);
+    char addr[128] = "";
+    if (st == PX_OK) {
+        void *h = NULL;
+        st = ex->launcher->start(ex->launcher->ctx, i, &av, ex->secret, ex->secret_len, addr,
+                                 sizeof addr, &h, err);
+        ex->handle[i] = st == PX_OK ? h : NULL;
+        ex->launched[i] = ex->handle[i] != NULL;
+        if (st)
+            px_err_prefix(err, st, "stage %u (%s): ", i, stage_device(ex, i));
+    }
+    if (st == PX_OK && (st = px_rt_addr_check(addr, err)) != PX_OK)
+        px_err_prefix(err, st, "stage %u: the launcher reported ", i);
+    if (st == PX_OK)
+        px_strlcpy(ex->addr[i], addr, sizeof ex->addr[i]);
+    px_rt_worker_args_release(&av);
+    px_strbuf_release(&prof);
+    return st;
+}
+
+static px_status spawn(px_rt_executor *ex, uint32_t i, px_err *err)
+{
+    px_strbuf prof = PX_STRBUF_INIT;
+    px_rt_worker_opts o;
+    px_rt_worker_argv av = {0};
+    px_status st = stage_opts(ex, i, &prof, &o, err);
+    if (st == PX_OK)
+        st = px_rt_worker_args_build(&o, ex->worker_bin, &av, err);
+    px_strbuf_release(&prof);
+    if (st)
+        return st;
+    /* The secret reaches the worker on a pipe to its standard input. */
+    int in[2] = {-1, -1};
+    if (ex->secret_len && pipe2(in, O_CLOEXEC) != 0) {
+        px_rt_worker_args_release(&av);
+        return px_err_set(err, PX_EIO, "stage %u: pipe: %s", i, strerror(errno));
+    }
     pid_t parent = getpid();
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
-        px_strbuf_release(&prof);
-        return px_err_set(err, PX_EIO, "stage %u: fork: %s", i, strerror(errno));
+        int e = errno;
+        if (in[0] >= 0) {
+            close(in[0]);
+            close(in[1]);
+        }
+        px_rt_worker_args_release(&av);
+        return px_err_set(err, PX_EIO, "stage %u: fork: %s", i, strerror(e));
     }
     if (pid == 0) {
         /* A worker must not outlive its executor, and takes signals
@@ -222,14 +349,30 @@ static px_status spawn(px_rt_executor *ex, uint32_t i, px_err *err)
         sigprocmask(SIG_SETMASK, &none, NULL);
         if (getppid() != parent)
             _exit(126);
-        execv(ex->worker_bin, (char *const *)argv);
+        if (in[0] >= 0 && dup2(in[0], 0) != 0)
+            _exit(126);
+        execv(ex->worker_bin, av.argv);
         static const char msg[] = "plexus worker: cannot execute the plexus binary\n";
         ssize_t w = write(2, msg, sizeof msg - 1);
         (void)w;
         _exit(127);
     }
-    px_strbuf_release(&prof);
+    px_rt_worker_args_release(&av);
     ex->pid[i] = pid;
+    if (in[0] >= 0) {
+        close(in[0]);
+        char hex[2 * PX_RT_SECRET_MAX + 2];
+        px_rt_secret_hex(ex->secret, ex->secret_len, hex);
+        size_t n = strlen(hex);
+        hex[n++] = '\n';
+        /* At most 130 bytes: within the pipe's buffer, never blocks. */
+        ssize_t w = write(in[1], hex, n);
+        OPENSSL_cleanse(hex, sizeof hex);
+        close(in[1]);
+        if (w != (ssize_t)n)
+            return px_err_set(err, PX_EIO, "stage %u: cannot hand the secret to the worker: %s", i,
+                              w < 0 ? strerror(errno) : "short write");
+    }
     return PX_OK;
 }
 
@@ -247,9 +390,9 @@ static px_status join_ring(px_rt_executor *ex, px_err *err)
     px_digest_hex(&d, hex);
     snprintf(mine.model, sizeof mine.model, "sha256:%s", hex);
     uint32_t n = ex->spec.n_stages;
-    char peer[160];
-    snprintf(peer, sizeof peer, "stage %u (%s, pid %d)", n - 1, stage_device(ex, n - 1),
-             (int)ex->pid[n - 1]);
+    char peer[320], where[160];
+    snprintf(peer, sizeof peer, "stage %u (%s, %s)", n - 1, stage_device(ex, n - 1),
+             stage_where(ex, n - 1, where, sizeof where));
     /* Workers open the model before they connect: allow them the timeout
      * to do so, polling for one that gave up. */
     uint64_t deadline = px_now_ns() + (uint64_t)ex->timeout_ms * 1000000u;
@@ -277,13 +420,16 @@ static px_status join_ring(px_rt_executor *ex, px_err *err)
         return st;
     px_rt_conn_set_timeout(ex->last, ex->timeout_ms);
     px_rt_hello theirs;
-    if ((st = px_rt_hello_server(ex->last, &mine, &theirs, err)) != PX_OK)
+    if ((st = px_rt_conn_set_secret(ex->last, ex->secret, ex->secret_len, err)) != PX_OK ||
+        (st = px_rt_hello_server(ex->last, &mine, &theirs, err)) != PX_OK)
         return st;
-    snprintf(peer, sizeof peer, "stage 0 (%s, pid %d)", stage_device(ex, 0), (int)ex->pid[0]);
+    snprintf(peer, sizeof peer, "stage 0 (%s, %s)", stage_device(ex, 0),
+             stage_where(ex, 0, where, sizeof where));
     if ((st = px_rt_conn_connect(ex->addr[0], ex->timeout_ms, peer, &ex->first, err)) != PX_OK)
         return st;
     px_rt_conn_set_timeout(ex->first, ex->timeout_ms);
-    if ((st = px_rt_hello_client(ex->first, &mine, &theirs, err)) != PX_OK)
+    if ((st = px_rt_conn_set_secret(ex->first, ex->secret, ex->secret_len, err)) != PX_OK ||
+        (st = px_rt_hello_client(ex->first, &mine, &theirs, err)) != PX_OK)
         return st;
     return px__rt_exec_rx_start(ex, err);
 }
@@ -296,8 +442,28 @@ static px_status recv_last(px_rt_executor *ex, px_rt_frame_type want, px_rt_fram
     /* A step's result may have a tighter deadline than the transport's
      * (px_rt_executor_set_step_timeout): a hung stage is found sooner. */
     bool step = want == PX_RT_FRAME_RESULT && ex->step_timeout_ms > 0;
-    px_status st =
-        px__rt_exec_rx_take(ex, want, step ? ex->step_timeout_ms : ex->timeout_ms, h, p, err);
+    px_status st;
+    if (!step) {
+        st = px__rt_exec_rx_take(ex, want, ex->timeout_ms, h, p, err);
+    } else {
+        /* Past the step's deadline a stage that still works (it used the
+         * processor since, or waits for one) is slow, not stuck: on a
+         * busy host that is the host's doing.  It gets another deadline,
+         * up to the transport's; a stopped one, or one that did nothing,
+         * is stuck. */
+        stage_activity a0 = stages_activity(ex);
+        int waited = 0;
+        for (;;) {
+            st = px__rt_exec_rx_take(ex, want, ex->step_timeout_ms, h, p, err);
+            waited += ex->step_timeout_ms;
+            if (st != PX_ETIMEOUT || waited >= ex->timeout_ms)
+                break;
+            stage_activity a1 = stages_activity(ex);
+            if (a1.stopped || (a1.cpu_ns == a0.cpu_ns && !a1.runnable))
+                break;
+            a0 = a1;
+        }
+    }
     if (st)
         return st;
     if (h->type == PX_RT_FRAME_ERROR && want != PX_RT_FRAME_ERROR)
@@ -399,30 +565,72 @@ px_status px_rt_executor_new(const px_rt_pipeline_spec *spec, const px_rt_execut
         st = px_err_set(err, PX_ENOMEM, "executor: out of memory");
         goto fail;
     }
-    if (opts->transport == PX_RT_TRANSPORT_TCP) {
-        if ((st = pick_tcp_ports(ex, err)) != PX_OK)
-            goto fail;
-        px_strlcpy(ex->addr[PX_RT_MAX_STAGES], ex->addr[spec->n_stages],
-                   sizeof ex->addr[PX_RT_MAX_STAGES]);
-    } else {
-        px_strlcpy(ex->dir, "/tmp/plexus-run-XXXXXX", sizeof ex->dir);
-        if (!mkdtemp(ex->dir)) {
-            ex->dir[0] = 0;
-            st = px_err_set(err, PX_EIO,
-                            "executor: cannot create a folder for the sockets under "
-                            "/tmp: %s",
-                            strerror(errno));
+    ex->launcher = opts->launcher;
+    if (ex->launcher && (!ex->launcher->start || !ex->launcher->health || !ex->launcher->stop)) {
+        st = px_err_set(err, PX_EINVAL, "executor: a launcher needs start, health and stop");
+        goto fail;
+    }
+    if (opts->secret_len) {
+        if (!opts->secret || opts->secret_len < PX_RT_SECRET_MIN ||
+            opts->secret_len > PX_RT_SECRET_MAX) {
+            st = px_err_set(err, PX_EINVAL, "executor: a secret of %zu bytes (%d to %d)",
+                            opts->secret_len, PX_RT_SECRET_MIN, PX_RT_SECRET_MAX);
             goto fail;
         }
-        for (uint32_t i = 0; i < spec->n_stages; i++)
-            snprintf(ex->addr[i], sizeof ex->addr[i], "unix:%s/stage-%u.sock", ex->dir, i);
-        snprintf(ex->addr[PX_RT_MAX_STAGES], sizeof ex->addr[0], "unix:%s/executor.sock", ex->dir);
-    }
-    if ((st = px_rt_listener_new(ex->addr[PX_RT_MAX_STAGES], &ex->ret, err)) != PX_OK)
-        goto fail;
-    for (uint32_t i = 0; i < spec->n_stages; i++)
-        if ((st = spawn(ex, i, err)) != PX_OK)
+        memcpy(ex->secret, opts->secret, opts->secret_len);
+        ex->secret_len = opts->secret_len;
+    } else if (ex->launcher || opts->transport == PX_RT_TRANSPORT_TCP) {
+        /* Any local process can reach a TCP port: the workers answer only
+         * the executor's ring. */
+        if ((st = px_rt_secret_new(ex->secret, err)) != PX_OK)
             goto fail;
+        ex->secret_len = PX_RT_SECRET_BYTES;
+    }
+    if (ex->launcher) {
+        const char *ret = opts->listen ? opts->listen : "tcp:127.0.0.1:0";
+        if (!px_str_starts_with(ret, "tcp:")) {
+            st = px_err_set(err, PX_EINVAL,
+                            "executor: listen address \"%.100s\": with a launcher the "
+                            "executor listens on tcp:A.B.C.D:PORT",
+                            ret);
+            goto fail;
+        }
+        if ((st = px_rt_listener_new(ret, &ex->ret, err)) != PX_OK)
+            goto fail;
+        px_strlcpy(ex->addr[PX_RT_MAX_STAGES], px_rt_listener_address(ex->ret), sizeof ex->addr[0]);
+        /* The last stage first: each worker's next hop already listens. */
+        for (uint32_t k = spec->n_stages; k-- > 0;)
+            if ((st = launch(ex, k, err)) != PX_OK) {
+                st = ring_failed(ex, st, err);
+                goto fail;
+            }
+    } else {
+        if (opts->transport == PX_RT_TRANSPORT_TCP) {
+            if ((st = pick_tcp_ports(ex, err)) != PX_OK)
+                goto fail;
+            px_strlcpy(ex->addr[PX_RT_MAX_STAGES], ex->addr[spec->n_stages],
+                       sizeof ex->addr[PX_RT_MAX_STAGES]);
+        } else {
+            px_strlcpy(ex->dir, "/tmp/plexus-run-XXXXXX", sizeof ex->dir);
+            if (!mkdtemp(ex->dir)) {
+                ex->dir[0] = 0;
+                st = px_err_set(err, PX_EIO,
+                                "executor: cannot create a folder for the sockets under "
+                                "/tmp: %s",
+                                strerror(errno));
+                goto fail;
+            }
+            for (uint32_t i = 0; i < spec->n_stages; i++)
+                snprintf(ex->addr[i], sizeof ex->addr[i], "unix:%s/stage-%u.sock", ex->dir, i);
+            snprintf(ex->addr[PX_RT_MAX_STAGES], sizeof ex->addr[0], "unix:%s/executor.sock",
+                     ex->dir);
+        }
+        if ((st = px_rt_listener_new(ex->addr[PX_RT_MAX_STAGES], &ex->ret, err)) != PX_OK)
+            goto fail;
+        for (uint32_t i = 0; i < spec->n_stages; i++)
+            if ((st = spawn(ex, i, err)) != PX_OK)
+                goto fail;
+    }
     if ((st = join_ring(ex, err)) != PX_OK || (st = px__rt_exec_gather_info(ex, err)) != PX_OK) {
         st = ring_failed(ex, st, err);
         goto fail;
@@ -454,16 +662,23 @@ void px_rt_executor_free(px_rt_executor *ex)
         reap(ex, false);
         bool all = true;
         for (uint32_t i = 0; i < ex->spec.n_stages; i++)
-            all &= ex->pid[i] <= 0 || ex->reaped[i];
+            all &= (ex->pid[i] <= 0 && !ex->launched[i]) || ex->reaped[i];
         if (all)
             break;
         struct timespec ts = {0, 10 * 1000000};
         nanosleep(&ts, NULL);
     }
-    for (uint32_t i = 0; i < ex->spec.n_stages; i++)
+    for (uint32_t i = 0; i < ex->spec.n_stages; i++) {
         if (ex->pid[i] > 0 && !ex->reaped[i])
             kill(ex->pid[i], SIGKILL);
+        if (ex->launched[i]) {
+            ex->launcher->stop(ex->launcher->ctx, ex->handle[i]);
+            ex->launched[i] = false;
+            ex->handle[i] = NULL;
+        }
+    }
     reap(ex, true);
+    OPENSSL_cleanse(ex->secret, sizeof ex->secret);
     px_rt_listener_free(ex->ret);
     if (ex->dir[0]) {
         for (uint32_t i = 0; i < ex->spec.n_stages; i++)
@@ -486,7 +701,12 @@ void px_rt_executor_set_faults(px_rt_executor *ex, const px_rt_link_faults *f)
 
 int px_rt_executor_stage_pid(const px_rt_executor *ex, uint32_t i)
 {
-    return ex && i < ex->spec.n_stages ? (int)ex->pid[i] : -1;
+    return ex && i < ex->spec.n_stages && !ex->launched[i] ? (int)ex->pid[i] : -1;
+}
+
+void *px_rt_executor_stage_handle(const px_rt_executor *ex, uint32_t i)
+{
+    return ex && i < ex->spec.n_stages && ex->launched[i] ? ex->handle[i] : NULL;
 }
 
 const px_rt_device_props *px_rt_executor_stage_device(const px_rt_executor *ex, uint32_t i)

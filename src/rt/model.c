@@ -25,9 +25,11 @@ static px_status check_weight(const px_ir_model *ir, const px_ir_tensor *t, cons
                           "]; the hyper-parameters need [%" PRIu64 ", %" PRIu64 "]",
                           path, t->name, t->ne[0], t->ne[1], ne0, matrix ? ne1 : 1);
     if (matrix ? !px__rt_dtype_supported(t->dtype) : t->dtype != PX_DTYPE_F32)
-        return px_err_set(err, PX_EUNSUPPORTED, "%s: tensor %s is %s; the runtime runs %s", path,
-                          t->name, px_dtype_name(t->dtype),
-                          matrix ? "f32, f16, bf16 and q8_0 matrices" : "f32 norms and biases");
+        return px_err_set(
+            err, PX_EUNSUPPORTED, "%s: tensor %s is %s; the runtime runs %s", path, t->name,
+            px_dtype_name(t->dtype),
+            matrix ? "f32, f16, bf16, q8_0, q4_0, q5_0, q2_k, q3_k, q4_k, q5_k and q6_k matrices"
+                   : "f32 norms and biases");
     /* The kernels index rows by nb[1]; make sure they stay in the data. */
     uint64_t need;
     if (matrix && (__builtin_mul_overflow(t->nb[1], t->ne[1], &need) || need > t->n_bytes))

@@ -14,6 +14,8 @@ const char *px__rt_conn_peer(const px_rt_conn *c);
 /* Shuts the socket down both ways: a thread blocked reading it wakes with
  * PX_EPEER (transport_conn.c). */
 void px__rt_conn_shutdown(px_rt_conn *c);
+/* The connection's secret (px_rt_conn_set_secret), NULL when none. */
+const uint8_t *px__rt_conn_secret(const px_rt_conn *c, size_t *len);
 
 /* Payloads are little-endian structs copied with memcpy. */
 

@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "rt/pipeline_impl.h"
 
 #define DEFAULT_TIMEOUT_MS 10000
@@ -40,6 +42,8 @@ struct px_rt_conn {
     uint64_t faults_t0; /* when the faults were set: the intermittent clock */
     px_rng fault_rng;   /* loss and flip draws */
     bool broken;
+    uint8_t secret[PX_RT_SECRET_MAX]; /* the deployment's; the hello proves it */
+    size_t secret_len;
     uint64_t frames_out, bytes_out, frames_in, bytes_in;
 };
 
@@ -80,19 +84,39 @@ static px_status parse_addr(const char *addr, parsed_addr *out, px_err *err)
             char *end;
             errno = 0;
             unsigned long port = strtoul(colon + 1, &end, 10);
-            if (!errno && end != colon + 1 && !*end && port <= 65535 &&
-                (!strcmp(h, "127.0.0.1") || !strcmp(h, "localhost"))) {
+            bool port_ok = !errno && end != colon + 1 && !*end && colon[1] >= '0' &&
+                           colon[1] <= '9' && port <= 65535;
+            struct in_addr ia;
+            /* inet_pton takes exactly four dotted decimals: no names, no
+             * shorthand forms, nothing after. */
+            bool host_ok = !strcmp(h, "localhost") || inet_pton(AF_INET, h, &ia) == 1;
+            if (port_ok && host_ok) {
                 out->in.sin_family = AF_INET;
                 out->in.sin_port = htons((uint16_t)port);
-                out->in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+                out->in.sin_addr.s_addr =
+                    strcmp(h, "localhost") ? ia.s_addr : htonl(INADDR_LOOPBACK);
                 return PX_OK;
             }
         }
     }
     return px_err_set(err, PX_EINVAL,
-                      "address \"%.200s\": use unix:PATH or tcp:127.0.0.1:PORT "
-                      "(the transport joins processes on one machine)",
+                      "address \"%.200s\": use unix:PATH or tcp:A.B.C.D:PORT (a numeric "
+                      "IPv4 address and a port from 0 to 65535)",
                       addr);
+}
+
+px_status px_rt_addr_check(const char *addr, px_err *err)
+{
+    parsed_addr pa;
+    return parse_addr(addr, &pa, err);
+}
+
+bool px_rt_addr_is_local(const char *addr)
+{
+    parsed_addr pa;
+    if (parse_addr(addr, &pa, NULL) != PX_OK)
+        return false;
+    return pa.is_unix || (ntohl(pa.in.sin_addr.s_addr) >> 24) == 127;
 }
 
 static void socket_options(int fd, bool is_unix)
@@ -149,7 +173,9 @@ px_status px_rt_listener_new(const char *addr, px_rt_listener **out, px_err *err
         struct sockaddr_in got;
         socklen_t n = sizeof got;
         getsockname(l->fd, (struct sockaddr *)&got, &n);
-        snprintf(l->address, sizeof l->address, "tcp:127.0.0.1:%u", ntohs(got.sin_port));
+        char ip[INET_ADDRSTRLEN] = "0.0.0.0";
+        (void)inet_ntop(AF_INET, &got.sin_addr, ip, sizeof ip);
+        snprintf(l->address, sizeof l->address, "tcp:%s:%u", ip, ntohs(got.sin_port));
     }
     socket_options(l->fd, true);
     *out = l;
@@ -257,8 +283,31 @@ void px_rt_conn_free(px_rt_conn *c)
         return;
     if (c->fd >= 0)
         close(c->fd);
+    OPENSSL_cleanse(c->secret, sizeof c->secret);
     free(c->buf);
     free(c);
+}
+
+px_status px_rt_conn_set_secret(px_rt_conn *c, const uint8_t *secret, size_t len, px_err *err)
+{
+    if (len == 0) {
+        OPENSSL_cleanse(c->secret, sizeof c->secret);
+        c->secret_len = 0;
+        return PX_OK;
+    }
+    if (!secret || len < PX_RT_SECRET_MIN || len > PX_RT_SECRET_MAX)
+        return px_err_set(err, PX_EINVAL,
+                          "connection to %s: a secret of %zu bytes; it must hold %d to %d bytes",
+                          c->peer, len, PX_RT_SECRET_MIN, PX_RT_SECRET_MAX);
+    memcpy(c->secret, secret, len);
+    c->secret_len = len;
+    return PX_OK;
+}
+
+const uint8_t *px__rt_conn_secret(const px_rt_conn *c, size_t *len)
+{
+    *len = c->secret_len;
+    return c->secret_len ? c->secret : NULL;
 }
 
 void px_rt_conn_set_timeout(px_rt_conn *c, int timeout_ms)

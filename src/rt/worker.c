@@ -9,6 +9,7 @@
  */
 #include "base/common.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "rt/pipeline_impl.h"
@@ -144,14 +145,14 @@ static px_status connect_ring(worker *w, px_err *err)
     px_status st = model_digest(o->model_path, mine.model, err);
     if (st)
         return st;
-    if ((st = px_rt_listener_new(o->listen, &w->listener, err)) != PX_OK)
-        return st;
     char peer[64];
     snprintf(peer, sizeof peer, "the next hop after stage %u", o->stage);
     px_rt_hello theirs;
     if ((st = px_rt_conn_connect(o->next, tmo, peer, &w->down, err)) != PX_OK)
         return st;
     px_rt_conn_set_timeout(w->down, tmo);
+    if ((st = px_rt_conn_set_secret(w->down, o->secret, o->secret_len, err)) != PX_OK)
+        return st;
     if ((st = px_rt_hello_client(w->down, &mine, &theirs, err)) != PX_OK)
         return st;
     if (theirs.stage != UINT32_MAX && theirs.layer_begin != o->layer_end)
@@ -163,6 +164,8 @@ static px_status connect_ring(worker *w, px_err *err)
     if ((st = px_rt_listener_accept(w->listener, tmo, peer, &w->up, err)) != PX_OK)
         return st;
     px_rt_conn_set_timeout(w->up, tmo);
+    if ((st = px_rt_conn_set_secret(w->up, o->secret, o->secret_len, err)) != PX_OK)
+        return st;
     if ((st = px_rt_hello_server(w->up, &mine, &theirs, err)) != PX_OK)
         return st;
     if (theirs.stage != UINT32_MAX && theirs.layer_end != o->layer_begin)
@@ -444,8 +447,31 @@ px_status px_rt_worker_run(const px_rt_worker_opts *o, px_err *err)
     if (o->stage >= PX_RT_MAX_STAGES)
         return px_err_set(err, PX_EINVAL, "worker: stage %u (at most %d stages)", o->stage,
                           PX_RT_MAX_STAGES);
+    /* Whoever reaches a worker can drive it: one that others can reach
+     * must only answer its deployment's peers. */
+    if (!px_rt_addr_is_local(o->listen) && o->secret_len == 0)
+        return px_err_set(err, PX_EAUTH,
+                          "worker: refusing to listen on %s without a secret: an address "
+                          "other machines reach needs the deployment's secret "
+                          "(--secret-stdin)",
+                          o->listen);
     worker w = {.o = o};
-    px_status st = setup(&w, err);
+    /* Listen first: a launcher learns the address at once, and the
+     * previous hop may connect while the model loads. */
+    snprintf(w.label, sizeof w.label, "stage %u (pid %d)", o->stage, (int)getpid());
+    px_status st = px_rt_listener_new(o->listen, &w.listener, err);
+    if (st == PX_OK && o->announce) {
+        printf("listening %s\n", px_rt_listener_address(w.listener));
+        fflush(stdout);
+        /* Nobody reads further: the launcher may close its end. */
+        int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (null >= 0) {
+            (void)dup2(null, 1);
+            close(null);
+        }
+    }
+    if (st == PX_OK)
+        st = setup(&w, err);
     if (st == PX_OK)
         st = connect_ring(&w, err);
     if (st == PX_OK)

@@ -48,7 +48,29 @@ static json_t *stages_of(px__srv_replica *r)
     return a;
 }
 
-/* Copies what /health and /metrics show, under the lock. */
+/* Says on stderr what the healing loop did, one line a record from the
+ * `seen`th on: what was found, where, and what was done about it. */
+static void log_incidents(const px__srv_replica *r, const json_t *inc, uint32_t seen)
+{
+    for (size_t i = seen; i < json_array_size(inc); i++) {
+        const json_t *o = json_array_get(inc, i);
+        const json_t *sig = json_object_get(o, "signature");
+        const json_t *choice = json_object_get(o, "choice");
+        const json_t *rto = json_object_get(o, "rto_s");
+        char rto_text[48] = "not restored yet";
+        if (json_is_number(rto))
+            snprintf(rto_text, sizeof rto_text, "RTO %.3f s", json_number_value(rto));
+        const char *label = json_string_value(json_object_get(choice, "label"));
+        fprintf(stderr, "plexus serve: replica %u: incident %s (%s, %s): %s; %s%s; %s\n", r->index,
+                json_string_value(json_object_get(o, "id")),
+                json_string_value(json_object_get(o, "kind")),
+                json_string_value(json_object_get(sig, "class")),
+                json_string_value(json_object_get(sig, "evidence")), label ? "chose: " : "",
+                label ? label : "no change", rto_text);
+    }
+}
+
+/* Copies what /health, /metrics and /incidents show, under the lock. */
 static void refresh(px__srv_replica *r, bool stages)
 {
     px_rt_engine_metrics em;
@@ -57,12 +79,21 @@ static void refresh(px__srv_replica *r, bool stages)
     if (r->heal)
         px_heal_run_get_summary(r->heal, &hs);
     json_t *st = stages ? stages_of(r) : NULL;
+    json_t *inc = NULL;
+    if (r->heal && hs.recorded != r->heal_sum.recorded) {
+        inc = px_heal_run_incidents(r->heal);
+        log_incidents(r, inc, r->heal_sum.recorded);
+    }
     pthread_mutex_lock(&r->srv->mu);
     r->em = em;
     r->heal_sum = hs;
     if (st) {
         json_decref(r->stages);
         r->stages = st;
+    }
+    if (inc) {
+        json_decref(r->incidents);
+        r->incidents = inc;
     }
     pthread_mutex_unlock(&r->srv->mu);
 }
@@ -353,6 +384,7 @@ void px_serve_free(px_serve *s)
         px_heal_run_free(r->heal);
         px_rt_session_free(r->session);
         json_decref(r->stages);
+        json_decref(r->incidents);
     }
     free(s->reps);
     px_serve_chat_template_free(s->tmpl);
@@ -364,6 +396,24 @@ void px_serve_free(px_serve *s)
     free(s->model_path);
     pthread_mutex_destroy(&s->mu);
     free(s);
+}
+
+json_t *px__srv_incidents_json(px_serve *s)
+{
+    json_t *data = json_array();
+    pthread_mutex_lock(&s->mu);
+    for (uint32_t i = 0; i < s->n_reps && data; i++) {
+        const json_t *inc = s->reps[i].incidents;
+        for (size_t k = 0; k < json_array_size(inc); k++) {
+            json_t *o = json_deep_copy(json_array_get(inc, k));
+            if (o && !json_object_set_new(o, "replica", json_integer(i)))
+                json_array_append_new(data, o);
+            else
+                json_decref(o);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return data ? json_pack("{s:s, s:o}", "object", "list", "data", data) : NULL;
 }
 
 json_t *px__srv_status_json(px_serve *s)

@@ -18,6 +18,7 @@ typedef enum route {
     ROUTE_MODELS,
     ROUTE_COMPLETIONS,
     ROUTE_CHAT,
+    ROUTE_INCIDENTS,
     ROUTE_NOT_FOUND,
     ROUTE_METHOD,
 } route;
@@ -36,6 +37,7 @@ static route route_of(const char *method, const char *url)
     } table[] = {
         {"/health", "GET", ROUTE_HEALTH},
         {"/metrics", "GET", ROUTE_METRICS},
+        {"/incidents", "GET", ROUTE_INCIDENTS},
         {"/v1/models", "GET", ROUTE_MODELS},
         {"/v1/completions", "POST", ROUTE_COMPLETIONS},
         {"/v1/chat/completions", "POST", ROUTE_CHAT},
@@ -117,6 +119,8 @@ static int dispatch(px_serve *s, struct MHD_Connection *conn, http_ctx *c, const
         return reply_json(s, conn, c->route, 200, px__srv_status_json(s));
     case ROUTE_METRICS:
         return reply_text(conn, 200, "text/plain; version=0.0.4", px__srv_metrics_text(s));
+    case ROUTE_INCIDENTS:
+        return reply_json(s, conn, c->route, 200, px__srv_incidents_json(s));
     case ROUTE_MODELS: {
         const char *ids[1] = {s->model_name};
         char *body = px_serve_models_json(ids, 1, s->created, "plexus");
@@ -138,7 +142,7 @@ static int dispatch(px_serve *s, struct MHD_Connection *conn, http_ctx *c, const
     }
     return refuse(s, conn, c->route, PX_SERVE_ERR_NOT_FOUND,
                   "no route %s (GET /v1/models, POST /v1/completions, POST "
-                  "/v1/chat/completions, GET /health, GET /metrics)",
+                  "/v1/chat/completions, GET /health, GET /metrics, GET /incidents)",
                   url);
 }
 

@@ -56,7 +56,8 @@ typedef struct px__srv_replica {
     /* Under the server's lock, refreshed by the engine thread. */
     char failure[256];
     px_heal_run_summary heal_sum;
-    json_t *stages; /* the stages that run now: device, backend, emulated, pid */
+    json_t *stages;    /* the stages that run now: device, backend, emulated, pid */
+    json_t *incidents; /* plexus.incident/1 records so far (the heal run's copy) */
     px_rt_engine_metrics em;
 } px__srv_replica;
 
@@ -97,6 +98,8 @@ px__srv_replica *px__srv_pick(px_serve *s);
 void px__srv_release(px__srv_replica *r);
 /* The server's state as JSON (for GET /health). */
 json_t *px__srv_status_json(px_serve *s);
+/* {"object": "list", "data": [records with "replica" added]}. */
+json_t *px__srv_incidents_json(px_serve *s);
 
 /* ---- server_http.c ---- */
 px_status px__srv_http_start(px_serve *s, px_err *err);

@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 
 #include "base/common.h"
+#include "pg_harness.h"
 #include "plexus/fleet.h"
 
 #include <arpa/inet.h>
@@ -49,8 +50,8 @@ typedef struct fh_fleet {
     char join[600];   /* the join token, in a private file */
     char shared[600]; /* a folder every job may write (1777), for files the test reads */
     char ca[600];     /* with TLS: the CA clients and agents trust ("" without) */
-    const char *extra_server_args[8]; /* more `plexus server` options, NULL-ended */
-    char url[64];
+    const char *extra_server_args[12]; /* more `plexus server` options, NULL-ended */
+    char url[256];                     /* the server, or several (URL,URL,...) */
     int port;
     double lease_s;
     fh_proc server;
@@ -262,7 +263,7 @@ static inline void fh_write_private(const char *path, const char *text)
 static inline void fh_fleet_prepare(fh_fleet *f, const char *name, double lease_s)
 {
     fh_install_cleanup();
-    const char *extra[8];
+    const char *extra[12];
     memcpy(extra, f->extra_server_args, sizeof extra);
     memset(f, 0, sizeof *f);
     memcpy(f->extra_server_args, extra, sizeof extra);
@@ -290,9 +291,63 @@ static inline void fh_fleet_prepare(fh_fleet *f, const char *name, double lease_
     setenv("PLEXUS_TOKEN", FH_USER_TOKEN, 1);
 }
 
+/* With PX_TEST_STORE=postgres, the fleet's server keeps its state in a
+ * fresh database of a PostgreSQL server the test process starts (once):
+ * the same suites then run on both stores.  The URI is f->store ("" on
+ * SQLite). */
+static pg_harness fh_pg;
+static int fh_pg_state; /* 0 not tried, 1 up, -1 unavailable */
+static char fh_store_uri[8][256];
+static int fh_n_store_uri;
+
+static inline bool fh_on_postgres(void)
+{
+    const char *s = getenv("PX_TEST_STORE");
+    return s && strcmp(s, "postgres") == 0;
+}
+
+static inline const char *fh_pg_database(void)
+{
+    if (fh_pg_state == 0) {
+        fh_pg_state = pg_harness_start(&fh_pg) ? 1 : -1;
+        if (fh_pg_state < 0)
+            fprintf(stderr, "SKIP: PostgreSQL: %s\n", fh_pg.why);
+    }
+    if (fh_pg_state < 0 || fh_n_store_uri == 8)
+        return NULL;
+    char name[32];
+    snprintf(name, sizeof name, "fleet_%d", fh_n_store_uri);
+    char *uri = pg_harness_database(&fh_pg, name);
+    if (!uri)
+        fail_msg("cannot create the PostgreSQL database %s", name);
+    snprintf(fh_store_uri[fh_n_store_uri], sizeof fh_store_uri[0], "%s", uri);
+    free(uri);
+    return fh_store_uri[fh_n_store_uri++];
+}
+
+/* Adds --store URI to the server's options when the suite runs on
+ * PostgreSQL; false (the test should skip) when PostgreSQL cannot run. */
+static inline bool fh_use_store(fh_fleet *f)
+{
+    if (!fh_on_postgres())
+        return true;
+    const char *uri = fh_pg_database();
+    if (!uri)
+        return false;
+    int n = 0;
+    while (n < 6 && f->extra_server_args[n])
+        n++;
+    f->extra_server_args[n] = "--store";
+    f->extra_server_args[n + 1] = uri;
+    f->extra_server_args[n + 2] = NULL;
+    return true;
+}
+
 static inline void fh_fleet_start(fh_fleet *f, const char *name, double lease_s)
 {
     fh_fleet_prepare(f, name, lease_s);
+    if (!fh_use_store(f))
+        skip();
     fh_start_server(f);
 }
 

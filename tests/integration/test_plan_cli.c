@@ -164,10 +164,14 @@ static void test_plan_cli_lists_link_fallbacks_under_device_fallbacks(void **sta
     json_t *doc;
     px_err perr;
     px_assert_ok(px_json_parse(a, strlen(a), "plan", NULL, &doc, &perr), &perr);
-    /* One answer per hop of the four-stage pipeline. */
+    /* One answer per hop of the pipeline and per tensor-parallel group. */
     size_t n_stages = json_array_size(json_object_get(doc, "stages"));
     assert_true(n_stages >= 2);
-    assert_int_equal(json_array_size(json_object_get(doc, "link_fallbacks")), n_stages - 1);
+    size_t hops = n_stages - 1, k;
+    const json_t *stage;
+    json_array_foreach(json_object_get(doc, "stages"), k, stage) hops +=
+        json_integer_value(json_object_get(stage, "tensor_parallel")) > 1;
+    assert_int_equal(json_array_size(json_object_get(doc, "link_fallbacks")), hops);
     json_decref(doc);
     free(a);
     free(b);

@@ -6,6 +6,8 @@
  * /health and /metrics.  Skipped without ../shared or the OpenAI client. */
 #include "serve_harness.h"
 
+#include "plexus/heal.h"
+
 #define N_NEW "48"
 
 static const char *prompts[] = {"Once upon a time",  "The cat sat", "A big red ball",  "Lily",
@@ -90,6 +92,17 @@ static void test_killed_stage_mid_stream_keeps_every_stream(void **state)
     if (!(incidents >= 1) || !(recoveries >= 1))
         fail_msg("replica 0: %g incidents, %g recoveries", incidents, recoveries);
     free(m);
+    /* ...and its record says what happened and what was done. */
+    char *inc = sh_curl(&srv, "GET", "/incidents", NULL, true, &st, NULL);
+    assert_int_equal(st, 200);
+    json_t *doc = json_loads(inc, 0, NULL);
+    json_t *first = json_array_get(json_object_get(doc, "data"), 0);
+    assert_non_null(first);
+    assert_string_equal(json_string_value(json_object_get(first, "schema")), "plexus.incident/1");
+    assert_int_equal(json_integer_value(json_object_get(first, "replica")), 0);
+    assert_true(px_heal_incident_complete(first, NULL));
+    json_decref(doc);
+    free(inc);
     h = sh_curl(&srv, "GET", "/health", NULL, true, &st, NULL);
     px_assert_contains(h, "\"status\":\"ok\"");
     free(h);

@@ -211,6 +211,51 @@ static void test_cost_kv_on_host_is_slower_and_frees_device_memory(void **state)
     teardown_fixture(&fx);
 }
 
+/* Host memory belongs to a node: two stages on one node that each keep a
+ * KV cache within the node's memory, but not both together, do not fit. */
+static void test_cost_host_kv_is_summed_per_node(void **state)
+{
+    (void)state;
+    fixture fx;
+    setup_fixture(&fx, fleet_json(true, "100 Gbit/s", "5 us", "2 us"), "llama-3-8b",
+                  PX_DTYPE_COUNT_);
+    fx.wl.context = 65536;
+    fx.wl.batch = 1;
+    px_cost_pipeline p = two_stages(&fx, dev(&fx, "n1.gpu0"), dev(&fx, "n1.gpu1"), 16);
+    p.stages[0].kv = p.stages[1].kv = PX_COST_KV_HOST;
+    px_cost_estimate *e = eval(&fx, &p);
+    assert_int_equal(e->why, PX_COST_OK);
+    double per_seq = PX_MAX(e->stages[0].host_bytes, e->stages[1].host_bytes);
+    double limit = fx.fleet->devices[dev(&fx, "n1.gpu0")].host_mem * (1.0 - fx.params.headroom);
+    assert_true(per_seq > 0 && limit > 0);
+    fx.wl.batch = (uint32_t)ceil(0.6 * limit / per_seq);
+    e = eval(&fx, &p);
+    /* Each stage alone is within the node's memory; together they are not. */
+    assert_true(e->stages[0].host_bytes <= limit && e->stages[1].host_bytes <= limit);
+    assert_true(e->stages[0].host_bytes + e->stages[1].host_bytes > limit);
+    assert_int_equal(e->why, PX_COST_NO_MEMORY);
+    assert_true(e->why_host);
+    assert_true(e->why_bytes > 0);
+    /* Half the batch fits both. */
+    fx.wl.batch /= 2;
+    e = eval(&fx, &p);
+    assert_int_equal(e->why, PX_COST_OK);
+    teardown_fixture(&fx);
+}
+
+/* A device that names no backend is planned for its vendor's stack. */
+static void test_cost_default_backend_follows_the_vendor(void **state)
+{
+    (void)state;
+    assert_string_equal(px_cost_default_backend(PX_HW_CLASS_GPU, "nvidia"), "cuda");
+    assert_string_equal(px_cost_default_backend(PX_HW_CLASS_GPU, "AMD"), "rocm");
+    assert_string_equal(px_cost_default_backend(PX_HW_CLASS_GPU, "apple"), "metal");
+    assert_string_equal(px_cost_default_backend(PX_HW_CLASS_GPU, "intel"), "oneapi");
+    assert_string_equal(px_cost_default_backend(PX_HW_CLASS_GPU, NULL), "unknown");
+    assert_string_equal(px_cost_default_backend(PX_HW_CLASS_GPU, "acme"), "unknown");
+    assert_string_equal(px_cost_default_backend(PX_HW_CLASS_CPU, "amd"), "cpu");
+}
+
 static void test_cost_falls_back_to_a_supported_dtype(void **state)
 {
     (void)state;
@@ -305,6 +350,32 @@ static void test_cost_uncertainty_is_seeded_and_ordered(void **state)
     teardown_fixture(&fx);
 }
 
+/* A model larger than the fleet's device memory: the bound reads what the
+ * devices cannot hold over host links, so it lies well above the bytes
+ * over the aggregate bandwidth, yet below a placement that spills the KV
+ * cache; the throughput bound is finite and below the compute ceiling. */
+static void test_cost_lower_bound_counts_capacity(void **state)
+{
+    (void)state;
+    fixture fx;
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-70b", PX_DTYPE_COUNT_);
+    px_cost_bound bound;
+    px_cost_lower_bound(fx.fleet, fx.model, &fx.params, &fx.wl, NULL, 0, &bound);
+    double bw = 0;
+    for (uint32_t i = 0; i < fx.fleet->n_devices; i++)
+        if (fx.fleet->devices[i].mem_free > 0)
+            bw += fx.fleet->devices[i].mem_bw * fx.params.eff_mem_hi;
+    double naive = fx.model->total_bytes / bw;
+    assert_true(bound.tpot_mem_s > 1.5 * naive);
+    assert_true(isfinite(bound.tpot_s));
+    assert_true(bound.throughput > 0 && isfinite(bound.throughput));
+    fx.wl.batch = 64;
+    px_cost_bound big;
+    px_cost_lower_bound(fx.fleet, fx.model, &fx.params, &fx.wl, NULL, 0, &big);
+    assert_true(big.tpot_s >= bound.tpot_s);
+    teardown_fixture(&fx);
+}
+
 static void test_cost_lower_bound_is_below_every_prediction(void **state)
 {
     (void)state;
@@ -350,6 +421,32 @@ static void test_cost_stage_quick_matches_pipeline_eval(void **state)
     assert_true(fabs(q.mem.total - e->stages[0].mem.total) <= 1e-6 * e->stages[0].mem.total);
     px_cost_prefix_release(&pre);
     teardown_fixture(&fx);
+}
+
+static void test_cost_block_quantized_weights_run_int8_products(void **state)
+{
+    (void)state;
+    px_cost_device d = {0};
+    d.peak[PX_HW_DTYPE_F32] = 1e12;
+    px_hw_dtype cd;
+    bool fb;
+    /* Without int8: the activations' dtype, as before. */
+    assert_true(px_cost_compute_dtype(&d, PX_DTYPE_Q4_K, PX_DTYPE_F32, &cd, &fb));
+    assert_int_equal(cd, PX_HW_DTYPE_F32);
+    assert_false(fb);
+    d.peak[PX_HW_DTYPE_INT8] = 4e12;
+    static const px_dtype blocks[] = {PX_DTYPE_Q4_0, PX_DTYPE_Q5_0, PX_DTYPE_Q2_K, PX_DTYPE_Q3_K,
+                                      PX_DTYPE_Q4_K, PX_DTYPE_Q5_K, PX_DTYPE_Q6_K};
+    for (size_t i = 0; i < PX_ARRAY_LEN(blocks); i++) {
+        assert_true(px_cost_compute_dtype(&d, blocks[i], PX_DTYPE_F32, &cd, &fb));
+        assert_int_equal(cd, PX_HW_DTYPE_INT8);
+        assert_false(fb);
+    }
+    /* Q8_0 and float weights multiply f32 activations in float. */
+    assert_true(px_cost_compute_dtype(&d, PX_DTYPE_Q8_0, PX_DTYPE_F32, &cd, &fb));
+    assert_int_equal(cd, PX_HW_DTYPE_F32);
+    assert_true(px_cost_compute_dtype(&d, PX_DTYPE_BF16, PX_DTYPE_F32, &cd, &fb));
+    assert_int_equal(cd, PX_HW_DTYPE_F32);
 }
 
 static void test_cost_refuses_bad_parameters_and_layouts(void **state)
@@ -402,13 +499,17 @@ int main(void)
         cmocka_unit_test(test_cost_memory_is_itemized_and_sums),
         cmocka_unit_test(test_cost_refuses_model_larger_than_memory),
         cmocka_unit_test(test_cost_kv_on_host_is_slower_and_frees_device_memory),
+        cmocka_unit_test(test_cost_host_kv_is_summed_per_node),
+        cmocka_unit_test(test_cost_default_backend_follows_the_vendor),
         cmocka_unit_test(test_cost_falls_back_to_a_supported_dtype),
         cmocka_unit_test(test_cost_slow_link_adds_transfer_time),
         cmocka_unit_test(test_cost_allreduce_grows_with_link_latency),
         cmocka_unit_test(test_cost_money_energy_and_reliability),
         cmocka_unit_test(test_cost_uncertainty_is_seeded_and_ordered),
+        cmocka_unit_test(test_cost_lower_bound_counts_capacity),
         cmocka_unit_test(test_cost_lower_bound_is_below_every_prediction),
         cmocka_unit_test(test_cost_stage_quick_matches_pipeline_eval),
+        cmocka_unit_test(test_cost_block_quantized_weights_run_int8_products),
         cmocka_unit_test(test_cost_refuses_bad_parameters_and_layouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -407,6 +407,20 @@ static void test_gguf_refuses_bad_tensor_table(void **state)
     tensor(&s, "blk.0.attn_v.weight")->type = 8; /* Q8_0 rows of 8: not a block */
     expect_refused(&s, PX_EPARSE, "not a multiple of q8_0's block of 32");
 
+    /* The block formats the runtime runs: rows of 8 fill no block. */
+    static const struct {
+        uint32_t ggml;
+        const char *msg;
+    } blocks[] = {{2, "q4_0's block of 32"},   {6, "q5_0's block of 32"},
+                  {10, "q2_k's block of 256"}, {11, "q3_k's block of 256"},
+                  {12, "q4_k's block of 256"}, {13, "q5_k's block of 256"},
+                  {14, "q6_k's block of 256"}};
+    for (size_t i = 0; i < PX_ARRAY_LEN(blocks); i++) {
+        spec_default(&s);
+        tensor(&s, "blk.0.attn_v.weight")->type = blocks[i].ggml;
+        expect_refused(&s, PX_EPARSE, blocks[i].msg);
+    }
+
     spec_default(&s);
     s.ts[1].name = s.ts[0].name;
     expect_refused(&s, PX_EPARSE, "\"token_embd.weight\" is used twice");

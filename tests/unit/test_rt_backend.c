@@ -319,7 +319,8 @@ static void test_cpu_device_describes_itself_and_its_ops(void **state)
     px_assert_contains(p.description, "3 threads");
     assert_true(px_rt_device_supports_op(d, PX_IR_OP_MATMUL, PX_DTYPE_Q8_0));
     assert_true(px_rt_device_supports_op(d, PX_IR_OP_EMBEDDING, PX_DTYPE_BF16));
-    assert_false(px_rt_device_supports_op(d, PX_IR_OP_MATMUL, PX_DTYPE_Q4_K));
+    assert_true(px_rt_device_supports_op(d, PX_IR_OP_MATMUL, PX_DTYPE_Q4_K));
+    assert_false(px_rt_device_supports_op(d, PX_IR_OP_MATMUL, PX_DTYPE_IQ2_XXS));
     assert_false(px_rt_device_supports_op(d, PX_IR_OP_MOE_EXPERTS, PX_DTYPE_F32));
     assert_false(px_rt_device_supports_op(d, PX_IR_OP_ATTENTION, PX_DTYPE_F16));
     px_rt_device_free(d);

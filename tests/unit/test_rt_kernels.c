@@ -423,9 +423,9 @@ static void test_ops_reject_shapes_ids_and_kinds_they_cannot_run(void **state)
     expect_op_error(&a, &op, PX_EINVAL, "disagree");
     op = (px_rt_op){.kind = PX_IR_OP_GELU, .src = {&x}, .dst = &x};
     expect_op_error(&a, &op, PX_EUNSUPPORTED, "gelu");
-    px_rt_tensor q4 = tensor(&a, PX_DTYPE_Q4_0, 32, 8, 1), xx = tensor(&a, PX_DTYPE_F32, 32, 4, 1);
+    px_rt_tensor q4 = tensor(&a, PX_DTYPE_Q4_1, 32, 8, 1), xx = tensor(&a, PX_DTYPE_F32, 32, 4, 1);
     op = (px_rt_op){.kind = PX_IR_OP_MATMUL, .src = {&xx, &q4}, .dst = &y};
-    expect_op_error(&a, &op, PX_EUNSUPPORTED, "q4_0");
+    expect_op_error(&a, &op, PX_EUNSUPPORTED, "q4_1");
     px_rt_tensor ids = tensor(&a, PX_DTYPE_I32, 2, 1, 1), tab = tensor(&a, PX_DTYPE_F32, 16, 5, 1),
                  e = tensor(&a, PX_DTYPE_F32, 16, 2, 1);
     ((int32_t *)px_rt_tensor_data(&ids))[1] = 5;

@@ -1,8 +1,10 @@
 /* The pipeline's framed transport: frames round trip over Unix and TCP
  * sockets; truncated frames, corrupted checksums, oversized lengths, wrong
  * magic and version each give a clear error; a silent peer times out
- * within the limit; the hello refuses another model; the fault hooks add
- * latency and cut the link. */
+ * within the limit; the hello refuses another model and, with a secret,
+ * a peer without the same secret; addresses are numeric IPv4 or Unix
+ * paths and listeners report what they bound; the worker's command line
+ * round trips; the fault hooks add latency and cut the link. */
 #include "px_test.h"
 
 #include <stddef.h>
@@ -249,21 +251,313 @@ static void test_connect_to_nobody_times_out(void **state)
     free(addr);
 }
 
-static void test_addresses_outside_this_machine_are_refused(void **state)
+static void test_malformed_addresses_are_refused(void **state)
 {
     (void)state;
-    const char *bad[] = {
-        "tcp:10.0.0.1:80",  "tcp:127.0.0.1", "tcp:127.0.0.1:99999", "udp:x", "unix:", "",
-        "tcp:127.0.0.1:12x"};
+    const char *bad[] = {"tcp:127.0.0.1",
+                         "tcp:127.0.0.1:99999",
+                         "udp:x",
+                         "unix:",
+                         "",
+                         "tcp:127.0.0.1:12x",
+                         "tcp:10.0.0:80",
+                         "tcp:10.0.0.1.5:80",
+                         "tcp:256.0.0.1:80",
+                         "tcp:host.lan:80",
+                         "tcp::80",
+                         "tcp:10.0.0.1:",
+                         "tcp:10.0.0.1:-1",
+                         "tcp:10.0.0.1:+80",
+                         "tcp:0x7f.0.0.1:80",
+                         "tcp:[::1]:80",
+                         "tcp:10.0.0.1:80 ",
+                         "tcp: 10.0.0.1:80"};
     for (size_t i = 0; i < PX_ARRAY_LEN(bad); i++) {
         px_rt_listener *l = NULL;
+        px_rt_conn *c = NULL;
         px_err err;
         assert_int_equal(px_rt_listener_new(bad[i], &l, &err), PX_EINVAL);
         px_assert_contains(err.msg, "address \"");
         if (strcmp(bad[i], "unix:"))
-            px_assert_contains(err.msg, "unix:PATH or tcp:127.0.0.1:PORT");
+            px_assert_contains(err.msg, "unix:PATH or tcp:A.B.C.D:PORT");
         assert_null(l);
+        assert_int_equal(px_rt_conn_connect(bad[i], 100, "stage 1", &c, &err), PX_EINVAL);
+        assert_null(c);
+        assert_int_equal(px_rt_addr_check(bad[i], &err), PX_EINVAL);
+        assert_false(px_rt_addr_is_local(bad[i]));
     }
+    /* Any numeric IPv4 address is well formed; only 127/8 and Unix
+     * sockets stay on the machine. */
+    px_err err;
+    px_assert_ok(px_rt_addr_check("tcp:10.0.0.1:80", &err), &err);
+    px_assert_ok(px_rt_addr_check("tcp:0.0.0.0:0", &err), &err);
+    assert_false(px_rt_addr_is_local("tcp:10.0.0.1:80"));
+    assert_false(px_rt_addr_is_local("tcp:0.0.0.0:80"));
+    assert_true(px_rt_addr_is_local("tcp:127.0.0.1:80"));
+    assert_true(px_rt_addr_is_local("tcp:127.3.2.1:80"));
+    assert_true(px_rt_addr_is_local("tcp:localhost:80"));
+    assert_true(px_rt_addr_is_local("unix:/tmp/x.sock"));
+}
+
+static void test_listener_reports_the_address_it_bound(void **state)
+{
+    (void)state;
+    const char *asked[] = {"tcp:127.0.0.2:0", "tcp:0.0.0.0:0", "tcp:localhost:0"};
+    const char *prefix[] = {"tcp:127.0.0.2:", "tcp:0.0.0.0:", "tcp:127.0.0.1:"};
+    for (size_t i = 0; i < PX_ARRAY_LEN(asked); i++) {
+        px_rt_listener *l;
+        px_err err;
+        px_assert_ok(px_rt_listener_new(asked[i], &l, &err), &err);
+        const char *got = px_rt_listener_address(l);
+        assert_true(px_str_starts_with(got, prefix[i]));
+        unsigned port = (unsigned)strtoul(got + strlen(prefix[i]), NULL, 10);
+        assert_true(port > 0 && port <= 65535);
+        /* A peer reaches it at that address (0.0.0.0: through loopback). */
+        char *reach = px_asprintf("tcp:%s:%u", i == 1 ? "127.0.0.1" : prefix[i] + 4, port);
+        if (i != 1) {
+            free(reach);
+            reach = px_strdup(got);
+        }
+        px_rt_conn *c, *s;
+        px_assert_ok(px_rt_conn_connect(reach, 2000, "listener", &c, &err), &err);
+        px_assert_ok(px_rt_listener_accept(l, 2000, "client", &s, &err), &err);
+        px_rt_conn_free(c);
+        px_rt_conn_free(s);
+        px_rt_listener_free(l);
+        free(reach);
+    }
+}
+
+/* Runs a hello between this process (the client) and a forked server,
+ * each with its secret (NULL: none).  The server's status comes back as
+ * its exit code (the status negated). */
+static px_status hello_pair(const char *client_secret, const char *server_secret,
+                            px_status *server_st, px_err *err)
+{
+    char *addr = px_asprintf("unix:%s/auth.sock", px_test_tmpdir());
+    px_rt_listener *l;
+    px_assert_ok(px_rt_listener_new(addr, &l, err), err);
+    pid_t pid = fork();
+    if (pid == 0) {
+        px_rt_conn *s;
+        if (px_rt_listener_accept(l, 2000, "the executor", &s, NULL))
+            _exit(100);
+        if (server_secret &&
+            px_rt_conn_set_secret(s, (const uint8_t *)server_secret, strlen(server_secret), NULL))
+            _exit(101);
+        px_rt_hello mine = {.stage = 0, .layer_end = 2, .dim = 64, .max_payload = 4096};
+        px_strlcpy(mine.model, "sha256:same", sizeof mine.model);
+        px_rt_hello theirs;
+        px_err serr;
+        px_status st = px_rt_hello_server(s, &mine, &theirs, &serr);
+        /* An accepted peer then exchanges frames normally. */
+        if (st == PX_OK) {
+            px_rt_frame_header h;
+            const uint8_t *p;
+            st = px_rt_conn_recv(s, &h, &p, &serr);
+            if (st == PX_OK &&
+                (h.type != PX_RT_FRAME_INFO || h.length != 5 || memcmp(p, "hello", 5)))
+                st = PX_EINTERNAL;
+        }
+        px_rt_conn_free(s);
+        _exit(-st);
+    }
+    px_rt_conn *c;
+    px_assert_ok(px_rt_conn_connect(addr, 2000, "stage 0", &c, err), err);
+    if (client_secret)
+        px_assert_ok(
+            px_rt_conn_set_secret(c, (const uint8_t *)client_secret, strlen(client_secret), err),
+            err);
+    px_rt_hello mine = {.stage = UINT32_MAX, .dim = 64, .max_payload = 1u << 20};
+    px_strlcpy(mine.model, "sha256:same", sizeof mine.model);
+    px_rt_hello theirs;
+    px_status st = px_rt_hello_client(c, &mine, &theirs, err);
+    if (st == PX_OK)
+        st = px_rt_conn_send(c, PX_RT_FRAME_INFO, 0, "hello", 5, err);
+    int status;
+    waitpid(pid, &status, 0);
+    *server_st = WIFEXITED(status) ? -(px_status)WEXITSTATUS(status) : PX_EINTERNAL;
+    px_rt_conn_free(c);
+    px_rt_listener_free(l);
+    free(addr);
+    return st;
+}
+
+static void test_hello_with_a_secret_authenticates_both_sides(void **state)
+{
+    (void)state;
+    const char *key = "0123456789abcdef0123456789abcdef";
+    const char *other = "fedcba9876543210fedcba9876543210";
+    px_err err;
+    px_status sst;
+    /* The same secret: both sides accept, and frames flow. */
+    px_assert_ok(hello_pair(key, key, &sst, &err), &err);
+    assert_int_equal(sst, PX_OK);
+    /* Another deployment's secret: refused on both sides. */
+    assert_int_equal(hello_pair(key, other, &sst, &err), PX_EAUTH);
+    px_assert_contains(err.msg, "failed authentication");
+    px_assert_contains(err.msg, "another deployment's secret");
+    assert_int_equal(sst, PX_EAUTH);
+    /* A server that requires a secret refuses a client without one. */
+    assert_int_equal(hello_pair(NULL, key, &sst, &err), PX_EPEER);
+    px_assert_contains(err.msg, "did not authenticate");
+    assert_int_equal(sst, PX_EAUTH);
+    /* A client with a secret refuses a server without one. */
+    assert_int_equal(hello_pair(key, NULL, &sst, &err), PX_EPEER);
+    px_assert_contains(err.msg, "requires the deployment's secret");
+    assert_int_equal(sst, PX_EAUTH);
+    /* Neither: the plain hello still works. */
+    px_assert_ok(hello_pair(NULL, NULL, &sst, &err), &err);
+    assert_int_equal(sst, PX_OK);
+}
+
+static void test_secrets_have_bounded_lengths(void **state)
+{
+    (void)state;
+    pair p;
+    pair_open(&p, 1000);
+    px_err err;
+    uint8_t key[PX_RT_SECRET_MAX + 1] = {0};
+    assert_int_equal(px_rt_conn_set_secret(p.server, key, PX_RT_SECRET_MIN - 1, &err), PX_EINVAL);
+    px_assert_contains(err.msg, "16 to 64 bytes");
+    assert_int_equal(px_rt_conn_set_secret(p.server, key, PX_RT_SECRET_MAX + 1, &err), PX_EINVAL);
+    px_assert_ok(px_rt_conn_set_secret(p.server, key, PX_RT_SECRET_MIN, &err), &err);
+    px_assert_ok(px_rt_conn_set_secret(p.server, NULL, 0, &err), &err);
+    pair_close(&p);
+
+    /* Secrets read from a file descriptor: hex on one line. */
+    struct {
+        const char *text;
+        px_status want;
+        size_t len;
+    } cases[] = {
+        {"00112233445566778899aabbccddeeff\n", PX_OK, 16},
+        {"00112233445566778899AABBCCDDEEFF00112233445566778899aabbccddeeff", PX_OK, 32},
+        {"0011223344556677\n", PX_EINVAL, 0},
+        {"00112233445566778899aabbccddeefg\n", PX_EINVAL, 0},
+        {"00112233445566778899aabbccddeef\n", PX_EINVAL, 0},
+        {"", PX_EINVAL, 0},
+    };
+    for (size_t i = 0; i < PX_ARRAY_LEN(cases); i++) {
+        int fds[2];
+        assert_int_equal(pipe(fds), 0);
+        size_t n = strlen(cases[i].text);
+        assert_int_equal(write(fds[1], cases[i].text, n), (ssize_t)n);
+        close(fds[1]);
+        uint8_t out[PX_RT_SECRET_MAX];
+        size_t len = 99;
+        assert_int_equal(px_rt_secret_read_fd(fds[0], out, &len, &err), cases[i].want);
+        assert_int_equal(len, cases[i].len);
+        if (cases[i].want == PX_OK)
+            assert_int_equal(out[15], 0xff);
+        else
+            px_assert_contains(err.msg, "secret on standard input");
+        close(fds[0]);
+    }
+}
+
+static void test_worker_command_line_round_trips_and_refuses_bad_input(void **state)
+{
+    (void)state;
+    uint8_t key[PX_RT_SECRET_BYTES] = {1};
+    px_rt_worker_opts o = {.stage = 2,
+                           .model_path = "/m/model.gguf",
+                           .layer_begin = 3,
+                           .layer_end = 6,
+                           .head = true,
+                           .backend = "emu",
+                           .emu_profile = "{\"compute_slowdown\": 2}",
+                           .device_name = "n1.emu-a",
+                           .n_threads = 2,
+                           .listen = "tcp:10.1.0.2:0",
+                           .next = "tcp:10.1.0.1:4000",
+                           .timeout_ms = 5000,
+                           .max_seqs = 8,
+                           .context = 256,
+                           .max_batch_tokens = 64,
+                           .kv_blocks = 20,
+                           .kv_block_size = 16,
+                           .secret = key,
+                           .secret_len = sizeof key,
+                           .announce = true};
+    px_rt_worker_argv av;
+    px_err err;
+    px_assert_ok(px_rt_worker_args_build(&o, "/usr/bin/plexus", &av, &err), &err);
+    assert_string_equal(av.argv[0], "/usr/bin/plexus");
+    assert_string_equal(av.argv[1], "worker");
+    assert_null(av.argv[av.argc]);
+    /* The secret is never on the command line. */
+    for (int i = 0; i < av.argc; i++)
+        assert_null(strstr(av.argv[i], "0100000000"));
+    px_rt_worker_opts back;
+    bool secret_stdin;
+    px_assert_ok(px_rt_worker_args_parse(av.argc - 2, av.argv + 2, &back, &secret_stdin, &err),
+                 &err);
+    assert_true(secret_stdin);
+    assert_int_equal(back.stage, 2);
+    assert_string_equal(back.model_path, o.model_path);
+    assert_int_equal(back.layer_begin, 3);
+    assert_int_equal(back.layer_end, 6);
+    assert_true(back.head && !back.embedding && back.announce);
+    assert_string_equal(back.backend, "emu");
+    assert_string_equal(back.emu_profile, o.emu_profile);
+    assert_string_equal(back.device_name, o.device_name);
+    assert_string_equal(back.listen, o.listen);
+    assert_string_equal(back.next, o.next);
+    assert_int_equal(back.timeout_ms, 5000);
+    assert_int_equal(back.max_seqs, 8);
+    assert_int_equal(back.context, 256);
+    assert_int_equal(back.max_batch_tokens, 64);
+    assert_int_equal(back.kv_blocks, 20);
+    assert_int_equal(back.kv_block_size, 16);
+    assert_int_equal(back.secret_len, 0);
+    px_rt_worker_args_release(&av);
+
+    struct {
+        const char *args[8];
+        const char *msg;
+    } bad[] = {
+        {{"--stage", "0", "--model", "m", "--layers", "0-1", "--listen", NULL},
+         "--listen needs a value"},
+        {{"--stage", "99", NULL}, "--stage takes a whole number from 0 to 15"},
+        {{"--layers", "3-1", NULL}, "--layers takes A-B"},
+        {{"--layers", "-1-2", NULL}, "--layers takes A-B"},
+        {{"--threads", "-2", NULL}, "--threads takes a whole number"},
+        {{"--exec", "/bin/sh", NULL}, "unexpected argument \"--exec\""},
+        {{"--stage", "0", "--model", "m", "--layers", "0-1", NULL}, "are required"},
+    };
+    for (size_t i = 0; i < PX_ARRAY_LEN(bad); i++) {
+        int n = 0;
+        while (n < 8 && bad[i].args[n])
+            n++;
+        assert_int_not_equal(
+            px_rt_worker_args_parse(n, (char *const *)bad[i].args, &back, &secret_stdin, &err),
+            PX_OK);
+        px_assert_contains(err.msg, bad[i].msg);
+    }
+    char *args[] = {"--stage", "0",        "--model",     "m",      "--layers",
+                    "0-1",     "--listen", "tcp:1.2.3:0", "--next", "unix:/x"};
+    assert_int_equal(px_rt_worker_args_parse(10, args, &back, &secret_stdin, &err), PX_EINVAL);
+    px_assert_contains(err.msg, "--listen: address \"tcp:1.2.3:0\"");
+    char *args2[] = {"--stage",  "0",       "--model", "m",       "--layers",  "0-1",
+                     "--listen", "unix:/y", "--next",  "unix:/x", "--backend", "cuda"};
+    assert_int_equal(px_rt_worker_args_parse(12, args2, &back, &secret_stdin, &err), PX_EINVAL);
+    px_assert_contains(err.msg, "cpu or emu");
+}
+
+static void test_worker_refuses_to_listen_beyond_the_machine_without_a_secret(void **state)
+{
+    (void)state;
+    px_rt_worker_opts o = {.model_path = "/nonexistent.gguf",
+                           .layer_end = 1,
+                           .embedding = true,
+                           .head = true,
+                           .backend = "cpu",
+                           .listen = "tcp:0.0.0.0:0",
+                           .next = "tcp:127.0.0.1:1"};
+    px_err err;
+    assert_int_equal(px_rt_worker_run(&o, &err), PX_EAUTH);
+    px_assert_contains(err.msg, "refusing to listen on tcp:0.0.0.0:0 without a secret");
 }
 
 static void test_hello_agrees_on_payload_and_refuses_another_model(void **state)
@@ -549,7 +843,12 @@ int main(void)
         cmocka_unit_test(test_wrong_magic_and_version_are_refused),
         cmocka_unit_test(test_silent_peer_times_out_within_the_limit),
         cmocka_unit_test(test_connect_to_nobody_times_out),
-        cmocka_unit_test(test_addresses_outside_this_machine_are_refused),
+        cmocka_unit_test(test_malformed_addresses_are_refused),
+        cmocka_unit_test(test_listener_reports_the_address_it_bound),
+        cmocka_unit_test(test_hello_with_a_secret_authenticates_both_sides),
+        cmocka_unit_test(test_secrets_have_bounded_lengths),
+        cmocka_unit_test(test_worker_command_line_round_trips_and_refuses_bad_input),
+        cmocka_unit_test(test_worker_refuses_to_listen_beyond_the_machine_without_a_secret),
         cmocka_unit_test(test_hello_agrees_on_payload_and_refuses_another_model),
         cmocka_unit_test(test_fault_hooks_delay_and_cut_a_link),
         cmocka_unit_test(test_flipped_byte_is_refused_by_the_receivers_checksum),

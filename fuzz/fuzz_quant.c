@@ -1,0 +1,69 @@
+/*
+ * libFuzzer target for the block-quantized formats: any bytes are blocks
+ * of some format (the first byte picks it), and any activations (drawn
+ * from the same bytes, NaN and infinities included) go through the
+ * activation quantizer.  Dequantisation, single-value reads and both dot
+ * product variants must run without a crash, an over-read or undefined
+ * behaviour, and the AVX2 dot must equal the portable one bit for bit (or
+ * both be NaN).
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt/quant_impl.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static const px_dtype formats[] = {PX_DTYPE_Q4_0, PX_DTYPE_Q5_0, PX_DTYPE_Q2_K, PX_DTYPE_Q3_K,
+                                       PX_DTYPE_Q4_K, PX_DTYPE_Q5_K, PX_DTYPE_Q6_K};
+    if (size < 2)
+        return 0;
+    px_dtype t = formats[data[0] % (sizeof formats / sizeof formats[0])];
+    data++, size--;
+    uint32_t be = px_dtype_block_elems(t), bb = px_dtype_block_bytes(t);
+    /* Whole 256-value groups (the activation blocks), within one chunk. */
+    uint32_t n = (uint32_t)(size / bb) * be / 256 * 256;
+    if (n > PX__RT_QCHUNK)
+        n = PX__RT_QCHUNK;
+    if (n == 0)
+        return 0;
+    size_t wbytes = (size_t)n / be * bb;
+    /* Exactly-sized copies, so AddressSanitizer catches any read past. */
+    uint8_t *w = malloc(wbytes);
+    float *x = malloc((size_t)n * sizeof(float)), *deq = malloc((size_t)n * sizeof(float));
+    uint8_t *xq = malloc(px__rt_quant_act_bytes(t, n));
+    if (!w || !x || !deq || !xq)
+        goto done;
+    memcpy(w, data, wbytes);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t u = 0;
+        for (int b = 0; b < 4; b++)
+            u = u << 8 | data[(4 * (size_t)i + (size_t)b) % size];
+        float f;
+        memcpy(&f, &u, sizeof f);
+        x[i] = f;
+    }
+    px__rt_quant_dequant_row(t, w, deq, n);
+    float v = px__rt_quant_value_at(t, w, n - 1);
+    if (memcmp(&v, &deq[n - 1], sizeof v) != 0)
+        abort();
+    px__rt_quant_act(t, x, xq, n);
+    float a = px__rt_quant_dot_portable(t, w, xq, n);
+    px__rt_quant_dot_fn avx2 = px__rt_quant_dot_avx2();
+    if (avx2) {
+        float b = avx2(t, w, xq, n);
+        if (!(isnan(a) && isnan(b)) && memcmp(&a, &b, sizeof a) != 0)
+            abort();
+    }
+done:
+    free(w);
+    free(x);
+    free(deq);
+    free(xq);
+    return 0;
+}

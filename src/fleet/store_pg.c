@@ -1,0 +1,635 @@
+/* The PostgreSQL store, for several server replicas on one database: the
+ * connection, numbered migrations (the SQLite store's schema in
+ * PostgreSQL's types), the job rows and the scheduler lease.  Every write
+ * is committed before it returns (synchronous_commit as the database is
+ * configured: on by default), so an acknowledged submission survives the
+ * death of the replica that took it; a write that fails rolls back and
+ * says so.  The connection string never carries a password: libpq reads
+ * it from ~/.pgpass or PGPASSFILE (a file only its owner can read). */
+#include "fleet/store_pg_impl.h"
+
+#include <inttypes.h>
+
+/* The scheduler lease: a session advisory lock, (classid, objid) =
+ * ("plex", 1). */
+#define LEASE_KEY "1886152056, 1"
+/* Migrations run one replica at a time under this transaction lock. */
+#define MIGRATE_KEY "1886152056, 2"
+
+/* Migrations, applied in order, each in one transaction; never edit one
+ * that has shipped, add the next.  They follow the SQLite store's numbers
+ * (the same tables at each version), less the token table that version 3
+ * of the SQLite store drops. */
+static const char *const migrations[] = {
+    /* 1: the first schema. */
+    "CREATE TABLE nodes(name TEXT PRIMARY KEY, registration TEXT NOT NULL,"
+    "  state TEXT NOT NULL, last_seen BIGINT NOT NULL, ord BIGSERIAL);"
+    "CREATE SEQUENCE jobs_seq;"
+    "CREATE TABLE jobs(seq BIGINT PRIMARY KEY, id TEXT UNIQUE NOT NULL, name TEXT,"
+    "  state TEXT NOT NULL, attempt INTEGER NOT NULL, restarts INTEGER NOT NULL,"
+    "  spec TEXT NOT NULL, members TEXT, result TEXT, error TEXT, plan TEXT,"
+    "  exit_code INTEGER, created BIGINT NOT NULL, updated BIGINT NOT NULL,"
+    "  not_before DOUBLE PRECISION NOT NULL DEFAULT 0,"
+    /* Whether the scheduling replica has the job in hand (false: another
+     * replica accepted it and the scheduler must still claim it). */
+    "  adopted BOOLEAN NOT NULL DEFAULT true);"
+    "CREATE INDEX jobs_state ON jobs(state);"
+    "CREATE INDEX jobs_unadopted ON jobs(seq) WHERE NOT adopted;"
+    "CREATE TABLE members(job TEXT NOT NULL, rank INTEGER NOT NULL, attempt INTEGER NOT NULL,"
+    "  node TEXT, devices TEXT, state TEXT, exit_code INTEGER, started BIGINT,"
+    "  finished BIGINT, PRIMARY KEY(job, rank));"
+    "CREATE TABLE attempts(job TEXT NOT NULL, attempt INTEGER NOT NULL, reason TEXT,"
+    "  at BIGINT NOT NULL, PRIMARY KEY(job, attempt));"
+    "CREATE TABLE logs(job TEXT NOT NULL, seq BIGINT NOT NULL, attempt INTEGER NOT NULL,"
+    "  rank INTEGER NOT NULL, stream TEXT NOT NULL, data BYTEA NOT NULL, at BIGINT NOT NULL,"
+    "  PRIMARY KEY(job, seq));"
+    "CREATE TABLE artifacts(job TEXT NOT NULL, name TEXT NOT NULL, size BIGINT NOT NULL,"
+    "  sha256 TEXT NOT NULL, rank INTEGER, attempt INTEGER, created BIGINT NOT NULL,"
+    "  PRIMARY KEY(job, name));"
+    "CREATE TABLE explanations(job TEXT NOT NULL, attempt INTEGER NOT NULL, body TEXT NOT NULL,"
+    "  at BIGINT NOT NULL, PRIMARY KEY(job, attempt));",
+    /* 2: the last live report of each node. */
+    "CREATE TABLE heartbeats(node TEXT PRIMARY KEY, at BIGINT NOT NULL, live TEXT);",
+    /* 3: users own jobs, submissions carry idempotency keys, nodes have
+     * credentials of their own. */
+    "ALTER TABLE jobs ADD COLUMN owner TEXT;"
+    "ALTER TABLE jobs ADD COLUMN idem_key TEXT;"
+    "ALTER TABLE jobs ADD COLUMN idem_hash TEXT;"
+    "CREATE UNIQUE INDEX jobs_idempotency ON jobs(owner, idem_key) WHERE idem_key IS NOT NULL;"
+    "CREATE INDEX jobs_owner ON jobs(owner, seq);"
+    "CREATE TABLE node_credentials(hash TEXT PRIMARY KEY, node TEXT NOT NULL,"
+    "  created BIGINT NOT NULL);"
+    "CREATE INDEX node_credentials_node ON node_credentials(node);"
+    "CREATE TABLE revoked_nodes(node TEXT PRIMARY KEY, at BIGINT NOT NULL);",
+};
+
+int px__store_pg_schema_version(void)
+{
+    return (int)PX_ARRAY_LEN(migrations);
+}
+
+/* ---- statements ---- */
+
+static void pgq_slot(px__pgq *q, const char *v, int len, int fmt)
+{
+    PX_ASSERT(q->n < PX__PGQ_MAX);
+    q->v[q->n] = v;
+    q->len[q->n] = len;
+    q->fmt[q->n] = fmt;
+    q->n++;
+}
+
+void px__pgq_text(px__pgq *q, const char *v)
+{
+    pgq_slot(q, v, 0, 0);
+}
+
+void px__pgq_int(px__pgq *q, int64_t v)
+{
+    snprintf(q->buf[q->n], sizeof q->buf[0], "%" PRId64, v);
+    pgq_slot(q, q->buf[q->n], 0, 0);
+}
+
+void px__pgq_double(px__pgq *q, double v)
+{
+    snprintf(q->buf[q->n], sizeof q->buf[0], "%.17g", v);
+    pgq_slot(q, q->buf[q->n], 0, 0);
+}
+
+void px__pgq_blob(px__pgq *q, const void *data, size_t len)
+{
+    pgq_slot(q, len ? data : "", (int)len, 1);
+}
+
+/* The server's message on one line, without libpq's trailing newline. */
+static const char *one_line(const char *msg, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s", msg && *msg ? msg : "unknown error");
+    for (char *p = buf; *p; p++)
+        if (*p == '\n')
+            *p = (p[1] ? ' ' : '\0');
+    return buf;
+}
+
+px_status px__pg_run(px__pg *st, const char *sql, const px__pgq *q, PGresult **res,
+                     const char *what, px_err *err)
+{
+    if (res)
+        *res = NULL;
+    if (st->lost && !st->lease_held) {
+        /* A replica that does not schedule may simply reconnect. */
+        PQreset(st->conn);
+        if (PQstatus(st->conn) == CONNECTION_OK)
+            st->lost = false;
+    }
+    if (st->lost)
+        return px_err_set(err, PX_EIO,
+                          "PostgreSQL %s: %s: the connection was lost (and with it the "
+                          "scheduler lease)",
+                          st->where, what);
+    /* Without parameters, the simple protocol: it runs a script of several
+     * statements (the migrations). */
+    PGresult *r = q ? PQexecParams(st->conn, sql, q->n, NULL, q->v, q->len, q->fmt, 0)
+                    : PQexec(st->conn, sql);
+    ExecStatusType s = PQresultStatus(r);
+    if (s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK) {
+        if (res)
+            *res = r;
+        else
+            PQclear(r);
+        return PX_OK;
+    }
+    char line[200];
+    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    px_status code = PX_EIO;
+    if (state && strcmp(state, "23505") == 0)
+        code = PX_EEXIST;
+    px_err_set(err, code, "PostgreSQL %s: %s: %s", st->where, what,
+               one_line(r ? PQresultErrorMessage(r) : PQerrorMessage(st->conn), line, sizeof line));
+    PQclear(r);
+    if (PQstatus(st->conn) != CONNECTION_OK)
+        st->lost = true;
+    return code;
+}
+
+char *px__pg_text(const PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? NULL : px_strdup(PQgetvalue(r, row, col));
+}
+
+int64_t px__pg_int(const PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
+}
+
+#define run  px__pg_run
+#define text px__pgq_text
+#define i64  px__pgq_int
+
+static px_status begin(px__pg *st, px_err *err)
+{
+    return run(st, "BEGIN", NULL, NULL, "begin", err);
+}
+
+static px_status commit(px__pg *st, px_err *err)
+{
+    return run(st, "COMMIT", NULL, NULL, "commit", err);
+}
+
+static void rollback(px__pg *st)
+{
+    if (!st->lost)
+        run(st, "ROLLBACK", NULL, NULL, "rollback", NULL);
+}
+
+static px_status migrate(px__pg *st, px_err *err)
+{
+    PGresult *r = NULL;
+    if (begin(st, err) != PX_OK)
+        return PX_EIO;
+    if (run(st, "SELECT pg_advisory_xact_lock(" MIGRATE_KEY ")", NULL, NULL, "migrate", err) ||
+        run(st,
+            "CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL,"
+            " applied BIGINT NOT NULL)",
+            NULL, NULL, "migrate", err) ||
+        run(st, "SELECT COALESCE(MAX(version), 0) FROM schema_version", NULL, &r, "migrate", err))
+        goto fail;
+    int have = (int)px__pg_int(r, 0, 0);
+    PQclear(r);
+    if (have > (int)PX_ARRAY_LEN(migrations)) {
+        px_err_set(err, PX_EUNSUPPORTED,
+                   "PostgreSQL %s: schema version %d is newer than this plexus knows (%zu); "
+                   "run a newer plexus",
+                   st->where, have, PX_ARRAY_LEN(migrations));
+        goto fail;
+    }
+    for (int v = have + 1; v <= (int)PX_ARRAY_LEN(migrations); v++) {
+        px__pgq q = {0};
+        i64(&q, v);
+        i64(&q, px_wall_time());
+        if (run(st, migrations[v - 1], NULL, NULL, "migrate", err) ||
+            run(st, "INSERT INTO schema_version(version, applied) VALUES($1, $2)", &q, NULL,
+                "migrate", err)) {
+            px_err_prefix(err, PX_EIO, "migration %d: ", v);
+            goto fail;
+        }
+    }
+    return commit(st, err);
+fail:
+    rollback(st);
+    return err ? err->code : PX_EIO;
+}
+
+static void pg_close(void *self)
+{
+    px__pg *st = self;
+    if (!st)
+        return;
+    PQfinish(st->conn);
+    pthread_mutex_destroy(&st->mu);
+    free(st->where);
+    free(st);
+}
+
+/* ---- jobs ---- */
+
+#define JOB_COLS                                                                               \
+    "seq, id, name, state, attempt, restarts, spec, members, result, error, plan, exit_code, " \
+    "created, updated, not_before, owner, idem_key, idem_hash"
+#define JOB_PARAMS "$1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18"
+
+static void bind_job(px__pgq *q, const px__job_row *r)
+{
+    i64(q, r->seq);
+    text(q, r->id);
+    text(q, r->name);
+    text(q, r->state);
+    i64(q, r->attempt);
+    i64(q, r->restarts);
+    text(q, r->spec);
+    text(q, r->members);
+    text(q, r->result);
+    text(q, r->error);
+    text(q, r->plan);
+    if (r->exit_code == INT_MIN)
+        text(q, NULL);
+    else
+        i64(q, r->exit_code);
+    i64(q, r->created);
+    i64(q, r->updated);
+    px__pgq_double(q, r->not_before);
+    text(q, r->owner);
+    text(q, r->idem_key);
+    text(q, r->idem_hash);
+}
+
+static void read_job(const PGresult *r, int i, px__job_row *o)
+{
+    o->seq = px__pg_int(r, i, 0);
+    o->id = px__pg_text(r, i, 1);
+    o->name = px__pg_text(r, i, 2);
+    o->state = px__pg_text(r, i, 3);
+    o->attempt = (int)px__pg_int(r, i, 4);
+    o->restarts = (int)px__pg_int(r, i, 5);
+    o->spec = px__pg_text(r, i, 6);
+    o->members = px__pg_text(r, i, 7);
+    o->result = px__pg_text(r, i, 8);
+    o->error = px__pg_text(r, i, 9);
+    o->plan = px__pg_text(r, i, 10);
+    o->exit_code = PQgetisnull(r, i, 11) ? INT_MIN : (int)px__pg_int(r, i, 11);
+    o->created = px__pg_int(r, i, 12);
+    o->updated = px__pg_int(r, i, 13);
+    o->not_before = PQgetisnull(r, i, 14) ? 0 : strtod(PQgetvalue(r, i, 14), NULL);
+    o->owner = px__pg_text(r, i, 15);
+    o->idem_key = px__pg_text(r, i, 16);
+    o->idem_hash = px__pg_text(r, i, 17);
+}
+
+static px_status insert_job(void *self, px__job_row *row, px_err *err)
+{
+    px__pg *st = self;
+    pthread_mutex_lock(&st->mu);
+    PGresult *r = NULL;
+    char *made_id = NULL;
+    px_status rc = run(st, "SELECT nextval('jobs_seq')", NULL, &r, "next job number", err);
+    if (rc != PX_OK)
+        goto out;
+    row->seq = px__pg_int(r, 0, 0);
+    PQclear(r);
+    if (!row->id) {
+        if (!(made_id = px_asprintf("j-%06" PRId64, row->seq))) {
+            rc = px_err_set(err, PX_ENOMEM, "out of memory");
+            goto out;
+        }
+        row->id = made_id;
+    }
+    px__pgq q = {0};
+    bind_job(&q, row);
+    text(&q, st->lease_held ? "t" : "f");
+    /* One statement, so one transaction: the row and the wake-up of the
+     * scheduling replica commit together. */
+    rc = run(st,
+             "WITH j AS (INSERT INTO jobs(" JOB_COLS ", adopted) VALUES(" JOB_PARAMS ", $19)"
+             " RETURNING id)"
+             " SELECT pg_notify('plexus_jobs', id) FROM j",
+             &q, NULL, "insert job", err);
+    if (rc == PX_EEXIST && row->idem_key)
+        px_err_set(err, PX_EEXIST, "Idempotency-Key \"%.64s\" is already used", row->idem_key);
+out:
+    if (rc != PX_OK && made_id) {
+        free(made_id);
+        row->id = NULL;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+static px_status write_members(px__pg *st, const px__job_row *row, px_err *err)
+{
+    json_t *m = row->members ? json_loads(row->members, 0, NULL) : NULL;
+    px_status ret = PX_OK;
+    for (size_t i = 0; json_is_array(m) && i < json_array_size(m) && ret == PX_OK; i++) {
+        const json_t *x = json_array_get(m, i);
+        char *devs = json_dumps(json_object_get(x, "devices"), JSON_COMPACT | JSON_ENCODE_ANY);
+        px__pgq q = {0};
+        text(&q, row->id);
+        i64(&q, (int64_t)i);
+        i64(&q, row->attempt);
+        text(&q, json_string_value(json_object_get(x, "node")));
+        text(&q, devs);
+        text(&q, json_string_value(json_object_get(x, "state")));
+        const json_t *ec = json_object_get(x, "exit_code");
+        if (json_is_integer(ec))
+            i64(&q, json_integer_value(ec));
+        else
+            text(&q, NULL);
+        i64(&q, json_integer_value(json_object_get(x, "started")));
+        i64(&q, json_integer_value(json_object_get(x, "finished")));
+        ret = run(st,
+                  "INSERT INTO members(job, rank, attempt, node, devices, state, exit_code,"
+                  " started, finished) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9)"
+                  " ON CONFLICT(job, rank) DO UPDATE SET attempt = EXCLUDED.attempt,"
+                  " node = EXCLUDED.node, devices = EXCLUDED.devices, state = EXCLUDED.state,"
+                  " exit_code = EXCLUDED.exit_code, started = EXCLUDED.started,"
+                  " finished = EXCLUDED.finished",
+                  &q, NULL, "write members", err);
+        free(devs);
+    }
+    json_decref(m);
+    return ret;
+}
+
+static px_status update_job(void *self, const px__job_row *row, const char *reason, px_err *err)
+{
+    px__pg *st = self;
+    pthread_mutex_lock(&st->mu);
+    px__pgq q = {0};
+    bind_job(&q, row);
+    if (begin(st, err) != PX_OK)
+        goto fail_unlock;
+    if (run(st,
+            "INSERT INTO jobs(" JOB_COLS ") VALUES(" JOB_PARAMS ") ON CONFLICT(seq) DO UPDATE SET"
+            " id = EXCLUDED.id, name = EXCLUDED.name, state = EXCLUDED.state,"
+            " attempt = EXCLUDED.attempt, restarts = EXCLUDED.restarts, spec = EXCLUDED.spec,"
+            " members = EXCLUDED.members, result = EXCLUDED.result, error = EXCLUDED.error,"
+            " plan = EXCLUDED.plan, exit_code = EXCLUDED.exit_code, created = EXCLUDED.created,"
+            " updated = EXCLUDED.updated, not_before = EXCLUDED.not_before,"
+            " owner = EXCLUDED.owner, idem_key = EXCLUDED.idem_key,"
+            " idem_hash = EXCLUDED.idem_hash",
+            &q, NULL, "update job", err) != PX_OK)
+        goto fail;
+    if (write_members(st, row, err) != PX_OK)
+        goto fail;
+    if (reason) {
+        px__pgq a = {0};
+        text(&a, row->id);
+        i64(&a, row->attempt);
+        text(&a, reason);
+        i64(&a, px_wall_time());
+        if (run(st,
+                "INSERT INTO attempts(job, attempt, reason, at) VALUES($1,$2,$3,$4)"
+                " ON CONFLICT(job, attempt) DO UPDATE SET reason = EXCLUDED.reason,"
+                " at = EXCLUDED.at",
+                &a, NULL, "record attempt", err) != PX_OK)
+            goto fail;
+    }
+    if (commit(st, err) != PX_OK)
+        goto fail;
+    pthread_mutex_unlock(&st->mu);
+    return PX_OK;
+fail:
+    rollback(st);
+fail_unlock:
+    pthread_mutex_unlock(&st->mu);
+    return err ? err->code : PX_EIO;
+}
+
+static px_status get_job(void *self, const char *id, px__job_row *out, px_err *err)
+{
+    px__pg *st = self;
+    memset(out, 0, sizeof *out);
+    px__pgq q = {0};
+    text(&q, id);
+    PGresult *r;
+    pthread_mutex_lock(&st->mu);
+    px_status rc = run(st, "SELECT " JOB_COLS " FROM jobs WHERE id = $1", &q, &r, "get job", err);
+    pthread_mutex_unlock(&st->mu);
+    if (rc != PX_OK)
+        return rc;
+    if (PQntuples(r) == 1)
+        read_job(r, 0, out);
+    else
+        rc = px_err_set(err, PX_ENOTFOUND, "no job \"%.64s\"", id);
+    PQclear(r);
+    return rc;
+}
+
+static px_status each_job(PGresult *r, px__job_cb cb, void *ud)
+{
+    for (int i = 0; i < PQntuples(r); i++) {
+        px__job_row row;
+        read_job(r, i, &row);
+        cb(&row, ud);
+        px__job_row_release(&row);
+    }
+    PQclear(r);
+    return PX_OK;
+}
+
+static px_status list_jobs(void *self, const char *state, const char *owner, int limit,
+                           px__job_cb cb, void *ud, px_err *err)
+{
+    px__pg *st = self;
+    const char *sql =
+        !state || !*state ? "SELECT " JOB_COLS " FROM jobs WHERE ($2::text IS NULL OR state = $2)"
+                            " AND ($3::text IS NULL OR owner = $3) ORDER BY seq DESC LIMIT $1"
+        : strcmp(state, "active") == 0
+            ? "SELECT " JOB_COLS " FROM jobs WHERE state IN ('queued','assigned','running')"
+              " AND ($2::text IS NULL OR state = $2)"
+              " AND ($3::text IS NULL OR owner = $3) ORDER BY seq DESC LIMIT $1"
+            : "SELECT " JOB_COLS " FROM jobs WHERE state = $2 AND ($3::text IS NULL OR"
+              " owner = $3) ORDER BY seq DESC LIMIT $1";
+    px__pgq q = {0};
+    i64(&q, limit);
+    text(&q, state && *state && strcmp(state, "active") != 0 ? state : NULL);
+    text(&q, owner);
+    PGresult *r;
+    pthread_mutex_lock(&st->mu);
+    px_status rc = run(st, sql, &q, &r, "list jobs", err);
+    pthread_mutex_unlock(&st->mu);
+    return rc != PX_OK ? rc : each_job(r, cb, ud);
+}
+
+static px_status find_idempotent(void *self, const char *owner, const char *key, px__job_row *out,
+                                 px_err *err)
+{
+    px__pg *st = self;
+    memset(out, 0, sizeof *out);
+    px__pgq q = {0};
+    text(&q, owner);
+    text(&q, key);
+    PGresult *r;
+    pthread_mutex_lock(&st->mu);
+    px_status rc = run(st,
+                       "SELECT " JOB_COLS " FROM jobs WHERE idem_key = $2 AND"
+                       " (owner = $1 OR ($1::text IS NULL AND owner IS NULL))",
+                       &q, &r, "find idempotent job", err);
+    pthread_mutex_unlock(&st->mu);
+    if (rc != PX_OK)
+        return rc;
+    if (PQntuples(r) >= 1)
+        read_job(r, 0, out);
+    else
+        rc = px_err_set(err, PX_ENOTFOUND, "no job with that idempotency key");
+    PQclear(r);
+    return rc;
+}
+
+/* ---- the scheduler lease ---- */
+
+static px_status lease(void *self, bool *held, px_err *err)
+{
+    px__pg *st = self;
+    PGresult *r;
+    pthread_mutex_lock(&st->mu);
+    px_status rc;
+    if (st->lease_held) {
+        /* Still connected means still held: the lock lives as long as the
+         * session does. */
+        rc = run(st, "SELECT 1", NULL, NULL, "scheduler lease", err);
+        if (rc != PX_OK)
+            st->lease_held = false;
+    } else {
+        rc =
+            run(st, "SELECT pg_try_advisory_lock(" LEASE_KEY ")", NULL, &r, "scheduler lease", err);
+        if (rc == PX_OK) {
+            st->lease_held = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+            PQclear(r);
+        }
+    }
+    *held = st->lease_held;
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+/* Claims up to max queued jobs no scheduler has taken in yet (those other
+ * replicas accepted), oldest first: the rows are locked FOR UPDATE SKIP
+ * LOCKED, so a row another transaction holds is left for the next call
+ * rather than waited for, marked adopted and handed to cb. */
+static px_status claim_jobs(void *self, int max, px__job_cb cb, void *ud, px_err *err)
+{
+    px__pg *st = self;
+    px__pgq q = {0};
+    i64(&q, max);
+    PGresult *r = NULL;
+    pthread_mutex_lock(&st->mu);
+    if (begin(st, err) != PX_OK)
+        goto fail_unlock;
+    if (run(st,
+            "UPDATE jobs SET adopted = true WHERE seq IN (SELECT seq FROM jobs WHERE NOT adopted"
+            " ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING " JOB_COLS,
+            &q, &r, "claim jobs", err) != PX_OK ||
+        commit(st, err) != PX_OK)
+        goto fail;
+    pthread_mutex_unlock(&st->mu);
+    return each_job(r, cb, ud);
+fail:
+    PQclear(r);
+    rollback(st);
+fail_unlock:
+    pthread_mutex_unlock(&st->mu);
+    return err ? err->code : PX_EIO;
+}
+
+static px__store_ops pg_ops = {
+    .version = 3,
+    .close = pg_close,
+    .insert_job = insert_job,
+    .update_job = update_job,
+    .get_job = get_job,
+    .list_jobs = list_jobs,
+    .find_idempotent = find_idempotent,
+    .lease = lease,
+    .claim_jobs = claim_jobs,
+};
+static pthread_once_t pg_ops_once = PTHREAD_ONCE_INIT;
+
+static void fill_ops(void)
+{
+    px__pg_fill_record_ops(&pg_ops);
+}
+
+bool px__store_is_pg(const char *spec)
+{
+    return spec &&
+           (px_str_starts_with(spec, "postgres://") || px_str_starts_with(spec, "postgresql://"));
+}
+
+/* The database a connection string names, for messages: host, port and
+ * database, never the user's password. */
+static char *describe(const PQconninfoOption *opts)
+{
+    const char *host = "", *port = "", *db = "";
+    for (const PQconninfoOption *o = opts; o && o->keyword; o++) {
+        if (!o->val)
+            continue;
+        if (!strcmp(o->keyword, "host"))
+            host = o->val;
+        else if (!strcmp(o->keyword, "port"))
+            port = o->val;
+        else if (!strcmp(o->keyword, "dbname"))
+            db = o->val;
+    }
+    return px_asprintf("%s%s%s/%s", *host ? host : "(default host)", *port ? ":" : "", port, db);
+}
+
+px_status px__store_pg_open(const char *spec, px__store *out, px_err *err)
+{
+    pthread_once(&pg_ops_once, fill_ops);
+    char *perr = NULL;
+    PQconninfoOption *opts = PQconninfoParse(spec, &perr);
+    if (!opts) {
+        char line[200];
+        px_status rc = px_err_set(err, PX_EINVAL,
+                                  "--store: not a PostgreSQL connection URI (%s); expected "
+                                  "postgres://USER@HOST:PORT/DATABASE",
+                                  one_line(perr ? perr : "out of memory", line, sizeof line));
+        PQfreemem(perr);
+        return rc;
+    }
+    for (const PQconninfoOption *o = opts; o->keyword; o++)
+        if (!strcmp(o->keyword, "password") && o->val && *o->val) {
+            PQconninfoFree(opts);
+            return px_err_set(err, PX_EAUTH,
+                              "--store: the URI carries a password, which anyone can read "
+                              "in the process list; leave it out and put it in ~/.pgpass "
+                              "or the file PGPASSFILE names (chmod 600)");
+        }
+    px__pg *st = calloc(1, sizeof *st);
+    if (!st || !(st->where = describe(opts))) {
+        PQconninfoFree(opts);
+        free(st);
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    }
+    PQconninfoFree(opts);
+    pthread_mutex_init(&st->mu, NULL);
+    st->conn = PQconnectdb(spec);
+    if (!st->conn || PQstatus(st->conn) != CONNECTION_OK) {
+        char line[200];
+        px_status rc = px_err_set(
+            err, PX_EIO, "PostgreSQL %s: cannot connect: %s", st->where,
+            one_line(st->conn ? PQerrorMessage(st->conn) : "out of memory", line, sizeof line));
+        pg_close(st);
+        return rc;
+    }
+    /* Acknowledged means on the primary's disk, whatever a role's default. */
+    if (run(st, "SET synchronous_commit = on", NULL, NULL, "configure", err) != PX_OK ||
+        run(st, "SET client_min_messages = warning", NULL, NULL, "configure", err) != PX_OK ||
+        migrate(st, err) != PX_OK) {
+        pg_close(st);
+        return err ? err->code : PX_EIO;
+    }
+    out->ops = &pg_ops;
+    out->self = st;
+    return PX_OK;
+}

@@ -1,0 +1,57 @@
+/*
+ * Private to the PostgreSQL store (store_pg*.c): the connection, its lock
+ * and the helpers every statement uses.  The rest of the server sees only
+ * the px__store_ops table of fleet_impl.h.
+ */
+#ifndef PX_FLEET_STORE_PG_IMPL_H
+#define PX_FLEET_STORE_PG_IMPL_H
+
+#include "base/common.h"
+
+#include "fleet/fleet_impl.h"
+
+#include <libpq-fe.h>
+#include <pthread.h>
+
+/* One connection, shared by the server's threads under `mu`.  The
+ * scheduler lease is a session advisory lock held on this very connection,
+ * so the writes of a scheduler are fenced by it: when the connection is
+ * lost the lock is gone, and so is every write that would have followed. */
+typedef struct px__pg {
+    PGconn *conn;
+    pthread_mutex_t mu;
+    char *where; /* the database named for messages (never a password) */
+    bool lease_held;
+    bool lost; /* the connection broke: the lease (if held) is gone */
+} px__pg;
+
+/* Parameters of one statement, all sent as text except blobs. */
+#define PX__PGQ_MAX 20
+typedef struct px__pgq {
+    const char *v[PX__PGQ_MAX];
+    int len[PX__PGQ_MAX];
+    int fmt[PX__PGQ_MAX];
+    char buf[PX__PGQ_MAX][32];
+    int n;
+} px__pgq;
+
+void px__pgq_text(px__pgq *q, const char *v); /* NULL is SQL NULL */
+void px__pgq_int(px__pgq *q, int64_t v);
+void px__pgq_double(px__pgq *q, double v);
+void px__pgq_blob(px__pgq *q, const void *data, size_t len);
+
+/* Runs sql with q's parameters (q may be NULL); *res (may be NULL) gets
+ * the result of a statement that returned rows.  A failure sets err to
+ * "PostgreSQL WHERE: WHAT: <server's message>" and returns PX_EIO, or
+ * PX_EEXIST for a unique violation (the constraint's name in *constraint
+ * when not NULL).  The caller holds st->mu. */
+px_status px__pg_run(px__pg *st, const char *sql, const px__pgq *q, PGresult **res,
+                     const char *what, px_err *err);
+/* A column's text copied (owned), NULL for NULL. */
+char *px__pg_text(const PGresult *r, int row, int col);
+int64_t px__pg_int(const PGresult *r, int row, int col);
+
+/* store_pg_records.c: the slots that are not about jobs. */
+void px__pg_fill_record_ops(px__store_ops *ops);
+
+#endif

@@ -1,0 +1,476 @@
+// plexus dashboard.  Every string that came from the fleet (job and node
+// names, logs, errors, reasons) reaches the page as a text node through
+// h() below: nothing is ever parsed as HTML.  The page calls the JSON API
+// with its session cookie; a call that changes anything carries the
+// X-Plexus-CSRF header.  Updates arrive by server-sent events (/ui/events).
+'use strict';
+
+const S = {
+  snap: null,          // the latest snapshot
+  page: '',            // fleet, jobs, job, deployments, deployment, incidents, incident
+  arg: '',             // the job or incident id of a detail page
+  attempt: null,       // the attempt a job page's log is filtered to
+  es: null,            // the EventSource
+  esJob: null,         // the job the stream follows the log of
+  log: [],             // log chunks of the job page
+  logDone: false,
+  detail: null,        // GET /v1/jobs/<id> of the job page
+  explain: null,
+  artifacts: null,
+  detailKey: '',       // state+attempt+updated the detail was fetched for
+  detailError: null,
+};
+
+// ---- DOM helpers (text only) ----
+
+function h(tag, attrs, ...kids) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === 'class') el.className = v;
+    else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const kid of kids.flat(Infinity)) {
+    if (kid === null || kid === undefined || kid === false) continue;
+    el.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+  }
+  return el;
+}
+
+function svg(tag, attrs, ...kids) {
+  const el = document.createElementNS('http://www.w3.org/2000/svg', tag);
+  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+  for (const kid of kids.flat(Infinity)) {
+    if (kid === null || kid === undefined) continue;
+    el.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+  }
+  return el;
+}
+
+const badge = (state) => h('span', { class: 'badge s-' + String(state).split(' ')[0] }, state);
+
+function bytes(n) {
+  if (n === null || n === undefined) return '—';
+  const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(1) : n) + ' ' + u[i];
+}
+
+const secs = (s) => (s === null || s === undefined) ? '—' : Number(s).toFixed(s < 10 ? 2 : 1) + ' s';
+function ms(s) {
+  if (s === null || s === undefined) return '—';
+  const v = Number(s);
+  return v < 1e-3 ? (v * 1e6).toFixed(1) + ' µs' : (v * 1000).toFixed(2) + ' ms';
+}
+const table = (head, rows, cls) => h('div', { class: 'table-wrap' },
+  h('table', { class: cls || '' }, h('thead', {}, h('tr', {}, head.map((c) => h('th', {}, c)))),
+    h('tbody', {}, rows)));
+
+function toast(text) {
+  const t = document.getElementById('toast');
+  const p = h('p', {}, text);
+  t.append(p);
+  setTimeout(() => p.remove(), 6000);
+}
+
+// ---- the API ----
+
+async function api(method, path) {
+  const init = { method, credentials: 'same-origin', headers: {} };
+  if (method !== 'GET') init.headers['X-Plexus-CSRF'] = '1';
+  const r = await fetch(path, init);
+  if (r.status === 401) { location.assign('/ui/login'); throw new Error('session ended'); }
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(body.error || (method + ' ' + path + ': HTTP ' + r.status));
+  return body;
+}
+
+function confirmAction(text) {
+  const d = document.getElementById('confirm');
+  document.getElementById('confirm-text').textContent = text;
+  return new Promise((resolve) => {
+    d.addEventListener('close', () => resolve(d.returnValue === 'ok'), { once: true });
+    d.returnValue = '';
+    d.showModal();
+  });
+}
+
+async function act(question, method, path, done) {
+  if (!await confirmAction(question)) return;
+  try {
+    await api(method, path);
+    toast(done);
+  } catch (e) {
+    toast(e.message);
+  }
+}
+
+function actionButton(label, question, method, path, done, cls) {
+  return h('button', { class: cls || 'danger', 'data-action': label.toLowerCase(),
+                       onclick: () => act(question, method, path, done) }, label);
+}
+
+// ---- the live stream ----
+
+function connect() {
+  const job = (S.page === 'job') ? S.arg : null;
+  if (S.es && S.esJob === job) return;
+  if (S.es) S.es.close();
+  S.esJob = job;
+  S.log = [];
+  S.logDone = false;
+  const es = new EventSource('/ui/events' + (job ? '?job=' + encodeURIComponent(job) : ''));
+  S.es = es;
+  const live = document.getElementById('live');
+  es.addEventListener('open', () => { live.textContent = 'live'; live.className = 'live on'; });
+  es.addEventListener('error', () => {
+    live.textContent = 'reconnecting'; live.className = 'live off';
+    // A stream refused for want of a session: the login page.
+    fetch('/ui/api/incidents', { credentials: 'same-origin' }).then((r) => {
+      if (r.status === 401) location.assign('/ui/login');
+    }).catch(() => {});
+  });
+  es.addEventListener('snapshot', (ev) => {
+    S.snap = JSON.parse(ev.data);
+    render();
+  });
+  es.addEventListener('log', (ev) => {
+    S.log.push(JSON.parse(ev.data));
+    renderLog();
+  });
+  es.addEventListener('logend', () => { S.logDone = true; renderLog(); });
+}
+
+// ---- routing ----
+
+function route() {
+  const hash = location.hash.replace(/^#\/?/, '');
+  const [path, query] = hash.split('?');
+  const parts = path.split('/').map(decodeURIComponent);
+  const top = parts[0] || 'fleet';
+  const pages = { fleet: 'fleet', jobs: 'jobs', deployments: 'deployments', incidents: 'incidents' };
+  S.page = pages[top] || 'fleet';
+  S.arg = parts[1] || '';
+  if (S.arg && S.page === 'jobs') S.page = 'job';
+  if (S.arg && S.page === 'deployments') S.page = 'deployment';
+  if (S.arg && S.page === 'incidents') S.page = 'incident';
+  const m = /(?:^|&)attempt=(\d+)/.exec(query || '');
+  S.attempt = m ? Number(m[1]) : null;
+  S.detail = S.explain = S.artifacts = null;
+  S.detailKey = '';
+  S.detailError = null;
+  for (const a of document.querySelectorAll('#nav a'))
+    a.classList.toggle('active', a.dataset.page === top);
+  connect();
+  render();
+}
+
+// ---- pages ----
+
+function render() {
+  const main = document.getElementById('main');
+  if (!S.snap) return;
+  document.getElementById('user').textContent =
+    S.snap.user.name + (S.snap.user.admin ? ' (admin)' : '');
+  const pages = { fleet: pageFleet, jobs: pageJobs, job: pageJob, deployments: pageDeployments,
+                  deployment: pageDeployment, incidents: pageIncidents, incident: pageIncident };
+  const body = pages[S.page]();
+  // Keep the log element (and its scroll) across re-renders of a job page.
+  const keep = document.getElementById('log');
+  const kids = body.flat(Infinity).filter((x) => x !== null && x !== undefined && x !== false);
+  // Unchanged content is left alone, so that a click or a selection in
+  // progress survives an event that changed nothing on this page.
+  const next = h('main', {}, kids);
+  if (next.innerHTML === main.innerHTML && !document.getElementById('log-slot')) return;
+  main.replaceChildren(...next.childNodes);
+  const slot = document.getElementById('log-slot');
+  if (slot) {
+    slot.replaceWith(keep || h('pre', { class: 'log', id: 'log' }));
+    renderLog();
+  }
+  if (S.snap.store_error) main.prepend(h('p', { class: 'notice' }, 'Store: ' + S.snap.store_error));
+}
+
+function nodeCard(n) {
+  const admin = S.snap.user.admin;
+  const cpuShare = n.cpus ? n.cpus_allocated / n.cpus : 0;
+  const memShare = n.memory ? n.memory_allocated / n.memory : 0;
+  const live = n.live || {};
+  const devices = (n.devices || []).map((d) => h('tr', {},
+    h('td', { class: 'mono' }, d.id), h('td', {}, d.class), h('td', { class: 'hide-narrow' }, d.vendor || '—'),
+    h('td', {}, d.model || '—'), h('td', {}, bytes(d.memory)), h('td', {}, bytes(d.memory_free)),
+    h('td', {}, d.allocated_to || '—')));
+  const actions = [];
+  if (admin && n.state === 'online')
+    actions.push(actionButton('Drain', 'Drain node "' + n.name + '"? Its running work stays; it gets nothing new.',
+      'POST', '/v1/nodes/' + encodeURIComponent(n.name) + '/drain', 'Draining ' + n.name));
+  if (admin && n.state === 'draining')
+    actions.push(actionButton('Undrain', 'Let node "' + n.name + '" take new work again?',
+      'POST', '/v1/nodes/' + encodeURIComponent(n.name) + '/undrain', n.name + ' takes work again', 'plain'));
+  return h('section', { class: 'card node', 'data-node': n.name },
+    h('h3', {}, h('span', {}, n.name), badge(n.state)),
+    n.emulated ? h('p', { class: 'notice' }, 'Emulated devices: figures describe emulated hardware.') : null,
+    h('dl', { class: 'kv' },
+      h('dt', {}, 'address'), h('dd', {}, n.address || '—'),
+      h('dt', {}, 'CPUs'), h('dd', {}, (n.cpus_allocated || 0) + ' of ' + (n.cpus || 0) + ' allocated',
+        h('meter', { min: 0, max: 1, value: cpuShare })),
+      h('dt', {}, 'memory'), h('dd', {}, bytes(n.memory_allocated) + ' of ' + bytes(n.memory) + ' allocated',
+        h('meter', { min: 0, max: 1, value: memShare })),
+      h('dt', {}, 'load'), h('dd', {}, live.load === null || live.load === undefined ? '—' : Number(live.load).toFixed(2)),
+      h('dt', {}, 'free memory'), h('dd', {}, bytes(live.memory_free)),
+      h('dt', {}, 'heartbeat'), h('dd', {}, n.seconds_since_heartbeat === null || n.seconds_since_heartbeat === undefined
+        ? '—' : Number(n.seconds_since_heartbeat).toFixed(1) + ' s ago'),
+      h('dt', {}, 'resident models'), h('dd', { class: 'mono' },
+        (n.resident || []).length ? n.resident.map((d) => String(d).slice(0, 12)).join(', ') : 'none'),
+      h('dt', {}, 'running'), h('dd', {}, (n.running || []).length
+        ? n.running.map((r, i) => [i ? ', ' : '', h('a', { href: '#/jobs/' + encodeURIComponent(r.job) }, r.job),
+          ' #' + r.attempt + '.' + r.rank])
+        : 'nothing')),
+    devices.length ? table(['device', 'class', 'vendor', 'model', 'memory', 'free', 'allocated to'], devices) : null,
+    actions.length ? h('div', { class: 'row' }, actions) : null);
+}
+
+function pageFleet() {
+  const nodes = S.snap.nodes;
+  const by = (s) => nodes.filter((n) => n.state === s);
+  const devs = nodes.reduce((a, n) => a + (n.devices || []).length, 0);
+  const out = [h('h1', {}, 'Fleet'),
+    h('p', { class: 'muted', id: 'fleet-summary' }, nodes.length + ' nodes: ' + by('online').length + ' online, ' +
+      by('draining').length + ' draining, ' + by('offline').length + ' lost or offline; ' + devs + ' devices')];
+  if (!nodes.length)
+    out.push(h('p', { class: 'notice' }, 'No node has joined yet: start an agent with plexus agent --server URL --join-token-file F.'));
+  const lost = by('offline'), draining = by('draining');
+  if (lost.length || draining.length)
+    out.push(h('h2', {}, 'Lost and draining'), h('div', { class: 'cards' }, [...lost, ...draining].map(nodeCard)));
+  const online = by('online');
+  if (online.length) out.push(h('h2', {}, 'Online'), h('div', { class: 'cards' }, online.map(nodeCard)));
+  return out;
+}
+
+const active = (s) => s === 'queued' || s === 'assigned' || s === 'running';
+
+function cancelButton(j) {
+  return actionButton('Cancel', 'Cancel job ' + j.id + ' ("' + j.name + '")?', 'POST',
+    '/v1/jobs/' + encodeURIComponent(j.id) + '/cancel', 'Cancelled ' + j.id);
+}
+
+function pageJobs() {
+  const rows = S.snap.jobs.map((j) => h('tr', { 'data-job': j.id },
+    h('td', { class: 'mono' }, h('a', { href: '#/jobs/' + encodeURIComponent(j.id) }, j.id)),
+    h('td', { class: 'job-name' }, j.name), h('td', { class: 'hide-narrow' }, j.owner || '—'),
+    h('td', {}, badge(j.state)), h('td', { class: 'hide-narrow' }, j.attempt),
+    h('td', {}, (j.nodes || []).join(', ') || '—'), h('td', { class: 'hide-narrow' }, j.updated || '—'),
+    h('td', {}, j.exit_code === null || j.exit_code === undefined ? '' : j.exit_code),
+    h('td', {}, active(j.state) ? cancelButton(j) : '')));
+  return [h('h1', {}, 'Jobs'),
+    rows.length ? table(['id', 'name', 'owner', 'state', 'attempt', 'nodes', 'updated', 'exit', ''], rows)
+      : h('p', { class: 'muted' }, 'No jobs yet: plexus submit -- CMD.')];
+}
+
+function fetchDetail(j) {
+  const key = j ? j.state + '/' + j.attempt + '/' + j.updated : 'none';
+  if (key === S.detailKey) return;
+  S.detailKey = key;
+  const id = encodeURIComponent(S.arg);
+  Promise.all([api('GET', '/v1/jobs/' + id), api('GET', '/v1/jobs/' + id + '/explain'),
+               api('GET', '/v1/jobs/' + id + '/artifacts')])
+    .then(([d, e, a]) => { S.detail = d; S.explain = e; S.artifacts = a.artifacts; S.detailError = null; render(); })
+    .catch((e) => { S.detailError = e.message; render(); });
+}
+
+function whyNotHere(e) {
+  const chosen = new Set(((e.decision || {}).nodes) || []);
+  const rows = [];
+  for (const s of e.scored || [])
+    rows.push(h('tr', {}, h('td', {}, s.node), h('td', {}, badge(chosen.has(s.node) ? 'chosen' : 'feasible')),
+      h('td', {}, chosen.has(s.node) ? 'placed here' : 'scored lower'),
+      h('td', { class: 'mono' }, 'score ' + Number(s.score).toFixed(1) + ': headroom ' + s.headroom +
+        ', locality ' + s.locality + ', load ' + s.load + ', topology ' + s.topology)));
+  for (const r of e.rejected || [])
+    rows.push(h('tr', {}, h('td', {}, r.node), h('td', {}, badge('rejected')), h('td', {}, r.reason), h('td', {}, r.detail)));
+  return [h('p', {}, (e.decision || {}).summary || ''),
+    h('p', { class: 'muted' }, (e.nodes_considered || 0) + ' nodes considered, ' + (e.nodes_feasible || 0) +
+      ' feasible, ' + (e.nodes_scored || 0) + ' scored' + (e.rejected_more ? '; ' + e.rejected_more + ' more rejected' : '')),
+    rows.length ? table(['node', 'verdict', 'reason', 'detail'], rows, 'why') : null];
+}
+
+function pageJob() {
+  const j = S.snap.jobs.find((x) => x.id === S.arg);
+  fetchDetail(j);
+  const d = S.detail;
+  const out = [h('p', {}, h('a', { href: '#/jobs' }, '← Jobs'))];
+  if (S.detailError) return [...out, h('p', { class: 'error' }, S.detailError)];
+  if (!d) return [...out, h('p', { class: 'muted' }, 'Loading ' + S.arg + '…')];
+  out.push(h('h1', {}, h('span', { class: 'job-title' }, d.name), ' ', badge(d.state)),
+    h('dl', { class: 'kv' },
+      h('dt', {}, 'id'), h('dd', { class: 'mono' }, d.id),
+      h('dt', {}, 'owner'), h('dd', {}, d.owner || '—'),
+      h('dt', {}, 'attempt'), h('dd', {}, d.attempt + (d.restarts ? ' (' + d.restarts + ' restarts)' : '')),
+      h('dt', {}, 'created'), h('dd', {}, d.created || '—'),
+      h('dt', {}, 'updated'), h('dd', {}, d.updated || '—'),
+      h('dt', {}, 'exit code'), h('dd', {}, d.exit_code === null || d.exit_code === undefined ? '—' : d.exit_code),
+      h('dt', {}, 'command'), h('dd', { class: 'mono' }, JSON.stringify((d.spec || {}).command || (d.spec || {}).python || null))),
+    d.error ? h('p', { class: 'error' }, 'Error: ', d.error) : null,
+    active(d.state) ? h('div', { class: 'row' }, cancelButton(d)) : null,
+    h('h2', {}, 'Placement'),
+    (d.members || []).length ? table(['rank', 'node', 'devices', 'state', 'exit'], d.members.map((m) => h('tr', {},
+      h('td', {}, m.rank), h('td', {}, m.node || '—'), h('td', { class: 'mono' }, (m.devices || []).join(', ') || '—'),
+      h('td', {}, m.state || '—'), h('td', {}, m.exit_code === null || m.exit_code === undefined ? '' : m.exit_code))))
+      : h('p', { class: 'muted' }, 'Not placed.'),
+    h('h2', {}, 'Why here and not there'),
+    S.explain ? whyNotHere(S.explain) : h('p', { class: 'muted' }, 'No decision yet.'),
+    h('h2', {}, 'Log' + (S.attempt ? ' of attempt ' + S.attempt : '')),
+    h('div', { id: 'log-slot' }),
+    h('h2', {}, 'Artifacts'),
+    (S.artifacts || []).length ? table(['name', 'size', 'sha256', 'attempt'], S.artifacts.map((a) => h('tr', {},
+      h('td', {}, h('a', { href: '/v1/jobs/' + encodeURIComponent(d.id) + '/artifacts/' + encodeURIComponent(a.name),
+        download: a.name.split('/').pop() }, a.name)),
+      h('td', {}, bytes(a.size)), h('td', { class: 'mono' }, String(a.sha256).slice(0, 16)), h('td', {}, a.attempt))))
+      : h('p', { class: 'muted' }, 'None.'),
+    d.result !== null && d.result !== undefined ? [h('h2', {}, 'Result'), h('pre', { class: 'log' }, JSON.stringify(d.result, null, 2))] : null);
+  return out;
+}
+
+function renderLog() {
+  const pre = document.getElementById('log');
+  if (!pre) return;
+  const chunks = S.attempt ? S.log.filter((c) => c.attempt === S.attempt) : S.log;
+  const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+  pre.replaceChildren(...chunks.map((c) => h('span', { class: c.stream }, c.data)));
+  if (!chunks.length) pre.append(S.logDone ? '(no output)' : '(waiting for output…)');
+  pre.dataset.done = S.logDone ? '1' : '0';
+  if (stick) pre.scrollTop = pre.scrollHeight;
+}
+
+function pageDeployments() {
+  const planned = S.snap.jobs.filter((j) => j.has_plan);
+  const out = [h('h1', {}, 'Deployments')];
+  if (S.snap.deployments === null)
+    out.push(h('p', { class: 'notice' }, 'This server keeps no deployments; shown are the jobs submitted with ' +
+      'plan: "auto" and the plan the planner made for each across the fleet.'));
+  out.push(planned.length ? table(['job', 'name', 'state', 'nodes', ''], planned.map((j) => h('tr', {},
+    h('td', { class: 'mono' }, h('a', { href: '#/deployments/' + encodeURIComponent(j.id) }, j.id)),
+    h('td', {}, j.name), h('td', {}, badge(j.state)), h('td', {}, (j.nodes || []).join(', ') || '—'),
+    h('td', {}, active(j.state) ? undeployButton(j) : ''))))
+    : h('p', { class: 'muted' }, 'Nothing planned yet: plexus submit --model FILE --plan auto -- CMD.'));
+  return out;
+}
+
+function undeployButton(j) {
+  return actionButton('Undeploy', 'Undeploy ' + j.id + ' ("' + j.name + '")? Its work stops and its devices are freed.',
+    'POST', '/v1/jobs/' + encodeURIComponent(j.id) + '/cancel', 'Undeployed ' + j.id);
+}
+
+function drawPlan(plan) {
+  const stages = plan.stages || [];
+  const w = 200, gap = 60, hgt = 90, pad = 10;
+  const width = Math.max(1, stages.length) * (w + gap) - gap + 2 * pad;
+  const kids = [];
+  stages.forEach((s, i) => {
+    const x = pad + i * (w + gap);
+    const layers = s.layers ? 'layers ' + s.layers.first + '–' + s.layers.last : '';
+    kids.push(svg('g', { class: 'stage' },
+      svg('rect', { x, y: pad, width: w, height: hgt, rx: 6 }),
+      svg('text', { x: x + 8, y: pad + 18 }, 'stage ' + s.index + (s.emulated ? ' (emulated)' : '')),
+      svg('text', { x: x + 8, y: pad + 36 }, (s.devices || []).join(', ').slice(0, 28)),
+      svg('text', { x: x + 8, y: pad + 54 }, layers),
+      svg('text', { x: x + 8, y: pad + 72 }, (s.backend || '') + ' ' + ((s.precision || {}).weights || ''))));
+    if (i + 1 < stages.length) {
+      const t = ((s.predicted || {}).transfer_s_per_token);
+      kids.push(svg('line', { class: 'link', x1: x + w, y1: pad + hgt / 2, x2: x + w + gap, y2: pad + hgt / 2 }),
+        svg('text', { x: x + w + 4, y: pad + hgt / 2 - 6 }, t === undefined ? '' : ms(t)));
+    }
+  });
+  return h('div', { class: 'plan' }, svg('svg', { viewBox: '0 0 ' + width + ' ' + (hgt + 2 * pad), width, role: 'img',
+    'aria-label': 'the plan: ' + stages.length + ' stages' }, kids));
+}
+
+function pageDeployment() {
+  const j = S.snap.jobs.find((x) => x.id === S.arg);
+  fetchDetail(j);
+  const d = S.detail;
+  const out = [h('p', {}, h('a', { href: '#/deployments' }, '← Deployments'))];
+  if (S.detailError) return [...out, h('p', { class: 'error' }, S.detailError)];
+  if (!d) return [...out, h('p', { class: 'muted' }, 'Loading…')];
+  out.push(h('h1', {}, d.name, ' ', badge(d.state)));
+  if (active(d.state)) out.push(h('div', { class: 'row' }, undeployButton(d)));
+  const p = d.plan || {};
+  if (p.status !== 'planned') {
+    out.push(h('p', { class: 'notice' }, 'No plan: ', p.status || 'none', p.detail ? ': ' + p.detail : ''));
+    return out;
+  }
+  const plan = p.plan;
+  const pred = plan.predictions || {};
+  if (plan.emulated) out.push(h('p', { class: 'notice' }, plan.notice || 'The plan runs on emulated devices.'));
+  out.push(h('h2', {}, 'Stages on devices'), drawPlan(plan),
+    h('h2', {}, 'Predicted and observed per stage'),
+    table(['stage', 'devices', 'decode p50', 'decode p99', 'prefill p50', 'observed'], (plan.stages || []).map((s) => {
+      const pr = s.predicted || {};
+      return h('tr', {}, h('td', {}, s.index), h('td', { class: 'mono' }, (s.devices || []).join(', ')),
+        h('td', {}, ms((pr.decode_s_per_token || {}).p50)), h('td', {}, ms((pr.decode_s_per_token || {}).p99)),
+        h('td', {}, ms((pr.prefill_s || {}).p50)), h('td', { class: 'muted' }, 'not reported'));
+    })),
+    h('h2', {}, 'Service'),
+    h('dl', { class: 'kv' },
+      h('dt', {}, 'tokens/s'), h('dd', {}, pred.throughput_tokens_per_s ? Number(pred.throughput_tokens_per_s.p50).toFixed(1) + ' predicted' : '—'),
+      h('dt', {}, 'TTFT'), h('dd', {}, pred.ttft_s ? ms(pred.ttft_s.p50) + ' predicted (p99 ' + ms(pred.ttft_s.p99) + ')' : '—'),
+      h('dt', {}, 'TPOT'), h('dd', {}, pred.tpot_s ? ms(pred.tpot_s.p50) + ' predicted (p99 ' + ms(pred.tpot_s.p99) + ')' : '—'),
+      h('dt', {}, 'over time'), h('dd', { class: 'muted' }, 'no observations: this job reports none to the server')),
+    h('h2', {}, 'Replicas'),
+    table(['replica', 'stages', 'TPOT', 'tokens/s'], (plan.replicas || []).map((r) => h('tr', {},
+      h('td', {}, r.index), h('td', { class: 'mono' }, (r.stages || []).map((s) => (s.devices || []).join('+')).join(' → ')),
+      h('td', {}, ms(typeof r.tpot_s === 'object' ? (r.tpot_s || {}).p50 : r.tpot_s)),
+      h('td', {}, typeof r.throughput === 'object' ? Number((r.throughput || {}).p50).toFixed(1) : r.throughput)))),
+    (plan.explanation || []).length ? [h('h2', {}, 'Why this plan'), h('ul', {}, plan.explanation.map((e) => h('li', {}, e)))] : null);
+  return out;
+}
+
+function pageIncidents() {
+  const rows = S.snap.incidents.map((i) => h('tr', { 'data-incident': i.id },
+    h('td', { class: 'mono' }, h('a', { href: '#/incidents/' + encodeURIComponent(i.id) }, i.id)),
+    h('td', {}, i.class), h('td', {}, i.node), h('td', { class: 'hide-narrow' }, new Date(i.detected_unix * 1000).toLocaleString()),
+    h('td', {}, badge(i.outcome)), h('td', {}, secs(i.rto_s)), h('td', {}, secs(i.lost_work_s)),
+    h('td', {}, (i.jobs || []).map((j) => j.job).join(', ') || '—')));
+  return [h('h1', {}, 'Incidents'),
+    rows.length ? table(['id', 'class', 'node', 'detected', 'outcome', 'RTO', 'lost work', 'jobs'], rows)
+      : h('p', { class: 'muted' }, 'No incident since the server started.')];
+}
+
+function pageIncident() {
+  const i = S.snap.incidents.find((x) => x.id === S.arg);
+  const out = [h('p', {}, h('a', { href: '#/incidents' }, '← Incidents'))];
+  if (!i) return [...out, h('p', { class: 'error' }, 'No incident ' + S.arg + '.')];
+  out.push(h('h1', {}, i.id + ': ' + i.class + ' of ' + i.node + ' ', badge(i.outcome)),
+    h('dl', { class: 'kv' },
+      h('dt', {}, 'detection'), h('dd', {}, i.detection.detector + ': ' + i.detection.evidence),
+      h('dt', {}, 'time to detect'), h('dd', {}, secs(i.detection.time_to_detect_s)),
+      h('dt', {}, 'devices lost'), h('dd', { class: 'mono', id: 'lost-devices' }, (i.devices || []).join(', ') || 'none'),
+      h('dt', {}, 'RTO'), h('dd', { id: 'rto' }, secs(i.rto_s)),
+      h('dt', {}, 'lost work'), h('dd', {}, secs(i.lost_work_s)),
+      h('dt', {}, 'record'), h('dd', {}, h('a', { href: '/ui/api/incidents/' + encodeURIComponent(i.id), download: i.id + '.json' }, i.id + '.json'))),
+    i.other_jobs ? h('p', { class: 'muted' }, i.other_jobs + ' jobs of other users were on the node.') : null,
+    h('h2', {}, 'Timeline'),
+    h('ol', { class: 'timeline' }, i.timeline.map((t) => h('li', {}, h('span', { class: 't' }, '+' + Number(t.t_s).toFixed(2) + ' s'), t.event))));
+  for (const j of i.jobs || []) {
+    out.push(h('section', { class: 'card incident-job' },
+      h('h3', {}, h('span', {}, h('a', { href: '#/jobs/' + encodeURIComponent(j.job) }, j.job), ' ', j.name), badge(j.outcome)),
+      h('dl', { class: 'kv' },
+        h('dt', {}, 'lost'), h('dd', {}, 'attempt ' + j.lost_attempt + ', ranks ' + j.ranks.join(', ') + ', ' + secs(j.lost_work_s) + ' of work'),
+        h('dt', {}, 'new attempt'), h('dd', {}, j.new_attempt === null ? 'not yet' : j.new_attempt),
+        h('dt', {}, 'placed on'), h('dd', {}, (j.placed_on || []).join(', ') || 'not yet'),
+        h('dt', {}, 'canary'), h('dd', {}, j.canary ? [badge(j.canary.verdict), ' ', j.canary.check] : 'not yet'),
+        h('dt', {}, 'RTO'), h('dd', {}, secs(j.rto_s)),
+        h('dt', {}, 'replay'), h('dd', {}, h('a', { href: '#/jobs/' + encodeURIComponent(j.job) + '?attempt=' + j.lost_attempt },
+          'the lost attempt\'s log'))),
+      (j.candidates || []).length ? table(['candidate', 'verdict', 'reason', 'detail'], j.candidates.map((c) => h('tr', {},
+        h('td', {}, c.node), h('td', {}, badge(c.accepted ? 'accepted' : 'rejected')), h('td', {}, c.reason || ''),
+        h('td', {}, c.detail || (c.score !== undefined && c.score !== null ? 'score ' + Number(c.score).toFixed(1) : '')))))
+        : h('p', { class: 'muted' }, 'No candidates weighed yet.')));
+  }
+  return out;
+}
+
+window.addEventListener('hashchange', route);
+document.addEventListener('DOMContentLoaded', route);

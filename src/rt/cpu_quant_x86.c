@@ -1,0 +1,179 @@
+/*
+ * AVX2 dot products of block-quantized weights with quantized activations,
+ * chosen at run time.  They reproduce cpu_quant.c's results bit for bit:
+ * the integer sums are exact whatever their grouping, and the float steps
+ * are the same operations in the same order (Q4_0/Q5_0: one float lane
+ * per four values, as the portable definition's lanes; k-quants: the
+ * super-block's float expression in scalar code).
+ */
+#include "base/common.h"
+
+#include "rt/quant_impl.h"
+#include "rt/rt_impl.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <immintrin.h>
+
+#define TGT    __attribute__((target("avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline)) TGT
+
+INLINE __m256i load256(const uint8_t *p)
+{
+    return _mm256_loadu_si256((const __m256i *)(const void *)p);
+}
+
+/* Bytes of v shifted right by `bits` (0..7), within each byte. */
+INLINE __m256i bits_at(__m256i v, uint32_t bits, int mask)
+{
+    return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128((int)bits)),
+                            _mm256_set1_epi8((char)mask));
+}
+
+/* ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), as cpu_quant.c. */
+INLINE float lanes_sum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+INLINE int32_t hsum_i32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* An f16 as float (exact, as px__rt_f16). */
+INLINE float f16_at(const uint8_t *p)
+{
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(p[0] | p[1] << 8)));
+}
+
+/* The 32 values of a Q4_0/Q5_0 block, signed, in order. */
+INLINE __m256i legacy_values(px_dtype t, const uint8_t *blk)
+{
+    const uint8_t *qs = blk + (t == PX_DTYPE_Q5_0 ? 6 : 2);
+    __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)qs);
+    __m128i m4 = _mm_set1_epi8(0xF);
+    __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
+    if (t == PX_DTYPE_Q4_0)
+        return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+    /* Byte j takes bit j of the 32-bit qh: spread qh's byte j/8 to byte
+     * j, then test bit j % 8. */
+    uint32_t qh;
+    memcpy(&qh, blk + 2, sizeof qh);
+    __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)qh),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    v = _mm256_or_si256(v, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+    return _mm256_sub_epi8(v, _mm256_set1_epi8(16));
+}
+
+static TGT float dot_legacy(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
+{
+    size_t bb = px_dtype_block_bytes(t);
+    __m256 acc = _mm256_setzero_ps();
+    __m256i ones = _mm256_set1_epi16(1);
+    for (uint32_t i = 0; i < n / PX__RT_QK0; i++) {
+        const uint8_t *blk = w + i * bb, *xb = xq + (size_t)i * PX__RT_Q8_0_ACT_BYTES;
+        __m256i q = legacy_values(t, blk);
+        __m256i qx = load256(xb + 2);
+        /* Exact: |q| <= 16 and |qx| <= 127 keep the pair sums in int16. */
+        __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(qx, q));
+        __m256i p32 = _mm256_madd_epi16(p16, ones);
+        float s = f16_at(blk) * f16_at(xb);
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(s)));
+    }
+    return lanes_sum(acc);
+}
+
+/* Values 32c .. 32c + 31 of a k-quant super-block as unsigned bytes, and
+ * the offset subtracted from each (q = byte - offset). */
+INLINE __m256i k_values(px_dtype t, const uint8_t *blk, uint32_t c)
+{
+    switch (t) {
+    case PX_DTYPE_Q2_K:
+        return bits_at(load256(blk + 16 + 32 * (c / 4)), 2 * (c % 4), 3);
+    case PX_DTYPE_Q3_K: {
+        __m256i lo = bits_at(load256(blk + 32 + 32 * (c / 4)), 2 * (c % 4), 3);
+        __m256i hi = bits_at(load256(blk), c, 1);
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
+    }
+    case PX_DTYPE_Q4_K:
+        return bits_at(load256(blk + 16 + 32 * (c / 2)), 4 * (c % 2), 0xF);
+    case PX_DTYPE_Q5_K: {
+        __m256i lo = bits_at(load256(blk + 48 + 32 * (c / 2)), 4 * (c % 2), 0xF);
+        __m256i hi = bits_at(load256(blk + 16), c, 1);
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+    }
+    default: { /* Q6_K */
+        uint32_t half = c / 4, i = c % 4;
+        __m256i lo = bits_at(load256(blk + 64 * half + 32 * (i & 1)), i < 2 ? 0 : 4, 0xF);
+        __m256i hi = bits_at(load256(blk + 128 + 32 * half), 2 * i, 3);
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+    }
+    }
+}
+
+static TGT float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
+{
+    size_t bb = px_dtype_block_bytes(t);
+    int32_t offset = t == PX_DTYPE_Q3_K ? 4 : t == PX_DTYPE_Q6_K ? 32 : 0;
+    float acc = 0;
+    px__rt_qblock b;
+    for (uint32_t i = 0; i < n / PX__RT_QK; i++) {
+        const uint8_t *blk = w + i * bb, *xb = xq + (size_t)i * PX__RT_Q8_K_BYTES;
+        px__rt_quant_scales(t, blk, &b);
+        __m256i sum = _mm256_setzero_si256();
+        for (uint32_t c = 0; c < 8; c++) {
+            __m256i q = k_values(t, blk, c);
+            /* Exact: bytes <= 63 and |qx| <= 127 keep pair sums in int16,
+             * and |scale| <= 128 their scaled sums in int32. */
+            __m256i p16 = _mm256_maddubs_epi16(q, load256(xb + 4 + 32 * c));
+            __m256i sc =
+                _mm256_set_m128i(_mm_set1_epi16(b.sc[2 * c + 1]), _mm_set1_epi16(b.sc[2 * c]));
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p16, sc));
+        }
+        /* The per-16 sums of the activations against the mins, and
+         * against the scales for the offset: exact in int32. */
+        __m256i bsums = load256(xb + 260);
+        int32_t sumi = hsum_i32(sum);
+        int32_t summ = hsum_i32(_mm256_madd_epi16(bsums, load256((const uint8_t *)b.m)));
+        if (offset)
+            sumi -= offset * hsum_i32(_mm256_madd_epi16(bsums, load256((const uint8_t *)b.sc)));
+        float dx;
+        memcpy(&dx, xb, sizeof dx);
+        float v = (dx * b.d) * (float)sumi;
+        if (b.has_min)
+            v = v - (dx * b.dmin) * (float)summ;
+        acc = acc + v;
+    }
+    return acc;
+}
+
+TGT float px__rt_quant_dot_x86(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
+{
+    if (px__rt_quant_act_dtype(t) == PX_DTYPE_Q8_0)
+        return dot_legacy(t, w, xq, n);
+    return dot_k(t, w, xq, n);
+}
+
+px__rt_quant_dot_fn px__rt_quant_dot_avx2(void)
+{
+    return px__rt_kernels_avx2() ? px__rt_quant_dot_x86 : NULL;
+}
+
+#else
+
+px__rt_quant_dot_fn px__rt_quant_dot_avx2(void)
+{
+    return NULL;
+}
+
+#endif

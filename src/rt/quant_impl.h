@@ -1,0 +1,134 @@
+/*
+ * The block-quantized weight formats GGUF files use beyond q8_0: Q4_0 and
+ * Q5_0 (blocks of 32) and the k-quants Q2_K, Q3_K, Q4_K, Q5_K and Q6_K
+ * (super-blocks of 256), with ggml's byte layouts; the 8-bit activation
+ * blocks their dot products use; and the quantizers `plexus model
+ * quantize` writes files with.
+ *
+ * Every format is decoded into one integer form first (quant.c): per
+ * super-block (or block), 256 (32) small integers q, one scale per 16
+ * values and, for formats with a minimum, one min per 16 values, plus the
+ * float factors d and dmin.  A value is then
+ *
+ *     w[j] = (d * sc[j/16]) * q[j] - (dmin * m[j/16])
+ *
+ * evaluated in float in that order, which is how ggml's reference
+ * dequantisation computes it: the runtime reproduces its values bit for
+ * bit.  The dot products (cpu_quant.c, cpu_quant_x86.c) take activations
+ * quantized per row to 8-bit blocks (Q8_0 for Q4_0/Q5_0, Q8_K for the
+ * k-quants), sum integer products exactly and scale in a fixed float
+ * order, so the scalar and the AVX2 paths give identical results, and a
+ * row's result depends on nothing but its weight row and its activation
+ * row.
+ *
+ * Usage (the kernels' view):
+ *
+ *     uint8_t xq[PX__RT_QCHUNK_BYTES];
+ *     px__rt_quant_act(PX_DTYPE_Q4_K, x, xq, 4096);
+ *     float y = px__rt_quant_dot_portable(PX_DTYPE_Q4_K, row, xq, 4096);
+ */
+#ifndef PX_RT_QUANT_IMPL_H
+#define PX_RT_QUANT_IMPL_H
+
+#include "base/common.h"
+
+#include "plexus/ir.h"
+
+/* Clang fuses a*b+c into one rounding where FMA is available; the results
+ * below are defined with separate roundings. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#define PX__RT_QK  256u /* values per k-quant super-block */
+#define PX__RT_QK0 32u  /* values per Q4_0/Q5_0/Q8_0 block */
+
+/* Activation blocks.  Q8_0: an f16 scale then 32 int8 (34 bytes).  Q8_K:
+ * a float scale, 256 int8, then 16 int16 sums of each 16 values (292
+ * bytes), in this build's byte order (never stored). */
+#define PX__RT_Q8_0_ACT_BYTES 34u
+#define PX__RT_Q8_K_BYTES     292u
+
+/* Values quantized at a time: a matrix-vector product quantizes its
+ * activation rows in chunks of this many values (a multiple of 256), so
+ * that the buffers stay on the stack.  A row's result is the sum, in
+ * order, of its chunks' results. */
+#define PX__RT_QCHUNK       4096u
+#define PX__RT_QCHUNK_BYTES (PX__RT_QCHUNK / PX__RT_QK * PX__RT_Q8_K_BYTES)
+
+/* Whether t is one of the formats of this file (q4_0, q5_0, q2_k..q6_k). */
+bool px__rt_quant_handles(px_dtype t);
+
+/* The integer form of one block (32 values) or super-block (256). */
+typedef struct px__rt_qblock {
+    int8_t q[256];
+    int16_t sc[16], m[16]; /* per 16 values; m all 0 without a minimum */
+    float d, dmin;
+    bool has_min;
+} px__rt_qblock;
+
+/* Decodes the scales (d, dmin, sc, m, has_min) of the block at blk. */
+void px__rt_quant_scales(px_dtype t, const uint8_t *blk, px__rt_qblock *out);
+/* Decodes block b of a row of dtype t (px__rt_quant_handles(t)). */
+void px__rt_quant_unpack(px_dtype t, const uint8_t *row, uint32_t b, px__rt_qblock *out);
+/* Dequantises k values (a multiple of the block) of a row of dtype t,
+ * bit for bit as ggml's reference does. */
+void px__rt_quant_dequant_row(px_dtype t, const void *row, float *dst, uint32_t k);
+/* The value at index i of a row of dtype t. */
+float px__rt_quant_value_at(px_dtype t, const void *row, uint32_t i);
+
+/* The activation format of weights of dtype t: Q8_0 or Q8_K. */
+px_dtype px__rt_quant_act_dtype(px_dtype t);
+/* Bytes of n activation values quantized for t. */
+size_t px__rt_quant_act_bytes(px_dtype t, uint32_t n);
+/* Quantizes n activation values for weights of dtype t into out
+ * (px__rt_quant_act_bytes(t, n) bytes); n is a multiple of the activation
+ * block (32 for Q8_0, 256 for Q8_K).  A block holding a NaN or an
+ * infinity gets a NaN scale, so that the dots it enters are NaN. */
+void px__rt_quant_act(px_dtype t, const float *x, uint8_t *out, uint32_t n);
+
+/* The dot of n values (a multiple of the block) of a weight row of dtype t
+ * with activations quantized for t: the definition the vectorised
+ * variants reproduce bit for bit. */
+float px__rt_quant_dot_portable(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n);
+
+/* A dot over n values as above. */
+typedef float (*px__rt_quant_dot_fn)(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n);
+
+/* The AVX2 variant of px__rt_quant_dot_portable, or NULL when the build
+ * or the processor lacks AVX2 (cpu_quant_x86.c). */
+px__rt_quant_dot_fn px__rt_quant_dot_avx2(void);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* That variant itself: callable only where px__rt_quant_dot_avx2()
+ * returns it. */
+float px__rt_quant_dot_x86(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n);
+#endif
+
+/* y[r*ldy + i] = dot(row i of w, x + r*ldx) for i in [i0, i1), r < n_x
+ * (at most PX_RT_SMALL_BATCH), weights of dtype t (px__rt_quant_handles)
+ * and k values per row, with the given dot. */
+void px__rt_quant_matvec(px__rt_quant_dot_fn dot, px_dtype t, const void *w, size_t row_bytes,
+                         uint32_t k, uint32_t i0, uint32_t i1, const float *x, size_t ldx,
+                         uint32_t n_x, float *y, size_t ldy);
+
+/* ggml's nearest_int: round to nearest, ties to even, for |v| < 2^22. */
+static inline int px__rt_nearest_int(float v)
+{
+    float f = v + 12582912.f;
+    int32_t i;
+    memcpy(&i, &f, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* ------------------------------------------------------------------ */
+/* Weight quantizers (quantize.c)                                      */
+/* ------------------------------------------------------------------ */
+
+/* Quantizes n finite values (a multiple of the block of t) into blocks of
+ * t, as ggml's reference quantizer does without an importance matrix.
+ * t: q8_0, q4_0, q5_0, q4_k, q5_k, q6_k. */
+void px__rt_quantize_row(px_dtype t, const float *x, uint8_t *out, uint64_t n);
+/* Whether px__rt_quantize_row writes t. */
+bool px__rt_quantize_supports(px_dtype t);
+
+#endif

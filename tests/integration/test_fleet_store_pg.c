@@ -1,0 +1,387 @@
+/* The PostgreSQL store on a real PostgreSQL server the test starts itself
+ * (tests/support/pg_harness.h): the same records as the SQLite store's
+ * tests (jobs with members and attempts, owners and idempotency keys, log
+ * numbers and usage with binary output, artifacts, explanations, node
+ * credentials and revocations, nodes), what was written is there after
+ * the connection is closed and opened again, newer schemas and passwords
+ * in the URI are refused, and the scheduler lease: one holder at a time,
+ * taken over when its holder's connection goes, and jobs accepted by a
+ * replica that does not schedule are claimed once. */
+#include "px_test.h"
+
+#include "fleet/fleet_impl.h"
+#include "pg_harness.h"
+
+#include <string.h>
+#include <unistd.h>
+
+static pg_harness pg;
+static bool pg_up;
+
+static int setup(void **state)
+{
+    (void)state;
+    pg_up = pg_harness_start(&pg);
+    if (!pg_up)
+        fprintf(stderr, "SKIP: %s\n", pg.why);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    pg_harness_stop(&pg);
+    return 0;
+}
+
+static char *fresh(const char *name)
+{
+    if (!pg_up)
+        return NULL;
+    char *uri = pg_harness_database(&pg, name);
+    assert_non_null(uri);
+    return uri;
+}
+
+static void count_job(const px__job_row *row, void *ud)
+{
+    (void)row;
+    (*(int *)ud)++;
+}
+
+/* One value from the database, through libpq directly. */
+static long long query_int(const char *uri, const char *sql)
+{
+    PGconn *c = PQconnectdb(uri);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    PGresult *r = PQexec(c, sql);
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    long long v = PQntuples(r) ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : -1;
+    PQclear(r);
+    PQfinish(c);
+    return v;
+}
+
+static void test_pg_store_migrates_and_persists_jobs(void **state)
+{
+    (void)state;
+    char *uri = fresh("jobs");
+    if (!uri)
+        skip();
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    px__job_row row = {.name = "train",
+                       .state = "queued",
+                       .attempt = 1,
+                       .spec = "{\"command\":[\"true\"]}",
+                       .members = "[]",
+                       .exit_code = INT_MIN,
+                       .created = 100,
+                       .updated = 100};
+    px_assert_ok(st.ops->insert_job(st.self, &row, &err), &err);
+    assert_string_equal(row.id, "j-000001");
+    char *first_id = row.id;
+    row.id = NULL;
+    px_assert_ok(st.ops->insert_job(st.self, &row, &err), &err);
+    assert_string_equal(row.id, "j-000002");
+    row.state = "assigned";
+    row.members = "[{\"node\":\"n1\",\"devices\":[\"gpu0\"],\"state\":\"assigned\"}]";
+    px_assert_ok(st.ops->update_job(st.self, &row, NULL, &err), &err);
+    row.attempt = 2;
+    row.state = "queued";
+    row.not_before = 1234.5;
+    px_assert_ok(st.ops->update_job(st.self, &row, "node n1 lost", &err), &err);
+    st.ops->close(st.self);
+
+    assert_int_equal(query_int(uri, "SELECT MAX(version) FROM schema_version"),
+                     px__store_pg_schema_version());
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM attempts WHERE reason = 'node n1 lost'"),
+                     1);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM members WHERE node = 'n1'"), 1);
+
+    /* Reopening applies no migration twice and finds the rows. */
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    px__job_row got;
+    px_assert_ok(st.ops->get_job(st.self, "j-000002", &got, &err), &err);
+    assert_string_equal(got.state, "queued");
+    assert_int_equal(got.attempt, 2);
+    assert_int_equal(got.exit_code, INT_MIN);
+    assert_true(got.not_before == 1234.5);
+    px__job_row_release(&got);
+    assert_int_equal(st.ops->get_job(st.self, "j-999999", &got, &err), PX_ENOTFOUND);
+    int n = 0;
+    px_assert_ok(st.ops->list_jobs(st.self, "active", NULL, 100, count_job, &n, &err), &err);
+    assert_int_equal(n, 2);
+    n = 0;
+    px_assert_ok(st.ops->list_jobs(st.self, "succeeded", NULL, 100, count_job, &n, &err), &err);
+    assert_int_equal(n, 0);
+    n = 0;
+    px_assert_ok(st.ops->list_jobs(st.self, "", NULL, 1, count_job, &n, &err), &err);
+    assert_int_equal(n, 1);
+    st.ops->close(st.self);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM schema_version"),
+                     px__store_pg_schema_version());
+    free(first_id);
+    free(row.id);
+    free(uri);
+}
+
+typedef struct logs_seen {
+    int n;
+    int64_t last;
+    size_t bytes;
+    char text[256];
+} logs_seen;
+
+static void log_seen(const px__log_chunk *c, void *ud)
+{
+    logs_seen *s = ud;
+    s->n++;
+    s->last = c->seq;
+    s->bytes += c->len;
+    size_t have = strlen(s->text), n = PX_MIN(c->len, sizeof s->text - have - 1);
+    memcpy(s->text + have, c->data, n);
+    s->text[have + n] = '\0';
+}
+
+static void binary_seen(const px__log_chunk *c, void *ud)
+{
+    /* Output is bytes, not text: a NUL and invalid UTF-8 come back as sent. */
+    assert_int_equal(c->len, 4);
+    assert_memory_equal(c->data, "\0\xff\x01\x80", 4);
+    (*(int *)ud)++;
+}
+
+static void test_pg_store_logs_artifacts_explanations_nodes(void **state)
+{
+    (void)state;
+    char *uri = fresh("misc");
+    if (!uri)
+        skip();
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    int64_t seq;
+    px_assert_ok(st.ops->append_log(st.self, "j-1", 1, 0, "stdout", "hello ", 6, &seq, &err), &err);
+    assert_int_equal(seq, 1);
+    px_assert_ok(st.ops->append_log(st.self, "j-1", 1, 0, "stderr", "oops\n", 5, &seq, &err), &err);
+    px_assert_ok(st.ops->append_log(st.self, "j-1", 1, 0, "stdout", "world", 5, &seq, &err), &err);
+    assert_int_equal(seq, 3);
+    px_assert_ok(st.ops->append_log(st.self, "j-2", 1, 0, "stdout", "x", 1, &seq, &err), &err);
+    assert_int_equal(seq, 1); /* numbered per job */
+    px_assert_ok(
+        st.ops->append_log(st.self, "j-3", 1, 0, "stdout", "\0\xff\x01\x80", 4, &seq, &err), &err);
+    logs_seen s = {0};
+    px_assert_ok(st.ops->read_logs(st.self, "j-1", 0, "stdout", SIZE_MAX, log_seen, &s, &err),
+                 &err);
+    assert_int_equal(s.n, 2);
+    assert_string_equal(s.text, "hello world");
+    memset(&s, 0, sizeof s);
+    px_assert_ok(st.ops->read_logs(st.self, "j-1", 2, NULL, SIZE_MAX, log_seen, &s, &err), &err);
+    assert_int_equal(s.n, 1);
+    assert_int_equal(s.last, 3);
+    /* At most max_bytes, but always at least one chunk. */
+    memset(&s, 0, sizeof s);
+    px_assert_ok(st.ops->read_logs(st.self, "j-1", 0, NULL, 1, log_seen, &s, &err), &err);
+    assert_int_equal(s.n, 1);
+    int nb = 0;
+    px_assert_ok(st.ops->read_logs(st.self, "j-3", 0, NULL, SIZE_MAX, binary_seen, &nb, &err),
+                 &err);
+    assert_int_equal(nb, 1);
+    px__artifact_row a = {"j-1", "out/model.pt", "ab", 3, 0, 1, 5};
+    px_assert_ok(st.ops->put_artifact(st.self, &a, &err), &err);
+    px_assert_ok(st.ops->put_artifact(st.self, &a, &err), &err); /* replaced, not doubled */
+    px_assert_ok(st.ops->put_explanation(st.self, "j-1", 1, "{\"a\":1}", &err), &err);
+    px_assert_ok(st.ops->put_explanation(st.self, "j-1", 2, "{\"a\":2}", &err), &err);
+    char *ex;
+    px_assert_ok(st.ops->get_explanation(st.self, "j-1", &ex, &err), &err);
+    assert_string_equal(ex, "{\"a\":2}");
+    free(ex);
+    assert_int_equal(st.ops->get_explanation(st.self, "j-9", &ex, &err), PX_ENOTFOUND);
+    int64_t log_bytes, art_bytes;
+    px_assert_ok(st.ops->job_usage(st.self, "j-1", &log_bytes, &art_bytes, &err), &err);
+    assert_int_equal(log_bytes, 16);
+    assert_int_equal(art_bytes, 3);
+    px_assert_ok(st.ops->put_node(st.self, "n1", "{\"name\":\"n1\"}", "online", 7, &err), &err);
+    px_assert_ok(st.ops->put_node(st.self, "n1", NULL, "offline", 8, &err), &err);
+    px_assert_ok(st.ops->put_heartbeat(st.self, "n1", 9, "{}", &err), &err);
+    px_assert_ok(st.ops->put_heartbeat(st.self, "n1", 10, "{}", &err), &err);
+    st.ops->close(st.self);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM nodes WHERE state = 'offline' AND "
+                                    "registration LIKE '%n1%'"),
+                     1);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM artifacts"), 1);
+    assert_int_equal(query_int(uri, "SELECT at FROM heartbeats WHERE node = 'n1'"), 10);
+    free(uri);
+}
+
+static void count_cred(const char *node, const char *hash, void *ud)
+{
+    (void)hash;
+    if (!strcmp(node, "n1"))
+        (*(int *)ud)++;
+}
+
+static void count_name(const char *name, void *ud)
+{
+    (void)name;
+    (*(int *)ud)++;
+}
+
+static void test_pg_store_owners_keys_and_credentials(void **state)
+{
+    (void)state;
+    char *uri = fresh("owners");
+    if (!uri)
+        skip();
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    px__job_row row = {.name = "a",
+                       .state = "queued",
+                       .attempt = 1,
+                       .spec = "{}",
+                       .members = "[]",
+                       .exit_code = INT_MIN,
+                       .owner = "alice",
+                       .idem_key = "k1",
+                       .idem_hash = "h1"};
+    px_assert_ok(st.ops->insert_job(st.self, &row, &err), &err);
+    free(row.id);
+    row.id = NULL;
+    /* The same key for the same owner is taken; another owner has its own. */
+    assert_int_equal(st.ops->insert_job(st.self, &row, &err), PX_EEXIST);
+    px_assert_contains(err.msg, "Idempotency-Key");
+    assert_null(row.id);
+    row.owner = "bob";
+    px_assert_ok(st.ops->insert_job(st.self, &row, &err), &err);
+    free(row.id);
+    row.id = NULL;
+    px__job_row got;
+    px_assert_ok(st.ops->find_idempotent(st.self, "alice", "k1", &got, &err), &err);
+    assert_string_equal(got.owner, "alice");
+    assert_string_equal(got.idem_hash, "h1");
+    px__job_row_release(&got);
+    assert_int_equal(st.ops->find_idempotent(st.self, "alice", "k2", &got, &err), PX_ENOTFOUND);
+    int n = 0;
+    px_assert_ok(st.ops->list_jobs(st.self, "", "bob", 100, count_job, &n, &err), &err);
+    assert_int_equal(n, 1);
+    n = 0;
+    px_assert_ok(st.ops->list_jobs(st.self, "active", NULL, 100, count_job, &n, &err), &err);
+    assert_int_equal(n, 2);
+    px_assert_ok(st.ops->put_credential(st.self, "n1", "aa", &err), &err);
+    px_assert_ok(st.ops->put_credential(st.self, "n1", "bb", &err), &err);
+    px_assert_ok(st.ops->put_credential(st.self, "n2", "cc", &err), &err);
+    px_assert_ok(st.ops->drop_credentials(st.self, "n1", "bb", &err), &err);
+    n = 0;
+    px_assert_ok(st.ops->list_credentials(st.self, count_cred, &n, &err), &err);
+    assert_int_equal(n, 1);
+    px_assert_ok(st.ops->set_revoked(st.self, "n3", true, &err), &err);
+    px_assert_ok(st.ops->set_revoked(st.self, "n4", true, &err), &err);
+    px_assert_ok(st.ops->set_revoked(st.self, "n4", false, &err), &err);
+    n = 0;
+    px_assert_ok(st.ops->list_revoked(st.self, count_name, &n, &err), &err);
+    assert_int_equal(n, 1);
+    st.ops->close(st.self);
+    free(uri);
+}
+
+static void test_pg_store_refuses_passwords_bad_uris_and_newer_schemas(void **state)
+{
+    (void)state;
+    px__store st;
+    px_err err;
+    assert_int_equal(px__store_pg_open("postgres://u:hunter2@db.example/x", &st, &err), PX_EAUTH);
+    px_assert_contains(err.msg, ".pgpass");
+    assert_null(strstr(err.msg, "hunter2"));
+    assert_int_equal(px__store_pg_open("postgres://u@/x?nosuchoption=1", &st, &err), PX_EINVAL);
+    px_assert_contains(err.msg, "--store");
+    char *uri = fresh("future");
+    if (!uri)
+        skip();
+    /* A server that is not there: the error names where, and no password. */
+    char *wrong = px_asprintf("postgresql://plexus@/x?host=%s&port=1", pg.root);
+    assert_int_equal(px__store_pg_open(wrong, &st, &err), PX_EIO);
+    px_assert_contains(err.msg, "cannot connect");
+    free(wrong);
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    st.ops->close(st.self);
+    PGconn *c = PQconnectdb(uri);
+    PQclear(PQexec(c, "INSERT INTO schema_version VALUES(999, 0)"));
+    PQfinish(c);
+    assert_int_equal(px__store_pg_open(uri, &st, &err), PX_EUNSUPPORTED);
+    px_assert_contains(err.msg, "newer");
+    free(uri);
+}
+
+static void claimed(const px__job_row *row, void *ud)
+{
+    char *ids = ud;
+    size_t have = strlen(ids);
+    snprintf(ids + have, 128 - have, "%s ", row->id);
+}
+
+static void test_pg_lease_one_holder_taken_over_and_jobs_claimed_once(void **state)
+{
+    (void)state;
+    char *uri = fresh("lease");
+    if (!uri)
+        skip();
+    px__store a, b;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &a, &err), &err);
+    px_assert_ok(px__store_pg_open(uri, &b, &err), &err);
+    bool held_a = false, held_b = true;
+    px_assert_ok(a.ops->lease(a.self, &held_a, &err), &err);
+    px_assert_ok(b.ops->lease(b.self, &held_b, &err), &err);
+    assert_true(held_a);
+    assert_false(held_b);
+    px_assert_ok(a.ops->lease(a.self, &held_a, &err), &err); /* still held */
+    assert_true(held_a);
+    /* A job the standby accepts waits for the scheduler to claim it; one
+     * the scheduler accepts is its own already. */
+    px__job_row row = {.name = "x",
+                       .state = "queued",
+                       .attempt = 1,
+                       .spec = "{}",
+                       .members = "[]",
+                       .exit_code = INT_MIN};
+    px_assert_ok(b.ops->insert_job(b.self, &row, &err), &err);
+    char *from_b = row.id;
+    row.id = NULL;
+    px_assert_ok(a.ops->insert_job(a.self, &row, &err), &err);
+    char ids[128] = "";
+    px_assert_ok(a.ops->claim_jobs(a.self, 10, claimed, ids, &err), &err);
+    char want[64];
+    snprintf(want, sizeof want, "%s ", from_b);
+    assert_string_equal(ids, want);
+    ids[0] = '\0';
+    px_assert_ok(a.ops->claim_jobs(a.self, 10, claimed, ids, &err), &err);
+    assert_string_equal(ids, "");
+    /* The holder goes: its session ends (the server notices at once, but
+     * in its own time) and the standby takes the lease. */
+    a.ops->close(a.self);
+    for (int i = 0; i < 300 && !held_b; i++) {
+        px_assert_ok(b.ops->lease(b.self, &held_b, &err), &err);
+        if (!held_b)
+            usleep(100000);
+    }
+    assert_true(held_b);
+    b.ops->close(b.self);
+    free(from_b);
+    free(row.id);
+    free(uri);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pg_store_migrates_and_persists_jobs),
+        cmocka_unit_test(test_pg_store_logs_artifacts_explanations_nodes),
+        cmocka_unit_test(test_pg_store_owners_keys_and_credentials),
+        cmocka_unit_test(test_pg_store_refuses_passwords_bad_uris_and_newer_schemas),
+        cmocka_unit_test(test_pg_lease_one_holder_taken_over_and_jobs_claimed_once),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,283 @@
+// Drives the dashboard of a real `plexus server` in headless Chromium over
+// the DevTools protocol (puppeteer-core), for tests/integration/test_fleet_ui.c.
+//
+// The C test owns the fleet: this script asks it for agents by writing
+// one line to stdout ("start-agent NAME", "kill-agent NAME") and reads "ok"
+// from stdin.  Its last stdout line is "result {...}" with what it saw;
+// it exits 1 with the reason on stderr at the first check that fails.
+//
+// Environment: PLEXUS_URL, PLEXUS_TOKEN (an admin's user token),
+// PLEXUS_OTHER_TOKEN (a plain user's), CHROMIUM (the browser),
+// UI_SHOTS (the folder for screenshots).
+import { createInterface } from 'node:readline';
+import { mkdirSync, readFileSync, rmSync } from 'node:fs';
+import puppeteer from 'puppeteer-core';
+
+const URL_ = process.env.PLEXUS_URL;
+const TOKEN = process.env.PLEXUS_TOKEN;
+const OTHER = process.env.PLEXUS_OTHER_TOKEN;
+const SHOTS = process.env.UI_SHOTS;
+const XSS = '<img src=x onerror=alert(1)>';
+const WIDE = { width: 1280, height: 800 };
+const NARROW = { width: 390, height: 844 };
+
+rmSync(SHOTS, { recursive: true, force: true });
+mkdirSync(SHOTS, { recursive: true });
+const lines = createInterface({ input: process.stdin });
+const replies = [];
+let waiter = null;
+lines.on('line', (l) => { if (waiter) { const w = waiter; waiter = null; w(l); } else replies.push(l); });
+
+async function ask(command) {
+  process.stdout.write(command + '\n');
+  const answer = replies.length ? replies.shift() : await new Promise((r) => { waiter = r; });
+  if (answer !== 'ok') throw new Error(command + ': the test answered ' + answer);
+}
+
+const consoleErrors = [];
+let current = null; // the page a failure screenshot is taken of
+const dialogs = [];
+const seen = {};
+function fail(msg) { throw new Error(msg); }
+
+async function api(method, path, body, token) {
+  const r = await fetch(URL_ + path, {
+    method, headers: { Authorization: 'Bearer ' + (token || TOKEN), 'Content-Type': 'application/json' },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const v = await r.json();
+  if (!r.ok) fail(method + ' ' + path + ': ' + r.status + ' ' + JSON.stringify(v));
+  return v;
+}
+
+async function until(what, fn, timeoutMs) {
+  const end = Date.now() + (timeoutMs || 60000);
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) fail('timed out waiting for ' + what);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: SHOTS + '/' + name + '.png', fullPage: true });
+}
+
+// A page is usable at a width when nothing makes the document wider than
+// the window (tables scroll inside their own box) and its navigation and
+// main content are on screen.
+async function checkFits(page, label) {
+  const m = await page.evaluate(() => ({
+    doc: document.documentElement.scrollWidth, win: window.innerWidth,
+    nav: !!document.querySelector('#nav a') && document.querySelector('#nav a').getBoundingClientRect().right <= window.innerWidth,
+    main: document.querySelector('main') ? document.querySelector('main').getBoundingClientRect().width : 0,
+  }));
+  if (m.doc > m.win + 1) fail(label + ': the page is ' + m.doc + ' px wide in a ' + m.win + ' px window');
+  if (!m.nav || m.main < 200) fail(label + ': navigation or content off screen ' + JSON.stringify(m));
+}
+
+// Clicks in the page itself: the dashboard redraws on every event, so a
+// handle taken a moment before may be gone.
+async function click(page, sel) {
+  await page.waitForSelector(sel);
+  await page.$eval(sel, (e) => e.click());
+}
+
+async function text(page, sel) {
+  return page.$eval(sel, (e) => e.textContent).catch(() => null);
+}
+
+async function main() {
+  const browser = await puppeteer.launch({
+    executablePath: process.env.CHROMIUM, headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
+  });
+  try {
+    const page = await browser.newPage();
+    current = page;
+    await page.setViewport(WIDE);
+    page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(m.text() + ' @ ' + page.url()); });
+    page.on('pageerror', (e) => consoleErrors.push('page error: ' + e.message));
+    page.on('dialog', async (d) => { dialogs.push(d.message()); await d.dismiss(); });
+
+    // 1. Unauthenticated: only the login page, whatever is asked.
+    for (const path of ['/ui/', '/ui/#/jobs', '/ui/app.js', '/ui/index.html']) {
+      await page.goto(URL_ + path, { waitUntil: 'networkidle0' });
+      if (!page.url().startsWith(URL_ + '/ui/login')) fail(path + ' without a session went to ' + page.url());
+      if (await page.$('#nav')) fail(path + ' without a session showed the dashboard');
+    }
+    if (!await page.$('form[action="/ui/login"] input[name=token]')) fail('no login form');
+    await shot(page, 'login');
+
+    // 2. A wrong token is refused with a message; the token never enters a URL.
+    await page.type('#token', 'not-a-token-of-this-server-0000');
+    await Promise.all([page.waitForNavigation(), page.click('#login')]);
+    const refusal = await text(page, '.error');
+    if (!refusal || !/Unknown token/.test(refusal)) fail('a wrong token was not refused: ' + refusal);
+    await page.type('#token', TOKEN);
+    await Promise.all([page.waitForNavigation(), page.click('#login')]);
+    if (page.url().includes(TOKEN) || page.url() !== URL_ + '/ui/') fail('after login: ' + page.url());
+    await page.waitForSelector('#fleet-summary');
+    if (await page.evaluate(() => document.cookie) !== '') fail('the session cookie is readable by scripts');
+    const cookies = await page.cookies();
+    const c = cookies.find((x) => x.name === 'plexus_session');
+    if (!c || !c.httpOnly || c.sameSite !== 'Strict') fail('session cookie: ' + JSON.stringify(c));
+    await page.waitForFunction(() => document.getElementById('live').textContent === 'live');
+    await shot(page, 'fleet-empty');
+
+    // 3. A node appears when its agent starts.
+    await ask('start-agent a');
+    await page.waitForSelector('[data-node="a"]', { timeout: 60000 });
+    await ask('start-agent b');
+    await page.waitForSelector('[data-node="b"]', { timeout: 60000 });
+    await page.waitForFunction(() => document.querySelectorAll('.node .s-online').length >= 2, { timeout: 60000 });
+    seen.nodes = await page.$$eval('.node', (n) => n.map((e) => e.dataset.node));
+    await shot(page, 'fleet-1280');
+
+    // 4. A job named like markup renders as text; it finishes with its log.
+    const job = await api('POST', '/v1/jobs', {
+      name: XSS, command: ['/bin/sh', '-c', 'echo hello-from-the-dashboard-test; echo to-stderr >&2; sleep 1; echo done-ok'],
+    });
+    await page.goto(URL_ + '/ui/#/jobs', { waitUntil: 'networkidle2' });
+    await page.waitForSelector(`tr[data-job="${job.id}"]`);
+    const shown = await page.$eval(`tr[data-job="${job.id}"] .job-name`, (e) => e.textContent);
+    if (shown !== XSS) fail('the job name rendered as ' + JSON.stringify(shown));
+    if (await page.$('main img')) fail('the job name became an element');
+    await page.goto(URL_ + '/ui/#/jobs/' + job.id, { waitUntil: 'networkidle2' });
+    await page.waitForFunction(() => document.getElementById('log') &&
+      document.getElementById('log').textContent.includes('done-ok'), { timeout: 90000 });
+    await page.waitForFunction(() => document.querySelector('h1 .s-succeeded'), { timeout: 60000 });
+    if (await text(page, 'h1 .job-title') !== XSS) fail('the job title is not the name as text');
+    const log = await text(page, '#log');
+    if (!log.includes('hello-from-the-dashboard-test') || !log.includes('to-stderr')) fail('log: ' + log);
+    await page.waitForSelector('table.why');
+    seen.why = await page.$$eval('table.why tbody tr', (r) => r.map((e) => e.textContent));
+    if (dialogs.length) fail('a dialog opened: ' + dialogs.join('; '));
+    await shot(page, 'job-1280');
+
+    // 5. A device (node) loss: the agent running a job is killed; the
+    // incident follows the job to the other node.
+    const long = await api('POST', '/v1/jobs', {
+      name: 'survivor', command: ['/bin/sh', '-c', 'echo started; sleep 120'], resources: { gpus: 1 },
+    });
+    const placed = await until('the long job to run', async () => {
+      const j = await api('GET', '/v1/jobs/' + long.id);
+      return j.state === 'running' ? j : null;
+    });
+    const victim = placed.members[0].node;
+    await page.goto(URL_ + '/ui/#/incidents', { waitUntil: 'networkidle2' });
+    await ask('kill-agent ' + victim);
+    await page.waitForSelector('tr[data-incident]', { timeout: 60000 });
+    const incId = await page.$eval('tr[data-incident]', (e) => e.dataset.incident);
+    await page.goto(URL_ + '/ui/#/incidents/' + incId, { waitUntil: 'networkidle2' });
+    await page.waitForFunction(() => document.querySelector('h1 .s-recovered'), { timeout: 90000 });
+    seen.incident = {
+      id: incId, victim, rto: await text(page, '#rto'),
+      timeline: await page.$$eval('.timeline li', (l) => l.map((e) => e.textContent)),
+      candidates: await page.$$eval('.incident-job tbody tr', (r) => r.map((e) => e.textContent)),
+    };
+    if (!seen.incident.timeline.some((t) => t.includes('detected'))) fail('no detection in the timeline');
+    if (!seen.incident.candidates.some((t) => t.includes('accepted'))) fail('no accepted candidate');
+    if (!(await text(page, '#lost-devices')).includes(victim + '.gpu0')) fail('the lost device is not named');
+    await shot(page, 'incident-1280');
+    await page.goto(URL_ + '/ui/#/fleet', { waitUntil: 'networkidle2' });
+    await page.waitForFunction((v) => document.querySelector(`[data-node="${v}"] .s-offline`), {}, victim);
+    await shot(page, 'fleet-lost-1280');
+
+    // 6. A job planned across the fleet (with the shared tiny model): its
+    // plan drawn as stages on devices, or the planner's reason for none.
+    const pages = ['fleet', 'jobs', 'jobs/' + job.id, 'deployments', 'incidents', 'incidents/' + incId];
+    if (process.env.PLEXUS_MODEL) {
+      const bytes = readFileSync(process.env.PLEXUS_MODEL);
+      const up = await fetch(URL_ + '/v1/blobs', { method: 'POST', headers: { Authorization: 'Bearer ' + TOKEN }, body: bytes });
+      const blob = await up.json();
+      if (up.status !== 201) fail('upload: ' + JSON.stringify(blob));
+      const planned = await api('POST', '/v1/jobs', {
+        name: 'planned', command: ['/bin/sh', '-c', 'echo serving; sleep 2'], plan: 'auto',
+        model: { digest: blob.digest }, resources: { gpus: 1 },
+      });
+      await page.goto(URL_ + '/ui/#/deployments/' + planned.id, { waitUntil: 'networkidle2' });
+      await page.waitForSelector('.plan svg, main .notice', { timeout: 60000 });
+      seen.plan = await page.$('.plan svg') ? 'planned: ' + (await page.$$eval('.plan .stage', (g) => g.length)) + ' stages'
+        : await text(page, 'main .notice');
+      await shot(page, 'deployment-1280');
+      pages.push('deployments/' + planned.id);
+    }
+    // 7. Every page at 1280x800 and on a narrow screen.
+    for (const [vp, tag] of [[WIDE, '1280'], [NARROW, 'narrow']]) {
+      await page.setViewport(vp);
+      for (const p of pages) {
+        await page.goto(URL_ + '/ui/#/' + p, { waitUntil: 'networkidle2' });
+        await page.waitForSelector('main h1');
+        await checkFits(page, p + ' at ' + tag);
+        await shot(page, p.replace('/', '-') + '-' + tag);
+      }
+    }
+    await page.setViewport(WIDE);
+
+    // 8. Actions ask first: cancel kept, then confirmed; drain confirmed.
+    await page.goto(URL_ + '/ui/#/jobs/' + long.id, { waitUntil: 'networkidle2' });
+    await page.waitForSelector('button[data-action=cancel]');
+    await click(page, 'button[data-action=cancel]');
+    await page.waitForSelector('dialog[open]');
+    await shot(page, 'confirm-cancel');
+    await click(page, '#confirm-no');
+    await new Promise((r) => setTimeout(r, 500));
+    if ((await api('GET', '/v1/jobs/' + long.id)).state === 'cancelled') fail('cancelled without confirmation');
+    await click(page, 'button[data-action=cancel]');
+    await page.waitForSelector('dialog[open]');
+    await click(page, '#confirm-yes');
+    await until('the job to be cancelled', async () => (await api('GET', '/v1/jobs/' + long.id)).state === 'cancelled');
+    await page.waitForFunction(() => document.querySelector('h1 .s-cancelled'), { timeout: 30000 });
+    const survivor = seen.nodes.find((n) => n !== victim);
+    await page.goto(URL_ + '/ui/#/fleet', { waitUntil: 'networkidle2' });
+    await page.waitForSelector(`[data-node="${survivor}"] button[data-action=drain]`);
+    await click(page, `[data-node="${survivor}"] button[data-action=drain]`);
+    await page.waitForSelector('dialog[open]');
+    await click(page, '#confirm-yes');
+    await page.waitForFunction((v) => document.querySelector(`[data-node="${v}"] .s-draining`), { timeout: 30000 }, survivor);
+    await shot(page, 'fleet-draining');
+
+    // 9. Another user sees neither the admin's jobs nor the drain button.
+    const ctx = await browser.createBrowserContext();
+    const p2 = await ctx.newPage();
+    p2.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(m.text() + ' @ ' + p2.url()); });
+    p2.on('pageerror', (e) => consoleErrors.push('page error: ' + e.message));
+    await p2.setViewport(WIDE);
+    await p2.goto(URL_ + '/ui/login', { waitUntil: 'networkidle0' });
+    await p2.type('#token', OTHER);
+    await Promise.all([p2.waitForNavigation(), p2.click('#login')]);
+    await p2.goto(URL_ + '/ui/#/jobs', { waitUntil: 'networkidle2' });
+    await p2.waitForSelector('main h1');
+    if (await p2.$(`tr[data-job="${job.id}"]`)) fail('another user sees the admin\'s job');
+    await p2.goto(URL_ + '/ui/#/fleet', { waitUntil: 'networkidle2' });
+    await p2.waitForSelector('[data-node]');
+    if (await p2.$('button[data-action=drain], button[data-action=undrain]')) fail('a plain user got node actions');
+    await ctx.close();
+
+    // 10. Logging out ends the session: only the login page again.
+    await Promise.all([page.waitForNavigation(), page.click('#logout')]);
+    if (!page.url().startsWith(URL_ + '/ui/login')) fail('after logout: ' + page.url());
+    await page.goto(URL_ + '/ui/#/fleet', { waitUntil: 'networkidle0' });
+    if (!page.url().startsWith(URL_ + '/ui/login') || await page.$('#nav')) fail('the dashboard after logout');
+
+    if (consoleErrors.length) fail('console errors:\n' + consoleErrors.join('\n'));
+    if (dialogs.length) fail('dialogs opened: ' + dialogs.join('; '));
+    process.stdout.write('result ' + JSON.stringify(seen) + '\n');
+  } catch (e) {
+    if (current) {
+      await current.screenshot({ path: SHOTS + '/failure.png', fullPage: true }).catch(() => {});
+      const body = await current.evaluate(() => document.body.innerText).catch(() => '');
+      e.message += '\nat ' + current.url() + '\n' + body.slice(0, 3000);
+    }
+    throw e;
+  } finally {
+    await browser.close();
+  }
+}
+
+main().then(() => process.exit(0), (e) => {
+  process.stderr.write('ui_browser: ' + e.message + '\n' + (consoleErrors.length ? 'console errors:\n' + consoleErrors.join('\n') + '\n' : ''));
+  process.exit(1);
+});
