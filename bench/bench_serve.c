@@ -310,7 +310,7 @@ static void serve_136m(const char *dir)
     const char *synth[] = {plexus_bin, "model",    "synth", "--dim",     "1024", "--hidden",
                            "2816",     "--layers", "12",    "--heads",   "16",   "--kv-heads",
                            "4",        "--vocab",  "512",   "--context", "512",  "--seed",
-                           "1",        "--dtype",  "q8_0",  "-o",        model,  NULL};
+                           "1",        "--dtype",  "q8_0",  "--out",     model,  NULL};
     if (run(synth) != 0) {
         printf("could not write the 136 M model with `plexus model synth`\n");
         return;
@@ -411,7 +411,7 @@ static void serve_plans(const char *dir)
     }
     serve_plan("sourced figures", model, inventory, plan);
     snprintf(cmd, sizeof cmd,
-             "'%s' calibrate --inventory '%s' --model '%s' -o '%s' > /dev/null && "
+             "'%s' calibrate --inventory '%s' --model '%s' --out '%s' > /dev/null && "
              "'%s' plan --model '%s' --inventory '%s' --objective throughput --mode calibrated "
              "--calibration '%s' -o json > '%s'",
              plexus_bin, inventory, model, calib, plexus_bin, model, inventory, calib, plan);

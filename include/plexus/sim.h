@@ -85,7 +85,8 @@ typedef struct px_sim_device {
 /* A failure domain (rack, power feed): its loss takes every member down. */
 typedef struct px_sim_domain {
     char id[PX_SIM_ID_LEN];
-    double mtbf_s; /* 0: no random failures of the domain itself */
+    double mtbf_s;              /* 0: no random failures of the domain itself */
+    char parent[PX_SIM_ID_LEN]; /* the enclosing domain's id; "" for none */
 } px_sim_domain;
 
 /* A contention domain: links whose transfers share one bandwidth. */
@@ -162,6 +163,13 @@ px_status px_sim_plan_from_json(const json_t *doc, const px_hw_graph *graph, px_
 void px_sim_plan_release(px_sim_plan *plan);
 /* Checks a plan's numbers and indices.  PX_EINVAL naming the field. */
 px_status px_sim_plan_check(const px_sim_plan *plan, px_err *err);
+/* Checks that a plan document (borrowed) was made on this inventory: its
+ * /inventory/digest must be the graph's content id (px_hw_graph_digest),
+ * or a device of the same name may be another device (an H100 read as an
+ * A100).  inv_name names the inventory in the message.  A plan without a
+ * digest passes.  PX_EINVAL naming both inventories and the fix; PX_ENOMEM. */
+px_status px_sim_plan_check_inventory(const json_t *plan_doc, const px_hw_graph *graph,
+                                      const char *inv_name, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Loads                                                               */
@@ -214,6 +222,10 @@ px_status px_sim_load_parse(const char *spec, px_sim_load *out, px_err *err);
 px_status px_sim_load_read_trace(const char *text, size_t len, const char *name, px_sim_load *out,
                                  px_err *err);
 void px_sim_load_release(px_sim_load *load);
+/* The output tokens per second the load offers in the long run: the mean
+ * arrival rate times the mean generation length (a trace: its generated
+ * tokens over its span).  0 when unknown. */
+double px_sim_load_offered_tokens(const px_sim_load *load);
 /* The load as JSON (for traces; arrivals included).  New reference. */
 json_t *px_sim_load_to_json(const px_sim_load *load);
 /* Reads px_sim_load_to_json's output back (borrowed).  PX_EPARSE. */
@@ -411,6 +423,10 @@ typedef struct px_sim_options {
     const px_sim_hooks *hooks;    /* borrowed; may be NULL */
     const px_sim_plan *fallbacks; /* borrowed; same device table as the plan */
     size_t n_fallbacks;
+    /* (optional) called after each replication with how many are done
+     * of how many, on the calling thread; NULL: none.  Not recorded. */
+    void (*progress)(void *ctx, uint32_t done, uint32_t total);
+    void *progress_ctx;
 } px_sim_options;
 
 void px_sim_options_default(px_sim_options *opt);

@@ -5,22 +5,173 @@
  *     const char px__cmd_<name>_summary[] = "one line for `plexus --help`";
  *     int px__cmd_<name>(int argc, char **argv);   // argv[0] is "<name>"
  *
- * and returns a process exit status: 0 success, 1 failure of the work,
- * 2 bad usage.  Subcommands hold no logic a library user would need.
+ * and returns a process exit status (PX_EXIT_*): 0 success; 1 an error
+ * (a file unreadable or malformed, a server unreachable, the work failed);
+ * 2 bad usage; 3 a verdict: the work ran and its answer is no (a contract
+ * forbids, a replay diverged, an inventory or contract is refused).
+ * Subcommands hold no logic a library user would need.
  */
 #ifndef PX_CLI_H
 #define PX_CLI_H
 
 #include "base/common.h"
 
+#include "plexus/hw.h"
 #include "plexus/ir.h"
 
-enum { PX_EXIT_OK = 0, PX_EXIT_FAIL = 1, PX_EXIT_USAGE = 2 };
+enum { PX_EXIT_OK = 0, PX_EXIT_FAIL = 1, PX_EXIT_USAGE = 2, PX_EXIT_VERDICT = 3 };
 
 typedef enum px_cli_format {
     PX_CLI_TEXT = 0,
     PX_CLI_JSON = 1,
 } px_cli_format;
+
+/* ------------------------------------------------------------------ */
+/* Declarative options                                                 */
+/* ------------------------------------------------------------------ */
+/*
+ * A subcommand states its options once, as a table, and one parser reads
+ * argv from it; help (`plexus CMD --help`, `plexus help CMD`), the man
+ * pages (`plexus man`) and shell completion (`plexus completion bash|zsh`)
+ * are generated from the same table, so they cannot drift apart.
+ *
+ * The parser accepts --name VALUE, --name=VALUE, -x VALUE and -xVALUE; a
+ * flag takes no value; "--" ends the options.  Options and operands may
+ * mix (unless PX_CLI_OPERANDS_END).  Every error is uniform: it names the
+ * option, what it takes and what it got, suggests the nearest option for a
+ * misspelling ("did you mean --model?") and points at --help.
+ *
+ * Adopting it in a subcommand (cmd_<name>.c):
+ *
+ *     static const char *model, *inv;
+ *     static uint32_t n = 64;
+ *     static const px_cli_opt opts[] = {
+ *         PX_CLI_OPT("model", 'm', PX_CLI_STR, &model, "FILE", "the model",
+ *                    .flags = PX_CLI_REQUIRED),
+ *         PX_CLI_OPT("inventory", 0, PX_CLI_STR, &inv, "FILE", "plexus.inventory/1 JSON"),
+ *         PX_CLI_OPT("tokens", 'n', PX_CLI_U32, &n, "N", "tokens to make (default 64)",
+ *                    .lo = 1, .hi = 1e6),
+ *         {0},
+ *     };
+ *     static const px_cli_spec spec = {
+ *         .name = "thing", .synopsis = "--model FILE [options]",
+ *         .about = "What it does, in a paragraph.", .opts = opts,
+ *         .examples = "plexus thing --model m.gguf -n 8   # eight tokens\n",
+ *     };
+ *     const px_cli_spec *const px__cmd_thing_specs[] = {&spec, NULL};
+ *
+ *     int px__cmd_thing(int argc, char **argv)
+ *     {
+ *         px_cli_args args;
+ *         int rc;
+ *         if (!px__cli_parse(&spec, argc, argv, &args, &rc))
+ *             return rc; // help printed (0) or a usage error (2)
+ *         ...
+ *     }
+ *
+ * Destinations hold their defaults before the call; the parser writes only
+ * what is given.  A command with actions ("inventory show", "model synth")
+ * has one spec per action, named "inventory show", all listed in
+ * px__cmd_<name>_specs; px__cli_action picks the action with "did you
+ * mean" for a misspelled one.
+ */
+
+#define PX_CLI_LIST_MAX 64
+
+/* What an option's value is, and the type its dest points to. */
+typedef enum px_cli_opt_kind {
+    PX_CLI_FLAG = 0, /* bool: set true; takes no value */
+    PX_CLI_STR,      /* const char *: the value as given */
+    PX_CLI_LIST,     /* px_cli_list: repeatable, each value appended */
+    PX_CLI_U32,      /* uint32_t: a whole number in [lo, hi] */
+    PX_CLI_U64,      /* uint64_t: a whole number in [lo, hi] (hi 0: any) */
+    PX_CLI_NUM,      /* double: a finite number in [lo, hi] */
+    PX_CLI_TIME,     /* double: seconds, from a time with a unit ("90s", "2 min") */
+    PX_CLI_SIZE,     /* double: bytes, from a size with a unit ("16GiB") */
+    PX_CLI_FORMAT,   /* px_cli_format: one of `choices` (default "text|json") */
+    PX_CLI_CHOICE,   /* const char *: one of `choices` ("a|b|c") */
+    PX_CLI_CALL,     /* anything: parse(value, dest, err) */
+} px_cli_opt_kind;
+
+typedef struct px_cli_list {
+    const char *v[PX_CLI_LIST_MAX];
+    size_t n;
+} px_cli_list;
+
+enum {
+    PX_CLI_REQUIRED = 1 << 0, /* an option that must be given */
+    PX_CLI_HIDDEN = 1 << 1,   /* parsed, but left out of help and completion */
+};
+
+typedef struct px_cli_opt {
+    const char *name;     /* the long name without "--"; NULL ends a table */
+    char short_name;      /* 'o' for -o; 0 for none */
+    px_cli_opt_kind kind; /* what dest points to */
+    void *dest;           /* where the value goes (borrowed) */
+    const char *arg;      /* the value's name in help ("FILE"); NULL for flags */
+    const char *help;     /* one or more lines, "\n"-separated */
+    double lo, hi;        /* numeric bounds */
+    const char *choices;  /* PX_CLI_CHOICE and PX_CLI_FORMAT: "a|b|c" */
+    /* PX_CLI_CALL: reads value into dest; an error message without the
+     * option's name (the parser adds it). */
+    px_status (*parse)(const char *value, void *dest, px_err *err);
+    unsigned flags; /* PX_CLI_REQUIRED, PX_CLI_HIDDEN */
+    bool *seen;     /* set true when given (may be NULL) */
+} px_cli_opt;
+
+/* One row of an option table, every field designated (so that rows may
+ * leave out the ones they do not need):
+ *     PX_CLI_OPT("seed", 0, PX_CLI_U64, &seed, "S", "base seed", .lo = 0) */
+#define PX_CLI_OPT(long_name, short_opt, opt_kind, where, arg_name, help_text, ...)          \
+    {                                                                                        \
+        .name = (long_name), .short_name = (short_opt), .kind = (opt_kind), .dest = (where), \
+        .arg = (arg_name), .help = (help_text), __VA_ARGS__                                  \
+    }
+
+enum {
+    PX_CLI_OPERANDS_END = 1 << 0, /* options end at the first operand (a command line follows) */
+};
+
+/* One command, or one action of a command. */
+typedef struct px_cli_spec {
+    const char *name;     /* "plan", "inventory show" */
+    const char *synopsis; /* what follows "plexus NAME" in the usage line */
+    const char *summary;  /* one line (actions; a command has px__cmd_<name>_summary) */
+    const char *about;    /* paragraphs of what it does */
+    const px_cli_opt *opts;
+    const char *operands; /* the operands' name in messages ("FILE"); NULL: none */
+    int min_operands;     /* operands required */
+    int max_operands;     /* -1: any number */
+    const char *examples; /* lines "plexus ...   # what it shows" */
+    const char *more;     /* text after the options: exit status, notes */
+    unsigned flags;       /* PX_CLI_OPERANDS_END */
+} px_cli_spec;
+
+/* The operands left after the options, in order (pointers into argv). */
+typedef struct px_cli_args {
+    char **v;
+    int n;
+} px_cli_args;
+
+/* Reads argv (argv[0] is the command's name) by spec.  Returns true when
+ * the command should go on, with its operands in *args; false when it
+ * should exit with *rc: PX_EXIT_OK after -h/--help printed the help,
+ * PX_EXIT_USAGE after a usage error was printed.  Reorders argv so that
+ * the operands come last. */
+bool px__cli_parse(const px_cli_spec *spec, int argc, char **argv, px_cli_args *args, int *rc);
+/* Prints the help generated from spec (usage, about, options, examples). */
+void px__cli_help(const px_cli_spec *spec, FILE *f);
+/* Writes spec as a man page section 1 (roff) to f. */
+void px__cli_man(const px_cli_spec *spec, const char *summary, FILE *f);
+/* The action of a command with actions: the spec among specs (NULL-ended)
+ * whose name's last word is argv[1].  Prints "did you mean" and returns
+ * NULL for an unknown or missing action (*rc PX_EXIT_USAGE), or after
+ * printing the command's help for -h (*rc PX_EXIT_OK). */
+const px_cli_spec *px__cli_action(const char *cmd, const px_cli_spec *const *specs, int argc,
+                                  char **argv, int *rc);
+/* The word of words (NULL-ended) nearest to s by edit distance, when near
+ * enough to be a likely misspelling; NULL otherwise. */
+const char *px__cli_nearest(const char *s, const char *const *words);
 
 /* Parses the argument of -o/--output.  Prints a usage error and returns
  * false for anything but "text" or "json". */
@@ -40,6 +191,19 @@ bool px__cli_wants_help(int argc, char **argv);
 px_status px__cli_find_vocab(const char *model, const char *tokenizer, const px_ir_model *ir,
                              px_arena *arena, px_ir_vocab *out, const px_ir_vocab **vocab,
                              px_err *err);
+/* Announces on stderr a file written: "plexus CMD: wrote PATH (WHAT)". */
+void px__cli_wrote(const char *cmd, const char *path, const char *what);
+/* Reads an inventory; on failure prints "refusing the inventory" with
+ * every diagnostic (or the error) on stderr.  opt may be NULL. */
+px_status px__cli_load_inventory(const char *cmd, const char *path, const px_hw_read_options *opt,
+                                 px_hw_graph **out, px_diags *diags, px_err *err);
+/* Opens a model file or preset; prints the error on failure. */
+px_status px__cli_open_model(const char *cmd, const char *spec, px_ir_model **out, px_err *err);
+/* Progress of long work on stderr, only when stderr is a terminal: a
+ * line rewritten in place ("plexus simulate: replication 3/200"), ended
+ * by px__cli_progress_done. */
+void px__cli_progress(const char *cmd, const char *fmt, ...) PX_PRINTF(2, 3);
+void px__cli_progress_done(void);
 /* `plexus model quantize` (src/cli/model_quantize.c). */
 int px__cmd_model_quantize(int argc, char **argv);
 /* `plexus inventory discover` (src/cli/inventory_discover.c). */

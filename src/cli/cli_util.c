@@ -1,6 +1,61 @@
 /* Helpers shared by the subcommands. */
 #include "cli/cli.h"
 
+#include <unistd.h>
+
+void px__cli_wrote(const char *cmd, const char *path, const char *what)
+{
+    fprintf(stderr, "plexus %s: wrote %s (%s)\n", cmd, path, what);
+}
+
+px_status px__cli_load_inventory(const char *cmd, const char *path, const px_hw_read_options *opt,
+                                 px_hw_graph **out, px_diags *diags, px_err *err)
+{
+    px_status st = px_hw_graph_load(path, opt, out, diags, err);
+    if (st == PX_OK)
+        return st;
+    fprintf(stderr, "plexus %s: refusing the inventory %s:\n", cmd, path);
+    char *text = px_diags_format(diags, path);
+    if (text && text[0])
+        fputs(text, stderr);
+    else
+        fprintf(stderr, "%s\n", err && err->msg[0] ? err->msg : px_status_str(st));
+    free(text);
+    return st;
+}
+
+px_status px__cli_open_model(const char *cmd, const char *spec, px_ir_model **out, px_err *err)
+{
+    px_status st = px_ir_model_open_any(spec, NULL, out, err);
+    if (st != PX_OK)
+        px__cli_fail(cmd, err);
+    return st;
+}
+
+static bool progress_shown;
+
+void px__cli_progress(const char *cmd, const char *fmt, ...)
+{
+    if (!isatty(STDERR_FILENO))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "\r\033[Kplexus %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fflush(stderr);
+    progress_shown = true;
+}
+
+void px__cli_progress_done(void)
+{
+    if (progress_shown) {
+        fputs("\r\033[K", stderr);
+        fflush(stderr);
+        progress_shown = false;
+    }
+}
+
 bool px__cli_parse_format(const char *cmd, const char *arg, px_cli_format *out)
 {
     if (!strcmp(arg, "text")) {

@@ -4,16 +4,16 @@
 #include <unistd.h>
 
 const char px__cmd_artifacts_summary[] =
-    "list a job's artifacts, or fetch one (--get NAME -o FILE)";
+    "list a job's artifacts, or fetch one (--get NAME --out FILE)";
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: plexus artifacts JOB [--server URL] [--token-file F] [-o text|json]\n"
-               "       plexus artifacts JOB --get NAME -o FILE\n"
+               "       plexus artifacts JOB --get NAME --out FILE\n"
                "\n"
                "Lists the files the job declared with --artifact and its agents uploaded\n"
                "(name, size, SHA-256, rank, attempt).  With --get, writes one to FILE\n"
-               "(\"-\" for stdout); -o then names the file, not the format.\n");
+               "(\"-\" for stdout).\n");
 }
 
 int px__cmd_artifacts(int argc, char **argv)
@@ -24,15 +24,14 @@ int px__cmd_artifacts(int argc, char **argv)
         return PX_EXIT_OK;
     }
     const char *id = NULL, *get = NULL, *out = NULL;
-    /* With --get, -o names the output file. */
-    bool getting = false;
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--get"))
-            getting = true;
     for (int i = 1; i < argc; i++) {
-        if (getting && (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output"))) {
+        if (!strcmp(argv[i], "--out")) {
             if (!(out = px__fleet_cli_value(&o, argc, argv, &i)))
                 return PX_EXIT_USAGE;
+            continue;
+        }
+        if (px_str_starts_with(argv[i], "--out=")) {
+            out = argv[i] + 6;
             continue;
         }
         int r = px__fleet_cli_common(&o, argc, argv, &i);
@@ -54,7 +53,8 @@ int px__cmd_artifacts(int argc, char **argv)
     if (!px__fleet_cli_valid_id(id))
         return px__cli_usage_error("artifacts", "\"%s\" is not a job id (e.g. j-000012)", id);
     if (get && !out)
-        return px__cli_usage_error("artifacts", "--get NAME needs -o FILE (or -o - for stdout)");
+        return px__cli_usage_error("artifacts",
+                                   "--get NAME needs --out FILE (or --out - for stdout)");
     px_fleet_client *c = px__fleet_cli_connect(&o);
     if (!c)
         return PX_EXIT_FAIL;
@@ -89,6 +89,8 @@ int px__cmd_artifacts(int argc, char **argv)
             }
         } else if (px_fleet_client_download(c, path, out, NULL, &err) != PX_OK) {
             rc = px__cli_fail("artifacts", &err);
+        } else {
+            px__cli_wrote("artifacts", out, get);
         }
         px_fleet_client_free(c);
         px__fleet_cli_release(&o);

@@ -18,12 +18,12 @@ static void usage(FILE *f)
             "       plexus contract list\n"
             "\n"
             "validate  reads each contract and reports every problem with its JSON pointer\n"
-            "          and a fix; exits 1 when any file has an error.\n"
+            "          and a fix; exits 3 when any file is refused, 1 when one is unreadable.\n"
             "show      prints a contract (a file, or a built-in: strict, deterministic,\n"
             "          relaxed); -o json prints its canonical form.\n"
             "check     says whether the transformation T may be applied to region R:\n"
             "          allowed (with the proof), allowed after validation (with the\n"
-            "          obligations) or forbidden (with the reason); exits 1 when forbidden.\n"
+            "          obligations) or forbidden (with the reason); exits 3 when forbidden.\n"
             "          --region and --transform may repeat; the verdicts are combined.\n"
             "list      lists the built-in contracts.\n"
             "\n"
@@ -88,8 +88,8 @@ static int cmd_validate(int argc, char **argv, px_cli_format fmt)
         px_contract *c = NULL;
         px_err err;
         px_status st = px_contract_load_file(argv[i], &diags, &c, &err);
-        if (st != PX_OK)
-            rc = PX_EXIT_FAIL;
+        if (st != PX_OK) /* read but refused: a verdict; unreadable: an error */
+            rc = diags.n && rc != PX_EXIT_FAIL ? PX_EXIT_VERDICT : PX_EXIT_FAIL;
         if (results) {
             json_t *diag_json = px_diags_to_json(&diags);
             px_json_push(results, json_pack("{s:s, s:b, s:o*}", "file", argv[i], "valid",
@@ -246,7 +246,7 @@ static int cmd_check(int argc, char **argv, px_cli_format fmt)
         rc = PX_EXIT_OK;
     }
     if (rc == PX_EXIT_OK && d.verdict == PX_VERDICT_FORBIDDEN)
-        rc = PX_EXIT_FAIL;
+        rc = PX_EXIT_VERDICT;
     px_contract_decision_release(&d);
 done:
     px_contract_free(c);

@@ -93,8 +93,9 @@ static int cmd_validate(int argc, char **argv)
         px_err err;
         px_err_clear(&err);
         px_status st = px_hw_graph_load(path, &opt, &g, &diags, &err);
-        if (st != PX_OK)
-            rc = PX_EXIT_FAIL;
+        if (st != PX_OK) /* read but refused: a verdict; unreadable: an error */
+            rc = st != PX_EIO && st != PX_ENOTFOUND && rc != PX_EXIT_FAIL ? PX_EXIT_VERDICT
+                                                                          : PX_EXIT_FAIL;
         if (format == PX_CLI_JSON) {
             json_t *r =
                 json_pack("{s:s, s:b, s:I, s:I, s:o}", "file", path, "ok", st == PX_OK, "errors",

@@ -37,6 +37,45 @@ static void print_summary_row(const json_t *j)
     px_strbuf_release(&nodes);
 }
 
+/* The plan the scheduler made for the job (--plan auto): its stages on
+ * the devices of each replica and what it predicts. */
+static void print_plan(const json_t *plan)
+{
+    if (!json_is_object(plan))
+        return;
+    const char *id = px__fleet_cli_str(plan, "id", "?");
+    const json_t *replicas = json_object_get(plan, "replicas");
+    printf("plan      %.12s (policy %s, objective %s), %zu replica%s\n", id,
+           px__fleet_cli_str(plan, "policy", "?"),
+           px__fleet_cli_str(json_object_get(plan, "objective"), "name", "?"),
+           json_array_size(replicas), json_array_size(replicas) == 1 ? "" : "s");
+    size_t r, k;
+    json_t *rep, *st;
+    json_array_foreach(replicas, r, rep)
+    {
+        json_array_foreach(json_object_get(rep, "stages"), k, st)
+        {
+            px_strbuf devs = PX_STRBUF_INIT;
+            size_t d;
+            json_t *dv;
+            json_array_foreach(json_object_get(st, "devices"), d, dv) px_strbuf_addf(
+                &devs, "%s%s", d ? "," : "", json_string_value(dv) ? json_string_value(dv) : "?");
+            const json_t *layers = json_object_get(st, "layers");
+            printf("          replica %zu stage %zu: layers %lld-%lld on %s\n", r, k,
+                   (long long)json_integer_value(json_object_get(layers, "first")),
+                   (long long)json_integer_value(json_object_get(layers, "last")),
+                   devs.buf ? devs.buf : "?");
+            px_strbuf_release(&devs);
+        }
+    }
+    const json_t *pred = json_object_get(plan, "predictions");
+    double tps =
+        json_number_value(json_object_get(json_object_get(pred, "throughput_tokens_per_s"), "p50"));
+    double tpot = json_number_value(json_object_get(json_object_get(pred, "tpot_s"), "p50"));
+    if (tps > 0 || tpot > 0)
+        printf("          predicted %.4g tokens/s, %.3g ms per token (p50)\n", tps, tpot * 1e3);
+}
+
 static void print_job(const json_t *j)
 {
     char text[4096];
@@ -77,6 +116,7 @@ static void print_job(const json_t *j)
     const char *e = px__fleet_cli_str(j, "error", NULL);
     if (e)
         printf("error     %s\n", px__fleet_cli_clean(e, text, sizeof text));
+    print_plan(json_object_get(j, "plan"));
 }
 
 int px__cmd_jobs(int argc, char **argv)

@@ -9,7 +9,7 @@ static const char k_usage[] =
     "usage: plexus model inspect FILE|PRESET [-o text|json] [--context T] [--batch B]\n"
     "                            [--tokenizer FILE] [--kv-dtype D] [--dtype D]\n"
     "                            [--ops] [--tensors]\n"
-    "       plexus model synth -o FILE [--arch llama|qwen2|mixtral] [--dim N]\n"
+    "       plexus model synth --out FILE [--arch llama|qwen2|mixtral] [--dim N]\n"
     "                          [--hidden N] [--layers N] [--heads N] [--kv-heads N]\n"
     "                          [--vocab N] [--context N] [--dtype f32|f16|bf16|q8_0]\n"
     "                          [--experts N --experts-used K] [--tied]\n"
@@ -346,8 +346,16 @@ static int cmd_synth(int argc, char **argv)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         uint32_t *u32 = NULL;
         if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            return px__cli_usage_error(cmd,
+                                       "%s is a report format in plexus; write the model "
+                                       "with --out FILE",
+                                       a);
+        } else if (px_str_starts_with(a, "--out=")) {
+            out = a + 6;
+            continue;
+        } else if (!strcmp(a, "--out")) {
             if (!v)
-                return px__cli_usage_error(cmd, "-o needs the file to write");
+                return px__cli_usage_error(cmd, "--out needs the file to write");
             out = v;
             i++;
             continue;
@@ -419,10 +427,14 @@ static int cmd_synth(int argc, char **argv)
         i++;
     }
     if (!out)
-        return px__cli_usage_error(cmd, "name the file to write with -o FILE");
+        return px__cli_usage_error(cmd, "name the file to write with --out FILE");
     px_err err;
-    if (px_ir_synth_write(&o, out, &err) != PX_OK)
+    px__cli_progress("model synth", "writing %s", out);
+    px_status st = px_ir_synth_write(&o, out, &err);
+    px__cli_progress_done();
+    if (st != PX_OK)
         return px__cli_fail("model", &err);
+    px__cli_wrote("model synth", out, "a synthetic GGUF model");
     return PX_EXIT_OK;
 }
 

@@ -26,6 +26,15 @@ static void usage(FILE *f)
 
 static const char *const actions[] = {"drain", "undrain", "revoke", "admit", "rotate"};
 
+/* The columns of a node's line and of its devices' lines. */
+static void print_header(void)
+{
+    printf("%-20s %-9s %-4s %5s %10s %7s %7s %8s\n", "NODE", "STATE", "EMU", "CPUS", "MEMORY",
+           "DEVICES", "RUNNING", "RESIDENT");
+    printf("    %-8s %-5s %-8s %-24s %-10s %10s\n", "DEVICE", "CLASS", "VENDOR", "MODEL",
+           "CAPABILITY", "MEMORY");
+}
+
 static void print_node(const json_t *n)
 {
     char mem[32];
@@ -33,26 +42,29 @@ static void print_node(const json_t *n)
     const json_t *devices = json_object_get(n, "devices");
     const json_t *running = json_object_get(n, "running");
     const json_t *resident = json_object_get(n, "resident");
-    printf("%-20s %-9s %-4s %5lld %10s %3zu dev %3zu running %3zu resident\n",
-           px__fleet_cli_str(n, "id", "?"), px__fleet_cli_str(n, "state", "?"),
-           json_is_true(json_object_get(n, "emulated")) ? "emu" : "",
+    printf("%-20s %-9s %-4s %5lld %10s %7zu %7zu %8zu\n", px__fleet_cli_str(n, "id", "?"),
+           px__fleet_cli_str(n, "state", "?"),
+           json_is_true(json_object_get(n, "emulated")) ? "emu" : "-",
            (long long)json_number_value(json_object_get(n, "cpus")),
-           px__fleet_cli_bytes(memory, mem, sizeof mem), json_array_size(devices),
-           json_array_size(running), json_array_size(resident));
+           memory > 0 ? px__fleet_cli_bytes(memory, mem, sizeof mem) : "-",
+           json_array_size(devices), json_array_size(running), json_array_size(resident));
     size_t i;
     json_t *d;
     json_array_foreach(devices, i, d)
     {
+        /* A device without memory of its own (a CPU) or a capability shows
+         * "-", not "0 B". */
         const json_t *m = json_object_get(d, "memory");
-        char dm[32] = "";
-        if (json_is_number(m))
+        char dm[32] = "-";
+        if (json_is_number(m) && json_number_value(m) > 0)
             px__fleet_cli_bytes(json_number_value(m), dm, sizeof dm);
-        else if (json_is_string(m))
+        else if (json_is_string(m) && json_string_value(m)[0])
             snprintf(dm, sizeof dm, "%s", json_string_value(m));
+        const char *cap = px__fleet_cli_str(d, "capability", "");
         const char *alloc = px__fleet_cli_str(d, "allocated_to", "");
-        printf("    %-8s %-5s %-8s %-24s cap %-6s %10s%s%s\n", px__fleet_cli_str(d, "id", "?"),
-               px__fleet_cli_str(d, "class", ""), px__fleet_cli_str(d, "vendor", ""),
-               px__fleet_cli_str(d, "model", ""), px__fleet_cli_str(d, "capability", "-"), dm,
+        printf("    %-8s %-5s %-8s %-24s %-10s %10s%s%s\n", px__fleet_cli_str(d, "id", "?"),
+               px__fleet_cli_str(d, "class", "-"), px__fleet_cli_str(d, "vendor", "-"),
+               px__fleet_cli_str(d, "model", "-"), cap[0] ? cap : "-", dm,
                alloc[0] ? "  used by " : "", alloc);
     }
     const json_t *fw = json_object_get(n, "frameworks");
@@ -127,6 +139,8 @@ int px__cmd_nodes(int argc, char **argv)
         if (!json_array_size(nodes))
             printf("no nodes are attached; start one with `plexus agent --server URL "
                    "--join-token-file F`\n");
+        if (json_array_size(nodes))
+            print_header();
         size_t i;
         json_t *n;
         json_array_foreach(nodes, i, n) print_node(n);

@@ -17,7 +17,7 @@ static void usage(void)
            "hash chain, recomputes every recorded decision from the recorded inputs and\n"
            "compares it with what was recorded.  Prints \"identical\" or the first\n"
            "divergence: its sequence number, kind, name and id and what differed.\n"
-           "Exit status: 0 identical, 1 diverged or refused (a malformed or edited trace,\n"
+           "Exit status: 0 identical, 3 diverged, 1 refused (a malformed or edited trace,\n"
            "a model file that changed), 2 usage.\n"
            "\n"
            "options:\n"
@@ -99,7 +99,7 @@ int px__cmd_replay(int argc, char **argv)
         return px__cli_fail("replay", &err);
     if (fmt == PX_CLI_JSON) {
         int rc = print_json(&rep, st);
-        return st == PX_OK ? rc : PX_EXIT_FAIL;
+        return st == PX_OK ? rc : PX_EXIT_VERDICT;
     }
     if (st == PX_OK) {
         printf("identical: %" PRIu64 " decisions recomputed, %" PRIu64 " not replayable\n",
@@ -108,5 +108,5 @@ int px__cmd_replay(int argc, char **argv)
     }
     printf("diverged at event %" PRIu64 ": %s\n", rep.divergence_seq, rep.divergence);
     printf("(%" PRIu64 " decisions identical before it)\n", rep.n_identical);
-    return PX_EXIT_FAIL;
+    return PX_EXIT_VERDICT;
 }

@@ -10,70 +10,97 @@
 const char px__cmd_simulate_summary[] =
     "simulate a plan under a load and faults (latency, throughput, energy, failures)";
 
-static void usage(void)
+/* The command line, read by the table below. */
+typedef struct sim_args {
+    const char *plan_path, *load_spec, *faults_path, *inv_path, *trace_path, *model_spec;
+    bool heal, no_hysteresis, reactive_thermal, no_random_failures;
+    px_plan_slo slo;
+    px_cli_format fmt;
+    px_sim_options opt;
+} sim_args;
+
+static sim_args A;
+
+static px_status parse_slo(const char *v, void *dest, px_err *err)
 {
-    printf("usage: plexus simulate --plan FILE --load SPEC [options]\n"
-           "\n"
-           "Serves a load on a plan in the discrete-event simulator and reports time to\n"
-           "first token and per output token (p50/p95/p99), throughput, utilization,\n"
-           "stranded capacity, energy, cost and failed or dropped requests, each with a\n"
-           "95%% confidence interval over independent replications (Student t).\n"
-           "The same inputs and seed give byte-identical JSON.\n"
-           "\n"
-           "options:\n"
-           "  --plan FILE          plexus.plan/1 JSON (plexus plan --out FILE)\n"
-           "  --load SPEC          poisson:rate=5,prompt=128,gen=64\n"
-           "                       bursty:rate=5,burst=4,period=10s,prompt=...,gen=...\n"
-           "                       trace:FILE (JSON Lines of "
-           "{\"t\",\"prompt_tokens\",\"gen_tokens\"})\n"
-           "                       lengths: N, uniform:A-B or exp:MEAN (docs/formats/load.md)\n"
-           "  --faults FILE        plexus.faults/1 JSON (docs/formats/faults.md)\n"
-           "  --inventory FILE     the inventory the plan was made on: power, thermal, MTBF,\n"
-           "                       price, failure domains and links (recommended)\n"
-           "  --seed S             base seed (default 1)\n"
-           "  --replications N     independent replications (default 5)\n"
-           "  --duration T         simulated time per replication (default 60s)\n"
-           "  --warmup T           leave out requests arriving earlier (default 0s)\n"
-           "  --no-random-failures draw no failures from MTBFs (faults file only)\n"
-           "  --failure-accel F    multiply every failure rate by F (default 1)\n"
-           "  -o text|json         report format (default text)\n"
-           "  --trace FILE         record inputs, the decision and outcomes for plexus replay\n"
-           "\n"
-           "self-healing (needs --inventory):\n"
-           "  --heal               detect faults from what an operator could observe (heartbeats,\n"
-           "                       step and transfer times, temperatures), plan and validate\n"
-           "                       mitigations, switch plans, canary and roll back; prints one\n"
-           "                       incident per fault (json: \"incidents\")\n"
-           "  --model FILE|PRESET  the model, to plan candidates (default: the plan's preset)\n"
-           "  --slo LIMITS         what a candidate must meet, e.g. tpot=50ms,ttft=1s\n"
-           "  --no-hysteresis      adapt and revert on one threshold (for comparison)\n"
-           "  --reactive-thermal   act on heat only once a device throttles\n");
+    return px_plan_slo_parse(v, dest, err);
 }
 
-static bool parse_time(const char *opt, const char *arg, double *out)
-{
-    px_qty q;
-    if (px_qty_parse(arg, PX_DIM_TIME, &q, NULL) != PX_OK || !(q.value >= 0)) {
-        px__cli_usage_error("simulate", "%s takes a time such as 60s, not \"%s\"", opt, arg);
-        return false;
-    }
-    *out = q.value;
-    return true;
-}
+static const px_cli_opt opts[] = {
+    PX_CLI_OPT("plan", 'p', PX_CLI_STR, &A.plan_path, "FILE",
+               "plexus.plan/1 JSON (plexus plan --out FILE)", .flags = PX_CLI_REQUIRED),
+    PX_CLI_OPT("load", 'l', PX_CLI_STR, &A.load_spec, "SPEC",
+               "poisson:rate=5,prompt=128,gen=64\n"
+               "bursty:rate=5,burst=4,period=10s,prompt=...,gen=...\n"
+               "trace:FILE (JSON Lines of {\"t\",\"prompt_tokens\",\"gen_tokens\"})\n"
+               "lengths: N, uniform:A-B or exp:MEAN (docs/formats/load.md)",
+               .flags = PX_CLI_REQUIRED),
+    PX_CLI_OPT("faults", 'f', PX_CLI_STR, &A.faults_path, "FILE",
+               "plexus.faults/1 JSON (docs/formats/faults.md; data/faults/)"),
+    PX_CLI_OPT("inventory", 'i', PX_CLI_STR, &A.inv_path, "FILE",
+               "the inventory the plan was made on: power, thermal, MTBF,\n"
+               "price, failure domains and links (recommended; another\n"
+               "inventory is refused)"),
+    PX_CLI_OPT("seed", 0, PX_CLI_U64, &A.opt.seed, "S", "base seed (default 1)"),
+    PX_CLI_OPT("replications", 'n', PX_CLI_U32, &A.opt.replications, "N",
+               "independent replications (default 5)", .lo = 1, .hi = 1000),
+    PX_CLI_OPT("duration", 0, PX_CLI_TIME, &A.opt.duration_s, "T",
+               "simulated time per replication (default 60s)"),
+    PX_CLI_OPT("warmup", 0, PX_CLI_TIME, &A.opt.warmup_s, "T",
+               "leave out requests arriving earlier (default 0s)"),
+    PX_CLI_OPT("no-random-failures", 0, PX_CLI_FLAG, &A.no_random_failures, NULL,
+               "draw no failures from MTBFs (faults file only)"),
+    PX_CLI_OPT("failure-accel", 0, PX_CLI_NUM, &A.opt.failure_accel, "F",
+               "multiply every failure rate by F (default 1)", .lo = 0, .hi = 1e12),
+    PX_CLI_OPT("output", 'o', PX_CLI_FORMAT, &A.fmt, "FORMAT",
+               "report format: text (default) or json"),
+    PX_CLI_OPT("trace", 0, PX_CLI_STR, &A.trace_path, "FILE",
+               "record inputs, the decision and outcomes for plexus replay"),
+    PX_CLI_OPT("heal", 0, PX_CLI_FLAG, &A.heal, NULL,
+               "(needs --inventory) detect faults from what an operator\n"
+               "could observe (heartbeats, step and transfer times,\n"
+               "temperatures), plan and validate mitigations, switch\n"
+               "plans, canary and roll back; prints one incident per\n"
+               "fault (json: \"incidents\")"),
+    PX_CLI_OPT("model", 'm', PX_CLI_STR, &A.model_spec, "FILE|PRESET",
+               "with --heal: the model, to plan candidates (default: the\nplan's preset)"),
+    PX_CLI_OPT("slo", 0, PX_CLI_CALL, &A.slo, "LIMITS",
+               "with --heal: what a candidate must meet, e.g.\ntpot=50ms,ttft=1s",
+               .parse = parse_slo),
+    PX_CLI_OPT("no-hysteresis", 0, PX_CLI_FLAG, &A.no_hysteresis, NULL,
+               "with --heal: adapt and revert on one threshold"),
+    PX_CLI_OPT("reactive-thermal", 0, PX_CLI_FLAG, &A.reactive_thermal, NULL,
+               "with --heal: act on heat only once a device throttles"),
+    {0},
+};
 
-static bool parse_uint(const char *opt, const char *arg, uint64_t lo, uint64_t hi, uint64_t *out)
+static const px_cli_spec spec = {
+    .name = "simulate",
+    .synopsis = "--plan FILE --load SPEC [options]",
+    .about = "Serves a load on a plan in the discrete-event simulator and reports time to\n"
+             "first token and per output token (p50/p95/p99), throughput, utilization,\n"
+             "stranded capacity, energy, cost and failed or dropped requests, each with a\n"
+             "95% confidence interval over independent replications (Student t).\n"
+             "The same inputs and seed give byte-identical JSON.  A load that offers more\n"
+             "tokens per second than the plan serves is called an overload in the report.",
+    .opts = opts,
+    .examples = "plexus plan -m llama-3-8b -i data/scenarios/faulted-cluster.json --out plan.json\n"
+                "plexus simulate --plan plan.json -i data/scenarios/faulted-cluster.json \\\n"
+                "    --load poisson:rate=4,prompt=128,gen=64 -n 20\n"
+                "plexus simulate -p plan.json -i data/scenarios/faulted-cluster.json \\\n"
+                "    --load=poisson:rate=4,prompt=128,gen=64 \\\n"
+                "    --faults data/faults/rack-b-power.json --heal    # incidents, healed\n",
+};
+const px_cli_spec *const px__cmd_simulate_specs[] = {&spec, NULL};
+
+/* Replications done, on a terminal. */
+static void show_progress(void *ctx, uint32_t done, uint32_t total)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(arg, &end, 10);
-    if (errno || end == arg || *end || arg[0] == '-' || v < lo || v > hi) {
-        px__cli_usage_error("simulate",
-                            "%s takes a whole number from %" PRIu64 " to %" PRIu64 ", not \"%s\"",
-                            opt, lo, hi, arg);
-        return false;
-    }
-    *out = v;
-    return true;
+    (void)ctx;
+    if (done < total)
+        px__cli_progress("simulate", "replication %u of %u", done + 1, total);
+    else
+        px__cli_progress_done();
 }
 
 /* Records the inputs and the decision so `plexus replay` can re-derive it. */
@@ -127,6 +154,35 @@ static const char *plan_model(const json_t *plan_doc)
     return id && !strncmp(id, "preset:", 7) ? id : NULL;
 }
 
+/* A warning when the load offers more output tokens per second than the
+ * plan serves at full batch: queues then grow for the whole run and time
+ * to first token measures the queue.  Returns false when none is due. */
+static bool overload_warning(const px_sim_load *load, const json_t *plan_doc, char *buf, size_t n)
+{
+    double offered = px_sim_load_offered_tokens(load);
+    const json_t *tp =
+        json_object_get(json_object_get(plan_doc, "predictions"), "throughput_tokens_per_s");
+    double served = json_number_value(json_object_get(tp, "p50"));
+    if (!(offered > 0) || !(served > 0) || offered <= served)
+        return false;
+    snprintf(buf, n,
+             "warning: overload: the load offers %.4g tokens/s but the plan serves about %.4g "
+             "tokens/s at full batch; queues grow for the whole run and time to first token "
+             "measures the queue (lower the rate, or plan for throughput or more replicas)",
+             offered, served);
+    return true;
+}
+
+/* Adds the warning, if any, to a JSON report and says it on stderr. */
+static px_status add_warning(json_t *doc, const char *warning)
+{
+    if (!warning)
+        return PX_OK;
+    fprintf(stderr, "plexus simulate: %s\n", warning);
+    json_t *arr = json_pack("[s]", warning);
+    return arr ? px_json_set(doc, "warnings", arr) : PX_ENOMEM;
+}
+
 /* --heal: the run with the healer, its incidents, and its trace. */
 static int run_healed(const char *plan_path, const char *load_spec, const char *faults_path,
                       const char *inv_path, const char *trace_path, const char *model_spec,
@@ -153,6 +209,10 @@ static int run_healed(const char *plan_path, const char *load_spec, const char *
         if (text && text[0])
             fputs(text, stderr);
         free(text);
+        goto fail;
+    }
+    if (px_sim_plan_check_inventory(plan_doc, graph, inv_path, &err) != PX_OK) {
+        px_err_prefix(&err, err.code, "%s: ", plan_path);
         goto fail;
     }
     char ref[512];
@@ -184,6 +244,8 @@ static int run_healed(const char *plan_path, const char *load_spec, const char *
         (faults_path && px_sim_faults_load(faults_path, &faults, &err) != PX_OK) ||
         px_heal_sim_new(ho, &h, &err) != PX_OK)
         goto fail;
+    char warning[400];
+    const char *warn = overload_warning(&load, plan_doc, warning, sizeof warning) ? warning : NULL;
     const px_sim_faults *fp = faults_path ? &faults : NULL;
     if ((w && px_heal_sim_trace_begin(h, w, inv_doc, &load, fp, opt, &err) != PX_OK) ||
         px_heal_sim_run(h, &load, fp, opt, &res, &err) != PX_OK ||
@@ -197,7 +259,8 @@ static int run_healed(const char *plan_path, const char *load_spec, const char *
     }
     if (fmt == PX_CLI_JSON) {
         doc = px_sim_result_to_json(&res, px_heal_sim_plan(h));
-        if (!doc || px_json_set(doc, "incidents", px_heal_sim_incidents(h)) != PX_OK) {
+        if (!doc || px_json_set(doc, "incidents", px_heal_sim_incidents(h)) != PX_OK ||
+            add_warning(doc, warn) != PX_OK) {
             px_err_set(&err, PX_ENOMEM, "out of memory");
             goto fail;
         }
@@ -206,7 +269,8 @@ static int run_healed(const char *plan_path, const char *load_spec, const char *
         px_strbuf sb = PX_STRBUF_INIT;
         px_heal_sim_summary sum;
         px_heal_sim_get_summary(h, &sum);
-        if (px_sim_result_report(&res, px_heal_sim_plan(h), &sb) != PX_OK ||
+        if ((warn && px_strbuf_addf(&sb, "%s\n", warn) != PX_OK) ||
+            px_sim_result_report(&res, px_heal_sim_plan(h), &sb) != PX_OK ||
             px_strbuf_addf(&sb, "\nincidents: %u (%u mitigated, %u rolled back)\n", sum.incidents,
                            sum.mitigated, sum.rollbacks) != PX_OK ||
             px_heal_sim_report(h, &sb) != PX_OK) {
@@ -239,80 +303,20 @@ done:
 
 int px__cmd_simulate(int argc, char **argv)
 {
-    if (px__cli_wants_help(argc, argv)) {
-        usage();
-        return PX_EXIT_OK;
-    }
-    const char *plan_path = NULL, *load_spec = NULL, *faults_path = NULL, *inv_path = NULL,
-               *trace_path = NULL, *model_spec = NULL;
-    bool heal = false, hysteresis = true, predictive = true;
-    px_plan_slo slo = {0};
-    px_cli_format fmt = PX_CLI_TEXT;
-    px_sim_options opt;
-    px_sim_options_default(&opt);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = true;
-        uint64_t u;
-        if (!strcmp(a, "--no-random-failures")) {
-            opt.random_failures = false;
-            takes = false;
-        } else if (!strcmp(a, "--heal")) {
-            heal = true;
-            takes = false;
-        } else if (!strcmp(a, "--no-hysteresis")) {
-            hysteresis = false;
-            takes = false;
-        } else if (!strcmp(a, "--reactive-thermal")) {
-            predictive = false;
-            takes = false;
-        } else if (!v && a[0] == '-') {
-            return px__cli_usage_error("simulate", "%s needs a value", a);
-        } else if (!strcmp(a, "--plan")) {
-            plan_path = v;
-        } else if (!strcmp(a, "--load")) {
-            load_spec = v;
-        } else if (!strcmp(a, "--faults")) {
-            faults_path = v;
-        } else if (!strcmp(a, "--inventory")) {
-            inv_path = v;
-        } else if (!strcmp(a, "--trace")) {
-            trace_path = v;
-        } else if (!strcmp(a, "--model")) {
-            model_spec = v;
-        } else if (!strcmp(a, "--slo")) {
-            px_err e;
-            if (px_plan_slo_parse(v, &slo, &e) != PX_OK)
-                return px__cli_usage_error("simulate", "--slo: %s", e.msg);
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!px__cli_parse_format("simulate", v, &fmt))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "--seed")) {
-            if (!parse_uint(a, v, 0, UINT64_MAX, &u))
-                return PX_EXIT_USAGE;
-            opt.seed = u;
-        } else if (!strcmp(a, "--replications")) {
-            if (!parse_uint(a, v, 1, 1000, &u))
-                return PX_EXIT_USAGE;
-            opt.replications = (uint32_t)u;
-        } else if (!strcmp(a, "--duration")) {
-            if (!parse_time(a, v, &opt.duration_s))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "--warmup")) {
-            if (!parse_time(a, v, &opt.warmup_s))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "--failure-accel")) {
-            char *end;
-            opt.failure_accel = strtod(v, &end);
-            if (*end || end == v || !(opt.failure_accel >= 0) || !isfinite(opt.failure_accel))
-                return px__cli_usage_error("simulate", "--failure-accel takes a number >= 0");
-        } else {
-            return px__cli_usage_error("simulate", "unknown argument \"%s\"", a);
-        }
-        if (takes)
-            i++;
-    }
+    memset(&A, 0, sizeof A);
+    px_sim_options_default(&A.opt);
+    px_cli_args args;
+    int prc;
+    if (!px__cli_parse(&spec, argc, argv, &args, &prc))
+        return prc;
+    const char *plan_path = A.plan_path, *load_spec = A.load_spec, *faults_path = A.faults_path,
+               *inv_path = A.inv_path, *trace_path = A.trace_path, *model_spec = A.model_spec;
+    bool heal = A.heal, hysteresis = !A.no_hysteresis, predictive = !A.reactive_thermal;
+    px_plan_slo slo = A.slo;
+    px_cli_format fmt = A.fmt;
+    px_sim_options opt = A.opt;
+    opt.random_failures = !A.no_random_failures;
+    opt.progress = show_progress;
     if (!plan_path || !load_spec)
         return px__cli_usage_error("simulate", "--plan FILE and --load SPEC are required");
     if (heal && !inv_path)
@@ -356,7 +360,8 @@ int px__cmd_simulate(int argc, char **argv)
             goto fail;
         }
     }
-    if (px_sim_plan_from_json(plan_doc, graph, &plan, &err) != PX_OK) {
+    if (px_sim_plan_check_inventory(plan_doc, graph, inv_path, &err) != PX_OK ||
+        px_sim_plan_from_json(plan_doc, graph, &plan, &err) != PX_OK) {
         px_err_prefix(&err, err.code, "%s: ", plan_path);
         goto fail;
     }
@@ -364,6 +369,8 @@ int px__cmd_simulate(int argc, char **argv)
         (faults_path && px_sim_faults_load(faults_path, &faults, &err) != PX_OK) ||
         px_sim_run(&plan, &load, faults_path ? &faults : NULL, &opt, &res, &err) != PX_OK)
         goto fail;
+    char warning[400];
+    const char *warn = overload_warning(&load, plan_doc, warning, sizeof warning) ? warning : NULL;
     result = px_sim_result_to_json(&res, &plan);
     if (!result) {
         px_err_set(&err, PX_ENOMEM, "out of memory");
@@ -373,10 +380,15 @@ int px__cmd_simulate(int argc, char **argv)
                                   faults_path ? &faults : NULL, &opt, result, &err) != PX_OK)
         goto fail;
     if (fmt == PX_CLI_JSON) {
+        if (add_warning(result, warn) != PX_OK) {
+            px_err_set(&err, PX_ENOMEM, "out of memory");
+            goto fail;
+        }
         rc = px__cli_print_json(result);
     } else {
         px_strbuf sb = PX_STRBUF_INIT;
-        if (px_sim_result_report(&res, &plan, &sb) != PX_OK) {
+        if ((warn && px_strbuf_addf(&sb, "%s\n", warn) != PX_OK) ||
+            px_sim_result_report(&res, &plan, &sb) != PX_OK) {
             px_strbuf_release(&sb);
             px_err_set(&err, PX_ENOMEM, "out of memory");
             goto fail;

@@ -31,6 +31,8 @@ static const char runner_script[] =
     "    fn = getattr(mod, func)\n"
     "    if isinstance(args, dict):\n"
     "        value = fn(**args)\n"
+    "    elif isinstance(args, list):\n"
+    "        value = fn(*args)\n"
     "    elif args == ():\n"
     "        value = fn()\n"
     "    else:\n"

@@ -107,14 +107,17 @@ static void classify_heartbeat(const json_t *tr, px_heal_fault_class *cls, px_he
     if (!first)
         return;
     /* A failure domain whose members all went silent together, the
-     * smallest one holding the first silent device. */
+     * smallest one holding the first silent device.  Domains nested with
+     * the same members (a rack with one power feed) cannot be told apart
+     * by what is observed: the outermost is named, as the wider cause,
+     * and the evidence names the inner one too. */
     size_t i, best_n = SIZE_MAX;
-    const json_t *dom, *best = NULL;
+    const json_t *dom, *best = NULL, *inner = NULL;
     json_array_foreach(json_object_get(tr, "domains"), i, dom)
     {
         const json_t *members = json_object_get(dom, "members");
         size_t n = json_array_size(members), k;
-        if (n < 2 || n >= best_n)
+        if (n < 2 || n > best_n)
             continue;
         bool all = true, holds = false;
         const json_t *m;
@@ -125,19 +128,35 @@ static void classify_heartbeat(const json_t *tr, px_heal_fault_class *cls, px_he
             all &= isfinite(t) && now - t >= timeout;
             holds |= !strcmp(mid, first);
         }
-        if (all && holds) {
-            best = dom;
-            best_n = n;
+        if (!all || !holds)
+            continue;
+        if (n == best_n) {
+            /* The same size and all silent: the same members.  Keep the
+             * enclosing one. */
+            if (!strcmp(str(best, "parent"), str(dom, "id"))) {
+                inner = best;
+                best = dom;
+            } else if (!strcmp(str(dom, "parent"), str(best, "id"))) {
+                inner = dom;
+            }
+            continue;
         }
+        best = dom;
+        best_n = n;
+        inner = NULL;
     }
     if (best) {
         *cls = PX_HEAL_DOMAIN_LOSS;
         where->kind = PX_HEAL_AT_DOMAIN;
         px_strlcpy(where->device, str(best, "id"), sizeof where->device);
+        char within[160] = "";
+        if (inner)
+            snprintf(within, sizeof within, " (%s within it holds the same devices)",
+                     str(inner, "id"));
         snprintf(evidence, cap,
-                 "every one of the %zu devices of failure domain %s stopped answering "
+                 "every one of the %zu devices of failure domain %s%s stopped answering "
                  "heartbeats (silent for %.3g s or more at t=%.3f s)",
-                 best_n, where->device, timeout, now);
+                 best_n, where->device, within, timeout, now);
         return;
     }
     *cls = PX_HEAL_DEVICE_LOSS;
@@ -351,7 +370,8 @@ static json_t *heartbeat_trigger(px_heal_sim *h, const px_sim_obs *obs, bool *an
                 if (p->devices[d].domains[m] == k)
                     json_array_append_new(members, json_string(p->devices[d].id));
         json_array_append_new(domains,
-                              json_pack("{s:s, s:o}", "id", p->domains[k].id, "members", members));
+                              json_pack("{s:s, s:s, s:o}", "id", p->domains[k].id, "parent",
+                                        p->domains[k].parent, "members", members));
     }
     /* Every silent device is known lost from now on, reported once. */
     for (uint32_t d = 0; d < obs->n_devices; d++)

@@ -527,10 +527,39 @@ px_status px_hw_graph_from_json(const char *json, size_t len, const char *name,
     return st;
 }
 
+/* A file that is no JSON text at all (a GGUF model, a llama2.c
+ * checkpoint, any binary) is named as such from its first bytes, before
+ * the JSON reader would ask to "fix the syntax" of a model. */
+static px_status sniff_binary(const char *path, px_diags *diags, px_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return PX_OK; /* the reader says why */
+    unsigned char head[512];
+    size_t n = fread(head, 1, sizeof head, f);
+    fclose(f);
+    const char *what = NULL;
+    if (n >= 4 && !memcmp(head, "GGUF", 4))
+        what = "a GGUF model file";
+    for (size_t i = 0; !what && i < n; i++)
+        if (head[i] < 0x20 && head[i] != '\n' && head[i] != '\r' && head[i] != '\t')
+            what = "a binary file (a llama2.c checkpoint or other data)";
+    if (!what)
+        return PX_OK;
+    const char *fix = "an inventory is plexus.inventory/1 JSON (docs/formats/inventory.md): "
+                      "give a model to --model, an inventory to --inventory";
+    if (diags)
+        px_diags_add(diags, PX_SEV_ERROR, "", fix, "%s is %s, not an inventory", path, what);
+    return px_err_set(err, PX_EPARSE, "%s is %s, not an inventory; %s", path, what, fix);
+}
+
 px_status px_hw_graph_load(const char *path, const px_hw_read_options *options, px_hw_graph **out,
                            px_diags *diags, px_err *err)
 {
     *out = NULL;
+    px_status sst = sniff_binary(path, diags, err);
+    if (sst != PX_OK)
+        return sst;
     px_json_limits lim = effective_limits(options);
     char *text;
     size_t len;

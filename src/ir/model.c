@@ -528,6 +528,45 @@ static px_status map_file(const char *path, void **map, size_t *len, px_err *err
     return PX_OK;
 }
 
+/* Whether the file opens as text: its first bytes are printable or
+ * white space.  A llama2.c checkpoint opens with small int32s, so with
+ * zero bytes. */
+static bool looks_like_text(const unsigned char *p, size_t len)
+{
+    size_t n = PX_MIN(len, (size_t)512);
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < 0x20 && p[i] != '\n' && p[i] != '\r' && p[i] != '\t')
+            return false;
+    return n > 0;
+}
+
+/* A text file given as a model: named as what it is (a plexus document
+ * by its schema, JSON, or text), with the fix. */
+static px_status text_is_not_a_model(const char *path, const unsigned char *p, size_t len,
+                                     px_err *err)
+{
+    char head[4097];
+    size_t n = PX_MIN(len, sizeof head - 1);
+    memcpy(head, p, n);
+    head[n] = 0;
+    const char *s = head;
+    while (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t')
+        s++;
+    char kind[96] = "a text file";
+    if (*s == '{' || *s == '[') {
+        px_strlcpy(kind, "a JSON document", sizeof kind);
+        const char *schema = strstr(head, "\"schema\"");
+        const char *q = schema ? strchr(schema + 8, '"') : NULL;
+        const char *e = q ? strchr(q + 1, '"') : NULL;
+        if (e && e - q < 64)
+            snprintf(kind, sizeof kind, "a %.*s document", (int)(e - q - 1), q + 1);
+    }
+    return px_err_set(err, PX_EINVAL,
+                      "%s is %s, not a model: give a GGUF file, a llama2.c checkpoint or a "
+                      "preset name (plexus model presets lists them)",
+                      path, kind);
+}
+
 px_status px_ir_model_open(const char *path, const px_ir_open_opts *opts, px_ir_model **out,
                            px_err *err)
 {
@@ -538,6 +577,11 @@ px_status px_ir_model_open(const char *path, const px_ir_open_opts *opts, px_ir_
     if (st != PX_OK)
         return st;
     bool gguf = len >= 4 && !memcmp(map, "GGUF", 4);
+    if (!gguf && looks_like_text(map, len)) {
+        st = text_is_not_a_model(path, map, len, err);
+        munmap(map, len);
+        return st;
+    }
     px_ir_model *m;
     st = px__ir_model_alloc(path, gguf ? PX_IR_SOURCE_GGUF : PX_IR_SOURCE_LLAMA2C, &m, err);
     if (st != PX_OK) {
@@ -588,7 +632,34 @@ px_status px_ir_model_open_any(const char *spec, const px_ir_open_opts *opts, px
     for (size_t i = 0; i < px_ir_preset_count(); i++)
         if (!strcmp(px_ir_preset_at(i)->name, spec))
             return px_ir_preset_new(spec, PX_DTYPE_COUNT_, opts, out, err);
-    return px_ir_model_open(spec, opts, out, err);
+    px_status st = px_ir_model_open(spec, opts, out, err);
+    if (st != PX_ENOTFOUND || strchr(spec, '/'))
+        return st;
+    /* Neither a file nor a preset: the presets, the nearest first when a
+     * name is close (a shared prefix up to its size). */
+    char list[1024] = "";
+    size_t used = 0, best = 0;
+    const char *near = NULL;
+    for (size_t i = 0; i < px_ir_preset_count(); i++) {
+        const char *name = px_ir_preset_at(i)->name;
+        size_t k = 0;
+        while (name[k] && name[k] == spec[k])
+            k++;
+        if (k > best && k >= 4 && k + 2 >= strlen(spec)) {
+            best = k;
+            near = name;
+        }
+        int w = snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", name);
+        if (w > 0 && (size_t)w < sizeof list - used)
+            used += (size_t)w;
+    }
+    if (near)
+        return px_err_set(err, PX_ENOTFOUND,
+                          "%s: no such file, and no preset of that name; did you mean %s? "
+                          "(presets: %s)",
+                          spec, near, list);
+    return px_err_set(err, PX_ENOTFOUND,
+                      "%s: no such file, and no preset of that name (presets: %s)", spec, list);
 }
 
 /* ---- accessors ---- */

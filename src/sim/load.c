@@ -389,3 +389,28 @@ px_status px_sim_load_from_json(const json_t *v, px_sim_load *out, px_err *err)
     out->n_arrivals = n;
     return PX_OK;
 }
+
+static double len_mean(const px_sim_len *l)
+{
+    switch (l->kind) {
+    case PX_SIM_LEN_UNIFORM:
+        return 0.5 * ((double)l->a + (double)l->b);
+    case PX_SIM_LEN_EXPONENTIAL:
+    case PX_SIM_LEN_FIXED:
+    default:
+        return (double)l->a;
+    }
+}
+
+double px_sim_load_offered_tokens(const px_sim_load *load)
+{
+    if (load->kind == PX_SIM_LOAD_TRACE) {
+        if (load->n_arrivals < 2)
+            return 0;
+        double span = load->arrivals[load->n_arrivals - 1].t - load->arrivals[0].t, gen = 0;
+        for (size_t i = 0; i < load->n_arrivals; i++)
+            gen += load->arrivals[i].gen_tokens;
+        return span > 0 ? gen / span : 0;
+    }
+    return load->rate * len_mean(&load->gen);
+}

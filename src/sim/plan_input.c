@@ -84,6 +84,9 @@ static px_status devices_from_graph(builder *b)
     for (size_t k = 0; k < v->n_domains; k++) {
         px_strlcpy(p->domains[k].id, v->domains[k].id, sizeof p->domains[k].id);
         p->domains[k].mtbf_s = px_hw_has(v->domains[k].mtbf) ? v->domains[k].mtbf.value : 0;
+        if (v->domains[k].parent != PX_HW_NONE && v->domains[k].parent < v->n_domains)
+            px_strlcpy(p->domains[k].parent, v->domains[v->domains[k].parent].id,
+                       sizeof p->domains[k].parent);
     }
     p->n_domains = v->n_domains;
     for (size_t i = 0; i < v->n_devices; i++) {
@@ -376,4 +379,25 @@ px_status px_sim_plan_check(const px_sim_plan *p, px_err *err)
         }
     }
     return PX_OK;
+}
+
+px_status px_sim_plan_check_inventory(const json_t *plan_doc, const px_hw_graph *graph,
+                                      const char *inv_name, px_err *err)
+{
+    const json_t *inv = json_object_get(plan_doc, "inventory");
+    const char *want = json_string_value(json_object_get(inv, "digest"));
+    if (!graph || !want)
+        return PX_OK;
+    char got[65];
+    px_status st = px_hw_graph_digest(graph, got, err);
+    if (st != PX_OK)
+        return st;
+    if (!strcmp(want, got))
+        return PX_OK;
+    const char *name = json_string_value(json_object_get(inv, "name"));
+    return px_err_set(err, PX_EINVAL,
+                      "the plan was made on the inventory \"%.48s\", not on %.64s: a device of "
+                      "the same name may differ; plan on this inventory (plexus plan "
+                      "--inventory ... --out FILE) or pass the plan's own",
+                      name ? name : "?", inv_name);
 }

@@ -172,6 +172,8 @@ px_status px_sim_run(const px_sim_plan *plan, const px_sim_load *load, const px_
             px_sim_result_release(out);
             return st;
         }
+        if (options->progress)
+            options->progress(options->progress_ctx, r + 1, n);
     }
     /* Mean and 95% Student-t interval per metric, over the replications
      * where the metric is defined (a run with no completion has no TPOT);

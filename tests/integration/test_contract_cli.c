@@ -37,7 +37,7 @@ static void test_validate_reports_every_problem_with_pointers(void **state)
 
     char *const bad_argv[] = {
         (char *)px_test_plexus_bin(), "contract", "validate", good, bad, NULL};
-    assert_int_equal(run(bad_argv, &out, &err), 1);
+    assert_int_equal(run(bad_argv, &out, &err), 3);
     px_assert_contains(out, "good.json: ok");
     px_assert_contains(err, "bad.json: error: /default/tolerance/atol:");
     px_assert_contains(err, "bad.json: error: /default/tolerance: \"rtol\" is missing");
@@ -48,7 +48,7 @@ static void test_validate_reports_every_problem_with_pointers(void **state)
 
     char *const json_argv[] = {
         (char *)px_test_plexus_bin(), "contract", "validate", "-o", "json", bad, NULL};
-    assert_int_equal(run(json_argv, &out, &err), 1);
+    assert_int_equal(run(json_argv, &out, &err), 3);
     json_t *doc = json_loads(out, 0, NULL);
     assert_non_null(doc);
     json_t *first = json_array_get(doc, 0);
@@ -109,7 +109,7 @@ static void test_check_prints_verdict_proof_and_obligations(void **state)
                                "--device",
                                "gpu0,backend=cuda,arch=sm_90,deterministic",
                                NULL};
-    assert_int_equal(run(forbidden, &out, &err), 1);
+    assert_int_equal(run(forbidden, &out, &err), 3);
     px_assert_contains(out, "verdict: forbidden (bitwise-precision)");
     px_assert_contains(out, "layer.3.attention: precision change of weights from f32 to fp8 "
                             "changes bits; the contract requires bitwise");

@@ -88,7 +88,7 @@ static void test_calibrate_from_runs_then_plan_in_both_modes(void **state)
     char *out = NULL, *err = NULL;
     const char *a[] = {"calibrate",  "--inventory", inv_path, "--model",    synth_path,
                        "--no-bench", "--from-run",  runs[0],  "--from-run", runs[1],
-                       "--check",    runs[2],       "-o",     cal,          NULL};
+                       "--check",    runs[2],       "--out",  cal,          NULL};
     int rc = plexus(&out, &err, a);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, err);
@@ -204,12 +204,12 @@ static void test_plan_and_calibrate_refuse_bad_input(void **state)
     free(err);
     const char *d[] = {"calibrate", "--inventory", inv_path, "--model", synth_path, NULL};
     assert_int_equal(plexus(&out, &err, d), 2);
-    px_assert_contains(err, "-o FILE");
+    px_assert_contains(err, "--out FILE");
     free(out);
     free(err);
     char *bad_run = write_tmp("bad-run.json", "{\"stages\": 3}");
     const char *e[] = {"calibrate", "--inventory", inv_path, "--model", synth_path, "--from-run",
-                       bad_run,     "--no-bench",  "-o",     cal,       NULL};
+                       bad_run,     "--no-bench",  "--out",  cal,       NULL};
     assert_int_equal(plexus(&out, &err, e), 1);
     px_assert_contains(err, "/stages");
     free(out);

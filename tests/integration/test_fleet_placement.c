@@ -196,6 +196,17 @@ static void test_python_function_returns_result_or_traceback(void **state)
     json_decref(job);
     free(out);
     free(err);
+    /* An array is the positional arguments. */
+    rc = fh_plexus(&out, &err, "submit", "--python", target, "--args", "[2, 3]", "--wait",
+                   "--timeout", "30", "-o", "json", NULL);
+    if (rc != 0)
+        fail_msg("plexus submit --python --args '[2, 3]' failed (%d): %s %s", rc, out, err);
+    job = json_loads(out, 0, NULL);
+    assert_non_null(job);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(job, "result"), "sum")), 5);
+    json_decref(job);
+    free(out);
+    free(err);
     free(target);
     target = px_asprintf("%s:fail", py);
     rc = fh_plexus(&out, &err, "submit", "--python", target, "--args", "7", "--wait", "--timeout",
@@ -227,7 +238,7 @@ static void test_artifacts_are_uploaded_and_fetched(void **state)
     free(out);
     char *dest = px_asprintf("%s/model-copy.txt", fleet.dir);
     assert_int_equal(
-        fh_plexus(NULL, NULL, "artifacts", id, "--get", "out/model.txt", "-o", dest, NULL), 0);
+        fh_plexus(NULL, NULL, "artifacts", id, "--get", "out/model.txt", "--out", dest, NULL), 0);
     char *text;
     size_t len;
     px_err e;

@@ -71,6 +71,14 @@ static void run_up(bool tls)
         fh_print_log(log);
         fail_msg("the local node of plexus up did not come online");
     }
+    /* The listing has its columns named, and a device without memory of
+     * its own shows "-", not a capacity of 0 B. */
+    char *listing = NULL;
+    assert_int_equal(fh_plexus(&listing, NULL, "nodes", NULL), 0);
+    px_assert_contains(listing, "NODE ");
+    px_assert_contains(listing, " CAPABILITY ");
+    assert_null(strstr(listing, " 0 B"));
+    free(listing);
     char *out = NULL, *err = NULL;
     int rc =
         fh_plexus(&out, &err, "submit", "--gpus", "1", "--framework", "torch>=2", "--wait",

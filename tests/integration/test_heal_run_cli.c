@@ -273,7 +273,7 @@ static void test_healed_trace_replays_and_detects_edits(void **state)
     char *rechained = rechain(edited);
     px_assert_ok(px_write_file(bad, rechained, strlen(rechained), &err), &err);
     char *r3 = NULL;
-    assert_int_equal(run_plexus(rep2, &r3, NULL), 1);
+    assert_int_equal(run_plexus(rep2, &r3, NULL), 3);
     px_assert_contains(r3, "diverged");
     px_assert_contains(r3, "heal.mitigation");
     free(r2);

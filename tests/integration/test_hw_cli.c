@@ -35,7 +35,7 @@ static void test_cli_validate_good_and_bad_packs(void **state)
     free(err);
 
     char *const bad_argv[] = {PX, "inventory", "validate", good, lying, dup, NULL};
-    assert_int_equal(run(bad_argv, &out, &err), 1);
+    assert_int_equal(run(bad_argv, &out, &err), 3);
     px_assert_contains(out, "hetero-pair-h100-l4.json: ok");
     px_assert_contains(out, "lying-topology.json: error: /links/0/kind: the topology report lies");
     px_assert_contains(out,
@@ -46,7 +46,7 @@ static void test_cli_validate_good_and_bad_packs(void **state)
     free(err);
 
     char *const json_argv[] = {PX, "inventory", "validate", "-o", "json", lying, NULL};
-    assert_int_equal(run(json_argv, &out, &err), 1);
+    assert_int_equal(run(json_argv, &out, &err), 3);
     json_t *doc;
     px_err e;
     px_assert_ok(px_json_parse(out, strlen(out), "stdout", NULL, &doc, &e), &e);
@@ -92,7 +92,7 @@ static void test_cli_validates_every_malicious_pack_without_crashing(void **stat
         char *out, *err;
         char *const argv[] = {PX, "inventory", "validate", p, NULL};
         int rc = run(argv, &out, &err);
-        if (rc != 1)
+        if (rc != 3)
             fail_msg("%s: exit %d\n%s%s", files[i], rc, out, err);
         px_assert_contains(out, "refused");
         free(out);

@@ -43,7 +43,7 @@ static void test_model_help_and_usage_errors(void **state)
     px_assert_contains(err, "unknown subcommand \"frob\"");
     free(out);
     free(err);
-    char *bad_num[] = {(char *)px, "model", "synth", "--dim", "x", "-o", "f.gguf", NULL};
+    char *bad_num[] = {(char *)px, "model", "synth", "--dim", "x", "--out", "f.gguf", NULL};
     assert_int_equal(run(bad_num, &out, &err), 2);
     px_assert_contains(err, "--dim takes a number");
     free(out);
@@ -61,7 +61,7 @@ static void test_model_synth_then_inspect_json(void **state)
     const char *px = px_test_plexus_bin();
     char *path = px_asprintf("%s/s.gguf", px_test_tmpdir());
     char *out, *err;
-    char *synth[] = {(char *)px, "model",      "synth", "-o",       path,  "--dim",
+    char *synth[] = {(char *)px, "model",      "synth", "--out",    path,  "--dim",
                      "32",       "--hidden",   "64",    "--layers", "3",   "--heads",
                      "4",        "--kv-heads", "2",     "--vocab",  "300", "--context",
                      "64",       "--dtype",    "q8_0",  "--seed",   "5",   NULL};

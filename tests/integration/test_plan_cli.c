@@ -179,6 +179,40 @@ static void test_plan_cli_lists_link_fallbacks_under_device_fallbacks(void **sta
     free(inv);
 }
 
+/* Lengths the model cannot hold are refused with the model's context and
+ * the fix; unset lengths follow the model (a 128-token model plans 64 +
+ * 64). */
+static void test_plan_cli_refuses_lengths_beyond_the_context(void **state)
+{
+    (void)state;
+    char *model = px_test_require_shared_model("stories260K.gguf");
+    char *inv = px_test_source_path("data/scenarios/emu-small.json");
+    char *out = NULL, *err = NULL;
+    int rc = run(&out, &err, "--model", model, "--inventory", inv, "--context", "256", NULL, NULL);
+    assert_int_equal(rc, 2);
+    px_assert_contains(err, "--context 256 exceeds");
+    px_assert_contains(err, "context of 128 tokens: give --context 128 or less");
+    free(out);
+    free(err);
+    rc = run(&out, &err, "--model", model, "--inventory", inv, "--prompt-tokens", "100",
+             "--gen-tokens", "100");
+    assert_int_equal(rc, 2);
+    px_assert_contains(err, "a prompt of 100 tokens and 100 generated make 200, longer than the "
+                            "context of 128");
+    free(out);
+    free(err);
+    rc = run(&out, &err, "--model", model, "--inventory", inv, "-o", "json", NULL, NULL);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    px_assert_contains(out, "\"context\": 128");
+    px_assert_contains(out, "\"gen_tokens\": 64");
+    px_assert_contains(out, "\"prompt_tokens\": 64");
+    free(out);
+    free(err);
+    free(inv);
+    free(model);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -188,6 +222,7 @@ int main(void)
         cmocka_unit_test(test_plan_cli_refuses_malicious_inventories),
         cmocka_unit_test(test_plan_cli_refuses_bad_usage),
         cmocka_unit_test(test_plan_cli_plans_a_real_model_on_emulated_devices),
+        cmocka_unit_test(test_plan_cli_refuses_lengths_beyond_the_context),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

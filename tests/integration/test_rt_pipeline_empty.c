@@ -215,7 +215,7 @@ static void test_llamacpp_plan_runs_with_its_embedding_only_stage(void **state)
                     "--inventory",
                     inv,
                     "--context",
-                    "256",
+                    "128",
                     "--out",
                     plan,
                     NULL};

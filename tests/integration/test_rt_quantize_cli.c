@@ -18,8 +18,8 @@ static void test_quantize_each_recipe_then_generate(void **state)
     char src[512], dst[512];
     snprintf(src, sizeof src, "%s/f32.gguf", px_test_tmpdir());
     char *out, *err;
-    char *synth[] = {(char *)px, "model", "synth",    "-o", src,      "--dim", "256",
-                     "--hidden", "512",   "--layers", "2",  "--seed", "3",     NULL};
+    char *synth[] = {(char *)px, "model", "synth",    "--out", src,      "--dim", "256",
+                     "--hidden", "512",   "--layers", "2",     "--seed", "3",     NULL};
     assert_int_equal(run(synth, &out, &err), 0);
     free(out);
     free(err);

@@ -195,6 +195,93 @@ static void test_simulate_usage_errors(void **state)
     free(plan);
 }
 
+/* A plan simulated against another inventory than the one it was made on
+ * is refused, naming both: a device of the same name may be another. */
+static void test_simulate_refuses_a_plan_made_on_another_inventory(void **state)
+{
+    (void)state;
+    char *pair = px_test_source_path("data/scenarios/hetero-pair-h100-l4.json");
+    char *cluster = px_test_source_path("data/scenarios/faulted-cluster.json");
+    char *plan = NULL;
+    if (asprintf(&plan, "%s/pair-plan.json", px_test_tmpdir()) < 0)
+        fail_msg("asprintf");
+    char *out, *err;
+    char *const mk[] = {(char *)px_test_plexus_bin(),
+                        "plan",
+                        "--model",
+                        "llama-3-8b",
+                        "--inventory",
+                        pair,
+                        "--no-fallbacks",
+                        "--out",
+                        plan,
+                        NULL};
+    assert_int_equal(px_test_run(mk, 120, &out, &err), 0);
+    free(out);
+    free(err);
+    char *const other[] = {(char *)px_test_plexus_bin(),
+                           "simulate",
+                           "--plan",
+                           plan,
+                           "--inventory",
+                           cluster,
+                           "--load",
+                           "poisson:rate=1,prompt=64,gen=16",
+                           "--replications",
+                           "1",
+                           NULL};
+    assert_int_equal(px_test_run(other, 60, &out, &err), 1);
+    px_assert_contains(err, "made on the inventory \"hetero-pair-h100-l4\"");
+    px_assert_contains(err, cluster);
+    px_assert_contains(err, "plan on this inventory");
+    px_assert_contains(err, "faulted-cluster.json");
+    free(out);
+    free(err);
+    /* The same inventory: it runs; a load past what the plan serves is
+     * called an overload, in the text report and in JSON. */
+    char *const over[] = {(char *)px_test_plexus_bin(),
+                          "simulate",
+                          "--plan",
+                          plan,
+                          "--inventory",
+                          pair,
+                          "--load",
+                          "poisson:rate=20,prompt=128,gen=64",
+                          "--replications",
+                          "1",
+                          "--duration",
+                          "10s",
+                          NULL};
+    assert_int_equal(px_test_run(over, 60, &out, &err), 0);
+    px_assert_contains(out, "warning: overload: the load offers 1280 tokens/s but the plan "
+                            "serves about");
+    free(out);
+    free(err);
+    char *const light[] = {(char *)px_test_plexus_bin(),
+                           "simulate",
+                           "--plan",
+                           plan,
+                           "--inventory",
+                           pair,
+                           "--load",
+                           "poisson:rate=1,prompt=128,gen=64",
+                           "--replications",
+                           "1",
+                           "--duration",
+                           "10s",
+                           "-o",
+                           "json",
+                           NULL};
+    assert_int_equal(px_test_run(light, 60, &out, &err), 0);
+    assert_null(strstr(out, "overload"));
+    assert_null(strstr(err, "overload"));
+    free(out);
+    free(err);
+    free(plan);
+    free(cluster);
+    free(pair);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -202,6 +289,7 @@ int main(void)
         cmocka_unit_test(test_simulate_counts_requests_lost_with_a_device),
         cmocka_unit_test(test_simulate_trace_replays_identically),
         cmocka_unit_test(test_simulate_usage_errors),
+        cmocka_unit_test(test_simulate_refuses_a_plan_made_on_another_inventory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

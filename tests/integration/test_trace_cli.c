@@ -155,14 +155,14 @@ static void test_replay_refuses_a_changed_or_missing_model_file(void **state)
     bytes[len - 1] ^= 1; /* a different file at the same path */
     px_assert_ok(px_write_file(copy, bytes, len, &e), &e);
     char *out = NULL, *err = NULL;
-    assert_int_equal(plexus((const char *[]){"replay", trace, NULL}, &out, &err), 1);
+    assert_int_equal(plexus((const char *[]){"replay", trace, NULL}, &out, &err), 3);
     px_assert_contains(out, "has changed since the trace was written");
     px_assert_contains(out, copy);
     free(out);
     free(err);
 
     assert_int_equal(remove(copy), 0);
-    assert_int_equal(plexus((const char *[]){"replay", trace, NULL}, &out, &err), 1);
+    assert_int_equal(plexus((const char *[]){"replay", trace, NULL}, &out, &err), 3);
     px_assert_contains(out, "cannot re-open the model file");
     free(out);
     free(err);
@@ -301,14 +301,14 @@ static void test_replay_reports_a_consistently_altered_plan_as_divergent(void **
     px_err e;
     px_assert_ok(px_write_file(path, forged, strlen(forged), &e), &e);
     char *out = NULL, *err = NULL;
-    assert_int_equal(plexus((const char *[]){"replay", path, NULL}, &out, &err), 1);
+    assert_int_equal(plexus((const char *[]){"replay", path, NULL}, &out, &err), 3);
     px_assert_contains(out, "diverged at event 5");
     px_assert_contains(out, "decision \"plan\"");
     px_assert_contains(out, "came out different");
     free(out);
     free(err);
 
-    assert_int_equal(plexus((const char *[]){"replay", "-o", "json", path, NULL}, &out, &err), 1);
+    assert_int_equal(plexus((const char *[]){"replay", "-o", "json", path, NULL}, &out, &err), 3);
     json_t *doc = json_loads(out, 0, NULL);
     assert_non_null(doc);
     assert_false(json_is_true(json_object_get(doc, "identical")));

@@ -51,7 +51,7 @@ static void test_calibrate_cli_learns_from_the_devices_and_plans_with_it(void **
     char *cal = px_asprintf("%s/cal.json", px_test_tmpdir());
     char *out = NULL, *err = NULL;
     const char *a[] = {"calibrate", "--inventory", inv_path, "--model", model,
-                       "--runs",    "1",           "-o",     cal,       NULL};
+                       "--runs",    "1",           "--out",  cal,       NULL};
     int rc = plexus(&out, &err, a);
     if (rc != 0)
         fail_msg("exit %d: %s", rc, err);

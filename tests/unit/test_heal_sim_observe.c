@@ -330,6 +330,32 @@ static json_t *heartbeats(double t_a0, double t_a1)
                      "members", "b0", "b1");
 }
 
+/* A power feed inside a rack with the same devices: the outermost is
+ * named, whichever order the domains come in, and the inner one is said. */
+static void test_silent_nested_domains_name_the_enclosing_one(void **state)
+{
+    (void)state;
+    for (int order = 0; order < 2; order++) {
+        json_t *pdu = json_pack("{s:s, s:s, s:[s, s]}", "id", "pdu-a", "parent", "rack-a",
+                                "members", "a0", "a1");
+        json_t *rack =
+            json_pack("{s:s, s:s, s:[s, s]}", "id", "rack-a", "parent", "", "members", "a0", "a1");
+        json_t *tr = json_pack("{s:s, s:f, s:f, s:{s:f, s:f}, s:[], s:{s:i, s:i}, s:[o, o]}",
+                               "signal", "heartbeat", "now", 12.0, "timeout_s", 1.5, "heartbeats",
+                               "a0", 10.0, "a1", 10.0, "known_lost", "plan_devices", "a0", 0, "a1",
+                               1, "domains", order ? rack : pdu, order ? pdu : rack);
+        px_heal_fault_class cls;
+        px_heal_locus where;
+        bool inter;
+        char ev[320];
+        px__hs_classify(tr, &cls, &where, &inter, ev, sizeof ev);
+        assert_int_equal(cls, PX_HEAL_DOMAIN_LOSS);
+        assert_string_equal(where.device, "rack-a");
+        px_assert_contains(ev, "pdu-a within it holds the same devices");
+        json_decref(tr);
+    }
+}
+
 static void test_silent_heartbeats_tell_a_domain_from_a_device(void **state)
 {
     (void)state;
@@ -480,6 +506,7 @@ int main(void)
         cmocka_unit_test(test_version_1_tables_still_work_and_a_tick_is_required),
         cmocka_unit_test(test_thermal_fit_recovers_the_trajectory),
         cmocka_unit_test(test_silent_heartbeats_tell_a_domain_from_a_device),
+        cmocka_unit_test(test_silent_nested_domains_name_the_enclosing_one),
         cmocka_unit_test(test_slow_transfers_are_a_link_or_interference_and_flapping_is_seen),
         cmocka_unit_test(test_a_candidate_that_keeps_the_hot_device_is_rejected_unstable),
         cmocka_unit_test(test_a_decision_replays_identical_and_a_changed_window_diverges),
