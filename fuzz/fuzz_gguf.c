@@ -5,13 +5,13 @@
  * expressions see hostile hyper-parameters too.
  *
  * The seeds in fuzz/corpus/gguf were written by the synthetic-model writer:
- *   plexus model synth -o llama-f32.seed --dim 8 --hidden 16 --layers 1 --heads 2
+ *   plexus model synth --out llama-f32.seed --dim 8 --hidden 16 --layers 1 --heads 2
  *       --kv-heads 1 --vocab 259 --context 16 --tied --seed 1
- *   plexus model synth -o llama-q8_0.seed --dim 32 --hidden 32 --layers 1 --heads 2
+ *   plexus model synth --out llama-q8_0.seed --dim 32 --hidden 32 --layers 1 --heads 2
  *       --kv-heads 1 --vocab 16 --no-tokenizer --context 16 --dtype q8_0 --seed 2
- *   plexus model synth -o qwen2-f16.seed --arch qwen2 --dim 8 --hidden 12 --layers 2
+ *   plexus model synth --out qwen2-f16.seed --arch qwen2 --dim 8 --hidden 12 --layers 2
  *       --heads 2 --kv-heads 2 --vocab 259 --context 16 --dtype f16 --tied --seed 3
- *   plexus model synth -o mixtral-f16.seed --arch mixtral --experts 2 --experts-used 1
+ *   plexus model synth --out mixtral-f16.seed --arch mixtral --experts 2 --experts-used 1
  *       --dim 8 --hidden 8 --layers 1 --heads 2 --kv-heads 1 --vocab 259 --context 16
  *       --dtype f16 --tied --seed 4
  * (named .seed because the repository ignores *.gguf).
