@@ -251,8 +251,8 @@ int main(void)
     char cal_path[PATH_MAX + 32], cmd[6 * PATH_MAX];
     snprintf(cal_path, sizeof cal_path, "%s/calibration.json", dir);
     snprintf(cmd, sizeof cmd,
-             "'%s' calibrate --inventory '%s' --model '%s' --runs 3 --out '%s' >/dev/null", plexus_bin,
-             inv, model, cal_path);
+             "'%s' calibrate --inventory '%s' --model '%s' --runs 3 --out '%s' >/dev/null",
+             plexus_bin, inv, model, cal_path);
     if (system(cmd) != 0) {
         fprintf(stderr, "bench_cost_calib: %s failed\n", cmd);
         return 1;
