@@ -291,7 +291,13 @@ int px__cmd_plan(int argc, char **argv)
         fputs(json, stdout);
     } else {
         px_strbuf sb = PX_STRBUF_INIT;
-        px_plan_report(plan, &sb);
+        if (px_plan_report(plan, &sb) != PX_OK) {
+            px_strbuf_release(&sb);
+            free(json);
+            px_err_set(&err, PX_ENOMEM, "the report cannot be written: out of memory");
+            rc = px__cli_fail("plan", &err);
+            goto done;
+        }
         fputs(sb.buf, stdout);
         px_strbuf_release(&sb);
     }
