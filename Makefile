@@ -3,6 +3,7 @@
 #   make demo        install what is missing, build, run the main job
 #   make check       install what is missing, build, run the fast tests
 #   make check-asan  the fast tests under AddressSanitizer + UBSan
+#   make check-tsan  the fast tests under ThreadSanitizer (label notsan skipped)
 #   make check-slow  the tests labelled slow
 #   make bench       benchmarks, with figures and ratios against baselines
 #   make fuzz        libFuzzer targets, a bounded run each (FUZZ_SECONDS)
@@ -10,13 +11,14 @@
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SECONDS ?= 30
 WERROR     ?= 0
 CMAKE_FLAGS = -DPX_WERROR=$(if $(filter 1,$(WERROR)),ON,OFF)
 
-.PHONY: all deps build demo check check-asan check-slow bench fuzz format format-check clean
+.PHONY: all deps build demo check check-asan check-tsan check-slow bench fuzz format format-check clean
 
 all: build
 
@@ -34,6 +36,14 @@ demo: build
 
 check: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow
+
+# Tests labelled notsan run too long under ThreadSanitizer's slowdown (5-15x)
+# to fit the CI budget; they still run in check and check-asan.
+check-tsan: deps
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPX_TSAN=ON $(CMAKE_FLAGS)
+	cmake --build $(TSAN_BUILD) -j $(JOBS)
+	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest --output-on-failure -j $(JOBS) -LE 'slow|notsan'
 
 check-slow: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L slow
@@ -61,4 +71,4 @@ format-check:
 	clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

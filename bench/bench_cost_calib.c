@@ -40,6 +40,15 @@
 
 static char plexus_bin[PATH_MAX + 16];
 
+/* A benchmark whose set-up fails measures nothing: stop there. */
+static void must(px_status st, const char *what)
+{
+    if (st != PX_OK) {
+        fprintf(stderr, "%s: %s: %s\n", __FILE__, what, px_status_str(st));
+        exit(1);
+    }
+}
+
 static void die(const char *what, const px_err *err)
 {
     fprintf(stderr, "bench_cost_calib: %s: %s\n", what, err ? err->msg : "");
@@ -200,13 +209,13 @@ static void check(const char *title, px_cost_run *runs, size_t n_runs, px_cost_f
     }
     px_cost_calib_summary s;
     px_strbuf sb = PX_STRBUF_INIT;
-    px_cost_calib_report(obs, k, &s, table ? &sb : NULL);
+    must(px_cost_calib_report(obs, k, &s, table ? &sb : NULL), "calibration report");
     printf("%s\n%s", title, table ? sb.buf : "");
     printf("  per-stage decode time, %zu observations: median absolute error sourced %.1f%% -> "
            "calibrated %.1f%%; inside the interval sourced %.0f%% -> calibrated %.0f%%\n",
            k, 100 * s.mae_before, 100 * s.mae_after, 100 * s.coverage_before,
            100 * s.coverage_after);
-    px_cost_calib_report(e2e, n_e2e, &s, NULL);
+    must(px_cost_calib_report(e2e, n_e2e, &s, NULL), "calibration report");
     printf("  end to end per token (transfers and the executor included), %zu runs: median "
            "absolute error sourced %.1f%% -> calibrated %.1f%%; inside the interval sourced %.0f%% "
            "-> calibrated %.0f%%\n\n",

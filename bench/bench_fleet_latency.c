@@ -28,6 +28,15 @@
 #define LIMIT_S  60
 
 /* An agent process: `plexus agent` beside this benchmark's binary. */
+/* A benchmark whose set-up fails measures nothing: stop there. */
+static void must(px_status st, const char *what)
+{
+    if (st != PX_OK) {
+        fprintf(stderr, "%s: %s: %s\n", __FILE__, what, px_status_str(st));
+        exit(1);
+    }
+}
+
 static pid_t start_agent(const char *plexus, const char *url, const char *token_file,
                          const char *ca, const char *inventory, const char *name, const char *work,
                          const char *log)
@@ -171,15 +180,15 @@ static double run(const char *plexus, long jobs, bool tls)
             "\"memory\": [{\"id\": \"ddr0\", \"kind\": \"ddr\", \"capacity\": \"64 GiB\"}], "
             "\"devices\": []}]}",
             name);
-        px_write_file(inventory, inv, strlen(inv), NULL);
+        must(px_write_file(inventory, inv, strlen(inv), NULL), inventory);
         free(inv);
         agents[i] = start_agent(plexus, px_fleet_server_url(srv), join, tls ? ca : NULL, inventory,
                                 name, work, log);
     }
     px_fleet_client *c;
-    px_fleet_client_new(px_fleet_server_url(srv), utok, &c, NULL);
+    must(px_fleet_client_new(px_fleet_server_url(srv), utok, &c, NULL), "client");
     if (tls)
-        px_fleet_client_set_ca(c, ca, NULL);
+        must(px_fleet_client_set_ca(c, ca, NULL), ca);
     if (wait_nodes(c, N_AGENTS) != 0) {
         fprintf(stderr, "bench_fleet_latency: the agents did not come online\n");
         goto done;

@@ -36,6 +36,15 @@
 
 #define N_NEW 40
 
+/* A benchmark whose set-up fails measures nothing: stop there. */
+static void must(px_status st, const char *what)
+{
+    if (st != PX_OK) {
+        fprintf(stderr, "%s: %s: %s\n", __FILE__, what, px_status_str(st));
+        exit(1);
+    }
+}
+
 static char plexus_bin[PATH_MAX + 16];
 static char model_path[PATH_MAX];
 static char dir[] = "/tmp/plexus-bench-heal-XXXXXX";
@@ -127,12 +136,12 @@ static void run_once(const px_heal_inject *inj, size_t n_inj, uint32_t audit_eve
                               .supervisor = px_heal_run_supervisor(h)};
     out->ok = px_rt_executor_generate(px_heal_run_executor(h), tok, &go, NULL, &err) == PX_OK;
     const char *text = c.text.buf ? c.text.buf : "";
-    px_heal_run_finish(h, &text, 1, NULL);
+    must(px_heal_run_finish(h, &text, 1, NULL), "finish");
     out->identical = out->ok && !strcmp(text, reference);
     out->incidents = px_heal_run_incidents(h);
     px_heal_run_get_summary(h, &out->sum);
     px_heal_run_free(h);
-    px_trace_writer_close(w, NULL);
+    must(px_trace_writer_close(w, NULL), "trace");
     if (trace_path) {
         px_trace_deriver d[16];
         size_t n = 0, k;

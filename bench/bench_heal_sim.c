@@ -264,8 +264,8 @@ static bool traced_and_replayed(const setup *s, const px_ir_model *model, const 
     ok = px_trace_replay(path, all, n, NULL, &rep, &err) == PX_OK && !rep.diverged &&
          rep.n_identical == rep.n_decisions;
 done:
-    if (w)
-        px_trace_writer_close(w, NULL);
+    if (w && px_trace_writer_close(w, ok ? &err : NULL) != PX_OK)
+        ok = false;
     if (!ok)
         fprintf(stderr, "bench_heal_sim: trace %s: %s\n", path, err.msg);
     px_sim_result_release(&res);

@@ -19,6 +19,15 @@
 
 #include "plexus/ir.h"
 
+/* A benchmark whose set-up fails measures nothing: stop there. */
+static void must(px_status st, const char *what)
+{
+    if (st != PX_OK) {
+        fprintf(stderr, "%s: %s: %s\n", __FILE__, what, px_status_str(st));
+        exit(1);
+    }
+}
+
 static long rss_kib(void)
 {
     FILE *f = fopen("/proc/self/statm", "r");
@@ -106,9 +115,11 @@ int main(void)
             sink += px_ir_decode_flops(&rows[i], 4096) + px_ir_prefill_flops(&rows[i], 4096) +
                     rows[i].weight_bytes_at[PX_DTYPE_Q4_K];
         px_ir_cost c;
-        px_ir_graph_cost(m, px_ir_model_phase_dims(m, PX_IR_PHASE_PREFILL, 1, 4096), &c, NULL);
+        must(px_ir_graph_cost(m, px_ir_model_phase_dims(m, PX_IR_PHASE_PREFILL, 1, 4096), &c, NULL),
+             "graph cost");
         sink += c.flops;
-        px_ir_graph_cost(m, px_ir_model_phase_dims(m, PX_IR_PHASE_DECODE, 8, 4096), &c, NULL);
+        must(px_ir_graph_cost(m, px_ir_model_phase_dims(m, PX_IR_PHASE_DECODE, 8, 4096), &c, NULL),
+             "graph cost");
         sink += c.bytes_read;
         px_ir_describe_opts d = {.with_ops = true, .with_tensors = true};
         json_t *j = px_ir_model_describe(m, &d);

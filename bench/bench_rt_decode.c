@@ -196,7 +196,7 @@ static int measure(const px_rt_model *m, uint32_t threads, figures *f)
     for (int i = 0; i < PROMPT; i++)
         prompt[i] = 3 + (i * 37) % 250;
     int32_t seq;
-    px_rt_seq_add(s, &seq, &err);
+    must(px_rt_seq_add(s, &seq, &err), "sequence");
     px_rt_output out;
     f->prefill_tps = 0;
     /* Run 0 is the warm-up (page faults on the mapped weights). */
@@ -342,7 +342,7 @@ static void tiny_model(void)
         if (px_rt_session_new(m, &(px_rt_session_opts){.n_threads = threads}, &s, &err))
             break;
         int32_t seq, tok = 1;
-        px_rt_seq_add(s, &seq, &err);
+        must(px_rt_seq_add(s, &seq, &err), "sequence");
         px_rt_output out;
         uint64_t t0 = px_now_ns();
         uint32_t n = 400;

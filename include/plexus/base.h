@@ -17,6 +17,12 @@
  *     char text[64];
  *     px_qty_format(q.value, q.dim, text, sizeof text);   // "3.35 TB/s"
  *
+ * A caller that drops a returned px_status gets a compiler warning
+ * (PX_NODISCARD); one that means to, casts it to void.
+ *
+ * Lifecycles.  Every px_*_free and px_*_release in every plexus header
+ * accepts NULL and then does nothing, as free() does.
+ *
  * Unless a function says otherwise it is thread-safe for distinct objects
  * and not for one object shared between threads.
  */
@@ -35,9 +41,24 @@ extern "C" {
 
 #if defined(__GNUC__)
 #define PX_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
-#define PX_NODISCARD         __attribute__((warn_unused_result))
 #else
 #define PX_PRINTF(fmt, args)
+#endif
+
+/* PX_NODISCARD marks every public function that returns a px_status: a
+ * caller that drops the status gets a warning (an error under -Werror).
+ * A caller that means to ignore one says so with a cast to void.  GCC's
+ * warn_unused_result cannot be silenced by that cast, so the C23
+ * attribute is preferred where the compiler has it. */
+#if defined(__has_c_attribute)
+#if __has_c_attribute(nodiscard)
+#define PX_NODISCARD [[nodiscard]]
+#endif
+#endif
+#if !defined(PX_NODISCARD) && defined(__GNUC__)
+#define PX_NODISCARD __attribute__((warn_unused_result))
+#endif
+#ifndef PX_NODISCARD
 #define PX_NODISCARD
 #endif
 
@@ -133,7 +154,7 @@ typedef struct px_diags {
 } px_diags;
 
 void px_diags_init(px_diags *d);
-void px_diags_release(px_diags *d);
+void px_diags_release(px_diags *d); /* NULL is a no-op */
 /* Adds a diagnostic; fix may be NULL.  Returns PX_ENOMEM on allocation
  * failure (the diagnostic is then counted as dropped). */
 px_status px_diags_add(px_diags *d, px_severity sev, const char *pointer, const char *fix,
@@ -154,7 +175,7 @@ typedef struct px_arena px_arena;
 
 /* Creates an arena whose blocks are at least block_size bytes (0 picks a
  * default of 64 KiB).  Returns owned memory (px_arena_free). */
-px_status px_arena_new(size_t block_size, px_arena **out, px_err *err);
+PX_NODISCARD px_status px_arena_new(size_t block_size, px_arena **out, px_err *err);
 /* Frees the arena and everything allocated from it.  NULL is a no-op. */
 void px_arena_free(px_arena *a);
 /* Returns size bytes aligned to 16, or NULL when memory runs out or the
@@ -191,9 +212,13 @@ extern char px__strbuf_empty[];
     }
 
 void px_strbuf_init(px_strbuf *sb);
-void px_strbuf_release(px_strbuf *sb);
-void px_strbuf_reset(px_strbuf *sb); /* length 0, keeps memory */
-px_status px_strbuf_grow(px_strbuf *sb, size_t extra);
+void px_strbuf_release(px_strbuf *sb); /* NULL is a no-op */
+void px_strbuf_reset(px_strbuf *sb);   /* length 0, keeps memory */
+PX_NODISCARD px_status px_strbuf_grow(px_strbuf *sb, size_t extra);
+/* The appenders return PX_ENOMEM when the buffer cannot grow (the text is
+ * then left as it was).  They are not PX_NODISCARD: a report is written
+ * by hundreds of appends in a row, and its writer checks once, through
+ * px_strbuf_grow or its own status (docs/adr/0014-code-health.md). */
 px_status px_strbuf_add(px_strbuf *sb, const void *data, size_t len);
 px_status px_strbuf_adds(px_strbuf *sb, const char *s);
 px_status px_strbuf_addch(px_strbuf *sb, char c);
@@ -219,9 +244,10 @@ size_t px_strlcpy(char *dst, const char *src, size_t n);
 
 /* Reads a whole file of at most max_bytes into malloc'd memory (NUL
  * appended, not counted in *len).  Larger files fail with PX_ELIMIT. */
-px_status px_read_file(const char *path, size_t max_bytes, char **out, size_t *len, px_err *err);
+PX_NODISCARD px_status px_read_file(const char *path, size_t max_bytes, char **out, size_t *len,
+                                    px_err *err);
 /* Writes data to path atomically (temporary file, fsync, rename). */
-px_status px_write_file(const char *path, const void *data, size_t len, px_err *err);
+PX_NODISCARD px_status px_write_file(const char *path, const void *data, size_t len, px_err *err);
 /* Monotonic clock in nanoseconds. */
 uint64_t px_now_ns(void);
 /* Wall clock, Unix seconds. */
@@ -229,7 +255,7 @@ int64_t px_wall_time(void);
 /* Formats Unix seconds as RFC 3339 UTC ("2026-11-29T16:25:10Z"). */
 void px_time_format(int64_t unix_seconds, char out[32]);
 /* Parses RFC 3339 UTC with a 'Z' suffix. */
-px_status px_time_parse(const char *text, int64_t *out, px_err *err);
+PX_NODISCARD px_status px_time_parse(const char *text, int64_t *out, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* JSON helpers over jansson                                           */
@@ -245,9 +271,10 @@ typedef struct px_json_limits {
 
 /* Parses a document and checks it against the limits.  name is used in
  * messages ("inventory.json:3:14: ...").  Returns a new reference. */
-px_status px_json_parse(const char *text, size_t len, const char *name, const px_json_limits *lim,
-                        json_t **out, px_err *err);
-px_status px_json_load_file(const char *path, const px_json_limits *lim, json_t **out, px_err *err);
+PX_NODISCARD px_status px_json_parse(const char *text, size_t len, const char *name,
+                                     const px_json_limits *lim, json_t **out, px_err *err);
+PX_NODISCARD px_status px_json_load_file(const char *path, const px_json_limits *lim, json_t **out,
+                                         px_err *err);
 /* Serializes with sorted keys and two-space indentation, the canonical
  * form used for content ids and exports.  Returns owned memory (free()). */
 char *px_json_dump_canonical(const json_t *v);
@@ -258,7 +285,8 @@ void px_json_digest_hex(const json_t *v, char out[65]);
 /* Returns a human name for a JSON type ("string", "array", ...). */
 const char *px_json_type_name(const json_t *v);
 /* Sets or appends a value, stealing the reference (jansson's _new calls);
- * return PX_ENOMEM when v is NULL or the call fails. */
+ * return PX_ENOMEM when v is NULL or the call fails.  Builders, like the
+ * strbuf appenders: not PX_NODISCARD (docs/adr/0014-code-health.md). */
 px_status px_json_set(json_t *obj, const char *key, json_t *v);
 px_status px_json_push(json_t *arr, json_t *v);
 
@@ -297,7 +325,7 @@ typedef enum px_prov_kind {
 } px_prov_kind;
 
 const char *px_prov_kind_name(px_prov_kind kind);
-px_status px_prov_kind_parse(const char *text, px_prov_kind *out);
+PX_NODISCARD px_status px_prov_kind_parse(const char *text, px_prov_kind *out);
 
 /* Where a number came from.  source is a citation ("NVIDIA H100 Tensor
  * Core GPU datasheet") or the command that produced it; it is borrowed
@@ -343,15 +371,15 @@ px_qty px_qty_make(double value, px_dim dim);
  * is not PX_DIM_NONE the unit must be of that dimension.  A plain number
  * is accepted only for PX_DIM_NONE.  Rejects NaN, infinities, empty and
  * over-long text, unknown units (the message lists the known ones). */
-px_status px_qty_parse(const char *text, px_dim expect, px_qty *out, px_err *err);
+PX_NODISCARD px_status px_qty_parse(const char *text, px_dim expect, px_qty *out, px_err *err);
 /* Reads a quantity in JSON form: a string ("3.35 TB/s") or an object
  * {"value": "3.35 TB/s", "provenance": "datasheet", "source": "...",
  *  "at": "2026-01-01T00:00:00Z", "uncertainty": 0.05 | ["3 TB/s","3.4 TB/s"],
  *  "valid": {"param": "transfer_size", "min": "1 MiB", "max": "1 GiB"}}.
  * Strings are copied into arena.  `where` names the place for messages
  * ("inventory.json: /nodes/0/devices/1/memory/0/bandwidth"). */
-px_status px_qty_from_json(const json_t *v, px_dim expect, px_arena *arena, const char *where,
-                           px_qty *out, px_err *err);
+PX_NODISCARD px_status px_qty_from_json(const json_t *v, px_dim expect, px_arena *arena,
+                                        const char *where, px_qty *out, px_err *err);
 /* Returns the JSON form: a bare string when the quantity has nothing but a
  * value, else the object form.  New reference; NULL on allocation failure. */
 json_t *px_qty_to_json(const px_qty *q);
@@ -369,6 +397,16 @@ double px_qty_hi(const px_qty *q);
 /* Whether x (in the validity's dimension) is inside the validity range;
  * true when the quantity has none. */
 bool px_qty_valid_at(const px_qty *q, double x);
+
+/* ------------------------------------------------------------------ */
+/* Statistics                                                          */
+/* ------------------------------------------------------------------ */
+
+/* The p-quantile (p in (0.5, 1); 0 for p <= 0.5) of Student's t with df
+ * degrees of freedom (df > 0, need not be whole; INFINITY otherwise),
+ * from the regularized incomplete beta function, within 1e-9.  A 95%
+ * two-sided interval uses p = 0.975.  Pure: thread-safe. */
+double px_stat_t_quantile(double p, double df);
 
 /* ------------------------------------------------------------------ */
 /* Deterministic random numbers                                        */
@@ -403,14 +441,14 @@ typedef struct px_digest {
 
 typedef struct px_sha256_ctx px_sha256_ctx; /* incremental hasher, opaque */
 
-px_status px_sha256_new(px_sha256_ctx **out, px_err *err);
+PX_NODISCARD px_status px_sha256_new(px_sha256_ctx **out, px_err *err);
 void px_sha256_update(px_sha256_ctx *h, const void *data, size_t len);
 void px_sha256_final(px_sha256_ctx *h, px_digest *out); /* frees h */
 void px_sha256(const void *data, size_t len, px_digest *out);
-px_status px_sha256_file(const char *path, px_digest *out, px_err *err);
+PX_NODISCARD px_status px_sha256_file(const char *path, px_digest *out, px_err *err);
 /* 64 lowercase hex digits and a NUL. */
 void px_digest_hex(const px_digest *d, char out[65]);
-px_status px_digest_parse(const char *hex, px_digest *out);
+PX_NODISCARD px_status px_digest_parse(const char *hex, px_digest *out);
 /* 64-bit FNV-1a, for hash tables (not for content ids). */
 uint64_t px_hash64(const void *data, size_t len);
 

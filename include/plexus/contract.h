@@ -130,27 +130,29 @@ typedef struct px_contract px_contract;
  * Returns PX_OK, PX_EPARSE (not JSON), PX_ELIMIT (too large),
  * PX_EVALIDATE (any error diagnostic; *out is then NULL) or PX_ENOMEM.
  * Warnings alone do not fail. */
-px_status px_contract_parse(const char *text, size_t len, const char *name, px_diags *diags,
-                            px_contract **out, px_err *err);
+PX_NODISCARD px_status px_contract_parse(const char *text, size_t len, const char *name,
+                                         px_diags *diags, px_contract **out, px_err *err);
 /* Like px_contract_parse, for a document already parsed (borrowed; for
  * contracts embedded in plans or requests).  The document should have been
  * parsed with limits. */
-px_status px_contract_from_json(const json_t *doc, const char *name, px_diags *diags,
-                                px_contract **out, px_err *err);
+PX_NODISCARD px_status px_contract_from_json(const json_t *doc, const char *name, px_diags *diags,
+                                             px_contract **out, px_err *err);
 /* Reads a file of at most PX_CONTRACT_MAX_BYTES and parses it.  Also
  * PX_ENOTFOUND and PX_EIO. */
-px_status px_contract_load_file(const char *path, px_diags *diags, px_contract **out, px_err *err);
+PX_NODISCARD px_status px_contract_load_file(const char *path, px_diags *diags, px_contract **out,
+                                             px_err *err);
 /* Loads a built-in contract by name: "strict" (bitwise everywhere),
  * "deterministic" (repeatable runs) or "relaxed" (lower precision and
  * quantization once validated).  The built-ins are compiled in; the files
  * data/contracts/<name>.json hold the same text.  Returns PX_ENOTFOUND
  * for other names. */
-px_status px_contract_builtin(const char *name, px_contract **out, px_err *err);
+PX_NODISCARD px_status px_contract_builtin(const char *name, px_contract **out, px_err *err);
 /* The built-in names, NULL-terminated (static). */
 const char *const *px_contract_builtin_names(void);
 /* Loads `spec` as a file when one exists at that path, else as a built-in
  * name.  The error for neither says both were tried. */
-px_status px_contract_load(const char *spec, px_diags *diags, px_contract **out, px_err *err);
+PX_NODISCARD px_status px_contract_load(const char *spec, px_diags *diags, px_contract **out,
+                                        px_err *err);
 /* Frees the contract.  NULL is a no-op.  Clauses and strings borrowed
  * from it become invalid. */
 void px_contract_free(px_contract *c);
@@ -185,7 +187,7 @@ json_t *px_contract_to_json(const px_contract *c);
 char *px_contract_export(const px_contract *c);
 /* SHA-256 of the canonical form, the contract's content id.  Returns
  * PX_ENOMEM when the canonical form cannot be built. */
-px_status px_contract_digest(const px_contract *c, char out[65]);
+PX_NODISCARD px_status px_contract_digest(const px_contract *c, char out[65]);
 
 /* The clause in one line of words ("tolerance atol 1e-05 rtol 0.0001;
  * deterministic").  Returns owned memory (free()), NULL on allocation
@@ -196,16 +198,16 @@ char *px_contract_clause_text(const px_contract_clause *clause);
  * that matches (an exact name beats a range, a range beats a `*`), or the
  * default.  *out is borrowed from the contract.  Returns PX_EINVAL for a
  * name that is not a valid region name (empty, too long, bad characters). */
-px_status px_contract_lookup(const px_contract *c, const char *region,
-                             const px_contract_clause **out, px_err *err);
+PX_NODISCARD px_status px_contract_lookup(const px_contract *c, const char *region,
+                                          const px_contract_clause **out, px_err *err);
 
 /* Checks the contract against the regions a model actually has (from the
  * IR; borrowed): an exact entry naming no region is an error, a pattern
  * matching none is a warning, every region must resolve to one clause.
  * Diagnostics point into the contract ("/regions/layer.9.ffn").
  * Returns PX_OK, PX_EVALIDATE (an error was found) or PX_ENOMEM. */
-px_status px_contract_check_regions(const px_contract *c, const char *const *names, size_t n_names,
-                                    px_diags *diags, px_err *err);
+PX_NODISCARD px_status px_contract_check_regions(const px_contract *c, const char *const *names,
+                                                 size_t n_names, px_diags *diags, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Transformations and devices                                         */
@@ -246,7 +248,7 @@ typedef enum px_transform_kind {
  * "unknown". */
 const char *px_transform_kind_name(px_transform_kind kind);
 /* Parses a name back; returns PX_ENOTFOUND for unknown names. */
-px_status px_transform_kind_parse(const char *name, px_transform_kind *out);
+PX_NODISCARD px_status px_transform_kind_parse(const char *name, px_transform_kind *out);
 
 /* Which tensors a precision change or quantization touches (flags). */
 enum {
@@ -309,10 +311,10 @@ typedef struct px_equivalence {
  * for tensor-split).  spec is modified in place and out borrows from it;
  * devices are left empty.  Returns PX_EINVAL with a message naming the bad
  * part. */
-px_status px_transform_parse(char *spec, px_transform *out, px_err *err);
+PX_NODISCARD px_status px_transform_parse(char *spec, px_transform *out, px_err *err);
 /* Parses "ID[,backend=B][,vendor=V][,arch=A][,deterministic][,emulated]"
  * in place (out borrows from spec).  Returns PX_EINVAL on bad input. */
-px_status px_contract_device_parse(char *spec, px_contract_device *out, px_err *err);
+PX_NODISCARD px_status px_contract_device_parse(char *spec, px_contract_device *out, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Verdicts                                                            */
@@ -401,19 +403,20 @@ void px_contract_decision_release(px_contract_decision *d);
  * a FORBIDDEN verdict is PX_OK too.  Returns PX_EINVAL for a malformed
  * transformation (unknown dtype, missing devices, bad region name, an
  * equivalence without evidence) or PX_ENOMEM. */
-px_status px_contract_evaluate(const px_contract *c, const char *region, const px_transform *t,
-                               const px_equivalence *eqs, size_t n_eqs, px_contract_decision *out,
-                               px_err *err);
+PX_NODISCARD px_status px_contract_evaluate(const px_contract *c, const char *region,
+                                            const px_transform *t, const px_equivalence *eqs,
+                                            size_t n_eqs, px_contract_decision *out, px_err *err);
 
 /* Judges every transformation on every region (both lists borrowed) and
  * combines: the most restrictive verdict wins, the first forbidding pair
  * is reported, and obligations are merged to one per region and
  * requirement, since they are discharged on the whole composed plan.
  * Same status codes as px_contract_evaluate. */
-px_status px_contract_evaluate_all(const px_contract *c, const char *const *regions,
-                                   size_t n_regions, const px_transform *ts, size_t n_ts,
-                                   const px_equivalence *eqs, size_t n_eqs,
-                                   px_contract_decision *out, px_err *err);
+PX_NODISCARD px_status px_contract_evaluate_all(const px_contract *c, const char *const *regions,
+                                                size_t n_regions, const px_transform *ts,
+                                                size_t n_ts, const px_equivalence *eqs,
+                                                size_t n_eqs, px_contract_decision *out,
+                                                px_err *err);
 
 /* The decision as JSON (new reference; NULL on allocation failure):
  * {"verdict", "proof"?, "reason"?, "requirement"?, "message",

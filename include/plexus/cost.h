@@ -111,7 +111,7 @@ typedef struct px_cost_params {
 void px_cost_params_default(px_cost_params *p);
 /* Checks a parameter set; PX_EINVAL names the bad field and its range, a
  * calibrated mode without an overlay or an overlay in the sourced mode. */
-px_status px_cost_params_check(const px_cost_params *p, px_err *err);
+PX_NODISCARD px_status px_cost_params_check(const px_cost_params *p, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* The fleet view                                                      */
@@ -184,9 +184,9 @@ typedef struct px_cost_fleet {
 /* Builds the view of a graph (borrowed; must outlive the fleet).  params
  * may be NULL (defaults).  Returns owned memory (px_cost_fleet_free).
  * PX_EINFEASIBLE when the graph has no device; PX_ENOMEM. */
-px_status px_cost_fleet_new(const px_hw_graph *g, const px_cost_params *params, px_cost_fleet **out,
-                            px_err *err);
-void px_cost_fleet_free(px_cost_fleet *f);
+PX_NODISCARD px_status px_cost_fleet_new(const px_hw_graph *g, const px_cost_params *params,
+                                         px_cost_fleet **out, px_err *err);
+void px_cost_fleet_free(px_cost_fleet *f); /* NULL is a no-op */
 /* The route from device a to device b (indices into f->devices): the
  * widest path in the graph; when none is declared, the route through both
  * nodes' hosts with an assumed host link where a device has none.
@@ -227,8 +227,8 @@ typedef struct px_cost_model {
 /* Builds the view of an IR model (borrowed; must outlive the view).
  * Returns owned memory (px_cost_model_free).  PX_EINVAL for a model
  * without layers; PX_EIO when the file cannot be hashed; PX_ENOMEM. */
-px_status px_cost_model_new(const px_ir_model *ir, px_cost_model **out, px_err *err);
-void px_cost_model_free(px_cost_model *m);
+PX_NODISCARD px_status px_cost_model_new(const px_ir_model *ir, px_cost_model **out, px_err *err);
+void px_cost_model_free(px_cost_model *m); /* NULL is a no-op */
 /* Bytes of a block's attention or FFN weights if stored at dt (dt =
  * PX_DTYPE_COUNT_ keeps the stored dtype). */
 double px_cost_region_bytes(const px_cost_model *m, uint32_t layer, bool ffn, px_dtype dt);
@@ -369,9 +369,10 @@ typedef struct px_cost_sample {
  * and the terms computed so far; PX_OK is returned either way, PX_EINVAL
  * only for a malformed pipeline (no stages, tp out of range, a device
  * index out of range). */
-px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
-                                const px_cost_workload *wl, const px_cost_pipeline *pipe,
-                                const px_cost_sample *s, px_cost_estimate *est, px_err *err);
+PX_NODISCARD px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m,
+                                             const px_cost_params *p, const px_cost_workload *wl,
+                                             const px_cost_pipeline *pipe, const px_cost_sample *s,
+                                             px_cost_estimate *est, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Fast stage estimates for search                                     */
@@ -392,10 +393,10 @@ typedef struct px_cost_prefix {
 
 /* Builds the sums for precision prec (borrowed) under workload wl.
  * PX_ENOMEM. */
-px_status px_cost_prefix_init(px_cost_prefix *pre, const px_cost_model *m,
-                              const px_cost_precision *prec, const px_cost_workload *wl,
-                              px_err *err);
-void px_cost_prefix_release(px_cost_prefix *pre);
+PX_NODISCARD px_status px_cost_prefix_init(px_cost_prefix *pre, const px_cost_model *m,
+                                           const px_cost_precision *prec,
+                                           const px_cost_workload *wl, px_err *err);
+void px_cost_prefix_release(px_cost_prefix *pre); /* NULL is a no-op */
 
 /* The backend a device without one is planned for: "cpu" for CPUs, else
  * its vendor's stack ("cuda" for nvidia, "rocm" for amd, "metal" for apple,
@@ -445,10 +446,10 @@ typedef struct px_cost_uncertain {
  * inputs give identical numbers.  slo_tpot_s / slo_ttft_s (0: none) set
  * p_meet_slo.  Returns PX_EINFEASIBLE when the point estimate is
  * infeasible, PX_ENOMEM. */
-px_status px_cost_uncertainty(px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
-                              const px_cost_workload *wl, const px_cost_pipeline *pipe,
-                              double slo_tpot_s, double slo_ttft_s, px_cost_uncertain *out,
-                              px_err *err);
+PX_NODISCARD px_status px_cost_uncertainty(px_cost_fleet *f, const px_cost_model *m,
+                                           const px_cost_params *p, const px_cost_workload *wl,
+                                           const px_cost_pipeline *pipe, double slo_tpot_s,
+                                           double slo_ttft_s, px_cost_uncertain *out, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Lower bounds                                                        */
@@ -565,7 +566,7 @@ typedef enum px_cost_op_class {
 /* "matvec", "attention", "matmul", "copy", "step"; "?" otherwise. */
 const char *px_cost_op_class_name(px_cost_op_class c);
 /* PX_EINVAL listing the names for anything else. */
-px_status px_cost_op_class_parse(const char *name, px_cost_op_class *out, px_err *err);
+PX_NODISCARD px_status px_cost_op_class_parse(const char *name, px_cost_op_class *out, px_err *err);
 
 typedef struct px_cost_correction {
     /* Inventory global id of the device ("local.emu-a"); for the copy
@@ -588,14 +589,14 @@ typedef struct px_cost_correction {
 
 /* An empty overlay.  Returns owned memory (px_cost_calibration_free).
  * PX_ENOMEM. */
-px_status px_cost_calibration_new(px_cost_calibration **out, px_err *err);
+PX_NODISCARD px_status px_cost_calibration_new(px_cost_calibration **out, px_err *err);
 void px_cost_calibration_free(px_cost_calibration *c); /* NULL is a no-op */
 /* Appends a copy of c (checked as the reader checks it); a correction for
  * the same device, class and dtype whose validity range overlaps c's is
  * replaced (regimes of one key are disjoint size ranges).  PX_EINVAL
  * naming the bad field, PX_ELIMIT past PX_COST_CALIB_MAX, PX_ENOMEM. */
-px_status px_cost_calibration_add(px_cost_calibration *cal, const px_cost_correction *c,
-                                  px_err *err);
+PX_NODISCARD px_status px_cost_calibration_add(px_cost_calibration *cal,
+                                               const px_cost_correction *c, px_err *err);
 size_t px_cost_calibration_count(const px_cost_calibration *cal);
 /* Correction i (borrowed), NULL out of range. */
 const px_cost_correction *px_cost_calibration_at(const px_cost_calibration *cal, size_t i);
@@ -608,10 +609,11 @@ const char *px_cost_calibration_digest(const px_cost_calibration *cal);
  * refused).  name labels messages, which give the JSON pointer of the
  * problem and the fix.  Returns owned memory.  PX_EPARSE (not JSON),
  * PX_EVALIDATE, PX_ELIMIT, PX_ENOMEM. */
-px_status px_cost_calibration_parse(const char *text, size_t len, const char *name,
-                                    px_cost_calibration **out, px_err *err);
+PX_NODISCARD px_status px_cost_calibration_parse(const char *text, size_t len, const char *name,
+                                                 px_cost_calibration **out, px_err *err);
 /* px_cost_calibration_parse of a file (at most 16 MiB); PX_EIO. */
-px_status px_cost_calibration_load(const char *path, px_cost_calibration **out, px_err *err);
+PX_NODISCARD px_status px_cost_calibration_load(const char *path, px_cost_calibration **out,
+                                                px_err *err);
 /* The document (new reference; NULL on allocation failure). */
 json_t *px_cost_calibration_to_json(const px_cost_calibration *cal);
 /* Canonical text of the document, byte-identical for equal overlays; the
@@ -672,8 +674,9 @@ typedef struct px_cost_fit_opts {
  * instead of overlapping.  Samples
  * with a non-positive or non-finite time are refused (PX_EINVAL naming the
  * sample).  opts may be NULL.  PX_ENOMEM, PX_ELIMIT. */
-px_status px_cost_calibration_fit(px_cost_calibration *cal, const px_cost_calib_sample *samples,
-                                  size_t n, const px_cost_fit_opts *opts, px_err *err);
+PX_NODISCARD px_status px_cost_calibration_fit(px_cost_calibration *cal,
+                                               const px_cost_calib_sample *samples, size_t n,
+                                               const px_cost_fit_opts *opts, px_err *err);
 
 /* The sourced model's terms for one stage, per op class, for fitting
  * samples and reports: decode weight streaming and KV reading (memory
@@ -690,9 +693,10 @@ typedef struct px_cost_stage_terms {
 
 /* Terms of stage st (borrowed) on its first device under wl.  PX_EINVAL
  * for a device index out of range or a malformed stage. */
-px_status px_cost_stage_terms_of(px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
-                                 const px_cost_workload *wl, const px_cost_stage *st,
-                                 px_cost_stage_terms *out, px_err *err);
+PX_NODISCARD px_status px_cost_stage_terms_of(px_cost_fleet *f, const px_cost_model *m,
+                                              const px_cost_params *p, const px_cost_workload *wl,
+                                              const px_cost_stage *st, px_cost_stage_terms *out,
+                                              px_err *err);
 
 /* Predicted against observed, for one quantity. */
 typedef struct px_cost_calib_obs {
@@ -731,22 +735,24 @@ typedef struct px_cost_run {
 
 /* Reads a run report (borrowed; untrusted: strict about what it uses,
  * naming the JSON pointer of a problem).  PX_EVALIDATE, PX_ELIMIT. */
-px_status px_cost_run_parse(const json_t *doc, const char *name, px_cost_run *out, px_err *err);
+PX_NODISCARD px_status px_cost_run_parse(const json_t *doc, const char *name, px_cost_run *out,
+                                         px_err *err);
 /* The pipeline and workload of a run on a fleet and model: each stage on
  * its device (PX_ENOTFOUND naming a device not in the fleet), at the stored
  * precision; batch = prompts, prompt = prefilled tokens per prompt,
  * context = the mean context attended by its decode steps. */
-px_status px_cost_run_pipeline(const px_cost_run *run, px_cost_fleet *f, const px_cost_model *m,
-                               px_cost_pipeline *pipe, px_cost_workload *wl, px_err *err);
+PX_NODISCARD px_status px_cost_run_pipeline(const px_cost_run *run, px_cost_fleet *f,
+                                            const px_cost_model *m, px_cost_pipeline *pipe,
+                                            px_cost_workload *wl, px_err *err);
 /* Samples of a run for px_cost_calibration_fit: one per stage holding
  * blocks, class matvec: the observed decode step less its attention (the
  * calibrated prediction of attention when p carries an overlay in the
  * calibrated mode and a correction applies, else the sourced one), against
  * the sourced weight-streaming term.  samples needs run->n_stages
  * entries; their device strings borrow from run.  *n gets the count. */
-px_status px_cost_run_samples(const px_cost_run *run, px_cost_fleet *f, const px_cost_model *m,
-                              const px_cost_params *p, px_cost_calib_sample *samples, size_t *n,
-                              px_err *err);
+PX_NODISCARD px_status px_cost_run_samples(const px_cost_run *run, px_cost_fleet *f,
+                                           const px_cost_model *m, const px_cost_params *p,
+                                           px_cost_calib_sample *samples, size_t *n, px_err *err);
 /* The step-class sample of a run (see px_cost_run_samples): its time per
  * token end to end less every stage's observed decode time and every
  * observed hop between stages, keyed by the first stage's device.  *has
@@ -754,8 +760,9 @@ px_status px_cost_run_samples(const px_cost_run *run, px_cost_fleet *f, const px
  * a hop between stages, or when what is left is not positive.  The
  * device string borrows from run.  PX_ENOTFOUND for a device not in the
  * fleet. */
-px_status px_cost_run_step_sample(const px_cost_run *run, px_cost_fleet *f, const px_cost_model *m,
-                                  px_cost_calib_sample *sample, bool *has, px_err *err);
+PX_NODISCARD px_status px_cost_run_step_sample(const px_cost_run *run, px_cost_fleet *f,
+                                               const px_cost_model *m, px_cost_calib_sample *sample,
+                                               bool *has, px_err *err);
 /* Predicted against observed for each stage of a run holding blocks: the
  * decode time per step, sourced (p in the sourced mode) and calibrated
  * (cal), each with its Monte Carlo interval [lo, hi].  obs needs
@@ -763,16 +770,17 @@ px_status px_cost_run_step_sample(const px_cost_run *run, px_cost_fleet *f, cons
  * end_to_end (may be NULL) gets the time per token of the whole pipeline
  * (transfers included) when the run observed it: *has_e2e (may be NULL)
  * says whether. */
-px_status px_cost_run_check(const px_cost_run *run, const char *name, px_cost_fleet *f,
-                            const px_cost_model *m, const px_cost_params *p,
-                            const px_cost_calibration *cal, px_cost_calib_obs *obs, size_t *n,
-                            px_cost_calib_obs *end_to_end, bool *has_e2e, px_err *err);
+PX_NODISCARD px_status px_cost_run_check(const px_cost_run *run, const char *name, px_cost_fleet *f,
+                                         const px_cost_model *m, const px_cost_params *p,
+                                         const px_cost_calibration *cal, px_cost_calib_obs *obs,
+                                         size_t *n, px_cost_calib_obs *end_to_end, bool *has_e2e,
+                                         px_err *err);
 
 /* Summarizes observations (borrowed) and, when out is not NULL, appends a
  * table: one line per observation, before and after, whether it lies
  * inside each interval, then the medians and coverage.  PX_ENOMEM. */
-px_status px_cost_calib_report(const px_cost_calib_obs *obs, size_t n, px_cost_calib_summary *sum,
-                               px_strbuf *out);
+PX_NODISCARD px_status px_cost_calib_report(const px_cost_calib_obs *obs, size_t n,
+                                            px_cost_calib_summary *sum, px_strbuf *out);
 
 #ifdef __cplusplus
 }

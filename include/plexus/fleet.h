@@ -66,7 +66,8 @@ extern "C" {
  * sets *out, or PX_EPARSE with a message naming the bad clause.  A version
  * without numbers (a gfx target such as "gfx90a") only matches == and !=
  * clauses by text. */
-px_status px_fleet_version_match(const char *version, const char *spec, bool *out, px_err *err);
+PX_NODISCARD px_status px_fleet_version_match(const char *version, const char *spec, bool *out,
+                                              px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Scheduler                                                           */
@@ -85,7 +86,7 @@ typedef enum px_fleet_node_state {
 
 /* Creates an empty scheduler.  Returns owned memory (px_fleet_sched_free).
  * PX_ENOMEM on allocation failure. */
-px_status px_fleet_sched_new(px_fleet_sched **out, px_err *err);
+PX_NODISCARD px_status px_fleet_sched_new(px_fleet_sched **out, px_err *err);
 /* Frees the scheduler, its nodes and allocations.  NULL is a no-op.
  * Explanations made by it must not be turned into JSON afterwards. */
 void px_fleet_sched_free(px_fleet_sched *s);
@@ -95,9 +96,13 @@ void px_fleet_sched_free(px_fleet_sched *s);
  * POST /v1/agent/register; borrowed).  The node starts online.  Writes the
  * node's index to *index (may be NULL).  PX_EINVAL with the JSON pointer
  * of the bad member; PX_ELIMIT past 1,000,000 nodes or 64 devices. */
-px_status px_fleet_sched_add_node(px_fleet_sched *s, const json_t *reg, size_t *index, px_err *err);
-/* Looks up a node by name; PX_ENOTFOUND if absent. */
-px_status px_fleet_sched_find_node(const px_fleet_sched *s, const char *name, size_t *index);
+PX_NODISCARD px_status px_fleet_sched_add_node(px_fleet_sched *s, const json_t *reg, size_t *index,
+                                               px_err *err);
+/* Looks up a node by name (borrowed) and writes its index to *index.
+ * PX_ENOTFOUND, naming the node in err (may be NULL), if it is not
+ * registered.  Reads only: safe beside other readers. */
+PX_NODISCARD px_status px_fleet_sched_find_node(const px_fleet_sched *s, const char *name,
+                                                size_t *index, px_err *err);
 size_t px_fleet_sched_n_nodes(const px_fleet_sched *s);
 /* Name of node i (borrowed; valid while the scheduler lives). */
 const char *px_fleet_sched_node_name(const px_fleet_sched *s, size_t i);
@@ -117,8 +122,9 @@ void px_fleet_sched_set_score_limit(px_fleet_sched *s, uint32_t limit);
 /* Compiles and validates a job specification (borrowed).  Returns owned
  * memory (px_fleet_request_free).  PX_EINVAL with a message naming the
  * JSON pointer and the fix ("/resources/gpus: expected an integer 0..64"). */
-px_status px_fleet_request_compile(const json_t *spec, px_fleet_request **out, px_err *err);
-void px_fleet_request_free(px_fleet_request *r);
+PX_NODISCARD px_status px_fleet_request_compile(const json_t *spec, px_fleet_request **out,
+                                                px_err *err);
+void px_fleet_request_free(px_fleet_request *r); /* NULL is a no-op */
 /* Members of the job (spec "nodes"). */
 int px_fleet_request_members(const px_fleet_request *r);
 
@@ -127,16 +133,18 @@ int px_fleet_request_members(const px_fleet_request *r);
  * `owner` (a job id, copied).  Always returns the explanation of the
  * decision in *out (owned; px_fleet_explanation_free), placed or not.
  * Returns PX_OK either way; PX_ENOMEM on allocation failure. */
-px_status px_fleet_sched_place(px_fleet_sched *s, const px_fleet_request *r, const char *owner,
-                               px_fleet_explanation **out, px_err *err);
+PX_NODISCARD px_status px_fleet_sched_place(px_fleet_sched *s, const px_fleet_request *r,
+                                            const char *owner, px_fleet_explanation **out,
+                                            px_err *err);
 /* Releases everything allocated under owner on every node.  Returns how
  * many members were released. */
 size_t px_fleet_sched_release(px_fleet_sched *s, const char *owner);
 /* Re-creates an allocation (after a server restart) of member `rank` of
  * owner on node i with the given device ids (borrowed JSON array of
  * strings, may be NULL).  PX_ESTATE when the devices are taken. */
-px_status px_fleet_sched_restore(px_fleet_sched *s, const px_fleet_request *r, const char *owner,
-                                 size_t node, const json_t *devices, px_err *err);
+PX_NODISCARD px_status px_fleet_sched_restore(px_fleet_sched *s, const px_fleet_request *r,
+                                              const char *owner, size_t node, const json_t *devices,
+                                              px_err *err);
 
 /* Whether the explanation's decision placed the job. */
 bool px_fleet_explanation_placed(const px_fleet_explanation *e);
@@ -151,7 +159,7 @@ json_t *px_fleet_explanation_devices(const px_fleet_explanation *e, const px_fle
  * "job", "attempt" and "at"), a new reference; NULL on allocation failure.
  * s must be the scheduler that made it. */
 json_t *px_fleet_explanation_to_json(const px_fleet_explanation *e, const px_fleet_sched *s);
-void px_fleet_explanation_free(px_fleet_explanation *e);
+void px_fleet_explanation_free(px_fleet_explanation *e); /* NULL is a no-op */
 
 /* ------------------------------------------------------------------ */
 /* Server                                                              */
@@ -207,8 +215,8 @@ typedef struct px_fleet_server_options {
  * Status: PX_EIO (the data folder or database), PX_EINVAL (options, token
  * file, TLS files), PX_EAUTH (a token or key file others can read),
  * PX_EPEER (the address could not be bound). */
-px_status px_fleet_server_start(const px_fleet_server_options *opt, px_fleet_server **out,
-                                px_err *err);
+PX_NODISCARD px_status px_fleet_server_start(const px_fleet_server_options *opt,
+                                             px_fleet_server **out, px_err *err);
 /* The port the server listens on (useful with port 0). */
 uint16_t px_fleet_server_port(const px_fleet_server *srv);
 /* Whether the server serves its API: at once on its own store; on a
@@ -259,23 +267,25 @@ typedef struct px_fleet_client px_fleet_client;
  * (px_fleet_client_free).  PX_EINVAL for a URL that is not http(s) or a
  * token with spaces or control characters; PX_EIO when libcurl cannot
  * start.  One client must not be used by two threads at once. */
-px_status px_fleet_client_new(const char *server_url, const char *token, px_fleet_client **out,
-                              px_err *err);
+PX_NODISCARD px_status px_fleet_client_new(const char *server_url, const char *token,
+                                           px_fleet_client **out, px_err *err);
 /* Frees the client and wipes its copy of the token.  NULL is a no-op. */
 void px_fleet_client_free(px_fleet_client *c);
 /* Trusts only the CA certificates in ca_file (PEM) for https:// servers:
  * the system's store is not consulted, so the server's certificate must
  * chain to that CA (and name the host).  NULL restores the system store.
  * PX_ENOTFOUND when the file cannot be read. */
-px_status px_fleet_client_set_ca(px_fleet_client *c, const char *ca_file, px_err *err);
+PX_NODISCARD px_status px_fleet_client_set_ca(px_fleet_client *c, const char *ca_file, px_err *err);
 /* Replaces the bearer token (copied; NULL sends none).  PX_EINVAL for a
  * token with spaces or control characters. */
-px_status px_fleet_client_set_token(px_fleet_client *c, const char *token, px_err *err);
+PX_NODISCARD px_status px_fleet_client_set_token(px_fleet_client *c, const char *token,
+                                                 px_err *err);
 /* Sends "Idempotency-Key: key" with the following requests (copied; NULL
  * stops).  A retried submission with the same key returns the job the
  * first one made.  PX_EINVAL for a key that is not 1 to 128 printable
  * characters without spaces. */
-px_status px_fleet_client_set_idempotency_key(px_fleet_client *c, const char *key, px_err *err);
+PX_NODISCARD px_status px_fleet_client_set_idempotency_key(px_fleet_client *c, const char *key,
+                                                           px_err *err);
 /* Limit on each whole request in milliseconds (default 30,000). */
 void px_fleet_client_set_timeout(px_fleet_client *c, int timeout_ms);
 /* Makes requests end early (PX_ETIMEOUT) once *flag becomes nonzero, so a
@@ -294,20 +304,21 @@ const char *px_fleet_client_server(const px_fleet_client *c);
  * PX_ELIMIT, 5xx PX_EPEER) with the server's own message; PX_EIO when the
  * server cannot be reached, PX_ETIMEOUT past the time limit, PX_ELIMIT
  * for a reply over 64 MiB. */
-px_status px_fleet_client_call(px_fleet_client *c, const char *method, const char *path,
-                               const json_t *body, long *http_status, json_t **reply, px_err *err);
+PX_NODISCARD px_status px_fleet_client_call(px_fleet_client *c, const char *method,
+                                            const char *path, const json_t *body, long *http_status,
+                                            json_t **reply, px_err *err);
 /* Like px_fleet_client_call with raw bytes as the body (borrowed). */
-px_status px_fleet_client_send(px_fleet_client *c, const char *method, const char *path,
-                               const void *data, size_t len, long *http_status, json_t **reply,
-                               px_err *err);
+PX_NODISCARD px_status px_fleet_client_send(px_fleet_client *c, const char *method,
+                                            const char *path, const void *data, size_t len,
+                                            long *http_status, json_t **reply, px_err *err);
 /* Like px_fleet_client_send with the content of a regular file, streamed. */
-px_status px_fleet_client_send_file(px_fleet_client *c, const char *method, const char *path,
-                                    const char *file, long *http_status, json_t **reply,
-                                    px_err *err);
+PX_NODISCARD px_status px_fleet_client_send_file(px_fleet_client *c, const char *method,
+                                                 const char *path, const char *file,
+                                                 long *http_status, json_t **reply, px_err *err);
 /* GETs path into the file dest (written to dest.part.PID, renamed when
  * complete; never follows a link).  Statuses as px_fleet_client_call. */
-px_status px_fleet_client_download(px_fleet_client *c, const char *path, const char *dest,
-                                   long *http_status, px_err *err);
+PX_NODISCARD px_status px_fleet_client_download(px_fleet_client *c, const char *path,
+                                                const char *dest, long *http_status, px_err *err);
 /* Percent-encodes s for one path segment.  Returns owned memory (free()),
  * NULL on allocation failure. */
 char *px_fleet_url_escape(const char *s);
@@ -318,22 +329,23 @@ char *px_fleet_url_escape(const char *s);
  * wiping).  PX_EAUTH for a file group or others can read (the message
  * gives the chmod that fixes it), PX_ENOTFOUND, PX_EINVAL for no token or
  * a malformed one. */
-px_status px_fleet_secret_read(const char *path, const char *what, char **out, px_err *err);
+PX_NODISCARD px_status px_fleet_secret_read(const char *path, const char *what, char **out,
+                                            px_err *err);
 
 /* Makes a local certificate authority and a server certificate signed by
  * it in dir (created 0700): ca.pem, ca-key.pem, server.pem and
  * server-key.pem (keys 0600; ECDSA P-256, SHA-256), the server's valid
  * for 127.0.0.1, ::1, localhost and `host` (may be NULL).  Files already
  * there are kept, so clients keep trusting the same CA.  PX_EIO. */
-px_status px_fleet_tls_make_local(const char *dir, const char *host, px_err *err);
+PX_NODISCARD px_status px_fleet_tls_make_local(const char *dir, const char *host, px_err *err);
 
 /* Validates a Python function target "FILE.py:FUNCTION" (what `plexus
  * submit --python` takes): a non-empty path ending in .py and a Python
  * identifier.  On success *file and *function are owned by the caller
  * (free()); on failure both are NULL and err says what is wrong.
  * Returns PX_OK, PX_EINVAL or PX_ENOMEM. */
-px_status px_fleet_python_target_parse(const char *target, char **file, char **function,
-                                       px_err *err);
+PX_NODISCARD px_status px_fleet_python_target_parse(const char *target, char **file,
+                                                    char **function, px_err *err);
 
 /* ---- Content-addressed cache ---- */
 
@@ -346,20 +358,22 @@ typedef struct px_fleet_cache px_fleet_cache;
  * index from the objects when it is missing or damaged and evicts down to
  * the budget.  Returns owned memory (px_fleet_cache_free).  PX_EINVAL for
  * an empty dir or a zero budget, PX_EIO when the folder cannot be made. */
-px_status px_fleet_cache_open(const char *dir, uint64_t budget_bytes, px_fleet_cache **out,
-                              px_err *err);
-void px_fleet_cache_free(px_fleet_cache *c);
+PX_NODISCARD px_status px_fleet_cache_open(const char *dir, uint64_t budget_bytes,
+                                           px_fleet_cache **out, px_err *err);
+void px_fleet_cache_free(px_fleet_cache *c); /* NULL is a no-op */
 /* Copies the file at src_path into the cache under its SHA-256 (written to
  * digest_out, may be NULL), recording `name` (borrowed; may be NULL).
  * With expect_digest (may be NULL) the content must have that digest
  * (PX_EVALIDATE otherwise, nothing is kept).  An object already present
  * only counts as used.  PX_ELIMIT when it cannot fit the budget even after
  * evicting every unheld object. */
-px_status px_fleet_cache_put_file(px_fleet_cache *c, const char *src_path, const char *name,
-                                  const char *expect_digest, char digest_out[65], px_err *err);
+PX_NODISCARD px_status px_fleet_cache_put_file(px_fleet_cache *c, const char *src_path,
+                                               const char *name, const char *expect_digest,
+                                               char digest_out[65], px_err *err);
 /* Holds the object (it will not be evicted until released), marks it
  * used and returns its path (owned: free()).  PX_ENOTFOUND if absent. */
-px_status px_fleet_cache_acquire(px_fleet_cache *c, const char *digest, char **path, px_err *err);
+PX_NODISCARD px_status px_fleet_cache_acquire(px_fleet_cache *c, const char *digest, char **path,
+                                              px_err *err);
 /* Ends one hold of px_fleet_cache_acquire. */
 void px_fleet_cache_release(px_fleet_cache *c, const char *digest);
 bool px_fleet_cache_contains(px_fleet_cache *c, const char *digest);
@@ -449,7 +463,7 @@ typedef struct px_fleet_agent_config {
  * for bad settings or an inventory that cannot be read (the message
  * names it); PX_EAUTH when the server refuses the join token or the
  * node's credential (revoked). */
-px_status px_fleet_agent_run(const px_fleet_agent_config *cfg, px_err *err);
+PX_NODISCARD px_status px_fleet_agent_run(const px_fleet_agent_config *cfg, px_err *err);
 
 #ifdef __cplusplus
 }

@@ -139,13 +139,14 @@ typedef struct px_heal_inject {
  * A spec is at most 255 bytes; N in tokenN at most 10^15. */
 /* Parses one spec (borrowed).  Errors: PX_EINVAL naming the spec, the
  * part that is wrong and the accepted forms. */
-px_status px_heal_inject_parse(const char *spec, px_heal_inject *out, px_err *err);
+PX_NODISCARD px_status px_heal_inject_parse(const char *spec, px_heal_inject *out, px_err *err);
 /* Resolves the target against the pipeline that runs now: fills
  * out->stage (a device id names the stage that holds it).  Errors:
  * PX_ENOTFOUND naming the target and the stages there are; PX_EINVAL for
  * a link whose receiving end is not the sender's next hop. */
-px_status px_heal_inject_resolve(const px_heal_inject *in, const px_rt_pipeline_spec *spec,
-                                 px_rt_fault *out, px_err *err);
+PX_NODISCARD px_status px_heal_inject_resolve(const px_heal_inject *in,
+                                              const px_rt_pipeline_spec *spec, px_rt_fault *out,
+                                              px_err *err);
 /* The inject as JSON (for traces and incidents): {"text", "spec" (the
  * canonical spec, which parses back to the same inject), "kind",
  * "target", "link_to"?, "at_token", and the parameters in SI units}.
@@ -218,9 +219,10 @@ typedef struct px_heal_detector px_heal_detector;
 
 /* env is copied.  Returns owned (px_heal_detector_free).  PX_EINVAL,
  * PX_ENOMEM. */
-px_status px_heal_detector_new(const px_heal_envelope *env, const px_heal_detector_opts *o,
-                               px_heal_detector **out, px_err *err);
-void px_heal_detector_free(px_heal_detector *d);
+PX_NODISCARD px_status px_heal_detector_new(const px_heal_envelope *env,
+                                            const px_heal_detector_opts *o, px_heal_detector **out,
+                                            px_err *err);
+void px_heal_detector_free(px_heal_detector *d); /* NULL is a no-op */
 /* Feeds one decode step (s borrowed; a sample whose n_stages differs from
  * the envelope's, or a non-finite time, is ignored for that signal).
  * Returns true and fills *f when a finding is confirmed: a signal is
@@ -378,10 +380,10 @@ typedef struct px_heal_context {
  * planned under the built-in "relaxed" contract and offered only when
  * that plan lowers a precision; px_heal_validate judges it against the
  * real one. */
-px_status px_heal_candidates(const px_heal_context *ctx, const json_t *current_plan,
-                             const px_heal_fault_class cls, const px_heal_locus *where,
-                             const char *const *lost, size_t n_lost, px_heal_candidate **out,
-                             size_t *n_out, px_err *err);
+PX_NODISCARD px_status px_heal_candidates(const px_heal_context *ctx, const json_t *current_plan,
+                                          const px_heal_fault_class cls, const px_heal_locus *where,
+                                          const char *const *lost, size_t n_lost,
+                                          px_heal_candidate **out, size_t *n_out, px_err *err);
 /* Simulates each candidate under `conditions` (the faults observed, as a
  * faults document; may be NULL), checks it against the contract and the
  * SLO (p99 time per token and throughput), and marks it accepted or
@@ -404,8 +406,8 @@ px_status px_heal_candidates(const px_heal_context *ctx, const json_t *current_p
  * breaks the SLO), "slo" (p99 TPOT or TTFT over the SLO otherwise).
  * c is borrowed and updated in place.  Errors: PX_EINVAL (bad context),
  * PX_ENOMEM; a candidate's own failure is a rejection, not an error. */
-px_status px_heal_validate(const px_heal_context *ctx, px_heal_candidate *c, size_t n,
-                           const px_sim_faults *conditions, int *chosen, px_err *err);
+PX_NODISCARD px_status px_heal_validate(const px_heal_context *ctx, px_heal_candidate *c, size_t n,
+                                        const px_sim_faults *conditions, int *chosen, px_err *err);
 /* A candidate as JSON (for incidents and traces): {"action", "label",
  * "plan" (the plan's id or null), "max_batch", "validated", "tpot_p50_s",
  * "tpot_p99_s", "throughput" (null unless validated), "feasible",
@@ -545,7 +547,7 @@ typedef struct px_heal_sim px_heal_sim;
  * graph.  o and what it points to are borrowed and must outlive h.
  * Returns owned (px_heal_sim_free).  PX_EINVAL naming the missing or bad
  * option; the plan reader's errors; PX_ENOMEM. */
-px_status px_heal_sim_new(const px_heal_sim_opts *o, px_heal_sim **out, px_err *err);
+PX_NODISCARD px_status px_heal_sim_new(const px_heal_sim_opts *o, px_heal_sim **out, px_err *err);
 /* Frees h, the plans it made and its records.  NULL is a no-op. */
 void px_heal_sim_free(px_heal_sim *h);
 /* The plan to simulate (borrowed from h; its device table is the
@@ -557,13 +559,14 @@ const px_sim_hooks *px_heal_sim_hooks(px_heal_sim *h);
 /* Runs px_sim_run on h's plan with h's hooks (opt is copied; its hooks
  * and fallbacks are replaced).  Errors as px_sim_run, and the first error
  * the healer met (a candidate that could not be planned is not one). */
-px_status px_heal_sim_run(px_heal_sim *h, const px_sim_load *load, const px_sim_faults *faults,
-                          const px_sim_options *opt, px_sim_result *out, px_err *err);
+PX_NODISCARD px_status px_heal_sim_run(px_heal_sim *h, const px_sim_load *load,
+                                       const px_sim_faults *faults, const px_sim_options *opt,
+                                       px_sim_result *out, px_err *err);
 /* The incidents so far: a JSON array of plexus.incident/1 records.  New
  * reference; NULL on allocation failure. */
 json_t *px_heal_sim_incidents(const px_heal_sim *h);
 /* Each incident as a readable paragraph, appended to out.  PX_ENOMEM. */
-px_status px_heal_sim_report(const px_heal_sim *h, px_strbuf *out);
+PX_NODISCARD px_status px_heal_sim_report(const px_heal_sim *h, px_strbuf *out);
 
 typedef struct px_heal_sim_summary {
     uint32_t replications, incidents, findings, switches, rollbacks, canaries_passed,
@@ -585,13 +588,14 @@ void px_heal_sim_get_summary(const px_heal_sim *h, px_heal_sim_summary *out);
  * faults (may be NULL), the simulator's and the healer's options.  Call
  * before px_heal_sim_run with the same w in opts.trace, then
  * px_heal_sim_trace_end.  The writer's errors; PX_ENOMEM. */
-px_status px_heal_sim_trace_begin(px_heal_sim *h, px_trace_writer *w, const json_t *inventory_doc,
-                                  const px_sim_load *load, const px_sim_faults *faults,
-                                  const px_sim_options *opt, px_err *err);
+PX_NODISCARD px_status px_heal_sim_trace_begin(px_heal_sim *h, px_trace_writer *w,
+                                               const json_t *inventory_doc, const px_sim_load *load,
+                                               const px_sim_faults *faults,
+                                               const px_sim_options *opt, px_err *err);
 /* Records the "simulate-heal" decision (the result and the incidents, as
  * px_heal_sim_result_to_json) and the outcome. */
-px_status px_heal_sim_trace_end(px_heal_sim *h, px_trace_writer *w, const px_sim_result *res,
-                                px_err *err);
+PX_NODISCARD px_status px_heal_sim_trace_end(px_heal_sim *h, px_trace_writer *w,
+                                             const px_sim_result *res, px_err *err);
 /* {"result": plexus.sim/1, "incidents": [...]}.  New reference. */
 json_t *px_heal_sim_result_to_json(const px_heal_sim *h, const px_sim_result *res);
 
@@ -701,7 +705,7 @@ typedef struct px_heal_run px_heal_run;
  * and must outlive the run.  Returns owned (px_heal_run_free).  Errors:
  * PX_EINVAL (a missing option, an inject whose target is not in the plan,
  * naming it), the executor's, the trace writer's. */
-px_status px_heal_run_new(const px_heal_run_opts *o, px_heal_run **out, px_err *err);
+PX_NODISCARD px_status px_heal_run_new(const px_heal_run_opts *o, px_heal_run **out, px_err *err);
 /* Stops every executor the run started.  NULL is a no-op. */
 void px_heal_run_free(px_heal_run *h);
 /* The supervisor to put in px_rt_generate_opts.supervisor (borrowed from
@@ -715,11 +719,12 @@ const json_t *px_heal_run_plan(const px_heal_run *h);
  * objects.  New reference. */
 json_t *px_heal_run_incidents(const px_heal_run *h);
 /* Each incident as a readable paragraph, appended to out.  PX_ENOMEM. */
-px_status px_heal_run_report(const px_heal_run *h, px_strbuf *out);
+PX_NODISCARD px_status px_heal_run_report(const px_heal_run *h, px_strbuf *out);
 /* Records the outcome (the text of every prompt, the incidents) in the
  * trace; texts[i] borrowed.  A no-op without a trace.  The writer's
  * errors. */
-px_status px_heal_run_finish(px_heal_run *h, const char *const *texts, size_t n_texts, px_err *err);
+PX_NODISCARD px_status px_heal_run_finish(px_heal_run *h, const char *const *texts, size_t n_texts,
+                                          px_err *err);
 
 /* Counters of the run, for tests and benchmarks. */
 typedef struct px_heal_run_summary {

@@ -143,12 +143,12 @@ const char *px_hw_domain_kind_name(px_hw_domain_kind k);
 const char *px_hw_trust_name(px_hw_trust t);
 /* Each parses the format's spelling; PX_ENOTFOUND for anything else (out is
  * then unchanged).  No err: callers word the message with the place. */
-px_status px_hw_dtype_parse(const char *text, px_hw_dtype *out);
-px_status px_hw_class_parse(const char *text, px_hw_class *out);
-px_status px_hw_mem_kind_parse(const char *text, px_hw_mem_kind *out);
-px_status px_hw_link_kind_parse(const char *text, px_hw_link_kind *out);
-px_status px_hw_domain_kind_parse(const char *text, px_hw_domain_kind *out);
-px_status px_hw_trust_parse(const char *text, px_hw_trust *out);
+PX_NODISCARD px_status px_hw_dtype_parse(const char *text, px_hw_dtype *out);
+PX_NODISCARD px_status px_hw_class_parse(const char *text, px_hw_class *out);
+PX_NODISCARD px_status px_hw_mem_kind_parse(const char *text, px_hw_mem_kind *out);
+PX_NODISCARD px_status px_hw_link_kind_parse(const char *text, px_hw_link_kind *out);
+PX_NODISCARD px_status px_hw_domain_kind_parse(const char *text, px_hw_domain_kind *out);
+PX_NODISCARD px_status px_hw_trust_parse(const char *text, px_hw_trust *out);
 /* Whether a link kind is an NVLink generation. */
 bool px_hw_link_kind_is_nvlink(px_hw_link_kind k);
 
@@ -330,17 +330,17 @@ typedef struct px_hw_read_options {
  * the count and the first); PX_EPARSE or PX_ELIMIT when the text is not
  * JSON or breaks a size limit (one diagnostic says where); PX_ENOMEM.
  * On failure *out is NULL. */
-px_status px_hw_graph_from_json(const char *json, size_t len, const char *name,
-                                const px_hw_read_options *options, px_hw_graph **out,
-                                px_diags *diags, px_err *err);
+PX_NODISCARD px_status px_hw_graph_from_json(const char *json, size_t len, const char *name,
+                                             const px_hw_read_options *options, px_hw_graph **out,
+                                             px_diags *diags, px_err *err);
 /* Like px_hw_graph_from_json with an already parsed document (borrowed). */
-px_status px_hw_graph_from_value(const json_t *doc, const char *name,
-                                 const px_hw_read_options *options, px_hw_graph **out,
-                                 px_diags *diags, px_err *err);
+PX_NODISCARD px_status px_hw_graph_from_value(const json_t *doc, const char *name,
+                                              const px_hw_read_options *options, px_hw_graph **out,
+                                              px_diags *diags, px_err *err);
 /* Reads and checks a file (at most 64 MiB): px_hw_graph_from_json on its
  * bytes, named by path.  PX_EIO when it cannot be read. */
-px_status px_hw_graph_load(const char *path, const px_hw_read_options *options, px_hw_graph **out,
-                           px_diags *diags, px_err *err);
+PX_NODISCARD px_status px_hw_graph_load(const char *path, const px_hw_read_options *options,
+                                        px_hw_graph **out, px_diags *diags, px_err *err);
 /* Frees the graph and everything its view points to.  NULL is a no-op. */
 void px_hw_graph_free(px_hw_graph *g);
 
@@ -350,8 +350,8 @@ void px_hw_graph_free(px_hw_graph *g);
  * this is for graphs a caller keeps and wants to re-check against another
  * catalogue (NULL: the built-in one).  Returns PX_OK when no error was
  * added, PX_EVALIDATE otherwise. */
-px_status px_hw_graph_validate(const px_hw_graph *g, const px_hw_catalog *catalog, px_diags *diags,
-                               px_err *err);
+PX_NODISCARD px_status px_hw_graph_validate(const px_hw_graph *g, const px_hw_catalog *catalog,
+                                            px_diags *diags, px_err *err);
 
 /* The graph's contents.  Borrowed; valid until px_hw_graph_free. */
 const px_hw_view *px_hw_graph_view(const px_hw_graph *g);
@@ -393,13 +393,14 @@ double px_hw_device_peak(const px_hw_device *d, px_hw_dtype dt);
  * the document as px_json_dump_canonical prints it, newline-terminated,
  * written directly (fast for large graphs); *len its length (len may be
  * NULL).  PX_ENOMEM. */
-px_status px_hw_graph_export(const px_hw_graph *g, char **text, size_t *len, px_err *err);
+PX_NODISCARD px_status px_hw_graph_export(const px_hw_graph *g, char **text, size_t *len,
+                                          px_err *err);
 /* The same document as a jansson tree.  Returns a new reference in *out;
  * PX_ENOMEM. */
-px_status px_hw_graph_to_json(const px_hw_graph *g, json_t **out, px_err *err);
+PX_NODISCARD px_status px_hw_graph_to_json(const px_hw_graph *g, json_t **out, px_err *err);
 /* SHA-256 of the canonical export text, as 64 hex digits: the graph's
  * content id.  PX_ENOMEM. */
-px_status px_hw_graph_digest(const px_hw_graph *g, char out[65], px_err *err);
+PX_NODISCARD px_status px_hw_graph_digest(const px_hw_graph *g, char out[65], px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Paths                                                               */
@@ -427,8 +428,9 @@ typedef struct px_hw_path {
  * path.  On success *out holds owned memory (px_hw_path_release).
  * Returns PX_EINVAL for an endpoint out of range, PX_ENOTFOUND when `to`
  * is unreachable (err names both ends), PX_ENOMEM. */
-px_status px_hw_graph_path(const px_hw_graph *g, uint32_t from, uint32_t to,
-                           px_hw_path_metric metric, double bytes, px_hw_path *out, px_err *err);
+PX_NODISCARD px_status px_hw_graph_path(const px_hw_graph *g, uint32_t from, uint32_t to,
+                                        px_hw_path_metric metric, double bytes, px_hw_path *out,
+                                        px_err *err);
 /* Frees path->links and zeroes the struct.  NULL is a no-op. */
 void px_hw_path_release(px_hw_path *path);
 
@@ -444,12 +446,14 @@ void px_hw_path_release(px_hw_path *path);
 /* Parses the catalogue built into the library (data/catalog/ at build
  * time).  Returns owned memory (px_hw_catalog_free); PX_ENOMEM, or
  * PX_EINTERNAL if the embedded data is broken (a build defect). */
-px_status px_hw_catalog_new_builtin(px_hw_catalog **out, px_err *err);
+PX_NODISCARD px_status px_hw_catalog_new_builtin(px_hw_catalog **out, px_err *err);
 /* Reads catalogue entries from JSON texts, one entry per text, each named
  * for messages.  For tests and for sites with their own entries.  Problems
  * go to diags (may be NULL).  PX_EVALIDATE when an entry is invalid. */
-px_status px_hw_catalog_new_from_texts(const char *const *texts, const char *const *names, size_t n,
-                                       px_hw_catalog **out, px_diags *diags, px_err *err);
+PX_NODISCARD px_status px_hw_catalog_new_from_texts(const char *const *texts,
+                                                    const char *const *names, size_t n,
+                                                    px_hw_catalog **out, px_diags *diags,
+                                                    px_err *err);
 /* NULL is a no-op. */
 void px_hw_catalog_free(px_hw_catalog *cat);
 
@@ -464,8 +468,9 @@ const px_hw_link *px_hw_catalog_find_link(const px_hw_catalog *cat, const char *
 /* {"schema": "plexus.catalog/1", "devices": [...], "links": [...]}, every
  * figure with its citation, as canonical text (returns owned: free(); len
  * may be NULL) or as a tree (new reference).  PX_ENOMEM. */
-px_status px_hw_catalog_export(const px_hw_catalog *cat, char **text, size_t *len, px_err *err);
-px_status px_hw_catalog_to_json(const px_hw_catalog *cat, json_t **out, px_err *err);
+PX_NODISCARD px_status px_hw_catalog_export(const px_hw_catalog *cat, char **text, size_t *len,
+                                            px_err *err);
+PX_NODISCARD px_status px_hw_catalog_to_json(const px_hw_catalog *cat, json_t **out, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Local discovery                                                     */
@@ -549,8 +554,8 @@ typedef struct px_hw_discover_options {
  * PX_EINVAL for options out of range (a negative time, a node id that is
  * not [A-Za-z0-9_-]{1,64}); PX_ENOMEM.  Not thread-safe with respect to
  * the process's child processes: it forks and waits for its own. */
-px_status px_hw_discover(const px_hw_discover_options *options, json_t **out, px_diags *report,
-                         px_err *err);
+PX_NODISCARD px_status px_hw_discover(const px_hw_discover_options *options, json_t **out,
+                                      px_diags *report, px_err *err);
 
 /* /proc/meminfo, in bytes. */
 typedef struct px_hw_meminfo {
@@ -567,7 +572,8 @@ typedef struct px_hw_meminfo {
  * malformed ones.  Returns PX_OK; PX_EPARSE when MemTotal is missing or a
  * line it needs is malformed or overflows (err names the line);
  * PX_ELIMIT when the text is too long. */
-px_status px_hw_parse_meminfo(const char *text, size_t len, px_hw_meminfo *out, px_err *err);
+PX_NODISCARD px_status px_hw_parse_meminfo(const char *text, size_t len, px_hw_meminfo *out,
+                                           px_err *err);
 
 /* The fields px_hw_discover asks nvidia-smi for, in the order
  * px_hw_parse_nvidia_smi expects them:
@@ -605,8 +611,9 @@ typedef struct px_hw_nvidia_gpu {
  * parse becomes absent with a warning; "No devices were found" and empty
  * output give no GPUs.  warnings may be NULL.  Returns PX_OK with *n_gpus
  * set; PX_ELIMIT when the text is over the size limit. */
-px_status px_hw_parse_nvidia_smi(const char *text, size_t len, px_hw_nvidia_gpu *gpus,
-                                 size_t max_gpus, size_t *n_gpus, px_diags *warnings, px_err *err);
+PX_NODISCARD px_status px_hw_parse_nvidia_smi(const char *text, size_t len, px_hw_nvidia_gpu *gpus,
+                                              size_t max_gpus, size_t *n_gpus, px_diags *warnings,
+                                              px_err *err);
 
 /* One MIG instance from `nvidia-smi -L`. */
 typedef struct px_hw_mig_instance {
@@ -621,8 +628,9 @@ typedef struct px_hw_mig_instance {
  * out[0..max).  Other lines are ignored; a MIG line before any GPU line or
  * that cannot be read is skipped with a warning.  Same bounds as
  * px_hw_parse_nvidia_smi.  Returns PX_OK; PX_ELIMIT. */
-px_status px_hw_parse_nvidia_smi_list(const char *text, size_t len, px_hw_mig_instance *out,
-                                      size_t max, size_t *n, px_diags *warnings, px_err *err);
+PX_NODISCARD px_status px_hw_parse_nvidia_smi_list(const char *text, size_t len,
+                                                   px_hw_mig_instance *out, size_t max, size_t *n,
+                                                   px_diags *warnings, px_err *err);
 
 /* The device catalogue id for a GPU name as nvidia-smi prints it
  * ("NVIDIA H100 80GB HBM3" -> "nvidia-h100-sxm5"), or NULL when the name
@@ -644,8 +652,8 @@ typedef struct px_hw_dist_metadata {
  * the first blank line).  Returns PX_OK; PX_EPARSE when Name or Version
  * is missing, empty, too long or holds characters that no valid name or
  * version holds (err names the header and line). */
-px_status px_hw_parse_dist_metadata(const char *text, size_t len, px_hw_dist_metadata *out,
-                                    px_err *err);
+PX_NODISCARD px_status px_hw_parse_dist_metadata(const char *text, size_t len,
+                                                 px_hw_dist_metadata *out, px_err *err);
 
 #ifdef __cplusplus
 }

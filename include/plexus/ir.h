@@ -134,7 +134,7 @@ typedef enum px_dtype {
 const char *px_dtype_name(px_dtype t);
 /* Parses a name (case-insensitive; "fp8" means fp8_e4m3).  PX_EINVAL with
  * the list of known names when unknown. */
-px_status px_dtype_parse(const char *name, px_dtype *out, px_err *err);
+PX_NODISCARD px_status px_dtype_parse(const char *name, px_dtype *out, px_err *err);
 /* Values per block and bytes per block (1 and the element size for plain
  * types).  0 for an invalid value. */
 uint32_t px_dtype_block_elems(px_dtype t);
@@ -332,8 +332,8 @@ typedef struct px_ir_vocab {
  * from arena (borrowed; free it to free the vocabulary).
  * Errors: PX_ENOTFOUND/PX_EIO (file), PX_EPARSE (malformed, with the byte
  * offset), PX_ELIMIT (token longer than 64 KiB, more than 4M tokens). */
-px_status px_ir_vocab_read_llama2c(const char *path, uint32_t n_tokens, px_arena *arena,
-                                   px_ir_vocab *out, px_err *err);
+PX_NODISCARD px_status px_ir_vocab_read_llama2c(const char *path, uint32_t n_tokens,
+                                                px_arena *arena, px_ir_vocab *out, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Models: opening, presets, access                                    */
@@ -363,14 +363,15 @@ typedef struct px_ir_open_opts {
  * (GGUF v1, big-endian files, unknown architecture or tensor type),
  * PX_EVALIDATE (missing tensors or wrong shapes for the hyper-parameters,
  * absurd hyper-parameters). */
-px_status px_ir_model_open(const char *path, const px_ir_open_opts *opts, px_ir_model **out,
-                           px_err *err);
+PX_NODISCARD px_status px_ir_model_open(const char *path, const px_ir_open_opts *opts,
+                                        px_ir_model **out, px_err *err);
 
 /* Reads a GGUF image in memory.  data is borrowed and must outlive the
  * model (tensors point into it); name is used in messages.  Same errors as
  * px_ir_model_open.  This is the entry point the fuzzer uses. */
-px_status px_ir_gguf_open_memory(const void *data, size_t len, const char *name,
-                                 const px_ir_open_opts *opts, px_ir_model **out, px_err *err);
+PX_NODISCARD px_status px_ir_gguf_open_memory(const void *data, size_t len, const char *name,
+                                              const px_ir_open_opts *opts, px_ir_model **out,
+                                              px_err *err);
 
 /* Frees the model and unmaps its file.  NULL is a no-op. */
 void px_ir_model_free(px_ir_model *m);
@@ -393,12 +394,13 @@ const px_ir_preset_info *px_ir_preset_at(size_t i);
  * opts may be NULL.  Returns an owned model.
  * Errors: PX_ENOTFOUND naming the known presets; PX_EINVAL for a dtype
  * whose blocks do not divide the rows. */
-px_status px_ir_preset_new(const char *name, px_dtype weight_dtype, const px_ir_open_opts *opts,
-                           px_ir_model **out, px_err *err);
+PX_NODISCARD px_status px_ir_preset_new(const char *name, px_dtype weight_dtype,
+                                        const px_ir_open_opts *opts, px_ir_model **out,
+                                        px_err *err);
 
 /* Opens `spec` as a preset name if it is one, else as a file. */
-px_status px_ir_model_open_any(const char *spec, const px_ir_open_opts *opts, px_ir_model **out,
-                               px_err *err);
+PX_NODISCARD px_status px_ir_model_open_any(const char *spec, const px_ir_open_opts *opts,
+                                            px_ir_model **out, px_err *err);
 
 /* Accessors; the model keeps ownership of everything returned. */
 const px_ir_hparams *px_ir_model_hparams(const px_ir_model *m);
@@ -452,7 +454,8 @@ typedef struct px_ir_expr px_ir_expr;
 /* Evaluates with checked 64-bit arithmetic.  Errors: PX_EINVAL (dims
  * invalid), PX_ERANGE (overflow or a negative intermediate), naming the
  * expression. */
-px_status px_ir_expr_eval(const px_ir_expr *e, px_ir_dims d, uint64_t *out, px_err *err);
+PX_NODISCARD px_status px_ir_expr_eval(const px_ir_expr *e, px_ir_dims d, uint64_t *out,
+                                       px_err *err);
 /* Writes the expression as text ("2*B*S*64*64"); returns the length it
  * needed, like snprintf. */
 size_t px_ir_expr_format(const px_ir_expr *e, char *buf, size_t n);
@@ -633,11 +636,12 @@ typedef struct px_ir_cost {
     uint64_t bytes_written;
 } px_ir_cost;
 
-px_status px_ir_op_cost(const px_ir_model *m, size_t op, px_ir_dims d, px_ir_cost *out,
-                        px_err *err);
-px_status px_ir_region_cost(const px_ir_model *m, size_t region, px_ir_dims d, px_ir_cost *out,
-                            px_err *err);
-px_status px_ir_graph_cost(const px_ir_model *m, px_ir_dims d, px_ir_cost *out, px_err *err);
+PX_NODISCARD px_status px_ir_op_cost(const px_ir_model *m, size_t op, px_ir_dims d, px_ir_cost *out,
+                                     px_err *err);
+PX_NODISCARD px_status px_ir_region_cost(const px_ir_model *m, size_t region, px_ir_dims d,
+                                         px_ir_cost *out, px_err *err);
+PX_NODISCARD px_status px_ir_graph_cost(const px_ir_model *m, px_ir_dims d, px_ir_cost *out,
+                                        px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Layer cost summary (precomputed; cheap enough for inner loops)      */
@@ -680,7 +684,8 @@ typedef struct px_ir_layer_cost {
 /* Number of rows (n_layers + 2). */
 uint32_t px_ir_model_n_rows(const px_ir_model *m);
 /* The precomputed row.  PX_EINVAL for row >= n_rows. */
-px_status px_ir_model_layer_cost(const px_ir_model *m, uint32_t row, px_ir_layer_cost *out);
+PX_NODISCARD px_status px_ir_model_layer_cost(const px_ir_model *m, uint32_t row,
+                                              px_ir_layer_cost *out);
 /* Direct pointer to the precomputed rows (n_rows of them). */
 const px_ir_layer_cost *px_ir_model_layer_costs(const px_ir_model *m);
 /* FLOPs of one decode token at context T, and of a prefill of S tokens on
@@ -767,38 +772,47 @@ typedef enum px_gguf_type {
 
 /* Creates the file (through a temporary name, renamed on finish).
  * Returns an owned writer (finish or abort it). */
-px_status px_ir_gguf_writer_new(const char *path, px_ir_gguf_writer **out, px_err *err);
+PX_NODISCARD px_status px_ir_gguf_writer_new(const char *path, px_ir_gguf_writer **out,
+                                             px_err *err);
 /* Metadata.  Keys must be unique (PX_EEXIST). */
-px_status px_ir_gguf_writer_add_u32(px_ir_gguf_writer *w, const char *key, uint32_t v, px_err *err);
-px_status px_ir_gguf_writer_add_u64(px_ir_gguf_writer *w, const char *key, uint64_t v, px_err *err);
-px_status px_ir_gguf_writer_add_i32(px_ir_gguf_writer *w, const char *key, int32_t v, px_err *err);
-px_status px_ir_gguf_writer_add_f32(px_ir_gguf_writer *w, const char *key, float v, px_err *err);
-px_status px_ir_gguf_writer_add_bool(px_ir_gguf_writer *w, const char *key, bool v, px_err *err);
-px_status px_ir_gguf_writer_add_str(px_ir_gguf_writer *w, const char *key, const char *v,
-                                    px_err *err);
+PX_NODISCARD px_status px_ir_gguf_writer_add_u32(px_ir_gguf_writer *w, const char *key, uint32_t v,
+                                                 px_err *err);
+PX_NODISCARD px_status px_ir_gguf_writer_add_u64(px_ir_gguf_writer *w, const char *key, uint64_t v,
+                                                 px_err *err);
+PX_NODISCARD px_status px_ir_gguf_writer_add_i32(px_ir_gguf_writer *w, const char *key, int32_t v,
+                                                 px_err *err);
+PX_NODISCARD px_status px_ir_gguf_writer_add_f32(px_ir_gguf_writer *w, const char *key, float v,
+                                                 px_err *err);
+PX_NODISCARD px_status px_ir_gguf_writer_add_bool(px_ir_gguf_writer *w, const char *key, bool v,
+                                                  px_err *err);
+PX_NODISCARD px_status px_ir_gguf_writer_add_str(px_ir_gguf_writer *w, const char *key,
+                                                 const char *v, px_err *err);
 /* An array of n scalars of type t (not STRING or ARRAY), copied. */
-px_status px_ir_gguf_writer_add_array(px_ir_gguf_writer *w, const char *key, px_gguf_type t,
-                                      const void *values, size_t n, px_err *err);
+PX_NODISCARD px_status px_ir_gguf_writer_add_array(px_ir_gguf_writer *w, const char *key,
+                                                   px_gguf_type t, const void *values, size_t n,
+                                                   px_err *err);
 /* An array of n strings with lengths (lens may be NULL: NUL-terminated). */
-px_status px_ir_gguf_writer_add_str_array(px_ir_gguf_writer *w, const char *key,
+PX_NODISCARD px_status px_ir_gguf_writer_add_str_array(px_ir_gguf_writer *w, const char *key,
                                           const char *const *values, const uint32_t *lens, size_t n,
                                           px_err *err);
 /* Copies every metadata pair of GGUF model m, in order, except the keys
  * listed in skip (n_skip of them).  Errors: PX_EINVAL when m was not read
  * from a GGUF file, and those of the adders. */
-px_status px_ir_gguf_writer_copy_meta(px_ir_gguf_writer *w, const px_ir_model *m,
+PX_NODISCARD px_status px_ir_gguf_writer_copy_meta(px_ir_gguf_writer *w, const px_ir_model *m,
                                       const char *const *skip, size_t n_skip, px_err *err);
 /* Declares a tensor; ne innermost first.  Names must be unique. */
-px_status px_ir_gguf_writer_add_tensor(px_ir_gguf_writer *w, const char *name, px_dtype t,
-                                       uint32_t n_dims, const uint64_t *ne, px_err *err);
+PX_NODISCARD px_status px_ir_gguf_writer_add_tensor(px_ir_gguf_writer *w, const char *name,
+                                                    px_dtype t, uint32_t n_dims, const uint64_t *ne,
+                                                    px_err *err);
 /* Writes the header, metadata and tensor table. */
-px_status px_ir_gguf_writer_begin_data(px_ir_gguf_writer *w, px_err *err);
+PX_NODISCARD px_status px_ir_gguf_writer_begin_data(px_ir_gguf_writer *w, px_err *err);
 /* Appends tensor bytes; crossing into the next tensor adds its alignment
  * padding automatically. */
-px_status px_ir_gguf_writer_write(px_ir_gguf_writer *w, const void *data, size_t len, px_err *err);
+PX_NODISCARD px_status px_ir_gguf_writer_write(px_ir_gguf_writer *w, const void *data, size_t len,
+                                               px_err *err);
 /* Checks every tensor got all its bytes, syncs, renames into place and
  * frees the writer (also on failure). */
-px_status px_ir_gguf_writer_finish(px_ir_gguf_writer *w, px_err *err);
+PX_NODISCARD px_status px_ir_gguf_writer_finish(px_ir_gguf_writer *w, px_err *err);
 /* Removes the temporary file and frees the writer.  NULL is a no-op. */
 void px_ir_gguf_writer_abort(px_ir_gguf_writer *w);
 
@@ -821,7 +835,7 @@ typedef struct px_ir_synth_opts {
 void px_ir_synth_defaults(px_ir_synth_opts *o);
 /* Writes the model to path, streaming.  Errors: PX_EINVAL naming the bad
  * option (with the fix), PX_EIO. */
-px_status px_ir_synth_write(const px_ir_synth_opts *o, const char *path, px_err *err);
+PX_NODISCARD px_status px_ir_synth_write(const px_ir_synth_opts *o, const char *path, px_err *err);
 
 #ifdef __cplusplus
 }

@@ -69,7 +69,8 @@ typedef enum px_plan_objective {
 /* "latency", "ttft", "throughput", "tokens_per_dollar", "joules_per_token". */
 const char *px_plan_objective_name(px_plan_objective o);
 /* PX_EINVAL listing the names for anything else. */
-px_status px_plan_objective_parse(const char *text, px_plan_objective *out, px_err *err);
+PX_NODISCARD px_status px_plan_objective_parse(const char *text, px_plan_objective *out,
+                                               px_err *err);
 
 /* Limits a plan must meet.  0 means none. */
 typedef struct px_plan_slo {
@@ -80,9 +81,9 @@ typedef struct px_plan_slo {
 
 /* Parses "tpot=50ms,ttft=500ms" into slo (fields not named are kept).
  * PX_EINVAL naming the bad item and the accepted keys. */
-px_status px_plan_slo_parse(const char *text, px_plan_slo *slo, px_err *err);
+PX_NODISCARD px_status px_plan_slo_parse(const char *text, px_plan_slo *slo, px_err *err);
 /* Parses a budget "10$/h" or "10 $/h".  PX_EINVAL. */
-px_status px_plan_budget_parse(const char *text, double *usd_per_hour, px_err *err);
+PX_NODISCARD px_status px_plan_budget_parse(const char *text, double *usd_per_hour, px_err *err);
 
 typedef struct px_plan_request {
     const px_hw_graph *graph;    /* borrowed; required */
@@ -125,8 +126,8 @@ typedef struct px_plan px_plan;
  * fits in total memory but in no feasible cut, names the largest block
  * and the devices, or the contract forbids what would be needed);
  * PX_ENOMEM. */
-px_status px_plan_search(const px_plan_request *req, px_plan **out, px_err *err);
-void px_plan_free(px_plan *p);
+PX_NODISCARD px_status px_plan_search(const px_plan_request *req, px_plan **out, px_err *err);
+void px_plan_free(px_plan *p); /* NULL is a no-op */
 
 /* The plan document (`plexus.plan/1`).  New reference; NULL on
  * allocation failure. */
@@ -140,9 +141,9 @@ const char *px_plan_id(const px_plan *p);
 /* A short readable report: stages, predictions with intervals, the bound
  * fraction, what binds, top rejected alternatives and the baselines.
  * Appends to out.  PX_ENOMEM. */
-px_status px_plan_report(const px_plan *p, px_strbuf *out);
+PX_NODISCARD px_status px_plan_report(const px_plan *p, px_strbuf *out);
 /* An SVG drawing of the stages on the devices and links.  PX_ENOMEM. */
-px_status px_plan_svg(const px_plan *p, px_strbuf *out);
+PX_NODISCARD px_status px_plan_svg(const px_plan *p, px_strbuf *out);
 
 /* Headline figures, for tests and benchmarks. */
 typedef struct px_plan_summary {
@@ -172,16 +173,16 @@ const px_cost_fleet *px_plan_fleet(const px_plan *p);
  * heads) and every cut, at the request's workload and the stored
  * precision; the best TPOT found.  PX_ELIMIT when the fleet has more
  * than 8 devices; PX_EINFEASIBLE when nothing fits. */
-px_status px_plan_exact(const px_plan_request *req, uint32_t max_devices, double *best,
-                        px_err *err);
+PX_NODISCARD px_status px_plan_exact(const px_plan_request *req, uint32_t max_devices, double *best,
+                                     px_err *err);
 /* The same optimum by mixed-integer programming (GLPK): layers to devices
  * minimising the bottleneck stage time of a throughput pipeline, for
  * medium fleets (up to 64 devices).  Gives the optimal bottleneck time
  * in *best_stage_s.  PX_ELIMIT beyond 64 devices; PX_EINFEASIBLE. */
-px_status px_plan_milp(const px_plan_request *req, double *best_stage_s, px_err *err);
+PX_NODISCARD px_status px_plan_milp(const px_plan_request *req, double *best_stage_s, px_err *err);
 /* The heuristic's answer to the same question as px_plan_milp. */
-px_status px_plan_heuristic_bottleneck(const px_plan_request *req, double *best_stage_s,
-                                       px_err *err);
+PX_NODISCARD px_status px_plan_heuristic_bottleneck(const px_plan_request *req,
+                                                    double *best_stage_s, px_err *err);
 
 /* ---- traces and replay ---- */
 
@@ -202,18 +203,20 @@ typedef struct px_plan_trace_inputs {
  * req must be the request plan was searched with.  Errors: PX_EINVAL for a
  * missing argument, PX_EIO when the model file cannot be hashed, the
  * writer's errors, PX_ENOMEM. */
-px_status px_plan_trace_record(px_trace_writer *w, const px_plan_request *req,
-                               const px_plan_trace_inputs *in, const px_plan *plan, px_err *err);
+PX_NODISCARD px_status px_plan_trace_record(px_trace_writer *w, const px_plan_request *req,
+                                            const px_plan_trace_inputs *in, const px_plan *plan,
+                                            px_err *err);
 /* Re-opens the model a trace recorded as px_plan_trace_record writes it:
  * presets by name, files by path, refused when absent or when their
  * SHA-256 differs from the recorded one.  Returns owned
  * (px_ir_model_free).  Errors: PX_EPARSE (a malformed record),
  * PX_EVALIDATE (the file changed), the reader's. */
-px_status px_plan_trace_open_model(const json_t *doc, px_ir_model **out, px_err *err);
+PX_NODISCARD px_status px_plan_trace_open_model(const json_t *doc, px_ir_model **out, px_err *err);
 /* The contract a trace recorded: *out NULL for the implied one, a
  * built-in by name, or the recorded document.  Errors: PX_EPARSE, the
  * contract reader's. */
-px_status px_plan_trace_open_contract(const json_t *doc, px_contract **out, px_err *err);
+PX_NODISCARD px_status px_plan_trace_open_contract(const json_t *doc, px_contract **out,
+                                                   px_err *err);
 /* The derivers for decisions px_plan_trace_record writes: "plan" rebuilds
  * the request from the recorded inputs (presets by name; model files
  * re-opened by path and refused when absent or when their SHA-256

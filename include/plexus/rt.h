@@ -103,8 +103,8 @@ typedef struct px_rt_tensor {
  * and contiguous strides; buffer, offset and name are left for the caller.
  * Returns PX_EINVAL when a row is not a whole number of blocks, PX_ERANGE
  * when the size overflows. */
-px_status px_rt_tensor_init(px_rt_tensor *t, px_dtype dtype, uint32_t n_dims, const int64_t *ne,
-                            px_err *err);
+PX_NODISCARD px_status px_rt_tensor_init(px_rt_tensor *t, px_dtype dtype, uint32_t n_dims,
+                                         const int64_t *ne, px_err *err);
 /* Bytes spanned by the tensor (ne[3]*nb[3] for contiguous tensors). */
 size_t px_rt_tensor_nbytes(const px_rt_tensor *t);
 /* Host address of element 0, or NULL when the buffer is not host-visible. */
@@ -316,7 +316,7 @@ typedef struct px_rt_backend_iface {
  * static table).  "cpu" is built in.  Errors: PX_EEXIST for a name already
  * taken, PX_EUNSUPPORTED for an unknown ABI major or a table missing
  * required slots, PX_ELIMIT past 32 backends. */
-px_status px_rt_backend_register(const px_rt_backend_iface *b, px_err *err);
+PX_NODISCARD px_status px_rt_backend_register(const px_rt_backend_iface *b, px_err *err);
 /* Registered backends, in registration order ("cpu" first). */
 size_t px_rt_backend_count(void);
 const px_rt_backend_iface *px_rt_backend_at(size_t i);
@@ -324,8 +324,8 @@ const px_rt_backend_iface *px_rt_backend_at(size_t i);
 /* Opens a device of the backend `name`.  opts may be NULL.  Returns an
  * owned device (px_rt_device_free).  Errors: PX_ENOTFOUND naming the
  * registered backends, PX_EUNSUPPORTED (ABI), the backend's own. */
-px_status px_rt_device_open(const char *name, const px_rt_device_opts *opts, px_rt_device **out,
-                            px_err *err);
+PX_NODISCARD px_status px_rt_device_open(const char *name, const px_rt_device_opts *opts,
+                                         px_rt_device **out, px_err *err);
 /* NULL is a no-op.  Buffers and streams must be freed first. */
 void px_rt_device_free(px_rt_device *d);
 void px_rt_device_props_get(const px_rt_device *d, px_rt_device_props *out);
@@ -335,22 +335,27 @@ size_t px_rt_device_work_size(const px_rt_device *d, const px_rt_op *op);
 
 /* Allocates a zero-filled buffer.  Returns owned memory
  * (px_rt_buffer_free).  Errors: PX_ENOMEM, the backend's. */
-px_status px_rt_buffer_alloc(px_rt_device *d, size_t size, px_rt_buffer **out, px_err *err);
+PX_NODISCARD px_status px_rt_buffer_alloc(px_rt_device *d, size_t size, px_rt_buffer **out,
+                                          px_err *err);
 /* Wraps host memory (borrowed) if the device can, else allocates a buffer
  * and copies the bytes in.  *copied says which. */
-px_status px_rt_buffer_from_host(px_rt_device *d, const void *ptr, size_t size, px_rt_buffer **out,
-                                 bool *copied, px_err *err);
+PX_NODISCARD px_status px_rt_buffer_from_host(px_rt_device *d, const void *ptr, size_t size,
+                                              px_rt_buffer **out, bool *copied, px_err *err);
 void px_rt_buffer_free(px_rt_buffer *b); /* NULL is a no-op */
 size_t px_rt_buffer_size(const px_rt_buffer *b);
 /* Host address, or NULL when the memory is not host-visible. */
 void *px_rt_buffer_base(const px_rt_buffer *b);
 px_rt_device *px_rt_buffer_device(const px_rt_buffer *b);
 /* Byte transfers; PX_ERANGE outside the buffer. */
-px_status px_rt_buffer_set(px_rt_buffer *b, size_t offset, const void *src, size_t n, px_err *err);
-px_status px_rt_buffer_get(const px_rt_buffer *b, size_t offset, void *dst, size_t n, px_err *err);
-px_status px_rt_buffer_fill(px_rt_buffer *b, size_t offset, uint8_t value, size_t n, px_err *err);
-px_status px_rt_buffer_copy(px_rt_buffer *dst, size_t dst_offset, const px_rt_buffer *src,
-                            size_t src_offset, size_t n, px_err *err);
+PX_NODISCARD px_status px_rt_buffer_set(px_rt_buffer *b, size_t offset, const void *src, size_t n,
+                                        px_err *err);
+PX_NODISCARD px_status px_rt_buffer_get(const px_rt_buffer *b, size_t offset, void *dst, size_t n,
+                                        px_err *err);
+PX_NODISCARD px_status px_rt_buffer_fill(px_rt_buffer *b, size_t offset, uint8_t value, size_t n,
+                                         px_err *err);
+PX_NODISCARD px_status px_rt_buffer_copy(px_rt_buffer *dst, size_t dst_offset,
+                                         const px_rt_buffer *src, size_t src_offset, size_t n,
+                                         px_err *err);
 
 /* Telemetry of one op, reported after it ran. */
 typedef struct px_rt_op_record {
@@ -368,15 +373,16 @@ typedef void (*px_rt_telemetry_fn)(const px_rt_op_record *rec, void *ud);
 typedef px_status (*px_rt_fault_hook)(const px_rt_op *op, void *ud, px_err *err);
 
 /* Creates a stream on the device.  Returns owned (px_rt_stream_free). */
-px_status px_rt_stream_new(px_rt_device *d, px_rt_stream **out, px_err *err);
+PX_NODISCARD px_status px_rt_stream_new(px_rt_device *d, px_rt_stream **out, px_err *err);
 void px_rt_stream_free(px_rt_stream *s); /* NULL is a no-op */
 px_rt_device *px_rt_stream_device(const px_rt_stream *s);
 /* Runs ops in order and waits for them.  With a telemetry sink or a fault
  * hook set, ops are issued one at a time and each is reported.  Errors:
  * the backend's (PX_EUNSUPPORTED for an op it cannot run, PX_EINVAL for
  * inconsistent shapes), the hook's. */
-px_status px_rt_stream_run(px_rt_stream *s, const px_rt_op *ops, size_t n_ops, px_err *err);
-px_status px_rt_stream_synchronize(px_rt_stream *s, px_err *err);
+PX_NODISCARD px_status px_rt_stream_run(px_rt_stream *s, const px_rt_op *ops, size_t n_ops,
+                                        px_err *err);
+PX_NODISCARD px_status px_rt_stream_synchronize(px_rt_stream *s, px_err *err);
 /* Sets or clears (fn NULL) the telemetry sink. */
 void px_rt_stream_set_telemetry(px_rt_stream *s, px_rt_telemetry_fn fn, void *ud);
 void px_rt_stream_set_fault_hook(px_rt_stream *s, px_rt_fault_hook hook, void *ud);
@@ -394,10 +400,10 @@ typedef struct px_rt_model px_rt_model;
  * PX_EUNSUPPORTED (a preset without weights, an architecture or dtype the
  * runtime cannot run, naming it), PX_EVALIDATE (a missing tensor or a
  * wrong shape, naming the tensor). */
-px_status px_rt_model_new(const px_ir_model *ir, px_rt_model **out, px_err *err);
+PX_NODISCARD px_status px_rt_model_new(const px_ir_model *ir, px_rt_model **out, px_err *err);
 /* Opens a model file (GGUF or llama2.c) and checks it; the model owns the
  * IR.  Errors: px_ir_model_open's and px_rt_model_new's. */
-px_status px_rt_model_open(const char *path, px_rt_model **out, px_err *err);
+PX_NODISCARD px_status px_rt_model_open(const char *path, px_rt_model **out, px_err *err);
 void px_rt_model_free(px_rt_model *m); /* NULL is a no-op */
 const px_ir_model *px_rt_model_ir(const px_rt_model *m);
 const px_ir_hparams *px_rt_model_hparams(const px_rt_model *m);
@@ -451,8 +457,8 @@ typedef struct px_rt_session_opts {
  * the session); opts may be NULL.  Returns owned (px_rt_session_free).
  * Errors: PX_EINVAL (bad options, naming them), PX_EUNSUPPORTED (an op or
  * dtype the device cannot run), PX_ENOMEM. */
-px_status px_rt_session_new(const px_rt_model *model, const px_rt_session_opts *opts,
-                            px_rt_session **out, px_err *err);
+PX_NODISCARD px_status px_rt_session_new(const px_rt_model *model, const px_rt_session_opts *opts,
+                                         px_rt_session **out, px_err *err);
 void px_rt_session_free(px_rt_session *s); /* NULL is a no-op */
 
 /* What a session holds. */
@@ -477,9 +483,9 @@ px_rt_stream *px_rt_session_stream(px_rt_session *s);
 /* Takes a free KV-cache slot for a new sequence and returns its id (the
  * lowest free slot, so that stages adding sequences in the same order
  * agree on ids).  Errors: PX_ELIMIT when max_seqs are active. */
-px_status px_rt_seq_add(px_rt_session *s, int32_t *seq, px_err *err);
+PX_NODISCARD px_status px_rt_seq_add(px_rt_session *s, int32_t *seq, px_err *err);
 /* Frees the sequence's slot.  PX_ENOTFOUND for an unknown id. */
-px_status px_rt_seq_remove(px_rt_session *s, int32_t seq, px_err *err);
+PX_NODISCARD px_status px_rt_seq_remove(px_rt_session *s, int32_t seq, px_err *err);
 /* Positions cached for the sequence, or -1 for an unknown id. */
 int64_t px_rt_seq_len(const px_rt_session *s, int32_t seq);
 /* KV-cache blocks a sequence of n positions holds: ceil(n / block_size).
@@ -536,8 +542,9 @@ typedef struct px_rt_output {
  * max_batch_tokens or max_logit_rows, a position past the context), the
  * backend's.  On failure sequence lengths are unchanged but their caches
  * past those lengths may have been overwritten. */
-px_status px_rt_forward(px_rt_session *s, const px_rt_batch *batch, const px_rt_forward_opts *opts,
-                        px_rt_output *out, px_err *err);
+PX_NODISCARD px_status px_rt_forward(px_rt_session *s, const px_rt_batch *batch,
+                                     const px_rt_forward_opts *opts, px_rt_output *out,
+                                     px_err *err);
 
 /* Index of the largest value (the first on ties); -1 when n is 0. */
 int32_t px_rt_argmax(const float *x, size_t n);
@@ -552,11 +559,13 @@ int32_t px_rt_argmax(const float *x, size_t n);
 typedef struct px_rt_ref px_rt_ref;
 
 /* model is borrowed.  context 0: the model's.  Returns owned. */
-px_status px_rt_ref_new(const px_rt_model *model, uint32_t context, px_rt_ref **out, px_err *err);
+PX_NODISCARD px_status px_rt_ref_new(const px_rt_model *model, uint32_t context, px_rt_ref **out,
+                                     px_err *err);
 void px_rt_ref_free(px_rt_ref *r); /* NULL is a no-op */
 /* Runs token at pos (pos at most the positions already run) and writes
  * vocab_size logits.  Errors: PX_EINVAL, PX_ELIMIT (pos past context). */
-px_status px_rt_ref_forward(px_rt_ref *r, int32_t token, uint32_t pos, float *logits, px_err *err);
+PX_NODISCARD px_status px_rt_ref_forward(px_rt_ref *r, int32_t token, uint32_t pos, float *logits,
+                                         px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Tokenizer                                                           */
@@ -574,7 +583,8 @@ typedef struct px_rt_tokenizer px_rt_tokenizer;
  * Errors: PX_EINVAL (no vocabulary), PX_EUNSUPPORTED (a tokenizer model
  * other than llama, such as gpt2), PX_ELIMIT (more than 4M tokens, a token
  * over 64 KiB), PX_ENOMEM. */
-px_status px_rt_tokenizer_new(const px_ir_vocab *vocab, px_rt_tokenizer **out, px_err *err);
+PX_NODISCARD px_status px_rt_tokenizer_new(const px_ir_vocab *vocab, px_rt_tokenizer **out,
+                                           px_err *err);
 void px_rt_tokenizer_free(px_rt_tokenizer *t); /* NULL is a no-op */
 uint32_t px_rt_tokenizer_n_tokens(const px_rt_tokenizer *t);
 int32_t px_rt_tokenizer_bos(const px_rt_tokenizer *t);
@@ -601,17 +611,17 @@ enum {
  * then says how many were needed) or the text is longer than 16 MiB,
  * PX_EUNSUPPORTED when a byte has no token (a vocabulary without byte
  * fallback), PX_ENOMEM. */
-px_status px_rt_tokenizer_encode(const px_rt_tokenizer *t, const char *text, size_t len,
-                                 unsigned flags, int32_t *ids, size_t cap, size_t *n_ids,
-                                 px_err *err);
+PX_NODISCARD px_status px_rt_tokenizer_encode(const px_rt_tokenizer *t, const char *text,
+                                              size_t len, unsigned flags, int32_t *ids, size_t cap,
+                                              size_t *n_ids, px_err *err);
 /* The bytes token stands for when it follows prev: byte tokens become
  * their byte, U+2581 becomes a space, control and unknown tokens yield no
  * bytes (so "<|im_end|>" or "</s>" never shows in generated text), and the
  * leading space of a piece right after BOS is dropped (llama2.c's
  * decoding).  *piece is owned by the tokenizer.  Errors: PX_EINVAL for an
  * id out of range. */
-px_status px_rt_tokenizer_decode(const px_rt_tokenizer *t, int32_t prev, int32_t token,
-                                 const char **piece, size_t *len, px_err *err);
+PX_NODISCARD px_status px_rt_tokenizer_decode(const px_rt_tokenizer *t, int32_t prev, int32_t token,
+                                              const char **piece, size_t *len, px_err *err);
 /* The id of the token whose text is exactly len bytes of text, as the
  * vocabulary writes it ("<|im_end|>", "</s>"), or -1.  A control or
  * user-defined token is preferred to an ordinary one of the same text.
@@ -627,8 +637,8 @@ px_token_type px_rt_tokenizer_token_type(const px_rt_tokenizer *t, int32_t token
  * decode yields nothing.  For logprobs and diagnostics; streamed text uses
  * decode, so that control tokens never reach a client.  *text is owned by
  * the tokenizer.  Errors: PX_EINVAL for an id out of range. */
-px_status px_rt_tokenizer_token_text(const px_rt_tokenizer *t, int32_t token, const char **text,
-                                     size_t *len, px_err *err);
+PX_NODISCARD px_status px_rt_tokenizer_token_text(const px_rt_tokenizer *t, int32_t token,
+                                                  const char **text, size_t *len, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Sampling                                                            */
@@ -646,8 +656,8 @@ typedef struct px_rt_sampler px_rt_sampler;
 
 /* Errors: PX_EINVAL (negative or non-finite temperature, top_p outside
  * [0, 1], vocab 0).  Returns owned (px_rt_sampler_free). */
-px_status px_rt_sampler_new(uint32_t vocab_size, const px_rt_sampler_opts *o, px_rt_sampler **out,
-                            px_err *err);
+PX_NODISCARD px_status px_rt_sampler_new(uint32_t vocab_size, const px_rt_sampler_opts *o,
+                                         px_rt_sampler **out, px_err *err);
 void px_rt_sampler_free(px_rt_sampler *s); /* NULL is a no-op */
 /* Picks a token from vocab_size logits, which it overwrites (scaled and
  * turned into probabilities).  Allocates nothing. */
@@ -693,8 +703,9 @@ typedef struct px_rt_generate_stats {
  * NULL.  Errors: PX_EINVAL (options; a session without all layers),
  * PX_ELIMIT (a prompt longer than the context, naming it), the
  * forward pass's. */
-px_status px_rt_generate(px_rt_session *s, const px_rt_tokenizer *t,
-                         const px_rt_generate_opts *opts, px_rt_generate_stats *stats, px_err *err);
+PX_NODISCARD px_status px_rt_generate(px_rt_session *s, const px_rt_tokenizer *t,
+                                      const px_rt_generate_opts *opts, px_rt_generate_stats *stats,
+                                      px_err *err);
 
 /* ================================================================== */
 /* Pipelined execution: the emu backend, the framed transport, stage   */
@@ -726,6 +737,26 @@ px_status px_rt_generate(px_rt_session *s, const px_rt_tokenizer *t,
  *     px_rt_pipeline_stats stats;
  *     px_rt_executor_generate(ex, tokenizer, &gen_opts, &stats, &err);
  *     px_rt_executor_free(ex);   // shuts the workers down
+ *
+ * Threads.  One executor is driven by one thread at a time: its calls
+ * (generate, the step and sequence calls, free) must not overlap; distinct
+ * executors are independent.  Each executor runs one receive thread of its
+ * own, started by px_rt_executor_new and joined by px_rt_executor_free.
+ *
+ * Process side effects.  px_rt_executor_new forks and execs one child per
+ * stage (the plexus binary, or worker_bin) with an empty signal mask and
+ * PR_SET_PDEATHSIG = SIGKILL: a worker dies when the *thread* that created
+ * it exits, so create an executor from a thread that outlives it.  The
+ * children are reaped by px_rt_executor_free (SIGKILL after a 2 s grace);
+ * nothing else in the process should wait for them (no waitpid(-1) and no
+ * SIGCHLD = SIG_IGN while an executor lives).  Over Unix sockets the
+ * executor makes a private folder $TMPDIR/plexus-run-XXXXXX (/tmp when
+ * TMPDIR is unset; mode 0700; TMPDIR must leave room for a socket path,
+ * about 45 characters) holding one socket per stage, and removes it on
+ * free; over TCP it listens on ephemeral ports of 127.0.0.1.  Every
+ * descriptor is close-on-exec; writes use MSG_NOSIGNAL, so no SIGPIPE.
+ * stdout and stderr are flushed before each fork, and the workers inherit
+ * them.
  */
 
 /* The hardware graph (plexus/hw.h) the executor reads emu profiles from. */
@@ -761,14 +792,16 @@ typedef struct px_rt_emu_profile {
  * "memory_slowdown": 2, "jitter": 0.02, "seed": 1}.  Missing slowdowns
  * are 1.  Errors: PX_EPARSE (not JSON), PX_EINVAL (a slowdown below 1 or
  * not finite, jitter outside [0, 1), an unknown member; naming it). */
-px_status px_rt_emu_profile_parse(const char *json, px_rt_emu_profile *out, px_err *err);
+PX_NODISCARD px_status px_rt_emu_profile_parse(const char *json, px_rt_emu_profile *out,
+                                               px_err *err);
 /* Writes the profile as the JSON text px_rt_emu_profile_parse reads.
  * PX_ENOMEM. */
-px_status px_rt_emu_profile_format(const px_rt_emu_profile *p, px_strbuf *out, px_err *err);
+PX_NODISCARD px_status px_rt_emu_profile_format(const px_rt_emu_profile *p, px_strbuf *out,
+                                                px_err *err);
 /* Registers the "emu" backend (idempotent, thread-safe).  Its devices
  * take the profile's JSON text in px_rt_device_opts.profile (NULL: all
  * slowdowns 1, unlimited memory). */
-px_status px_rt_emu_register(px_err *err);
+PX_NODISCARD px_status px_rt_emu_register(px_err *err);
 /* The class the emu backend gives an op: true when compute-bound. */
 bool px_rt_emu_op_compute_bound(const px_rt_op *op);
 
@@ -826,9 +859,9 @@ void px_rt_frame_header_encode(const px_rt_frame_header *h, uint8_t out[PX_RT_FR
  * most max_payload.  `peer` names the sender in messages.  Errors:
  * PX_EPARSE (wrong magic, unknown type), PX_EUNSUPPORTED (version),
  * PX_ELIMIT (length). */
-px_status px_rt_frame_header_decode(const uint8_t in[PX_RT_FRAME_HEADER_BYTES],
-                                    uint32_t max_payload, const char *peer, px_rt_frame_header *out,
-                                    px_err *err);
+PX_NODISCARD px_status px_rt_frame_header_decode(const uint8_t in[PX_RT_FRAME_HEADER_BYTES],
+                                                 uint32_t max_payload, const char *peer,
+                                                 px_rt_frame_header *out, px_err *err);
 
 /* A transport address: "unix:PATH" or "tcp:A.B.C.D:PORT" (a numeric
  * IPv4 address, "localhost" for 127.0.0.1; port 0 when listening picks a
@@ -840,19 +873,19 @@ typedef struct px_rt_conn px_rt_conn;
 /* Listens on addr.  Returns owned (px_rt_listener_free, which also
  * removes a Unix socket file).  Errors: PX_EINVAL (a malformed address,
  * naming the accepted forms), PX_EIO (the system's refusal). */
-px_status px_rt_listener_new(const char *addr, px_rt_listener **out, px_err *err);
-void px_rt_listener_free(px_rt_listener *l);
+PX_NODISCARD px_status px_rt_listener_new(const char *addr, px_rt_listener **out, px_err *err);
+void px_rt_listener_free(px_rt_listener *l); /* NULL is a no-op */
 /* The address the listener bound ("tcp:10.0.0.2:41234": the chosen port
  * for "tcp:...:0"); borrowed. */
 const char *px_rt_listener_address(const px_rt_listener *l);
 /* Waits at most timeout_ms for a peer.  peer names it in messages
  * (copied).  Returns owned (px_rt_conn_free).  PX_ETIMEOUT, PX_EIO. */
-px_status px_rt_listener_accept(px_rt_listener *l, int timeout_ms, const char *peer,
-                                px_rt_conn **out, px_err *err);
+PX_NODISCARD px_status px_rt_listener_accept(px_rt_listener *l, int timeout_ms, const char *peer,
+                                             px_rt_conn **out, px_err *err);
 /* Connects to addr, retrying while nobody listens yet, for at most
  * timeout_ms.  Returns owned.  PX_EINVAL, PX_ETIMEOUT, PX_EIO. */
-px_status px_rt_conn_connect(const char *addr, int timeout_ms, const char *peer, px_rt_conn **out,
-                             px_err *err);
+PX_NODISCARD px_status px_rt_conn_connect(const char *addr, int timeout_ms, const char *peer,
+                                          px_rt_conn **out, px_err *err);
 void px_rt_conn_free(px_rt_conn *c); /* NULL is a no-op */
 /* Checks an address's form.  PX_EINVAL naming it and the accepted forms. */
 px_status px_rt_addr_check(const char *addr, px_err *err);
@@ -908,18 +941,19 @@ void px_rt_conn_set_faults(px_rt_conn *c, const px_rt_link_faults *f);
  * 0).  Errors: PX_ETIMEOUT (the peer stopped reading), PX_EPEER (the
  * connection is closed or cut), PX_ELIMIT (len above the agreed maximum),
  * each naming the peer. */
-px_status px_rt_conn_send(px_rt_conn *c, px_rt_frame_type type, uint8_t flags, const void *payload,
-                          uint32_t len, px_err *err);
+PX_NODISCARD px_status px_rt_conn_send(px_rt_conn *c, px_rt_frame_type type, uint8_t flags,
+                                       const void *payload, uint32_t len, px_err *err);
 /* Sends a frame whose payload is the concatenation of n parts. */
-px_status px_rt_conn_sendv(px_rt_conn *c, px_rt_frame_type type, uint8_t flags,
-                           const void *const *parts, const uint32_t *lens, uint32_t n, px_err *err);
+PX_NODISCARD px_status px_rt_conn_sendv(px_rt_conn *c, px_rt_frame_type type, uint8_t flags,
+                                        const void *const *parts, const uint32_t *lens, uint32_t n,
+                                        px_err *err);
 /* Receives one frame.  *payload points into the connection's buffer,
  * valid until its next receive.  Errors: PX_ETIMEOUT (nothing within the
  * timeout), PX_EPEER (the peer closed, possibly mid-frame: "truncated
  * frame"), PX_EPARSE (bad magic or checksum), PX_EUNSUPPORTED (version),
  * PX_ELIMIT (length), each naming the peer. */
-px_status px_rt_conn_recv(px_rt_conn *c, px_rt_frame_header *h, const uint8_t **payload,
-                          px_err *err);
+PX_NODISCARD px_status px_rt_conn_recv(px_rt_conn *c, px_rt_frame_header *h,
+                                       const uint8_t **payload, px_err *err);
 /* Frames and bytes sent and received so far. */
 void px_rt_conn_counters(const px_rt_conn *c, uint64_t *frames_out, uint64_t *bytes_out,
                          uint64_t *frames_in, uint64_t *bytes_in);
@@ -942,11 +976,11 @@ typedef struct px_rt_hello {
  * constant time.  Errors: PX_EVALIDATE (another model), PX_EAUTH (a
  * wrong secret, or one side has a secret and the other none), the
  * transport's. */
-px_status px_rt_hello_client(px_rt_conn *c, const px_rt_hello *mine, px_rt_hello *theirs,
+PX_NODISCARD px_status px_rt_hello_client(px_rt_conn *c, const px_rt_hello *mine, px_rt_hello *theirs,
                              px_err *err);
 /* The accepting side: reads the peer's hello, checks it, answers, and
  * with a secret checks the peer's proof.  Errors: as the client's. */
-px_status px_rt_hello_server(px_rt_conn *c, const px_rt_hello *mine, px_rt_hello *theirs,
+PX_NODISCARD px_status px_rt_hello_server(px_rt_conn *c, const px_rt_hello *mine, px_rt_hello *theirs,
                              px_err *err);
 
 /* ------------------------------------------------------------------ */
@@ -1028,7 +1062,7 @@ px_status px_rt_secret_read_fd(int fd, uint8_t out[PX_RT_SECRET_MAX], size_t *le
  * one, then serves frames.  A failure is also sent on as an error frame
  * naming the stage.  Errors: the model's, the session's, the
  * transport's. */
-px_status px_rt_worker_run(const px_rt_worker_opts *o, px_err *err);
+PX_NODISCARD px_status px_rt_worker_run(const px_rt_worker_opts *o, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* The executor                                                        */
@@ -1076,8 +1110,9 @@ typedef struct px_rt_pipeline_spec {
  * embedding on a stage other than the first or the head on one other than
  * the last, a device missing from the inventory,
  * an emu device without a profile, more than PX_RT_MAX_STAGES stages. */
-px_status px_rt_pipeline_spec_from_plan(const json_t *plan, const px_hw_graph *inventory,
-                                        const char *name, px_rt_pipeline_spec *out, px_err *err);
+PX_NODISCARD px_status px_rt_pipeline_spec_from_plan(const json_t *plan,
+                                                     const px_hw_graph *inventory, const char *name,
+                                                     px_rt_pipeline_spec *out, px_err *err);
 
 /* The replicas a plan serves (its "replicas" array; 1 without one). */
 uint32_t px_rt_plan_replicas(const json_t *plan);
@@ -1085,9 +1120,10 @@ uint32_t px_rt_plan_replicas(const json_t *plan);
  * the first's (replica 0 is exactly that); other replicas carry no
  * per-stage predictions.  Errors: as px_rt_pipeline_spec_from_plan's,
  * and PX_EVALIDATE for a replica the plan does not have. */
-px_status px_rt_pipeline_spec_from_plan_replica(const json_t *plan, const px_hw_graph *inventory,
-                                                const char *name, uint32_t replica,
-                                                px_rt_pipeline_spec *out, px_err *err);
+PX_NODISCARD px_status px_rt_pipeline_spec_from_plan_replica(const json_t *plan,
+                                                             const px_hw_graph *inventory,
+                                                             const char *name, uint32_t replica,
+                                                             px_rt_pipeline_spec *out, px_err *err);
 
 typedef enum px_rt_transport {
     PX_RT_TRANSPORT_UNIX = 0,
@@ -1177,8 +1213,9 @@ typedef struct px_rt_executor px_rt_executor;
  * owned (px_rt_executor_free).  Errors: PX_EVALIDATE (the model does not
  * match the plan), PX_EIO (a worker cannot start), the workers' (their
  * error frames), PX_ETIMEOUT / PX_EPEER naming the stage. */
-px_status px_rt_executor_new(const px_rt_pipeline_spec *spec, const px_rt_executor_opts *opts,
-                             px_rt_executor **out, px_err *err);
+PX_NODISCARD px_status px_rt_executor_new(const px_rt_pipeline_spec *spec,
+                                          const px_rt_executor_opts *opts, px_rt_executor **out,
+                                          px_err *err);
 /* Shuts the workers down (killing any that do not exit within the
  * timeout) and reaps them.  NULL is a no-op. */
 void px_rt_executor_free(px_rt_executor *ex);
@@ -1250,7 +1287,7 @@ typedef struct px_rt_fault {
  * range, a bad parameter, naming it), PX_ESTATE (the pipeline failed
  * before, or the stage already ended), the transport's naming the
  * stage. */
-px_status px_rt_executor_inject(px_rt_executor *ex, const px_rt_fault *f, px_err *err);
+PX_NODISCARD px_status px_rt_executor_inject(px_rt_executor *ex, const px_rt_fault *f, px_err *err);
 
 /* The health of stage i's worker, from the process table (the
  * executor's heartbeat: it never waits).  *detail (may be NULL) gets "killed by
@@ -1387,7 +1424,7 @@ typedef struct px_rt_pipeline_stats {
     uint32_t n_prompts;
 } px_rt_pipeline_stats;
 
-void px_rt_pipeline_stats_release(px_rt_pipeline_stats *st);
+void px_rt_pipeline_stats_release(px_rt_pipeline_stats *st); /* NULL is a no-op */
 
 /* Generates like px_rt_generate, through the pipeline: prefill in
  * micro-batches of max_batch_tokens rows, then one token per unfinished
@@ -1399,16 +1436,17 @@ void px_rt_pipeline_stats_release(px_rt_pipeline_stats *st);
  * counted).  On failure the pipeline is unusable; free it.  Errors:
  * px_rt_generate's, and the transport's naming the stage (stage index,
  * device, pid) that died, stopped answering or failed. */
-px_status px_rt_executor_generate(px_rt_executor *ex, const px_rt_tokenizer *t,
-                                  const px_rt_generate_opts *o, px_rt_pipeline_stats *stats,
-                                  px_err *err);
+PX_NODISCARD px_status px_rt_executor_generate(px_rt_executor *ex, const px_rt_tokenizer *t,
+                                               const px_rt_generate_opts *o,
+                                               px_rt_pipeline_stats *stats, px_err *err);
 
 /* The predicted-versus-observed report: per stage, decode time per token
  * and prefill time against the plan's intervals (inside or outside), end
  * to end, and tokens/s; every line naming an emulated device says so.
  * Appends to out.  PX_ENOMEM. */
-px_status px_rt_pipeline_report(const px_rt_pipeline_spec *spec, const px_rt_executor *ex,
-                                const px_rt_pipeline_stats *st, px_strbuf *out);
+PX_NODISCARD px_status px_rt_pipeline_report(const px_rt_pipeline_spec *spec,
+                                             const px_rt_executor *ex,
+                                             const px_rt_pipeline_stats *st, px_strbuf *out);
 /* The same as a JSON object (new reference; NULL on allocation
  * failure). */
 json_t *px_rt_pipeline_report_json(const px_rt_pipeline_spec *spec, const px_rt_executor *ex,
@@ -1545,7 +1583,8 @@ typedef struct px_rt_engine_opts {
 /* Checks the options.  Returns owned (px_rt_engine_free).  Errors:
  * PX_EINVAL (no runner or two, a session without the whole model, a
  * tokenizer of another vocabulary), PX_ENOMEM. */
-px_status px_rt_engine_new(const px_rt_engine_opts *o, px_rt_engine **out, px_err *err);
+PX_NODISCARD px_status px_rt_engine_new(const px_rt_engine_opts *o, px_rt_engine **out,
+                                        px_err *err);
 /* Requests still queued or running end with PX_RT_FINISH_CANCELLED
  * (their callbacks run here, on the caller's thread).  The runner is
  * left to its owner.  NULL is a no-op. */
@@ -1557,7 +1596,8 @@ void px_rt_engine_free(px_rt_engine *e);
  * context or than the KV cache holds, naming both; the queue is full:
  * retry later), PX_ESTATE (the engine failed), PX_ENOMEM.  A request that
  * fails here never calls its callbacks. */
-px_status px_rt_engine_submit(px_rt_engine *e, const px_rt_request *r, uint64_t *id, px_err *err);
+PX_NODISCARD px_status px_rt_engine_submit(px_rt_engine *e, const px_rt_request *r, uint64_t *id,
+                                           px_err *err);
 /* Asks for a request to end (thread-safe): it finishes with
  * PX_RT_FINISH_CANCELLED at the next step boundary, its KV blocks freed.
  * An unknown or finished id is ignored. */
@@ -1569,9 +1609,9 @@ void px_rt_engine_cancel(px_rt_engine *e, uint64_t id);
  * whether requests remain.  Errors: the runner's, when no supervisor
  * recovered it; every request then ends with PX_RT_FINISH_ERROR and the
  * engine accepts no more. */
-px_status px_rt_engine_step(px_rt_engine *e, bool *busy, px_err *err);
+PX_NODISCARD px_status px_rt_engine_step(px_rt_engine *e, bool *busy, px_err *err);
 /* Steps until no request is queued or running. */
-px_status px_rt_engine_run(px_rt_engine *e, px_err *err);
+PX_NODISCARD px_status px_rt_engine_run(px_rt_engine *e, px_err *err);
 /* Waits up to timeout_ms for a new request or cancellation (thread-safe);
  * returns at once when requests are queued or running. */
 void px_rt_engine_wait(px_rt_engine *e, int timeout_ms);
@@ -1594,7 +1634,7 @@ void px_rt_engine_metrics_get(px_rt_engine *e, px_rt_engine_metrics *out);
 px_rt_executor *px_rt_engine_executor(const px_rt_engine *e);
 /* Asks every stage for its telemetry (executor only) into stats, which
  * must be the engine's stats.  Errors: the transport's. */
-px_status px_rt_engine_gather_stats(px_rt_engine *e, px_err *err);
+PX_NODISCARD px_status px_rt_engine_gather_stats(px_rt_engine *e, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Profiling (microbenchmarks for calibration)                         */
@@ -1655,15 +1695,15 @@ typedef struct px_rt_profile_result {
  * prefill of prompt_tokens rows and decode_steps decode steps of one
  * sequence.  model is borrowed.  Errors: PX_EINVAL (options, naming
  * them), the session's and the backend's. */
-px_status px_rt_profile_run(const px_rt_model *model, const px_rt_profile_opts *o,
-                            px_rt_profile_result *out, px_err *err);
-void px_rt_profile_result_release(px_rt_profile_result *r);
+PX_NODISCARD px_status px_rt_profile_run(const px_rt_model *model, const px_rt_profile_opts *o,
+                                         px_rt_profile_result *out, px_err *err);
+void px_rt_profile_result_release(px_rt_profile_result *r); /* NULL is a no-op */
 
 /* Times n_reps one-way copies of `bytes` bytes (at most 64 MiB) through a
  * Unix stream socket to a peer thread that sends them back; ns gets
  * n_reps one-way times (half of each round trip).  Errors: PX_EINVAL,
  * PX_EIO, PX_ENOMEM. */
-px_status px_rt_profile_copy(size_t bytes, uint32_t n_reps, uint64_t *ns, px_err *err);
+PX_NODISCARD px_status px_rt_profile_copy(size_t bytes, uint32_t n_reps, uint64_t *ns, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Quantizing model files                                              */

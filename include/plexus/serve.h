@@ -101,21 +101,22 @@ typedef struct px_serve_chat_template px_serve_chat_template;
  * Errors: PX_ENOTFOUND when no built-in matches: the message names the
  * markers found and the built-in names, the fix being --chat-template
  * NAME; PX_ELIMIT for a template over 1 MiB; PX_ENOMEM. */
-px_status px_serve_chat_template_detect(const char *jinja, size_t len, px_serve_chat_template **out,
-                                        px_strbuf *detail, px_err *err);
+PX_NODISCARD px_status px_serve_chat_template_detect(const char *jinja, size_t len,
+                                                     px_serve_chat_template **out,
+                                                     px_strbuf *detail, px_err *err);
 /* The built-in called name (as listed, or llama.cpp's spelling: "llama2",
  * "llama3", "phi3", "phi4").  Returns owned.  Errors: PX_ENOTFOUND
  * listing the names. */
-px_status px_serve_chat_template_by_name(const char *name, px_serve_chat_template **out,
-                                         px_err *err);
+PX_NODISCARD px_status px_serve_chat_template_by_name(const char *name,
+                                                      px_serve_chat_template **out, px_err *err);
 /* The template for a model: the built-in called name when name is not
  * NULL, else the one recognized from the model's tokenizer.chat_template.
  * BOS and EOS texts come from the model's vocabulary, and add_bos from the
  * template and tokenizer.ggml.add_bos_token.  m is borrowed.  Errors:
  * PX_ENOTFOUND (no tokenizer.chat_template: pass --chat-template NAME; or
  * as detect and by_name), PX_ENOMEM. */
-px_status px_serve_chat_template_for_model(const px_ir_model *m, const char *name,
-                                           px_serve_chat_template **out, px_err *err);
+PX_NODISCARD px_status px_serve_chat_template_for_model(const px_ir_model *m, const char *name,
+                                                        px_serve_chat_template **out, px_err *err);
 void px_serve_chat_template_free(px_serve_chat_template *t); /* NULL is a no-op */
 
 /* The built-in names, space-separated (static). */
@@ -151,9 +152,9 @@ const px_serve_chat_template_info *px_serve_chat_template_info_get(const px_serv
  * receives the index of the offending message, or SIZE_MAX when the
  * problem is the whole list.  Errors: PX_EINVAL, PX_ELIMIT, with messages
  * starting "messages[i]: ". */
-px_status px_serve_chat_template_check(const px_serve_chat_template *t,
-                                       const px_serve_chat_msg *msgs, size_t n, size_t *bad,
-                                       px_err *err);
+PX_NODISCARD px_status px_serve_chat_template_check(const px_serve_chat_template *t,
+                                                    const px_serve_chat_msg *msgs, size_t n,
+                                                    size_t *bad, px_err *err);
 
 typedef struct px_serve_chat_render_opts {
     /* Append the start of an assistant turn ("<|im_start|>assistant\n"). */
@@ -167,10 +168,10 @@ typedef struct px_serve_chat_render_opts {
 /* Renders the conversation (checked first, as px_serve_chat_template_check)
  * into *text (owned: free(); NUL-terminated, *len bytes).  opts may be
  * NULL (no generation prompt).  Errors: those of check, PX_ENOMEM. */
-px_status px_serve_chat_template_render(const px_serve_chat_template *t,
-                                        const px_serve_chat_msg *msgs, size_t n,
-                                        const px_serve_chat_render_opts *opts, char **text,
-                                        size_t *len, px_err *err);
+PX_NODISCARD px_status px_serve_chat_template_render(const px_serve_chat_template *t,
+                                                     const px_serve_chat_msg *msgs, size_t n,
+                                                     const px_serve_chat_render_opts *opts,
+                                                     char **text, size_t *len, px_err *err);
 
 /* ================================================================== */
 /* OpenAI API                                                          */
@@ -286,11 +287,11 @@ typedef struct px_serve_request {
  * empty (release is still safe) and e (may be NULL) says why, with 400 or
  * 413.  Errors: PX_EINVAL (400), PX_ELIMIT (413, or 400 for a bound on a
  * value), PX_ENOMEM (500). */
-px_status px_serve_request_parse(px_serve_api api, const char *body, size_t len,
-                                 const px_serve_limits *lim, px_serve_request *out,
-                                 px_serve_error *e);
+PX_NODISCARD px_status px_serve_request_parse(px_serve_api api, const char *body, size_t len,
+                                              const px_serve_limits *lim, px_serve_request *out,
+                                              px_serve_error *e);
 /* Frees what the request owns and empties it.  Safe on an empty request. */
-void px_serve_request_release(px_serve_request *r);
+void px_serve_request_release(px_serve_request *r); /* NULL is a no-op */
 
 /* ---- responses ---- */
 
@@ -350,30 +351,31 @@ typedef struct px_serve_response px_serve_response;
 /* Returns owned (px_serve_response_free).  Errors: PX_EINVAL (no id or
  * model, more than PX_SERVE_MAX_STOP stop strings, an empty one),
  * PX_ENOMEM. */
-px_status px_serve_response_new(const px_serve_response_opts *o, px_serve_response **out,
-                                px_err *err);
+PX_NODISCARD px_status px_serve_response_new(const px_serve_response_opts *o,
+                                             px_serve_response **out, px_err *err);
 void px_serve_response_free(px_serve_response *r); /* NULL is a no-op */
 
 /* Streaming chat: appends the first chunk (delta.role "assistant"), if not
  * sent yet, to out; token and finish call it themselves.  Other kinds of
  * response append nothing. */
-px_status px_serve_response_begin(px_serve_response *r, px_strbuf *out, px_err *err);
+PX_NODISCARD px_status px_serve_response_begin(px_serve_response *r, px_strbuf *out, px_err *err);
 /* Feeds one token (not the EOS or end-of-turn token that ends the turn:
  * finish with PX_SERVE_FINISH_STOP instead).  Streaming, appends the
  * chunks ready ("data: {...}\n\n") to out; otherwise keeps the text for
  * finish.  *stopped (may be NULL) becomes true when a stop string has just
  * completed: generation should end and finish be called.  Errors:
  * PX_ESTATE after a stop or finish, PX_ENOMEM. */
-px_status px_serve_response_token(px_serve_response *r, const px_serve_token_event *ev,
-                                  px_strbuf *out, bool *stopped, px_err *err);
+PX_NODISCARD px_status px_serve_response_token(px_serve_response *r, const px_serve_token_event *ev,
+                                               px_strbuf *out, bool *stopped, px_err *err);
 /* Ends the response: appends the held-back text (an incomplete character
  * at the very end becomes U+FFFD), then, streaming, the chunk with
  * finish_reason, the usage chunk (include_usage) and "data: [DONE]\n\n";
  * otherwise the whole body (text_completion or chat.completion, with
  * usage).  A stop string seen forces "stop".  Errors: PX_ESTATE when
  * already finished, PX_ENOMEM. */
-px_status px_serve_response_finish(px_serve_response *r, px_serve_finish reason,
-                                   const px_serve_usage *usage, px_strbuf *out, px_err *err);
+PX_NODISCARD px_status px_serve_response_finish(px_serve_response *r, px_serve_finish reason,
+                                                const px_serve_usage *usage, px_strbuf *out,
+                                                px_err *err);
 /* The text emitted so far (without stop strings); owned by r. */
 const char *px_serve_response_text(const px_serve_response *r, size_t *len);
 
@@ -455,7 +457,7 @@ typedef struct px_serve_opts {
  * replica and listens.  o is copied.  Returns owned (px_serve_free).
  * Errors: PX_EINVAL (options, naming them), the model's, the planner's
  * and executor's, PX_EIO (cannot listen, naming the address). */
-px_status px_serve_new(const px_serve_opts *o, px_serve **out, px_err *err);
+PX_NODISCARD px_status px_serve_new(const px_serve_opts *o, px_serve **out, px_err *err);
 /* "127.0.0.1:PORT" as bound (borrowed). */
 const char *px_serve_address(const px_serve *s);
 /* Stops taking connections (thread-safe); free finishes the job. */

@@ -156,19 +156,19 @@ typedef struct px_sim_plan {
  * (px_sim_plan_release).  PX_EPARSE naming the JSON pointer of a missing or
  * malformed member; PX_ENOTFOUND for a device absent from the graph;
  * PX_ENOMEM. */
-px_status px_sim_plan_from_json(const json_t *doc, const px_hw_graph *graph, px_sim_plan *out,
-                                px_err *err);
+PX_NODISCARD px_status px_sim_plan_from_json(const json_t *doc, const px_hw_graph *graph,
+                                             px_sim_plan *out, px_err *err);
 /* Frees what px_sim_plan_from_json allocated and zeroes the struct.
  * Hand-built plans (arena NULL) are only zeroed.  NULL is a no-op. */
 void px_sim_plan_release(px_sim_plan *plan);
 /* Checks a plan's numbers and indices.  PX_EINVAL naming the field. */
-px_status px_sim_plan_check(const px_sim_plan *plan, px_err *err);
+PX_NODISCARD px_status px_sim_plan_check(const px_sim_plan *plan, px_err *err);
 /* Checks that a plan document (borrowed) was made on this inventory: its
  * /inventory/digest must be the graph's content id (px_hw_graph_digest),
  * or a device of the same name may be another device (an H100 read as an
  * A100).  inv_name names the inventory in the message.  A plan without a
  * digest passes.  PX_EINVAL naming both inventories and the fix; PX_ENOMEM. */
-px_status px_sim_plan_check_inventory(const json_t *plan_doc, const px_hw_graph *graph,
+PX_NODISCARD px_status px_sim_plan_check_inventory(const json_t *plan_doc, const px_hw_graph *graph,
                                       const char *inv_name, px_err *err);
 
 /* ------------------------------------------------------------------ */
@@ -214,12 +214,12 @@ typedef struct px_sim_load {
  * exp:MEAN.  On success `out` owns its arrivals (px_sim_load_release).
  * PX_EINVAL naming the item and the accepted keys; trace errors as
  * px_sim_load_read_trace; PX_EIO. */
-px_status px_sim_load_parse(const char *spec, px_sim_load *out, px_err *err);
+PX_NODISCARD px_status px_sim_load_parse(const char *spec, px_sim_load *out, px_err *err);
 /* Reads arrivals from JSON Lines text ({"t": s, "prompt_tokens": n,
  * "gen_tokens": m} per line; blank lines skipped) of len bytes (borrowed).
  * Bounded: 10,000,000 lines, 4 KiB per line, lengths 1..1,000,000, t
  * finite, >= 0 and non-decreasing.  PX_EPARSE / PX_ELIMIT naming the line. */
-px_status px_sim_load_read_trace(const char *text, size_t len, const char *name, px_sim_load *out,
+PX_NODISCARD px_status px_sim_load_read_trace(const char *text, size_t len, const char *name, px_sim_load *out,
                                  px_err *err);
 void px_sim_load_release(px_sim_load *load);
 /* The output tokens per second the load offers in the long run: the mean
@@ -229,7 +229,7 @@ double px_sim_load_offered_tokens(const px_sim_load *load);
 /* The load as JSON (for traces; arrivals included).  New reference. */
 json_t *px_sim_load_to_json(const px_sim_load *load);
 /* Reads px_sim_load_to_json's output back (borrowed).  PX_EPARSE. */
-px_status px_sim_load_from_json(const json_t *v, px_sim_load *out, px_err *err);
+PX_NODISCARD px_status px_sim_load_from_json(const json_t *v, px_sim_load *out, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Faults                                                              */
@@ -272,10 +272,10 @@ typedef struct px_sim_faults {
  * times, factors outside (0, 1] are refused with a message naming
  * "name: /faults/3/bandwidth_factor" and the fix.  Targets are checked
  * against a plan when a run starts.  PX_EPARSE, PX_ELIMIT, PX_ENOMEM. */
-px_status px_sim_faults_parse(const char *text, size_t len, const char *name, px_sim_faults *out,
-                              px_err *err);
-px_status px_sim_faults_load(const char *path, px_sim_faults *out, px_err *err);
-void px_sim_faults_release(px_sim_faults *f);
+PX_NODISCARD px_status px_sim_faults_parse(const char *text, size_t len, const char *name,
+                                           px_sim_faults *out, px_err *err);
+PX_NODISCARD px_status px_sim_faults_load(const char *path, px_sim_faults *out, px_err *err);
+void px_sim_faults_release(px_sim_faults *f); /* NULL is a no-op */
 /* The faults as a plexus.faults/1 document.  New reference. */
 json_t *px_sim_faults_to_json(const px_sim_faults *f);
 
@@ -499,9 +499,10 @@ typedef struct px_sim_result {
  * PX_EINVAL for a bad plan or option (the message names it); PX_ENOTFOUND
  * for a fault target the plan lacks ("faults[2].target: device "n9.gpu0"
  * is not in the plan's inventory"); PX_ENOMEM. */
-px_status px_sim_run(const px_sim_plan *plan, const px_sim_load *load, const px_sim_faults *faults,
-                     const px_sim_options *options, px_sim_result *out, px_err *err);
-void px_sim_result_release(px_sim_result *res);
+PX_NODISCARD px_status px_sim_run(const px_sim_plan *plan, const px_sim_load *load,
+                                  const px_sim_faults *faults, const px_sim_options *options,
+                                  px_sim_result *out, px_err *err);
+void px_sim_result_release(px_sim_result *res); /* NULL is a no-op */
 
 /* The result as JSON ("plexus.sim/1"): inputs' ids, per metric the mean
  * and interval and the per-replication values, per device figures.
@@ -509,8 +510,10 @@ void px_sim_result_release(px_sim_result *res);
  * New reference; NULL on allocation failure. */
 json_t *px_sim_result_to_json(const px_sim_result *res, const px_sim_plan *plan);
 /* A readable summary appended to out.  PX_ENOMEM. */
-px_status px_sim_result_report(const px_sim_result *res, const px_sim_plan *plan, px_strbuf *out);
-/* The 97.5% quantile of Student's t with df degrees of freedom (df >= 1). */
+PX_NODISCARD px_status px_sim_result_report(const px_sim_result *res, const px_sim_plan *plan,
+                                            px_strbuf *out);
+/* The 97.5% quantile of Student's t with df degrees of freedom (df >= 1;
+ * INFINITY for 0): px_stat_t_quantile(0.975, df). */
 double px_sim_t975(uint32_t df);
 
 /* ------------------------------------------------------------------ */
@@ -524,7 +527,7 @@ double px_sim_t975(uint32_t df);
 const px_trace_deriver *px_sim_replay_derivers(size_t *n);
 /* The inputs object recorded with the "simulate" decision. */
 json_t *px_sim_options_to_json(const px_sim_options *opt);
-px_status px_sim_options_from_json(const json_t *v, px_sim_options *opt, px_err *err);
+PX_NODISCARD px_status px_sim_options_from_json(const json_t *v, px_sim_options *opt, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Policy comparison                                                   */
@@ -593,11 +596,11 @@ typedef struct px_sim_pack {
  * refused with "path: /scenarios/2/objective: ..." and the fix.  On
  * success `out` owns its strings (px_sim_pack_release).  PX_EPARSE,
  * PX_ELIMIT, PX_ENOMEM. */
-px_status px_sim_pack_parse(const char *text, size_t len, const char *path, px_sim_pack *out,
-                            px_err *err);
+PX_NODISCARD px_status px_sim_pack_parse(const char *text, size_t len, const char *path,
+                                         px_sim_pack *out, px_err *err);
 /* Reads the file at path (at most 1 MiB) and parses it.  PX_ENOTFOUND and
  * PX_EIO from reading as well. */
-px_status px_sim_pack_load(const char *path, px_sim_pack *out, px_err *err);
+PX_NODISCARD px_status px_sim_pack_load(const char *path, px_sim_pack *out, px_err *err);
 /* Frees the pack's strings and zeroes it.  NULL is a no-op. */
 void px_sim_pack_release(px_sim_pack *pack);
 
@@ -622,7 +625,8 @@ typedef enum px_sim_cmp_metric {
 const char *px_sim_cmp_metric_name(px_sim_cmp_metric m);
 bool px_sim_cmp_metric_higher_is_better(px_sim_cmp_metric m);
 /* PX_EINVAL listing the names. */
-px_status px_sim_cmp_metric_parse(const char *text, px_sim_cmp_metric *out, px_err *err);
+PX_NODISCARD px_status px_sim_cmp_metric_parse(const char *text, px_sim_cmp_metric *out,
+                                               px_err *err);
 
 /* The mean of n paired differences and its 95% Student-t interval.
  * significant: the interval excludes 0.  With no spread (every difference
@@ -724,9 +728,9 @@ typedef struct px_sim_comparison {
  * policy, seeds out of range); the inventory, model, faults and
  * simulator errors prefixed with the scenario's name; PX_ENOMEM.
  * Distinct comparisons may run in parallel. */
-px_status px_sim_compare(const px_sim_pack *pack, const px_sim_compare_options *opt,
-                         px_sim_comparison *out, px_err *err);
-void px_sim_comparison_release(px_sim_comparison *c);
+PX_NODISCARD px_status px_sim_compare(const px_sim_pack *pack, const px_sim_compare_options *opt,
+                                      px_sim_comparison *out, px_err *err);
+void px_sim_comparison_release(px_sim_comparison *c); /* NULL is a no-op */
 
 /* The comparison as a plexus.compare/1 document (docs/compare.md):
  * per scenario and policy the samples, means, intervals, paired
@@ -735,11 +739,11 @@ void px_sim_comparison_release(px_sim_comparison *c);
  * New reference; NULL on allocation failure. */
 json_t *px_sim_comparison_to_json(const px_sim_comparison *c);
 /* Tables per scenario and overall, appended to out.  PX_ENOMEM. */
-px_status px_sim_comparison_report(const px_sim_comparison *c, px_strbuf *out);
+PX_NODISCARD px_status px_sim_comparison_report(const px_sim_comparison *c, px_strbuf *out);
 /* A box and strip plot of metric's distribution over seeds, one panel per
  * scenario and one row per policy: plain, deterministic SVG.  PX_ENOMEM. */
-px_status px_sim_comparison_svg(const px_sim_comparison *c, px_sim_cmp_metric metric,
-                                px_strbuf *out);
+PX_NODISCARD px_status px_sim_comparison_svg(const px_sim_comparison *c, px_sim_cmp_metric metric,
+                                             px_strbuf *out);
 
 #ifdef __cplusplus
 }

@@ -60,32 +60,36 @@ typedef struct px_trace_writer px_trace_writer;
 
 /* Creates (truncates) path and writes the header naming the command that
  * produced the trace.  Returns an owned writer (px_trace_writer_close). */
-px_status px_trace_writer_open(const char *path, const char *command, px_trace_writer **out,
-                               px_err *err);
+PX_NODISCARD px_status px_trace_writer_open(const char *path, const char *command,
+                                            px_trace_writer **out, px_err *err);
 /* Flushes, fsyncs and closes; frees w even on failure.  NULL is a no-op. */
-px_status px_trace_writer_close(px_trace_writer *w, px_err *err);
+PX_NODISCARD px_status px_trace_writer_close(px_trace_writer *w, px_err *err);
 
 /* Records an input under a name ("inventory", "model", "seed").  data is
  * borrowed.  The input's content hash is recorded with it; id_out (may be
  * NULL) receives that hash. */
-px_status px_trace_input(px_trace_writer *w, const char *name, const json_t *data,
-                         char id_out[PX_TRACE_ID_LEN], px_err *err);
+PX_NODISCARD px_status px_trace_input(px_trace_writer *w, const char *name, const json_t *data,
+                                      char id_out[PX_TRACE_ID_LEN], px_err *err);
 /* Records a decision: `inputs` names what it was derived from (borrowed),
  * `output` is the decision (borrowed).  Its id is the SHA-256 of the name
  * and the canonical inputs, so the same inputs give the same id on every
  * machine; id_out (may be NULL) receives it. */
-px_status px_trace_decision(px_trace_writer *w, const char *name, const json_t *inputs,
-                            const json_t *output, char id_out[PX_TRACE_ID_LEN], px_err *err);
+PX_NODISCARD px_status px_trace_decision(px_trace_writer *w, const char *name, const json_t *inputs,
+                                         const json_t *output, char id_out[PX_TRACE_ID_LEN],
+                                         px_err *err);
 /* Records a mitigation decision: like a decision, kept apart by kind. */
-px_status px_trace_mitigation(px_trace_writer *w, const char *name, const json_t *inputs,
-                              const json_t *output, char id_out[PX_TRACE_ID_LEN], px_err *err);
+PX_NODISCARD px_status px_trace_mitigation(px_trace_writer *w, const char *name,
+                                           const json_t *inputs, const json_t *output,
+                                           char id_out[PX_TRACE_ID_LEN], px_err *err);
 /* Records an observation (timings, telemetry).  Observations are marked
  * nondeterministic: replay feeds them back instead of recomputing them. */
-px_status px_trace_observation(px_trace_writer *w, const char *name, const json_t *data,
-                               px_err *err);
+PX_NODISCARD px_status px_trace_observation(px_trace_writer *w, const char *name,
+                                            const json_t *data, px_err *err);
 /* Records an injected or detected fault, and an outcome. */
-px_status px_trace_fault(px_trace_writer *w, const char *name, const json_t *data, px_err *err);
-px_status px_trace_outcome(px_trace_writer *w, const char *name, const json_t *data, px_err *err);
+PX_NODISCARD px_status px_trace_fault(px_trace_writer *w, const char *name, const json_t *data,
+                                      px_err *err);
+PX_NODISCARD px_status px_trace_outcome(px_trace_writer *w, const char *name, const json_t *data,
+                                        px_err *err);
 /* Number of events written so far. */
 uint64_t px_trace_writer_count(const px_trace_writer *w);
 
@@ -110,13 +114,13 @@ typedef struct px_trace_reader px_trace_reader;
 
 /* Opens a trace and checks its header.  lim may be NULL for the defaults.
  * Returns an owned reader (px_trace_reader_free). */
-px_status px_trace_reader_open(const char *path, const px_trace_limits *lim, px_trace_reader **out,
-                               px_err *err);
+PX_NODISCARD px_status px_trace_reader_open(const char *path, const px_trace_limits *lim,
+                                            px_trace_reader **out, px_err *err);
 /* Opens a trace held in memory (borrowed; must outlive the reader). */
-px_status px_trace_reader_open_memory(const char *data, size_t len, const char *name,
-                                      const px_trace_limits *lim, px_trace_reader **out,
-                                      px_err *err);
-void px_trace_reader_free(px_trace_reader *r);
+PX_NODISCARD px_status px_trace_reader_open_memory(const char *data, size_t len, const char *name,
+                                                   const px_trace_limits *lim,
+                                                   px_trace_reader **out, px_err *err);
+void px_trace_reader_free(px_trace_reader *r); /* NULL is a no-op */
 /* The header's command and tool version (borrowed from the reader). */
 const char *px_trace_reader_command(const px_trace_reader *r);
 const char *px_trace_reader_tool(const px_trace_reader *r);
@@ -124,7 +128,8 @@ const char *px_trace_reader_tool(const px_trace_reader *r);
  * with *done = false for an event, PX_OK with *done = true at the end, or
  * an error naming the line (malformed JSON, a broken hash chain, a bad
  * sequence number, an unknown kind, a line over the limit). */
-px_status px_trace_next(px_trace_reader *r, px_trace_event *ev, bool *done, px_err *err);
+PX_NODISCARD px_status px_trace_next(px_trace_reader *r, px_trace_event *ev, bool *done,
+                                     px_err *err);
 
 /* ---- replay ---- */
 
@@ -154,8 +159,9 @@ typedef struct px_trace_replay_report {
  * deriver came out identical, PX_EDIVERGED at the first that did not (the
  * report says where and how), or a reading error for a malformed or
  * tampered trace. */
-px_status px_trace_replay(const char *path, const px_trace_deriver *derivers, size_t n_derivers,
-                          void *ctx, px_trace_replay_report *report, px_err *err);
+PX_NODISCARD px_status px_trace_replay(const char *path, const px_trace_deriver *derivers,
+                                       size_t n_derivers, void *ctx, px_trace_replay_report *report,
+                                       px_err *err);
 
 #ifdef __cplusplus
 }

@@ -29,6 +29,7 @@ static inline bool px__add_size(size_t a, size_t b, size_t *out)
     return !__builtin_add_overflow(a, b, out);
 }
 
+#include "base/alloc.h"
 #include "base/banned.h"
 
 #endif

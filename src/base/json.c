@@ -102,7 +102,19 @@ px_status px_json_parse(const char *text, size_t len, const char *name, const px
                           "%s: document is %zu bytes, more than the limit of %zu bytes", name, len,
                           l.max_bytes);
     json_error_t jerr;
+    unsigned long failures = px__alloc_failures();
     json_t *v = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    /* jansson names some allocation failures; one while it sets up leaves
+     * the error text empty; one in its lexer reads as a syntax error, or
+     * even drops a character of a string and succeeds.  The seam's count
+     * tells them apart (jansson allocates through the seam while a test
+     * injects faults). */
+    if (px__alloc_failures() != failures) {
+        json_decref(v);
+        return px_err_set(err, PX_ENOMEM, "%s: out of memory", name);
+    }
+    if (!v && (json_error_code(&jerr) == json_error_out_of_memory || !jerr.text[0]))
+        return px_err_set(err, PX_ENOMEM, "%s: out of memory", name);
     if (!v)
         return px_err_set(err, PX_EPARSE, "%s:%d:%d: %s", name, jerr.line, jerr.column, jerr.text);
     px_strbuf path = PX_STRBUF_INIT;
@@ -129,12 +141,25 @@ px_status px_json_load_file(const char *path, const px_json_limits *lim, json_t 
     return st;
 }
 
+/* json_dumps, NULL when any allocation failed on the way: jansson may
+ * otherwise go on with keys unsorted, and a content id would change. */
+static char *dumps_checked(const json_t *v, size_t flags)
+{
+    unsigned long failures = px__alloc_failures();
+    char *s = json_dumps(v, flags);
+    if (s && px__alloc_failures() != failures) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
 char *px_json_dump_canonical(const json_t *v)
 {
     size_t flags = JSON_SORT_KEYS | JSON_INDENT(2) | JSON_REAL_PRECISION(17);
     if (!json_is_object(v) && !json_is_array(v))
         flags |= JSON_ENCODE_ANY;
-    char *s = json_dumps(v, flags);
+    char *s = dumps_checked(v, flags);
     if (!s)
         return NULL;
     /* Files end with a newline. */
@@ -151,13 +176,14 @@ char *px_json_dump_canonical(const json_t *v)
 
 char *px_json_dump_line(const json_t *v)
 {
-    return json_dumps(v, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(17) | JSON_ENCODE_ANY);
+    return dumps_checked(v,
+                         JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(17) | JSON_ENCODE_ANY);
 }
 
 void px_json_digest_hex(const json_t *v, char out[65])
 {
     char *s =
-        json_dumps(v, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(17) | JSON_ENCODE_ANY);
+        dumps_checked(v, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(17) | JSON_ENCODE_ANY);
     px_digest d;
     px_sha256(s ? s : "", s ? strlen(s) : 0, &d);
     free(s);

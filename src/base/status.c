@@ -96,6 +96,8 @@ void px_diags_init(px_diags *d)
 
 void px_diags_release(px_diags *d)
 {
+    if (!d)
+        return;
     for (size_t i = 0; i < d->n; i++) {
         free(d->items[i].pointer);
         free(d->items[i].message);

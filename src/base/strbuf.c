@@ -12,6 +12,8 @@ void px_strbuf_init(px_strbuf *sb)
 
 void px_strbuf_release(px_strbuf *sb)
 {
+    if (!sb)
+        return;
     if (sb->cap)
         free(sb->buf);
     px_strbuf_init(sb);

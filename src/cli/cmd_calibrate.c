@@ -492,12 +492,15 @@ static px_status check_runs(cal_ctx *c, const char *title, const px_cost_run *ru
         px_strbuf sb = PX_STRBUF_INIT;
         px_cost_calib_summary sum;
         printf("\n%s\n", title);
-        px_cost_calib_report(obs, k, &sum, &sb);
-        if (n_e2e) {
+        st = px_cost_calib_report(obs, k, &sum, &sb);
+        if (st == PX_OK && n_e2e) {
             px_strbuf_adds(&sb, "end to end (transfers and the executor included):\n");
-            px_cost_calib_report(e2e, n_e2e, &sum, &sb);
+            st = px_cost_calib_report(e2e, n_e2e, &sum, &sb);
         }
-        fputs(sb.buf, stdout);
+        if (st != PX_OK)
+            px_err_set(err, st, "%s: the report cannot be written: out of memory", title);
+        else
+            fputs(sb.buf, stdout);
         px_strbuf_release(&sb);
     }
     free(obs);

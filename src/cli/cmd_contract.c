@@ -143,7 +143,8 @@ static int cmd_show(int argc, char **argv, px_cli_format fmt)
         return rc;
     }
     char digest[65] = "";
-    px_contract_digest(c, digest);
+    if (px_contract_digest(c, digest) != PX_OK)
+        px_strlcpy(digest, "(out of memory)", sizeof digest);
     px_contract_budget b = px_contract_get_budget(c);
     printf("contract    %s\n", px_contract_name(c) ? px_contract_name(c) : "(unnamed)");
     if (px_contract_description(c))

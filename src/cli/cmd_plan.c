@@ -305,7 +305,11 @@ static int plan_print(plan_args *a, plan_run *r)
         fputs(json, stdout);
     } else {
         px_strbuf sb = PX_STRBUF_INIT;
-        px_plan_report(r->plan, &sb);
+        if (px_plan_report(r->plan, &sb) != PX_OK) {
+            px_strbuf_release(&sb);
+            px_err_set(&err, PX_ENOMEM, "the report cannot be written: out of memory");
+            goto fail;
+        }
         fputs(sb.buf, stdout);
         px_strbuf_release(&sb);
     }

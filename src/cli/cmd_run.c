@@ -423,7 +423,11 @@ static int finish_heal(const run_opts *o, run_heal *rh, run_out *ro, bool print,
         return px__cli_fail("run", err);
     if (print) {
         px_strbuf sb = PX_STRBUF_INIT;
-        px_heal_run_report(rh->run, &sb);
+        if (px_heal_run_report(rh->run, &sb) != PX_OK) {
+            px_strbuf_release(&sb);
+            px_err_set(err, PX_ENOMEM, "the incident report cannot be written: out of memory");
+            return px__cli_fail("run", err);
+        }
         if (sb.len)
             printf("\nincidents:%s", sb.buf);
         else if (o->n_injects)
@@ -595,8 +599,7 @@ int px__cmd_run(int argc, char **argv)
             px_err e2;
             finish_heal(&o, &rh, &ro, false, &e2);
             px_strbuf sb = PX_STRBUF_INIT;
-            px_heal_run_report(rh.run, &sb);
-            if (sb.len)
+            if (px_heal_run_report(rh.run, &sb) == PX_OK && sb.len)
                 fprintf(stderr, "incidents:%s", sb.buf);
             px_strbuf_release(&sb);
         }
@@ -635,8 +638,13 @@ int px__cmd_run(int argc, char **argv)
                    ro.text[i].buf ? ro.text[i].buf : "");
     }
     px_strbuf sb = PX_STRBUF_INIT;
-    px_rt_pipeline_report(last_spec, last, &stats, &sb);
-    printf("\n%s", sb.buf ? sb.buf : "");
+    if (px_rt_pipeline_report(last_spec, last, &stats, &sb) != PX_OK) {
+        px_strbuf_release(&sb);
+        px_err_set(&err, PX_ENOMEM, "the run report cannot be written: out of memory");
+        rc = px__cli_fail("run", &err);
+        goto done;
+    }
+    printf("\n%s", sb.buf);
     px_strbuf_release(&sb);
     rc = rh.run ? finish_heal(&o, &rh, &ro, true, &err) : PX_EXIT_OK;
 done:
@@ -645,8 +653,8 @@ done:
     px_rt_executor_free(ex);
     px_heal_run_free(rh.run);
     px_rt_local_launcher_free(launcher);
-    if (rh.trace)
-        px_trace_writer_close(rh.trace, NULL);
+    if (rh.trace && px_trace_writer_close(rh.trace, &err) != PX_OK && rc == PX_EXIT_OK)
+        rc = px__cli_fail("run", &err);
     px_contract_free(rh.contract);
     json_decref(rh.inventory_doc);
     json_decref(plan);

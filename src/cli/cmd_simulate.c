@@ -286,8 +286,8 @@ static int run_healed(const char *plan_path, const char *load_spec, const char *
 fail:
     rc = px__cli_fail("simulate", &err);
 done:
-    if (w)
-        px_trace_writer_close(w, NULL);
+    if (w && px_trace_writer_close(w, &err) != PX_OK && rc == PX_EXIT_OK)
+        rc = px__cli_fail("simulate", &err);
     json_decref(doc);
     px_sim_result_release(&res);
     px_heal_sim_free(h);

@@ -420,7 +420,7 @@ static json_t *post_job(submit_opts *s, px_fleet_client *c)
         nanosleep(&ts, NULL);
         delay_ms *= 2;
     }
-    px_fleet_client_set_idempotency_key(c, NULL, NULL);
+    (void)px_fleet_client_set_idempotency_key(c, NULL, NULL); /* clearing cannot fail */
     return reply;
 }
 

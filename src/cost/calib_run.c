@@ -206,13 +206,6 @@ px_status px_cost_run_samples(const px_cost_run *run, px_cost_fleet *f, const px
     return st;
 }
 
-double px_cost_step_size(const px_cost_model *m, const px_cost_workload *wl)
-{
-    uint32_t mb = PX_MAX(wl->micro_batches, 1u);
-    uint32_t rows = (PX_MAX(wl->batch, 1u) + mb - 1) / mb;
-    return (double)rows * (double)m->vocab * 4.0;
-}
-
 px_status px_cost_run_step_sample(const px_cost_run *run, px_cost_fleet *f, const px_cost_model *m,
                                   px_cost_calib_sample *sample, bool *has, px_err *err)
 {

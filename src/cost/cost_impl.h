@@ -11,8 +11,6 @@ double px__cost_qty_rel(const px_qty *q, double fallback);
  * the fallback. */
 double px__cost_bpe(px_dtype dt, double fallback);
 
-/* The p-quantile of Student's t with df degrees of freedom (p > 0.5). */
-double px__cost_t_quantile(double p, double df);
 /* Appends to arr (a plan's assumptions) the calibration overlay and, for
  * each correction, whether it applies to this fleet and model (at the
  * stored precision) or why it is refused.  PX_ENOMEM. */

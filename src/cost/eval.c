@@ -564,6 +564,15 @@ static void add_domain(const px_hw_view *v, uint32_t dom, uint32_t *seen, size_t
     }
 }
 
+/* A size of the workload, not of calibration: evaluation keys the step
+ * class by it, and calibration runs (calib_run.c) use it too. */
+double px_cost_step_size(const px_cost_model *m, const px_cost_workload *wl)
+{
+    uint32_t mb = PX_MAX(wl->micro_batches, 1u);
+    uint32_t rows = (PX_MAX(wl->batch, 1u) + mb - 1) / mb;
+    return (double)rows * (double)m->vocab * 4.0;
+}
+
 px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
                                 const px_cost_workload *wl, const px_cost_pipeline *pipe,
                                 const px_cost_sample *s, px_cost_estimate *est, px_err *err)

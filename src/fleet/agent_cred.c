@@ -111,8 +111,14 @@ void px__agent_sync(px__agent *a, px_fleet_client *c, unsigned *gen)
     if (atomic_load(&a->cred_gen) == *gen)
         return;
     pthread_mutex_lock(&a->cred_mu);
-    if (a->cred[0])
-        px_fleet_client_set_token(c, a->cred, NULL);
+    px_err e;
+    /* The credential was checked when it was stored; a refusal here is
+     * out of memory, and the next call tries again (gen is not taken). */
+    if (a->cred[0] && px_fleet_client_set_token(c, a->cred, &e) != PX_OK) {
+        pthread_mutex_unlock(&a->cred_mu);
+        px_log_error("agent: node %s: the credential is not in use: %s", a->node_id, e.msg);
+        return;
+    }
     *gen = atomic_load(&a->cred_gen);
     pthread_mutex_unlock(&a->cred_mu);
 }
@@ -228,8 +234,12 @@ px_status px__agent_register(px__agent *a, px_fleet_client *c, json_t **stop, px
         return st;
     }
     pthread_mutex_lock(&a->cred_mu);
-    px_fleet_client_set_token(c, a->cred, NULL);
+    st = px_fleet_client_set_token(c, a->cred, err);
     pthread_mutex_unlock(&a->cred_mu);
+    if (st != PX_OK) {
+        json_decref(reply);
+        return px_err_prefix(err, st, "node %s: the credential in use: ", a->node_id);
+    }
     double hb = json_number_value(json_object_get(reply, "heartbeat_s"));
     double lease = json_number_value(json_object_get(reply, "lease_s"));
     pthread_mutex_lock(&a->mu);
@@ -269,7 +279,9 @@ px_status px__agent_rotate(px__agent *a, px_fleet_client *c, px_err *err)
         pthread_mutex_lock(&a->cred_mu);
         px_strlcpy(a->cred, next, sizeof a->cred);
         atomic_fetch_add(&a->cred_gen, 1);
-        px_fleet_client_set_token(c, a->cred, NULL);
+        /* The new credential is saved and other clients take it up by
+         * cred_gen; this client's copy can fail only for memory. */
+        st = px_fleet_client_set_token(c, a->cred, err);
         pthread_mutex_unlock(&a->cred_mu);
         px_log_info("agent: node %s rotated its credential", a->node_id);
     }

@@ -51,7 +51,7 @@ static bool own_node(px__api_req *rq, px__api_resp *rs, const char *named, size_
                       rq->who.name, named);
         return false;
     }
-    if (px_fleet_sched_find_node(rq->srv->sched, rq->who.name, i) != PX_OK) {
+    if (px_fleet_sched_find_node(rq->srv->sched, rq->who.name, i, NULL) != PX_OK) {
         px__api_error(rs, 404, "unknown node \"%s\": register again", rq->who.name);
         return false;
     }

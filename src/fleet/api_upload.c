@@ -99,7 +99,7 @@ static int check_artifact(px__api_req *rq, px__upload *u, uint64_t length, px__a
     }
     size_t node;
     px_err err;
-    if (px_fleet_sched_find_node(srv->sched, rq->who.name, &node) != PX_OK) {
+    if (px_fleet_sched_find_node(srv->sched, rq->who.name, &node, NULL) != PX_OK) {
         px__api_error(rs, 404, "unknown node \"%s\": register again", rq->who.name);
         return 404;
     }

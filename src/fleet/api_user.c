@@ -521,7 +521,7 @@ static void nodes_route(px__api_req *rq, px__api_resp *rs, const char *rest)
     name[n] = '\0';
     px_err err;
     size_t i;
-    bool known = px_fleet_sched_find_node(srv->sched, name, &i) == PX_OK;
+    bool known = px_fleet_sched_find_node(srv->sched, name, &i, NULL) == PX_OK;
     if (act == 3) { /* admit */
         if (!px__auth_is_revoked(srv, name)) {
             px__api_error(rs, 409, "node \"%s\" is not revoked; nothing to admit", name);
@@ -585,7 +585,7 @@ static void nodes_route(px__api_req *rq, px__api_resp *rs, const char *rest)
 static bool node_needs_blob(px_fleet_server *srv, const char *node, const char *digest)
 {
     size_t i;
-    if (px_fleet_sched_find_node(srv->sched, node, &i) != PX_OK)
+    if (px_fleet_sched_find_node(srv->sched, node, &i, NULL) != PX_OK)
         return false;
     for (px__job *j = srv->jobs; j; j = j->next) {
         const char *d =

@@ -89,13 +89,12 @@ static size_t slot_of(const px_fleet_sched *s, const char *name)
     return i;
 }
 
-px_status px_fleet_sched_find_node(const px_fleet_sched *s, const char *name, size_t *index)
+px_status px_fleet_sched_find_node(const px_fleet_sched *s, const char *name, size_t *index,
+                                   px_err *err)
 {
-    if (!s->n_slots)
-        return PX_ENOTFOUND;
-    size_t i = slot_of(s, name);
-    if (!s->name_slots[i])
-        return PX_ENOTFOUND;
+    size_t i = s->n_slots ? slot_of(s, name) : 0;
+    if (!s->n_slots || !s->name_slots[i])
+        return px_err_set(err, PX_ENOTFOUND, "node \"%.100s\" is not registered", name);
     *index = s->name_slots[i] - 1;
     return PX_OK;
 }
@@ -424,7 +423,7 @@ px_status px_fleet_sched_add_node(px_fleet_sched *s, const json_t *reg, size_t *
         return st;
     }
     size_t i;
-    if (px_fleet_sched_find_node(s, name, &i) == PX_OK) {
+    if (px_fleet_sched_find_node(s, name, &i, NULL) == PX_OK) {
         px__sched_node *n = &s->nodes[i];
         node_release_desc(n);
         n->address = fresh.address;

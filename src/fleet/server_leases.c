@@ -189,7 +189,7 @@ static void restore_members(px_fleet_server *srv, px__job *job)
         size_t node;
         const char *name = json_string_value(json_object_get(x, "node"));
         const char *state = json_string_value(json_object_get(x, "state"));
-        if (!name || px_fleet_sched_find_node(srv->sched, name, &node) != PX_OK ||
+        if (!name || px_fleet_sched_find_node(srv->sched, name, &node, NULL) != PX_OK ||
             px_fleet_sched_restore(srv->sched, job->req, job->row.id, node,
                                    json_object_get(x, "devices"), NULL) != PX_OK) {
             ok = false;

@@ -24,7 +24,7 @@ static void add_node(const char *name, const char *reg, const char *state, int64
     (void)last_seen;
     inv_ctx *c = ud;
     size_t i;
-    if (px_fleet_sched_find_node(c->srv->sched, name, &i) != PX_OK ||
+    if (px_fleet_sched_find_node(c->srv->sched, name, &i, NULL) != PX_OK ||
         px_fleet_sched_state(c->srv->sched, i) != PX_FLEET_NODE_ONLINE)
         return;
     json_t *r = reg ? json_loads(reg, 0, NULL) : NULL;

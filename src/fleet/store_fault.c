@@ -12,6 +12,7 @@ atomic_int *px__store_fail_flag;
 typedef struct faulty {
     px__store inner;
     atomic_int *flag;
+    px__store_ops ops;
 } faulty;
 
 static px_status full(const faulty *f, px_err *err)
@@ -229,7 +230,16 @@ px_status px__store_wrap_faults(px__store *store, px_err *err)
         return px_err_set(err, PX_ENOMEM, "out of memory");
     f->inner = *store;
     f->flag = px__store_fail_flag;
-    store->ops = &faulty_ops;
+    /* The optional operations only where the store under has them: a
+     * lease would make a lone server a replica standing by. */
+    f->ops = faulty_ops;
+    if (!f->inner.ops->lease)
+        f->ops.lease = NULL;
+    if (!f->inner.ops->claim_jobs)
+        f->ops.claim_jobs = NULL;
+    if (!f->inner.ops->batch_begin || !f->inner.ops->batch_end)
+        f->ops.batch_begin = f->ops.batch_end = NULL;
+    store->ops = &f->ops;
     store->self = f;
     return PX_OK;
 }

@@ -123,6 +123,8 @@ struct px_heal_run {
     uint32_t n_incident_ids;
 };
 
+/* ---- heal_run_plan.c ---- */
+
 /* Seconds since the run started. */
 double px__hr_now(const px_heal_run *h);
 
@@ -154,10 +156,6 @@ px_status px__hr_on_audit(px_heal_run *h, const px_rt_step_obs *obs, px_rt_step_
 
 /* ---- heal_run_act.c ---- */
 
-/* The context's objective, workload and validation settings as JSON (the
- * "heal.context" input) and back (borrowed doc). */
-json_t *px__hr_context_json(const px_heal_context *ctx);
-px_status px__hr_context_from_json(const json_t *doc, px_heal_context *ctx, px_err *err);
 /* Deterministic: the fault class and place of a failed step, from its
  * recorded observation (px__hr_failure_json). */
 void px__hr_classify_failure(const json_t *failure, px_heal_fault_class *cls, px_heal_locus *where);
@@ -217,6 +215,11 @@ px_status px__hr_shadow_audit(hr_shadow *sh, const px_rt_pipeline_spec *spec,
                               json_t **out, px_err *err);
 
 /* ---- heal_run_record.c ---- */
+
+/* The context's objective, workload and validation settings as JSON (the
+ * "heal.context" input) and back (borrowed doc). */
+json_t *px__hr_context_json(const px_heal_context *ctx);
+px_status px__hr_context_from_json(const json_t *doc, px_heal_context *ctx, px_err *err);
 
 /* Records the run's inputs and its first plan (px_heal_run_new). */
 px_status px__hr_record_inputs(px_heal_run *h, px_err *err);

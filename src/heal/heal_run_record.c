@@ -4,6 +4,92 @@
  * paragraphs, and the outcome. */
 #include "heal/heal_run_impl.h"
 
+/* ---- the context of the decisions: written with the inputs, read back
+ * by replay ---- */
+
+json_t *px__hr_context_json(const px_heal_context *ctx)
+{
+    const px_plan_request *r = &ctx->request;
+    const px_cost_workload *wl = &r->workload;
+    return json_pack("{s:s, s:s, s:{s:I, s:I, s:I, s:I, s:I}, s:{s:f, s:f, s:f}, s:I, s:I, s:f, "
+                     "s:b}",
+                     "objective", px_plan_objective_name(r->objective), "policy",
+                     r->policy ? r->policy : "plexus", "workload", "batch", (json_int_t)wl->batch,
+                     "micro_batches", (json_int_t)wl->micro_batches, "context",
+                     (json_int_t)wl->context, "prompt_tokens", (json_int_t)wl->prompt_tokens,
+                     "gen_tokens", (json_int_t)wl->gen_tokens, "slo", "tpot_s", ctx->slo.tpot_s,
+                     "ttft_s", ctx->slo.ttft_s, "budget_usd_h", ctx->slo.budget_usd_h, "seed",
+                     (json_int_t)ctx->seed, "replications", (json_int_t)ctx->replications,
+                     "duration_s", ctx->duration_s, "fallbacks", r->fallbacks);
+}
+
+static px_status ctx_u32(const json_t *o, const char *key, uint32_t lo, uint32_t hi, uint32_t *out,
+                         px_err *err)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return px_err_set(err, PX_EPARSE,
+                          "heal: the recorded context lacks a whole number from %u to %u at "
+                          "\"%s\"",
+                          lo, hi, key);
+    *out = (uint32_t)json_integer_value(v);
+    return PX_OK;
+}
+
+static px_status ctx_real(const json_t *o, const char *key, double hi, double *out, px_err *err)
+{
+    const json_t *v = json_object_get(o, key);
+    double x = json_number_value(v);
+    if (!json_is_number(v) || !isfinite(x) || x < 0 || x > hi)
+        return px_err_set(err, PX_EPARSE,
+                          "heal: the recorded context lacks a number from 0 to %g at \"%s\"", hi,
+                          key);
+    *out = x;
+    return PX_OK;
+}
+
+px_status px__hr_context_from_json(const json_t *doc, px_heal_context *ctx, px_err *err)
+{
+    memset(ctx, 0, sizeof *ctx);
+    px_plan_request_default(&ctx->request);
+    const json_t *wl = json_object_get(doc, "workload");
+    const json_t *slo = json_object_get(doc, "slo");
+    const char *obj = json_string_value(json_object_get(doc, "objective"));
+    const char *policy = json_string_value(json_object_get(doc, "policy"));
+    if (!json_is_object(wl) || !json_is_object(slo) || !obj || !policy)
+        return px_err_set(err, PX_EPARSE,
+                          "heal: the recorded context lacks \"objective\", \"policy\", "
+                          "\"workload\" or \"slo\"");
+    px_status st = px_plan_objective_parse(obj, &ctx->request.objective, err);
+    if (st != PX_OK)
+        return st;
+    if (!px_plan_policy_exists(policy))
+        return px_err_set(err, PX_EPARSE, "heal: the recorded policy \"%s\" is unknown", policy);
+    ctx->request.policy = policy;
+    px_cost_workload *w = &ctx->request.workload;
+    uint32_t seed = 0, reps = 0;
+    if ((st = ctx_u32(wl, "batch", 0, 65536, &w->batch, err)) ||
+        (st = ctx_u32(wl, "micro_batches", 0, 65536, &w->micro_batches, err)) ||
+        (st = ctx_u32(wl, "context", 0, 1u << 24, &w->context, err)) ||
+        (st = ctx_u32(wl, "prompt_tokens", 0, 1u << 24, &w->prompt_tokens, err)) ||
+        (st = ctx_u32(wl, "gen_tokens", 1, 1u << 24, &w->gen_tokens, err)) ||
+        (st = ctx_real(slo, "tpot_s", 1e6, &ctx->slo.tpot_s, err)) ||
+        (st = ctx_real(slo, "ttft_s", 1e6, &ctx->slo.ttft_s, err)) ||
+        (st = ctx_real(slo, "budget_usd_h", 1e9, &ctx->slo.budget_usd_h, err)) ||
+        (st = ctx_u32(doc, "seed", 0, UINT32_MAX, &seed, err)) ||
+        (st = ctx_u32(doc, "replications", 1, 100, &reps, err)) ||
+        (st = ctx_real(doc, "duration_s", 3600, &ctx->duration_s, err)))
+        return st;
+    if (w->context && w->prompt_tokens > w->context)
+        return px_err_set(err, PX_EPARSE,
+                          "heal: the recorded prompt_tokens (%u) exceeds the context (%u)",
+                          w->prompt_tokens, w->context);
+    ctx->seed = seed;
+    ctx->replications = reps;
+    ctx->request.fallbacks = json_is_true(json_object_get(doc, "fallbacks"));
+    return PX_OK;
+}
+
 static px_status model_input(const px_heal_run *h, json_t **out, px_err *err)
 {
     px_digest d;

@@ -156,6 +156,14 @@ void px__hs_observe(px_heal_sim *h, const px_sim_obs *obs);
 void px__hs_handle(px_heal_sim *h, const px_sim_obs *obs, json_t *trigger, px_sim_action *act);
 void px__hs_canary_tick(px_heal_sim *h, const px_sim_obs *obs, px_sim_action *act);
 void px__hs_adapt_tick(px_heal_sim *h, const px_sim_obs *obs, px_sim_action *act);
+
+void px__hs_incident_open(px_heal_sim *h, px_heal_fault_class cls, const px_heal_locus *where,
+                          bool intermittent, const char *evidence, const json_t *trigger);
+void px__hs_incident_event(px_heal_sim *h, const char *fmt, ...) PX_PRINTF(2, 3);
+void px__hs_incident_close(px_heal_sim *h, const char *outcome, bool mitigated);
+
+/* ---- the table of plans and the first error (heal_sim_plan.c) ---- */
+
 /* The index of the plan the observation says runs (n_plans: unknown). */
 size_t px__hs_plan_index(const px_heal_sim *h, const px_sim_plan *p);
 /* Adds a plan document (taken) to h's plans.  PX_ENOMEM, PX_ELIMIT, the
@@ -163,11 +171,7 @@ size_t px__hs_plan_index(const px_heal_sim *h, const px_sim_plan *p);
 px_status px__hs_add_plan(px_heal_sim *h, json_t *doc, size_t *index, px_err *err);
 /* Whether a plan runs anything on the device. */
 bool px__hs_plan_uses(const px_sim_plan *p, uint32_t device);
-
-void px__hs_incident_open(px_heal_sim *h, px_heal_fault_class cls, const px_heal_locus *where,
-                          bool intermittent, const char *evidence, const json_t *trigger);
-void px__hs_incident_event(px_heal_sim *h, const char *fmt, ...) PX_PRINTF(2, 3);
-void px__hs_incident_close(px_heal_sim *h, const char *outcome, bool mitigated);
+/* Keeps the first error of a run (later ones are consequences). */
 void px__hs_note_error(px_heal_sim *h, const px_err *e);
 
 /* The planning request a plan document came from (policy, objective,

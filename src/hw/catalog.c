@@ -26,7 +26,12 @@ static void read_entry(px__hw_reader *r, px_hw_catalog *cat, const char *text, s
     json_t *doc = NULL;
     px_err perr;
     px_json_limits lim = {1 << 20, 16, 4096, 10000};
-    if (px_json_parse(text, len, name, &lim, &doc, &perr) != PX_OK) {
+    px_status st = px_json_parse(text, len, name, &lim, &doc, &perr);
+    if (st == PX_ENOMEM) {
+        r->oom = true;
+        return;
+    }
+    if (st != PX_OK) {
         px__hw_error(r, "", "fix the entry's JSON", "%s", perr.msg);
         return;
     }

@@ -156,9 +156,14 @@ static px_status list_mig(px__disc *d, const char *smi, px_hw_mig_instance *mig,
     }
     px_diags w;
     px_diags_init(&w);
-    px_hw_parse_nvidia_smi_list(res.out, res.len, mig, PX__DISC_MAX_MIG, n_mig, &w, NULL);
+    px_err perr;
+    st = px_hw_parse_nvidia_smi_list(res.out, res.len, mig, PX__DISC_MAX_MIG, n_mig, &w, &perr);
     px__cmd_result_release(&res);
-    st = PX_OK;
+    if (st != PX_OK) {
+        px_diags_release(&w);
+        *n_mig = 0;
+        return px__disc_warn(d, "gpu", NULL, "nvidia-smi -L: %s; MIG instances unknown", perr.msg);
+    }
     for (size_t i = 0; i < w.n && st == PX_OK; i++)
         st = px__disc_warn(d, "gpu", w.items[i].fix, "%s", w.items[i].message);
     px_diags_release(&w);

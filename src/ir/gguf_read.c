@@ -97,7 +97,7 @@ static const char *type_name(uint32_t t)
     return t < PX_ARRAY_LEN(names) ? names[t] : "?";
 }
 
-static uint64_t scalar_size(uint32_t t)
+uint32_t px__gguf_scalar_size(uint32_t t)
 {
     switch (t) {
     case PX_GGUF_U8:
@@ -203,7 +203,7 @@ static px_status skip_array(cur *c, uint32_t et, uint64_t n, int depth, const ch
                                   "%s: byte %zu: key \"%s\": nested array of %" PRIu64
                                   " elements, more than the limit of %u",
                                   c->name, c->off, key, in, PX__IR_MAX_ARRAY);
-            if (it != PX_GGUF_STRING && it != PX_GGUF_ARRAY && !scalar_size(it))
+            if (it != PX_GGUF_STRING && it != PX_GGUF_ARRAY && !px__gguf_scalar_size(it))
                 return px_err_set(c->err, PX_EPARSE,
                                   "%s: byte %zu: key \"%s\": unknown array element type %u",
                                   c->name, c->off - 12, key, it);
@@ -212,7 +212,7 @@ static px_status skip_array(cur *c, uint32_t et, uint64_t n, int depth, const ch
         }
         return PX_OK;
     }
-    uint64_t size = scalar_size(et);
+    uint64_t size = px__gguf_scalar_size(et);
     px_status st = need(c, n * size, "array elements");
     if (st == PX_OK)
         c->off += (size_t)(n * size);
@@ -299,7 +299,7 @@ static px_status parse_kvs(px_ir_model *m, cur *c, uint64_t n_kv, uint32_t *alig
             if ((st = rd_u32(c, &et, "array element type")) != PX_OK ||
                 (st = rd_u64(c, &kv->n, "array length")) != PX_OK)
                 return st;
-            if (et != PX_GGUF_STRING && et != PX_GGUF_ARRAY && !scalar_size(et))
+            if (et != PX_GGUF_STRING && et != PX_GGUF_ARRAY && !px__gguf_scalar_size(et))
                 return px_err_set(c->err, PX_EPARSE,
                                   "%s: byte %zu: key \"%.80s\": unknown array element type "
                                   "%u; known types are 0..12",
@@ -314,7 +314,7 @@ static px_status parse_kvs(px_ir_model *m, cur *c, uint64_t n_kv, uint32_t *alig
             if ((st = skip_array(c, et, kv->n, 1, kv->key)) != PX_OK)
                 return st;
         } else {
-            uint64_t size = scalar_size(t);
+            uint64_t size = px__gguf_scalar_size(t);
             if (!size)
                 return px_err_set(c->err, PX_EPARSE,
                                   "%s: byte %zu: key \"%.80s\": unknown value type %u; "

@@ -196,33 +196,10 @@ px_status px__ir_gguf_writer_add_raw(px_ir_gguf_writer *w, const char *key, px_g
     return st;
 }
 
-static uint32_t scalar_size(px_gguf_type t)
-{
-    switch (t) {
-    case PX_GGUF_U8:
-    case PX_GGUF_I8:
-    case PX_GGUF_BOOL:
-        return 1;
-    case PX_GGUF_U16:
-    case PX_GGUF_I16:
-        return 2;
-    case PX_GGUF_U32:
-    case PX_GGUF_I32:
-    case PX_GGUF_F32:
-        return 4;
-    case PX_GGUF_U64:
-    case PX_GGUF_I64:
-    case PX_GGUF_F64:
-        return 8;
-    default:
-        return 0;
-    }
-}
-
 px_status px_ir_gguf_writer_add_array(px_ir_gguf_writer *w, const char *key, px_gguf_type t,
                                       const void *values, size_t n, px_err *err)
 {
-    uint32_t size = scalar_size(t);
+    uint32_t size = px__gguf_scalar_size(t);
     if (!size)
         return px_err_set(err, PX_EINVAL,
                           "%s: key \"%s\": arrays of type %d are written with "

@@ -162,6 +162,9 @@ px_status px__ir_check_hparams(const px_ir_model *m, px_err *err);
 px_status px__ir_finish(px_ir_model *m, const px_ir_open_opts *opts, px_err *err);
 
 /* Readers (fill an allocated model). */
+/* Bytes of one value of a GGUF scalar type; 0 for strings, arrays and
+ * unknown types.  Shared by the reader and the writer. */
+uint32_t px__gguf_scalar_size(uint32_t t);
 px_status px__ir_gguf_parse(px_ir_model *m, const px_ir_open_opts *opts, px_err *err);
 px_status px__ir_gguf_read_vocab(px_ir_model *m, px_err *err);
 px_status px__ir_llama2c_parse(px_ir_model *m, const px_ir_open_opts *opts, px_err *err);

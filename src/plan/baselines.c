@@ -591,8 +591,11 @@ px_status px__plan_single_type(px__plan_ctx *ctx, px__plan_layout *out, px_err *
         }
         /* Melange minimises cost for the load under the SLO: rank types by
          * money per token, or by time per token where nothing is priced. */
-        px_cost_eval_pipeline(ctx->fleet, ctx->model, ctx->cp, &wl, &lay.replicas[0], NULL,
-                              ctx->scratch, NULL);
+        if (px_cost_eval_pipeline(ctx->fleet, ctx->model, ctx->cp, &wl, &lay.replicas[0], NULL,
+                                  ctx->scratch, NULL) != PX_OK) {
+            px__plan_layout_release(&lay);
+            continue;
+        }
         const px_cost_estimate *e = ctx->scratch;
         bool meets = ctx->req->slo.tpot_s <= 0 || e->tpot_s <= ctx->req->slo.tpot_s;
         double score =

@@ -421,6 +421,23 @@ static json_t *bound_json(const px__plan_result *r)
         "bound: the same stages and hops at the best efficiencies");
 }
 
+/* Appends a fallback o (taken; NULL is out of memory) to arr, with the
+ * answer's figures when it is feasible. */
+static px_status push_answer(json_t *arr, json_t *o, bool feasible, double tpot_s,
+                             double throughput, uint32_t n_replicas, const char *devices)
+{
+    if (!o)
+        return PX_ENOMEM;
+    if (feasible &&
+        (px_json_set(o, "tpot_s", num(tpot_s)) || px_json_set(o, "throughput", num(throughput)) ||
+         px_json_set(o, "replicas", json_integer(n_replicas)) ||
+         (devices[0] && px_json_set(o, "devices", json_string(devices))))) {
+        json_decref(o);
+        return PX_ENOMEM;
+    }
+    return px_json_push(arr, o);
+}
+
 static json_t *fallbacks_json(const px__plan_ctx *ctx, const px__plan_result *r)
 {
     json_t *arr = json_array();
@@ -428,17 +445,8 @@ static json_t *fallbacks_json(const px__plan_ctx *ctx, const px__plan_result *r)
         const px__plan_fallback *f = &r->fb[i];
         json_t *o = json_pack("{s:s, s:b, s:s}", "lost", ctx->fleet->devices[f->lost].id,
                               "feasible", f->feasible, "note", f->note);
-        if (!o)
-            goto fail;
-        if (f->feasible &&
-            (px_json_set(o, "tpot_s", num(f->tpot_s)) ||
-             px_json_set(o, "throughput", num(f->throughput)) ||
-             px_json_set(o, "replicas", json_integer(f->n_replicas)) ||
-             (f->devices[0] && px_json_set(o, "devices", json_string(f->devices))))) {
-            json_decref(o);
-            goto fail;
-        }
-        if (px_json_push(arr, o))
+        if (push_answer(arr, o, f->feasible, f->tpot_s, f->throughput, f->n_replicas, f->devices) !=
+            PX_OK)
             goto fail;
     }
     return arr;
@@ -461,17 +469,8 @@ static json_t *link_fallbacks_json(const px__plan_ctx *ctx, const px__plan_resul
                               "action", px__plan_link_action_name(f->action), "feasible",
                               f->feasible, "note", f->note, "degraded", "tpot_s",
                               num(f->degraded_tpot_s), "throughput", num(f->degraded_throughput));
-        if (!o)
-            goto fail;
-        if (f->feasible &&
-            (px_json_set(o, "tpot_s", num(f->tpot_s)) ||
-             px_json_set(o, "throughput", num(f->throughput)) ||
-             px_json_set(o, "replicas", json_integer(f->n_replicas)) ||
-             (f->devices[0] && px_json_set(o, "devices", json_string(f->devices))))) {
-            json_decref(o);
-            goto fail;
-        }
-        if (px_json_push(arr, o))
+        if (push_answer(arr, o, f->feasible, f->tpot_s, f->throughput, f->n_replicas, f->devices) !=
+            PX_OK)
             goto fail;
     }
     return arr;

@@ -220,6 +220,38 @@ static px_status ring_failed(px_rt_executor *ex, px_status st, px_err *err)
     return PX_EPEER;
 }
 
+/* Creates the run's private folder for the Unix sockets under $TMPDIR (or
+ * /tmp when unset or empty), mode 0700 by mkdtemp.  A socket path must fit
+ * sockaddr_un (108 bytes with "/executor.sock"), hence the bound on dir. */
+static px_status make_socket_dir(char *dir, size_t cap, px_err *err)
+{
+    const char *tmp = getenv("TMPDIR");
+    size_t n = tmp ? strlen(tmp) : 0;
+    while (n > 1 && tmp[n - 1] == '/')
+        n--;
+    if (!n) {
+        tmp = "/tmp";
+        n = 4;
+    }
+    int len = snprintf(dir, cap, "%.*s/plexus-run-XXXXXX", (int)PX_MIN(n, (size_t)INT_MAX), tmp);
+    if (len < 0 || (size_t)len >= cap) {
+        dir[0] = 0;
+        return px_err_set(err, PX_EINVAL,
+                          "executor: TMPDIR \"%.60s\" is longer than the %zu characters a Unix "
+                          "socket path leaves: set a shorter TMPDIR or use the tcp transport",
+                          tmp, cap - sizeof "/plexus-run-XXXXXX");
+    }
+    if (!mkdtemp(dir)) {
+        int e = errno;
+        dir[0] = 0;
+        return px_err_set(err, PX_EIO,
+                          "executor: cannot create a folder for the sockets under %.*s: %s (set "
+                          "TMPDIR to a writable folder)",
+                          (int)PX_MIN(n, (size_t)200), tmp, strerror(e));
+    }
+    return PX_OK;
+}
+
 static px_status pick_tcp_ports(px_rt_executor *ex, px_err *err)
 {
     int fds[PX_RT_MAX_STAGES + 1];
@@ -611,15 +643,8 @@ px_status px_rt_executor_new(const px_rt_pipeline_spec *spec, const px_rt_execut
             px_strlcpy(ex->addr[PX_RT_MAX_STAGES], ex->addr[spec->n_stages],
                        sizeof ex->addr[PX_RT_MAX_STAGES]);
         } else {
-            px_strlcpy(ex->dir, "/tmp/plexus-run-XXXXXX", sizeof ex->dir);
-            if (!mkdtemp(ex->dir)) {
-                ex->dir[0] = 0;
-                st = px_err_set(err, PX_EIO,
-                                "executor: cannot create a folder for the sockets under "
-                                "/tmp: %s",
-                                strerror(errno));
+            if ((st = make_socket_dir(ex->dir, sizeof ex->dir, err)) != PX_OK)
                 goto fail;
-            }
             for (uint32_t i = 0; i < spec->n_stages; i++)
                 snprintf(ex->addr[i], sizeof ex->addr[i], "unix:%s/stage-%u.sock", ex->dir, i);
             snprintf(ex->addr[PX_RT_MAX_STAGES], sizeof ex->addr[0], "unix:%s/executor.sock",

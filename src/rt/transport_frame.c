@@ -5,6 +5,7 @@
 #include "base/common.h"
 
 #include <pthread.h>
+#include <zlib.h>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -17,30 +18,12 @@
 #endif
 
 /* ------------------------------------------------------------------ */
-/* CRC-32 (IEEE), table-driven, the table built on first use            */
+/* CRC-32 (IEEE): zlib's, which is sliced and thread-safe              */
 /* ------------------------------------------------------------------ */
-
-static uint32_t crc_table[256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[i] = c;
-    }
-}
 
 uint32_t px_rt_crc32(uint32_t crc, const void *data, size_t n)
 {
-    pthread_once(&crc_once, crc_init);
-    const uint8_t *p = data;
-    crc = ~crc;
-    for (size_t i = 0; i < n; i++)
-        crc = crc_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-    return ~crc;
+    return (uint32_t)crc32_z(crc, data, n);
 }
 
 /* ------------------------------------------------------------------ */

@@ -18,18 +18,7 @@ void px_sim_options_default(px_sim_options *opt)
 
 double px_sim_t975(uint32_t df)
 {
-    static const double t[] = {0,     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365,
-                               2.306, 2.262,  2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-                               2.120, 2.110,  2.101, 2.093, 2.086, 2.080, 2.074, 2.069,
-                               2.064, 2.060,  2.056, 2.052, 2.048, 2.045, 2.042};
-    if (df == 0)
-        return INFINITY;
-    if (df < PX_ARRAY_LEN(t))
-        return t[df];
-    /* Beyond 30 degrees of freedom: the normal quantile with the first
-     * Cornish-Fisher correction (within 0.1% of the table above 30). */
-    double z = 1.959964;
-    return z + (z * z * z + z) / (4.0 * df);
+    return px_stat_t_quantile(0.975, (double)df);
 }
 
 static px_status check_options(const px_sim_options *o, px_err *err)

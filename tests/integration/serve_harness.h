@@ -100,7 +100,7 @@ static void sh_start(sh_server *s, const char *const *args)
     if (!s->addr[0]) {
         char *log = NULL;
         size_t ll;
-        px_read_file(s->log, 1 << 20, &log, &ll, NULL);
+        (void)px_read_file(s->log, 1 << 20, &log, &ll, NULL); /* the log may be absent */
         kill(-pid, SIGKILL);
         waitpid(pid, NULL, 0);
         fail_msg("plexus serve did not start:\n%s", log ? log : "(no log)");

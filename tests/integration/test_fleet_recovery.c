@@ -19,7 +19,7 @@ static int setup(void **state)
     char *tr = px_asprintf("%s/torchrun", bin);
     mkdir(bin, 0755);
     const char *script = "#!/bin/sh\necho torchrun \"$@\"\n";
-    px_write_file(tr, script, strlen(script), NULL);
+    assert_int_equal(px_write_file(tr, script, strlen(script), NULL), PX_OK);
     chmod(tr, 0755);
     char *path = px_asprintf("%s:%s", bin, getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
     setenv("PATH", path, 1);

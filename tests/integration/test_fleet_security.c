@@ -34,7 +34,8 @@ static long raw(const char *token, const char *method, const char *path, const c
     long code = 0;
     px_err err;
     err.msg[0] = '\0';
-    px_fleet_client_send(c, method, path, body, len, &code, NULL, &err);
+    /* The caller judges the outcome by the HTTP code and the message. */
+    (void)px_fleet_client_send(c, method, path, body, len, &code, NULL, &err);
     px_fleet_client_free(c);
     snprintf(text, sizeof text, "%s", err.msg);
     if (error)

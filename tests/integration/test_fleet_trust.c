@@ -47,7 +47,8 @@ static long call(const char *token, const char *method, const char *path, const 
     px_err err;
     if (reply)
         *reply = NULL;
-    px_fleet_client_send(c, method, path, body, body ? strlen(body) : 0, &code, reply, &err);
+    /* The caller judges the outcome by the HTTP code. */
+    (void)px_fleet_client_send(c, method, path, body, body ? strlen(body) : 0, &code, reply, &err);
     px_fleet_client_free(c);
     return code;
 }

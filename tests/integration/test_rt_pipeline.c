@@ -8,8 +8,10 @@
  * against observed. */
 #include "px_test.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -473,6 +475,53 @@ static void test_run_command_plans_on_emu_small_and_reports(void **state)
     free(model);
 }
 
+static size_t run_folders_in(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += !strncmp(e->d_name, "plexus-run-", 11);
+    closedir(d);
+    return n;
+}
+
+/* The sockets' folder is made under $TMPDIR and goes with the executor; a
+ * TMPDIR too long for a socket path is refused by name. */
+static void test_socket_folder_is_under_tmpdir_and_removed(void **state)
+{
+    (void)state;
+    uint32_t cut[] = {0, 2, 4};
+    px_rt_pipeline_spec spec;
+    make_spec(2, cut, &spec);
+    char *tmp = px_asprintf("%s/tmpdir-run", px_test_tmpdir());
+    assert_int_equal(mkdir(tmp, 0700), 0);
+    char *saved = getenv("TMPDIR") ? px_strdup(getenv("TMPDIR")) : NULL;
+    assert_int_equal(setenv("TMPDIR", tmp, 1), 0);
+    px_err err;
+    px_rt_executor_opts xo = exec_opts(synth_path, 1);
+    px_rt_executor *ex;
+    px_assert_ok(px_rt_executor_new(&spec, &xo, &ex, &err), &err);
+    assert_int_equal(run_folders_in(tmp), 1);
+    px_rt_executor_free(ex);
+    assert_int_equal(run_folders_in(tmp), 0);
+    char longdir[120];
+    memset(longdir, 'a', sizeof longdir - 1);
+    longdir[0] = '/';
+    longdir[sizeof longdir - 1] = 0;
+    assert_int_equal(setenv("TMPDIR", longdir, 1), 0);
+    assert_int_equal(px_rt_executor_new(&spec, &xo, &ex, &err), PX_EINVAL);
+    px_assert_contains(err.msg, "TMPDIR");
+    if (saved)
+        assert_int_equal(setenv("TMPDIR", saved, 1), 0);
+    else
+        assert_int_equal(unsetenv("TMPDIR"), 0);
+    free(saved);
+    rmdir(tmp);
+    free(tmp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -484,6 +533,7 @@ int main(void)
         cmocka_unit_test(test_model_that_does_not_match_the_plan_is_refused),
         cmocka_unit_test(test_prompt_longer_than_the_context_is_refused),
         cmocka_unit_test(test_run_command_plans_on_emu_small_and_reports),
+        cmocka_unit_test(test_socket_folder_is_under_tmpdir_and_removed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

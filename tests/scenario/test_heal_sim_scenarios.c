@@ -175,7 +175,7 @@ static void scen_run(scen *s, const char *faults_text, const char *load_spec, do
     s->incidents = px_heal_sim_incidents(s->heal);
     if (getenv("PX_HEAL_SIM_VERBOSE")) {
         px_strbuf sb = PX_STRBUF_INIT;
-        px_heal_sim_report(s->heal, &sb);
+        assert_int_equal(px_heal_sim_report(s->heal, &sb), PX_OK);
         fprintf(stderr, "%s", sb.buf ? sb.buf : "(no incidents)\n");
         fprintf(stderr, "  switches %g, throttled %g s, tokens/s %g, failed %g\n",
                 s->res.runs[0].plan_switches, s->res.runs[0].throttled_s,

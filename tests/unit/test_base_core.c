@@ -1,6 +1,7 @@
 /* Errors, arenas, strings, JSON limits, RNG streams and hashing. */
 #include "px_test.h"
 
+#include <math.h>
 #include <string.h>
 
 static void test_err_messages_and_prefix(void **state)
@@ -202,6 +203,21 @@ static void test_diags_keep_every_problem_up_to_a_bound(void **state)
     px_diags_release(&d);
 }
 
+/* Student's t quantiles against published values (R's qt). */
+static void test_student_t_quantiles_match_published_values(void **state)
+{
+    (void)state;
+    assert_float_equal(px_stat_t_quantile(0.975, 1), 12.7062047362, 1e-8);
+    assert_float_equal(px_stat_t_quantile(0.975, 2), 4.3026527297, 1e-8);
+    assert_float_equal(px_stat_t_quantile(0.975, 10), 2.2281388520, 1e-8);
+    assert_float_equal(px_stat_t_quantile(0.95, 5), 2.0150483733, 1e-8);
+    assert_float_equal(px_stat_t_quantile(0.975, 1000), 1.9623390808, 1e-8);
+    assert_float_equal(px_stat_t_quantile(0.975, 2.5), 3.5746548, 1e-6);
+    assert_float_equal(px_stat_t_quantile(0.5, 4), 0, 0);
+    assert_true(isinf(px_stat_t_quantile(0.975, 0)));
+    assert_true(isinf(px_stat_t_quantile(0.975, NAN)));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -214,6 +230,7 @@ int main(void)
         cmocka_unit_test(test_sha256_known_answers),
         cmocka_unit_test(test_files_read_write_and_bounds),
         cmocka_unit_test(test_diags_keep_every_problem_up_to_a_bound),
+        cmocka_unit_test(test_student_t_quantiles_match_published_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -458,8 +458,8 @@ static void test_equal_contracts_export_equal_bytes(void **state)
     assert_string_equal(ta, tb);
     assert_string_not_equal(ta, td);
     char da[65], dd[65];
-    px_contract_digest(ca, da);
-    px_contract_digest(cd, dd);
+    assert_int_equal(px_contract_digest(ca, da), PX_OK);
+    assert_int_equal(px_contract_digest(cd, dd), PX_OK);
     assert_string_not_equal(da, dd);
     free(ta);
     free(tb);

@@ -170,7 +170,7 @@ static void test_filters_keep_every_node_reason(void **state)
     add_node(s, "{\"name\": \"cpuonly\", \"cpus\": 2, \"memory\": \"4 GiB\"}");
     add_node(s, GPU_NODE("gone", "nvidia", "9.0", "80 GB", "2.3.1"));
     size_t gone;
-    assert_int_equal(px_fleet_sched_find_node(s, "gone", &gone), PX_OK);
+    assert_int_equal(px_fleet_sched_find_node(s, "gone", &gone, NULL), PX_OK);
     px_fleet_sched_set_state(s, gone, PX_FLEET_NODE_OFFLINE);
     px_fleet_request *r = request(
         "{\"command\": [\"train\"], \"resources\": {\"gpus\": 1, \"gpu_memory\": \"40 GB\","
@@ -297,7 +297,7 @@ static void test_scores_prefer_headroom_then_resident_model(void **state)
     px_fleet_sched_release(s, "m1");
     px_fleet_sched_release(s, "m2");
     size_t b;
-    px_fleet_sched_find_node(s, "b", &b);
+    assert_int_equal(px_fleet_sched_find_node(s, "b", &b, NULL), PX_OK);
     json_t *hb = parse("{\"node\": \"b\", \"live\": {\"load\": 0.9}, \"resident\": []}");
     px_fleet_sched_update_live(s, b, hb);
     json_decref(hb);
@@ -426,9 +426,12 @@ static void test_many_nodes_index_and_rejected_list_bounded(void **state)
         add_node(s, reg);
     }
     size_t idx;
-    assert_int_equal(px_fleet_sched_find_node(s, "n321", &idx), PX_OK);
+    assert_int_equal(px_fleet_sched_find_node(s, "n321", &idx, NULL), PX_OK);
     assert_int_equal(idx, 321);
-    assert_int_equal(px_fleet_sched_find_node(s, "n999", &idx), PX_ENOTFOUND);
+    px_err e;
+    assert_int_equal(px_fleet_sched_find_node(s, "n999", &idx, &e), PX_ENOTFOUND);
+    assert_int_equal(e.code, PX_ENOTFOUND);
+    assert_non_null(strstr(e.msg, "\"n999\" is not registered"));
     px_fleet_request *r = request("{\"command\": [\"a\"], \"resources\": {\"cpus\": 2}}");
     bool placed;
     json_t *ex = place(s, r, "big", &placed);

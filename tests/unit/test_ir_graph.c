@@ -356,7 +356,7 @@ static void test_dit_is_bidirectional_without_kv_cache(void **state)
     px_ir_dims d = px_ir_model_phase_dims(m, PX_IR_PHASE_DENOISE, 2, 0);
     assert_true(d.B == 2 && d.S == 256 && d.T == 256);
     px_ir_layer_cost c;
-    px_ir_model_layer_cost(m, PX_IR_ROW_LAYER(3), &c);
+    assert_int_equal(px_ir_model_layer_cost(m, PX_IR_ROW_LAYER(3), &c), PX_OK);
     assert_false(c.causal);
     assert_int_equal(c.kv_bytes_token, 0);
     /* One step: the paper's 118.6 GFLOPs count multiply-adds once; this IR
@@ -435,7 +435,7 @@ static void test_kv_dtype_and_sliding_window(void **state)
 
     m = preset("mistral-7b", PX_DTYPE_COUNT_, NULL);
     px_ir_layer_cost c;
-    px_ir_model_layer_cost(m, PX_IR_ROW_LAYER(0), &c);
+    assert_int_equal(px_ir_model_layer_cost(m, PX_IR_ROW_LAYER(0), &c), PX_OK);
     assert_int_equal(c.window, 4096);
     /* Past the window a decode step attends to 4096 positions, not T. */
     assert_int_equal(px_ir_decode_flops(&c, 20000) - px_ir_decode_flops(&c, 4096), 0);

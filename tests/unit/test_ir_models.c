@@ -113,7 +113,7 @@ static void test_q8_0_file_counts_blocks_and_f16_fallback(void **state)
     assert_int_equal(px_ir_model_weight(m, 3, PX_IR_ROLE_W2_DOWN)->dtype, PX_DTYPE_F16);
     /* The layer row's bytes at other dtypes: its matrices re-encoded. */
     px_ir_layer_cost c;
-    px_ir_model_layer_cost(m, PX_IR_ROW_LAYER(0), &c);
+    assert_int_equal(px_ir_model_layer_cost(m, PX_IR_ROW_LAYER(0), &c), PX_OK);
     assert_int_equal(c.weight_bytes_at[PX_DTYPE_F32], layer_params() * 4);
     /* Q4_K blocks of 256 do not divide rows of 64. */
     assert_true(c.weight_bytes_at[PX_DTYPE_Q4_K] == UINT64_MAX);

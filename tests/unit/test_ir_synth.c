@@ -263,7 +263,7 @@ static void test_synth_dtypes_and_architectures(void **state)
     assert_int_equal(ex->n_dims, 3);
     assert_int_equal(ex->ne[2], 4);
     px_ir_layer_cost c;
-    px_ir_model_layer_cost(m, PX_IR_ROW_LAYER(0), &c);
+    assert_int_equal(px_ir_model_layer_cost(m, PX_IR_ROW_LAYER(0), &c), PX_OK);
     assert_int_equal(c.expert_bytes, 3 * 64 * 172 * 4);
     px_ir_model_free(m);
     free(path);

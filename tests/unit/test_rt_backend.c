@@ -270,8 +270,8 @@ static px_status run_steps(px_rt_session *s, float *out, px_err *err)
             memcpy(out, o.data, 300 * sizeof(float));
         toks[0] = (int32_t)(7 * step + 1);
     }
-    px_rt_seq_remove(s, seq, NULL);
-    return st;
+    px_status rm = px_rt_seq_remove(s, seq, NULL);
+    return st != PX_OK ? st : rm;
 }
 
 /* ------------------------------------------------------------------ */
