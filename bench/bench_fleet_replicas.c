@@ -239,7 +239,8 @@ static int bench_latency(void)
     chmod(fifo, 0666);
     int rfd = open(fifo, O_RDONLY | O_NONBLOCK);
     int keep = open(fifo, O_WRONLY);
-    px_write_file(join, "bench-cluster-token-0123456789", 30, NULL);
+    if (px_write_file(join, "bench-cluster-token-0123456789", 30, NULL) != PX_OK)
+        return 1;
     chmod(join, 0600);
     pid_t agents[N_AGENTS];
     for (int i = 0; i < N_AGENTS; i++) {
@@ -253,8 +254,10 @@ static int bench_latency(void)
             "\"memory\": [{\"id\": \"ddr0\", \"kind\": \"ddr\", \"capacity\": \"64 GiB\"}], "
             "\"devices\": []}]}",
             name);
-        px_write_file(inventory, inv, strlen(inv), NULL);
+        px_status wst = px_write_file(inventory, inv, strlen(inv), NULL);
         free(inv);
+        if (wst != PX_OK)
+            return 1;
         const char *argv[] = {plexus,
                               "agent",
                               "--server",
@@ -273,7 +276,8 @@ static int bench_latency(void)
         agents[i] = spawn(argv, log);
     }
     px_fleet_client *c;
-    px_fleet_client_new(urls, "bench-user-token-0123456789", &c, NULL);
+    if (px_fleet_client_new(urls, "bench-user-token-0123456789", &c, NULL) != PX_OK)
+        return 1;
     int online = 0;
     for (int t = 0; t < 600 && online < N_AGENTS; t++) {
         json_t *r = NULL;
@@ -343,7 +347,8 @@ static long health(const char *url)
     px_fleet_client_set_timeout(c, 1000);
     long code = 0;
     json_t *r = NULL;
-    px_fleet_client_call(c, "GET", "/v1/health", NULL, &code, &r, NULL);
+    if (px_fleet_client_call(c, "GET", "/v1/health", NULL, &code, &r, NULL) != PX_OK)
+        code = 0;
     json_decref(r);
     px_fleet_client_free(c);
     return code;
@@ -359,7 +364,8 @@ static int bench_failover(void)
     char tokens[600];
     snprintf(tokens, sizeof tokens, "%s/tokens", dir);
     const char *t = "agent bench-cluster-token-0123456789\nuser bench-user-token-0123456789\n";
-    px_write_file(tokens, t, strlen(t), NULL);
+    if (px_write_file(tokens, t, strlen(t), NULL) != PX_OK)
+        return 1;
     chmod(tokens, 0600);
     pid_t pids[N_REPLICAS] = {0};
     char url[N_REPLICAS][64];

@@ -45,6 +45,15 @@ extern char **environ;
 #define READ_BYTES ((size_t)512 << 20)
 #define READ_RUNS  5
 
+/* A benchmark whose set-up fails measures nothing: stop there. */
+static void must(px_status st, const char *what)
+{
+    if (st != PX_OK) {
+        fprintf(stderr, "%s: %s: %s\n", __FILE__, what, px_status_str(st));
+        exit(1);
+    }
+}
+
 /* llama.cpp (llama-bench -p 64 -n 32, CPU build, no BLAS) on the same
  * synthetic model file, measured side by side with plexus on the 2-core
  * AMD EPYC (Zen 5) development machine, quiet, in December 2026: decode

@@ -58,7 +58,8 @@ static long health(int i)
     px_fleet_client_set_timeout(c, 1000);
     long code = 0;
     json_t *r = NULL;
-    px_fleet_client_call(c, "GET", "/v1/health", NULL, &code, &r, NULL);
+    if (px_fleet_client_call(c, "GET", "/v1/health", NULL, &code, &r, NULL) != PX_OK)
+        code = 0; /* not answering: down, or between replicas */
     json_decref(r);
     px_fleet_client_free(c);
     return code;
