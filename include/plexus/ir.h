@@ -793,13 +793,14 @@ PX_NODISCARD px_status px_ir_gguf_writer_add_array(px_ir_gguf_writer *w, const c
                                                    px_err *err);
 /* An array of n strings with lengths (lens may be NULL: NUL-terminated). */
 PX_NODISCARD px_status px_ir_gguf_writer_add_str_array(px_ir_gguf_writer *w, const char *key,
-                                          const char *const *values, const uint32_t *lens, size_t n,
-                                          px_err *err);
+                                                       const char *const *values,
+                                                       const uint32_t *lens, size_t n, px_err *err);
 /* Copies every metadata pair of GGUF model m, in order, except the keys
  * listed in skip (n_skip of them).  Errors: PX_EINVAL when m was not read
  * from a GGUF file, and those of the adders. */
 PX_NODISCARD px_status px_ir_gguf_writer_copy_meta(px_ir_gguf_writer *w, const px_ir_model *m,
-                                      const char *const *skip, size_t n_skip, px_err *err);
+                                                   const char *const *skip, size_t n_skip,
+                                                   px_err *err);
 /* Declares a tensor; ne innermost first.  Names must be unique. */
 PX_NODISCARD px_status px_ir_gguf_writer_add_tensor(px_ir_gguf_writer *w, const char *name,
                                                     px_dtype t, uint32_t n_dims, const uint64_t *ne,

@@ -888,7 +888,7 @@ PX_NODISCARD px_status px_rt_conn_connect(const char *addr, int timeout_ms, cons
                                           px_rt_conn **out, px_err *err);
 void px_rt_conn_free(px_rt_conn *c); /* NULL is a no-op */
 /* Checks an address's form.  PX_EINVAL naming it and the accepted forms. */
-px_status px_rt_addr_check(const char *addr, px_err *err);
+PX_NODISCARD px_status px_rt_addr_check(const char *addr, px_err *err);
 /* Whether addr is well formed and stays on this machine: a Unix socket,
  * or TCP in 127.0.0.0/8. */
 bool px_rt_addr_is_local(const char *addr);
@@ -901,7 +901,8 @@ bool px_rt_addr_is_local(const char *addr);
  * PX_EINVAL for a length outside [PX_RT_SECRET_MIN, PX_RT_SECRET_MAX]. */
 #define PX_RT_SECRET_MIN 16
 #define PX_RT_SECRET_MAX 64
-px_status px_rt_conn_set_secret(px_rt_conn *c, const uint8_t *secret, size_t len, px_err *err);
+PX_NODISCARD px_status px_rt_conn_set_secret(px_rt_conn *c, const uint8_t *secret, size_t len,
+                                             px_err *err);
 
 /* Every read and write waits at most this long (default 10 s). */
 void px_rt_conn_set_timeout(px_rt_conn *c, int timeout_ms);
@@ -976,12 +977,12 @@ typedef struct px_rt_hello {
  * constant time.  Errors: PX_EVALIDATE (another model), PX_EAUTH (a
  * wrong secret, or one side has a secret and the other none), the
  * transport's. */
-PX_NODISCARD px_status px_rt_hello_client(px_rt_conn *c, const px_rt_hello *mine, px_rt_hello *theirs,
-                             px_err *err);
+PX_NODISCARD px_status px_rt_hello_client(px_rt_conn *c, const px_rt_hello *mine,
+                                          px_rt_hello *theirs, px_err *err);
 /* The accepting side: reads the peer's hello, checks it, answers, and
  * with a secret checks the peer's proof.  Errors: as the client's. */
-PX_NODISCARD px_status px_rt_hello_server(px_rt_conn *c, const px_rt_hello *mine, px_rt_hello *theirs,
-                             px_err *err);
+PX_NODISCARD px_status px_rt_hello_server(px_rt_conn *c, const px_rt_hello *mine,
+                                          px_rt_hello *theirs, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Stage workers                                                       */
@@ -1034,28 +1035,29 @@ typedef struct px_rt_worker_argv {
 /* Builds the command line of o (bin NULL: "plexus").  Release with
  * px_rt_worker_args_release.  PX_EINVAL (a required field missing),
  * PX_ELIMIT, PX_ENOMEM. */
-px_status px_rt_worker_args_build(const px_rt_worker_opts *o, const char *bin,
-                                  px_rt_worker_argv *out, px_err *err);
+PX_NODISCARD px_status px_rt_worker_args_build(const px_rt_worker_opts *o, const char *bin,
+                                               px_rt_worker_argv *out, px_err *err);
 void px_rt_worker_args_release(px_rt_worker_argv *a);
 /* Parses the options after "worker" (argc, argv: the options only) into
  * o, whose strings borrow argv; *secret_stdin says whether the secret is
  * to be read from standard input.  PX_EINVAL naming the option and the
  * fix (an unknown option, a missing value, a number out of range, a
  * malformed address, a backend other than cpu or emu). */
-px_status px_rt_worker_args_parse(int argc, char *const *argv, px_rt_worker_opts *o,
-                                  bool *secret_stdin, px_err *err);
+PX_NODISCARD px_status px_rt_worker_args_parse(int argc, char *const *argv, px_rt_worker_opts *o,
+                                               bool *secret_stdin, px_err *err);
 
 /* A deployment's secret: PX_RT_SECRET_BYTES random bytes (OpenSSL's
  * RAND_bytes).  PX_EINTERNAL. */
 #define PX_RT_SECRET_BYTES 32
-px_status px_rt_secret_new(uint8_t out[PX_RT_SECRET_BYTES], px_err *err);
+PX_NODISCARD px_status px_rt_secret_new(uint8_t out[PX_RT_SECRET_BYTES], px_err *err);
 /* Writes len bytes as 2*len hex digits and a NUL. */
 void px_rt_secret_hex(const uint8_t *secret, size_t len, char *out);
 /* Reads a secret from fd: hex digits on one line (up to the newline or
  * the end), PX_RT_SECRET_MIN to PX_RT_SECRET_MAX bytes.  PX_EINVAL
  * (length, a character that is not a hex digit: the secret itself is
  * never quoted), PX_EIO. */
-px_status px_rt_secret_read_fd(int fd, uint8_t out[PX_RT_SECRET_MAX], size_t *len, px_err *err);
+PX_NODISCARD px_status px_rt_secret_read_fd(int fd, uint8_t out[PX_RT_SECRET_MAX], size_t *len,
+                                            px_err *err);
 
 /* Runs a stage worker until shutdown: opens the model and a session of
  * its layers, listens, connects to the next hop, accepts the previous
@@ -1174,8 +1176,8 @@ typedef struct px_rt_launcher {
  * NULL: this process's binary; timeout_ms: the wait for a worker to
  * announce (0: 30 s). */
 typedef struct px_rt_local_launcher px_rt_local_launcher;
-px_status px_rt_local_launcher_new(const char *bin, const char *host, int timeout_ms,
-                                   px_rt_local_launcher **out, px_err *err);
+PX_NODISCARD px_status px_rt_local_launcher_new(const char *bin, const char *host, int timeout_ms,
+                                                px_rt_local_launcher **out, px_err *err);
 /* Stops every worker it started and frees it.  NULL is a no-op. */
 void px_rt_local_launcher_free(px_rt_local_launcher *l);
 /* Its interface (borrowed; valid while l lives). */
@@ -1733,8 +1735,9 @@ typedef struct px_rt_quantize_stats {
  * recipe, naming the known ones), PX_EUNSUPPORTED (a tensor already
  * quantized, or not a GGUF file), PX_EVALIDATE (a NaN or infinite weight,
  * naming the tensor and row), the reader's and the writer's. */
-px_status px_rt_quantize_file(const char *in_path, const char *out_path, const char *recipe,
-                              px_rt_quantize_stats *stats, px_err *err);
+PX_NODISCARD px_status px_rt_quantize_file(const char *in_path, const char *out_path,
+                                           const char *recipe, px_rt_quantize_stats *stats,
+                                           px_err *err);
 
 #ifdef __cplusplus
 }

@@ -169,7 +169,7 @@ PX_NODISCARD px_status px_sim_plan_check(const px_sim_plan *plan, px_err *err);
  * A100).  inv_name names the inventory in the message.  A plan without a
  * digest passes.  PX_EINVAL naming both inventories and the fix; PX_ENOMEM. */
 PX_NODISCARD px_status px_sim_plan_check_inventory(const json_t *plan_doc, const px_hw_graph *graph,
-                                      const char *inv_name, px_err *err);
+                                                   const char *inv_name, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Loads                                                               */
@@ -219,8 +219,8 @@ PX_NODISCARD px_status px_sim_load_parse(const char *spec, px_sim_load *out, px_
  * "gen_tokens": m} per line; blank lines skipped) of len bytes (borrowed).
  * Bounded: 10,000,000 lines, 4 KiB per line, lengths 1..1,000,000, t
  * finite, >= 0 and non-decreasing.  PX_EPARSE / PX_ELIMIT naming the line. */
-PX_NODISCARD px_status px_sim_load_read_trace(const char *text, size_t len, const char *name, px_sim_load *out,
-                                 px_err *err);
+PX_NODISCARD px_status px_sim_load_read_trace(const char *text, size_t len, const char *name,
+                                              px_sim_load *out, px_err *err);
 void px_sim_load_release(px_sim_load *load);
 /* The output tokens per second the load offers in the long run: the mean
  * arrival rate times the mean generation length (a trace: its generated
