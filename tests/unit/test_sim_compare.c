@@ -184,7 +184,8 @@ static void test_paired_diff_on_known_numbers(void **state)
     const double a[] = {11, 12, 13, 14, 15}, b[] = {10, 10, 10, 10, 10};
     px_sim_paired d;
     px_sim_paired_diff(a, b, 5, &d);
-    double half = 2.776 * sqrt(2.5 / 5);
+    assert_true(fabs(px_sim_t975(4) - 2.7764451) < 1e-6);
+    double half = px_sim_t975(4) * sqrt(2.5 / 5);
     assert_int_equal(d.n, 5);
     assert_true(fabs(d.mean - 3) < 1e-12);
     assert_true(fabs(d.lo - (3 - half)) < 1e-9);
