@@ -438,7 +438,7 @@ static px_status content_parts(parser *p, const json_t *parts, size_t i, px_serv
 {
     px_strbuf sb = PX_STRBUF_INIT;
     px_status st = PX_OK;
-    char param[64];
+    char param[80];
     for (size_t k = 0; k < json_array_size(parts); k++) {
         const json_t *part = json_array_get(parts, k);
         const json_t *type = json_is_object(part) ? json_object_get(part, "type") : NULL;
