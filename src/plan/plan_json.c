@@ -147,6 +147,16 @@ static bool any_accel(const px__plan_ctx *ctx, const px_cost_pipeline *p)
     return false;
 }
 
+/* Hands v over (its new parent takes it, even when it fails to) and
+ * forgets it here, so that what was never handed over is freed on a
+ * failure and nothing twice. */
+static json_t *take(json_t **v)
+{
+    json_t *t = *v;
+    *v = NULL;
+    return t;
+}
+
 static json_t *stage_json(const px__plan_ctx *ctx, const px_cost_pipeline *p, uint32_t i,
                           const px_cost_estimate *e, const px_cost_uncertain *mc)
 {
@@ -175,11 +185,9 @@ static json_t *stage_json(const px__plan_ctx *ctx, const px_cost_pipeline *p, ui
     bool offload = d0->cls == PX_HW_CLASS_CPU && any_accel(ctx, p);
     if (px_json_set(o, "index", json_integer(i)) || px_json_set(o, "devices", device_ids(ctx, s)) ||
         px_json_set(o, "backend", json_string(d0->backend)) ||
-        px_json_set(o, "emulated", json_boolean(emulated)) || px_json_set(o, "layers", layers)) {
-        layers = NULL;
+        px_json_set(o, "emulated", json_boolean(emulated)) ||
+        px_json_set(o, "layers", take(&layers)))
         goto fail;
-    }
-    layers = NULL;
     if (px_json_set(o, "embedding", json_boolean(s->embedding)) ||
         px_json_set(o, "head", json_boolean(s->head)) ||
         px_json_set(o, "tensor_parallel", json_integer(s->tp)) ||
@@ -577,7 +585,8 @@ json_t *px__plan_document(px__plan_ctx *ctx, px__plan_result *r)
                     json_pack("{s:s, s:s, s:i, s:b}", "name", v->name ? v->name : "", "digest",
                               ctx->fleet->digest, "devices", (json_int_t)ctx->fleet->n_devices,
                               "emulated", ctx->fleet->emulated)) ||
-        px_json_set(doc, "contract", cc) || px_json_set(doc, "objective", objective) ||
+        px_json_set(doc, "contract", take(&cc)) ||
+        px_json_set(doc, "objective", take(&objective)) ||
         px_json_set(doc, "workload",
                     json_pack("{s:i, s:i, s:i, s:i, s:i}", "batch", (json_int_t)wl->batch,
                               "micro_batches", (json_int_t)PX_MAX(wl->micro_batches, 1u), "context",
@@ -590,7 +599,8 @@ json_t *px__plan_document(px__plan_ctx *ctx, px__plan_result *r)
                               "replicas", (json_int_t)r->layout.n_replicas, "sequences_in_flight",
                               (json_int_t)wl->batch * r->layout.n_replicas)) ||
         px_json_set(doc, "precision", precision_json(ctx, &ctx->prec[r->layout.prec_index].prec)) ||
-        px_json_set(doc, "stages", stages) || px_json_set(doc, "replicas", replicas_json(ctx, r)) ||
+        px_json_set(doc, "stages", take(&stages)) ||
+        px_json_set(doc, "replicas", replicas_json(ctx, r)) ||
         px_json_set(doc, "predictions", predictions_json(ctx, r)) ||
         px_json_set(doc, "lower_bound", bound_json(r)) ||
         px_json_set(doc, "binding", binding_json(ctx, r)) ||
@@ -602,7 +612,11 @@ json_t *px__plan_document(px__plan_ctx *ctx, px__plan_result *r)
         px_json_set(doc, "link_fallbacks", link_fallbacks_json(ctx, r)) ||
         px_json_set(doc, "search",
                     json_pack("{s:i, s:o}", "candidates_evaluated", (json_int_t)ctx->n_evaluated,
-                              "precision_options", prec_labels))) {
+                              "precision_options", take(&prec_labels)))) {
+        json_decref(cc);
+        json_decref(objective);
+        json_decref(stages);
+        json_decref(prec_labels);
         json_decref(doc);
         return NULL;
     }
