@@ -31,6 +31,9 @@ typedef struct team {
     bool stop;
     unsigned n;
     void (*work)(struct team *t, unsigned worker);
+    /* What the repetitions after the warm-up run (NULL: work again); set
+     * by the caller between barriers, never by a worker. */
+    void (*then)(struct team *t, unsigned worker);
     void *ctx;
 } team;
 
@@ -109,6 +112,8 @@ static px_status team_run(team *t, double units, double seconds, px__bench_resul
         goto done_threads;
     }
     team_rep(t); /* warm-up: page faults, clocks ramping, caches */
+    if (t->then)
+        t->work = t->then; /* every worker waits at the start barrier */
     out->best = 0;
     out->worst = INFINITY;
     out->reps = 0;
@@ -168,7 +173,6 @@ static void triad_init(team *t, unsigned w)
         tr->b[i] = 1;
         tr->c[i] = 2;
     }
-    t->work = triad_work;
 }
 
 px_status px__bench_triad(unsigned threads, size_t array_bytes, double seconds,
@@ -186,7 +190,7 @@ px_status px__bench_triad(unsigned threads, size_t array_bytes, double seconds,
     if (!tr.a || !tr.b || !tr.c) {
         st = px_err_set(err, PX_ENOMEM, "triad: cannot allocate 3 x %zu MiB", array_bytes >> 20);
     } else {
-        team t = {.n = threads, .work = triad_init, .ctx = &tr};
+        team t = {.n = threads, .work = triad_init, .then = triad_work, .ctx = &tr};
         /* STREAM counts two reads and one write per element. */
         st = team_run(&t, 3.0 * (double)n * sizeof(double), seconds, out, err);
         out->bytes = n * sizeof(double);
