@@ -72,7 +72,8 @@ static inline bool pg_harness_find_bin(pg_harness *h)
     return true;
 }
 
-/* Runs argv as the harness's user, output to ROOT/log; its exit status. */
+/* Runs argv as the harness's user with a clean environment, output to
+ * ROOT/log; its exit status. */
 static inline int pg_harness_run(pg_harness *h, char *const argv[])
 {
     pid_t pid = fork();
@@ -89,7 +90,11 @@ static inline int pg_harness_run(pg_harness *h, char *const argv[])
         if (geteuid() == 0 &&
             (setgroups(0, NULL) != 0 || setgid(h->gid) != 0 || setuid(h->uid) != 0))
             _exit(126);
-        execv(argv[0], argv);
+        /* A clean environment: the database server must not carry the
+         * test's tokens where another process of its user (a job run as
+         * nobody, say) can read them. */
+        char *const env[] = {"PATH=/usr/bin:/bin", "LC_ALL=C", NULL};
+        execve(argv[0], argv, env);
         _exit(127);
     }
     int status = 0;
