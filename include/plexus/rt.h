@@ -1147,9 +1147,9 @@ typedef enum px_rt_stage_state {
 typedef struct px_rt_launcher {
     void *ctx;
     /* Starts the worker of `stage`.  argv is its command line
-     * (px_rt_worker_args_build's, with "--announce" and a placeholder
-     * "--listen" the launcher replaces with an address of the machine it
-     * starts the worker on); secret (hex on one line) goes to the worker's
+     * (px_rt_worker_args_build's, with "--announce"; its "--listen" value
+     * is for the launcher to set to an address of the machine it starts
+     * the worker on); secret (hex on one line) goes to the worker's
      * standard input.  Returns once the worker listens, with the address
      * it bound ("tcp:A.B.C.D:PORT") in addr and, in *handle, what names
      * this worker to the other calls (one launcher may serve several
