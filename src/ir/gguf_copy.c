@@ -2,29 +2,6 @@
  * (a rewritten file, e.g. a quantized one, keeps every key it had). */
 #include "ir/ir_impl.h"
 
-static size_t scalar_bytes(px_gguf_type t)
-{
-    switch (t) {
-    case PX_GGUF_U8:
-    case PX_GGUF_I8:
-    case PX_GGUF_BOOL:
-        return 1;
-    case PX_GGUF_U16:
-    case PX_GGUF_I16:
-        return 2;
-    case PX_GGUF_U32:
-    case PX_GGUF_I32:
-    case PX_GGUF_F32:
-        return 4;
-    case PX_GGUF_U64:
-    case PX_GGUF_I64:
-    case PX_GGUF_F64:
-        return 8;
-    default:
-        return 0;
-    }
-}
-
 static uint64_t le64(const uint8_t *p)
 {
     uint64_t v = 0;
@@ -38,7 +15,7 @@ static uint64_t le64(const uint8_t *p)
  * walk anyway).  Nested arrays recurse, at most `depth` deep. */
 static bool value_len(const uint8_t *p, size_t avail, px_gguf_type t, int depth, size_t *len)
 {
-    size_t n = scalar_bytes(t);
+    size_t n = px__gguf_scalar_size(t);
     if (n) {
         *len = n;
         return n <= avail;
@@ -53,7 +30,7 @@ static bool value_len(const uint8_t *p, size_t avail, px_gguf_type t, int depth,
         return false;
     px_gguf_type et = (px_gguf_type)(p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24);
     uint64_t count = le64(p + 4);
-    size_t at = 12, es = scalar_bytes(et);
+    size_t at = 12, es = px__gguf_scalar_size(et);
     if (es) {
         if (count > (avail - at) / es)
             return false;
