@@ -3,7 +3,9 @@
  * accelerators); a stage worker is killed while eight streams are being
  * generated.  Every stream completes with the tokens `plexus generate`
  * gives each prompt alone, no request fails, and the incident shows in
- * /health and /metrics.  Skipped without ../shared or the OpenAI client. */
+ * /health, /metrics and /incidents.  The same with the stage workers
+ * started by a launcher on 127.0.0.2, joined over authenticated TCP.
+ * Skipped without ../shared or the OpenAI client. */
 #include "serve_harness.h"
 
 #include "plexus/heal.h"
@@ -38,9 +40,10 @@ static char *generate_alone(const char *model, const char *prompt)
     return text;
 }
 
-static void test_killed_stage_mid_stream_keeps_every_stream(void **state)
+/* transport: NULL for the executor's own workers, or an address for
+ * workers started by a launcher there and joined over authenticated TCP. */
+static void killed_stage_mid_stream(const char *transport)
 {
-    (void)state;
     char *model = px_test_require_shared_model("stories260K.gguf");
     if (!sh_have_node_client()) {
         free(model);
@@ -50,8 +53,11 @@ static void test_killed_stage_mid_stream_keeps_every_stream(void **state)
     char *inventory = px_test_source_path("data/scenarios/emu-small.json");
     /* Stage 1's worker dies once 60 tokens have been produced, with every
      * stream in the middle of its text. */
-    const char *args[] = {
-        "--model", model, "--inventory", inventory, "--inject", "kill:stage1@token60", NULL};
+    const char *args[] = {"--model",     model,      "--inventory",
+                          inventory,     "--inject", "kill:stage1@token60",
+                          "--transport", transport,  NULL};
+    if (!transport)
+        args[6] = NULL;
     sh_server srv;
     sh_start(&srv, args);
     int st;
@@ -111,10 +117,23 @@ static void test_killed_stage_mid_stream_keeps_every_stream(void **state)
     free(model);
 }
 
+static void test_killed_stage_mid_stream_keeps_every_stream(void **state)
+{
+    (void)state;
+    killed_stage_mid_stream(NULL);
+}
+
+static void test_killed_launched_stage_mid_stream_keeps_every_stream(void **state)
+{
+    (void)state;
+    killed_stage_mid_stream("tcp:127.0.0.2");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_killed_stage_mid_stream_keeps_every_stream),
+        cmocka_unit_test(test_killed_launched_stage_mid_stream_keeps_every_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
