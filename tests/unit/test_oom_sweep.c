@@ -5,11 +5,11 @@
  * failing too.  Each run must end in PX_OK (the code coped) or PX_ENOMEM
  * with a message, never another error, a crash or a
  * leak (make check-asan runs this with LeakSanitizer).  Scenarios: the
- * parsers of untrusted input (inventory, contract, GGUF, llama2.c), the
- * planner and the session set-up.  Not yet swept (docs/adr/0014): OpenAI
- * request bodies, where jansson 2.14 itself aborts (an assertion in its
- * string lexer) when some of its allocations fail, and the trace reader,
- * where one failed allocation reads as a broken hash chain. */
+ * parsers of untrusted input (inventory, contract, GGUF, llama2.c, OpenAI
+ * request bodies, traces, the fleet's node registrations and job
+ * specifications), the planner and the session set-up.  Inside jansson's
+ * parser a refusal is counted but not handed over (src/base/alloc.h):
+ * jansson 2.14 corrupts its heap on one. */
 #include "px_test.h"
 
 #include <limits.h>
