@@ -655,5 +655,5 @@ bool px__api_user_route(px__api_req *rq, px__api_resp *rs)
         blobs_route(rq, rs, u[strlen("/v1/blobs")] ? u + strlen("/v1/blobs/") : "");
         return true;
     }
-    return false;
+    return px__api_deploy_route(rq, rs);
 }
