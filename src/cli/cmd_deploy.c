@@ -45,14 +45,17 @@ static json_t *contract_member(const char *spec)
 
 static void print_deployment(const json_t *d)
 {
-    printf("deployment %s %s: %lld stage%s on %zu node%s, %lld replica%s\n",
-           px__fleet_cli_str(d, "name", "?"), px__fleet_cli_str(d, "state", "?"),
+    printf("deployment %s planned: %lld stage%s on %zu node%s, %lld replica%s; %s\n",
+           px__fleet_cli_str(d, "name", "?"),
            (long long)json_integer_value(json_object_get(d, "stages")),
            json_integer_value(json_object_get(d, "stages")) == 1 ? "" : "s",
            json_array_size(json_object_get(d, "nodes")),
            json_array_size(json_object_get(d, "nodes")) == 1 ? "" : "s",
            (long long)json_integer_value(json_object_get(d, "replicas")),
-           json_integer_value(json_object_get(d, "replicas")) == 1 ? "" : "s");
+           json_integer_value(json_object_get(d, "replicas")) == 1 ? "" : "s",
+           !strcmp(px__fleet_cli_str(d, "state", ""), "resident")
+               ? "the model is resident on every node of the plan"
+               : "its nodes fetch the model from the server");
     const char *report = px__fleet_cli_str(json_object_get(d, "plan"), "report", NULL);
     if (report) {
         char *clean = malloc(strlen(report) + 1);

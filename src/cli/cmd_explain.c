@@ -125,6 +125,12 @@ static void print_deployment(const json_t *d)
                px__fleet_cli_join(json_object_get(a, "devices"), &devs));
         px_strbuf_release(&devs);
     }
+    px_strbuf held = PX_STRBUF_INIT, nodes = PX_STRBUF_INIT;
+    printf("model resident on: %s (of %s)\n",
+           px__fleet_cli_join(json_object_get(d, "model_resident_on"), &held),
+           px__fleet_cli_join(json_object_get(d, "nodes"), &nodes));
+    px_strbuf_release(&held);
+    px_strbuf_release(&nodes);
     const json_t *residency = json_object_get(plan, "residency");
     if (residency) {
         char why[480];

@@ -22,22 +22,29 @@ static void deploy(px__api_req *rq, px__api_resp *rs)
     if (px__srv_deploy(rq->srv, body, rq->who.name, &row, &err) != PX_OK)
         px__api_fail(rs, &err);
     else
-        px__api_json(rs, 201, px__srv_deploy_json(&row, true));
+        px__api_json(rs, 201, px__srv_deploy_json(rq->srv, &row, true));
     px__deploy_row_release(&row);
     json_decref(body);
 }
 
+typedef struct list_ctx {
+    px_fleet_server *srv;
+    json_t *arr;
+} list_ctx;
+
 static void list_one(const px__deploy_row *row, void *ud)
 {
-    json_array_append_new(ud, px__srv_deploy_json(row, false));
+    list_ctx *c = ud;
+    json_array_append_new(c->arr, px__srv_deploy_json(c->srv, row, false));
 }
 
 static void list(px__api_req *rq, px__api_resp *rs)
 {
-    json_t *arr = json_array();
+    list_ctx c = {rq->srv, json_array()};
+    json_t *arr = c.arr;
     px_err err;
     if (rq->srv->store.ops->list_deployments(rq->srv->store.self,
-                                             rq->who.admin ? NULL : rq->who.name, list_one, arr,
+                                             rq->who.admin ? NULL : rq->who.name, list_one, &c,
                                              &err) != PX_OK) {
         json_decref(arr);
         px__api_fail(rs, &err);
@@ -78,11 +85,14 @@ static void one(px__api_req *rq, px__api_resp *rs, const char *name)
         return;
     px_err err;
     if (get)
-        px__api_json(rs, 200, px__srv_deploy_json(&row, true));
+        px__api_json(rs, 200, px__srv_deploy_json(rq->srv, &row, true));
     else if (rq->srv->store.ops->delete_deployment(rq->srv->store.self, name, &err) != PX_OK)
         px__api_fail(rs, &err);
-    else
+    else {
+        /* Its nodes are told at their next heartbeat to let the model go. */
+        px__srv_deploy_changed(rq->srv);
         px__api_json(rs, 200, json_pack("{s:s, s:s}", "name", name, "state", "undeployed"));
+    }
     px__deploy_row_release(&row);
 }
 

@@ -521,8 +521,9 @@ struct px_fleet_server {
     uint64_t lease_checked_ns;
     uint64_t log_epoch;
     px__metrics metrics;
-    void *daemon;      /* struct MHD_Daemon */
-    json_t *incidents; /* ui_incidents.c: node-loss incidents, oldest first */
+    void *daemon;          /* struct MHD_Daemon */
+    json_t *incidents;     /* ui_incidents.c: node-loss incidents, oldest first */
+    json_t *deploy_models; /* server_deploy.c: node -> models of its deployments; NULL: stale */
     int incident_seq;
 };
 
@@ -601,7 +602,15 @@ px_status px__srv_deploy(px_fleet_server *srv, const json_t *body, const char *o
                          px__deploy_row *out, px_err *err);
 /* A deployment as the API shows it; with detail its spec, plan record and
  * incidents too.  New reference. */
-json_t *px__srv_deploy_json(const px__deploy_row *row, bool detail);
+json_t *px__srv_deploy_json(px_fleet_server *srv, const px__deploy_row *row, bool detail);
+/* The models a node holds for the deployments whose plan uses it:
+ * [{"digest", "name"}] (new reference; empty when none or the store
+ * cannot be read now). */
+json_t *px__srv_deploy_models(px_fleet_server *srv, const char *node);
+/* Whether a deployment's plan puts the model (digest) on the node. */
+bool px__srv_deploy_wants(px_fleet_server *srv, const char *node, const char *digest);
+/* Forgets what px__srv_deploy_models read: a deployment came or went. */
+void px__srv_deploy_changed(px_fleet_server *srv);
 
 /* server_auth.c: principals.  px__auth_identify takes auth_lock itself;
  * the others run under the server lock. */

@@ -10,6 +10,7 @@
 #include "plexus/plan.h"
 
 #include <ctype.h>
+#include <strings.h>
 #include <unistd.h>
 
 void px__deploy_row_release(px__deploy_row *r)
@@ -229,6 +230,7 @@ px_status px__srv_deploy(px_fleet_server *srv, const json_t *body, const char *o
         px__deploy_row_release(&row);
         return st;
     }
+    px__srv_deploy_changed(srv);
     *out = row;
     return PX_OK;
 }
@@ -239,11 +241,23 @@ static json_t *parse_or_null(const char *text)
     return v ? v : json_null();
 }
 
-json_t *px__srv_deploy_json(const px__deploy_row *row, bool detail)
+/* Whether the node (by name) is online and reports the model resident. */
+static bool resident_on(px_fleet_server *srv, const char *node, const px_digest *d)
+{
+    size_t i;
+    return px_fleet_sched_find_node(srv->sched, node, &i, NULL) == PX_OK &&
+           srv->sched->nodes[i].state == PX_FLEET_NODE_ONLINE &&
+           px__sched_node_resident(&srv->sched->nodes[i], d);
+}
+
+json_t *px__srv_deploy_json(px_fleet_server *srv, const px__deploy_row *row, bool detail)
 {
     json_t *plan = parse_or_null(row->plan);
     json_t *spec = parse_or_null(row->spec);
-    json_t *nodes = json_array(), *assignment = json_object_get(plan, "assignment");
+    json_t *nodes = json_array(), *resident = json_array();
+    json_t *assignment = json_object_get(plan, "assignment");
+    px_digest d;
+    bool digest_ok = px_digest_parse(row->model, &d) == PX_OK;
     size_t i;
     json_t *a;
     int n_stages = 0;
@@ -253,15 +267,24 @@ json_t *px__srv_deploy_json(const px__deploy_row *row, bool detail)
         bool seen = false;
         for (size_t k = 0; k < json_array_size(nodes); k++)
             seen = seen || json_equal(json_array_get(nodes, k), node);
-        if (!seen && json_is_string(node))
+        if (!seen && json_is_string(node)) {
             json_array_append(nodes, node);
+            if (digest_ok && resident_on(srv, json_string_value(node), &d))
+                json_array_append(resident, node);
+        }
         if (json_integer_value(json_object_get(a, "replica")) == 0)
             n_stages++;
     }
-    json_t *o = json_pack("{s:s, s:s?, s:s, s:s, s:O?, s:i, s:o, s:I, s:I}", "name", row->name,
-                          "owner", row->owner, "model", row->model, "state", row->state, "replicas",
+    /* A planned deployment's nodes fetch its model from the blob store;
+     * the state says how far they got (stage workers are not started). */
+    const char *state = row->state;
+    if (!strcmp(state, "planned") && json_array_size(nodes) > 0)
+        state = json_array_size(resident) == json_array_size(nodes) ? "resident" : "fetching";
+    json_t *o = json_pack("{s:s, s:s?, s:s, s:s, s:O?, s:i, s:o, s:o, s:I, s:I}", "name", row->name,
+                          "owner", row->owner, "model", row->model, "state", state, "replicas",
                           json_object_get(spec, "replicas"), "stages", n_stages, "nodes", nodes,
-                          "created", (json_int_t)row->created, "updated", (json_int_t)row->updated);
+                          "model_resident_on", resident, "created", (json_int_t)row->created,
+                          "updated", (json_int_t)row->updated);
     if (o && detail) {
         json_object_set(o, "spec", spec);
         json_object_set(o, "plan", plan);
@@ -271,4 +294,75 @@ json_t *px__srv_deploy_json(const px__deploy_row *row, bool detail)
     json_decref(plan);
     json_decref(spec);
     return o;
+}
+
+/* Adds the deployment's model to each node of its plan (by_node: node
+ * name -> [{"digest", "name"}]). */
+static void collect_models(const px__deploy_row *row, void *ud)
+{
+    json_t *by_node = ud;
+    json_t *plan = row->plan ? json_loads(row->plan, 0, NULL) : NULL;
+    json_t *spec = row->spec ? json_loads(row->spec, 0, NULL) : NULL;
+    const char *file = json_string_value(json_object_get(json_object_get(spec, "model"), "name"));
+    size_t i;
+    json_t *a;
+    json_array_foreach(json_object_get(plan, "assignment"), i, a)
+    {
+        const char *node = json_string_value(json_object_get(a, "node"));
+        if (!node)
+            continue;
+        json_t *list = json_object_get(by_node, node);
+        if (!list) {
+            list = json_array();
+            json_object_set_new(by_node, node, list);
+        }
+        bool seen = false;
+        for (size_t k = 0; k < json_array_size(list) && !seen; k++)
+            seen = !strcmp(json_string_value(json_object_get(json_array_get(list, k), "digest")),
+                           row->model);
+        if (!seen)
+            json_array_append_new(list,
+                                  json_pack("{s:s, s:s?}", "digest", row->model, "name", file));
+    }
+    json_decref(spec);
+    json_decref(plan);
+}
+
+/* The models each node holds for deployments, built from the store when
+ * a deployment changed; NULL when the store cannot be read now. */
+static const json_t *models_by_node(px_fleet_server *srv)
+{
+    if (srv->deploy_models)
+        return srv->deploy_models;
+    json_t *by_node = json_object();
+    px_err err;
+    if (!by_node || srv->store.ops->list_deployments(srv->store.self, NULL, collect_models, by_node,
+                                                     &err) != PX_OK) {
+        json_decref(by_node);
+        return NULL;
+    }
+    srv->deploy_models = by_node;
+    return by_node;
+}
+
+json_t *px__srv_deploy_models(px_fleet_server *srv, const char *node)
+{
+    const json_t *list = json_object_get(models_by_node(srv), node);
+    return list ? json_deep_copy(list) : json_array();
+}
+
+bool px__srv_deploy_wants(px_fleet_server *srv, const char *node, const char *digest)
+{
+    const json_t *list = json_object_get(models_by_node(srv), node);
+    for (size_t k = 0; k < json_array_size(list); k++)
+        if (!strcasecmp(json_string_value(json_object_get(json_array_get(list, k), "digest")),
+                        digest))
+            return true;
+    return false;
+}
+
+void px__srv_deploy_changed(px_fleet_server *srv)
+{
+    json_decref(srv->deploy_models);
+    srv->deploy_models = NULL;
 }

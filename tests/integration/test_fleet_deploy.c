@@ -2,9 +2,12 @@
  * Deployments on a real server with real agents on 127.0.0.1 (emulated
  * GPU inventories): `plexus deploy` uploads the tiny model and the server
  * plans it over the online nodes' devices, keeping the planner's report
- * and the node of each stage; `plexus deployments`, `plexus explain NAME`
- * and `plexus undeploy NAME`; a taken name, hostile requests, another
- * user's view and a restart of the server.
+ * and the node of each stage; the agents of the plan fetch the model into
+ * their caches and report it resident; a second deployment of the same
+ * model lands on those warm nodes while a cold one waits; `plexus
+ * deployments`, `plexus explain NAME` and `plexus undeploy NAME`, after
+ * which the agents let the model go; a taken name, hostile requests,
+ * another user's view and a restart of the server.
  */
 #include "fleet_harness.h"
 
@@ -53,6 +56,48 @@ static void refused(fh_fleet *f, const char *token, const char *method, const ch
     px_assert_contains(last_error, needle);
 }
 
+/* Waits until the deployment's state is `want`; returns its record. */
+static json_t *wait_state(fh_fleet *f, const char *name, const char *want, int timeout_s)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/deployments/%s", name);
+    uint64_t deadline = px_now_ns() + (uint64_t)timeout_s * 1000000000ull;
+    for (;;) {
+        json_t *d = fh_api(f, "GET", path, NULL);
+        const char *st = json_string_value(json_object_get(d, "state"));
+        if (st && !strcmp(st, want))
+            return d;
+        if (px_now_ns() > deadline) {
+            for (int i = 0; i < f->n_agents; i++)
+                fh_print_log(f->agents[i].log);
+            fail_msg("deployment %s is %s, not %s, after %d s", name, st ? st : "?", want,
+                     timeout_s);
+        }
+        json_decref(d);
+        fh_sleep_ms(100);
+    }
+}
+
+/* Waits until an agent's log says needle. */
+static void wait_log(fh_proc *p, const char *needle, int timeout_s)
+{
+    uint64_t deadline = px_now_ns() + (uint64_t)timeout_s * 1000000000ull;
+    for (;;) {
+        char *text = NULL;
+        size_t len;
+        bool found = px_read_file(p->log, 1u << 22, &text, &len, NULL) == PX_OK &&
+                     strstr(text, needle) != NULL;
+        free(text);
+        if (found)
+            return;
+        if (px_now_ns() > deadline) {
+            fh_print_log(p->log);
+            fail_msg("agent %s never logged \"%s\" within %d s", p->name, needle, timeout_s);
+        }
+        fh_sleep_ms(100);
+    }
+}
+
 static void test_deploy_plans_lists_explains_and_undeploys(void **state)
 {
     (void)state;
@@ -75,7 +120,8 @@ static void test_deploy_plans_lists_explains_and_undeploys(void **state)
         fh_print_log(f.server.log);
         fail_msg("plexus deploy: exit %d: %s%s", rc, out, err);
     }
-    px_assert_contains(out, "deployment chat planned: 2 stages on 2 nodes, 1 replica");
+    px_assert_contains(out, "deployment chat planned: 2 stages on 2 nodes, 1 replica; its nodes "
+                            "fetch the model from the server");
     px_assert_contains(out, "policy llamacpp");
     free(out);
     free(err);
@@ -108,13 +154,20 @@ static void test_deploy_plans_lists_explains_and_undeploys(void **state)
     char *digest = px_strdup(json_string_value(json_object_get(d, "model")));
     json_decref(d);
 
+    /* Both agents fetch the model (digest verified) and report it. */
+    d = wait_state(&f, "chat", "resident", 60);
+    assert_int_equal(json_array_size(json_object_get(d, "model_resident_on")), 2);
+    json_decref(d);
+    wait_log(&f.agents[0], "fetched into the cache for a deployment", 5);
+
     assert_int_equal(fh_plexus(&out, &err, "deployments", NULL), 0);
     px_assert_contains(out, "chat");
-    px_assert_contains(out, "planned");
+    px_assert_contains(out, "resident");
     free(out);
     free(err);
     assert_int_equal(fh_plexus(&out, &err, "explain", "chat", NULL), 0);
-    px_assert_contains(out, "deployment chat, state planned, owner tester");
+    px_assert_contains(out, "deployment chat, state resident, owner tester");
+    px_assert_contains(out, "model resident on: n1,n2 (of n1,n2)");
     px_assert_contains(out, "replica 0 stage 1");
     px_assert_contains(out, "n2");
     px_assert_contains(out, "incidents: none");
@@ -159,6 +212,28 @@ static void test_deploy_plans_lists_explains_and_undeploys(void **state)
     refused(&f, FH_USER_TOKEN, "PUT", "/v1/deployments/chat", NULL, 405, "GET or DELETE");
     refused(&f, FH_USER_TOKEN, "GET", "/v1/deployments/a%2F..%2Fb", NULL, 404, "no deployment");
 
+    /* A cold node joins; a second deployment of the cached model lands on
+     * the warm nodes, and says why. */
+    char *c3 = fh_inventory(&f, "n3", SMALL_GPU("gpu0"), "");
+    fh_start_agent(&f, "n3", c3);
+    free(c3);
+    const char *all[] = {"n1", "n2", "n3"};
+    fh_wait_nodes_online(&f, all, 3, 30);
+    assert_int_equal(fh_plexus(&out, &err, "deploy", "--model", digest, "--name", "chat2",
+                               "--policy", "llamacpp", NULL),
+                     0);
+    px_assert_contains(out, "the model is resident on every node of the plan");
+    free(out);
+    free(err);
+    assert_int_equal(fh_plexus(&out, &err, "explain", "chat2", NULL), 0);
+    px_assert_contains(out, "placed on warm nodes: the model is resident on 2 of 3 online nodes");
+    px_assert_contains(out, "model resident on: n1,n2 (of n1,n2)");
+    free(out);
+    free(err);
+    assert_int_equal(fh_plexus(&out, &err, "undeploy", "chat2", NULL), 0);
+    free(out);
+    free(err);
+
     /* The deployment outlives the server. */
     fh_kill_server(&f);
     fh_start_server(&f);
@@ -172,6 +247,8 @@ static void test_deploy_plans_lists_explains_and_undeploys(void **state)
     px_assert_contains(err, "no deployment");
     free(out);
     free(err);
+    /* No deployment needs the model on n1 any more: it lets it go. */
+    wait_log(&f.agents[0], "released: no deployment here needs it", 30);
     /* The name is free again; the model is named by its digest. */
     assert_int_equal(fh_plexus(&out, &err, "deploy", "--model", digest, "--name", "chat", NULL), 0);
     free(out);
