@@ -360,7 +360,15 @@ typedef struct px__store_ops {
      * batch: the caller must drop what it holds in memory. */
     px_status (*batch_begin)(void *self, px_err *err);
     px_status (*batch_end)(void *self, px_err *err);
-    /* Version 4.  Deployments, by name.  put_deployment inserts the row
+    /* Version 4.  (optional: NULL, the scheduler looks for jobs other
+     * replicas accepted on every tick) Waits up to timeout_ms for another
+     * replica to accept a job; *woken says whether one did (or may have:
+     * the first call, which starts listening, always wakes).  It waits on
+     * a connection of its own, never under the store's lock, and is called
+     * by one thread at a time; PX_EIO when that connection failed (the
+     * next call connects again). */
+    px_status (*wait_jobs)(void *self, int timeout_ms, bool *woken, px_err *err);
+    /* Version 5.  Deployments, by name.  put_deployment inserts the row
      * (PX_EEXIST when the name is taken) or, with replace, overwrites the
      * row of that name (PX_ENOTFOUND when there is none). */
     px_status (*put_deployment)(void *self, const px__deploy_row *row, bool replace, px_err *err);
@@ -476,8 +484,9 @@ typedef struct px__job {
 
 typedef struct px__metrics {
     uint64_t submitted, decisions, placements, requeues;
-    uint64_t http_by_class[6]; /* 1xx..5xx by first digit */
-    uint64_t http_hist[16];    /* cumulative buckets, see api_metrics.c */
+    uint64_t notifications, claimed; /* jobs other replicas accepted */
+    uint64_t http_by_class[6];       /* 1xx..5xx by first digit */
+    uint64_t http_hist[16];          /* cumulative buckets, see api_metrics.c */
     double http_sum;
     uint64_t http_count;
     uint64_t pass_hist[16];
@@ -519,6 +528,14 @@ struct px_fleet_server {
     atomic_bool active;
     char failed[320];
     uint64_t lease_checked_ns;
+    /* Jobs other replicas accepted: the listener thread (store slot
+     * wait_jobs) sets claim_due on their notification; `listening` while it
+     * is connected, so that the tick need not ask the database each time. */
+    pthread_t listen_thread;
+    bool listen_thread_started;
+    bool claim_due;
+    bool listening;
+    uint64_t claimed_ns;
     uint64_t log_epoch;
     px__metrics metrics;
     void *daemon;          /* struct MHD_Daemon */

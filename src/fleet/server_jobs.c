@@ -285,6 +285,14 @@ px_status px__srv_submit(px_fleet_server *srv, json_t *spec, const char *owner,
         px_fleet_request_free(req);
         return st;
     }
+    srv->metrics.submitted++;
+    if (!atomic_load(&srv->active)) {
+        /* A replica that does not schedule: the row waits, unadopted, for
+         * the one that does, which the insert's notification wakes. */
+        px_fleet_request_free(req);
+        *out_row = row;
+        return PX_OK;
+    }
     px__job *job = px__srv_job_new(srv, &row, req);
     if (!job) {
         px__job_row_release(&row);
@@ -296,7 +304,6 @@ px_status px__srv_submit(px_fleet_server *srv, json_t *spec, const char *owner,
     if (!job->row.name)
         job->row.name = px_strdup(job->row.id);
     px__srv_append_job(srv, job);
-    srv->metrics.submitted++;
     srv->dirty = true;
     pthread_cond_signal(&srv->kick);
     return px__job_row_copy(&job->row, out_row, err);

@@ -192,6 +192,12 @@ static px_status f_batch_end(void *self, px_err *err)
     return f->inner.ops->batch_end ? f->inner.ops->batch_end(f->inner.self, err) : PX_OK;
 }
 
+static px_status f_wait_jobs(void *self, int timeout_ms, bool *woken, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->wait_jobs(f->inner.self, timeout_ms, woken, err);
+}
+
 static px_status f_put_deployment(void *self, const px__deploy_row *row, bool replace, px_err *err)
 {
     faulty *f = self;
@@ -219,7 +225,7 @@ static px_status f_delete_deployment(void *self, const char *name, px_err *err)
 }
 
 static const px__store_ops faulty_ops = {
-    .version = 4,
+    .version = 5,
     .close = f_close,
     .put_node = f_put_node,
     .list_nodes = f_list_nodes,
@@ -245,6 +251,7 @@ static const px__store_ops faulty_ops = {
     .claim_jobs = f_claim_jobs,
     .batch_begin = f_batch_begin,
     .batch_end = f_batch_end,
+    .wait_jobs = f_wait_jobs,
     .put_deployment = f_put_deployment,
     .get_deployment = f_get_deployment,
     .list_deployments = f_list_deployments,
@@ -269,6 +276,8 @@ px_status px__store_wrap_faults(px__store *store, px_err *err)
         f->ops.claim_jobs = NULL;
     if (!f->inner.ops->batch_begin || !f->inner.ops->batch_end)
         f->ops.batch_begin = f->ops.batch_end = NULL;
+    if (f->inner.ops->version < 4 || !f->inner.ops->wait_jobs)
+        f->ops.wait_jobs = NULL;
     store->ops = &f->ops;
     store->self = f;
     return PX_OK;

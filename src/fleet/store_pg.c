@@ -9,6 +9,7 @@
 #include "fleet/store_pg_impl.h"
 
 #include <inttypes.h>
+#include <poll.h>
 
 /* The scheduler lease: a session advisory lock, (classid, objid) =
  * ("plex", 1). */
@@ -272,8 +273,10 @@ static void pg_close(void *self)
     if (!st)
         return;
     PQfinish(st->conn);
+    PQfinish(st->listen);
     pthread_mutex_destroy(&st->mu);
     free(st->where);
+    free(st->spec);
     free(st);
 }
 
@@ -619,8 +622,61 @@ static px_status batch_end(void *self, px_err *err)
     return rc;
 }
 
+/* ---- wake-ups: jobs other replicas accepted ---- */
+
+/* Drops the listening connection after a failure, saying why. */
+static px_status listen_lost(px__pg *st, const char *what, px_err *err)
+{
+    char line[200];
+    px_status rc = px_err_set(
+        err, PX_EIO, "PostgreSQL %s: %s: %s", st->where, what,
+        one_line(st->listen ? PQerrorMessage(st->listen) : "out of memory", line, sizeof line));
+    PQfinish(st->listen);
+    st->listen = NULL;
+    return rc;
+}
+
+/* Inserts by other replicas notify the channel plexus_jobs in the same
+ * transaction (insert_job), so a notification means a committed row.  A
+ * connection of its own listens: the store's connection is shared under
+ * its lock, and a wait must not hold it. */
+static px_status wait_jobs(void *self, int timeout_ms, bool *woken, px_err *err)
+{
+    px__pg *st = self;
+    *woken = false;
+    if (!st->listen) {
+        st->listen = PQconnectdb(st->spec);
+        if (!st->listen || PQstatus(st->listen) != CONNECTION_OK)
+            return listen_lost(st, "cannot connect to listen for jobs", err);
+        PGresult *r = PQexec(st->listen, "LISTEN plexus_jobs");
+        bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+        PQclear(r);
+        if (!ok)
+            return listen_lost(st, "LISTEN plexus_jobs", err);
+        /* Whatever was accepted before the LISTEN notified nobody. */
+        *woken = true;
+        return PX_OK;
+    }
+    for (int round = 0; round < 2; round++) {
+        PGnotify *n;
+        while ((n = PQnotifies(st->listen))) {
+            *woken = true;
+            PQfreemem(n);
+        }
+        if (*woken || round == 1)
+            break;
+        struct pollfd p = {.fd = PQsocket(st->listen), .events = POLLIN};
+        int ready = poll(&p, 1, timeout_ms);
+        if (ready < 0 && errno != EINTR)
+            return listen_lost(st, "waiting for jobs", err);
+        if (ready > 0 && !PQconsumeInput(st->listen))
+            return listen_lost(st, "listening for jobs", err);
+    }
+    return PX_OK;
+}
+
 static px__store_ops pg_ops = {
-    .version = 4,
+    .version = 5,
     .close = pg_close,
     .insert_job = insert_job,
     .update_job = update_job,
@@ -631,6 +687,7 @@ static px__store_ops pg_ops = {
     .claim_jobs = claim_jobs,
     .batch_begin = batch_begin,
     .batch_end = batch_end,
+    .wait_jobs = wait_jobs,
 };
 static pthread_once_t pg_ops_once = PTHREAD_ONCE_INIT;
 
@@ -694,6 +751,10 @@ px_status px__store_pg_open(const char *spec, px__store *out, px_err *err)
     }
     PQconninfoFree(opts);
     pthread_mutex_init(&st->mu, NULL);
+    if (!(st->spec = px_strdup(spec))) {
+        pg_close(st);
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    }
     st->conn = PQconnectdb(spec);
     if (!st->conn || PQstatus(st->conn) != CONNECTION_OK) {
         char line[200];

@@ -20,7 +20,9 @@
 typedef struct px__pg {
     PGconn *conn;
     pthread_mutex_t mu;
-    char *where; /* the database named for messages (never a password) */
+    char *spec;     /* the connection string (never a password), for `listen` */
+    PGconn *listen; /* LISTENs for accepted jobs (wait_jobs); its caller's alone */
+    char *where;    /* the database named for messages (never a password) */
     bool lease_held;
     bool lost;  /* the connection broke: the lease (if held) is gone */
     bool batch; /* a batch is open (batch_begin): writes become savepoints */

@@ -28,7 +28,7 @@ static void deploy_seen_one(const px__deploy_row *row, void *ud)
 static void store_deploy_check(px__store *st, void (*reopen)(px__store *st))
 {
     px_err err;
-    assert_true(st->ops->version >= 4);
+    assert_true(st->ops->version >= 5);
     px__deploy_row row = {.name = "chat",
                           .owner = "tester",
                           .model =
