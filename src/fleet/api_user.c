@@ -608,12 +608,15 @@ static void nodes_route(px__api_req *rq, px__api_resp *rs, const char *rest)
     px__api_json(rs, 200, px__srv_node_json(srv, i));
 }
 
-/* Whether a node may fetch the blob: the model of work assigned to it. */
+/* Whether a node may fetch the blob: the model of work assigned to it, or
+ * of a deployment planned on it. */
 static bool node_needs_blob(px_fleet_server *srv, const char *node, const char *digest)
 {
     size_t i;
     if (px_fleet_sched_find_node(srv->sched, node, &i, NULL) != PX_OK)
         return false;
+    if (px__srv_deploy_wants(srv, node, digest))
+        return true;
     for (px__job *j = srv->jobs; j; j = j->next) {
         const char *d =
             json_string_value(json_object_get(json_object_get(j->req->spec, "model"), "digest"));
@@ -682,5 +685,5 @@ bool px__api_user_route(px__api_req *rq, px__api_resp *rs)
         blobs_route(rq, rs, u[strlen("/v1/blobs")] ? u + strlen("/v1/blobs/") : "");
         return true;
     }
-    return false;
+    return px__api_deploy_route(rq, rs);
 }

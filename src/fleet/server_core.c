@@ -530,6 +530,7 @@ void px_fleet_server_stop(px_fleet_server *srv)
         pthread_join(srv->listen_thread, NULL);
     px__srv_free_jobs(srv);
     px__incidents_free(srv);
+    px__srv_deploy_changed(srv);
     px_fleet_sched_free(srv->sched);
     if (srv->store.ops)
         srv->store.ops->close(srv->store.self);

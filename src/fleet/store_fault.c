@@ -198,8 +198,34 @@ static px_status f_wait_jobs(void *self, int timeout_ms, bool *woken, px_err *er
     return f->inner.ops->wait_jobs(f->inner.self, timeout_ms, woken, err);
 }
 
+static px_status f_put_deployment(void *self, const px__deploy_row *row, bool replace, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err)
+                      : f->inner.ops->put_deployment(f->inner.self, row, replace, err);
+}
+
+static px_status f_get_deployment(void *self, const char *name, px__deploy_row *out, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->get_deployment(f->inner.self, name, out, err);
+}
+
+static px_status f_list_deployments(void *self, const char *owner, px__deploy_cb cb, void *ud,
+                                    px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->list_deployments(f->inner.self, owner, cb, ud, err);
+}
+
+static px_status f_delete_deployment(void *self, const char *name, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err) : f->inner.ops->delete_deployment(f->inner.self, name, err);
+}
+
 static const px__store_ops faulty_ops = {
-    .version = 4,
+    .version = 5,
     .close = f_close,
     .put_node = f_put_node,
     .list_nodes = f_list_nodes,
@@ -226,6 +252,10 @@ static const px__store_ops faulty_ops = {
     .batch_begin = f_batch_begin,
     .batch_end = f_batch_end,
     .wait_jobs = f_wait_jobs,
+    .put_deployment = f_put_deployment,
+    .get_deployment = f_get_deployment,
+    .list_deployments = f_list_deployments,
+    .delete_deployment = f_delete_deployment,
 };
 
 px_status px__store_wrap_faults(px__store *store, px_err *err)

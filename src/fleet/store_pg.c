@@ -62,6 +62,11 @@ static const char *const migrations[] = {
     "  created BIGINT NOT NULL);"
     "CREATE INDEX node_credentials_node ON node_credentials(node);"
     "CREATE TABLE revoked_nodes(node TEXT PRIMARY KEY, at BIGINT NOT NULL);",
+    /* 4: models deployed across the fleet, by name. */
+    "CREATE TABLE deployments(name TEXT PRIMARY KEY, owner TEXT, model TEXT NOT NULL,"
+    "  spec TEXT NOT NULL, state TEXT NOT NULL, plan TEXT, incidents TEXT,"
+    "  created BIGINT NOT NULL, updated BIGINT NOT NULL);"
+    "CREATE INDEX deployments_owner ON deployments(owner, name);",
 };
 
 int px__store_pg_schema_version(void)
@@ -671,7 +676,7 @@ static px_status wait_jobs(void *self, int timeout_ms, bool *woken, px_err *err)
 }
 
 static px__store_ops pg_ops = {
-    .version = 4,
+    .version = 5,
     .close = pg_close,
     .insert_job = insert_job,
     .update_job = update_job,
@@ -689,6 +694,7 @@ static pthread_once_t pg_ops_once = PTHREAD_ONCE_INIT;
 static void fill_ops(void)
 {
     px__pg_fill_record_ops(&pg_ops);
+    px__pg_fill_deploy_ops(&pg_ops);
 }
 
 bool px__store_is_pg(const char *spec)

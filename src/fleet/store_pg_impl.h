@@ -62,5 +62,7 @@ int64_t px__pg_int(const PGresult *r, int row, int col);
 
 /* store_pg_records.c: the slots that are not about jobs. */
 void px__pg_fill_record_ops(px__store_ops *ops);
+/* store_pg_deploy.c: the deployments. */
+void px__pg_fill_deploy_ops(px__store_ops *ops);
 
 #endif

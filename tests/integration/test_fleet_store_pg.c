@@ -10,6 +10,7 @@
 #include "px_test.h"
 
 #include "fleet/fleet_impl.h"
+#include "store_deploy_check.h"
 #include "pg_harness.h"
 
 #include <string.h>
@@ -421,6 +422,31 @@ static void test_pg_batch_commits_together_and_survives_a_failed_write(void **st
     free(uri);
 }
 
+static char *deploy_uri;
+
+static void reopen_pg(px__store *st)
+{
+    px_err err;
+    st->ops->close(st->self);
+    px_assert_ok(px__store_pg_open(deploy_uri, st, &err), &err);
+}
+
+static void test_pg_store_keeps_deployments_by_name(void **state)
+{
+    (void)state;
+    char *uri = fresh("deployments");
+    if (!uri)
+        skip();
+    deploy_uri = uri;
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    store_deploy_check(&st, reopen_pg);
+    st.ops->close(st.self);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM deployments"), 2);
+    free(uri);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -430,6 +456,7 @@ int main(void)
         cmocka_unit_test(test_pg_store_refuses_passwords_bad_uris_and_newer_schemas),
         cmocka_unit_test(test_pg_lease_one_holder_taken_over_and_jobs_claimed_once),
         cmocka_unit_test(test_pg_batch_commits_together_and_survives_a_failed_write),
+        cmocka_unit_test(test_pg_store_keeps_deployments_by_name),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
