@@ -416,6 +416,31 @@ static void test_pg_batch_commits_together_and_survives_a_failed_write(void **st
     row.state = "running";
     px_assert_ok(st.ops->update_job(st.self, &row, NULL, &err), &err);
     assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM jobs WHERE state = 'running'"), 1);
+    /* A job's write is all or nothing (its statements go in one round
+     * trip): an attempt reason the database refuses (not UTF-8) leaves
+     * the row and its members as they were, in a batch or alone, and the
+     * batch goes on. */
+    row.state = "queued";
+    row.attempt = 2;
+    row.members = "[{\"node\":\"n2\",\"devices\":[0],\"state\":\"assigned\",\"started\":7}]";
+    assert_int_equal(st.ops->update_job(st.self, &row, "lost \xff\xfe", &err), PX_EIO);
+    assert_non_null(strstr(err.msg, "update job"));
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM jobs WHERE state = 'running'"), 1);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM members WHERE node = 'n2'"), 0);
+    px_assert_ok(st.ops->batch_begin(st.self, &err), &err);
+    assert_int_equal(st.ops->update_job(st.self, &row, "lost \xff\xfe", &err), PX_EIO);
+    px_assert_ok(st.ops->update_job(st.self, &row, "lost its node", &err), &err);
+    px_assert_ok(st.ops->batch_end(st.self, &err), &err);
+    assert_int_equal(
+        query_int(uri, "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND attempt = 2"), 1);
+    assert_int_equal(
+        query_int(uri, "SELECT COUNT(*) FROM members WHERE node = 'n2' AND attempt = 2 AND rank = 0"
+                       " AND devices = '[0]' AND started = 7 AND exit_code IS NULL"),
+        1);
+    assert_int_equal(
+        query_int(uri,
+                  "SELECT COUNT(*) FROM attempts WHERE attempt = 2 AND reason = 'lost its node'"),
+        1);
     st.ops->close(st.self);
     free(id);
     free(uri);
