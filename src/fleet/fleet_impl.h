@@ -258,6 +258,13 @@ typedef struct px__artifact_row {
     int64_t created;
 } px__artifact_row;
 
+/* An explanation to store (put_explanations); borrowed strings. */
+typedef struct px__explanation_row {
+    const char *job;
+    int attempt;
+    const char *json;
+} px__explanation_row;
+
 typedef void (*px__job_cb)(const px__job_row *row, void *ud);
 typedef void (*px__node_cb)(const char *name, const char *reg_json, const char *state,
                             int64_t last_seen, void *ud);
@@ -348,6 +355,12 @@ typedef struct px__store_ops {
      * by one thread at a time; PX_EIO when that connection failed (the
      * next call connects again). */
     px_status (*wait_jobs)(void *self, int timeout_ms, bool *woken, px_err *err);
+    /* Version 5.  (optional: NULL, the server writes each on its own)
+     * Several jobs' rows and members (no attempt rows) and several
+     * explanations, each call all or nothing, in as few round trips as the
+     * store can: a scheduling pass writes its decisions with them. */
+    px_status (*update_jobs)(void *self, const px__job_row *rows, int n, px_err *err);
+    px_status (*put_explanations)(void *self, const px__explanation_row *rows, int n, px_err *err);
 } px__store_ops;
 
 typedef struct px__store {
@@ -505,6 +518,12 @@ struct px_fleet_server {
     bool claim_due;
     bool listening;
     uint64_t claimed_ns;
+    /* A scheduling pass on a store that writes many at once: its
+     * assignments and explanations, written together at its end
+     * (server_jobs.c). */
+    struct px__deferred *deferred;
+    size_t n_deferred, cap_deferred;
+    bool defer;
     uint64_t log_epoch;
     px__metrics metrics;
     void *daemon;      /* struct MHD_Daemon */

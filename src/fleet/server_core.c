@@ -543,6 +543,7 @@ void px_fleet_server_stop(px_fleet_server *srv)
     free(srv->hb_written_ns);
     px__auth_free(srv);
     free(srv->tmp_dir);
+    free(srv->deferred);
     free(srv->data_dir);
     pthread_rwlock_destroy(&srv->auth_lock);
     pthread_cond_destroy(&srv->kick);

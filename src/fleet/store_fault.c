@@ -198,8 +198,20 @@ static px_status f_wait_jobs(void *self, int timeout_ms, bool *woken, px_err *er
     return f->inner.ops->wait_jobs(f->inner.self, timeout_ms, woken, err);
 }
 
+static px_status f_update_jobs(void *self, const px__job_row *rows, int n, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err) : f->inner.ops->update_jobs(f->inner.self, rows, n, err);
+}
+
+static px_status f_put_explanations(void *self, const px__explanation_row *rows, int n, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err) : f->inner.ops->put_explanations(f->inner.self, rows, n, err);
+}
+
 static const px__store_ops faulty_ops = {
-    .version = 4,
+    .version = 5,
     .close = f_close,
     .put_node = f_put_node,
     .list_nodes = f_list_nodes,
@@ -226,6 +238,8 @@ static const px__store_ops faulty_ops = {
     .batch_begin = f_batch_begin,
     .batch_end = f_batch_end,
     .wait_jobs = f_wait_jobs,
+    .update_jobs = f_update_jobs,
+    .put_explanations = f_put_explanations,
 };
 
 px_status px__store_wrap_faults(px__store *store, px_err *err)
@@ -248,6 +262,10 @@ px_status px__store_wrap_faults(px__store *store, px_err *err)
         f->ops.batch_begin = f->ops.batch_end = NULL;
     if (f->inner.ops->version < 4 || !f->inner.ops->wait_jobs)
         f->ops.wait_jobs = NULL;
+    if (f->inner.ops->version < 5 || !f->inner.ops->update_jobs)
+        f->ops.update_jobs = NULL;
+    if (f->inner.ops->version < 5 || !f->inner.ops->put_explanations)
+        f->ops.put_explanations = NULL;
     store->ops = &f->ops;
     store->self = f;
     return PX_OK;

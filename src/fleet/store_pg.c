@@ -464,6 +464,15 @@ out:
     " exit_code = EXCLUDED.exit_code, started = EXCLUDED.started,"                                \
     " finished = EXCLUDED.finished"
 
+#define UPSERT_JOB                                                                         \
+    "INSERT INTO jobs(" JOB_COLS ") VALUES(" JOB_PARAMS ") ON CONFLICT(seq) DO UPDATE SET" \
+    " id = EXCLUDED.id, name = EXCLUDED.name, state = EXCLUDED.state,"                     \
+    " attempt = EXCLUDED.attempt, restarts = EXCLUDED.restarts, spec = EXCLUDED.spec,"     \
+    " members = EXCLUDED.members, result = EXCLUDED.result, error = EXCLUDED.error,"       \
+    " plan = EXCLUDED.plan, exit_code = EXCLUDED.exit_code, created = EXCLUDED.created,"   \
+    " updated = EXCLUDED.updated, not_before = EXCLUDED.not_before,"                       \
+    " owner = EXCLUDED.owner, idem_key = EXCLUDED.idem_key, idem_hash = EXCLUDED.idem_hash"
+
 /* Whether the members text is a JSON array with at least one element. */
 static bool has_members(const char *members)
 {
@@ -493,16 +502,7 @@ static px_status update_job(void *self, const px__job_row *row, const char *reas
     pthread_mutex_lock(&st->mu);
     bool batch = st->batch;
     s[n++] = (px__pg_stmt){batch ? "SAVEPOINT px_t" : "BEGIN", NULL};
-    s[n++] = (px__pg_stmt){
-        "INSERT INTO jobs(" JOB_COLS ") VALUES(" JOB_PARAMS ") ON CONFLICT(seq) DO UPDATE SET"
-        " id = EXCLUDED.id, name = EXCLUDED.name, state = EXCLUDED.state,"
-        " attempt = EXCLUDED.attempt, restarts = EXCLUDED.restarts, spec = EXCLUDED.spec,"
-        " members = EXCLUDED.members, result = EXCLUDED.result, error = EXCLUDED.error,"
-        " plan = EXCLUDED.plan, exit_code = EXCLUDED.exit_code, created = EXCLUDED.created,"
-        " updated = EXCLUDED.updated, not_before = EXCLUDED.not_before,"
-        " owner = EXCLUDED.owner, idem_key = EXCLUDED.idem_key,"
-        " idem_hash = EXCLUDED.idem_hash",
-        &q};
+    s[n++] = (px__pg_stmt){UPSERT_JOB, &q};
     if (has_members(row->members))
         s[n++] = (px__pg_stmt){WRITE_MEMBERS, &m};
     if (reason)
@@ -516,6 +516,91 @@ static px_status update_job(void *self, const px__job_row *row, const char *reas
         run(st, batch ? "ROLLBACK TO SAVEPOINT px_t; RELEASE SAVEPOINT px_t" : "ROLLBACK", NULL,
             NULL, "rollback", NULL);
     pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+/* Statements sent in one pipeline by the writes of many rows: their
+ * results are small, so the server never waits on a full socket for the
+ * client to read while the client writes. */
+#define PIPELINE_MAX 512
+
+/* Runs the statements (after `open`, before `close`) all or nothing, in
+ * pipelines of PIPELINE_MAX; the caller holds st->mu. */
+static px_status run_group(px__pg *st, px__pg_stmt *s, int n, const char *what, px_err *err)
+{
+    bool batch = st->batch;
+    px__pg_stmt open = {batch ? "SAVEPOINT px_g" : "BEGIN", NULL};
+    px__pg_stmt close = {batch ? "RELEASE SAVEPOINT px_g" : "COMMIT", NULL};
+    px_status rc = px__pg_pipeline(st, &open, 1, -1, NULL, what, err);
+    for (int at = 0; rc == PX_OK && at < n; at += PIPELINE_MAX)
+        rc = px__pg_pipeline(st, s + at, PX_MIN(PIPELINE_MAX, n - at), -1, NULL, what, err);
+    if (rc == PX_OK)
+        rc = px__pg_pipeline(st, &close, 1, -1, NULL, what, err);
+    if (rc != PX_OK && !st->lost)
+        run(st, batch ? "ROLLBACK TO SAVEPOINT px_g; RELEASE SAVEPOINT px_g" : "ROLLBACK", NULL,
+            NULL, "rollback", NULL);
+    return rc;
+}
+
+static px_status update_jobs(void *self, const px__job_row *rows, int n, px_err *err)
+{
+    px__pg *st = self;
+    if (n <= 0)
+        return PX_OK;
+    px__pgq *q = calloc((size_t)n * 2, sizeof *q);
+    px__pg_stmt *s = calloc((size_t)n * 2, sizeof *s);
+    if (!q || !s) {
+        free(q);
+        free(s);
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        px__pgq *j = &q[2 * i], *m = &q[2 * i + 1];
+        bind_job(j, &rows[i]);
+        s[k++] = (px__pg_stmt){UPSERT_JOB, j};
+        if (has_members(rows[i].members)) {
+            text(m, rows[i].id);
+            i64(m, rows[i].attempt);
+            text(m, rows[i].members);
+            s[k++] = (px__pg_stmt){WRITE_MEMBERS, m};
+        }
+    }
+    pthread_mutex_lock(&st->mu);
+    px_status rc = run_group(st, s, k, "update jobs", err);
+    pthread_mutex_unlock(&st->mu);
+    free(q);
+    free(s);
+    return rc;
+}
+
+static px_status put_explanations(void *self, const px__explanation_row *rows, int n, px_err *err)
+{
+    px__pg *st = self;
+    if (n <= 0)
+        return PX_OK;
+    px__pgq *q = calloc((size_t)n, sizeof *q);
+    px__pg_stmt *s = calloc((size_t)n, sizeof *s);
+    if (!q || !s) {
+        free(q);
+        free(s);
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        text(&q[i], rows[i].job);
+        i64(&q[i], rows[i].attempt);
+        text(&q[i], rows[i].json);
+        i64(&q[i], px_wall_time());
+        s[i] = (px__pg_stmt){"INSERT INTO explanations(job, attempt, body, at) VALUES($1,$2,$3,$4)"
+                             " ON CONFLICT(job, attempt) DO UPDATE SET body = EXCLUDED.body,"
+                             " at = EXCLUDED.at",
+                             &q[i]};
+    }
+    pthread_mutex_lock(&st->mu);
+    px_status rc = run_group(st, s, n, "put explanations", err);
+    pthread_mutex_unlock(&st->mu);
+    free(q);
+    free(s);
     return rc;
 }
 
@@ -742,7 +827,7 @@ static px_status wait_jobs(void *self, int timeout_ms, bool *woken, px_err *err)
 }
 
 static px__store_ops pg_ops = {
-    .version = 4,
+    .version = 5,
     .close = pg_close,
     .insert_job = insert_job,
     .update_job = update_job,
@@ -754,6 +839,8 @@ static px__store_ops pg_ops = {
     .batch_begin = batch_begin,
     .batch_end = batch_end,
     .wait_jobs = wait_jobs,
+    .update_jobs = update_jobs,
+    .put_explanations = put_explanations,
 };
 static pthread_once_t pg_ops_once = PTHREAD_ONCE_INIT;
 
