@@ -75,6 +75,18 @@ void px__agent_apply_stop(px__agent *a, const json_t *stop)
     }
 }
 
+void px__agent_job_key(const char *job, long long attempt, long long rank, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/%lld/%lld", job, attempt, rank);
+}
+
+void px__agent_forget(px__agent *a, const char *key)
+{
+    for (size_t i = 0; i < PX_MIN(a->n_recent, (size_t)PX__AGENT_RECENT); i++)
+        if (!strcmp(a->recent[i], key))
+            a->recent[i][0] = '\0';
+}
+
 bool px__agent_seen(px__agent *a, const char *key)
 {
     for (size_t i = 0; i < PX_MIN(a->n_recent, (size_t)PX__AGENT_RECENT); i++)
@@ -210,7 +222,7 @@ static bool take(px__agent *a, const json_t *as)
     if (px__agent_fence_passed(a))
         return false;
     char key[160];
-    snprintf(key, sizeof key, "%s/%lld/%lld", job, (long long)attempt, (long long)rank);
+    px__agent_job_key(job, (long long)attempt, (long long)rank, key, sizeof key);
     pthread_mutex_lock(&a->mu);
     bool seen = px__agent_seen(a, key);
     pthread_mutex_unlock(&a->mu);
@@ -234,8 +246,13 @@ static bool take(px__agent *a, const json_t *as)
     j->thread_started =
         j->assignment && pthread_create(&j->thread, &attr, px__agent_job_main, j) == 0;
     pthread_attr_destroy(&attr);
-    if (!j->thread_started)
+    if (!j->thread_started) {
+        px_log_warn("agent: job %s attempt %d rank %d: cannot start a thread for it; taking it "
+                    "again when the server repeats the assignment",
+                    j->job, j->attempt, j->rank);
+        px__agent_forget(a, key);
         atomic_store(&j->done, 1);
+    }
     pthread_mutex_unlock(&a->mu);
     return true;
 }
