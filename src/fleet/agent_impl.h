@@ -213,7 +213,18 @@ struct px__agent {
     int n_groups;
     /* Folder of this agent's job cgroups (cgroup v2), or NULL. */
     char *cgroup_root;
+    /* agent_models.c: the models deployments planned here need (the last
+     * heartbeat reply's "models", under mu) and a count of its changes. */
+    json_t *models_wanted;
+    atomic_uint models_gen;
 };
+
+/* ---- agent_models.c: the models of deployments planned on this node ---- */
+
+/* Records the "models" of a heartbeat reply (borrowed). */
+void px__agent_models_want(px__agent *a, const json_t *models);
+/* The thread that fetches, verifies and holds them (arg: the agent). */
+void *px__agent_models_main(void *arg);
 
 /* ---- agent_cred.c: joining, the node credential and its rotation ---- */
 
