@@ -17,6 +17,7 @@
 
 #include "base/common.h"
 #include "pg_harness.h"
+#include "px_slowdown.h"
 #include "plexus/fleet.h"
 
 #include <arpa/inet.h>
@@ -37,15 +38,10 @@
 #define FH_OTHER_TOKEN   "other-user-token-for-tests-mnopqr"
 #define FH_ADMIN_TOKEN   "admin-token-for-tests-stuvwxyz0123"
 
-/* ThreadSanitizer slows the server and the agents 5 to 15 times: a lease
- * of a few seconds would lapse between their heartbeats on loaded cores
- * and the agents would fence their work, a path these suites do not mean
- * to take.  Leases are longer there (every wait on one is generous). */
-#if defined(__SANITIZE_THREAD__)
-#define FH_LEASE_SCALE 4
-#else
-#define FH_LEASE_SCALE 1
-#endif
+/* Under ThreadSanitizer a lease of a few seconds would lapse between the
+ * slowed agents' heartbeats on loaded cores and the agents would fence
+ * their work, a path these suites do not mean to take. */
+#define FH_LEASE_SCALE PX_TEST_SLOWDOWN
 
 typedef struct fh_proc {
     pid_t pid;

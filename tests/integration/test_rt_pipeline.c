@@ -110,7 +110,7 @@ static px_rt_executor_opts exec_opts(const char *path, uint32_t max_seqs)
     return (px_rt_executor_opts){.model_path = path,
                                  .worker_bin = px_test_plexus_bin(),
                                  .n_threads = 1,
-                                 .timeout_ms = 5000,
+                                 .timeout_ms = 5000 * PX_TEST_SLOWDOWN,
                                  .max_seqs = max_seqs};
 }
 
@@ -254,9 +254,11 @@ static void test_stopped_worker_is_named_within_the_timeout(void **state)
     make_spec(3, cut, &spec);
     px_err err;
     px_rt_executor_opts xo = exec_opts(synth_path, 1);
-    xo.timeout_ms = 1500;
     px_rt_executor *ex;
     px_assert_ok(px_rt_executor_new(&spec, &xo, &ex, &err), &err);
+    /* The set-up keeps the transport's generous timeout (workers start
+     * slowly on a loaded machine); the wait for a step is the short one. */
+    px_rt_executor_set_step_timeout(ex, 1500);
     px_rt_tokenizer *t = tokenizer_of(synth_path);
     int pid = px_rt_executor_stage_pid(ex, 1);
     kill(pid, SIGSTOP);

@@ -12,6 +12,7 @@
 #include "px_test.h"
 
 #include "plexus/ir.h"
+#include "px_slowdown.h"
 
 static char *synth_path;
 
