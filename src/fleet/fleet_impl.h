@@ -610,6 +610,12 @@ void px__srv_touch_node(px_fleet_server *srv, size_t node);
 /* Whether a deployment name is valid: a user name's characters, and not
  * a job id ("j-" and digits). */
 bool px__deploy_name_valid(const char *name);
+/* Checks a deployment request (borrowed; untrusted) and returns its
+ * normalized spec (new reference: name, model {digest[, name]}, replicas,
+ * and objective, contract, policy when given), or NULL with err saying
+ * which member is wrong and the fix (PX_EINVAL; PX_ENOMEM).  A normalized
+ * spec checks to itself. */
+json_t *px__deploy_request_check(const json_t *body, px_err *err);
 /* Checks the request body (borrowed), plans the model over the online
  * nodes and stores the deployment for owner; *out gets the stored row
  * (owned).  PX_EINVAL (a bad request, err says which member and the fix),
