@@ -595,7 +595,9 @@ json_t *px__srv_plan(px_fleet_server *srv, const px__job *job);
  * (a name) and "contract" (a built-in name or a document) from spec (may
  * be NULL: the defaults).  With spec, a plan also carries "report" (the
  * text `plexus plan` prints) and "assignment" (per replica and stage: the
- * node, its devices and layers).  New reference. */
+ * node, its devices and layers) and "residency" (warm nodes preferred);
+ * the server lock (held by the caller) is then released while the
+ * planner runs.  New reference. */
 json_t *px__srv_plan_model(px_fleet_server *srv, const char *digest, const json_t *spec);
 void px__srv_free_jobs(px_fleet_server *srv);
 /* The job's JSON; with detail, the spec too, its "env" values replaced
