@@ -234,8 +234,8 @@ int main(int argc, char **argv)
            N_AGENTS);
     printf("  cold (each agent fetches and verifies the model): request %.2f ms, resident on "
            "every node after %.1f ms\n"
-           "    (at most two heartbeats of 2.5 s: one names the model to the agent, the next "
-           "reports it held)\n",
+           "    (of which up to a heartbeat of 2.5 s until an agent learns of the model; it "
+           "reports it at once when held)\n",
            plan_ms[0], ready_ms[0]);
     if (n > 1) {
         qsort(plan_ms + 1, (size_t)(n - 1), sizeof *plan_ms, cmp_double);

@@ -43,6 +43,8 @@ static px_status fetch_and_hold(px__agent *a, px_fleet_client *c, const char *di
         if (st != PX_OK)
             return px_err_prefix(err, st, "fetching model %.12s for a deployment: ", digest);
         px_log_info("agent: model %.12s fetched into the cache for a deployment", digest);
+        /* The server learns of it now, not a heartbeat later. */
+        atomic_store(&a->heartbeat_now, 1);
     }
     char *held;
     px_status st = px_fleet_cache_acquire(a->cache, digest, &held, err);
