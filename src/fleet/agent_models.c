@@ -111,9 +111,10 @@ void *px__agent_models_main(void *arg)
         json_object_foreach_safe(held, tmp, digest, v)
         {
             if (!listed(wanted, digest)) {
+                /* digest is the key: it goes with the member. */
+                px_log_info("agent: model %.12s released: no deployment here needs it", digest);
                 px_fleet_cache_release(a->cache, digest);
                 json_object_del(held, digest);
-                px_log_info("agent: model %.12s released: no deployment here needs it", digest);
             }
         }
         json_decref(wanted);
