@@ -276,6 +276,12 @@ typedef struct px__deploy_row {
 } px__deploy_row;
 
 void px__deploy_row_release(px__deploy_row *r);
+/* An explanation to store (put_explanations); borrowed strings. */
+typedef struct px__explanation_row {
+    const char *job;
+    int attempt;
+    const char *json;
+} px__explanation_row;
 
 typedef void (*px__job_cb)(const px__job_row *row, void *ud);
 typedef void (*px__deploy_cb)(const px__deploy_row *row, void *ud);
@@ -379,6 +385,12 @@ typedef struct px__store_ops {
                                   px_err *err);
     /* Drops the row of a name; PX_ENOTFOUND when there is none. */
     px_status (*delete_deployment)(void *self, const char *name, px_err *err);
+    /* Version 6.  (optional: NULL, the server writes each on its own)
+     * Several jobs' rows and members (no attempt rows) and several
+     * explanations, each call all or nothing, in as few round trips as the
+     * store can: a scheduling pass writes its decisions with them. */
+    px_status (*update_jobs)(void *self, const px__job_row *rows, int n, px_err *err);
+    px_status (*put_explanations)(void *self, const px__explanation_row *rows, int n, px_err *err);
 } px__store_ops;
 
 typedef struct px__store {
@@ -536,6 +548,12 @@ struct px_fleet_server {
     bool claim_due;
     bool listening;
     uint64_t claimed_ns;
+    /* A scheduling pass on a store that writes many at once: its
+     * assignments and explanations, written together at its end
+     * (server_jobs.c). */
+    struct px__deferred *deferred;
+    size_t n_deferred, cap_deferred;
+    bool defer;
     uint64_t log_epoch;
     px__metrics metrics;
     void *daemon;          /* struct MHD_Daemon */

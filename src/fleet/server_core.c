@@ -185,6 +185,7 @@ static void take_in_job(const px__job_row *row, void *ud)
 /* ---- jobs other replicas accepted ---- */
 
 #define CLAIM_BACKSTOP_NS 2000000000ull /* while listening: look anyway this often */
+#define CLAIM_MAX         1000          /* jobs taken in at a time */
 #define LISTEN_WAIT_MS    250           /* a wait of the listener; stop waits as long */
 #define LISTEN_RETRY_NS   1000000000ull /* after a failed connection */
 
@@ -244,11 +245,16 @@ static void claim_tick(px_fleet_server *srv)
     srv->claim_due = false;
     srv->claimed_ns = now;
     px_err err;
-    if (srv->store.ops->claim_jobs(srv->store.self, 1000, take_in_job, srv, &err) != PX_OK) {
+    uint64_t before = srv->metrics.claimed;
+    if (srv->store.ops->claim_jobs(srv->store.self, CLAIM_MAX, take_in_job, srv, &err) != PX_OK) {
         px_log_warn("server: %s", err.msg);
         srv->claim_due = true; /* again on the next tick */
         return;
     }
+    /* A full hand: there may be more; the next round takes them after
+     * this pass has placed these. */
+    if (srv->metrics.claimed - before >= CLAIM_MAX)
+        srv->claim_due = true;
 }
 
 /* ---- the scheduler thread ---- */
@@ -538,6 +544,7 @@ void px_fleet_server_stop(px_fleet_server *srv)
     free(srv->hb_written_ns);
     px__auth_free(srv);
     free(srv->tmp_dir);
+    free(srv->deferred);
     free(srv->data_dir);
     pthread_rwlock_destroy(&srv->auth_lock);
     pthread_cond_destroy(&srv->kick);

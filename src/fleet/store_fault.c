@@ -224,8 +224,20 @@ static px_status f_delete_deployment(void *self, const char *name, px_err *err)
     return FAILING(f) ? full(f, err) : f->inner.ops->delete_deployment(f->inner.self, name, err);
 }
 
+static px_status f_update_jobs(void *self, const px__job_row *rows, int n, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err) : f->inner.ops->update_jobs(f->inner.self, rows, n, err);
+}
+
+static px_status f_put_explanations(void *self, const px__explanation_row *rows, int n, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err) : f->inner.ops->put_explanations(f->inner.self, rows, n, err);
+}
+
 static const px__store_ops faulty_ops = {
-    .version = 5,
+    .version = 6,
     .close = f_close,
     .put_node = f_put_node,
     .list_nodes = f_list_nodes,
@@ -256,6 +268,8 @@ static const px__store_ops faulty_ops = {
     .get_deployment = f_get_deployment,
     .list_deployments = f_list_deployments,
     .delete_deployment = f_delete_deployment,
+    .update_jobs = f_update_jobs,
+    .put_explanations = f_put_explanations,
 };
 
 px_status px__store_wrap_faults(px__store *store, px_err *err)
@@ -278,6 +292,10 @@ px_status px__store_wrap_faults(px__store *store, px_err *err)
         f->ops.batch_begin = f->ops.batch_end = NULL;
     if (f->inner.ops->version < 4 || !f->inner.ops->wait_jobs)
         f->ops.wait_jobs = NULL;
+    if (f->inner.ops->version < 6 || !f->inner.ops->update_jobs)
+        f->ops.update_jobs = NULL;
+    if (f->inner.ops->version < 6 || !f->inner.ops->put_explanations)
+        f->ops.put_explanations = NULL;
     store->ops = &f->ops;
     store->self = f;
     return PX_OK;

@@ -51,6 +51,20 @@ void px__pgq_blob(px__pgq *q, const void *data, size_t len);
  * when not NULL).  The caller holds st->mu. */
 px_status px__pg_run(px__pg *st, const char *sql, const px__pgq *q, PGresult **res,
                      const char *what, px_err *err);
+/* One statement of a pipeline. */
+typedef struct px__pg_stmt {
+    const char *sql;
+    const px__pgq *q; /* NULL: no parameters */
+} px__pg_stmt;
+
+/* Sends n statements at once and reads their results (libpq's pipeline
+ * mode): one round trip to the database rather than n.  The first failure
+ * is returned (errors as px__pg_run), and the server skips the statements
+ * after it, so a pipeline that opens a transaction or savepoint must be
+ * followed by its rollback on failure.  *res (res may be NULL) gets the
+ * rows of statement `keep`.  The caller holds st->mu. */
+px_status px__pg_pipeline(px__pg *st, const px__pg_stmt *s, int n, int keep, PGresult **res,
+                          const char *what, px_err *err);
 /* A transaction of several statements, or inside a batch a savepoint:
  * begin, then commit or roll back.  The caller holds st->mu. */
 px_status px__pg_begin(px__pg *st, px_err *err);

@@ -443,7 +443,7 @@ static px_status find_idempotent(void *self, const char *owner, const char *key,
 }
 
 static px__store_ops sqlite_ops = {
-    .version = 5,
+    .version = 6,
     .close = sql_close,
     .insert_job = insert_job,
     .update_job = update_job,
