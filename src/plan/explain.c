@@ -206,6 +206,18 @@ json_t *px__plan_explanation(px__plan_ctx *ctx, const px__plan_result *r)
         px_plan_objective_name(ctx->req->objective), devs, wp->n_stages,
         wp->n_stages == 1 ? "" : "s", r->layout.n_replicas, r->layout.n_replicas == 1 ? "" : "s",
         r->layout.wl.batch, ctx->prec[r->layout.prec_index].label, a, r->throughput);
+    /* Replicas at batches of their own: each at the batch it serves best. */
+    for (uint32_t i = 1; i < r->layout.n_replicas; i++) {
+        if (r->layout.wls[i].batch == r->layout.wl.batch)
+            continue;
+        char rd[160], t[32];
+        px__plan_pipe_devices(ctx, &r->layout.replicas[i], rd, sizeof rd);
+        px_format_seconds(r->est[i].tpot_s, t, sizeof t);
+        say(arr,
+            "replica %u (%s) runs at batch %u, the batch it serves best: %s per token, %.4g "
+            "tokens/s",
+            i, rd, r->layout.wls[i].batch, t, r->est[i].throughput);
+    }
     if (ctx->precision_note[0])
         say(arr, "%s", ctx->precision_note);
     if (px__plan_layout_emulated(ctx, &r->layout))
