@@ -359,8 +359,18 @@ static void serve_plan(const char *label, const char *model, const char *invento
     json_int_t reps = json_integer_value(json_object_get(batching, "replicas"));
     /* Each replica runs at its own batch: as many clients as they hold. */
     json_int_t in_flight = json_integer_value(json_object_get(batching, "sequences_in_flight"));
-    double tpot50 = json_number_value(
-        json_object_get(json_object_get(json_object_get(doc, "predictions"), "tpot_s"), "p50"));
+    /* The replicas' batches over their times per token: what the time per
+     * token says the layout serves (each replica at its own batch). */
+    double by_tpot = 0;
+    size_t ri;
+    const json_t *rep;
+    json_array_foreach(json_object_get(doc, "replicas"), ri, rep)
+    {
+        double t = json_number_value(json_object_get(rep, "tpot_s"));
+        json_int_t b = json_integer_value(json_object_get(rep, "batch"));
+        if (t > 0 && b > 0)
+            by_tpot += (double)b / t;
+    }
     size_t n_stages = json_array_size(json_object_get(doc, "stages"));
     json_decref(doc);
     if (batch <= 0)
@@ -384,11 +394,10 @@ static void serve_plan(const char *label, const char *model, const char *invento
     bool inside = lv.tokens_per_s >= lo && lv.tokens_per_s <= hi;
     printf("emu-small throughput plan, %s (%zu stages, %lld replica%s, %lld sequences in "
            "flight, EMULATED devices): observed %.0f tok/s with %d clients; predicted %.0f [%.0f, "
-           "%.0f] (observed/predicted p50 %.2f; predicted time per token %.3g ms, batch/TPOT "
-           "%.0f tok/s): %s%s\n",
+           "%.0f] (observed/predicted p50 %.2f; the replicas' batches over their times per "
+           "token: %.0f tok/s): %s%s\n",
            label, n_stages, (long long)reps, reps == 1 ? "" : "s", (long long)in_flight,
-           lv.tokens_per_s, clients, p50, lo, hi, p50 > 0 ? lv.tokens_per_s / p50 : 0, tpot50 * 1e3,
-           tpot50 > 0 ? (double)in_flight / tpot50 : 0,
+           lv.tokens_per_s, clients, p50, lo, hi, p50 > 0 ? lv.tokens_per_s / p50 : 0, by_tpot,
            inside ? "inside the interval" : "OUTSIDE the interval",
            lv.failed ? " (failed requests)" : "");
     fflush(stdout);
