@@ -382,6 +382,7 @@ static json_t *predictions_json(const px__plan_ctx *ctx, const px__plan_result *
         return NULL;
     if (px_json_set(o, "tpot_s", interval(tpot)) || px_json_set(o, "ttft_s", interval(ttft)) ||
         px_json_set(o, "throughput_tokens_per_s", interval(thr)) ||
+        px_json_set(o, "decode_only_tpot_s", num(r->est[0].decode_step_s)) ||
         px_json_set(o, "energy_joules_per_token", interval(r->mc.joules_per_token)) ||
         px_json_set(o, "joules_per_token", num(jpt)) ||
         px_json_set(o, "power_w", num(r->power_w)) ||

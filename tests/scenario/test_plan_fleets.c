@@ -134,8 +134,20 @@ static void test_plan_fleets_no_host_kv_for_throughput(void **state)
     double best_base = 0;
     size_t i;
     json_t *b;
-    json_array_foreach(json_object_get(doc, "baselines"), i, b) best_base =
-        fmax(best_base, json_number_value(json_object_get(b, "throughput")));
+    json_array_foreach(json_object_get(doc, "baselines"), i, b)
+    {
+        best_base = fmax(best_base, json_number_value(json_object_get(b, "throughput")));
+    }
+    /* The plan says what the prefill costs the decode steps. */
+    bool said = false;
+    json_array_foreach(json_object_get(doc, "explanation"), i, b)
+    {
+        said |= strstr(json_string_value(b), "prefilled inside decode steps") != NULL;
+    }
+    assert_true(said);
+    double decode_only = json_number_value(
+        json_object_get(json_object_get(doc, "predictions"), "decode_only_tpot_s"));
+    assert_true(decode_only > 0 && decode_only < s.tpot_s.p50);
     json_decref(doc);
     if (!(s.throughput_point > 0.6 * bound && s.throughput_point > 2 * best_base))
         fail_msg("8B on 8xV100+H200: %.4g tokens/s; bound %.4g, best baseline %.4g",
