@@ -180,8 +180,10 @@ static px_status add_backend_locked(const px_rt_backend_iface *b, px_err *err)
 
 static void ensure_builtin_locked(void)
 {
-    if (reg_n == 0)
+    if (reg_n == 0) {
         (void)add_backend_locked(&px__rt_cpu_backend, NULL);
+        (void)add_backend_locked(&px__rt_cuda_backend, NULL);
+    }
 }
 
 px_status px_rt_backend_register(const px_rt_backend_iface *b, px_err *err)

@@ -46,6 +46,12 @@ struct px_rt_stream {
 
 /* The built-in cpu backend's table (cpu_backend.c). */
 extern const px_rt_backend_iface px__rt_cpu_backend;
+/* The built-in cuda backend's table (cuda_backend.c; without nvcc its
+ * devices refuse to open, saying why). */
+extern const px_rt_backend_iface px__rt_cuda_backend;
+/* The GPU ordinal of an inventory device id: N of a trailing "gpuN"
+ * ("n1.gpu3" is 3), else 0 (cuda_host.c). */
+uint32_t px__rt_cuda_ordinal(const char *device);
 
 /* ------------------------------------------------------------------ */
 /* Thread pool (cpu_pool.c)                                            */
