@@ -73,7 +73,8 @@ uint32_t px__rt_cuda_tile_rows(const px_rt_op *op)
     const px_rt_tensor *w = op->src[1];
     uint64_t row = (uint64_t)w->ne[0] * sizeof(float);
     uint64_t n = row ? PX__CUDA_TILE_BYTES / row : 1;
-    n = PX_MAX(n, 1);
+    /* At least one row; at most a grid's 65535 rows. */
+    n = PX_MIN(PX_MAX(n, 1), 65535);
     return (uint32_t)PX_MIN(n, (uint64_t)w->ne[1]);
 }
 

@@ -139,8 +139,8 @@ __device__ __forceinline__ void decode32(px__cuda_dtype t, const uint8_t *row, u
         float d = f16_at(blk + 80), dmin = f16_at(blk + 82);
         for (int g = 0; g < 2; g++) {
             uint8_t s = blk[2 * sub + g];
-            dl[g] = d * (float)(s & 0xF);
-            ml[g] = dmin * (float)(s >> 4);
+            dl[g] = __fmul_rn(d, (float)(s & 0xF));
+            ml[g] = __fmul_rn(dmin, (float)(s >> 4));
         }
         /* Value 128n + 32j + l: bits 2j of qs[32n + l]. */
         uint32_t n = v0 / 128, j = (v0 % 128) / 32;
@@ -153,7 +153,7 @@ __device__ __forceinline__ void decode32(px__cuda_dtype t, const uint8_t *row, u
     case PX__CUDA_Q3_K: {
         float d = f16_at(blk + 108);
         for (int g = 0; g < 2; g++)
-            dl[g] = d * (float)scale_q3_k(2 * sub + g, blk + 96);
+            dl[g] = __fmul_rn(d, (float)scale_q3_k(2 * sub + g, blk + 96));
         uint32_t n = v0 / 128, j = (v0 % 128) / 32;
         const uint8_t *hm = blk, *qs = blk + 32 + 32 * n;
 #pragma unroll
@@ -170,8 +170,8 @@ __device__ __forceinline__ void decode32(px__cuda_dtype t, const uint8_t *row, u
         float d = f16_at(blk), dmin = f16_at(blk + 2);
         int sc, m;
         scale_min_k4(sub, blk + 4, &sc, &m);
-        dl[0] = dl[1] = d * (float)sc;
-        ml[0] = ml[1] = dmin * (float)m;
+        dl[0] = dl[1] = __fmul_rn(d, (float)sc);
+        ml[0] = ml[1] = __fmul_rn(dmin, (float)m);
         /* Value 64g + 32h + l: nibble h of qs[32g + l] (+16 from bit
          * 2g + h of qh[l] for q5_k). */
         uint32_t g = sub / 2, h = sub % 2;
@@ -188,8 +188,8 @@ __device__ __forceinline__ void decode32(px__cuda_dtype t, const uint8_t *row, u
     default: { /* Q6_K */
         float d = f16_at(blk + 208);
         const int8_t *scales = (const int8_t *)(blk + 192);
-        dl[0] = d * (float)scales[2 * sub];
-        dl[1] = d * (float)scales[2 * sub + 1];
+        dl[0] = __fmul_rn(d, (float)scales[2 * sub]);
+        dl[1] = __fmul_rn(d, (float)scales[2 * sub + 1]);
         /* Value 128n + 32i + l: low four bits from ql[64n + l + 32(i&1)]
          * (high nibble for i >= 2), high two from bits 2i of qh[32n + l]. */
         uint32_t n = v0 / 128, i = (v0 % 128) / 32;
@@ -203,11 +203,12 @@ __device__ __forceinline__ void decode32(px__cuda_dtype t, const uint8_t *row, u
         break;
     }
     }
+    /* Separate roundings, never fused: the values are quant.c's. */
     bool has_min = t == PX__CUDA_Q2_K || t == PX__CUDA_Q4_K || t == PX__CUDA_Q5_K;
 #pragma unroll
     for (int l = 0; l < 32; l++) {
-        float v = dl[l / 16] * (float)q[l];
-        w[l] = has_min ? v - ml[l / 16] : v;
+        float v = __fmul_rn(dl[l / 16], (float)q[l]);
+        w[l] = has_min ? __fsub_rn(v, ml[l / 16]) : v;
     }
 }
 
@@ -324,18 +325,18 @@ extern "C" int px__cuda_dequant(void *stream, px__cuda_dtype t, const void *w, s
 __global__ void k_gather(const float *x, const uint32_t *select, uint32_t n, uint32_t k,
                          float *dst)
 {
-    uint32_t r = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r < n && j < k)
-        dst[(size_t)r * k + j] = x[(size_t)select[r] * k + j];
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)n * k)
+        dst[i] = x[(size_t)select[i / k] * k + i % k];
 }
 
 extern "C" int px__cuda_gather(void *stream, const float *x, const uint32_t *select, uint32_t n,
                                uint32_t k, float *dst)
 {
-    if (n == 0)
+    size_t total = (size_t)n * k;
+    if (total == 0)
         return 0;
-    dim3 grid(blocks_for(k, 256), n);
-    k_gather<<<grid, 256, 0, (cudaStream_t)stream>>>(x, select, n, k, dst);
+    k_gather<<<blocks_for(total, 256), 256, 0, (cudaStream_t)stream>>>(x, select, n, k, dst);
     return launch_status();
 }
 

@@ -192,6 +192,11 @@ static void test_matmul_path_and_scratch(void **state)
     px_rt_op op2 = {.kind = PX_IR_OP_MATMUL, .src = {&x, &small}, .dst = &y};
     x.ne[0] = 64;
     assert_int_equal(px__rt_cuda_tile_rows(&op2), 10);
+    /* A tall, narrow weight: tiles stop at a grid's 65535 rows. */
+    px_rt_tensor tall;
+    tensor(f, &tall, PX_DTYPE_F16, 64, 128256, 1);
+    op2.src[1] = &tall;
+    assert_int_equal(px__rt_cuda_tile_rows(&op2), 65535);
 }
 
 static void test_checks_name_the_op_and_what_disagrees(void **state)
