@@ -206,6 +206,8 @@ enum {
     PX_RT_CAP_HOST_MEMORY = 1 << 0, /* its buffers are host-visible */
     PX_RT_CAP_HOST_PTR = 1 << 1,    /* can wrap host memory (mmapped weights) */
     PX_RT_CAP_ASYNC = 1 << 2,       /* streams return before ops complete */
+    PX_RT_CAP_OP_TIMING = 1 << 3,   /* a run of many ops times each on the device, so
+                                       telemetry needs no run per op */
 };
 
 typedef struct px_rt_device_props {
@@ -380,8 +382,9 @@ typedef px_status (*px_rt_fault_hook)(const px_rt_op *op, void *ud, px_err *err)
 PX_NODISCARD px_status px_rt_stream_new(px_rt_device *d, px_rt_stream **out, px_err *err);
 void px_rt_stream_free(px_rt_stream *s); /* NULL is a no-op */
 px_rt_device *px_rt_stream_device(const px_rt_stream *s);
-/* Runs ops in order and waits for them.  With a telemetry sink or a fault
- * hook set, ops are issued one at a time and each is reported.  Errors:
+/* Runs ops in order and waits for them.  With a fault hook set, or a
+ * telemetry sink on a device without PX_RT_CAP_OP_TIMING, ops are issued
+ * one at a time; with a sink, each is reported.  Errors:
  * the backend's (PX_EUNSUPPORTED for an op it cannot run, PX_EINVAL for
  * inconsistent shapes), the hook's. */
 PX_NODISCARD px_status px_rt_stream_run(px_rt_stream *s, const px_rt_op *ops, size_t n_ops,

@@ -672,7 +672,7 @@ static void device_props(void *dev, px_rt_device_props *out)
     out->memory_used = d->mem.used;
     out->memory_peak = d->mem.peak;
     pthread_mutex_unlock(&d->lock);
-    out->caps = 0;
+    out->caps = PX_RT_CAP_OP_TIMING;
     out->emulated = false;
 }
 

@@ -24,6 +24,7 @@ struct px_rt_device {
     const px_rt_backend_iface *backend;
     const px_rt_device_iface *iface;
     void *ctx;
+    uint32_t caps; /* props' caps, read once at open */
 };
 
 struct px_rt_buffer {
