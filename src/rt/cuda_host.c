@@ -37,20 +37,8 @@ bool px__rt_cuda_dtype(px_dtype t, px__cuda_dtype *out)
 
 bool px__rt_cuda_supports(px_ir_op_kind op, px_dtype t)
 {
-    switch (op) {
-    case PX_IR_OP_EMBEDDING:
-    case PX_IR_OP_MATMUL:
-    case PX_IR_OP_CLASSIFIER:
-        return px__rt_cuda_dtype(t, NULL);
-    case PX_IR_OP_RMSNORM:
-    case PX_IR_OP_ROPE:
-    case PX_IR_OP_ATTENTION:
-    case PX_IR_OP_SWIGLU:
-    case PX_IR_OP_ADD:
-        return t == PX_DTYPE_F32;
-    default:
-        return false;
-    }
+    /* The cpu's ops and formats, each of which has a kernel here. */
+    return px__rt_cpu_supports(op, t) && px__rt_cuda_dtype(t, NULL);
 }
 
 static bool is_matmul(const px_rt_op *op)
