@@ -29,6 +29,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #define STAGE_BYTES ((size_t)8 << 20)
 #define MAX_GRAPHS  16
@@ -74,6 +75,50 @@ typedef struct cuda_stream {
 } cuda_stream;
 
 static const px_rt_buffer_iface cuda_buffer_iface;
+
+/* ------------------------------------------------------------------ */
+/* cuBLAS, opened with the first stream                                */
+/* ------------------------------------------------------------------ */
+
+#define STR_(x) #x
+#define STR(x)  STR_(x)
+
+static struct {
+    cublasStatus_t (*create)(cublasHandle_t *h);
+    cublasStatus_t (*destroy)(cublasHandle_t h);
+    cublasStatus_t (*set_stream)(cublasHandle_t h, cudaStream_t s);
+    cublasStatus_t (*set_math_mode)(cublasHandle_t h, cublasMath_t mode);
+    cublasStatus_t (*sgemm)(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const float *alpha, const float *a, int lda,
+                            const float *b, int ldb, const float *beta, float *c, int ldc);
+    const char *(*status)(cublasStatus_t s);
+    char error[200];
+} blas;
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_load(void)
+{
+    static const char *const names[] = {"libcublas.so." STR(CUBLAS_VER_MAJOR),
+                                        PX_CUBLAS_DIR "/libcublas.so." STR(CUBLAS_VER_MAJOR)};
+    void *h = NULL;
+    for (size_t i = 0; i < PX_ARRAY_LEN(names) && !h; i++)
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(blas.error, sizeof blas.error, "cannot open cuBLAS: %.150s", dlerror());
+        return;
+    }
+    *(void **)&blas.create = dlsym(h, "cublasCreate_v2");
+    *(void **)&blas.destroy = dlsym(h, "cublasDestroy_v2");
+    *(void **)&blas.set_stream = dlsym(h, "cublasSetStream_v2");
+    *(void **)&blas.set_math_mode = dlsym(h, "cublasSetMathMode");
+    *(void **)&blas.sgemm = dlsym(h, "cublasSgemm_v2");
+    *(void **)&blas.status = dlsym(h, "cublasGetStatusString");
+    if (!blas.create || !blas.destroy || !blas.set_stream || !blas.set_math_mode || !blas.sgemm ||
+        !blas.status) {
+        snprintf(blas.error, sizeof blas.error, "cuBLAS lacks a function plexus calls");
+        blas.create = NULL;
+    }
+}
 
 static px_status cuda_fail(px_err *err, const cuda_device *d, cudaError_t e, const char *what)
 {
@@ -253,7 +298,7 @@ static void stream_free(void *s)
     cudaFree(cs->meta_dev);
     cudaFreeHost(cs->meta_host);
     if (cs->blas)
-        cublasDestroy(cs->blas);
+        blas.destroy(cs->blas);
     if (cs->s)
         cudaStreamDestroy(cs->s);
     free(cs);
@@ -378,9 +423,9 @@ static px_status gemm(cuda_stream *cs, const px_rt_op *op, px__cuda_dtype t, con
     const char *wd = dev_ptr(cs, w);
     cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
     if (!ce && t == PX__CUDA_F32) {
-        bs = cublasSgemm(cs->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_out, (int)rows, (int)k, &one,
-                         (const float *)(const void *)wd, (int)(w->nb[1] / sizeof(float)), x,
-                         (int)k, &zero, y, (int)n_out);
+        bs = blas.sgemm(cs->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_out, (int)rows, (int)k, &one,
+                        (const float *)(const void *)wd, (int)(w->nb[1] / sizeof(float)), x, (int)k,
+                        &zero, y, (int)n_out);
     } else {
         uint32_t tile = px__rt_cuda_tile_rows(op);
         float *wt = (float *)(void *)work;
@@ -388,14 +433,13 @@ static px_status gemm(cuda_stream *cs, const px_rt_op *op, px__cuda_dtype t, con
             uint32_t n = PX_MIN(tile, n_out - i0);
             ce = px__cuda_dequant(cs->s, t, wd, w->nb[1], k, i0, n, wt);
             if (!ce)
-                bs = cublasSgemm(cs->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)rows, (int)k,
-                                 &one, wt, (int)k, x, (int)k, &zero, y + i0, (int)n_out);
+                bs = blas.sgemm(cs->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)rows, (int)k, &one,
+                                wt, (int)k, x, (int)k, &zero, y + i0, (int)n_out);
         }
     }
     if (bs)
         return px_err_set(err, PX_EIO, "%s (%s): %s (layer %d): cuBLAS: %s", cs->dev->name,
-                          cs->dev->model, px_ir_op_kind_name(op->kind), op->layer,
-                          cublasGetStatusString(bs));
+                          cs->dev->model, px_ir_op_kind_name(op->kind), op->layer, blas.status(bs));
     if (!ce && op->src[2])
         ce = px__cuda_add_bias(cs->s, y, dev_ptr(cs, op->src[2]), rows, n_out);
     return ce ? cuda_fail(err, cs->dev, (cudaError_t)ce, px_ir_op_kind_name(op->kind)) : PX_OK;
@@ -622,15 +666,20 @@ static px_status stream_new(void *dev, const px_rt_stream_iface **iface, void **
         free(cs);
         return cuda_fail(err, d, e, "create a stream");
     }
-    cublasStatus_t bs = cublasCreate(&cs->blas);
+    pthread_once(&blas_once, blas_load);
+    if (!blas.create) {
+        stream_free(cs);
+        return px_err_set(err, PX_EUNSUPPORTED, "%s (%s): %s; install cuBLAS %d", d->name, d->model,
+                          blas.error, CUBLAS_VER_MAJOR);
+    }
+    cublasStatus_t bs = blas.create(&cs->blas);
     if (!bs)
-        bs = cublasSetStream(cs->blas, cs->s);
+        bs = blas.set_stream(cs->blas, cs->s);
     if (!bs)
-        bs = cublasSetMathMode(cs->blas, CUBLAS_PEDANTIC_MATH); /* f32, no TF32 */
+        bs = blas.set_math_mode(cs->blas, CUBLAS_PEDANTIC_MATH); /* f32, no TF32 */
     if (bs) {
         stream_free(cs);
-        return px_err_set(err, PX_EIO, "%s (%s): cuBLAS: %s", d->name, d->model,
-                          cublasGetStatusString(bs));
+        return px_err_set(err, PX_EIO, "%s (%s): cuBLAS: %s", d->name, d->model, blas.status(bs));
     }
     *iface = &cuda_stream_iface;
     *stream = cs;
