@@ -208,15 +208,14 @@ void px__rt_avx2_matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k,
                         uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
 {
     const uint8_t *wb = w;
+    if (px__rt_quant_handles(t)) {
+        px__rt_quant_matmul(px__rt_quant_dot_x86, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
+        return;
+    }
     for (uint32_t r = 0; r < n_x; r += PX_RT_SMALL_BATCH) {
         const float *xr = x + (size_t)r * ldx;
         float *yr = y + (size_t)r * ldy;
         uint32_t n = PX_MIN(n_x - r, PX_RT_SMALL_BATCH);
-        if (px__rt_quant_handles(t)) {
-            px__rt_quant_matvec(px__rt_quant_dot_x86, t, w, row_bytes, k, i0, i1, xr, ldx, n, yr,
-                                ldy);
-            continue;
-        }
         switch (n) {
         case 1:
             matvec_1(t, wb, row_bytes, k, i0, i1, xr, ldx, yr, ldy);

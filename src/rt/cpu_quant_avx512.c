@@ -106,7 +106,8 @@ INLINE float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
         if (t == PX_DTYPE_Q4_K) {
             uint64_t sc8, m8;
             q4_k_scales(blk + 4, &sc8, &m8);
-            scales = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_cvtsi64_si128((long long)sc8)));
+            scales =
+                _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_cvtsi64_si128((long long)sc8)));
             /* Mins times the activations' sums over each 32 values. */
             __m256i sums32 = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
             __m256i m32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8));
@@ -114,8 +115,8 @@ INLINE float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
             d = f16_at(blk);
             dmin = f16_at(blk + 2);
         } else {
-            __m256i sc16 = _mm256_cvtepi8_epi16(
-                _mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));
+            __m256i sc16 =
+                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));
             scales = _mm512_castsi256_si512(sc16);
             /* The offset of 32, against each group's activation sum. */
             sumi = -32 * hsum256_i32(_mm256_madd_epi16(bsums, sc16));

@@ -115,6 +115,11 @@ float px__rt_quant_dot_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, uin
 void px__rt_quant_matvec(px__rt_quant_dot_fn dot, px_dtype t, const void *w, size_t row_bytes,
                          uint32_t k, uint32_t i0, uint32_t i1, const float *x, size_t ldx,
                          uint32_t n_x, float *y, size_t ldy);
+/* The same for any number of activation rows, PX_RT_SMALL_BATCH at a
+ * time (a row's result is the same in every group). */
+void px__rt_quant_matmul(px__rt_quant_dot_fn dot, px_dtype t, const void *w, size_t row_bytes,
+                         uint32_t k, uint32_t i0, uint32_t i1, const float *x, size_t ldx,
+                         uint32_t n_x, float *y, size_t ldy);
 
 /* ggml's nearest_int: round to nearest, ties to even, for |v| < 2^22. */
 static inline int px__rt_nearest_int(float v)
