@@ -119,6 +119,19 @@ typedef struct px__rt_kernels {
     void (*axpy_f32)(float a, const float *x, float *y, uint32_t n);
 } px__rt_kernels;
 
+/* Weight rows per tile of a product of n_x activation rows: more than
+ * PX_RT_SMALL_BATCH rows run in tiles of about 128 KiB of weights, which
+ * stay in the second-level cache while every group of activation rows
+ * passes over them, so the weights come from memory once per product,
+ * not once per group.  Speed only: each output is the same row kernel's
+ * whatever the tile. */
+static inline uint32_t px__rt_tile_rows(size_t row_bytes, uint32_t n_x)
+{
+    if (n_x <= PX_RT_SMALL_BATCH)
+        return UINT32_MAX;
+    return (uint32_t)PX_MAX(((size_t)128 << 10) / PX_MAX(row_bytes, 1), 4);
+}
+
 extern const px__rt_kernels px__rt_kernels_portable;
 /* The AVX2+FMA+F16C variant, or NULL when the build or the processor
  * lacks it. */
