@@ -8,6 +8,8 @@
 #   make bench       benchmarks, with figures and ratios against baselines
 #   make fuzz        libFuzzer targets, a bounded run each (FUZZ_SECONDS)
 #   make format      clang-format the sources (format-check: verify)
+#   make install     the command, library, man pages, systemd units and
+#                    recipes (PREFIX, default /usr/local; DESTDIR honoured)
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -17,8 +19,9 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SECONDS ?= 30
 WERROR     ?= 0
 CMAKE_FLAGS = -DPX_WERROR=$(if $(filter 1,$(WERROR)),ON,OFF)
+PREFIX     ?= /usr/local
 
-.PHONY: all deps build demo check check-asan check-tsan check-slow bench fuzz format format-check clean
+.PHONY: all deps build install demo check check-asan check-tsan check-slow bench fuzz format format-check clean
 
 all: build
 
@@ -30,6 +33,9 @@ $(BUILD)/CMakeCache.txt:
 
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 demo: build
 	@./scripts/demo $(BUILD)

@@ -143,15 +143,17 @@ static int bench_decisions(long jobs)
         PQfinish(c);
         return 1;
     }
-    /* The jobs, accepted by another replica: queued, not yet adopted. */
+    /* The jobs, accepted by another replica: queued, not yet adopted, and
+     * the scheduling replica notified as a replica's insert does. */
     char sql[1024];
     snprintf(sql, sizeof sql,
-             "INSERT INTO jobs(seq, id, name, state, attempt, restarts, spec, members, created,"
-             " updated, adopted) SELECT s, 'b-' || s, 'bench', 'queued', 1, 0,"
+             "WITH j AS (INSERT INTO jobs(seq, id, name, state, attempt, restarts, spec, members,"
+             " created, updated, adopted) SELECT s, 'b-' || s, 'bench', 'queued', 1, 0,"
              " CASE WHEN s %% 2 = 0 THEN '{\"command\": [\"true\"], \"resources\": {\"cpus\": 1}}'"
              " ELSE '{\"command\": [\"etl\"], \"resources\": {\"cpus\": 2, \"memory\": \"4 GiB\"}}'"
              " END, '[]', %lld, %lld, false FROM (SELECT nextval('jobs_seq') AS s FROM"
-             " generate_series(1, %ld)) q",
+             " generate_series(1, %ld)) q RETURNING id)"
+             " SELECT pg_notify('plexus_jobs', 'bench') FROM j LIMIT 1",
              (long long)px_wall_time(), (long long)px_wall_time(), jobs);
     pthread_mutex_lock(&srv[active]->lock);
     uint64_t d0 = srv[active]->metrics.decisions;

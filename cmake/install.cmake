@@ -35,3 +35,23 @@ install(CODE "
     message(FATAL_ERROR \"plexus completion failed\")
   endif()
 ")
+# Deployment recipes (dist/, docs/production.md): the systemd units, the
+# users they run as, the container file and the production guide.
+set(PX_SYSTEMD_DIR lib/systemd/system CACHE STRING
+  "Where `make install` puts the systemd units (relative to the prefix)")
+# The units name /usr/bin/plexus; installed, they name the installed command.
+foreach(unit plexus-server.service plexus-agent.service)
+  install(CODE "
+    file(READ \"${CMAKE_SOURCE_DIR}/dist/systemd/${unit}\" text)
+    string(REPLACE \"/usr/bin/plexus\" \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}/plexus\"
+      text \"\${text}\")
+    set(dir \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${PX_SYSTEMD_DIR}\")
+    file(MAKE_DIRECTORY \"\${dir}\")
+    message(STATUS \"Installing: \${dir}/${unit}\")
+    file(WRITE \"\${dir}/${unit}\" \"\${text}\")
+  ")
+endforeach()
+install(FILES ${CMAKE_SOURCE_DIR}/dist/systemd/plexus.sysusers.conf
+  DESTINATION lib/sysusers.d RENAME plexus.conf)
+install(FILES ${CMAKE_SOURCE_DIR}/dist/Containerfile ${CMAKE_SOURCE_DIR}/docs/production.md
+  DESTINATION ${CMAKE_INSTALL_DOCDIR})

@@ -144,47 +144,6 @@ static const px_cli_spec submit_spec = {
 };
 const px_cli_spec *const px__cmd_submit_specs[] = {&submit_spec, NULL};
 
-static bool is_digest(const char *s)
-{
-    if (strlen(s) != 64)
-        return false;
-    for (const char *c = s; *c; c++)
-        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f')))
-            return false;
-    return true;
-}
-
-/* --model FILE uploads the file; --model DIGEST names one the server has. */
-static json_t *model_member(submit_opts *s, px_fleet_client *c)
-{
-    if (is_digest(s->model) && access(s->model, F_OK) != 0)
-        return json_pack("{s:s}", "digest", s->model);
-    if (access(s->model, R_OK) != 0) {
-        fprintf(stderr,
-                "plexus submit: --model \"%s\": no such file, and not a SHA-256 digest (64 "
-                "lowercase hex digits)\n",
-                s->model);
-        return NULL;
-    }
-    json_t *reply = NULL;
-    px_err err;
-    if (px_fleet_client_send_file(c, "POST", "/v1/blobs", s->model, NULL, &reply, &err) != PX_OK) {
-        px_err_prefix(&err, err.code, "uploading --model %s: ", s->model);
-        px__cli_fail("submit", &err);
-        return NULL;
-    }
-    const char *digest = json_string_value(json_object_get(reply, "digest"));
-    const char *base = strrchr(s->model, '/');
-    base = base ? base + 1 : s->model;
-    json_t *m = digest ? json_pack("{s:s, s:s, s:O}", "digest", digest, "name", base, "size",
-                                   json_object_get(reply, "size"))
-                       : NULL;
-    if (!m)
-        fprintf(stderr, "plexus submit: the server's reply to the model upload has no digest\n");
-    json_decref(reply);
-    return m;
-}
-
 static json_t *python_member(submit_opts *s)
 {
     char *file, *function;
@@ -528,7 +487,7 @@ int px__cmd_submit(int argc, char **argv)
     if (!(c = px__fleet_cli_connect(&s.o)))
         goto done;
     if (s.model) {
-        json_t *m = model_member(&s, c);
+        json_t *m = px__fleet_cli_model(&s.o, c, s.model);
         if (!m)
             goto done;
         json_object_set_new(s.spec, "model", m);

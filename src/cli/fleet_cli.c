@@ -3,6 +3,8 @@
 
 #include "cli/cli_config.h"
 
+#include <unistd.h>
+
 extern char **environ;
 
 px_status px__fleet_cli_refuse_token(const char *value, void *dest, px_err *err)
@@ -177,4 +179,54 @@ void px__cli_scrub_env(const char *name)
                 *(volatile char *)v = 'x';
         }
     unsetenv(name);
+}
+
+static bool is_digest(const char *s)
+{
+    if (strlen(s) != 64)
+        return false;
+    for (const char *c = s; *c; c++)
+        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f')))
+            return false;
+    return true;
+}
+
+json_t *px__fleet_cli_model(px__fleet_cli *o, px_fleet_client *c, const char *model)
+{
+    if (is_digest(model) && access(model, F_OK) != 0)
+        return json_pack("{s:s}", "digest", model);
+    if (access(model, R_OK) != 0) {
+        fprintf(stderr,
+                "plexus %s: --model \"%s\": no such file, and not a SHA-256 digest (64 "
+                "lowercase hex digits)\n",
+                o->cmd, model);
+        return NULL;
+    }
+    json_t *reply = NULL;
+    px_err err;
+    if (px_fleet_client_send_file(c, "POST", "/v1/blobs", model, NULL, &reply, &err) != PX_OK) {
+        px_err_prefix(&err, err.code, "uploading --model %s: ", model);
+        px__cli_fail(o->cmd, &err);
+        return NULL;
+    }
+    const char *digest = json_string_value(json_object_get(reply, "digest"));
+    const char *base = strrchr(model, '/');
+    base = base ? base + 1 : model;
+    json_t *m = digest ? json_pack("{s:s, s:s, s:O}", "digest", digest, "name", base, "size",
+                                   json_object_get(reply, "size"))
+                       : NULL;
+    if (!m)
+        fprintf(stderr, "plexus %s: the server's reply to the model upload has no digest\n",
+                o->cmd);
+    json_decref(reply);
+    return m;
+}
+
+const char *px__fleet_cli_join(const json_t *arr, px_strbuf *out)
+{
+    size_t k;
+    json_t *v;
+    json_array_foreach(arr, k, v) px_strbuf_addf(out, "%s%s", k ? "," : "",
+                                                 json_string_value(v) ? json_string_value(v) : "?");
+    return out->len ? out->buf : "-";
 }

@@ -59,6 +59,14 @@ void px__fleet_cli_release(px__fleet_cli *o);
 /* Calls the API and prints the error on failure (returns NULL). */
 json_t *px__fleet_cli_get(px__fleet_cli *o, px_fleet_client *c, const char *method,
                           const char *path, const json_t *body);
+/* The "model" member of a request: --model FILE uploads the file (POST
+ * /v1/blobs) and gives {"digest", "name", "size"}; --model DIGEST names a
+ * blob the server has ({"digest"}).  New reference, or NULL after
+ * printing why (as o->cmd). */
+json_t *px__fleet_cli_model(px__fleet_cli *o, px_fleet_client *c, const char *model);
+/* Appends the strings of a JSON array joined by commas to out; returns
+ * out's text, or "-" for none. */
+const char *px__fleet_cli_join(const json_t *arr, px_strbuf *out);
 /* Formats bytes ("16 GiB") into buf. */
 const char *px__fleet_cli_bytes(double bytes, char *buf, size_t n);
 /* A job id or node name fit for a URL path: [A-Za-z0-9_.-]{1,128}. */

@@ -167,6 +167,7 @@ typedef struct px__agent_job {
     bool thread_started;
     atomic_int stop_requested; /* the server said stop: cancelled or stale */
     atomic_int done;           /* the thread has finished; join and drop */
+    bool started;              /* the server accepted the start report */
 } px__agent_job;
 
 /* How many (job, attempt, rank) keys of finished work are remembered, so
@@ -212,7 +213,18 @@ struct px__agent {
     int n_groups;
     /* Folder of this agent's job cgroups (cgroup v2), or NULL. */
     char *cgroup_root;
+    /* agent_models.c: the models deployments planned here need (the last
+     * heartbeat reply's "models", under mu) and a count of its changes. */
+    json_t *models_wanted;
+    atomic_uint models_gen;
 };
+
+/* ---- agent_models.c: the models of deployments planned on this node ---- */
+
+/* Records the "models" of a heartbeat reply (borrowed). */
+void px__agent_models_want(px__agent *a, const json_t *models);
+/* The thread that fetches, verifies and holds them (arg: the agent). */
+void *px__agent_models_main(void *arg);
 
 /* ---- agent_cred.c: joining, the node credential and its rotation ---- */
 
@@ -268,8 +280,14 @@ void px__agent_apply_stop(px__agent *a, const json_t *stop);
  * the process, streams output, checks a service's health, uploads
  * artifacts and reports.  Entry point of a job thread. */
 void *px__agent_job_main(void *job);
-/* Whether the key "job/attempt/rank" was started before; marks it. */
+/* The key of an assignment, "job/attempt/rank", as px__agent_seen knows it. */
+void px__agent_job_key(const char *job, long long attempt, long long rank, char *buf, size_t n);
+/* Whether the key was taken before; marks it.  Caller holds a->mu. */
 bool px__agent_seen(px__agent *a, const char *key);
+/* Unmarks a key: work that never started (its start report was refused
+ * or never sent) is taken again when the server repeats the assignment.
+ * Caller holds a->mu. */
+void px__agent_forget(px__agent *a, const char *key);
 
 /* Service health: one check.  HTTP GET on 127.0.0.1:port/path (2xx is
  * healthy) or a command (exit 0 is healthy, run as `as` says: the job's

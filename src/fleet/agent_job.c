@@ -739,6 +739,7 @@ static void run(job_run *r)
         px_log_info("agent: job %s attempt %d not started: %s", r->j->job, r->j->attempt, err.msg);
         goto done;
     }
+    r->j->started = true;
     bool stopped_by_us = false;
     supervise(r, p, &ex, &stopped_by_us);
     px__proc_free(p);
@@ -766,6 +767,7 @@ fail_start:
     free(path);
     json_decref(body);
     if (st == PX_OK) {
+        r->j->started = true;
         ex.code = 127;
         finish_report(r, &ex);
     }
@@ -792,6 +794,16 @@ void *px__agent_job_main(void *arg)
     } else {
         px_fleet_client_set_timeout(r.c, 30000);
         run(&r);
+    }
+    if (!j->started) {
+        /* The server never counted this attempt (it did not know the node
+         * yet, or could not be reached): it repeats the assignment, and
+         * the work must then be taken again rather than ignored. */
+        char key[160];
+        px__agent_job_key(j->job, j->attempt, j->rank, key, sizeof key);
+        pthread_mutex_lock(&a->mu);
+        px__agent_forget(a, key);
+        pthread_mutex_unlock(&a->mu);
     }
     if (r.model_digest)
         px_fleet_cache_release(a->cache, r.model_digest);

@@ -75,6 +75,18 @@ void px__agent_apply_stop(px__agent *a, const json_t *stop)
     }
 }
 
+void px__agent_job_key(const char *job, long long attempt, long long rank, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/%lld/%lld", job, attempt, rank);
+}
+
+void px__agent_forget(px__agent *a, const char *key)
+{
+    for (size_t i = 0; i < PX_MIN(a->n_recent, (size_t)PX__AGENT_RECENT); i++)
+        if (!strcmp(a->recent[i], key))
+            a->recent[i][0] = '\0';
+}
+
 bool px__agent_seen(px__agent *a, const char *key)
 {
     for (size_t i = 0; i < PX_MIN(a->n_recent, (size_t)PX__AGENT_RECENT); i++)
@@ -138,6 +150,7 @@ static void *heartbeat_main(void *arg)
         if (st == PX_OK) {
             px__agent_renewed(a, sent);
             px__agent_apply_stop(a, json_object_get(reply, "stop"));
+            px__agent_models_want(a, json_object_get(reply, "models"));
             double hb = json_number_value(json_object_get(reply, "heartbeat_s"));
             if (hb > 0)
                 a->heartbeat_s = hb;
@@ -210,7 +223,7 @@ static bool take(px__agent *a, const json_t *as)
     if (px__agent_fence_passed(a))
         return false;
     char key[160];
-    snprintf(key, sizeof key, "%s/%lld/%lld", job, (long long)attempt, (long long)rank);
+    px__agent_job_key(job, (long long)attempt, (long long)rank, key, sizeof key);
     pthread_mutex_lock(&a->mu);
     bool seen = px__agent_seen(a, key);
     pthread_mutex_unlock(&a->mu);
@@ -234,8 +247,13 @@ static bool take(px__agent *a, const json_t *as)
     j->thread_started =
         j->assignment && pthread_create(&j->thread, &attr, px__agent_job_main, j) == 0;
     pthread_attr_destroy(&attr);
-    if (!j->thread_started)
+    if (!j->thread_started) {
+        px_log_warn("agent: job %s attempt %d rank %d: cannot start a thread for it; taking it "
+                    "again when the server repeats the assignment",
+                    j->job, j->attempt, j->rank);
+        px__agent_forget(a, key);
         atomic_store(&j->done, 1);
+    }
     pthread_mutex_unlock(&a->mu);
     return true;
 }
@@ -296,8 +314,8 @@ px_status px_fleet_agent_run(const px_fleet_agent_config *cfg, px_err *err)
         return px_err_set(err, PX_ENOMEM, "out of memory");
     px_fleet_client *c = NULL;
     unsigned gen = 0;
-    pthread_t hb;
-    bool hb_started = false;
+    pthread_t hb, models;
+    bool hb_started = false, models_started = false;
     /* A server that goes away mid-request must not kill the agent. */
     signal(SIGPIPE, SIG_IGN);
     px_status st = setup(a, cfg, err);
@@ -331,6 +349,8 @@ px_status px_fleet_agent_run(const px_fleet_agent_config *cfg, px_err *err)
     px_log_info("agent: node %s registered with %s", a->node_id, px_fleet_client_server(c));
     if (pthread_create(&hb, NULL, heartbeat_main, a) == 0)
         hb_started = true;
+    if (pthread_create(&models, NULL, px__agent_models_main, a) == 0)
+        models_started = true;
     delay = 100;
     while (!atomic_load(&a->stopping)) {
         if (cfg->stop && atomic_load(cfg->stop)) {
@@ -382,10 +402,13 @@ done:
     atomic_store(&a->stopping, 1);
     if (hb_started)
         pthread_join(hb, NULL);
+    if (models_started)
+        pthread_join(models, NULL);
     reap_jobs(a, true);
     px_fleet_client_free(c);
     px_fleet_cache_free(a->cache);
     json_decref(a->registration);
+    json_decref(a->models_wanted);
     px__agent_contain_release(a);
     px__secret_wipe(a->cred, sizeof a->cred);
     free(a->node_id);

@@ -68,6 +68,8 @@ static void lease_reply(px_fleet_server *srv, px__api_resp *rs, size_t node, con
         json_object_set_new(o, "node", json_string(name));
     if (json_object_get(srv->rotate, name))
         json_object_set_new(o, "rotate_credential", json_true());
+    /* The models this node is to hold for deployments planned on it. */
+    json_object_set_new(o, "models", px__srv_deploy_models(srv, name));
     px__api_json(rs, 200, o);
 }
 

@@ -394,6 +394,21 @@ static void count(px_fleet_server *srv, int status, uint64_t t0)
     pthread_mutex_unlock(&srv->lock);
 }
 
+/* What a replica that does not schedule serves from the database alone:
+ * job submissions (inserted for the scheduling replica to claim) and every
+ * read of jobs (state, explanation, logs, artifacts).  Nodes, blobs,
+ * cancellations, uploads, agents and the dashboard need the scheduler's
+ * memory (or its node credentials) and go to the replica that holds the
+ * lease. */
+static bool standby_serves(const char *method, const char *url)
+{
+    if (strcmp(method, "POST") == 0)
+        return strcmp(url, "/v1/jobs") == 0;
+    if (strcmp(method, "GET") != 0)
+        return false;
+    return strcmp(url, "/v1/jobs") == 0 || px_str_starts_with(url, "/v1/jobs/");
+}
+
 /* The first call of a request: its headers are complete, its body (if
  * any) not yet read.  Everything that can refuse it does so here. */
 static enum MHD_Result begin(px_fleet_server *srv, struct MHD_Connection *conn, const char *url,
@@ -409,12 +424,16 @@ static enum MHD_Result begin(px_fleet_server *srv, struct MHD_Connection *conn, 
     *con_cls = rc;
     set_phase(rc->slot, srv->conns, PHASE_BODY);
     /* A replica standing by (another holds the scheduler lease) serves
-     * nothing but its metrics: clients and load balancers go to the next
-     * server, and /v1/health says why. */
-    if (!atomic_load(&srv->active) && strcmp(url, "/metrics") != 0) {
+     * what the database alone answers (standby_serves); for the rest
+     * clients and load balancers go to the next server, and /v1/health
+     * says why.  One that stopped serving for good serves nothing. */
+    bool standby = !atomic_load(&srv->active), failed = false;
+    if (standby) {
         pthread_mutex_lock(&srv->lock);
-        bool failed = srv->failed[0] != '\0';
+        failed = srv->failed[0] != '\0';
         pthread_mutex_unlock(&srv->lock);
+    }
+    if (standby && strcmp(url, "/metrics") != 0 && (failed || !standby_serves(method, url))) {
         px__api_json(&rs, 503,
                      json_pack("{s:s, s:s}", "status", failed ? "failed" : "standby", "error",
                                failed ? "this server replica stopped serving (it lost the "

@@ -56,6 +56,10 @@ char *px__metrics_render(px_fleet_server *srv)
                    nodes[0], nodes[1], nodes[2]);
     counter(&sb, "plexus_jobs_submitted_total", "Jobs accepted since the server started.",
             m->submitted);
+    counter(&sb, "plexus_jobs_claimed_total",
+            "Jobs other replicas accepted that this one took in to schedule.", m->claimed);
+    counter(&sb, "plexus_store_notifications_total",
+            "Wake-ups by the database: another replica accepted jobs.", m->notifications);
     counter(&sb, "plexus_scheduling_decisions_total", "Placement attempts.", m->decisions);
     counter(&sb, "plexus_placements_total", "Placement attempts that placed the job.",
             m->placements);

@@ -183,7 +183,7 @@ static void submit(px__api_req *rq, px__api_resp *rs)
     /* A gang larger than the fleet waits; say so rather than queue in silence. */
     long members = json_integer_value(json_object_get(spec, "nodes"));
     size_t known = px_fleet_sched_n_nodes(srv->sched);
-    if (members > 1 && (size_t)members > known) {
+    if (atomic_load(&srv->active) && members > 1 && (size_t)members > known) {
         char text[200];
         snprintf(text, sizeof text,
                  "the job needs %ld nodes for its members and the fleet has %zu; it stays queued "
@@ -353,6 +353,33 @@ static bool parse_num(const char *text, double lo, double hi, double *out)
     return true;
 }
 
+/* How often a replica that does not schedule reads a followed log again:
+ * its writes come from the scheduling replica, which wakes nobody here. */
+#define STANDBY_LOG_POLL_NS 250000000ull
+
+/* Whether the job has not ended: the scheduler's memory says so; on a
+ * replica that does not schedule, the stored row. */
+static bool still_running(px_fleet_server *srv, const char *id)
+{
+    if (atomic_load(&srv->active))
+        return px__srv_find_job(srv, id) != NULL;
+    px__job_row row;
+    px_err err;
+    if (srv->store.ops->get_job(srv->store.self, id, &row, &err) != PX_OK)
+        return false;
+    px__job_state state;
+    bool running = px__job_state_parse(row.state, &state) && state <= PX__JOB_RUNNING;
+    px__job_row_release(&row);
+    return running;
+}
+
+static uint64_t standby_deadline(px_fleet_server *srv, uint64_t deadline)
+{
+    if (atomic_load(&srv->active))
+        return deadline;
+    return PX_MIN(deadline, px_now_ns() + STANDBY_LOG_POLL_NS);
+}
+
 static void logs(px__api_req *rq, px__api_resp *rs, const char *id)
 {
     double after = 0, wait = 0;
@@ -382,8 +409,8 @@ static void logs(px__api_req *rq, px__api_resp *rs, const char *id)
             px__api_fail(rs, &err);
             return;
         }
-        bool active = px__srv_find_job(rq->srv, id) != NULL;
-        if (x.n > 0 || !active || !px__srv_wait(rq->srv, deadline)) {
+        bool active = still_running(rq->srv, id);
+        if (x.n > 0 || !active || !px__srv_wait(rq->srv, standby_deadline(rq->srv, deadline))) {
             bool done = !active && !x.more && x.n < 10000;
             px__api_json(rs, 200,
                          json_pack("{s:o, s:I, s:b}", "chunks", x.chunks, "next",
@@ -581,12 +608,15 @@ static void nodes_route(px__api_req *rq, px__api_resp *rs, const char *rest)
     px__api_json(rs, 200, px__srv_node_json(srv, i));
 }
 
-/* Whether a node may fetch the blob: the model of work assigned to it. */
+/* Whether a node may fetch the blob: the model of work assigned to it, or
+ * of a deployment planned on it. */
 static bool node_needs_blob(px_fleet_server *srv, const char *node, const char *digest)
 {
     size_t i;
     if (px_fleet_sched_find_node(srv->sched, node, &i, NULL) != PX_OK)
         return false;
+    if (px__srv_deploy_wants(srv, node, digest))
+        return true;
     for (px__job *j = srv->jobs; j; j = j->next) {
         const char *d =
             json_string_value(json_object_get(json_object_get(j->req->spec, "model"), "digest"));
@@ -655,5 +685,5 @@ bool px__api_user_route(px__api_req *rq, px__api_resp *rs)
         blobs_route(rq, rs, u[strlen("/v1/blobs")] ? u + strlen("/v1/blobs/") : "");
         return true;
     }
-    return false;
+    return px__api_deploy_route(rq, rs);
 }

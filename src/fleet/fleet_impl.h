@@ -211,6 +211,9 @@ typedef struct px__owner_slot {
     uint32_t n, cap;
 } px__owner_slot;
 
+/* Whether the node reports the model d resident in its cache. */
+bool px__sched_node_resident(const px__sched_node *n, const px_digest *d);
+
 px_status px__sched_alloc_add(px_fleet_sched *s, size_t node, const char *owner, int rank,
                               double cpus, double memory, uint64_t devices);
 
@@ -258,7 +261,30 @@ typedef struct px__artifact_row {
     int64_t created;
 } px__artifact_row;
 
+/* A deployment row: a model served across the fleet under a name that is
+ * unique over the fleet.  Strings are owned by the row
+ * (px__deploy_row_release). */
+typedef struct px__deploy_row {
+    char *name;
+    char *owner;              /* the deploying user's name */
+    char *model;              /* SHA-256 (hex) of the model blob */
+    char *spec;               /* JSON text: the request as accepted */
+    char *state;              /* "planned", "serving", "degraded", ... */
+    char *plan;               /* JSON text: the planner's record (px__srv_plan_model), or NULL */
+    char *incidents;          /* JSON array text, or NULL for none */
+    int64_t created, updated; /* Unix seconds */
+} px__deploy_row;
+
+void px__deploy_row_release(px__deploy_row *r);
+/* An explanation to store (put_explanations); borrowed strings. */
+typedef struct px__explanation_row {
+    const char *job;
+    int attempt;
+    const char *json;
+} px__explanation_row;
+
 typedef void (*px__job_cb)(const px__job_row *row, void *ud);
+typedef void (*px__deploy_cb)(const px__deploy_row *row, void *ud);
 typedef void (*px__node_cb)(const char *name, const char *reg_json, const char *state,
                             int64_t last_seen, void *ud);
 typedef void (*px__credential_cb)(const char *node, const char *sha256_hex, void *ud);
@@ -340,6 +366,31 @@ typedef struct px__store_ops {
      * batch: the caller must drop what it holds in memory. */
     px_status (*batch_begin)(void *self, px_err *err);
     px_status (*batch_end)(void *self, px_err *err);
+    /* Version 4.  (optional: NULL, the scheduler looks for jobs other
+     * replicas accepted on every tick) Waits up to timeout_ms for another
+     * replica to accept a job; *woken says whether one did (or may have:
+     * the first call, which starts listening, always wakes).  It waits on
+     * a connection of its own, never under the store's lock, and is called
+     * by one thread at a time; PX_EIO when that connection failed (the
+     * next call connects again). */
+    px_status (*wait_jobs)(void *self, int timeout_ms, bool *woken, px_err *err);
+    /* Version 5.  Deployments, by name.  put_deployment inserts the row
+     * (PX_EEXIST when the name is taken) or, with replace, overwrites the
+     * row of that name (PX_ENOTFOUND when there is none). */
+    px_status (*put_deployment)(void *self, const px__deploy_row *row, bool replace, px_err *err);
+    /* The row of a name (owned by out; PX_ENOTFOUND). */
+    px_status (*get_deployment)(void *self, const char *name, px__deploy_row *out, px_err *err);
+    /* Deployments of an owner (NULL: every owner), by name. */
+    px_status (*list_deployments)(void *self, const char *owner, px__deploy_cb cb, void *ud,
+                                  px_err *err);
+    /* Drops the row of a name; PX_ENOTFOUND when there is none. */
+    px_status (*delete_deployment)(void *self, const char *name, px_err *err);
+    /* Version 6.  (optional: NULL, the server writes each on its own)
+     * Several jobs' rows and members (no attempt rows) and several
+     * explanations, each call all or nothing, in as few round trips as the
+     * store can: a scheduling pass writes its decisions with them. */
+    px_status (*update_jobs)(void *self, const px__job_row *rows, int n, px_err *err);
+    px_status (*put_explanations)(void *self, const px__explanation_row *rows, int n, px_err *err);
 } px__store_ops;
 
 typedef struct px__store {
@@ -445,8 +496,9 @@ typedef struct px__job {
 
 typedef struct px__metrics {
     uint64_t submitted, decisions, placements, requeues;
-    uint64_t http_by_class[6]; /* 1xx..5xx by first digit */
-    uint64_t http_hist[16];    /* cumulative buckets, see api_metrics.c */
+    uint64_t notifications, claimed; /* jobs other replicas accepted */
+    uint64_t http_by_class[6];       /* 1xx..5xx by first digit */
+    uint64_t http_hist[16];          /* cumulative buckets, see api_metrics.c */
     double http_sum;
     uint64_t http_count;
     uint64_t pass_hist[16];
@@ -488,10 +540,25 @@ struct px_fleet_server {
     atomic_bool active;
     char failed[320];
     uint64_t lease_checked_ns;
+    /* Jobs other replicas accepted: the listener thread (store slot
+     * wait_jobs) sets claim_due on their notification; `listening` while it
+     * is connected, so that the tick need not ask the database each time. */
+    pthread_t listen_thread;
+    bool listen_thread_started;
+    bool claim_due;
+    bool listening;
+    uint64_t claimed_ns;
+    /* A scheduling pass on a store that writes many at once: its
+     * assignments and explanations, written together at its end
+     * (server_jobs.c). */
+    struct px__deferred *deferred;
+    size_t n_deferred, cap_deferred;
+    bool defer;
     uint64_t log_epoch;
     px__metrics metrics;
-    void *daemon;      /* struct MHD_Daemon */
-    json_t *incidents; /* ui_incidents.c: node-loss incidents, oldest first */
+    void *daemon;          /* struct MHD_Daemon */
+    json_t *incidents;     /* ui_incidents.c: node-loss incidents, oldest first */
+    json_t *deploy_models; /* server_deploy.c: node -> models of its deployments; NULL: stale */
     int incident_seq;
 };
 
@@ -542,6 +609,12 @@ px_status px__srv_load(px_fleet_server *srv, px_err *err);
  * ({"status": "planned", "plan": ...} or {"status": "planner unavailable",
  * "detail": ...}); new reference. */
 json_t *px__srv_plan(px_fleet_server *srv, const px__job *job);
+/* The same for a model blob (SHA-256 hex) with a request's "objective"
+ * (a name) and "contract" (a built-in name or a document) from spec (may
+ * be NULL: the defaults).  With spec, a plan also carries "report" (the
+ * text `plexus plan` prints) and "assignment" (per replica and stage: the
+ * node, its devices and layers).  New reference. */
+json_t *px__srv_plan_model(px_fleet_server *srv, const char *digest, const json_t *spec);
 void px__srv_free_jobs(px_fleet_server *srv);
 /* The job's JSON; with detail, the spec too, its "env" values replaced
  * by "(hidden)" unless `viewer` is the job's owner. */
@@ -550,6 +623,29 @@ json_t *px__srv_job_json(px_fleet_server *srv, const px__job_row *row, const px_
 json_t *px__srv_node_json(px_fleet_server *srv, size_t i);
 json_t *px__srv_assignment_json(px_fleet_server *srv, px__job *job, int rank);
 void px__srv_touch_node(px_fleet_server *srv, size_t node);
+
+/* server_deploy.c: deployments.  All take the server lock held. */
+/* Whether a deployment name is valid: a user name's characters, and not
+ * a job id ("j-" and digits). */
+bool px__deploy_name_valid(const char *name);
+/* Checks the request body (borrowed), plans the model over the online
+ * nodes and stores the deployment for owner; *out gets the stored row
+ * (owned).  PX_EINVAL (a bad request, err says which member and the fix),
+ * PX_EEXIST (the name is taken), PX_ESTATE (the planner cannot place it:
+ * err gives its reason), the store's errors. */
+px_status px__srv_deploy(px_fleet_server *srv, const json_t *body, const char *owner,
+                         px__deploy_row *out, px_err *err);
+/* A deployment as the API shows it; with detail its spec, plan record and
+ * incidents too.  New reference. */
+json_t *px__srv_deploy_json(px_fleet_server *srv, const px__deploy_row *row, bool detail);
+/* The models a node holds for the deployments whose plan uses it:
+ * [{"digest", "name"}] (new reference; empty when none or the store
+ * cannot be read now). */
+json_t *px__srv_deploy_models(px_fleet_server *srv, const char *node);
+/* Whether a deployment's plan puts the model (digest) on the node. */
+bool px__srv_deploy_wants(px_fleet_server *srv, const char *node, const char *digest);
+/* Forgets what px__srv_deploy_models read: a deployment came or went. */
+void px__srv_deploy_changed(px_fleet_server *srv);
 
 /* server_auth.c: principals.  px__auth_identify takes auth_lock itself;
  * the others run under the server lock. */
@@ -624,6 +720,8 @@ json_t *px__api_body_json(const px__api_req *rq, px__api_resp *rs);
 /* api_user.c / api_agent.c: route a request, server lock held. */
 bool px__api_user_route(px__api_req *rq, px__api_resp *rs);
 bool px__api_agent_route(px__api_req *rq, px__api_resp *rs);
+/* api_deploy.c: /v1/deployments, server lock held. */
+bool px__api_deploy_route(px__api_req *rq, px__api_resp *rs);
 
 /* Appends text as valid UTF-8: bytes that are not become U+FFFD. */
 void px__api_add_utf8(px_strbuf *sb, const unsigned char *p, size_t n);

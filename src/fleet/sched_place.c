@@ -197,7 +197,7 @@ static uint64_t pick_devices(const px__sched_node *n, const px__sched_node *rep,
     return best;
 }
 
-static bool resident(const px__sched_node *n, const px_digest *d)
+bool px__sched_node_resident(const px__sched_node *n, const px_digest *d)
 {
     size_t lo = 0, hi = n->n_resident;
     while (lo < hi) {
@@ -242,7 +242,7 @@ static void score_node(const px_fleet_sched *s, const px_fleet_request *r, uint3
     if (r->n_inputs) {
         int hits = 0;
         for (int k = 0; k < r->n_inputs; k++)
-            hits += resident(n, &r->inputs[k]);
+            hits += px__sched_node_resident(n, &r->inputs[k]);
         loc = (double)hits / r->n_inputs;
     }
     double used = n->cpus > 0 ? n->cpus_used / n->cpus : 1;
@@ -366,7 +366,8 @@ px_status px_fleet_sched_place(px_fleet_sched *s, const px_fleet_request *r, con
             reject(e, rej, i, PX__R_MEMORY, 0, n->memory - n->memory_used, r->memory);
         else {
             n_feasible++;
-            if (n_scored >= limit && !(r->n_inputs && n->n_resident && resident(n, &r->inputs[0])))
+            if (n_scored >= limit &&
+                !(r->n_inputs && n->n_resident && px__sched_node_resident(n, &r->inputs[0])))
                 continue;
             n_scored++;
             px__scored sc;

@@ -7,6 +7,7 @@
 #include "fleet/ui_impl.h"
 #include "fleet/secret_impl.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -177,7 +178,83 @@ static void take_in_job(const px__job_row *row, void *ud)
     }
     job->state = PX__JOB_QUEUED;
     px__srv_append_job(srv, job);
+    srv->metrics.claimed++;
     srv->dirty = true;
+}
+
+/* ---- jobs other replicas accepted ---- */
+
+#define CLAIM_BACKSTOP_NS 2000000000ull /* while listening: look anyway this often */
+#define CLAIM_MAX         1000          /* jobs taken in at a time */
+#define LISTEN_WAIT_MS    250           /* a wait of the listener; stop waits as long */
+#define LISTEN_RETRY_NS   1000000000ull /* after a failed connection */
+
+/* Waits (on its own connection) for the store's notification that another
+ * replica accepted a job, and wakes the scheduler thread to claim it; only
+ * while this replica schedules.  Without it (or while it cannot connect)
+ * the scheduler looks on every tick. */
+static void *listen_main(void *arg)
+{
+    px_fleet_server *srv = arg;
+    uint64_t retry_at = 0;
+    pthread_mutex_lock(&srv->lock);
+    while (!srv->stopping) {
+        uint64_t now = px_now_ns();
+        if (!atomic_load(&srv->active) || now < retry_at) {
+            px__srv_wait(srv, now + LISTEN_WAIT_MS * 1000000ull);
+            continue;
+        }
+        pthread_mutex_unlock(&srv->lock);
+        bool woken = false;
+        px_err err = {0};
+        px_status st = srv->store.ops->wait_jobs(srv->store.self, LISTEN_WAIT_MS, &woken, &err);
+        pthread_mutex_lock(&srv->lock);
+        if (st != PX_OK) {
+            if (srv->listening)
+                px_log_warn("server: %s; looking for jobs on every tick until it connects again",
+                            err.msg);
+            srv->listening = false;
+            retry_at = px_now_ns() + LISTEN_RETRY_NS;
+            continue;
+        }
+        /* The first wait after connecting always wakes (for what came
+         * before the LISTEN); only the later ones are notifications. */
+        bool counted = srv->listening;
+        srv->listening = true;
+        if (woken) {
+            if (counted)
+                srv->metrics.notifications++;
+            srv->claim_due = true;
+            pthread_cond_signal(&srv->kick);
+        }
+    }
+    pthread_mutex_unlock(&srv->lock);
+    return NULL;
+}
+
+/* Takes in the jobs other replicas accepted: when the listener says there
+ * are some, else on every tick while nobody listens, and every
+ * CLAIM_BACKSTOP_NS in any case.  Server lock held. */
+static void claim_tick(px_fleet_server *srv)
+{
+    if (!srv->store.ops->claim_jobs)
+        return;
+    uint64_t now = px_now_ns();
+    if (!srv->claim_due && srv->listening && now - srv->claimed_ns < CLAIM_BACKSTOP_NS)
+        return;
+    srv->claim_due = false;
+    srv->claimed_ns = now;
+    px_err err;
+    uint64_t before = srv->metrics.claimed;
+    if (srv->store.ops->claim_jobs(srv->store.self, CLAIM_MAX, take_in_job, srv, &err) != PX_OK) {
+        px_log_warn("server: %s", err.msg);
+        srv->claim_due = true; /* again on the next tick */
+        return;
+    }
+    /* A full hand: there may be more; the next round takes them after
+     * this pass has placed these. */
+    if (srv->metrics.claimed - before >= CLAIM_MAX)
+        srv->claim_due = true;
 }
 
 /* ---- the scheduler thread ---- */
@@ -190,12 +267,7 @@ static void *sched_main(void *arg)
         bool serving = lease_tick(srv);
         if (serving) {
             px__srv_check_leases(srv);
-            if (srv->store.ops->claim_jobs) {
-                px_err err;
-                if (srv->store.ops->claim_jobs(srv->store.self, 1000, take_in_job, srv, &err) !=
-                    PX_OK)
-                    px_log_warn("server: %s", err.msg);
-            }
+            claim_tick(srv);
         }
         bool timers = false;
         double now = (double)px_now_ns();
@@ -208,7 +280,7 @@ static void *sched_main(void *arg)
         uint64_t ns = (uint64_t)ts.tv_nsec + (serving ? TICK_NS : LEASE_POLL_NS);
         ts.tv_sec += (time_t)(ns / 1000000000ull);
         ts.tv_nsec = (long)(ns % 1000000000ull);
-        if (!serving || !srv->dirty)
+        if (!serving || (!srv->dirty && !srv->claim_due))
             pthread_cond_timedwait(&srv->kick, &srv->lock, &ts);
     }
     pthread_mutex_unlock(&srv->lock);
@@ -251,6 +323,30 @@ static px_status make_dirs(const char *data, px_err *err)
             return px_err_prefix(err, st, "--data: ");
     }
     return PX_OK;
+}
+
+/* DATA/tmp, or with replicas on a shared store (and so, as a rule, a
+ * data folder they share) DATA/tmp/HOST-PORT: the uploads in flight of
+ * this replica alone, so that one starting does not clean up another's.
+ * The name stays the same when the replica is restarted on the same
+ * address, which then cleans up what it left. */
+static px_status make_tmp_dir(px_fleet_server *srv, const px_fleet_server_options *o, px_err *err)
+{
+    char host[64] = "";
+    if (o->store && px__store_is_pg(o->store)) {
+        if (gethostname(host, sizeof host) != 0 || !host[0])
+            snprintf(host, sizeof host, "localhost");
+        host[sizeof host - 1] = '\0';
+        for (char *c = host; *c; c++)
+            if (!isalnum((unsigned char)*c) && *c != '-' && *c != '.')
+                *c = '_';
+    }
+    srv->tmp_dir = host[0] ? px_asprintf("%s/tmp/%s-%u", srv->data_dir, host, (unsigned)srv->port)
+                           : px_asprintf("%s/tmp", srv->data_dir);
+    if (!srv->tmp_dir)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    px_status st = host[0] ? px__private_dir(srv->tmp_dir, err) : PX_OK;
+    return st == PX_OK ? PX_OK : px_err_prefix(err, st, "--data: ");
 }
 
 /* Uploads a crash interrupted: nothing refers to them. */
@@ -337,10 +433,8 @@ px_status px_fleet_server_start(const px_fleet_server_options *opt, px_fleet_ser
     }
     if ((st = make_dirs(srv->data_dir, err)) != PX_OK)
         goto fail;
-    if (!(srv->tmp_dir = px_asprintf("%s/tmp", srv->data_dir))) {
-        st = px_err_set(err, PX_ENOMEM, "out of memory");
+    if ((st = make_tmp_dir(srv, o, err)) != PX_OK)
         goto fail;
-    }
     clean_tmp(srv->tmp_dir);
     char db[PATH_MAX];
     snprintf(db, sizeof db, "%s/fleet.db", srv->data_dir);
@@ -387,6 +481,13 @@ px_status px_fleet_server_start(const px_fleet_server_options *opt, px_fleet_ser
         goto fail;
     }
     srv->sched_thread_started = true;
+    if (srv->store.ops->version >= 4 && srv->store.ops->wait_jobs) {
+        if (pthread_create(&srv->listen_thread, NULL, listen_main, srv) != 0) {
+            st = px_err_set(err, PX_EINTERNAL, "cannot start the thread that listens for jobs");
+            goto fail;
+        }
+        srv->listen_thread_started = true;
+    }
     *out = srv;
     return PX_OK;
 fail:
@@ -431,8 +532,11 @@ void px_fleet_server_stop(px_fleet_server *srv)
     px__api_stop(srv);
     if (srv->sched_thread_started)
         pthread_join(srv->sched_thread, NULL);
+    if (srv->listen_thread_started)
+        pthread_join(srv->listen_thread, NULL);
     px__srv_free_jobs(srv);
     px__incidents_free(srv);
+    px__srv_deploy_changed(srv);
     px_fleet_sched_free(srv->sched);
     if (srv->store.ops)
         srv->store.ops->close(srv->store.self);
@@ -440,6 +544,7 @@ void px_fleet_server_stop(px_fleet_server *srv)
     free(srv->hb_written_ns);
     px__auth_free(srv);
     free(srv->tmp_dir);
+    free(srv->deferred);
     free(srv->data_dir);
     pthread_rwlock_destroy(&srv->auth_lock);
     pthread_cond_destroy(&srv->kick);

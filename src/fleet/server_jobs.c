@@ -285,6 +285,14 @@ px_status px__srv_submit(px_fleet_server *srv, json_t *spec, const char *owner,
         px_fleet_request_free(req);
         return st;
     }
+    srv->metrics.submitted++;
+    if (!atomic_load(&srv->active)) {
+        /* A replica that does not schedule: the row waits, unadopted, for
+         * the one that does, which the insert's notification wakes. */
+        px_fleet_request_free(req);
+        *out_row = row;
+        return PX_OK;
+    }
     px__job *job = px__srv_job_new(srv, &row, req);
     if (!job) {
         px__job_row_release(&row);
@@ -296,7 +304,6 @@ px_status px__srv_submit(px_fleet_server *srv, json_t *spec, const char *owner,
     if (!job->row.name)
         job->row.name = px_strdup(job->row.id);
     px__srv_append_job(srv, job);
-    srv->metrics.submitted++;
     srv->dirty = true;
     pthread_cond_signal(&srv->kick);
     return px__job_row_copy(&job->row, out_row, err);
@@ -317,8 +324,36 @@ static json_t *stamp_explanation(px__job *job, json_t *body)
     return body;
 }
 
+/* A decision of a pass on a store that writes many at once (slots
+ * update_jobs and put_explanations), written at the end of the pass. */
+typedef struct px__deferred {
+    px__job *job;
+    char *explanation; /* JSON text to store, or NULL (owned) */
+    bool assigned;     /* placed: the row's members and state to write (owned) */
+    char *members;
+    char *state;
+    double not_before; /* the row's, before the decision */
+} px__deferred;
+
+static px__deferred *defer_new(px_fleet_server *srv, px__job *job)
+{
+    if (srv->n_deferred == srv->cap_deferred) {
+        size_t cap = srv->cap_deferred ? srv->cap_deferred * 2 : 256;
+        px__deferred *d = realloc(srv->deferred, cap * sizeof *d);
+        if (!d)
+            return NULL;
+        srv->deferred = d;
+        srv->cap_deferred = cap;
+    }
+    px__deferred *d = &srv->deferred[srv->n_deferred++];
+    *d = (px__deferred){.job = job};
+    return d;
+}
+
+/* The explanation is kept with the job; with persist, stored: at once, or
+ * (d not NULL) with the pass's other writes. */
 static void keep_explanation(px_fleet_server *srv, px__job *job, px_fleet_explanation *e,
-                             bool persist)
+                             bool persist, px__deferred *d)
 {
     json_t *body = px_fleet_explanation_to_json(e, srv->sched);
     if (!body)
@@ -326,7 +361,11 @@ static void keep_explanation(px_fleet_server *srv, px__job *job, px_fleet_explan
     stamp_explanation(job, body);
     json_decref(job->explain);
     job->explain = body;
-    if (persist) {
+    if (persist && d) {
+        d->explanation = json_dumps(body, JSON_COMPACT);
+        if (!d->explanation)
+            px_log_warn("fleet: job %s: explanation not stored: out of memory", job->row.id);
+    } else if (persist) {
         char *text = json_dumps(body, JSON_COMPACT);
         px_err err;
         if (text && srv->store.ops->put_explanation(srv->store.self, job->row.id, job->row.attempt,
@@ -334,6 +373,18 @@ static void keep_explanation(px_fleet_server *srv, px__job *job, px_fleet_explan
             px_log_warn("fleet: job %s: explanation not stored: %s", job->row.id, err.msg);
         free(text);
     }
+}
+
+/* Takes a placement back that could not be written: the job is queued
+ * again and retried shortly. */
+static void unplace(px_fleet_server *srv, px__job *job, double not_before)
+{
+    px_fleet_sched_release(srv->sched, job->row.id);
+    px__srv_reset_members(job);
+    job->state = PX__JOB_QUEUED;
+    job->row.not_before = not_before;
+    job->not_before_ns = (double)px_now_ns() + STORE_RETRY_S * 1e9;
+    job->store_failed = true;
 }
 
 static void place(px_fleet_server *srv, px__job *job)
@@ -353,7 +404,8 @@ static void place(px_fleet_server *srv, px__job *job)
     }
     srv->metrics.decisions++;
     bool placed = px_fleet_explanation_placed(e);
-    keep_explanation(srv, job, e, placed || !job->explained_this_attempt);
+    px__deferred *d = srv->defer ? defer_new(srv, job) : NULL;
+    keep_explanation(srv, job, e, placed || !job->explained_this_attempt, d);
     job->explained_this_attempt = true;
     if (placed) {
         for (int m = 0; m < job->n_members; m++) {
@@ -364,14 +416,20 @@ static void place(px_fleet_server *srv, px__job *job)
         job->state = PX__JOB_ASSIGNED;
         double nb = job->row.not_before;
         job->row.not_before = 0;
+        if (d) {
+            /* Written at the end of the pass (flush_deferred). */
+            json_t *m = members_json(srv, job);
+            d->members = m ? json_dumps(m, JSON_COMPACT) : NULL;
+            json_decref(m);
+            d->state = px_strdup(px__job_state_name(job->state));
+            d->not_before = nb;
+            d->assigned = true;
+            px_fleet_explanation_free(e);
+            return;
+        }
         if (write_job(srv, job, NULL, false, &err) != PX_OK) {
             /* Not on disk: take the placement back and try again shortly. */
-            px_fleet_sched_release(srv->sched, job->row.id);
-            px__srv_reset_members(job);
-            job->state = PX__JOB_QUEUED;
-            job->row.not_before = nb;
-            job->not_before_ns = (double)px_now_ns() + STORE_RETRY_S * 1e9;
-            job->store_failed = true;
+            unplace(srv, job, nb);
         } else {
             srv->metrics.placements++;
             job->not_before_ns = 0;
@@ -380,6 +438,70 @@ static void place(px_fleet_server *srv, px__job *job)
         }
     }
     px_fleet_explanation_free(e);
+}
+
+/* Writes the pass's explanations, then its assignments, each set in one
+ * call; assignments that could not be written are taken back. */
+static void flush_deferred(px_fleet_server *srv)
+{
+    size_t n = srv->n_deferred;
+    px__explanation_row *ex = calloc(n ? n : 1, sizeof *ex);
+    px__job_row *rows = calloc(n ? n : 1, sizeof *rows);
+    int n_ex = 0, n_rows = 0;
+    int64_t now = px_wall_time();
+    for (size_t i = 0; i < n; i++) {
+        px__deferred *d = &srv->deferred[i];
+        if (d->explanation && ex)
+            ex[n_ex++] = (px__explanation_row){d->job->row.id, d->job->row.attempt, d->explanation};
+        if (d->assigned && d->members && d->state && rows) {
+            rows[n_rows] = d->job->row;
+            rows[n_rows].members = d->members;
+            rows[n_rows].state = d->state;
+            rows[n_rows].updated = now;
+            n_rows++;
+        }
+    }
+    px_err err;
+    if (n_ex && srv->store.ops->put_explanations(srv->store.self, ex, n_ex, &err) != PX_OK)
+        px_log_warn("fleet: the explanations of %d decisions not stored: %s", n_ex, err.msg);
+    px_status st = !rows    ? px_err_set(&err, PX_ENOMEM, "out of memory")
+                   : n_rows ? srv->store.ops->update_jobs(srv->store.self, rows, n_rows, &err)
+                            : PX_OK;
+    bool logged = false;
+    for (size_t i = 0; i < n; i++) {
+        px__deferred *d = &srv->deferred[i];
+        px__job *job = d->job;
+        if (!d->assigned)
+            ;
+        else if (st == PX_OK && d->members && d->state) {
+            if (job->store_failed)
+                px_log_info("fleet: job %s: its state is written again", job->row.id);
+            free(job->row.members);
+            free(job->row.state);
+            job->row.members = d->members;
+            job->row.state = d->state;
+            job->row.updated = now;
+            d->members = d->state = NULL;
+            srv->metrics.placements++;
+            job->not_before_ns = 0;
+            job->store_failed = false;
+        } else {
+            if (!logged && !job->store_failed)
+                px_log_error("fleet: %d assignments could not be written (%s), so their jobs "
+                             "stay queued and are retried",
+                             n_rows, st == PX_OK ? "out of memory" : err.msg);
+            logged = true;
+            unplace(srv, job, d->not_before);
+        }
+        free(d->explanation);
+        free(d->members);
+        free(d->state);
+    }
+    srv->n_deferred = 0;
+    free(ex);
+    free(rows);
+    if (n_rows)
+        pthread_cond_broadcast(&srv->changed);
 }
 
 void px__srv_schedule_pass(px_fleet_server *srv)
@@ -393,6 +515,11 @@ void px__srv_schedule_pass(px_fleet_server *srv)
     px_err err;
     bool batch =
         srv->store.ops->batch_begin && srv->store.ops->batch_begin(srv->store.self, &err) == PX_OK;
+    /* With a store that writes many at once, the pass's decisions are
+     * written together at its end: the server lock is held throughout, so
+     * nobody sees one before it is written. */
+    srv->defer = batch && srv->store.ops->version >= 6 && srv->store.ops->update_jobs &&
+                 srv->store.ops->put_explanations;
     for (px__job *j = srv->jobs; j; j = j->next) {
         if (j->state != PX__JOB_QUEUED)
             continue;
@@ -401,6 +528,9 @@ void px__srv_schedule_pass(px_fleet_server *srv)
         }
         place(srv, j);
     }
+    if (srv->defer)
+        flush_deferred(srv);
+    srv->defer = false;
     if (batch && srv->store.ops->batch_end(srv->store.self, &err) != PX_OK)
         px__srv_fence(srv, err.msg);
     px__metrics_observe(srv->metrics.pass_hist, &srv->metrics.pass_sum, &srv->metrics.pass_count,

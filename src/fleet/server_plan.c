@@ -1,20 +1,34 @@
-/* Model workloads with `plan: "auto"`: ask the planner for a plan across
- * the fleet's online devices.  When it cannot (the model file is not on
- * the server, the registered nodes do not form a valid inventory, the
- * planner finds no feasible plan) the job records why, in words, and is
- * placed by the filter-and-score matcher alone: never a pretended plan. */
+/* Model workloads: ask the planner for a plan across the fleet's online
+ * devices, for `plan: "auto"` jobs and for deployments.  When it cannot
+ * (the model file is not on the server, the registered nodes do not form
+ * a valid inventory, the planner finds no feasible plan) the record says
+ * why, in words: a job is then placed by the filter-and-score matcher
+ * alone, a deployment refused; never a pretended plan.  A deployment
+ * prefers the nodes where its model is already resident (warm) when the
+ * plan over them alone is nearly as good as the plan over every node, and
+ * says which it chose and why. */
 #include "base/common.h"
 
 #include "fleet/fleet_impl.h"
+#include "plexus/contract.h"
+#include "plexus/cost.h"
 #include "plexus/hw.h"
 #include "plexus/ir.h"
 #include "plexus/plan.h"
 
+#include <math.h>
 #include <unistd.h>
+
+/* A plan over warm nodes is kept when its objective's figure is at most
+ * this factor worse than the plan over every online node: fetching the
+ * model and loading it cold costs more than a small loss at steady
+ * state, and a large loss is never worth it. */
+#define WARM_SLACK 1.25
 
 typedef struct inv_ctx {
     px_fleet_server *srv;
     json_t *nodes;
+    const px_digest *warm_only; /* only the nodes where this model is resident; NULL: all */
 } inv_ctx;
 
 static void add_node(const char *name, const char *reg, const char *state, int64_t last_seen,
@@ -26,6 +40,8 @@ static void add_node(const char *name, const char *reg, const char *state, int64
     size_t i;
     if (px_fleet_sched_find_node(c->srv->sched, name, &i, NULL) != PX_OK ||
         px_fleet_sched_state(c->srv->sched, i) != PX_FLEET_NODE_ONLINE)
+        return;
+    if (c->warm_only && !px__sched_node_resident(&c->srv->sched->nodes[i], c->warm_only))
         return;
     json_t *r = reg ? json_loads(reg, 0, NULL) : NULL;
     json_t *node = json_object_get(r, "node");
@@ -48,10 +64,259 @@ static json_t *unavailable(const char *fmt, ...)
     return json_pack("{s:s, s:s}", "status", "planner unavailable", "detail", detail);
 }
 
-json_t *px__srv_plan(px_fleet_server *srv, const px__job *job)
+/* The contract a request names: a built-in by name, or a document. */
+static px_status open_contract(const json_t *spec, px_contract **out, px_err *err)
 {
-    const char *digest =
-        json_string_value(json_object_get(json_object_get(job->req->spec, "model"), "digest"));
+    *out = NULL;
+    if (!spec || json_is_null(spec))
+        return PX_OK;
+    if (json_is_string(spec))
+        return px_contract_builtin(json_string_value(spec), out, err);
+    if (json_is_object(spec))
+        return px_contract_from_json(spec, "contract", NULL, out, err);
+    return px_err_set(err, PX_EINVAL,
+                      "contract: expected a built-in name (strict, deterministic, relaxed) or a "
+                      "plexus.contract/1 document");
+}
+
+/* The text report of the plan, as `plexus plan` prints it. */
+static json_t *report_of(const px_plan *plan)
+{
+    px_strbuf sb = PX_STRBUF_INIT;
+    json_t *v = px_plan_report(plan, &sb) == PX_OK ? json_string(sb.buf ? sb.buf : "") : NULL;
+    px_strbuf_release(&sb);
+    return v;
+}
+
+/* Which node each stage of each replica runs on, from the plan's fleet. */
+static json_t *assignment_of(const px_plan *plan)
+{
+    px_plan_summary sum;
+    px_plan_get_summary(plan, &sum);
+    const px_cost_fleet *fleet = px_plan_fleet(plan);
+    json_t *arr = json_array();
+    for (uint32_t r = 0; arr && r < sum.n_replicas; r++) {
+        const px_cost_pipeline *p = px_plan_pipeline(plan, r);
+        for (uint32_t s = 0; p && s < p->n_stages; s++) {
+            const px_cost_device *d = &fleet->devices[p->stages[s].devices[0]];
+            json_t *devs = json_array();
+            for (uint32_t k = 0; devs && k < p->stages[s].tp; k++)
+                json_array_append_new(devs,
+                                      json_string(fleet->devices[p->stages[s].devices[k]].id));
+            json_t *o = json_pack("{s:i, s:i, s:s, s:o, s:i, s:i}", "replica", (json_int_t)r,
+                                  "stage", (json_int_t)s, "node", d->node_id ? d->node_id : "?",
+                                  "devices", devs, "first_layer", (json_int_t)p->stages[s].first,
+                                  "last_layer", (json_int_t)p->stages[s].last);
+            if (!o || json_array_append_new(arr, o) != 0) {
+                json_decref(arr);
+                return NULL;
+            }
+        }
+    }
+    return arr;
+}
+
+/* Links between the nodes: what the agents report describes each node
+ * from inside, and nothing yet measures the network between them, so
+ * every pair is joined by an Ethernet link whose figures are marked
+ * assumed (the plan's report shows them as such).  Without these the
+ * planner could never cut a model across nodes. */
+#define NET_BANDWIDTH "1.25 GB/s"
+#define NET_LATENCY   "50 us"
+
+static json_t *assumed_network(const json_t *nodes)
+{
+    json_t *links = json_array();
+    size_t n = json_array_size(nodes);
+    for (size_t i = 0; links && i < n; i++)
+        for (size_t k = i + 1; k < n; k++) {
+            const char *a = json_string_value(json_object_get(json_array_get(nodes, i), "id"));
+            const char *b = json_string_value(json_object_get(json_array_get(nodes, k), "id"));
+            json_t *l = json_pack("{s:s, s:s, s:s, s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s}}", "from",
+                                  a, "to", b, "kind", "ethernet", "bandwidth", "value",
+                                  NET_BANDWIDTH, "provenance", "assumed", "source",
+                                  "not measured: the fleet's nodes are assumed joined by 10 GbE",
+                                  "latency", "value", NET_LATENCY, "provenance", "assumed",
+                                  "source", "not measured: a switched Ethernet hop");
+            if (!l || json_array_append_new(links, l) != 0) {
+                json_decref(links);
+                return NULL;
+            }
+        }
+    return links;
+}
+
+/* One planning run and what its plan borrows (released by run_release). */
+typedef struct plan_run {
+    px_hw_graph *graph;
+    px_ir_model *model;
+    px_contract *contract;
+    px_plan *plan;
+    size_t n_nodes;
+} plan_run;
+
+static void run_release(plan_run *r)
+{
+    px_plan_free(r->plan);
+    px_contract_free(r->contract);
+    px_ir_model_free(r->model);
+    px_hw_graph_free(r->graph);
+    memset(r, 0, sizeof *r);
+}
+
+/* Plans the model file over the online nodes (only the warm ones with
+ * warm_only).  On failure returns the "planner unavailable" record (new
+ * reference) and leaves r empty; on success NULL. */
+static json_t *plan_over(px_fleet_server *srv, const char *path, const json_t *spec,
+                         const px_digest *warm_only, plan_run *r)
+{
+    memset(r, 0, sizeof *r);
+    inv_ctx c = {srv, json_array(), warm_only};
+    px_err err;
+    srv->store.ops->list_nodes(srv->store.self, add_node, &c, NULL);
+    r->n_nodes = json_array_size(c.nodes);
+    if (r->n_nodes == 0) {
+        json_decref(c.nodes);
+        return unavailable("no online node describes its devices");
+    }
+    json_t *doc = json_pack("{s:s, s:s, s:o*, s:o}", "schema", "plexus.inventory/1", "name",
+                            "fleet", "links", assumed_network(c.nodes), "nodes", c.nodes);
+    json_t *out = NULL;
+    px_plan_request req;
+    px_plan_request_default(&req);
+    const char *objective = json_string_value(json_object_get(spec, "objective"));
+    const char *policy = json_string_value(json_object_get(spec, "policy"));
+    if (policy)
+        req.policy = policy;
+    if (objective && px_plan_objective_parse(objective, &req.objective, &err) != PX_OK)
+        out = unavailable("objective: %s", err.msg);
+    else if (open_contract(json_object_get(spec, "contract"), &r->contract, &err) != PX_OK)
+        out = unavailable("contract: %s", err.msg);
+    else if (px_hw_graph_from_value(doc, "fleet inventory", NULL, &r->graph, NULL, &err) != PX_OK)
+        out = unavailable("the fleet's registered nodes are not a valid inventory: %s", err.msg);
+    else if (px_ir_model_open(path, NULL, &r->model, &err) != PX_OK)
+        out = unavailable("the model could not be read: %s", err.msg);
+    if (!out) {
+        req.graph = r->graph;
+        req.model = r->model;
+        req.contract = r->contract;
+        if (px_plan_search(&req, &r->plan, &err) != PX_OK)
+            out = unavailable("the planner found no plan: %s", err.msg);
+    }
+    json_decref(doc);
+    if (out) {
+        size_t n = r->n_nodes;
+        run_release(r);
+        r->n_nodes = n;
+    }
+    return out;
+}
+
+/* The plan's figure for its objective, lower is better. */
+static double figure(const px_plan *p, const char **what)
+{
+    px_plan_summary s;
+    px_plan_get_summary(p, &s);
+    switch (s.objective) {
+    case PX_PLAN_OBJ_TTFT:
+        *what = "s to the first token (p50)";
+        return s.ttft_s.p50;
+    case PX_PLAN_OBJ_THROUGHPUT:
+        *what = "s per token of throughput";
+        return s.throughput_point > 0 ? 1.0 / s.throughput_point : INFINITY;
+    case PX_PLAN_OBJ_TOKENS_PER_DOLLAR:
+        *what = "$ per token";
+        return s.tokens_per_usd > 0 ? 1.0 / s.tokens_per_usd : INFINITY;
+    case PX_PLAN_OBJ_JOULES_PER_TOKEN:
+        *what = "J per token";
+        return s.joules_per_token;
+    default:
+        *what = "s per output token";
+        return s.tpot_point_s;
+    }
+}
+
+/* The online nodes where the model is resident (a JSON array of names). */
+static json_t *warm_nodes(px_fleet_server *srv, const px_digest *d, size_t *n_online)
+{
+    json_t *arr = json_array();
+    *n_online = 0;
+    for (size_t i = 0; i < srv->sched->n_nodes; i++) {
+        if (srv->sched->nodes[i].state != PX_FLEET_NODE_ONLINE)
+            continue;
+        ++*n_online;
+        if (px__sched_node_resident(&srv->sched->nodes[i], d))
+            json_array_append_new(arr, json_string(srv->sched->nodes[i].name));
+    }
+    return arr;
+}
+
+/* Plans a deployment: over every online node, and over the warm ones
+ * alone when some but not all are; keeps the warm plan when it is within
+ * WARM_SLACK of the other.  *choice gets the residency record. */
+static json_t *plan_deployment(px_fleet_server *srv, const char *path, const char *digest,
+                               const json_t *spec, plan_run *chosen, json_t **choice)
+{
+    px_digest d;
+    size_t n_online = 0;
+    json_t *warm =
+        px_digest_parse(digest, &d) == PX_OK ? warm_nodes(srv, &d, &n_online) : json_array();
+    char why[400];
+    plan_run all;
+    json_t *failed = plan_over(srv, path, spec, NULL, &all);
+    if (failed) {
+        json_decref(warm);
+        return failed;
+    }
+    size_t n_warm = json_array_size(warm);
+    const char *placed = "every online node";
+    if (n_warm == 0) {
+        snprintf(why, sizeof why,
+                 "the model is resident on no online node: every node is a "
+                 "candidate and the chosen ones fetch it");
+    } else if (n_warm == n_online) {
+        snprintf(why, sizeof why, "the model is resident on every online node");
+    } else {
+        plan_run w;
+        json_t *wf = plan_over(srv, path, spec, &d, &w);
+        if (wf) {
+            snprintf(why, sizeof why,
+                     "the model is resident on %zu of %zu online nodes, but no plan fits them "
+                     "alone (%s): planned over every node",
+                     n_warm, n_online,
+                     json_string_value(json_object_get(wf, "detail"))
+                         ? json_string_value(json_object_get(wf, "detail"))
+                         : "?");
+            json_decref(wf);
+        } else {
+            const char *what;
+            double fw = figure(w.plan, &what), fa = figure(all.plan, &what);
+            if (fw <= fa * WARM_SLACK) {
+                snprintf(why, sizeof why,
+                         "the model is resident on %zu of %zu online nodes and the plan over them "
+                         "alone predicts %.4g %s against %.4g over every node (within %.0f%%): "
+                         "placed on the warm nodes, nothing to fetch",
+                         n_warm, n_online, fw, what, fa, (WARM_SLACK - 1) * 100);
+                run_release(&all);
+                all = w;
+                placed = "warm nodes";
+            } else {
+                snprintf(why, sizeof why,
+                         "the model is resident on %zu of %zu online nodes, but the plan over them "
+                         "alone predicts %.4g %s against %.4g over every node (more than %.0f%% "
+                         "worse): planned over every node",
+                         n_warm, n_online, fw, what, fa, (WARM_SLACK - 1) * 100);
+                run_release(&w);
+            }
+        }
+    }
+    *chosen = all;
+    *choice = json_pack("{s:o, s:s, s:s}", "warm_nodes", warm, "placed_on", placed, "why", why);
+    return NULL;
+}
+
+json_t *px__srv_plan_model(px_fleet_server *srv, const char *digest, const json_t *spec)
+{
     char path[PATH_MAX];
     px_err err;
     if (!digest || px__blob_path(srv->data_dir, digest, path, sizeof path, &err) != PX_OK ||
@@ -59,41 +324,34 @@ json_t *px__srv_plan(px_fleet_server *srv, const px__job *job)
         return unavailable("the model %.64s is not on the server; upload it with POST /v1/blobs "
                            "(plexus submit --model FILE does) to get a plan",
                            digest ? digest : "?");
-    inv_ctx c = {srv, json_array()};
-    srv->store.ops->list_nodes(srv->store.self, add_node, &c, NULL);
-    if (json_array_size(c.nodes) == 0) {
-        json_decref(c.nodes);
-        return unavailable("no online node describes its devices");
+    plan_run r;
+    json_t *residency = NULL;
+    json_t *failed = spec ? plan_deployment(srv, path, digest, spec, &r, &residency)
+                          : plan_over(srv, path, NULL, NULL, &r);
+    if (failed)
+        return failed;
+    json_t *p = px_plan_to_json(r.plan);
+    json_t *out = p ? json_pack("{s:s, s:o}", "status", "planned", "plan", p) : NULL;
+    if (out && spec) {
+        /* Deployments keep the report, which node runs each stage, and why
+         * these nodes. */
+        json_t *report = report_of(r.plan), *assignment = assignment_of(r.plan);
+        if (!report || !assignment || !residency ||
+            json_object_set_new(out, "report", report) != 0 ||
+            json_object_set_new(out, "assignment", assignment) != 0 ||
+            json_object_set(out, "residency", residency) != 0) {
+            json_decref(out);
+            out = NULL;
+        }
     }
-    json_t *doc = json_pack("{s:s, s:s, s:o}", "schema", "plexus.inventory/1", "name", "fleet",
-                            "nodes", c.nodes);
-    px_hw_graph *g = NULL;
-    px_ir_model *m = NULL;
-    px_plan *plan = NULL;
-    json_t *out = NULL;
-    if (px_hw_graph_from_value(doc, "fleet inventory", NULL, &g, NULL, &err) != PX_OK) {
-        out = unavailable("the fleet's registered nodes are not a valid inventory: %s", err.msg);
-        goto done;
-    }
-    if (px_ir_model_open(path, NULL, &m, &err) != PX_OK) {
-        out = unavailable("the model could not be read: %s", err.msg);
-        goto done;
-    }
-    px_plan_request req;
-    px_plan_request_default(&req);
-    req.graph = g;
-    req.model = m;
-    if (px_plan_search(&req, &plan, &err) != PX_OK) {
-        out = unavailable("the planner found no plan: %s", err.msg);
-        goto done;
-    }
-    json_t *p = px_plan_to_json(plan);
-    out =
-        p ? json_pack("{s:s, s:o}", "status", "planned", "plan", p) : unavailable("out of memory");
-done:
-    px_plan_free(plan);
-    px_ir_model_free(m);
-    px_hw_graph_free(g);
-    json_decref(doc);
-    return out;
+    json_decref(residency);
+    run_release(&r);
+    return out ? out : unavailable("out of memory");
+}
+
+json_t *px__srv_plan(px_fleet_server *srv, const px__job *job)
+{
+    return px__srv_plan_model(
+        srv, json_string_value(json_object_get(json_object_get(job->req->spec, "model"), "digest")),
+        NULL);
 }

@@ -192,8 +192,52 @@ static px_status f_batch_end(void *self, px_err *err)
     return f->inner.ops->batch_end ? f->inner.ops->batch_end(f->inner.self, err) : PX_OK;
 }
 
+static px_status f_wait_jobs(void *self, int timeout_ms, bool *woken, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->wait_jobs(f->inner.self, timeout_ms, woken, err);
+}
+
+static px_status f_put_deployment(void *self, const px__deploy_row *row, bool replace, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err)
+                      : f->inner.ops->put_deployment(f->inner.self, row, replace, err);
+}
+
+static px_status f_get_deployment(void *self, const char *name, px__deploy_row *out, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->get_deployment(f->inner.self, name, out, err);
+}
+
+static px_status f_list_deployments(void *self, const char *owner, px__deploy_cb cb, void *ud,
+                                    px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->list_deployments(f->inner.self, owner, cb, ud, err);
+}
+
+static px_status f_delete_deployment(void *self, const char *name, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err) : f->inner.ops->delete_deployment(f->inner.self, name, err);
+}
+
+static px_status f_update_jobs(void *self, const px__job_row *rows, int n, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err) : f->inner.ops->update_jobs(f->inner.self, rows, n, err);
+}
+
+static px_status f_put_explanations(void *self, const px__explanation_row *rows, int n, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err) : f->inner.ops->put_explanations(f->inner.self, rows, n, err);
+}
+
 static const px__store_ops faulty_ops = {
-    .version = 3,
+    .version = 6,
     .close = f_close,
     .put_node = f_put_node,
     .list_nodes = f_list_nodes,
@@ -219,6 +263,13 @@ static const px__store_ops faulty_ops = {
     .claim_jobs = f_claim_jobs,
     .batch_begin = f_batch_begin,
     .batch_end = f_batch_end,
+    .wait_jobs = f_wait_jobs,
+    .put_deployment = f_put_deployment,
+    .get_deployment = f_get_deployment,
+    .list_deployments = f_list_deployments,
+    .delete_deployment = f_delete_deployment,
+    .update_jobs = f_update_jobs,
+    .put_explanations = f_put_explanations,
 };
 
 px_status px__store_wrap_faults(px__store *store, px_err *err)
@@ -239,6 +290,12 @@ px_status px__store_wrap_faults(px__store *store, px_err *err)
         f->ops.claim_jobs = NULL;
     if (!f->inner.ops->batch_begin || !f->inner.ops->batch_end)
         f->ops.batch_begin = f->ops.batch_end = NULL;
+    if (f->inner.ops->version < 4 || !f->inner.ops->wait_jobs)
+        f->ops.wait_jobs = NULL;
+    if (f->inner.ops->version < 6 || !f->inner.ops->update_jobs)
+        f->ops.update_jobs = NULL;
+    if (f->inner.ops->version < 6 || !f->inner.ops->put_explanations)
+        f->ops.put_explanations = NULL;
     store->ops = &f->ops;
     store->self = f;
     return PX_OK;

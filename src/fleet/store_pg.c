@@ -9,6 +9,7 @@
 #include "fleet/store_pg_impl.h"
 
 #include <inttypes.h>
+#include <poll.h>
 
 /* The scheduler lease: a session advisory lock, (classid, objid) =
  * ("plex", 1). */
@@ -61,6 +62,11 @@ static const char *const migrations[] = {
     "  created BIGINT NOT NULL);"
     "CREATE INDEX node_credentials_node ON node_credentials(node);"
     "CREATE TABLE revoked_nodes(node TEXT PRIMARY KEY, at BIGINT NOT NULL);",
+    /* 4: models deployed across the fleet, by name. */
+    "CREATE TABLE deployments(name TEXT PRIMARY KEY, owner TEXT, model TEXT NOT NULL,"
+    "  spec TEXT NOT NULL, state TEXT NOT NULL, plan TEXT, incidents TEXT,"
+    "  created BIGINT NOT NULL, updated BIGINT NOT NULL);"
+    "CREATE INDEX deployments_owner ON deployments(owner, name);",
 };
 
 int px__store_pg_schema_version(void)
@@ -113,6 +119,8 @@ static const char *one_line(const char *msg, char *buf, size_t n)
 
 static px_status run_one(px__pg *st, const char *sql, const px__pgq *q, PGresult **res,
                          const char *what, px_err *err);
+static px_status check_conn(px__pg *st, const char *what, px_err *err);
+static px_status result_error(px__pg *st, const PGresult *r, const char *what, px_err *err);
 
 px_status px__pg_run(px__pg *st, const char *sql, const px__pgq *q, PGresult **res,
                      const char *what, px_err *err)
@@ -121,22 +129,18 @@ px_status px__pg_run(px__pg *st, const char *sql, const px__pgq *q, PGresult **r
      * that fails leaves the batch's other writes alone. */
     if (!st->batch || st->depth > 0 || !q)
         return run_one(st, sql, q, res, what, err);
-    px_status rc = run_one(st, "SAVEPOINT px_s", NULL, NULL, what, err);
-    if (rc != PX_OK)
-        return rc;
-    rc = run_one(st, sql, q, res, what, err);
-    if (rc == PX_OK)
-        return run_one(st, "RELEASE SAVEPOINT px_s", NULL, NULL, what, err);
-    if (!st->lost)
+    /* The savepoint, the statement and its release in one round trip. */
+    px__pg_stmt s[3] = {{"SAVEPOINT px_s", NULL}, {sql, q}, {"RELEASE SAVEPOINT px_s", NULL}};
+    px_status rc = px__pg_pipeline(st, s, 3, 1, res, what, err);
+    if (rc != PX_OK && !st->lost)
         run_one(st, "ROLLBACK TO SAVEPOINT px_s; RELEASE SAVEPOINT px_s", NULL, NULL, what, NULL);
     return rc;
 }
 
-static px_status run_one(px__pg *st, const char *sql, const px__pgq *q, PGresult **res,
-                         const char *what, px_err *err)
+/* The lost connection of a replica that does not schedule is made again;
+ * PX_EIO when it stays lost (or holds the lease: lost for good). */
+static px_status check_conn(px__pg *st, const char *what, px_err *err)
 {
-    if (res)
-        *res = NULL;
     if (st->lost && !st->lease_held) {
         /* A replica that does not schedule may simply reconnect. */
         PQreset(st->conn);
@@ -148,6 +152,94 @@ static px_status run_one(px__pg *st, const char *sql, const px__pgq *q, PGresult
                           "PostgreSQL %s: %s: the connection was lost (and with it the "
                           "scheduler lease)",
                           st->where, what);
+    return PX_OK;
+}
+
+/* A failed result's message in err: PX_EEXIST for a unique violation,
+ * else PX_EIO. */
+static px_status result_error(px__pg *st, const PGresult *r, const char *what, px_err *err)
+{
+    char line[200];
+    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    px_status code = state && strcmp(state, "23505") == 0 ? PX_EEXIST : PX_EIO;
+    px_err_set(
+        err, code, "PostgreSQL %s: %s: %s", st->where, what,
+        one_line(r && *PQresultErrorMessage(r) ? PQresultErrorMessage(r) : PQerrorMessage(st->conn),
+                 line, sizeof line));
+    return code;
+}
+
+px_status px__pg_pipeline(px__pg *st, const px__pg_stmt *s, int n, int keep, PGresult **res,
+                          const char *what, px_err *err)
+{
+    if (res)
+        *res = NULL;
+    px_status rc = check_conn(st, what, err);
+    if (rc != PX_OK)
+        return rc;
+    if (!PQenterPipelineMode(st->conn)) {
+        /* Not possible (a libpq without pipelines): one at a time. */
+        for (int i = 0; i < n && rc == PX_OK; i++)
+            rc = run_one(st, s[i].sql, s[i].q, i == keep ? res : NULL, what, err);
+        return rc;
+    }
+    int sent = 0;
+    for (; sent < n; sent++) {
+        const px__pgq *q = s[sent].q;
+        if (!PQsendQueryParams(st->conn, s[sent].sql, q ? q->n : 0, NULL, q ? q->v : NULL,
+                               q ? q->len : NULL, q ? q->fmt : NULL, 0))
+            break;
+    }
+    bool synced = PQpipelineSync(st->conn) == 1;
+    if (sent < n || !synced)
+        rc = result_error(st, NULL, what, err);
+    /* Each statement's result, then NULL; after the first failure the
+     * server skips the rest (PGRES_PIPELINE_ABORTED) until the sync. */
+    for (int i = 0; i < sent && synced; i++) {
+        PGresult *r = PQgetResult(st->conn);
+        if (!r) {
+            if (rc == PX_OK)
+                rc = result_error(st, NULL, what, err);
+            break;
+        }
+        ExecStatusType t = PQresultStatus(r);
+        bool ok = t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK;
+        if (!ok && rc == PX_OK)
+            rc = result_error(st, r, what, err);
+        if (ok && i == keep && res)
+            *res = r;
+        else
+            PQclear(r);
+        while ((r = PQgetResult(st->conn)))
+            PQclear(r);
+    }
+    if (synced) {
+        PGresult *r = PQgetResult(st->conn);
+        if (PQresultStatus(r) != PGRES_PIPELINE_SYNC && rc == PX_OK)
+            rc = result_error(st, r, what, err);
+        PQclear(r);
+    }
+    if (!PQexitPipelineMode(st->conn) || PQstatus(st->conn) != CONNECTION_OK) {
+        /* Out of step with the server: nothing more may be trusted on it. */
+        if (rc == PX_OK)
+            rc = result_error(st, NULL, what, err);
+        st->lost = true;
+    }
+    if (rc != PX_OK && res && *res) {
+        PQclear(*res);
+        *res = NULL;
+    }
+    return rc;
+}
+
+static px_status run_one(px__pg *st, const char *sql, const px__pgq *q, PGresult **res,
+                         const char *what, px_err *err)
+{
+    if (res)
+        *res = NULL;
+    px_status rc = check_conn(st, what, err);
+    if (rc != PX_OK)
+        return rc;
     /* Without parameters, the simple protocol: it runs a script of several
      * statements (the migrations). */
     PGresult *r = q ? PQexecParams(st->conn, sql, q->n, NULL, q->v, q->len, q->fmt, 0)
@@ -160,13 +252,7 @@ static px_status run_one(px__pg *st, const char *sql, const px__pgq *q, PGresult
             PQclear(r);
         return PX_OK;
     }
-    char line[200];
-    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-    px_status code = PX_EIO;
-    if (state && strcmp(state, "23505") == 0)
-        code = PX_EEXIST;
-    px_err_set(err, code, "PostgreSQL %s: %s: %s", st->where, what,
-               one_line(r ? PQresultErrorMessage(r) : PQerrorMessage(st->conn), line, sizeof line));
+    px_status code = result_error(st, r, what, err);
     PQclear(r);
     if (PQstatus(st->conn) != CONNECTION_OK)
         st->lost = true;
@@ -267,8 +353,10 @@ static void pg_close(void *self)
     if (!st)
         return;
     PQfinish(st->conn);
+    PQfinish(st->listen);
     pthread_mutex_destroy(&st->mu);
     free(st->where);
+    free(st->spec);
     free(st);
 }
 
@@ -365,84 +453,160 @@ out:
     return rc;
 }
 
-static px_status write_members(px__pg *st, const px__job_row *row, px_err *err)
+/* Every member of the job in one statement, from the row's JSON array
+ * (rank = position). */
+#define WRITE_MEMBERS                                                                             \
+    "INSERT INTO members(job, rank, attempt, node, devices, state, exit_code, started, finished)" \
+    " SELECT $1, m.ord - 1, $2, m.v->>'node', (m.v->'devices')::text, m.v->>'state',"             \
+    " CASE WHEN json_typeof(m.v->'exit_code') = 'number' THEN (m.v->>'exit_code')::int END,"      \
+    " CASE WHEN json_typeof(m.v->'started') = 'number'"                                           \
+    "  THEN (m.v->>'started')::numeric::bigint ELSE 0 END,"                                       \
+    " CASE WHEN json_typeof(m.v->'finished') = 'number'"                                          \
+    "  THEN (m.v->>'finished')::numeric::bigint ELSE 0 END"                                       \
+    " FROM json_array_elements($3::json) WITH ORDINALITY AS m(v, ord)"                            \
+    " ON CONFLICT(job, rank) DO UPDATE SET attempt = EXCLUDED.attempt,"                           \
+    " node = EXCLUDED.node, devices = EXCLUDED.devices, state = EXCLUDED.state,"                  \
+    " exit_code = EXCLUDED.exit_code, started = EXCLUDED.started,"                                \
+    " finished = EXCLUDED.finished"
+
+#define UPSERT_JOB                                                                         \
+    "INSERT INTO jobs(" JOB_COLS ") VALUES(" JOB_PARAMS ") ON CONFLICT(seq) DO UPDATE SET" \
+    " id = EXCLUDED.id, name = EXCLUDED.name, state = EXCLUDED.state,"                     \
+    " attempt = EXCLUDED.attempt, restarts = EXCLUDED.restarts, spec = EXCLUDED.spec,"     \
+    " members = EXCLUDED.members, result = EXCLUDED.result, error = EXCLUDED.error,"       \
+    " plan = EXCLUDED.plan, exit_code = EXCLUDED.exit_code, created = EXCLUDED.created,"   \
+    " updated = EXCLUDED.updated, not_before = EXCLUDED.not_before,"                       \
+    " owner = EXCLUDED.owner, idem_key = EXCLUDED.idem_key, idem_hash = EXCLUDED.idem_hash"
+
+/* Whether the members text is a JSON array with at least one element. */
+static bool has_members(const char *members)
 {
-    json_t *m = row->members ? json_loads(row->members, 0, NULL) : NULL;
-    px_status ret = PX_OK;
-    for (size_t i = 0; json_is_array(m) && i < json_array_size(m) && ret == PX_OK; i++) {
-        const json_t *x = json_array_get(m, i);
-        char *devs = json_dumps(json_object_get(x, "devices"), JSON_COMPACT | JSON_ENCODE_ANY);
-        px__pgq q = {0};
-        text(&q, row->id);
-        i64(&q, (int64_t)i);
-        i64(&q, row->attempt);
-        text(&q, json_string_value(json_object_get(x, "node")));
-        text(&q, devs);
-        text(&q, json_string_value(json_object_get(x, "state")));
-        const json_t *ec = json_object_get(x, "exit_code");
-        if (json_is_integer(ec))
-            i64(&q, json_integer_value(ec));
-        else
-            text(&q, NULL);
-        i64(&q, json_integer_value(json_object_get(x, "started")));
-        i64(&q, json_integer_value(json_object_get(x, "finished")));
-        ret = run(st,
-                  "INSERT INTO members(job, rank, attempt, node, devices, state, exit_code,"
-                  " started, finished) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9)"
-                  " ON CONFLICT(job, rank) DO UPDATE SET attempt = EXCLUDED.attempt,"
-                  " node = EXCLUDED.node, devices = EXCLUDED.devices, state = EXCLUDED.state,"
-                  " exit_code = EXCLUDED.exit_code, started = EXCLUDED.started,"
-                  " finished = EXCLUDED.finished",
-                  &q, NULL, "write members", err);
-        free(devs);
-    }
+    json_t *m = members ? json_loads(members, 0, NULL) : NULL;
+    bool any = json_is_array(m) && json_array_size(m) > 0;
     json_decref(m);
-    return ret;
+    return any;
 }
 
+/* The job's row, its members and (with a reason) its attempt, all or
+ * nothing, in one round trip: a transaction (in a batch, a savepoint)
+ * sent as one pipeline. */
 static px_status update_job(void *self, const px__job_row *row, const char *reason, px_err *err)
 {
     px__pg *st = self;
-    pthread_mutex_lock(&st->mu);
-    px__pgq q = {0};
+    px__pgq q = {0}, m = {0}, a = {0};
     bind_job(&q, row);
-    if (begin(st, err) != PX_OK)
-        goto fail_unlock;
-    if (run(st,
-            "INSERT INTO jobs(" JOB_COLS ") VALUES(" JOB_PARAMS ") ON CONFLICT(seq) DO UPDATE SET"
-            " id = EXCLUDED.id, name = EXCLUDED.name, state = EXCLUDED.state,"
-            " attempt = EXCLUDED.attempt, restarts = EXCLUDED.restarts, spec = EXCLUDED.spec,"
-            " members = EXCLUDED.members, result = EXCLUDED.result, error = EXCLUDED.error,"
-            " plan = EXCLUDED.plan, exit_code = EXCLUDED.exit_code, created = EXCLUDED.created,"
-            " updated = EXCLUDED.updated, not_before = EXCLUDED.not_before,"
-            " owner = EXCLUDED.owner, idem_key = EXCLUDED.idem_key,"
-            " idem_hash = EXCLUDED.idem_hash",
-            &q, NULL, "update job", err) != PX_OK)
-        goto fail;
-    if (write_members(st, row, err) != PX_OK)
-        goto fail;
-    if (reason) {
-        px__pgq a = {0};
-        text(&a, row->id);
-        i64(&a, row->attempt);
-        text(&a, reason);
-        i64(&a, px_wall_time());
-        if (run(st,
-                "INSERT INTO attempts(job, attempt, reason, at) VALUES($1,$2,$3,$4)"
-                " ON CONFLICT(job, attempt) DO UPDATE SET reason = EXCLUDED.reason,"
-                " at = EXCLUDED.at",
-                &a, NULL, "record attempt", err) != PX_OK)
-            goto fail;
+    text(&m, row->id);
+    i64(&m, row->attempt);
+    text(&m, row->members);
+    text(&a, row->id);
+    i64(&a, row->attempt);
+    text(&a, reason);
+    i64(&a, px_wall_time());
+    px__pg_stmt s[5];
+    int n = 0;
+    pthread_mutex_lock(&st->mu);
+    bool batch = st->batch;
+    s[n++] = (px__pg_stmt){batch ? "SAVEPOINT px_t" : "BEGIN", NULL};
+    s[n++] = (px__pg_stmt){UPSERT_JOB, &q};
+    if (has_members(row->members))
+        s[n++] = (px__pg_stmt){WRITE_MEMBERS, &m};
+    if (reason)
+        s[n++] = (px__pg_stmt){"INSERT INTO attempts(job, attempt, reason, at) VALUES($1,$2,$3,$4)"
+                               " ON CONFLICT(job, attempt) DO UPDATE SET reason = EXCLUDED.reason,"
+                               " at = EXCLUDED.at",
+                               &a};
+    s[n++] = (px__pg_stmt){batch ? "RELEASE SAVEPOINT px_t" : "COMMIT", NULL};
+    px_status rc = px__pg_pipeline(st, s, n, -1, NULL, "update job", err);
+    if (rc != PX_OK && !st->lost)
+        run(st, batch ? "ROLLBACK TO SAVEPOINT px_t; RELEASE SAVEPOINT px_t" : "ROLLBACK", NULL,
+            NULL, "rollback", NULL);
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+/* Statements sent in one pipeline by the writes of many rows: their
+ * results are small, so the server never waits on a full socket for the
+ * client to read while the client writes. */
+#define PIPELINE_MAX 512
+
+/* Runs the statements (after `open`, before `close`) all or nothing, in
+ * pipelines of PIPELINE_MAX; the caller holds st->mu. */
+static px_status run_group(px__pg *st, px__pg_stmt *s, int n, const char *what, px_err *err)
+{
+    bool batch = st->batch;
+    px__pg_stmt open = {batch ? "SAVEPOINT px_g" : "BEGIN", NULL};
+    px__pg_stmt close = {batch ? "RELEASE SAVEPOINT px_g" : "COMMIT", NULL};
+    px_status rc = px__pg_pipeline(st, &open, 1, -1, NULL, what, err);
+    for (int at = 0; rc == PX_OK && at < n; at += PIPELINE_MAX)
+        rc = px__pg_pipeline(st, s + at, PX_MIN(PIPELINE_MAX, n - at), -1, NULL, what, err);
+    if (rc == PX_OK)
+        rc = px__pg_pipeline(st, &close, 1, -1, NULL, what, err);
+    if (rc != PX_OK && !st->lost)
+        run(st, batch ? "ROLLBACK TO SAVEPOINT px_g; RELEASE SAVEPOINT px_g" : "ROLLBACK", NULL,
+            NULL, "rollback", NULL);
+    return rc;
+}
+
+static px_status update_jobs(void *self, const px__job_row *rows, int n, px_err *err)
+{
+    px__pg *st = self;
+    if (n <= 0)
+        return PX_OK;
+    px__pgq *q = calloc((size_t)n * 2, sizeof *q);
+    px__pg_stmt *s = calloc((size_t)n * 2, sizeof *s);
+    if (!q || !s) {
+        free(q);
+        free(s);
+        return px_err_set(err, PX_ENOMEM, "out of memory");
     }
-    if (commit(st, err) != PX_OK)
-        goto fail;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        px__pgq *j = &q[2 * i], *m = &q[2 * i + 1];
+        bind_job(j, &rows[i]);
+        s[k++] = (px__pg_stmt){UPSERT_JOB, j};
+        if (has_members(rows[i].members)) {
+            text(m, rows[i].id);
+            i64(m, rows[i].attempt);
+            text(m, rows[i].members);
+            s[k++] = (px__pg_stmt){WRITE_MEMBERS, m};
+        }
+    }
+    pthread_mutex_lock(&st->mu);
+    px_status rc = run_group(st, s, k, "update jobs", err);
     pthread_mutex_unlock(&st->mu);
-    return PX_OK;
-fail:
-    rollback(st);
-fail_unlock:
+    free(q);
+    free(s);
+    return rc;
+}
+
+static px_status put_explanations(void *self, const px__explanation_row *rows, int n, px_err *err)
+{
+    px__pg *st = self;
+    if (n <= 0)
+        return PX_OK;
+    px__pgq *q = calloc((size_t)n, sizeof *q);
+    px__pg_stmt *s = calloc((size_t)n, sizeof *s);
+    if (!q || !s) {
+        free(q);
+        free(s);
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        text(&q[i], rows[i].job);
+        i64(&q[i], rows[i].attempt);
+        text(&q[i], rows[i].json);
+        i64(&q[i], px_wall_time());
+        s[i] = (px__pg_stmt){"INSERT INTO explanations(job, attempt, body, at) VALUES($1,$2,$3,$4)"
+                             " ON CONFLICT(job, attempt) DO UPDATE SET body = EXCLUDED.body,"
+                             " at = EXCLUDED.at",
+                             &q[i]};
+    }
+    pthread_mutex_lock(&st->mu);
+    px_status rc = run_group(st, s, n, "put explanations", err);
     pthread_mutex_unlock(&st->mu);
-    return err ? err->code : PX_EIO;
+    free(q);
+    free(s);
+    return rc;
 }
 
 static px_status get_job(void *self, const char *id, px__job_row *out, px_err *err)
@@ -614,8 +778,61 @@ static px_status batch_end(void *self, px_err *err)
     return rc;
 }
 
+/* ---- wake-ups: jobs other replicas accepted ---- */
+
+/* Drops the listening connection after a failure, saying why. */
+static px_status listen_lost(px__pg *st, const char *what, px_err *err)
+{
+    char line[200];
+    px_status rc = px_err_set(
+        err, PX_EIO, "PostgreSQL %s: %s: %s", st->where, what,
+        one_line(st->listen ? PQerrorMessage(st->listen) : "out of memory", line, sizeof line));
+    PQfinish(st->listen);
+    st->listen = NULL;
+    return rc;
+}
+
+/* Inserts by other replicas notify the channel plexus_jobs in the same
+ * transaction (insert_job), so a notification means a committed row.  A
+ * connection of its own listens: the store's connection is shared under
+ * its lock, and a wait must not hold it. */
+static px_status wait_jobs(void *self, int timeout_ms, bool *woken, px_err *err)
+{
+    px__pg *st = self;
+    *woken = false;
+    if (!st->listen) {
+        st->listen = PQconnectdb(st->spec);
+        if (!st->listen || PQstatus(st->listen) != CONNECTION_OK)
+            return listen_lost(st, "cannot connect to listen for jobs", err);
+        PGresult *r = PQexec(st->listen, "LISTEN plexus_jobs");
+        bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+        PQclear(r);
+        if (!ok)
+            return listen_lost(st, "LISTEN plexus_jobs", err);
+        /* Whatever was accepted before the LISTEN notified nobody. */
+        *woken = true;
+        return PX_OK;
+    }
+    for (int round = 0; round < 2; round++) {
+        PGnotify *n;
+        while ((n = PQnotifies(st->listen))) {
+            *woken = true;
+            PQfreemem(n);
+        }
+        if (*woken || round == 1)
+            break;
+        struct pollfd p = {.fd = PQsocket(st->listen), .events = POLLIN};
+        int ready = poll(&p, 1, timeout_ms);
+        if (ready < 0 && errno != EINTR)
+            return listen_lost(st, "waiting for jobs", err);
+        if (ready > 0 && !PQconsumeInput(st->listen))
+            return listen_lost(st, "listening for jobs", err);
+    }
+    return PX_OK;
+}
+
 static px__store_ops pg_ops = {
-    .version = 3,
+    .version = 6,
     .close = pg_close,
     .insert_job = insert_job,
     .update_job = update_job,
@@ -626,12 +843,16 @@ static px__store_ops pg_ops = {
     .claim_jobs = claim_jobs,
     .batch_begin = batch_begin,
     .batch_end = batch_end,
+    .wait_jobs = wait_jobs,
+    .update_jobs = update_jobs,
+    .put_explanations = put_explanations,
 };
 static pthread_once_t pg_ops_once = PTHREAD_ONCE_INIT;
 
 static void fill_ops(void)
 {
     px__pg_fill_record_ops(&pg_ops);
+    px__pg_fill_deploy_ops(&pg_ops);
 }
 
 bool px__store_is_pg(const char *spec)
@@ -688,6 +909,10 @@ px_status px__store_pg_open(const char *spec, px__store *out, px_err *err)
     }
     PQconninfoFree(opts);
     pthread_mutex_init(&st->mu, NULL);
+    if (!(st->spec = px_strdup(spec))) {
+        pg_close(st);
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    }
     st->conn = PQconnectdb(spec);
     if (!st->conn || PQstatus(st->conn) != CONNECTION_OK) {
         char line[200];

@@ -20,7 +20,9 @@
 typedef struct px__pg {
     PGconn *conn;
     pthread_mutex_t mu;
-    char *where; /* the database named for messages (never a password) */
+    char *spec;     /* the connection string (never a password), for `listen` */
+    PGconn *listen; /* LISTENs for accepted jobs (wait_jobs); its caller's alone */
+    char *where;    /* the database named for messages (never a password) */
     bool lease_held;
     bool lost;  /* the connection broke: the lease (if held) is gone */
     bool batch; /* a batch is open (batch_begin): writes become savepoints */
@@ -49,6 +51,20 @@ void px__pgq_blob(px__pgq *q, const void *data, size_t len);
  * when not NULL).  The caller holds st->mu. */
 px_status px__pg_run(px__pg *st, const char *sql, const px__pgq *q, PGresult **res,
                      const char *what, px_err *err);
+/* One statement of a pipeline. */
+typedef struct px__pg_stmt {
+    const char *sql;
+    const px__pgq *q; /* NULL: no parameters */
+} px__pg_stmt;
+
+/* Sends n statements at once and reads their results (libpq's pipeline
+ * mode): one round trip to the database rather than n.  The first failure
+ * is returned (errors as px__pg_run), and the server skips the statements
+ * after it, so a pipeline that opens a transaction or savepoint must be
+ * followed by its rollback on failure.  *res (res may be NULL) gets the
+ * rows of statement `keep`.  The caller holds st->mu. */
+px_status px__pg_pipeline(px__pg *st, const px__pg_stmt *s, int n, int keep, PGresult **res,
+                          const char *what, px_err *err);
 /* A transaction of several statements, or inside a batch a savepoint:
  * begin, then commit or roll back.  The caller holds st->mu. */
 px_status px__pg_begin(px__pg *st, px_err *err);
@@ -60,5 +76,7 @@ int64_t px__pg_int(const PGresult *r, int row, int col);
 
 /* store_pg_records.c: the slots that are not about jobs. */
 void px__pg_fill_record_ops(px__store_ops *ops);
+/* store_pg_deploy.c: the deployments. */
+void px__pg_fill_deploy_ops(px__store_ops *ops);
 
 #endif

@@ -50,6 +50,11 @@ static const char *const migrations[] = {
     "CREATE INDEX node_credentials_node ON node_credentials(node);"
     "CREATE TABLE revoked_nodes(node TEXT PRIMARY KEY, at INTEGER NOT NULL);"
     "DROP TABLE tokens;",
+    /* 4: models deployed across the fleet, by name. */
+    "CREATE TABLE deployments(name TEXT PRIMARY KEY, owner TEXT, model TEXT NOT NULL,"
+    "  spec TEXT NOT NULL, state TEXT NOT NULL, plan TEXT, incidents TEXT,"
+    "  created INTEGER NOT NULL, updated INTEGER NOT NULL);"
+    "CREATE INDEX deployments_owner ON deployments(owner, name);",
 };
 
 int px__store_sqlite_schema_version(void)
@@ -438,7 +443,7 @@ static px_status find_idempotent(void *self, const char *owner, const char *key,
 }
 
 static px__store_ops sqlite_ops = {
-    .version = 2,
+    .version = 6,
     .close = sql_close,
     .insert_job = insert_job,
     .update_job = update_job,
@@ -451,6 +456,7 @@ static pthread_once_t sqlite_ops_once = PTHREAD_ONCE_INIT;
 static void fill_ops(void)
 {
     px__sql_fill_record_ops(&sqlite_ops);
+    px__sql_fill_deploy_ops(&sqlite_ops);
 }
 
 /* Creates the file readable by its owner alone, or takes group and world

@@ -29,5 +29,7 @@ char *px__sql_col_text(sqlite3_stmt *s, int i);
 
 /* store_sqlite_records.c: the slots that are not about jobs. */
 void px__sql_fill_record_ops(px__store_ops *ops);
+/* store_sqlite_deploy.c: the deployments. */
+void px__sql_fill_deploy_ops(px__store_ops *ops);
 
 #endif

@@ -1,8 +1,9 @@
 /*
- * The cpu backend's ops: shape checks, then the kernels, split among the
- * pool's threads by output rows (matrix rows, attention heads, activation
- * rows) with a static partition, so each output is computed by the same
- * code in the same order whatever the number of threads.
+ * The cpu backend's ops: shape checks, then the kernels, cut into parts
+ * by output rows (matrix rows, attention heads, activation rows) that the
+ * pool's threads claim as they come; a part is a fixed range of outputs,
+ * each computed by the same code in the same order whatever the thread
+ * that claims it and the number of threads.
  *
  * Matrix products of any number of rows run the own kernels, each thread
  * on its own weight rows against every activation row: the weights stream
@@ -19,6 +20,11 @@
  * of every kernel's tile, so that no thread runs a partial tile that a
  * whole one could cover.  Speed only: results do not depend on it. */
 #define PX__RT_ROW_UNIT 12u
+
+/* Parts per thread an op is cut into: threads claim parts as they come,
+ * so that one the system runs late (a busy machine) leaves its share to
+ * the others.  Speed only. */
+#define PX__RT_PARTS_PER_THREAD 4u
 
 bool px__rt_cpu_supports(px_ir_op_kind op, px_dtype t)
 {
@@ -239,12 +245,18 @@ typedef struct task {
     size_t scratch_stride;
 } task;
 
-static void run_split(const px__rt_cpu_exec *ex, px__rt_pool_fn fn, task *t, size_t work)
+/* Runs fn over `items` independent items (rows, units of rows, heads) in
+ * parts, on the pool when the op is worth it. */
+static void run_split(const px__rt_cpu_exec *ex, px__rt_pool_fn fn, task *t, size_t items,
+                      size_t work)
 {
-    if (work < PX__RT_PAR_MIN_WORK || px__rt_pool_size(ex->pool) == 1)
-        fn(t, 0, 1);
-    else
-        px__rt_pool_run(ex->pool, fn, t);
+    uint32_t nth = px__rt_pool_size(ex->pool);
+    if (work < PX__RT_PAR_MIN_WORK || nth == 1 || items <= 1) {
+        fn(t, 0, 1, 0);
+        return;
+    }
+    size_t parts = PX_MIN(items, (size_t)nth * PX__RT_PARTS_PER_THREAD);
+    px__rt_pool_run(ex->pool, fn, t, (uint32_t)parts);
 }
 
 static void embedding(const px__rt_cpu_exec *ex, const px_rt_op *op)
@@ -258,15 +270,16 @@ static void embedding(const px__rt_cpu_exec *ex, const px_rt_op *op)
         ex->k->dequant(tab->dtype, base + (size_t)ids[r] * tab->nb[1], y + (size_t)r * dim, dim);
 }
 
-static void rmsnorm_rows(void *arg, uint32_t ith, uint32_t nth)
+static void rmsnorm_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_t thread)
 {
+    (void)thread;
     task *t = arg;
     const px_rt_op *op = t->op;
     uint32_t n = (uint32_t)op->src[0]->ne[0];
     const float *x = px_rt_tensor_data(op->src[0]), *w = px_rt_tensor_data(op->src[1]);
     float *y = px_rt_tensor_data(op->dst);
     size_t r0, r1;
-    px__rt_split(t->rows, ith, nth, &r0, &r1);
+    px__rt_split(t->rows, part, n_parts, &r0, &r1);
     for (size_t r = r0; r < r1; r++) {
         const float *xr = x + (size_t)(op->select ? op->select[r] : r) * n;
         float *yr = y + r * n;
@@ -277,17 +290,19 @@ static void rmsnorm_rows(void *arg, uint32_t ith, uint32_t nth)
     }
 }
 
-static void quantize_rows(void *arg, uint32_t ith, uint32_t nth)
+static void quantize_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_t thread)
 {
+    (void)thread;
     task *t = arg;
     size_t k = (size_t)t->op->src[1]->ne[0], nb = k / PX__RT_Q8_0_ELEMS, r0, r1;
-    px__rt_split(t->rows, ith, nth, &r0, &r1);
+    px__rt_split(t->rows, part, n_parts, &r0, &r1);
     for (size_t r = r0; r < r1; r++)
         px__rt_quantize_q8_act(t->x + r * k, (uint32_t)k, t->xq + r * k, t->xd + r * nb);
 }
 
-static void matmul_rows(void *arg, uint32_t ith, uint32_t nth)
+static void matmul_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_t thread)
 {
+    (void)thread;
     task *t = arg;
     const px_rt_op *op = t->op;
     const px_rt_tensor *w = op->src[1];
@@ -295,7 +310,7 @@ static void matmul_rows(void *arg, uint32_t ith, uint32_t nth)
     uint32_t k = (uint32_t)w->ne[0], n = (uint32_t)w->ne[1];
     float *y = px_rt_tensor_data(op->dst);
     size_t u0, u1;
-    px__rt_split((n + PX__RT_ROW_UNIT - 1) / PX__RT_ROW_UNIT, ith, nth, &u0, &u1);
+    px__rt_split((n + PX__RT_ROW_UNIT - 1) / PX__RT_ROW_UNIT, part, n_parts, &u0, &u1);
     uint32_t i0 = (uint32_t)PX_MIN(u0 * PX__RT_ROW_UNIT, n);
     uint32_t i1 = (uint32_t)PX_MIN(u1 * PX__RT_ROW_UNIT, n);
     if (i1 <= i0)
@@ -325,9 +340,10 @@ static void matmul(const px__rt_cpu_exec *ex, const px_rt_op *op)
     if (w->dtype == PX_DTYPE_Q8_0) {
         t.xd = (float *)(void *)work;
         t.xq = (int8_t *)(work + (size_t)t.rows * (k / PX__RT_Q8_0_ELEMS) * sizeof(float));
-        run_split(ex, quantize_rows, &t, (size_t)t.rows * k * 4);
+        run_split(ex, quantize_rows, &t, t.rows, (size_t)t.rows * k * 4);
     }
-    run_split(ex, matmul_rows, &t, (size_t)w->nb[1] * n / 4 + (size_t)t.rows * n);
+    run_split(ex, matmul_rows, &t, (n + PX__RT_ROW_UNIT - 1) / PX__RT_ROW_UNIT,
+              (size_t)w->nb[1] * n / 4 + (size_t)t.rows * n);
     if (op->src[2]) {
         const float *b = px_rt_tensor_data(op->src[2]);
         float *y = px_rt_tensor_data(op->dst);
@@ -337,15 +353,16 @@ static void matmul(const px__rt_cpu_exec *ex, const px_rt_op *op)
     }
 }
 
-static void rope_rows(void *arg, uint32_t ith, uint32_t nth)
+static void rope_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_t thread)
 {
+    (void)thread;
     task *t = arg;
     const px_rt_op *op = t->op;
     float *x = px_rt_tensor_data(op->dst);
     const float *tab = px_rt_tensor_data(op->src[1]);
     uint32_t width = (uint32_t)op->dst->ne[0], half = op->rope_dim / 2;
     size_t r0, r1;
-    px__rt_split(t->rows, ith, nth, &r0, &r1);
+    px__rt_split(t->rows, part, n_parts, &r0, &r1);
     for (size_t r = r0; r < r1; r++) {
         const float *cs = tab + (size_t)op->rows->pos[r] * op->rope_dim;
         for (uint32_t h = 0; h < op->n_heads; h++) {
@@ -361,7 +378,7 @@ static void rope_rows(void *arg, uint32_t ith, uint32_t nth)
     }
 }
 
-static void attention_tasks(void *arg, uint32_t ith, uint32_t nth)
+static void attention_tasks(void *arg, uint32_t part, uint32_t n_parts, uint32_t thread)
 {
     task *t = arg;
     const px_rt_op *op = t->op;
@@ -371,10 +388,10 @@ static void attention_tasks(void *arg, uint32_t ith, uint32_t nth)
     const float *q = px_rt_tensor_data(op->src[0]);
     const float *kc = px_rt_tensor_data(op->src[3]), *vc = px_rt_tensor_data(op->src[4]);
     float *out = px_rt_tensor_data(op->dst);
-    float *scores = t->scratch + ith * t->scratch_stride;
+    float *scores = t->scratch + thread * t->scratch_stride;
     float scale = 1.0f / sqrtf((float)hd);
     size_t j0, j1;
-    px__rt_split((size_t)t->rows * op->n_kv_heads, ith, nth, &j0, &j1);
+    px__rt_split((size_t)t->rows * op->n_kv_heads, part, n_parts, &j0, &j1);
     for (size_t j = j0; j < j1; j++) {
         size_t r = j / op->n_kv_heads, h = j % op->n_kv_heads;
         int32_t pos = op->rows->pos[r];
@@ -423,7 +440,6 @@ static void attention(const px__rt_cpu_exec *ex, const px_rt_op *op)
         memcpy(kcd + at, kd + r * kv_dim, kv_dim * sizeof(float));
         memcpy(vcd + at, vd + r * kv_dim, kv_dim * sizeof(float));
     }
-    uint32_t nth = px__rt_pool_size(ex->pool);
     size_t pairs = 0;
     for (uint32_t r = 0; r < rows; r++)
         pairs += (size_t)op->rows->pos[r] + 1;
@@ -432,18 +448,17 @@ static void attention(const px__rt_cpu_exec *ex, const px_rt_op *op)
               .rows = rows,
               .scratch = px_rt_tensor_data(op->work),
               .scratch_stride = (size_t)(op->n_heads / op->n_kv_heads) * attention_positions(op)};
-    if (pairs * op->n_heads * op->head_dim < PX__RT_PAR_MIN_WORK || nth == 1)
-        attention_tasks(&t, 0, 1);
-    else
-        px__rt_pool_run(ex->pool, attention_tasks, &t);
+    run_split(ex, attention_tasks, &t, (size_t)rows * op->n_kv_heads,
+              pairs * op->n_heads * op->head_dim);
 }
 
-static void elementwise_rows(void *arg, uint32_t ith, uint32_t nth)
+static void elementwise_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_t thread)
 {
+    (void)thread;
     task *t = arg;
     const px_rt_op *op = t->op;
     size_t n = (size_t)op->src[0]->ne[0], i0, i1;
-    px__rt_split(t->rows, ith, nth, &i0, &i1);
+    px__rt_split(t->rows, part, n_parts, &i0, &i1);
     const float *a = px_rt_tensor_data(op->src[0]), *b = px_rt_tensor_data(op->src[1]);
     float *y = px_rt_tensor_data(op->dst);
     for (size_t i = i0 * n; i < i1 * n; i++) {
@@ -471,23 +486,23 @@ px_status px__rt_cpu_run_op(const px__rt_cpu_exec *ex, const px_rt_op *op, px_er
         embedding(ex, op);
         break;
     case PX_IR_OP_RMSNORM:
-        run_split(ex, rmsnorm_rows, &t, t.rows * width);
+        run_split(ex, rmsnorm_rows, &t, t.rows, t.rows * width);
         break;
     case PX_IR_OP_MATMUL:
     case PX_IR_OP_CLASSIFIER:
         matmul(ex, op);
         break;
     case PX_IR_OP_ROPE:
-        run_split(ex, rope_rows, &t, t.rows * width);
+        run_split(ex, rope_rows, &t, t.rows, t.rows * width);
         break;
     case PX_IR_OP_ATTENTION:
         attention(ex, op);
         break;
     case PX_IR_OP_SWIGLU:
-        run_split(ex, elementwise_rows, &t, t.rows * width * 8);
+        run_split(ex, elementwise_rows, &t, t.rows, t.rows * width * 8);
         break;
     case PX_IR_OP_ADD:
-        run_split(ex, elementwise_rows, &t, t.rows * width);
+        run_split(ex, elementwise_rows, &t, t.rows, t.rows * width);
         break;
     default:
         return px_err_set(err, PX_EUNSUPPORTED, "cpu: cannot run %s ops",

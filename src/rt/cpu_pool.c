@@ -1,15 +1,24 @@
 /*
- * The cpu backend's thread pool: persistent workers released by a
- * generation counter and joined by a counting barrier after every call.
+ * The cpu backend's thread pool: persistent workers that take the parts
+ * of each call from a shared counter, and a caller that returns when
+ * every part is done.
  *
- * A decode step runs dozens of short ops, each followed by a barrier, so
- * waking workers through the kernel each time would cost more than the
- * ops.  Both sides therefore spin briefly (workers for the next
- * generation, the caller for the last worker) and only then sleep on a
- * condition variable.  The spin is short on purpose: when the machine has
- * more runnable threads than cores, a spinning thread only delays the one
- * it waits for.  Every wake-up is signalled under the mutex, so a thread
- * going to sleep cannot miss it.
+ * Parts are claimed, not assigned: whichever thread is running takes the
+ * next part, so a worker the system has not scheduled yet (a busy
+ * machine, a slow wake-up) delays nothing but the part it is in, and the
+ * caller never waits for a worker that has no part.  Which thread runs a
+ * part never changes its result: the callers' parts are fixed ranges of
+ * outputs, each computed the same way by any thread.
+ *
+ * A decode step runs dozens of short calls, so waking workers through the
+ * kernel each time would cost more than their share.  Both sides
+ * therefore spin briefly (workers for the next call, the caller for the
+ * last part) and only then sleep on a condition variable.  The spin is
+ * short on purpose: when the machine has more runnable threads than
+ * cores, a spinning thread only delays the one it waits for.  A thread
+ * about to sleep counts itself first, and the other side signals, under
+ * the mutex, only when someone sleeps.  The claim counter, the done count
+ * and the caller's fields live on separate cache lines.
  */
 #include "base/common.h"
 
@@ -27,14 +36,17 @@ struct px__rt_pool {
     pthread_t *threads; /* n - 1 workers; the caller is thread 0 */
     uint32_t n_started;
     pthread_mutex_t lock;
-    pthread_cond_t wake; /* a new generation */
-    pthread_cond_t done; /* the last worker finished */
-    _Atomic uint64_t generation;
-    _Atomic uint32_t pending; /* workers still running this generation */
+    pthread_cond_t wake; /* a new call */
+    pthread_cond_t done; /* its last part finished */
+    _Atomic(px__rt_pool_fn) fn;
+    _Atomic(void *) arg;
+    _Atomic uint32_t n_parts;
     _Atomic bool stop;
-    _Atomic uint32_t ready; /* workers that have entered their loop */
-    px__rt_pool_fn fn;
-    void *arg;
+    _Atomic uint32_t ready;    /* workers that have entered their loop */
+    _Atomic uint32_t sleepers; /* threads asleep (or about to be) */
+    /* The call's number (high 32 bits) and its next unclaimed part. */
+    _Alignas(64) _Atomic uint64_t claim;
+    _Alignas(64) _Atomic uint32_t parts_done;
 };
 
 typedef struct worker_arg {
@@ -51,20 +63,59 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static uint64_t wait_generation(px__rt_pool *p, uint64_t seen)
+static uint32_t call_of(uint64_t claim)
 {
-    uint64_t g;
+    return (uint32_t)(claim >> 32);
+}
+
+/* Waits for a call other than `seen`; returns its number. */
+static uint32_t wait_call(px__rt_pool *p, uint32_t seen)
+{
+    uint32_t g;
     for (int i = 0; i < SPIN_ITERS; i++) {
-        g = atomic_load_explicit(&p->generation, memory_order_acquire);
+        g = call_of(atomic_load_explicit(&p->claim, memory_order_acquire));
         if (g != seen)
             return g;
         cpu_relax();
     }
+    /* Counted as a sleeper before the last look: the caller publishes a
+     * call before it looks at the count, so one of the two sees the
+     * other. */
     pthread_mutex_lock(&p->lock);
-    while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen)
+    atomic_fetch_add(&p->sleepers, 1);
+    while ((g = call_of(atomic_load(&p->claim))) == seen)
         pthread_cond_wait(&p->wake, &p->lock);
+    atomic_fetch_sub(&p->sleepers, 1);
     pthread_mutex_unlock(&p->lock);
     return g;
+}
+
+/* Runs parts of call g on thread ith until none is left. */
+static void run_parts(px__rt_pool *p, uint32_t g, uint32_t ith)
+{
+    for (;;) {
+        uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
+        if (call_of(c) != g)
+            return;
+        /* Read before the claim: a claim of call g succeeds only while g
+         * has parts left, so these are g's. */
+        px__rt_pool_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
+        void *arg = atomic_load_explicit(&p->arg, memory_order_relaxed);
+        uint32_t n_parts = atomic_load_explicit(&p->n_parts, memory_order_relaxed);
+        uint32_t part = (uint32_t)c;
+        if (part >= n_parts)
+            return;
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acq_rel,
+                                                   memory_order_relaxed))
+            continue;
+        fn(arg, part, n_parts, ith);
+        if (atomic_fetch_add_explicit(&p->parts_done, 1, memory_order_acq_rel) + 1 == n_parts &&
+            atomic_load(&p->sleepers) > 0) {
+            pthread_mutex_lock(&p->lock);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->lock);
+        }
+    }
 }
 
 static void *worker_main(void *varg)
@@ -72,18 +123,13 @@ static void *worker_main(void *varg)
     worker_arg wa = *(worker_arg *)varg;
     free(varg);
     px__rt_pool *p = wa.pool;
-    uint64_t seen = 0;
+    uint32_t seen = 0;
     atomic_fetch_add_explicit(&p->ready, 1, memory_order_release);
     for (;;) {
-        seen = wait_generation(p, seen);
+        seen = wait_call(p, seen);
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
             return NULL;
-        p->fn(p->arg, wa.ith, p->n);
-        if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
-            pthread_mutex_lock(&p->lock);
-            pthread_cond_signal(&p->done);
-            pthread_mutex_unlock(&p->lock);
-        }
+        run_parts(p, seen, wa.ith);
     }
 }
 
@@ -92,17 +138,23 @@ px_status px__rt_pool_new(uint32_t n_threads, px__rt_pool **out, px_err *err)
     *out = NULL;
     if (n_threads == 0 || n_threads > 1024)
         return px_err_set(err, PX_EINVAL, "cpu: %u threads (1 to 1024)", n_threads);
-    px__rt_pool *p = calloc(1, sizeof *p);
+    /* Aligned, so that the fields on separate cache lines are. */
+    px__rt_pool *p = aligned_alloc(64, sizeof *p);
     if (!p)
         return px_err_set(err, PX_ENOMEM, "cpu: out of memory for the thread pool");
+    memset(p, 0, sizeof *p);
     p->n = n_threads;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
-    atomic_init(&p->generation, 0);
-    atomic_init(&p->pending, 0);
+    atomic_init(&p->fn, NULL);
+    atomic_init(&p->arg, NULL);
+    atomic_init(&p->n_parts, 0);
     atomic_init(&p->stop, false);
     atomic_init(&p->ready, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->claim, 0);
+    atomic_init(&p->parts_done, 0);
     if (n_threads > 1) {
         p->threads = calloc(n_threads - 1, sizeof *p->threads);
         if (!p->threads)
@@ -142,7 +194,8 @@ void px__rt_pool_free(px__rt_pool *p)
     if (p->n_started) {
         pthread_mutex_lock(&p->lock);
         atomic_store_explicit(&p->stop, true, memory_order_release);
-        atomic_fetch_add_explicit(&p->generation, 1, memory_order_acq_rel);
+        uint64_t c = atomic_load(&p->claim);
+        atomic_store(&p->claim, (uint64_t)(call_of(c) + 1) << 32);
         pthread_cond_broadcast(&p->wake);
         pthread_mutex_unlock(&p->lock);
         for (uint32_t i = 0; i < p->n_started; i++)
@@ -160,28 +213,39 @@ uint32_t px__rt_pool_size(const px__rt_pool *p)
     return p->n;
 }
 
-void px__rt_pool_run(px__rt_pool *p, px__rt_pool_fn fn, void *arg)
+void px__rt_pool_run(px__rt_pool *p, px__rt_pool_fn fn, void *arg, uint32_t n_parts)
 {
-    if (p->n == 1) {
-        fn(arg, 0, 1);
+    if (n_parts == 0)
+        return;
+    if (p->n == 1 || n_parts == 1) {
+        for (uint32_t i = 0; i < n_parts; i++)
+            fn(arg, i, n_parts, 0);
         return;
     }
-    p->fn = fn;
-    p->arg = arg;
-    atomic_store_explicit(&p->pending, p->n - 1, memory_order_release);
-    pthread_mutex_lock(&p->lock);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_acq_rel);
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->lock);
-    fn(arg, 0, p->n);
-    /* The barrier. */
+    /* Every part of the previous call is done: nobody reads these now. */
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&p->n_parts, n_parts, memory_order_relaxed);
+    atomic_store_explicit(&p->parts_done, 0, memory_order_relaxed);
+    uint32_t g = call_of(atomic_load_explicit(&p->claim, memory_order_relaxed)) + 1;
+    atomic_store(&p->claim, (uint64_t)g << 32);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->lock);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->lock);
+    }
+    run_parts(p, g, 0);
+    /* The barrier: every part done (workers without one are not waited
+     * for). */
     for (int i = 0; i < SPIN_ITERS; i++) {
-        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0)
+        if (atomic_load_explicit(&p->parts_done, memory_order_acquire) == n_parts)
             return;
         cpu_relax();
     }
     pthread_mutex_lock(&p->lock);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
+    atomic_fetch_add(&p->sleepers, 1);
+    while (atomic_load(&p->parts_done) != n_parts)
         pthread_cond_wait(&p->done, &p->lock);
+    atomic_fetch_sub(&p->sleepers, 1);
     pthread_mutex_unlock(&p->lock);
 }

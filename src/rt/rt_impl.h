@@ -51,18 +51,21 @@ extern const px_rt_backend_iface px__rt_cpu_backend;
 /* Thread pool (cpu_pool.c)                                            */
 /* ------------------------------------------------------------------ */
 
-/* Persistent workers.  px__rt_pool_run calls fn(arg, ith, nth) on every
- * thread (the caller is ith 0) and returns when all are done: a barrier
- * per call, no allocation.  Workers spin briefly, then sleep. */
+/* Persistent workers.  px__rt_pool_run calls fn(arg, part, n_parts,
+ * thread) once for every part in [0, n_parts), on whichever thread claims
+ * it first (the caller is thread 0, workers 1 .. size - 1), and returns
+ * when all are done: a barrier per call, no allocation.  A part's result
+ * must not depend on the thread that runs it; `thread` is for scratch
+ * space only.  Workers spin briefly, then sleep. */
 typedef struct px__rt_pool px__rt_pool;
-typedef void (*px__rt_pool_fn)(void *arg, uint32_t ith, uint32_t nth);
+typedef void (*px__rt_pool_fn)(void *arg, uint32_t part, uint32_t n_parts, uint32_t thread);
 
 px_status px__rt_pool_new(uint32_t n_threads, px__rt_pool **out, px_err *err);
 void px__rt_pool_free(px__rt_pool *p);
 uint32_t px__rt_pool_size(const px__rt_pool *p);
-void px__rt_pool_run(px__rt_pool *p, px__rt_pool_fn fn, void *arg);
+void px__rt_pool_run(px__rt_pool *p, px__rt_pool_fn fn, void *arg, uint32_t n_parts);
 
-/* Static partition of n items among nth threads: thread ith gets
+/* Static partition of n items into nth parts: part ith gets
  * [*begin, *end).  Depends only on (n, nth, ith). */
 static inline void px__rt_split(size_t n, uint32_t ith, uint32_t nth, size_t *begin, size_t *end)
 {

@@ -156,8 +156,10 @@ static inline void fh_print_log(const char *log)
     char *text = NULL;
     size_t len;
     if (px_read_file(log, 1u << 20, &text, &len, NULL) == PX_OK) {
-        size_t from = len > 6000 ? len - 6000 : 0;
-        print_message("---- %s ----\n%s\n", log, text + from);
+        /* Not print_message: cmocka cuts its messages at 4 KiB. */
+        size_t from = len > 16000 ? len - 16000 : 0;
+        fprintf(stderr, "---- %s ----\n%s\n", log, text + from);
+        fflush(stderr);
     }
     free(text);
 }

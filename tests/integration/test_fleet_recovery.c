@@ -7,8 +7,20 @@
 #include "fleet_harness.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 static fh_fleet fleet;
+
+/* Submissions from a thread while the server is killed; the ids are
+ * freed by the teardown too when a check fails half-way. */
+typedef struct submitter {
+    char *ids[200];
+    atomic_int n_acked;
+    int n_refused;
+    atomic_int stop;
+} submitter;
+
+static submitter subs;
 
 static int setup(void **state)
 {
@@ -38,6 +50,8 @@ static int teardown(void **state)
 {
     (void)state;
     fh_fleet_stop(&fleet);
+    for (int i = 0; i < subs.n_acked; i++)
+        free(subs.ids[i]);
     return 0;
 }
 
@@ -223,13 +237,6 @@ static void test_killed_agents_job_finishes_elsewhere(void **state)
     free(id);
 }
 
-typedef struct submitter {
-    char *ids[200];
-    int n_acked;
-    int n_refused;
-    volatile int stop;
-} submitter;
-
 static void *submit_loop(void *arg)
 {
     submitter *s = arg;
@@ -237,12 +244,14 @@ static void *submit_loop(void *arg)
     px_fleet_client_set_timeout(c, 2000);
     json_t *spec = json_pack("{s:[s, s, s], s:{s:f}}", "command", "/bin/sh", "-c",
                              "sleep 0.2; echo ok", "resources", "cpus", 0.1);
-    for (int i = 0; i < 200 && !s->stop; i++) {
+    for (int i = 0; i < 200 && !atomic_load(&s->stop); i++) {
         json_t *r = NULL;
         if (px_fleet_client_call(c, "POST", "/v1/jobs", spec, NULL, &r, NULL) == PX_OK) {
             const char *id = json_string_value(json_object_get(r, "id"));
-            if (id)
-                s->ids[s->n_acked++] = px_strdup(id);
+            if (id) {
+                s->ids[atomic_load(&s->n_acked)] = px_strdup(id);
+                atomic_fetch_add(&s->n_acked, 1);
+            }
         } else {
             s->n_refused++;
             fh_sleep_ms(20);
@@ -257,26 +266,25 @@ static void *submit_loop(void *arg)
 static void test_server_kill9_loses_no_acknowledged_job(void **state)
 {
     (void)state;
-    submitter s = {0};
+    submitter *s = &subs;
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, submit_loop, &s), 0);
+    assert_int_equal(pthread_create(&th, NULL, submit_loop, s), 0);
     /* Kill the server in the middle of the submissions. */
-    for (int i = 0; i < 200 && s.n_acked < 15; i++)
+    for (int i = 0; i < 200 && s->n_acked < 15; i++)
         fh_sleep_ms(20);
     fh_kill_server(&fleet);
     fh_sleep_ms(300);
     fh_start_server(&fleet);
     fh_sleep_ms(500);
-    s.stop = 1;
+    atomic_store(&s->stop, 1);
     pthread_join(th, NULL);
-    assert_true(s.n_acked >= 15);
-    print_message("acknowledged %d submissions, %d refused while the server was down\n", s.n_acked,
-                  s.n_refused);
-    for (int i = 0; i < s.n_acked; i++) {
-        json_t *job = fh_wait_job(&fleet, s.ids[i], "succeeded,failed", 60);
+    assert_true(s->n_acked >= 15);
+    print_message("acknowledged %d submissions, %d refused while the server was down\n", s->n_acked,
+                  s->n_refused);
+    for (int i = 0; i < s->n_acked; i++) {
+        json_t *job = fh_wait_job(&fleet, s->ids[i], "succeeded,failed", 60);
         assert_string_equal(json_string_value(json_object_get(job, "state")), "succeeded");
         json_decref(job);
-        free(s.ids[i]);
     }
 }
 

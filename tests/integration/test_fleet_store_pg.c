@@ -10,6 +10,7 @@
 #include "px_test.h"
 
 #include "fleet/fleet_impl.h"
+#include "store_deploy_check.h"
 #include "pg_harness.h"
 
 #include <string.h>
@@ -416,8 +417,108 @@ static void test_pg_batch_commits_together_and_survives_a_failed_write(void **st
     row.state = "running";
     px_assert_ok(st.ops->update_job(st.self, &row, NULL, &err), &err);
     assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM jobs WHERE state = 'running'"), 1);
+    /* A job's write is all or nothing (its statements go in one round
+     * trip): an attempt reason the database refuses (not UTF-8) leaves
+     * the row and its members as they were, in a batch or alone, and the
+     * batch goes on. */
+    row.state = "queued";
+    row.attempt = 2;
+    row.members = "[{\"node\":\"n2\",\"devices\":[0],\"state\":\"assigned\",\"started\":7}]";
+    assert_int_equal(st.ops->update_job(st.self, &row, "lost \xff\xfe", &err), PX_EIO);
+    assert_non_null(strstr(err.msg, "update job"));
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM jobs WHERE state = 'running'"), 1);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM members WHERE node = 'n2'"), 0);
+    px_assert_ok(st.ops->batch_begin(st.self, &err), &err);
+    assert_int_equal(st.ops->update_job(st.self, &row, "lost \xff\xfe", &err), PX_EIO);
+    px_assert_ok(st.ops->update_job(st.self, &row, "lost its node", &err), &err);
+    px_assert_ok(st.ops->batch_end(st.self, &err), &err);
+    assert_int_equal(
+        query_int(uri, "SELECT COUNT(*) FROM jobs WHERE state = 'queued' AND attempt = 2"), 1);
+    assert_int_equal(
+        query_int(uri, "SELECT COUNT(*) FROM members WHERE node = 'n2' AND attempt = 2 AND rank = 0"
+                       " AND devices = '[0]' AND started = 7 AND exit_code IS NULL"),
+        1);
+    assert_int_equal(
+        query_int(uri,
+                  "SELECT COUNT(*) FROM attempts WHERE attempt = 2 AND reason = 'lost its node'"),
+        1);
     st.ops->close(st.self);
     free(id);
+    free(uri);
+}
+
+static char *deploy_uri;
+
+static void reopen_pg(px__store *st)
+{
+    px_err err;
+    st->ops->close(st->self);
+    px_assert_ok(px__store_pg_open(deploy_uri, st, &err), &err);
+}
+
+static void test_pg_store_keeps_deployments_by_name(void **state)
+{
+    (void)state;
+    char *uri = fresh("deployments");
+    if (!uri)
+        skip();
+    deploy_uri = uri;
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    store_deploy_check(&st, reopen_pg);
+    st.ops->close(st.self);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM deployments"), 2);
+    free(uri);
+}
+
+/* A scheduling pass's writes: many jobs and explanations in one call each,
+ * more than one pipeline's worth, all or nothing. */
+static void test_pg_many_jobs_and_explanations_in_one_call(void **state)
+{
+    (void)state;
+    char *uri = fresh("many");
+    if (!uri)
+        skip();
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    enum { N = 600 };
+    static px__job_row rows[N];
+    static px__explanation_row ex[N];
+    static char members[N][96];
+    for (int i = 0; i < N; i++) {
+        rows[i] = (px__job_row){
+            .state = "queued", .attempt = 1, .spec = "{}", .members = "[]", .exit_code = INT_MIN};
+        px_assert_ok(st.ops->insert_job(st.self, &rows[i], &err), &err);
+        snprintf(members[i], sizeof members[i],
+                 "[{\"node\":\"n%d\",\"devices\":[],\"state\":\"assigned\"}]", i);
+        rows[i].state = "assigned";
+        rows[i].members = members[i];
+        ex[i] = (px__explanation_row){rows[i].id, 1, "{\"decision\": \"placed\"}"};
+    }
+    px_assert_ok(st.ops->batch_begin(st.self, &err), &err);
+    /* The last row is refused (not UTF-8): none of them is written, and
+     * the batch goes on. */
+    rows[N - 1].error = "\xff";
+    assert_int_equal(st.ops->update_jobs(st.self, rows, N, &err), PX_EIO);
+    assert_non_null(strstr(err.msg, "update jobs"));
+    rows[N - 1].error = NULL;
+    px_assert_ok(st.ops->update_jobs(st.self, rows, N, &err), &err);
+    px_assert_ok(st.ops->put_explanations(st.self, ex, N, &err), &err);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM jobs WHERE state = 'assigned'"), 0);
+    px_assert_ok(st.ops->batch_end(st.self, &err), &err);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM jobs WHERE state = 'assigned'"), N);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM members WHERE node LIKE 'n%'"), N);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM explanations"), N);
+    /* Outside a batch too: one refused explanation, none stored. */
+    ex[0].json = "{\"decision\": \"\xff\"}";
+    ex[1].attempt = 2;
+    assert_int_equal(st.ops->put_explanations(st.self, ex, 2, &err), PX_EIO);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM explanations WHERE attempt = 2"), 0);
+    for (int i = 0; i < N; i++)
+        free(rows[i].id);
+    st.ops->close(st.self);
     free(uri);
 }
 
@@ -430,6 +531,8 @@ int main(void)
         cmocka_unit_test(test_pg_store_refuses_passwords_bad_uris_and_newer_schemas),
         cmocka_unit_test(test_pg_lease_one_holder_taken_over_and_jobs_claimed_once),
         cmocka_unit_test(test_pg_batch_commits_together_and_survives_a_failed_write),
+        cmocka_unit_test(test_pg_store_keeps_deployments_by_name),
+        cmocka_unit_test(test_pg_many_jobs_and_explanations_in_one_call),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

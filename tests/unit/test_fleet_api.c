@@ -602,6 +602,106 @@ static void test_api_plan_auto_plans_or_says_why(void **state)
     free(d);
 }
 
+/* A node with one CPU device of the given compute and bandwidth. */
+static void register_cpu_node(const char *name, const char *flops, const char *bandwidth)
+{
+    char extra[600];
+    snprintf(extra, sizeof extra,
+             ", \"node\": {\"devices\": [{\"id\": \"cpu0\", \"class\": \"cpu\", "
+             "\"vendor\": \"intel\", \"backend\": \"cpu\", \"compute\": {\"f32\": \"%s\"}, "
+             "\"memory\": [{\"id\": \"ddr\", \"kind\": \"ddr\", \"capacity\": \"16 GiB\", "
+             "\"bandwidth\": \"%s\"}]}]}",
+             flops, bandwidth);
+    register_node(name, extra);
+}
+
+static void resident_on(const char *node, const char *digest)
+{
+    char body[300];
+    snprintf(body, sizeof body, "{\"node\": \"%s\", \"running\": [], \"resident\": [\"%s\"]}", node,
+             digest);
+    expect("POST", "/v1/agent/heartbeat", cred_of(node), body, 200, NULL);
+}
+
+/* Deploys the model as name and returns the reply (the caller drops it). */
+static reply deploy(const char *name, const char *digest)
+{
+    char body[300];
+    snprintf(body, sizeof body, "{\"name\": \"%s\", \"model\": \"%s\"}", name, digest);
+    reply r = req("POST", "/v1/deployments", USER_TOKEN, body);
+    if (r.status != 201)
+        fail_msg("deploy %s: %ld %s", name, r.status, r.body);
+    return r;
+}
+
+static const char *placed_on(const reply *r)
+{
+    return json_string_value(json_object_get(
+        json_object_get(json_object_get(r->json, "plan"), "residency"), "placed_on"));
+}
+
+static const char *stage0_node(const reply *r)
+{
+    return json_string_value(json_object_get(
+        json_array_get(json_object_get(json_object_get(r->json, "plan"), "assignment"), 0),
+        "node"));
+}
+
+static void test_api_deployment_prefers_warm_nodes_unless_they_cost_too_much(void **state)
+{
+    (void)state;
+    char *model = px_test_require_shared_model("stories260K.gguf");
+    char *d = fresh_dir("warm");
+    px_fleet_server *srv = start(d, 30);
+    char *data;
+    size_t len;
+    px_assert_ok(px_read_file(model, 8u << 20, &data, &len, NULL), (px_err *)NULL);
+    reply up = http("POST", "/v1/blobs", USER_TOKEN, data, len);
+    assert_int_equal(up.status, 201);
+    char *digest = px_strdup(json_string_value(json_object_get(up.json, "digest")));
+    drop(&up);
+    free(data);
+    register_cpu_node("w1", "1 TFLOP/s", "50 GB/s");
+    register_cpu_node("w2", "1 TFLOP/s", "50 GB/s");
+    register_cpu_node("w3", "1 TFLOP/s", "50 GB/s");
+
+    /* Resident nowhere: every node is a candidate, and the record says so. */
+    reply r = deploy("cold", digest);
+    assert_string_equal(placed_on(&r), "every online node");
+    px_assert_contains(r.body, "resident on no online node");
+    drop(&r);
+
+    /* Resident on w3 alone, and w3 is as good as any: it lands there. */
+    resident_on("w3", digest);
+    r = deploy("warm", digest);
+    assert_string_equal(placed_on(&r), "warm nodes");
+    assert_string_equal(stage0_node(&r), "w3");
+    px_assert_contains(r.body, "resident on 1 of 3 online nodes");
+    drop(&r);
+
+    /* A warm node far slower than the cold ones: the plan over every node
+     * wins, and the record says by how much. */
+    register_cpu_node("slow", "1 GFLOP/s", "100 MB/s");
+    resident_on("w3", "00000000000000000000000000000000000000000000000000000000000000aa");
+    resident_on("slow", digest);
+    r = deploy("fast", digest);
+    assert_string_equal(placed_on(&r), "every online node");
+    px_assert_contains(r.body, "worse): planned over every node");
+    assert_string_not_equal(stage0_node(&r), "slow");
+    drop(&r);
+
+    /* Listing and ending them. */
+    r = req("GET", "/v1/deployments", USER_TOKEN, NULL);
+    assert_int_equal(json_array_size(json_object_get(r.json, "deployments")), 3);
+    drop(&r);
+    expect("DELETE", "/v1/deployments/warm", USER_TOKEN, NULL, 200, "undeployed");
+    expect("GET", "/v1/deployments/warm", USER_TOKEN, NULL, 404, "no deployment");
+    free(digest);
+    free(model);
+    px_fleet_server_stop(srv);
+    free(d);
+}
+
 typedef struct late_log {
     char path[160];
 } late_log;
@@ -766,6 +866,7 @@ int main(void)
         cmocka_unit_test(test_api_keeps_jobs_across_a_restart),
         cmocka_unit_test(test_api_artifacts_refuse_symlinked_folders),
         cmocka_unit_test(test_api_plan_auto_plans_or_says_why),
+        cmocka_unit_test(test_api_deployment_prefers_warm_nodes_unless_they_cost_too_much),
         cmocka_unit_test(test_api_drain_group_restart_and_log_long_poll),
         cmocka_unit_test(test_api_never_acknowledges_a_write_the_store_refused),
     };

@@ -1,11 +1,12 @@
 /* The SQLite store: migrations, jobs with members and attempts, owners and
  * idempotency keys, log sequence numbers and usage, artifacts,
- * explanations, node credentials and revocations, nodes, files private
+ * explanations, node credentials and revocations, nodes, deployments, files private
  * whatever the umask, and that what was written is there after the
  * database is closed and opened again. */
 #include "px_test.h"
 
 #include "fleet/fleet_impl.h"
+#include "store_deploy_check.h"
 
 #include <sqlite3.h>
 #include <string.h>
@@ -264,6 +265,28 @@ static void test_store_owners_keys_credentials_and_private_files(void **state)
     free(path);
 }
 
+static char *deploy_db;
+
+static void reopen_sqlite(px__store *st)
+{
+    px_err err;
+    st->ops->close(st->self);
+    px_assert_ok(px__store_sqlite_open(deploy_db, st, &err), &err);
+}
+
+static void test_store_keeps_deployments_by_name(void **state)
+{
+    (void)state;
+    deploy_db = db_path("deployments.db");
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_sqlite_open(deploy_db, &st, &err), &err);
+    store_deploy_check(&st, reopen_sqlite);
+    st.ops->close(st.self);
+    assert_int_equal(query_int(deploy_db, "SELECT COUNT(*) FROM deployments"), 2);
+    free(deploy_db);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -271,6 +294,7 @@ int main(void)
         cmocka_unit_test(test_store_logs_artifacts_explanations_nodes),
         cmocka_unit_test(test_store_owners_keys_credentials_and_private_files),
         cmocka_unit_test(test_store_refuses_unusable_paths_and_newer_schemas),
+        cmocka_unit_test(test_store_keeps_deployments_by_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

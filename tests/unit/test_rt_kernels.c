@@ -5,7 +5,9 @@
 #include "px_test.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "plexus/rt.h"
 #include "rt/rt_impl.h"
@@ -594,6 +596,58 @@ static void test_ops_reject_shapes_ids_and_kinds_they_cannot_run(void **state)
     close_cpu(&a);
 }
 
+/* ------------------------------------------------------------------ */
+/* The thread pool                                                     */
+/* ------------------------------------------------------------------ */
+
+typedef struct pool_probe {
+    _Atomic uint32_t runs[64];
+    _Atomic uint32_t bad_thread;
+    uint32_t n_threads;
+} pool_probe;
+
+static void count_part(void *arg, uint32_t part, uint32_t n_parts, uint32_t thread)
+{
+    pool_probe *pp = arg;
+    if (thread >= pp->n_threads || part >= n_parts)
+        atomic_fetch_add(&pp->bad_thread, 1);
+    else
+        atomic_fetch_add(&pp->runs[part], 1);
+}
+
+/* Every part of every call runs exactly once, on a thread of the pool,
+ * and the call returns only when all have: calls back to back (workers
+ * still in the previous one), after a pause long enough for the workers
+ * to sleep, and with more parts than threads and fewer. */
+static void test_pool_runs_every_part_once_per_call(void **state)
+{
+    (void)state;
+    for (uint32_t nth = 1; nth <= 4; nth++) {
+        px__rt_pool *pool;
+        px_err err;
+        px_assert_ok(px__rt_pool_new(nth, &pool, &err), &err);
+        assert_int_equal(px__rt_pool_size(pool), nth);
+        pool_probe pp = {.n_threads = nth};
+        for (uint32_t call = 0; call < 2000; call++) {
+            uint32_t n_parts = call % 37;
+            for (uint32_t i = 0; i < 64; i++)
+                atomic_store(&pp.runs[i], 0);
+            if (call % 500 == 499) {
+                /* Long enough for every worker to go to sleep. */
+                struct timespec ts = {0, 20 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+            }
+            px__rt_pool_run(pool, count_part, &pp, n_parts);
+            for (uint32_t i = 0; i < 64; i++)
+                if (atomic_load(&pp.runs[i]) != (i < n_parts ? 1u : 0u))
+                    fail_msg("%u threads, call %u: part %u of %u ran %u times", nth, call, i,
+                             n_parts, atomic_load(&pp.runs[i]));
+        }
+        assert_int_equal(atomic_load(&pp.bad_thread), 0);
+        px__rt_pool_free(pool);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -602,6 +656,7 @@ int main(void)
         cmocka_unit_test(test_matmul_row_is_identical_for_any_batch_thread_count_and_variant),
         cmocka_unit_test(test_ops_match_definitions_and_ignore_thread_count),
         cmocka_unit_test(test_ops_reject_shapes_ids_and_kinds_they_cannot_run),
+        cmocka_unit_test(test_pool_runs_every_part_once_per_call),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -1,0 +1,270 @@
+/*
+ * Two `plexus server` replicas on one PostgreSQL database (started by the
+ * test, tests/support/pg_harness.h) and one agent joined to the replica
+ * that schedules.  The standby serves what the database answers: jobs are
+ * submitted to it alone, read back from it (state, logs, listing) with
+ * each user seeing only their own, while what needs the scheduler's memory
+ * still answers 503 "standby".  The scheduling replica learns of the
+ * standby's jobs from the database's notification (LISTEN/NOTIFY), which
+ * its /metrics count, and runs them.  Skips where PostgreSQL cannot run.
+ */
+#include "fleet_harness.h"
+
+#define LEASE_S 10
+
+static fh_fleet fleet;
+static const char *store_uri;
+static fh_proc standby;
+static char standby_url[64];
+static char last_error[512]; /* the message of the last call that failed */
+
+static px_fleet_client *client_of(const char *url, const char *token)
+{
+    px_fleet_client *c;
+    px_err err;
+    px_assert_ok(px_fleet_client_new(url, token, &c, &err), &err);
+    px_fleet_client_set_timeout(c, 20000);
+    return c;
+}
+
+/* One call to one replica alone: the HTTP status; the reply in *out. */
+static long call(const char *url, const char *token, const char *method, const char *path,
+                 const json_t *body, json_t **out)
+{
+    px_fleet_client *c = client_of(url, token);
+    long code = 0;
+    json_t *r = NULL;
+    px_err err;
+    if (px_fleet_client_call(c, method, path, body, &code, &r, &err) != PX_OK)
+        snprintf(last_error, sizeof last_error, "%s", err.msg);
+    px_fleet_client_free(c);
+    if (out)
+        *out = r;
+    else
+        json_decref(r);
+    return code;
+}
+
+/* A counter of a replica's /metrics (-1 when absent). */
+static long long metric(const char *url, const char *name)
+{
+    px_fleet_client *c = client_of(url, NULL);
+    char dest[700];
+    snprintf(dest, sizeof dest, "%s/metrics.txt", fleet.dir);
+    px_err err;
+    px_assert_ok(px_fleet_client_download(c, "/metrics", dest, NULL, &err), &err);
+    px_fleet_client_free(c);
+    char *text;
+    size_t len;
+    px_assert_ok(px_read_file(dest, 1 << 20, &text, &len, &err), &err);
+    long long v = -1;
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *at = strstr(text, key);
+    if (at)
+        v = strtoll(at + strlen(key), NULL, 10);
+    free(text);
+    return v;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    fh_fleet_prepare(&fleet, "standby", LEASE_S);
+    if (!(store_uri = fh_pg_database()))
+        return 0;
+    fleet.extra_server_args[0] = "--store";
+    fleet.extra_server_args[1] = store_uri;
+    fleet.extra_server_args[2] = NULL;
+    /* The first replica takes the lease (fh_start_server waits for it). */
+    fh_start_server(&fleet);
+    long code = 0;
+    for (int t = 0; t < 400 && code != 200; t++) {
+        code = call(fleet.url, NULL, "GET", "/v1/health", NULL, NULL);
+        if (code != 200)
+            fh_sleep_ms(50);
+    }
+    assert_int_equal(code, 200);
+    char data[700], listen[64];
+    snprintf(data, sizeof data, "%s/data-standby", fleet.dir);
+    int port = fh_free_port();
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    snprintf(standby_url, sizeof standby_url, "http://127.0.0.1:%d", port);
+    snprintf(standby.log, sizeof standby.log, "%s/standby.log", fleet.dir);
+    char *argv[] = {(char *)px_test_plexus_bin(),
+                    "server",
+                    "--listen",
+                    listen,
+                    "--data",
+                    data,
+                    "--store",
+                    (char *)store_uri,
+                    "--token-file",
+                    fleet.tokens,
+                    NULL};
+    const char *env[] = {"PLEXUS_LOG", "info", NULL};
+    standby.pid = fh_spawn(argv, standby.log, env);
+    code = 0;
+    for (int t = 0; t < 400 && code != 503; t++) {
+        code = call(standby_url, NULL, "GET", "/v1/health", NULL, NULL);
+        if (code != 503)
+            fh_sleep_ms(50);
+    }
+    if (code != 503)
+        fh_print_log(standby.log);
+    assert_int_equal(code, 503);
+    fh_start_agent(&fleet, "a", NULL);
+    const char *names[] = {"a"};
+    fh_wait_nodes_online(&fleet, names, 1, 60);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    fh_fleet_stop(&fleet);
+    if (standby.pid > 0) {
+        kill(-standby.pid, SIGTERM);
+        waitpid(standby.pid, NULL, 0);
+        fh_forget(standby.pid);
+        standby.pid = 0;
+    }
+    return 0;
+}
+
+/* Waits (reading from the standby) until the job has ended; its state. */
+static char *wait_done_on_standby(const char *id)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    for (int t = 0; t < 1200; t++) {
+        json_t *j = NULL;
+        assert_int_equal(call(standby_url, FH_USER_TOKEN, "GET", path, NULL, &j), 200);
+        const char *st = json_string_value(json_object_get(j, "state"));
+        if (fh_state_in(st, "succeeded,failed,cancelled")) {
+            char *copy = px_strdup(st);
+            json_decref(j);
+            return copy;
+        }
+        json_decref(j);
+        fh_sleep_ms(50);
+    }
+    fh_print_log(fleet.server.log);
+    fh_print_log(standby.log);
+    fh_print_log(fleet.agents[0].log);
+    fail_msg("job %s did not end within 60 s", id);
+    return NULL;
+}
+
+static void test_standby_serves_submissions_and_reads_from_the_database(void **state)
+{
+    (void)state;
+    if (!store_uri)
+        skip();
+    json_t *spec = json_pack("{s:[s,s,s]}", "command", "/bin/sh", "-c", "echo from-the-standby");
+    json_t *r = NULL;
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "POST", "/v1/jobs", spec, &r), 201);
+    json_decref(spec);
+    char *id = px_strdup(json_string_value(json_object_get(r, "id")));
+    assert_non_null(id);
+    assert_string_equal(json_string_value(json_object_get(r, "state")), "queued");
+    json_decref(r);
+
+    char *st = wait_done_on_standby(id);
+    assert_string_equal(st, "succeeded");
+    free(st);
+    /* The scheduling replica agrees: one database. */
+    json_t *j = fh_job(&fleet, id);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "succeeded");
+    json_decref(j);
+
+    /* Logs, the listing and the explanation come from the standby. */
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs?after=0", id);
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "GET", path, NULL, &r), 200);
+    char *text = json_dumps(r, 0);
+    assert_non_null(strstr(text, "from-the-standby"));
+    assert_true(json_is_true(json_object_get(r, "done")));
+    free(text);
+    json_decref(r);
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "GET", "/v1/jobs?limit=10", NULL, &r), 200);
+    text = json_dumps(r, 0);
+    assert_non_null(strstr(text, id));
+    free(text);
+    json_decref(r);
+    snprintf(path, sizeof path, "/v1/jobs/%s/explain", id);
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "GET", path, NULL, &r), 200);
+    assert_true(json_is_object(r));
+    json_decref(r);
+
+    /* Each principal sees only its own, on the standby too; no token, no
+     * answer. */
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    assert_int_equal(call(standby_url, FH_OTHER_TOKEN, "GET", path, NULL, NULL), 404);
+    assert_int_equal(call(standby_url, FH_OTHER_TOKEN, "GET", "/v1/jobs", NULL, &r), 200);
+    text = json_dumps(r, 0);
+    assert_null(strstr(text, id));
+    free(text);
+    json_decref(r);
+    assert_int_equal(call(standby_url, NULL, "GET", path, NULL, NULL), 401);
+    json_t *empty = json_object();
+    assert_int_equal(
+        call(standby_url, "not-a-token-of-this-fleet", "POST", "/v1/jobs", empty, NULL), 401);
+    json_decref(empty);
+
+    /* What needs the scheduler's memory sends the caller on. */
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "GET", "/v1/nodes", NULL, NULL), 503);
+    assert_non_null(strstr(last_error, "standing by"));
+    snprintf(path, sizeof path, "/v1/jobs/%s/cancel", id);
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "POST", path, NULL, NULL), 503);
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "GET", "/v1/health", NULL, NULL), 503);
+    free(id);
+}
+
+static void test_scheduler_woken_by_the_databases_notification(void **state)
+{
+    (void)state;
+    if (!store_uri)
+        skip();
+    long long before = metric(fleet.url, "plexus_store_notifications_total");
+    long long claimed = metric(fleet.url, "plexus_jobs_claimed_total");
+    assert_true(before >= 0 && claimed >= 0);
+    char *ids[5];
+    for (int i = 0; i < 5; i++) {
+        json_t *spec = json_pack("{s:[s], s:s}", "command", "/bin/true", "name", "woken");
+        json_t *r = NULL;
+        assert_int_equal(call(standby_url, FH_USER_TOKEN, "POST", "/v1/jobs", spec, &r), 201);
+        ids[i] = px_strdup(json_string_value(json_object_get(r, "id")));
+        json_decref(r);
+        json_decref(spec);
+    }
+    /* The scheduling replica counts the notifications and takes every job
+     * in (a generous deadline: nothing here is timed). */
+    long long now = before, took = claimed;
+    for (int t = 0; t < 1200 && (now <= before || took < claimed + 5); t++) {
+        fh_sleep_ms(50);
+        now = metric(fleet.url, "plexus_store_notifications_total");
+        took = metric(fleet.url, "plexus_jobs_claimed_total");
+    }
+    if (now <= before || took < claimed + 5)
+        fh_print_log(fleet.server.log);
+    assert_true(now > before);
+    assert_true(took >= claimed + 5);
+    /* The standby never schedules: it claims nothing. */
+    assert_int_equal(metric(standby_url, "plexus_jobs_claimed_total"), 0);
+    for (int i = 0; i < 5; i++) {
+        char *st = wait_done_on_standby(ids[i]);
+        assert_string_equal(st, "succeeded");
+        free(st);
+        free(ids[i]);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_standby_serves_submissions_and_reads_from_the_database),
+        cmocka_unit_test(test_scheduler_woken_by_the_databases_notification),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
