@@ -380,12 +380,14 @@ static int finish_heal(const run_opts *o, run_heal *rh, run_out *ro, bool print,
         json_decref(inc);
         if (st != PX_OK)
             return px__cli_fail("run", err);
+        px__cli_wrote("run", o->incidents, "the incidents");
     }
     if (rh->trace) {
         px_status st = px_trace_writer_close(rh->trace, err);
         rh->trace = NULL;
         if (st != PX_OK)
             return px__cli_fail("run", err);
+        px__cli_wrote("run", o->trace, "the trace");
     }
     return PX_EXIT_OK;
 }

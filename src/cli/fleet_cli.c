@@ -191,6 +191,17 @@ static bool is_digest(const char *s)
     return true;
 }
 
+static void upload_progress(void *ud, uint64_t done, uint64_t total)
+{
+    const px__fleet_cli *o = ud;
+    char a[32], b[32];
+    if (total > 0)
+        px__cli_progress(o->cmd, "uploading the model: %s of %s (%.0f%%)",
+                         px__fleet_cli_bytes((double)done, a, sizeof a),
+                         px__fleet_cli_bytes((double)total, b, sizeof b),
+                         100.0 * (double)done / (double)total);
+}
+
 json_t *px__fleet_cli_model(px__fleet_cli *o, px_fleet_client *c, const char *model)
 {
     if (is_digest(model) && access(model, F_OK) != 0)
@@ -204,7 +215,12 @@ json_t *px__fleet_cli_model(px__fleet_cli *o, px_fleet_client *c, const char *mo
     }
     json_t *reply = NULL;
     px_err err;
-    if (px_fleet_client_send_file(c, "POST", "/v1/blobs", model, NULL, &reply, &err) != PX_OK) {
+    /* A model may take minutes to send: say how far it is (on a terminal). */
+    px_fleet_client_set_progress(c, upload_progress, o);
+    px_status st = px_fleet_client_send_file(c, "POST", "/v1/blobs", model, NULL, &reply, &err);
+    px_fleet_client_set_progress(c, NULL, NULL);
+    px__cli_progress_done();
+    if (st != PX_OK) {
         px_err_prefix(&err, err.code, "uploading --model %s: ", model);
         px__cli_fail(o->cmd, &err);
         return NULL;

@@ -248,7 +248,7 @@ static json_t *failing_json(const px_fleet_sched *s, const px_fleet_request *r,
             if (r->gpu_memory <= 0 || dv->mem_total >= r->gpu_memory)
                 n_mem++;
         }
-        if (n_gpu > 0 && n_vendor == 0)
+        if (r->vendor && n_vendor == 0)
             add_failing(arr, s, r, &(px__rejected){x->node, PX__R_VENDOR, 0, (float)n_gpu, 0});
         if (n_vendor > 0 && n_cap == 0)
             add_failing(arr, s, r, &(px__rejected){x->node, PX__R_CAPABILITY, 0, 0, 0});
