@@ -62,7 +62,7 @@ static const px_cli_opt opts[] = {
                .hi = 1024),
     PX_CLI_OPT("max-seqs", 0, PX_CLI_U32, &S.so.max_seqs, "N",
                "sequences decoding together per replica (default 16;\n"
-               "with a plan, the plan's batch)",
+               "with a plan, each replica's batch in the plan)",
                .hi = 4096),
     PX_CLI_OPT("context", 0, PX_CLI_U32, &S.so.context, "N",
                "positions per sequence (default: the model's)", .hi = 1u << 24),
@@ -250,11 +250,8 @@ int px__cmd_serve(int argc, char **argv)
         if (px_ir_model_open_any(a.model, NULL, &ir, &err) != PX_OK ||
             get_plan(&a, graph, ir, &a.so.request, &contract, &plan, &err) != PX_OK)
             goto fail;
-        /* Without --max-seqs each replica batches as the plan does. */
-        json_int_t batch = json_integer_value(
-            json_object_get(json_object_get(plan, "batching"), "batch_per_replica"));
-        if (!a.so.max_seqs && batch > 0)
-            a.so.max_seqs = (uint32_t)PX_MIN(batch, (json_int_t)4096);
+        /* Without --max-seqs each replica batches as the plan says for it
+         * (px_serve_new reads the plan's per-replica batches). */
         a.so.plan = plan;
         a.so.graph = graph;
         a.so.inventory_doc = inventory_doc;
