@@ -372,11 +372,23 @@ static void fleet_row(const char *fleet, px_hw_graph *g, const char *model, px_i
         snprintf(mine_s, sizeof mine_s, "%.4g ms", mine * 1e3);
         snprintf(best_s, sizeof best_s, "%.4g ms", best * 1e3);
     }
-    printf("%-22s %-12s %-10s %14s  %-11s %14s %7.2fx  %5.0f%% %5.0f%%  %7.0f ms\n", fleet, model,
-           px_plan_objective_name(obj), mine_s, best_name, isfinite(ratio) ? best_s : "-",
+    /* Each replica's batch: replicas may batch differently. */
+    char batches[64] = "";
+    size_t len = 0;
+    for (uint32_t r = 0; r < s.n_replicas && len + 12 < sizeof batches; r++) {
+        if (r == 6) {
+            snprintf(batches + len, sizeof batches - len, ",...");
+            break;
+        }
+        int w = snprintf(batches + len, sizeof batches - len, "%s%u", r ? "," : "",
+                         px_plan_replica_workload(p, r)->batch);
+        len += w > 0 ? (size_t)w : 0;
+    }
+    printf("%-22s %-12s %-10s %14s  %-11s %14s %7.2fx  %5.0f%% %5.0f%%  %7.0f ms  %s\n", fleet,
+           model, px_plan_objective_name(obj), mine_s, best_name, isfinite(ratio) ? best_s : "-",
            isfinite(ratio) ? ratio : 0.0,
            100.0 * json_number_value(json_object_get(lb, "fraction")),
-           100.0 * json_number_value(json_object_get(lb, "throughput_fraction")), ms);
+           100.0 * json_number_value(json_object_get(lb, "throughput_fraction")), ms, batches);
     json_decref(doc);
     px_plan_free(p);
 }
@@ -386,8 +398,9 @@ static void new_fleets_figures(void)
     printf("\n== heterogeneous fleets (data/scenarios): plexus against the best baseline on the "
            "objective's metric (same cost model and workload; ratio >1: plexus better, worst of "
            "the baselines), fractions of the latency and throughput bounds, planning time\n");
-    printf("%-22s %-12s %-10s %14s  %-11s %14s %8s  %6s %6s  %10s\n", "fleet", "model", "objective",
-           "plexus", "best base", "its figure", "ratio", "lat-b", "thr-b", "plan time");
+    printf("%-22s %-12s %-10s %14s  %-11s %14s %8s  %6s %6s  %10s  %s\n", "fleet", "model",
+           "objective", "plexus", "best base", "its figure", "ratio", "lat-b", "thr-b", "plan time",
+           "batch per replica");
     static const char *const models[] = {"llama-3-8b", "llama-3-70b", "qwen2.5-7b", "mixtral-8x7b"};
     double worst = INFINITY;
     size_t behind = 0;

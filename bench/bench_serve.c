@@ -354,22 +354,35 @@ static void serve_plan(const char *label, const char *model, const char *invento
     double p50 = json_number_value(json_object_get(pred, "p50"));
     double lo = json_number_value(json_object_get(pred, "lo"));
     double hi = json_number_value(json_object_get(pred, "hi"));
-    json_int_t batch =
-        json_integer_value(json_object_get(json_object_get(doc, "batching"), "batch_per_replica"));
-    json_int_t reps =
-        json_integer_value(json_object_get(json_object_get(doc, "batching"), "replicas"));
+    const json_t *batching = json_object_get(doc, "batching");
+    json_int_t batch = json_integer_value(json_object_get(batching, "batch_per_replica"));
+    json_int_t reps = json_integer_value(json_object_get(batching, "replicas"));
+    /* Each replica runs at its own batch: as many clients as they hold. */
+    json_int_t in_flight = json_integer_value(json_object_get(batching, "sequences_in_flight"));
+    /* The replicas' batches over their times per token: what the time per
+     * token says the layout serves (each replica at its own batch). */
+    double by_tpot = 0;
+    size_t ri;
+    const json_t *rep;
+    json_array_foreach(json_object_get(doc, "replicas"), ri, rep)
+    {
+        double t = json_number_value(json_object_get(rep, "tpot_s"));
+        json_int_t b = json_integer_value(json_object_get(rep, "batch"));
+        if (t > 0 && b > 0)
+            by_tpot += (double)b / t;
+    }
     size_t n_stages = json_array_size(json_object_get(doc, "stages"));
     json_decref(doc);
     if (batch <= 0)
         batch = 8;
     if (reps <= 0)
         reps = 1;
-    int clients = (int)PX_MIN(batch * reps, (json_int_t)MAX_CLIENT);
-    char seqs[16];
-    snprintf(seqs, sizeof seqs, "%d", (int)PX_MAX(batch, 1));
+    if (in_flight <= 0)
+        in_flight = batch * reps;
+    int clients = (int)PX_MIN(in_flight, (json_int_t)MAX_CLIENT);
     server s = {0};
-    const char *args[] = {"--model",    model, "--inventory", inventory, "--plan", plan,
-                          "--max-seqs", seqs,  "--queue",     "1024",    NULL};
+    const char *args[] = {"--model", model,     "--inventory", inventory, "--plan",
+                          plan,      "--queue", "1024",        NULL};
     if (!start_server(&s, args)) {
         printf("emu-small throughput plan, %s: plexus serve did not start\n", label);
         stop_server(&s);
@@ -379,14 +392,20 @@ static void serve_plan(const char *label, const char *model, const char *invento
     level lv = load(s.url, clients, 3, 100, false);
     stop_server(&s);
     bool inside = lv.tokens_per_s >= lo && lv.tokens_per_s <= hi;
-    printf("emu-small throughput plan, %s (%zu stages, %lld replica%s, batch %lld, EMULATED "
-           "devices): observed %.0f tok/s with %d clients; predicted %.0f [%.0f, %.0f]: %s%s\n",
-           label, n_stages, (long long)reps, reps == 1 ? "" : "s", (long long)batch,
-           lv.tokens_per_s, clients, p50, lo, hi,
+    printf("emu-small throughput plan, %s (%zu stages, %lld replica%s, %lld sequences in "
+           "flight, EMULATED devices): observed %.0f tok/s with %d clients; predicted %.0f [%.0f, "
+           "%.0f] (observed/predicted p50 %.2f; the replicas' batches over their times per "
+           "token: %.0f tok/s): %s%s\n",
+           label, n_stages, (long long)reps, reps == 1 ? "" : "s", (long long)in_flight,
+           lv.tokens_per_s, clients, p50, lo, hi, p50 > 0 ? lv.tokens_per_s / p50 : 0, by_tpot,
            inside ? "inside the interval" : "OUTSIDE the interval",
            lv.failed ? " (failed requests)" : "");
     fflush(stdout);
 }
+
+/* The workload the plan part sends (prompts of a few tokens, up to 100 new
+ * tokens each), so that the plan predicts what is measured. */
+#define PLAN_WORKLOAD "--prompt-tokens 8 --gen-tokens 100"
 
 /* The throughput plan on emu-small, served, against its prediction: as
  * planned from the inventory's sourced figures, then from figures
@@ -403,7 +422,8 @@ static void serve_plans(const char *dir)
         return;
     }
     snprintf(cmd, sizeof cmd,
-             "'%s' plan --model '%s' --inventory '%s' --objective throughput -o json > '%s'",
+             "'%s' plan --model '%s' --inventory '%s' --objective throughput " PLAN_WORKLOAD
+             " -o json > '%s'",
              plexus_bin, model, inventory, plan);
     if (system(cmd) != 0) {
         printf("emu-small throughput plan: plexus plan failed\n");
@@ -412,7 +432,8 @@ static void serve_plans(const char *dir)
     serve_plan("sourced figures", model, inventory, plan);
     snprintf(cmd, sizeof cmd,
              "'%s' calibrate --inventory '%s' --model '%s' --out '%s' > /dev/null && "
-             "'%s' plan --model '%s' --inventory '%s' --objective throughput --mode calibrated "
+             "'%s' plan --model '%s' --inventory '%s' --objective throughput " PLAN_WORKLOAD
+             " --mode calibrated "
              "--calibration '%s' -o json > '%s'",
              plexus_bin, inventory, model, calib, plexus_bin, model, inventory, calib, plan);
     if (system(cmd) != 0)

@@ -318,6 +318,13 @@ typedef struct px_cost_mem {
 
 typedef struct px_cost_stage_est {
     double decode_s; /* one decode step of the stage's micro-batch */
+    /* The same step under continuous batching: the prompts of new requests
+     * are prefilled in chunks mixed into decode steps, so in the steady
+     * state each step also carries the prefill of batch / gen_tokens
+     * sequences (serve_s: the replica's throughput) or of the other
+     * batch - 1 sequences' share (serve_tpot_s: what one sequence sees).
+     * Equal to decode_s for DiT. */
+    double serve_s, serve_tpot_s;
     double mem_s, compute_s, allreduce_s, kv_host_s; /* its terms */
     double prefill_s;                                /* the prompt of the stage's micro-batch */
     double xfer_s;                                   /* decode activations to the next stage */
@@ -332,13 +339,16 @@ typedef struct px_cost_stage_est {
 typedef struct px_cost_estimate {
     px_cost_infeasible why; /* PX_COST_OK when feasible */
     uint32_t why_stage;
-    double why_bytes;  /* memory: bytes over the limit */
-    bool why_host;     /* memory: the node's host memory (KV of its stages), not a device's */
-    double tpot_s;     /* time per output token of one sequence */
-    double ttft_s;     /* prefill of the prompt through the pipeline */
-    double step_s;     /* one decode step of the whole batch */
-    double throughput; /* output tokens per second (per replica) */
-    double power_w;    /* average power of the devices used */
+    double why_bytes; /* memory: bytes over the limit */
+    bool why_host;    /* memory: the node's host memory (KV of its stages), not a device's */
+    /* Time per output token of one sequence while the other sequences of
+     * its batch come and go (their prefill interferes). */
+    double tpot_s;
+    double ttft_s;        /* prefill of the prompt through the pipeline */
+    double step_s;        /* one step of the whole batch, prefill interference included */
+    double decode_step_s; /* the same step without the prefill of new requests */
+    double throughput;    /* output tokens per second (per replica): batch / step_s */
+    double power_w;       /* average power of the devices used */
     double joules_per_token;
     double usd_per_hour, usd_per_token, tokens_per_usd;
     double p_fail;     /* failure within the reliability window */
@@ -450,6 +460,19 @@ PX_NODISCARD px_status px_cost_uncertainty(px_cost_fleet *f, const px_cost_model
                                            const px_cost_params *p, const px_cost_workload *wl,
                                            const px_cost_pipeline *pipe, double slo_tpot_s,
                                            double slo_ttft_s, px_cost_uncertain *out, px_err *err);
+/* The same over a layout of n_pipes replicas (pipes[i] serving wls[i],
+ * both borrowed), every replica evaluated under each sample: per sample
+ * the time per token and to the first token are the slowest replica's,
+ * the throughput the sum of the replicas' and energy and money per token
+ * the layout's; decode_s and prefill_s are replica 0's stages.  So the
+ * intervals of time per token and throughput describe the same draws.
+ * PX_EINVAL without replicas, PX_EINFEASIBLE, PX_ENOMEM. */
+PX_NODISCARD px_status px_cost_uncertainty_layout(px_cost_fleet *f, const px_cost_model *m,
+                                                  const px_cost_params *p,
+                                                  const px_cost_workload *wls,
+                                                  const px_cost_pipeline *pipes, size_t n_pipes,
+                                                  double slo_tpot_s, double slo_ttft_s,
+                                                  px_cost_uncertain *out, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Lower bounds                                                        */
@@ -469,7 +492,7 @@ typedef struct px_cost_bound {
  * reads are spread over the memories that can hold them, device memory
  * first and host memory over the host links past it; the throughput bound
  * is taken at the largest batch the fleet's memory (devices and hosts)
- * holds. */
+ * holds, with each request's prefill FLOPs spread over its gen_tokens. */
 void px_cost_lower_bound(const px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
                          const px_cost_workload *wl, const uint32_t *devices, size_t n_devices,
                          px_cost_bound *out);

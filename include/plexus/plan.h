@@ -150,7 +150,8 @@ typedef struct px_plan_summary {
     const char *policy;
     px_plan_objective objective;
     uint32_t n_replicas, n_stages, n_devices;
-    uint32_t batch, micro_batches;
+    uint32_t batch, micro_batches; /* replica 0's */
+    uint32_t batch_total;          /* sequences in flight over all replicas */
     px_cost_interval tpot_s, ttft_s, throughput;
     double tpot_point_s, throughput_point; /* point estimates (no sampling) */
     double joules_per_token, usd_per_hour, tokens_per_usd;
@@ -164,6 +165,8 @@ typedef struct px_plan_summary {
 void px_plan_get_summary(const px_plan *p, px_plan_summary *out);
 /* Replica r's pipeline (borrowed from the plan), or NULL. */
 const px_cost_pipeline *px_plan_pipeline(const px_plan *p, uint32_t replica);
+/* Replica r's workload (its batch; borrowed from the plan), or NULL. */
+const px_cost_workload *px_plan_replica_workload(const px_plan *p, uint32_t replica);
 /* The fleet view the plan was made on (borrowed from the plan). */
 const px_cost_fleet *px_plan_fleet(const px_plan *p);
 

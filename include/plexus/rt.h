@@ -1118,6 +1118,10 @@ PX_NODISCARD px_status px_rt_pipeline_spec_from_plan(const json_t *plan,
 
 /* The replicas a plan serves (its "replicas" array; 1 without one). */
 uint32_t px_rt_plan_replicas(const json_t *plan);
+/* The batch replica `replica` of a plan runs at: its own "batch", else the
+ * plan's "batching"."batch_per_replica"; 0 when the plan says neither or
+ * gives a value outside 1..65536. */
+uint32_t px_rt_plan_replica_batch(const json_t *plan, uint32_t replica);
 /* The stages of one replica, read as px_rt_pipeline_spec_from_plan reads
  * the first's (replica 0 is exactly that); other replicas carry no
  * per-stage predictions.  Errors: as px_rt_pipeline_spec_from_plan's,

@@ -441,7 +441,8 @@ typedef struct px_serve_opts {
     const px_heal_inject *injects; /* borrowed; replica 0's */
     size_t n_injects;
     /* The engine. */
-    uint32_t max_seqs;    /* sequences at once per replica; 0: 16 */
+    uint32_t max_seqs;    /* sequences at once per replica; 0: each replica's batch in
+                             the plan, 16 without one */
     uint32_t context;     /* 0: the model's */
     uint32_t step_tokens; /* rows per step; 0: 512 */
     uint32_t kv_blocks;   /* 0: enough for every sequence's whole context */

@@ -51,7 +51,7 @@ static const char usage_text[] =
     "  --threads N           cpu threads in this process (default: every cpu); per worker\n"
     "                        with a plan (default 1)\n"
     "  --max-seqs N          sequences decoding together per replica (default 16; with a\n"
-    "                        plan, the plan's batch)\n"
+    "                        plan, each replica's batch in the plan)\n"
     "  --context N           positions per sequence (default: the model's)\n"
     "  --step-tokens N       rows per step: prefill chunks and decode (default 512)\n"
     "  --kv-blocks N         KV-cache blocks of 16 positions (default: every sequence's\n"
@@ -293,11 +293,8 @@ int px__cmd_serve(int argc, char **argv)
         if (px_ir_model_open_any(a.model, NULL, &ir, &err) != PX_OK ||
             get_plan(&a, graph, ir, &a.so.request, &contract, &plan, &err) != PX_OK)
             goto fail;
-        /* Without --max-seqs each replica batches as the plan does. */
-        json_int_t batch = json_integer_value(
-            json_object_get(json_object_get(plan, "batching"), "batch_per_replica"));
-        if (!a.so.max_seqs && batch > 0)
-            a.so.max_seqs = (uint32_t)PX_MIN(batch, (json_int_t)4096);
+        /* Without --max-seqs each replica batches as the plan says for it
+         * (px_serve_new reads the plan's per-replica batches). */
         a.so.plan = plan;
         a.so.graph = graph;
         a.so.inventory_doc = inventory_doc;

@@ -384,6 +384,25 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
     double ar = allreduce_s(tp, ar_bytes, ring_bw, ring_lat, 2.0 * ld.n_blocks);
     double ar_pf =
         allreduce_s(tp, b * P * (double)m->dim * act_bpe, ring_bw, ring_lat, 2.0 * ld.n_blocks);
+    /* Continuous batching: sequences come and go, and each new one's
+     * prompt is prefilled in chunks inside decode steps.  In the steady
+     * state every step carries the prefill of n_thr sequences (this
+     * micro-batch's share of batch / gen_tokens) and a sequence sees the
+     * prefill of the others' share, n_tpot.  Their rows add compute, KV
+     * writes and activation traffic; the weights are streamed once for
+     * the whole step. */
+    double G = PX_MAX(wl->gen_tokens, 1u);
+    uint32_t n_mb = PX_MAX(wl->micro_batches, 1u);
+    double batch_all = PX_MAX(wl->batch, 1u);
+    double n_thr = m->dit ? 0 : batch_all / n_mb / G;
+    double n_tpot = m->dit ? 0 : (batch_all - 1) / n_mb / G;
+    double seq_flops = m->dit ? 0 : pf_flops / b;
+    double seq_bytes = m->dit ? 0 : P * ld.kv_token + P * ld.act_out * 8.0 * ld.n_blocks;
+    double ar_thr = allreduce_s(tp, (b * S + n_thr * P) * (double)m->dim * act_bpe, ring_bw,
+                                ring_lat, 2.0 * ld.n_blocks);
+    double ar_tpot = allreduce_s(tp, (b * S + n_tpot * P) * (double)m->dim * act_bpe, ring_bw,
+                                 ring_lat, 2.0 * ld.n_blocks);
+    double worst_serve = -1;
 
     double worst = -1;
     for (uint32_t k = 0; k < tp; k++) {
@@ -407,15 +426,39 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
             st->kv == PX_COST_KV_HOST ? b * P * ld.kv_token / tp / (d->host_bw * p->eff_link) : 0;
         double pf =
             (m->dit ? 0 : PX_MAX(pf_bytes / tp / bw, pf_flops / tp / peak)) + ar_pf + pf_kvh;
+        /* The prefill rows a step carries: their bytes (KV written to the
+         * device or over the host link) and FLOPs on top of the decode. */
+        double src_dec = dec;
+        double seq_dev = st->kv == PX_COST_KV_DEVICE ? seq_bytes : seq_bytes - P * ld.kv_token;
+        double seq_host =
+            st->kv == PX_COST_KV_HOST ? P * ld.kv_token / tp / (d->host_bw * p->eff_link) : 0;
+        double inc_thr =
+            PX_MAX(mem_s + n_thr * seq_dev / tp / bw, comp_s + n_thr * seq_flops / tp / peak) +
+            kvh_s + n_thr * seq_host + ar_thr - src_dec;
+        double inc_tpot =
+            PX_MAX(mem_s + n_tpot * seq_dev / tp / bw, comp_s + n_tpot * seq_flops / tp / peak) +
+            kvh_s + n_tpot * seq_host + ar_tpot - src_dec;
         if (calibrated(p)) {
             double bw_pt = d->mem_bw * p->eff_mem;
             double peak_pt = d->peak[cd] * p->eff_compute;
             double pf_point =
                 (m->dit ? 0 : PX_MAX(pf_bytes / tp / bw_pt, pf_flops / tp / peak_pt)) + ar_pf +
                 pf_kvh;
+            double pf_src = pf;
             calibrate_device(p, s, d, m, st, &ld, tp, bw, dev_kv, act_traffic, T, b * P, pf_point,
                              &mem_s, &pf);
             dec = PX_MAX(mem_s, comp_s) + kvh_s + ar;
+            /* The prefill rows are prefill work: the prefill's correction
+             * applies to them. */
+            double kpf = pf_src > 0 ? pf / pf_src : 1.0;
+            inc_thr *= kpf;
+            inc_tpot *= kpf;
+        }
+        double serve = dec + PX_MAX(inc_thr, 0.0);
+        if (serve > worst_serve) {
+            worst_serve = serve;
+            e->serve_s = serve;
+            e->serve_tpot_s = dec + PX_MAX(inc_tpot, 0.0);
         }
         if (dec > worst) {
             worst = dec;
@@ -601,6 +644,7 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
     double P = m->dit ? 0 : PX_MAX(wl->prompt_tokens, 1u);
     double sum = 0, cycle = 0, pf_sum = 0, pf_max = 0, xfer_sum = 0;
     uint32_t hop_groups[PX_COST_MAX_STAGES];
+    double served_xfer[PX_COST_MAX_STAGES] = {0}; /* per prefilled sequence in a step */
     for (uint32_t i = 0; i < pipe->n_stages; i++) {
         px_cost_stage_est *e = &est->stages[i];
         stage_load ld;
@@ -620,6 +664,8 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
             }
             double bw = path_bw(&pa, s) * p->eff_link;
             e->xfer_s = pa.latency + b * S * ld.act_out / bw;
+            /* The prefill rows of a served step cross too (served_xfer). */
+            served_xfer[i] = P * ld.act_out / bw;
             e->xfer_prefill_s = pa.latency + b * P * ld.act_out / bw;
             if (calibrated(p) && pa.bottleneck >= 0) {
                 bool a;
@@ -654,6 +700,7 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
                 if (j != i && hop_groups[j] == hop_groups[i])
                     share++;
         est->stages[i].xfer_s *= share;
+        served_xfer[i] *= share;
     }
     double loop = 0;
     if (pipe->n_stages > 1) {
@@ -662,8 +709,20 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
         loop = back.reachable ? back.latency : 0;
     }
     uint32_t slow = 0;
+    /* Served steps: decode plus the prefill rows mixed in (see eval_stage),
+     * for the replica's throughput (thr) and for one sequence (tpot). */
+    double G = PX_MAX(wl->gen_tokens, 1u);
+    double n_thr = m->dit ? 0 : (double)batch / mb / G;
+    double n_tpot = m->dit ? 0 : (double)(batch - 1) / mb / G;
+    double sum_thr = 0, cycle_thr = 0, sum_tpot = 0, cycle_tpot = 0;
     for (uint32_t i = 0; i < pipe->n_stages; i++) {
         const px_cost_stage_est *e = &est->stages[i];
+        double x_thr = e->xfer_s + n_thr * served_xfer[i];
+        double x_tpot = e->xfer_s + n_tpot * served_xfer[i];
+        sum_thr += e->serve_s + x_thr;
+        sum_tpot += e->serve_tpot_s + x_tpot;
+        cycle_thr = PX_MAX(cycle_thr, PX_MAX(e->serve_s, x_thr));
+        cycle_tpot = PX_MAX(cycle_tpot, PX_MAX(e->serve_tpot_s, x_tpot));
         sum += e->decode_s + e->xfer_s;
         xfer_sum += e->xfer_s;
         cycle = PX_MAX(cycle, PX_MAX(e->decode_s, e->xfer_s));
@@ -688,7 +747,9 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
     }
     sum += exec;
     est->executor_s = exec;
-    est->step_s = PX_MAX(sum, mb * cycle);
+    est->decode_step_s = PX_MAX(sum, mb * cycle);
+    double step_tpot = PX_MAX(sum_tpot + loop + exec, mb * cycle_tpot);
+    est->step_s = PX_MAX(sum_thr + loop + exec, mb * cycle_thr);
     est->bind_stage = slow;
     est->bind = est->transfer_s > est->stages[slow].decode_s ? PX_COST_BIND_TRANSFER
                                                              : est->stages[slow].bind;
@@ -698,7 +759,7 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
         est->ttft_s = steps * est->step_s;
         est->throughput = batch / est->ttft_s;
     } else {
-        est->tpot_s = est->step_s;
+        est->tpot_s = step_tpot;
         est->ttft_s = pf_sum + (mb - 1) * pf_max + loop + exec;
         est->throughput = batch / est->step_s;
     }
@@ -710,7 +771,7 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
     double rate = 0;
     for (uint32_t i = 0; i < pipe->n_stages; i++) {
         const px_cost_stage *stg = &pipe->stages[i];
-        double util = PX_MIN(1.0, mb * est->stages[i].decode_s / est->step_s);
+        double util = PX_MIN(1.0, mb * est->stages[i].serve_s / est->step_s);
         for (uint32_t k = 0; k < stg->tp; k++) {
             const px_cost_device *d = &f->devices[stg->devices[k]];
             est->power_w += d->power_active * util + d->power_idle * (1.0 - util);

@@ -62,32 +62,69 @@ px_status px_cost_uncertainty(px_cost_fleet *f, const px_cost_model *m, const px
                               double slo_tpot_s, double slo_ttft_s, px_cost_uncertain *out,
                               px_err *err)
 {
+    return px_cost_uncertainty_layout(f, m, p, wl, pipe, 1, slo_tpot_s, slo_ttft_s, out, err);
+}
+
+/* Marks the devices and hw links pipeline pipe draws from. */
+static void mark_used(px_cost_fleet *f, const px_cost_pipeline *pipe, bool *dev, bool *link)
+{
+    for (uint32_t s = 0; s < pipe->n_stages; s++) {
+        const px_cost_stage *stg = &pipe->stages[s];
+        for (uint32_t j = 0; j < stg->tp; j++) {
+            dev[stg->devices[j]] = true;
+            px_cost_path pa =
+                px_cost_fleet_path(f, stg->devices[j], stg->devices[(j + 1) % stg->tp]);
+            if (pa.bottleneck >= 0 && stg->tp > 1)
+                link[pa.bottleneck] = true;
+        }
+        if (s + 1 < pipe->n_stages) {
+            px_cost_path pa =
+                px_cost_fleet_path(f, stg->devices[0], pipe->stages[s + 1].devices[0]);
+            if (pa.bottleneck >= 0)
+                link[pa.bottleneck] = true;
+        }
+    }
+}
+
+px_status px_cost_uncertainty_layout(px_cost_fleet *f, const px_cost_model *m,
+                                     const px_cost_params *p, const px_cost_workload *wls,
+                                     const px_cost_pipeline *pipes, size_t n_pipes,
+                                     double slo_tpot_s, double slo_ttft_s, px_cost_uncertain *out,
+                                     px_err *err)
+{
     memset(out, 0, sizeof *out);
+    if (n_pipes == 0)
+        return px_err_set(err, PX_EINVAL, "uncertainty of a layout without replicas");
     px_cost_estimate *est = malloc(sizeof *est);
     if (!est)
         return px_err_set(err, PX_ENOMEM, "out of memory propagating uncertainty");
-    px_status st = px_cost_eval_pipeline(f, m, p, wl, pipe, NULL, est, err);
+    px_status st = PX_OK;
+    for (size_t r = 0; r < n_pipes && st == PX_OK; r++) {
+        st = px_cost_eval_pipeline(f, m, p, &wls[r], &pipes[r], NULL, est, err);
+        if (st == PX_OK && est->why != PX_COST_OK) {
+            px_cost_infeasible why = est->why;
+            st = px_err_set(err, PX_EINFEASIBLE, "uncertainty of an infeasible candidate (%s)",
+                            px_cost_infeasible_name(why));
+        }
+    }
     if (st != PX_OK) {
         free(est);
         return st;
     }
-    if (est->why != PX_COST_OK) {
-        px_cost_infeasible why = est->why;
-        free(est);
-        return px_err_set(err, PX_EINFEASIBLE, "uncertainty of an infeasible candidate (%s)",
-                          px_cost_infeasible_name(why));
-    }
     const px_hw_view *v = px_hw_graph_view(f->graph);
-    size_t n = p->mc_samples, nd = f->n_devices, nl = v->n_links, ns = pipe->n_stages;
+    size_t n = p->mc_samples, nd = f->n_devices, nl = v->n_links, ns = pipes[0].n_stages;
     double *dev_bw = malloc(nd * sizeof *dev_bw);
     double *dev_c = malloc(nd * sizeof *dev_c);
     double *link = malloc((nl ? nl : 1) * sizeof *link);
     double *link_rel = malloc((nl ? nl : 1) * sizeof *link_rel);
     double *acc = malloc(n * (5 + 2 * ns) * sizeof *acc);
+    bool *dev_used = calloc(nd ? nd : 1, sizeof *dev_used);
+    bool *link_used = calloc(nl ? nl : 1, sizeof *link_used);
     const px_cost_calibration *cal = p->mode == PX_COST_CALIBRATED ? p->calibration : NULL;
     size_t n_cal = px_cost_calibration_count(cal);
     double *corr = n_cal ? malloc(n_cal * sizeof *corr) : NULL;
-    if (!dev_bw || !dev_c || !link || !link_rel || !acc || (n_cal && !corr)) {
+    if (!dev_bw || !dev_c || !link || !link_rel || !acc || !dev_used || !link_used ||
+        (n_cal && !corr)) {
         st = px_err_set(err, PX_ENOMEM, "out of memory propagating uncertainty");
         goto done;
     }
@@ -97,47 +134,33 @@ px_status px_cost_uncertainty(px_cost_fleet *f, const px_cost_model *m, const px
         link[i] = 1.0;
         link_rel[i] = 0;
     }
-    /* Only the devices and links the pipeline uses are drawn, each from its
+    /* Only the devices and links the replicas use are drawn, each from its
      * own stream (seed, sample, index): two candidates sharing a device see
      * the same draws for it (common random numbers), so comparing them
      * carries no sampling noise, and unused parts of a big fleet cost
-     * nothing. */
-    uint32_t used_dev[PX_COST_MAX_STAGES * PX_COST_MAX_TP];
-    size_t n_used = 0;
-    int32_t used_link[PX_COST_MAX_STAGES * (PX_COST_MAX_TP + 2)];
-    size_t n_links_used = 0;
-    for (uint32_t s = 0; s < ns; s++) {
-        const px_cost_stage *stg = &pipe->stages[s];
-        for (uint32_t j = 0; j < stg->tp; j++) {
-            used_dev[n_used++] = stg->devices[j];
-            px_cost_path pa =
-                px_cost_fleet_path(f, stg->devices[j], stg->devices[(j + 1) % stg->tp]);
-            if (pa.bottleneck >= 0 && stg->tp > 1)
-                used_link[n_links_used++] = pa.bottleneck;
-        }
-        if (s + 1 < ns) {
-            px_cost_path pa =
-                px_cost_fleet_path(f, stg->devices[0], pipe->stages[s + 1].devices[0]);
-            if (pa.bottleneck >= 0)
-                used_link[n_links_used++] = pa.bottleneck;
-        }
-    }
-    for (size_t i = 0; i < n_links_used; i++)
-        link_rel[used_link[i]] =
-            px__cost_qty_rel(&v->links[used_link[i]].bandwidth, p->default_rel_unc);
+     * nothing.  Every replica is evaluated under the same sample: the
+     * layout's time per token is the slowest replica's, its throughput the
+     * sum, sample by sample. */
+    for (size_t r = 0; r < n_pipes; r++)
+        mark_used(f, &pipes[r], dev_used, link_used);
+    for (size_t l = 0; l < nl; l++)
+        if (link_used[l])
+            link_rel[l] = px__cost_qty_rel(&v->links[l].bandwidth, p->default_rel_unc);
     double *tp = acc, *tt = acc + n, *thr = acc + 2 * n, *jpt = acc + 3 * n, *usd = acc + 4 * n,
            *stage = acc + 5 * n;
     size_t meet = 0;
     for (size_t k = 0; k < n; k++) {
         uint64_t base = p->seed * 0x9E3779B97F4A7C15ull + k;
-        for (size_t i = 0; i < n_used; i++) {
-            uint32_t d = used_dev[i];
+        for (uint32_t d = 0; d < nd; d++) {
+            if (!dev_used[d])
+                continue;
             px_rng r = px_rng_derive(base, d);
             dev_bw[d] = draw_factor(&r, f->devices[d].mem_bw_rel);
             dev_c[d] = draw_factor(&r, f->devices[d].peak_rel);
         }
-        for (size_t i = 0; i < n_links_used; i++) {
-            uint32_t l = (uint32_t)used_link[i];
+        for (uint32_t l = 0; l < nl; l++) {
+            if (!link_used[l])
+                continue;
             px_rng r = px_rng_derive(base, nd + l);
             link[l] = draw_factor(&r, link_rel[l]);
         }
@@ -156,20 +179,28 @@ px_status px_cost_uncertainty(px_cost_fleet *f, const px_cost_model *m, const px
             .link_bw = link,
             .eff_mem = draw_eff(&r, p->eff_mem, p->eff_mem_lo, p->eff_mem_hi),
             .eff_compute = draw_eff(&r, p->eff_compute, p->eff_compute_lo, p->eff_compute_hi)};
-        st = px_cost_eval_pipeline(f, m, p, wl, pipe, &smp, est, err);
-        if (st != PX_OK)
-            goto done;
-        tp[k] = est->tpot_s;
-        tt[k] = est->ttft_s;
-        thr[k] = est->throughput;
-        jpt[k] = est->joules_per_token;
-        usd[k] = est->usd_per_token;
+        double t_tp = 0, t_tt = 0, t_thr = 0, t_watts = 0, t_usd_h = 0;
+        for (size_t q = n_pipes; q-- > 0;) {
+            st = px_cost_eval_pipeline(f, m, p, &wls[q], &pipes[q], &smp, est, err);
+            if (st != PX_OK)
+                goto done;
+            t_tp = PX_MAX(t_tp, est->tpot_s);
+            t_tt = PX_MAX(t_tt, est->ttft_s);
+            t_thr += est->throughput;
+            t_watts += est->joules_per_token * est->throughput;
+            t_usd_h += est->usd_per_token * est->throughput * 3600.0;
+        }
+        /* est holds replica 0 now: its stages. */
+        tp[k] = t_tp;
+        tt[k] = t_tt;
+        thr[k] = t_thr;
+        jpt[k] = t_thr > 0 ? t_watts / t_thr : 0;
+        usd[k] = t_thr > 0 ? t_usd_h / 3600.0 / t_thr : 0;
         for (size_t s = 0; s < ns; s++) {
             stage[(2 * s) * n + k] = est->stages[s].decode_s;
             stage[(2 * s + 1) * n + k] = est->stages[s].prefill_s;
         }
-        if ((slo_tpot_s <= 0 || est->tpot_s <= slo_tpot_s) &&
-            (slo_ttft_s <= 0 || est->ttft_s <= slo_ttft_s))
+        if ((slo_tpot_s <= 0 || t_tp <= slo_tpot_s) && (slo_ttft_s <= 0 || t_tt <= slo_ttft_s))
             meet++;
     }
     out->n_samples = (uint32_t)n;
@@ -191,6 +222,8 @@ done:
     free(link);
     free(link_rel);
     free(acc);
+    free(dev_used);
+    free(link_used);
     free(est);
     return st;
 }
@@ -331,6 +364,11 @@ void px_cost_lower_bound_at(const px_cost_fleet *f, const px_cost_model *m, cons
      * can hold, each step reading the weights once and every sequence's
      * KV cache, never faster than the aggregate peak allows. */
     double steps = m->dit ? 1.0 / PX_MAX(m->dit_steps, 1u) : 1.0;
+    /* Every request's prompt is prefilled too: its FLOPs spread over the
+     * tokens it generates count against the peak (the KV it writes is
+     * held anyway). */
+    double gen = PX_MAX(wl->gen_tokens, 1u);
+    flops += m->dit ? 0 : pf_flops / gen;
     double compute_cap = flops > 0 ? bm.peak / flops * steps : 0;
     double best = 0;
     double kv_seq = m->dit ? 0 : T * kv;

@@ -35,7 +35,8 @@ void px__plan_fmt_bytes(double b, char *buf, size_t n)
         snprintf(buf, n, "%.3g MiB", b / (1024.0 * 1024.0));
 }
 
-px_status px__plan_layout_push(px__plan_layout *l, const px_cost_pipeline *p, px_err *err)
+px_status px__plan_layout_push_wl(px__plan_layout *l, const px_cost_pipeline *p,
+                                  const px_cost_workload *wl, px_err *err)
 {
     if (l->n_replicas == l->cap) {
         uint32_t ncap = l->cap ? l->cap * 2 : 4;
@@ -43,16 +44,36 @@ px_status px__plan_layout_push(px__plan_layout *l, const px_cost_pipeline *p, px
         if (!r)
             return px_err_set(err, PX_ENOMEM, "out of memory building a layout");
         l->replicas = r;
+        px_cost_workload *w = realloc(l->wls, ncap * sizeof *w);
+        if (!w)
+            return px_err_set(err, PX_ENOMEM, "out of memory building a layout");
+        l->wls = w;
         l->cap = ncap;
     }
+    l->wls[l->n_replicas] = *wl;
     l->replicas[l->n_replicas++] = *p;
     return PX_OK;
+}
+
+px_status px__plan_layout_push(px__plan_layout *l, const px_cost_pipeline *p, px_err *err)
+{
+    px_cost_workload wl = l->wl;
+    return px__plan_layout_push_wl(l, p, &wl, err);
+}
+
+void px__plan_layout_set_wl(px__plan_layout *l, const px_cost_workload *wl)
+{
+    l->wl = *wl;
+    for (uint32_t i = 0; i < l->n_replicas; i++)
+        l->wls[i] = *wl;
 }
 
 void px__plan_layout_release(px__plan_layout *l)
 {
     free(l->replicas);
+    free(l->wls);
     l->replicas = NULL;
+    l->wls = NULL;
     l->n_replicas = l->cap = 0;
 }
 

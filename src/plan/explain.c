@@ -206,6 +206,29 @@ json_t *px__plan_explanation(px__plan_ctx *ctx, const px__plan_result *r)
         px_plan_objective_name(ctx->req->objective), devs, wp->n_stages,
         wp->n_stages == 1 ? "" : "s", r->layout.n_replicas, r->layout.n_replicas == 1 ? "" : "s",
         r->layout.wl.batch, ctx->prec[r->layout.prec_index].label, a, r->throughput);
+    /* What the prefill of new requests costs the decode steps it joins. */
+    if (w->tpot_s > 1.05 * w->decode_step_s) {
+        char t[32], d[32];
+        px_format_seconds(w->tpot_s - w->decode_step_s, t, sizeof t);
+        px_format_seconds(w->decode_step_s, d, sizeof d);
+        say(arr,
+            "the prompts of new requests are prefilled inside decode steps (continuous "
+            "batching): %s per token on top of %s of decode alone, at %u-token prompts per "
+            "%u new tokens; the throughput counts it too",
+            t, d, r->layout.wl.prompt_tokens, r->layout.wl.gen_tokens);
+    }
+    /* Replicas at batches of their own: each at the batch it serves best. */
+    for (uint32_t i = 1; i < r->layout.n_replicas; i++) {
+        if (r->layout.wls[i].batch == r->layout.wl.batch)
+            continue;
+        char rd[160], t[32];
+        px__plan_pipe_devices(ctx, &r->layout.replicas[i], rd, sizeof rd);
+        px_format_seconds(r->est[i].tpot_s, t, sizeof t);
+        say(arr,
+            "replica %u (%s) runs at batch %u, the batch it serves best: %s per token, %.4g "
+            "tokens/s",
+            i, rd, r->layout.wls[i].batch, t, r->est[i].throughput);
+    }
     if (ctx->precision_note[0])
         say(arr, "%s", ctx->precision_note);
     if (px__plan_layout_emulated(ctx, &r->layout))

@@ -275,13 +275,13 @@ static void degraded_layout(const link_state *ls, const hop *h, uint32_t skip, f
             continue;
         const px_cost_estimate *e = &ls->r->est[j];
         if (link >= 0 && replica_uses(ls, j, link)) {
-            if (px_cost_eval_pipeline(ls->ctx->fleet, ls->ctx->model, ls->ctx->cp, &l->wl,
+            if (px_cost_eval_pipeline(ls->ctx->fleet, ls->ctx->model, ls->ctx->cp, &l->wls[j],
                                       &l->replicas[j], &smp, ls->e, NULL) == PX_OK &&
                 ls->e->why == PX_COST_OK)
                 e = ls->e;
         } else if (link < 0 && j == h->replica) {
             memcpy(ls->e, e, sizeof *e);
-            slow_undeclared(ls->e, h, l->wl.micro_batches);
+            slow_undeclared(ls->e, h, l->wls[j].micro_batches);
             e = ls->e;
         }
         add_figures(out, e);

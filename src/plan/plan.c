@@ -313,22 +313,109 @@ static void mark_used(bool *used, const px_cost_pipeline *p)
             used[p->stages[s].devices[k]] = true;
 }
 
+/* Host memory belongs to the node, whichever replica uses it: adds the
+ * host KV of pipeline p under wl to node_used (bytes per hw node) unless a
+ * node would exceed its host memory after headroom.  False (nothing
+ * added) then, or when p does not fit at all. */
+static bool host_take(px__plan_ctx *ctx, const px_cost_pipeline *p, const px_cost_workload *wl,
+                      double *node_used)
+{
+    px_cost_estimate *e = ctx->scratch;
+    if (px_cost_eval_pipeline(ctx->fleet, ctx->model, ctx->cp, wl, p, NULL, e, NULL) != PX_OK ||
+        e->why != PX_COST_OK)
+        return false;
+    size_t n_nodes = px_hw_graph_view(ctx->fleet->graph)->n_nodes;
+    double add[PX_COST_MAX_STAGES * PX_COST_MAX_TP];
+    uint32_t node[PX_COST_MAX_STAGES * PX_COST_MAX_TP];
+    size_t n = 0;
+    for (uint32_t i = 0; i < p->n_stages; i++) {
+        double share = e->stages[i].host_bytes / p->stages[i].tp;
+        for (uint32_t k = 0; share > 0 && k < p->stages[i].tp; k++) {
+            const px_cost_device *d = &ctx->fleet->devices[p->stages[i].devices[k]];
+            if (d->node >= n_nodes)
+                continue;
+            size_t at = 0;
+            while (at < n && node[at] != d->node)
+                at++;
+            if (at == n) {
+                node[n] = d->node;
+                add[n++] = 0;
+            }
+            add[at] += share;
+            if (node_used[d->node] + add[at] > d->host_mem * (1.0 - ctx->cp->headroom))
+                return false;
+        }
+    }
+    for (size_t j = 0; j < n; j++)
+        node_used[node[j]] += add[j];
+    return true;
+}
+
+/* The best fresh pipeline on the devices not used, each batch size of the
+ * search tried (a slow replica serves best at a smaller batch than a fast
+ * one), within the nodes' host memory.  False when none meets the SLO. */
+static bool fresh_replica(px__plan_ctx *ctx, const bool *used, const px__plan_layout *l,
+                          const double *node_used, px__plan_cand *out, px_status *st, px_err *err)
+{
+    uint32_t batches[8];
+    size_t n_batches;
+    px__plan_batches(ctx, batches, &n_batches);
+    size_t n_nodes = px_hw_graph_view(ctx->fleet->graph)->n_nodes;
+    double *trial = malloc((n_nodes ? n_nodes : 1) * sizeof *trial);
+    if (!trial) {
+        *st = px_err_set(err, PX_ENOMEM, "out of memory placing replicas");
+        return false;
+    }
+    bool found = false;
+    for (size_t bi = 0; bi < n_batches; bi++) {
+        px_cost_workload w = l->wl;
+        w.batch = batches[bi];
+        px__plan_cand c;
+        px_err e2;
+        px_status s2 = px__plan_best_on(ctx, used, &w, l->prec_index, &c, &e2);
+        if (s2 == PX_ENOMEM) {
+            *st = px_err_set(err, s2, "%s", e2.msg);
+            break;
+        }
+        if (s2 != PX_OK || !c.meets_slo)
+            continue;
+        memcpy(trial, node_used, n_nodes * sizeof *trial);
+        if (!host_take(ctx, &c.pipe, &c.wl, trial))
+            continue;
+        if (!found || c.score < out->score) {
+            *out = c;
+            found = true;
+        }
+    }
+    free(trial);
+    return found;
+}
+
 /* Adds replicas while they help the objective: clones of the first for
- * every objective (they keep its latency), fresh searches on what is left
- * for throughput, tokens per dollar and energy. */
+ * every objective (they keep its latency and batch), fresh searches on
+ * what is left for throughput, tokens per dollar and energy, each at the
+ * batch that serves it best.  Host memory is counted per node across all
+ * replicas. */
 static px_status add_replicas(px__plan_ctx *ctx, px__plan_layout *l, px_err *err)
 {
     const px_plan_request *req = ctx->req;
     size_t nd = ctx->fleet->n_devices;
+    size_t n_nodes = px_hw_graph_view(ctx->fleet->graph)->n_nodes;
     bool *used = calloc(nd, sizeof *used);
-    if (!used)
+    double *node_used = calloc(n_nodes ? n_nodes : 1, sizeof *node_used);
+    if (!used || !node_used) {
+        free(used);
+        free(node_used);
         return px_err_set(err, PX_ENOMEM, "out of memory placing replicas");
+    }
     for (size_t i = 0; i < nd; i++)
         used[i] = req->excluded && req->excluded[i];
     mark_used(used, &l->replicas[0]);
     px__plan_cand first;
-    if (!px__plan_evaluate(ctx, &l->replicas[0], &l->wl, l->prec_index, &first)) {
+    if (!px__plan_evaluate(ctx, &l->replicas[0], &l->wl, l->prec_index, &first) ||
+        !host_take(ctx, &l->replicas[0], &l->wl, node_used)) {
         free(used);
+        free(node_used);
         return PX_OK;
     }
     double thr = first.throughput, usd = first.usd_per_hour;
@@ -341,27 +428,24 @@ static px_status add_replicas(px__plan_ctx *ctx, px__plan_layout *l, px_err *err
     while (l->n_replicas < 4096 && st == PX_OK) {
         px_cost_pipeline next;
         px__plan_cand c;
-        bool have = false;
         if (clone_pipeline(ctx, &l->replicas[0], used, &next)) {
-            have = px__plan_evaluate(ctx, &next, &l->wl, l->prec_index, &c) &&
-                   c.tpot_s <= first.tpot_s * 1.0001 && c.ttft_s <= first.ttft_s * 1.0001;
-            if (!have) {
-                /* Keep those devices out of further clones. */
+            /* A clone that is slower, or that would overfill a node's host
+             * memory, keeps its devices out of further clones. */
+            if (!px__plan_evaluate(ctx, &next, &l->wl, l->prec_index, &c) ||
+                c.tpot_s > first.tpot_s * 1.0001 || c.ttft_s > first.ttft_s * 1.0001 ||
+                !host_take(ctx, &next, &l->wl, node_used))
                 continue;
-            }
         } else if (fresh_ok && fresh < 8) {
             fresh++;
-            px_err e2;
-            if (px__plan_best_on(ctx, used, &l->wl, l->prec_index, &c, &e2) != PX_OK)
+            if (!fresh_replica(ctx, used, l, node_used, &c, &st, err))
                 break;
             next = c.pipe;
             mark_used(used, &next);
-            have = c.meets_slo;
+            if (!host_take(ctx, &next, &c.wl, node_used))
+                break;
         } else {
             break;
         }
-        if (!have)
-            break;
         if (req->slo.budget_usd_h > 0 && usd + c.usd_per_hour > req->slo.budget_usd_h)
             break;
         /* A replica must not make the objective worse. */
@@ -371,18 +455,83 @@ static px_status add_replicas(px__plan_ctx *ctx, px__plan_layout *l, px_err *err
         if (req->objective == PX_PLAN_OBJ_JOULES_PER_TOKEN &&
             c.joules_per_token > watts / thr * 1.001)
             break;
-        st = px__plan_layout_push(l, &next, err);
+        st = px__plan_layout_push_wl(l, &next, &c.wl, err);
         thr += c.throughput;
         usd += c.usd_per_hour;
         watts += c.joules_per_token * c.throughput;
     }
     free(used);
+    free(node_used);
     return st;
+}
+
+/* The layout's total throughput under its replicas' own batches. */
+static double layout_throughput(px__plan_ctx *ctx, const px__plan_layout *l)
+{
+    double thr = 0;
+    for (uint32_t i = 0; i < l->n_replicas; i++) {
+        px__plan_cand c;
+        if (px__plan_evaluate(ctx, &l->replicas[i], &l->wls[i], l->prec_index, &c))
+            thr += c.throughput;
+    }
+    return thr;
+}
+
+/* Throughput is the layout's, not its first replica's: a pipeline that
+ * ranks first alone may leave less for the replicas after it than a
+ * runner-up on other devices.  The next candidates of the pool on other
+ * device sets are grown into layouts too, and the layout that serves most
+ * is kept. */
+#define LAYOUT_TRIES 3
+
+static px_status best_layout(px__plan_ctx *ctx, px__plan_layout *l, px_err *err)
+{
+    if (ctx->req->objective != PX_PLAN_OBJ_THROUGHPUT)
+        return PX_OK;
+    double best = layout_throughput(ctx, l);
+    char seen[LAYOUT_TRIES + 1][160];
+    size_t n_seen = 0;
+    px__plan_pipe_devices(ctx, &l->replicas[0], seen[n_seen++], sizeof seen[0]);
+    for (size_t i = 1; i < ctx->n_pool && n_seen <= LAYOUT_TRIES; i++) {
+        const px__plan_cand *c = &ctx->pool[i];
+        if (!c->meets_slo || !c->within_budget)
+            continue;
+        char devs[160];
+        px__plan_pipe_devices(ctx, &c->pipe, devs, sizeof devs);
+        bool dup = false;
+        for (size_t k = 0; k < n_seen; k++)
+            dup |= !strcmp(seen[k], devs);
+        if (dup)
+            continue;
+        memcpy(seen[n_seen++], devs, sizeof devs);
+        px__plan_layout alt = {.wl = c->wl, .prec_index = c->prec_index};
+        px_status st = px__plan_layout_push(&alt, &c->pipe, err);
+        if (st == PX_OK)
+            st = add_replicas(ctx, &alt, err);
+        if (st != PX_OK) {
+            px__plan_layout_release(&alt);
+            return st;
+        }
+        double thr = layout_throughput(ctx, &alt);
+        if (thr > best * 1.0001) {
+            best = thr;
+            px__plan_layout_release(l);
+            *l = alt;
+        } else {
+            px__plan_layout_release(&alt);
+        }
+    }
+    return PX_OK;
 }
 
 /* ------------------------------------------------------------------ */
 /* Evaluation of the final layout                                      */
 /* ------------------------------------------------------------------ */
+
+/* Replicas the layout's Monte Carlo evaluates jointly; past them the
+ * throughput interval is scaled by the point estimates (the slowest of
+ * them sets the time per token, as the rest are clones or alike). */
+#define MC_REPLICAS 64
 
 static px_status evaluate_layout(px__plan_ctx *ctx, px__plan_result *r, px_err *err)
 {
@@ -392,7 +541,7 @@ static px_status evaluate_layout(px__plan_ctx *ctx, px__plan_result *r, px_err *
         return px_err_set(err, PX_ENOMEM, "out of memory evaluating the plan");
     double p_ok = 1.0;
     for (uint32_t i = 0; i < l->n_replicas; i++) {
-        px_status st = px_cost_eval_pipeline(ctx->fleet, ctx->model, ctx->cp, &l->wl,
+        px_status st = px_cost_eval_pipeline(ctx->fleet, ctx->model, ctx->cp, &l->wls[i],
                                              &l->replicas[i], NULL, &r->est[i], err);
         if (st != PX_OK)
             return st;
@@ -406,22 +555,36 @@ static px_status evaluate_layout(px__plan_ctx *ctx, px__plan_result *r, px_err *
         p_ok *= 1.0 - r->est[i].p_fail;
     }
     r->p_fail = 1.0 - p_ok;
-    px_status st = px_cost_uncertainty(ctx->fleet, ctx->model, ctx->cp, &l->wl, &l->replicas[0],
-                                       ctx->req->slo.tpot_s, ctx->req->slo.ttft_s, &r->mc, err);
+    /* One Monte Carlo over the replicas together: each sample's time per
+     * token is its slowest replica's and its throughput their sum, so the
+     * two intervals describe the same draws. */
+    uint32_t n_mc = PX_MIN(l->n_replicas, (uint32_t)MC_REPLICAS);
+    px_status st =
+        px_cost_uncertainty_layout(ctx->fleet, ctx->model, ctx->cp, l->wls, l->replicas, n_mc,
+                                   ctx->req->slo.tpot_s, ctx->req->slo.ttft_s, &r->mc, err);
     if (st != PX_OK)
         return st;
-    /* Other replicas: point estimates, intervals scaled from the first. */
-    double k_tpot = 1, k_ttft = 1;
-    for (uint32_t i = 1; i < l->n_replicas; i++) {
-        k_tpot = PX_MAX(k_tpot, r->est[i].tpot_s / r->est[0].tpot_s);
-        k_ttft = PX_MAX(k_ttft, r->est[i].ttft_s / r->est[0].ttft_s);
+    double part = 0, k_tpot = 1, k_ttft = 1;
+    double slow_tpot = 0, slow_ttft = 0;
+    for (uint32_t i = 0; i < n_mc; i++) {
+        part += r->est[i].throughput;
+        slow_tpot = PX_MAX(slow_tpot, r->est[i].tpot_s);
+        slow_ttft = PX_MAX(slow_ttft, r->est[i].ttft_s);
     }
-    /* The slowest replica sets the figures: scale the whole interval, so
-     * p50 and p99 stay inside [lo, hi]. */
+    for (uint32_t i = n_mc; i < l->n_replicas; i++) {
+        k_tpot = PX_MAX(k_tpot, r->est[i].tpot_s / slow_tpot);
+        k_ttft = PX_MAX(k_ttft, r->est[i].ttft_s / slow_ttft);
+    }
+    double k_thr = part > 0 ? r->throughput / part : 1;
+    /* Scale whole intervals, so p50 and p99 stay inside [lo, hi]. */
     r->mc.tpot_s.lo *= k_tpot;
     r->mc.tpot_s.hi *= k_tpot;
     r->mc.ttft_s.lo *= k_ttft;
     r->mc.ttft_s.hi *= k_ttft;
+    r->mc.throughput.p50 *= k_thr;
+    r->mc.throughput.p99 *= k_thr;
+    r->mc.throughput.lo *= k_thr;
+    r->mc.throughput.hi *= k_thr;
     r->tpot_p50 = r->mc.tpot_s.p50 * k_tpot;
     r->tpot_p99 = r->mc.tpot_s.p99 * k_tpot;
     r->ttft_p50 = r->mc.ttft_s.p50 * k_ttft;
@@ -583,6 +746,8 @@ static void fill_summary(px_plan *plan, const px__plan_ctx *ctx, const px__plan_
         for (uint32_t k = 0; k < r->layout.replicas[i].n_stages; k++)
             s->n_devices += r->layout.replicas[i].stages[k].tp;
     s->batch = r->layout.wl.batch;
+    for (uint32_t i = 0; i < r->layout.n_replicas; i++)
+        s->batch_total += r->layout.wls[i].batch;
     s->micro_batches = r->layout.wl.micro_batches;
     s->tpot_s = r->mc.tpot_s;
     s->tpot_s.p50 = r->tpot_p50;
@@ -590,11 +755,7 @@ static void fill_summary(px_plan *plan, const px__plan_ctx *ctx, const px__plan_
     s->ttft_s = r->mc.ttft_s;
     s->ttft_s.p50 = r->ttft_p50;
     s->ttft_s.p99 = r->ttft_p99;
-    double k = r->est[0].throughput > 0 ? r->throughput / r->est[0].throughput : 1;
-    s->throughput.p50 = r->mc.throughput.p50 * k;
-    s->throughput.p99 = r->mc.throughput.p99 * k;
-    s->throughput.lo = r->mc.throughput.lo * k;
-    s->throughput.hi = r->mc.throughput.hi * k;
+    s->throughput = r->mc.throughput;
     for (uint32_t i = 0; i < r->layout.n_replicas; i++)
         s->tpot_point_s = PX_MAX(s->tpot_point_s, r->est[i].tpot_s);
     s->throughput_point = r->throughput;
@@ -667,13 +828,16 @@ px_status px_plan_search(const px_plan_request *req, px_plan **out, px_err *err)
         goto fail;
     if (strcmp(policy, "plexus")) {
         /* Baselines run the workload as given (batch 1 when unset). */
-        r.layout.wl = req->workload;
-        if (r.layout.wl.batch == 0)
-            r.layout.wl.batch = 1;
-        r.layout.wl.micro_batches = 1;
+        px_cost_workload bw = req->workload;
+        if (bw.batch == 0)
+            bw.batch = 1;
+        bw.micro_batches = 1;
+        px__plan_layout_set_wl(&r.layout, &bw);
         r.layout.prec_index = 0;
     } else {
         st = add_replicas(&ctx, &r.layout, err);
+        if (st == PX_OK)
+            st = best_layout(&ctx, &r.layout, err);
         if (st != PX_OK)
             goto fail;
     }
@@ -697,6 +861,7 @@ px_status px_plan_search(const px_plan_request *req, px_plan **out, px_err *err)
     plan->summary.n_rejected = json_array_size(json_object_get(plan->doc, "rejected"));
     plan->layout = r.layout;
     r.layout.replicas = NULL;
+    r.layout.wls = NULL;
     result_release(&r);
     ctx_release(&ctx);
     *out = plan;
@@ -743,6 +908,11 @@ void px_plan_get_summary(const px_plan *p, px_plan_summary *out)
 const px_cost_pipeline *px_plan_pipeline(const px_plan *p, uint32_t replica)
 {
     return replica < p->layout.n_replicas ? &p->layout.replicas[replica] : NULL;
+}
+
+const px_cost_workload *px_plan_replica_workload(const px_plan *p, uint32_t replica)
+{
+    return replica < p->layout.n_replicas ? &p->layout.wls[replica] : NULL;
 }
 
 const px_cost_fleet *px_plan_fleet(const px_plan *p)

@@ -63,11 +63,13 @@ typedef struct px__plan_reject {
     bool has_figures;
 } px__plan_reject;
 
-/* A layout: one or more replicas serving the same workload. */
+/* A layout: one or more replicas serving the same requests, each at its
+ * own batch (wls[i]; the rest of the workload is wl's). */
 typedef struct px__plan_layout {
     px_cost_pipeline *replicas;
+    px_cost_workload *wls; /* per replica */
     uint32_t n_replicas, cap;
-    px_cost_workload wl;
+    px_cost_workload wl; /* replica 0's, and the default of a push */
     uint32_t prec_index;
 } px__plan_layout;
 
@@ -97,8 +99,12 @@ typedef struct px__plan_ctx {
 
 typedef px_status (*px__plan_place_fn)(px__plan_ctx *ctx, px__plan_layout *out, px_err *err);
 
-/* Layouts. */
+/* Layouts.  A push gives the replica l->wl; push_wl its own workload. */
 px_status px__plan_layout_push(px__plan_layout *l, const px_cost_pipeline *p, px_err *err);
+px_status px__plan_layout_push_wl(px__plan_layout *l, const px_cost_pipeline *p,
+                                  const px_cost_workload *wl, px_err *err);
+/* Sets l->wl and every replica's workload to wl. */
+void px__plan_layout_set_wl(px__plan_layout *l, const px_cost_workload *wl);
 void px__plan_layout_release(px__plan_layout *l);
 
 /* Candidates: evaluate a pipeline under the request (contract cuts,
@@ -158,6 +164,9 @@ void px__plan_order_by_speed(const px__plan_unit *units, size_t nu, uint32_t *or
 px_status px__plan_units(px__plan_ctx *ctx, const bool *excluded, px__plan_unit **out, size_t *n,
                          px_err *err);
 px_status px__plan_search_plexus(px__plan_ctx *ctx, px__plan_layout *out, px_err *err);
+/* The batch sizes the search tries (at most 8): the request's when it
+ * sets one, else 1 for latency and ttft, a ladder for the others. */
+void px__plan_batches(const px__plan_ctx *ctx, uint32_t *b, size_t *n);
 /* Best single pipeline on the devices not excluded, at a fixed workload
  * and precision (used for replicas and fallbacks).  PX_EINFEASIBLE. */
 px_status px__plan_best_on(px__plan_ctx *ctx, const bool *excluded, const px_cost_workload *wl,

@@ -375,11 +375,6 @@ static json_t *predictions_json(const px__plan_ctx *ctx, const px__plan_result *
     tpot.p99 = r->tpot_p99;
     ttft.p50 = r->ttft_p50;
     ttft.p99 = r->ttft_p99;
-    double k = r->est[0].throughput > 0 ? r->throughput / r->est[0].throughput : 1;
-    thr.p50 *= k;
-    thr.p99 *= k;
-    thr.lo *= k;
-    thr.hi *= k;
     double jpt = r->throughput > 0 ? r->power_w / r->throughput : 0;
     double tpd = r->usd_per_hour > 0 ? 3600.0 * r->throughput / r->usd_per_hour : 0;
     json_t *o = json_object();
@@ -387,6 +382,7 @@ static json_t *predictions_json(const px__plan_ctx *ctx, const px__plan_result *
         return NULL;
     if (px_json_set(o, "tpot_s", interval(tpot)) || px_json_set(o, "ttft_s", interval(ttft)) ||
         px_json_set(o, "throughput_tokens_per_s", interval(thr)) ||
+        px_json_set(o, "decode_only_tpot_s", num(r->est[0].decode_step_s)) ||
         px_json_set(o, "energy_joules_per_token", interval(r->mc.joules_per_token)) ||
         px_json_set(o, "joules_per_token", num(jpt)) ||
         px_json_set(o, "power_w", num(r->power_w)) ||
@@ -425,7 +421,8 @@ static json_t *bound_json(const px__plan_result *r)
         "fleet bound: the bytes a step reads over the attainable bandwidth of the memories that "
         "can hold them (device memory first, host memory over host links past its capacity, "
         "every device reading at once) and 2 x active parameters x batch over the aggregate "
-        "peak; throughput bound: the same at the largest batch the fleet's memory holds; placed "
+        "peak; throughput bound: the same at the largest batch the fleet's memory holds, each "
+        "request's prefill FLOPs spread over the tokens it generates; placed "
         "bound: the same stages and hops at the best efficiencies");
 }
 
@@ -539,9 +536,11 @@ static json_t *replicas_json(const px__plan_ctx *ctx, const px__plan_result *r)
                 stages = NULL;
             }
         }
-        json_t *o =
-            json_pack("{s:i, s:o, s:o, s:o}", "index", (json_int_t)i, "stages", stages, "tpot_s",
-                      num(r->est[i].tpot_s), "throughput", num(r->est[i].throughput));
+        const px_cost_workload *w = &r->layout.wls[i];
+        json_t *o = json_pack("{s:i, s:o, s:i, s:i, s:o, s:o}", "index", (json_int_t)i, "stages",
+                              stages, "batch", (json_int_t)w->batch, "micro_batches",
+                              (json_int_t)PX_MAX(w->micro_batches, 1u), "tpot_s",
+                              num(r->est[i].tpot_s), "throughput", num(r->est[i].throughput));
         if (px_json_push(arr, o)) {
             json_decref(arr);
             return NULL;
@@ -575,6 +574,13 @@ json_t *px__plan_document(px__plan_ctx *ctx, px__plan_result *r)
     if (objective && ctx->req->slo.budget_usd_h > 0)
         px_json_set(objective, "budget_usd_per_hour", num(ctx->req->slo.budget_usd_h));
     const px_cost_workload *wl = &r->layout.wl;
+    json_int_t in_flight = 0;
+    bool uniform = true;
+    for (uint32_t i = 0; i < r->layout.n_replicas; i++) {
+        in_flight += r->layout.wls[i].batch;
+        uniform &= r->layout.wls[i].batch == wl->batch &&
+                   r->layout.wls[i].micro_batches == wl->micro_batches;
+    }
     json_t *cc = r->contract;
     r->contract = NULL;
     if (px_json_set(doc, "schema", json_string(PX_PLAN_SCHEMA)) ||
@@ -594,10 +600,11 @@ json_t *px__plan_document(px__plan_ctx *ctx, px__plan_result *r)
                               (json_int_t)wl->prompt_tokens, "gen_tokens",
                               (json_int_t)wl->gen_tokens)) ||
         px_json_set(doc, "batching",
-                    json_pack("{s:i, s:i, s:i, s:i}", "batch_per_replica", (json_int_t)wl->batch,
-                              "micro_batches", (json_int_t)PX_MAX(wl->micro_batches, 1u),
-                              "replicas", (json_int_t)r->layout.n_replicas, "sequences_in_flight",
-                              (json_int_t)wl->batch * r->layout.n_replicas)) ||
+                    json_pack("{s:i, s:i, s:i, s:i, s:b}", "batch_per_replica",
+                              (json_int_t)wl->batch, "micro_batches",
+                              (json_int_t)PX_MAX(wl->micro_batches, 1u), "replicas",
+                              (json_int_t)r->layout.n_replicas, "sequences_in_flight",
+                              (json_int_t)in_flight, "uniform", uniform)) ||
         px_json_set(doc, "precision", precision_json(ctx, &ctx->prec[r->layout.prec_index].prec)) ||
         px_json_set(doc, "stages", take(&stages)) ||
         px_json_set(doc, "replicas", replicas_json(ctx, r)) ||

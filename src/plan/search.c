@@ -14,7 +14,7 @@ typedef px__plan_seq_set seq_set;
 /* ------------------------------------------------------------------ */
 
 typedef struct stage_cell {
-    double decode, prefill;
+    double decode, serve, prefill; /* served steps: one sequence's, the replica's */
     int8_t state; /* 0 unknown, 1 fits in device memory, 2 fits with KV on host, -1 no */
 } stage_cell;
 
@@ -103,7 +103,8 @@ static const stage_cell *cell_of(px__plan_ctx *ctx, dp_cache *c, const px__plan_
         r = px_cost_stage_quick(ctx->fleet, c->pre, ctx->cp, &st, &e);
         if (r == PX_COST_OK) {
             x->state = 2;
-            x->decode = e.decode_s;
+            x->decode = e.serve_tpot_s;
+            x->serve = e.serve_s;
             x->prefill = e.prefill_s;
             return x;
         }
@@ -113,7 +114,8 @@ static const stage_cell *cell_of(px__plan_ctx *ctx, dp_cache *c, const px__plan_
         return x;
     }
     x->state = 1;
-    x->decode = e.decode_s;
+    x->decode = e.serve_tpot_s;
+    x->serve = e.serve_s;
     x->prefill = e.prefill_s;
     return x;
 }
@@ -152,7 +154,7 @@ static px_status run_dp(px__plan_ctx *ctx, dp_cache *cache, const px__plan_unit 
                     goto oom;
                 if (x->state < 0)
                     break; /* more blocks only need more memory */
-                double t = ttft ? x->prefill : x->decode;
+                double t = ttft ? x->prefill : bottleneck ? x->serve : x->decode;
                 size_t at = (size_t)j * W + b;
                 if (a == 0) {
                     if (j <= start_max && t < f[at]) {
@@ -322,7 +324,7 @@ static px_status search_one(px__plan_ctx *ctx, const px__plan_unit *units, const
     return st;
 }
 
-static void batches_for(const px__plan_ctx *ctx, uint32_t *b, size_t *n)
+void px__plan_batches(const px__plan_ctx *ctx, uint32_t *b, size_t *n)
 {
     const px_plan_request *req = ctx->req;
     *n = 0;
@@ -376,7 +378,7 @@ px_status px__plan_search_plexus(px__plan_ctx *ctx, px__plan_layout *out, px_err
         st = px__plan_make_sequences(ctx, units, nu, &seqs, err);
     uint32_t batches[8];
     size_t n_batches;
-    batches_for(ctx, batches, &n_batches);
+    px__plan_batches(ctx, batches, &n_batches);
     for (size_t bi = 0; bi < n_batches && st == PX_OK; bi++) {
         px_cost_workload wl = ctx->req->workload;
         wl.batch = batches[bi];

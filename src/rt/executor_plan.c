@@ -214,6 +214,16 @@ uint32_t px_rt_plan_replicas(const json_t *plan)
     return n ? (uint32_t)PX_MIN(n, (size_t)UINT32_MAX) : 1;
 }
 
+uint32_t px_rt_plan_replica_batch(const json_t *plan, uint32_t replica)
+{
+    json_t *b =
+        json_object_get(json_array_get(json_object_get(plan, "replicas"), replica), "batch");
+    if (!json_is_integer(b))
+        b = json_object_get(json_object_get(plan, "batching"), "batch_per_replica");
+    json_int_t v = json_is_integer(b) ? json_integer_value(b) : 0;
+    return v >= 1 && v <= 65536 ? (uint32_t)v : 0;
+}
+
 px_status px_rt_pipeline_spec_from_plan_replica(const json_t *plan, const px_hw_graph *g,
                                                 const char *name, uint32_t replica,
                                                 px_rt_pipeline_spec *out, px_err *err)

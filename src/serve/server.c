@@ -126,13 +126,14 @@ static void *replica_main(void *arg)
 
 px__srv_replica *px__srv_pick(px_serve *s)
 {
-    /* The fewest requests given and not finished: a burst of requests is
-     * spread evenly before any engine has stepped. */
+    /* The fewest requests given and not finished for the sequences it
+     * runs at once (replicas of a plan may batch differently): a burst of
+     * requests is spread in proportion before any engine has stepped. */
     px__srv_replica *best = NULL;
-    unsigned best_load = UINT_MAX;
+    double best_load = INFINITY;
     for (uint32_t i = 0; i < s->n_reps; i++) {
         px__srv_replica *r = &s->reps[i];
-        unsigned load = atomic_load(&r->active);
+        double load = (double)atomic_load(&r->active) / PX_MAX(r->max_seqs, 1u);
         if (!atomic_load(&r->failed) && load < best_load) {
             best = r;
             best_load = load;
@@ -152,7 +153,7 @@ static px_status start_session(px_serve *s, px__srv_replica *r, px_err *err)
 {
     const px_serve_opts *o = &s->o;
     px_rt_session_opts so = {.n_threads = o->n_threads,
-                             .max_seqs = o->max_seqs,
+                             .max_seqs = r->max_seqs,
                              .context = s->context,
                              .max_batch_tokens = o->step_tokens,
                              .kv_blocks = o->kv_blocks};
@@ -173,7 +174,7 @@ static px_status start_pipeline(px_serve *s, px__srv_replica *r, px_err *err)
     ho.replica = r->index;
     ho.executor = o->executor;
     ho.executor.model_path = s->model_path;
-    ho.executor.max_seqs = o->max_seqs;
+    ho.executor.max_seqs = r->max_seqs;
     ho.executor.context = s->context;
     ho.executor.max_batch_tokens = o->step_tokens;
     ho.executor.kv_blocks = o->kv_blocks;
@@ -301,7 +302,6 @@ px_status px_serve_new(const px_serve_opts *o, px_serve **out, px_err *err)
     if (!s)
         return px_err_set(err, PX_ENOMEM, "serve: out of memory");
     s->o = *o;
-    s->o.max_seqs = o->max_seqs ? o->max_seqs : 16;
     s->o.max_queue = o->max_queue ? o->max_queue : 64;
     s->o.step_tokens = o->step_tokens ? o->step_tokens : 512;
     pthread_mutex_init(&s->mu, NULL);
@@ -335,6 +335,10 @@ px_status px_serve_new(const px_serve_opts *o, px_serve **out, px_err *err)
         goto fail;
     }
     for (uint32_t i = 0; i < s->n_reps; i++) {
+        /* --max-seqs for every replica; else each replica's batch in the
+         * plan (a slow replica batches fewer sequences than a fast one). */
+        uint32_t b = o->max_seqs ? o->max_seqs : o->plan ? px_rt_plan_replica_batch(o->plan, i) : 0;
+        s->reps[i].max_seqs = b ? PX_MIN(b, 4096u) : 16;
         s->reps[i].index = i;
         s->reps[i].srv = s;
     }
@@ -427,11 +431,12 @@ json_t *px__srv_status_json(px_serve *s)
         all_ok &= !failed;
         any_ok |= !failed;
         json_t *o = json_pack(
-            "{s:i, s:s, s:O, s:i, s:i, s:i, s:i, s:I, s:I}", "index", (int)i, "state",
-            failed ? "failed" : "serving", "stages", r->stages ? r->stages : json_null(), "running",
-            (int)r->em.running, "waiting", (int)r->em.waiting, "kv_blocks", (int)r->em.kv_blocks,
-            "kv_blocks_used", (int)r->em.kv_blocks_used, "incidents",
-            (json_int_t)r->heal_sum.incidents, "recoveries", (json_int_t)r->em.recoveries);
+            "{s:i, s:s, s:O, s:i, s:i, s:i, s:i, s:i, s:I, s:I}", "index", (int)i, "state",
+            failed ? "failed" : "serving", "stages", r->stages ? r->stages : json_null(),
+            "max_seqs", (int)r->max_seqs, "running", (int)r->em.running, "waiting",
+            (int)r->em.waiting, "kv_blocks", (int)r->em.kv_blocks, "kv_blocks_used",
+            (int)r->em.kv_blocks_used, "incidents", (json_int_t)r->heal_sum.incidents, "recoveries",
+            (json_int_t)r->em.recoveries);
         if (o && failed)
             json_object_set_new(o, "failure", json_string(r->failure));
         json_array_append_new(reps, o);

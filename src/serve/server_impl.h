@@ -45,6 +45,7 @@ typedef struct px__srv_metrics {
  * a healing run's executors (stage workers), on a thread of its own. */
 typedef struct px__srv_replica {
     uint32_t index;
+    uint32_t max_seqs; /* sequences it runs at once: its batch in the plan, or --max-seqs */
     px_serve *srv;
     px_rt_session *session;
     px_heal_run *heal;

@@ -265,8 +265,18 @@ px_status px_sim_plan_from_json(const json_t *doc, const px_hw_graph *graph, px_
         const json_t *rs = json_object_get(rj, "stages");
         px_sim_replica *rep = &out->replicas[r];
         rep->n_stages = (uint32_t)json_array_size(rs);
-        rep->batch = (uint32_t)batch;
-        rep->micro_batches = (uint32_t)micro;
+        /* A replica's own batch where the plan gives one. */
+        double rb = num_at(rj, "batch", NULL, batch);
+        double rm = num_at(rj, "micro_batches", NULL, micro);
+        if (!(rb >= 1 && rb <= 65536) || !(rm >= 1 && rm <= rb)) {
+            st = px_err_set(err, PX_EPARSE,
+                            "plan: /replicas/%zu: batch %g, micro-batches %g are out of range "
+                            "(batch 1..65536, micro-batches 1..batch)",
+                            r, rb, rm);
+            goto fail;
+        }
+        rep->batch = (uint32_t)rb;
+        rep->micro_batches = (uint32_t)rm;
         rep->stages = px_arena_calloc(out->arena, rep->n_stages, sizeof *rep->stages);
         if (!rep->stages) {
             st = px_err_set(err, PX_ENOMEM, "plan: out of memory");

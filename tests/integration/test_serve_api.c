@@ -104,6 +104,8 @@ static void test_routes_key_and_errors(void **state)
     b = sh_curl(&srv, "GET", "/health", NULL, true, &st, NULL);
     assert_int_equal(st, 200);
     px_assert_contains(b, "\"replicas\"");
+    /* Each replica says how many sequences it runs at once (--max-seqs 8). */
+    px_assert_contains(b, "\"max_seqs\":8");
     free(b);
     /* Errors in OpenAI's shape. */
     b = sh_curl(&srv, "POST", "/v1/completions", "{\"prompt\": ", true, &st, NULL);

@@ -58,8 +58,10 @@ static long health(int i)
     px_fleet_client_set_timeout(c, 1000);
     long code = 0;
     json_t *r = NULL;
-    if (px_fleet_client_call(c, "GET", "/v1/health", NULL, &code, &r, NULL) != PX_OK)
-        code = 0; /* not answering: down, or between replicas */
+    /* The HTTP status says it all (a standby's 503 is a failed call too);
+     * 0 when nothing answered: down, or between replicas. */
+    px_status st = px_fleet_client_call(c, "GET", "/v1/health", NULL, &code, &r, NULL);
+    (void)st;
     json_decref(r);
     px_fleet_client_free(c);
     return code;

@@ -243,6 +243,90 @@ static void test_cost_host_kv_is_summed_per_node(void **state)
     teardown_fixture(&fx);
 }
 
+/* Continuous batching prefills new requests' prompts inside decode steps:
+ * at batch 1 a sequence sees no other prefill (time per token is the
+ * decode step), at a larger batch it sees the others', more with longer
+ * prompts and fewer with longer generations, and the throughput is the
+ * batch over the step that carries every sequence's share. */
+static void test_cost_prefill_interferes_with_decode(void **state)
+{
+    (void)state;
+    fixture fx;
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b", PX_DTYPE_COUNT_);
+    px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.gpu0"));
+    fx.wl.batch = 1;
+    fx.wl.context = 2048;
+    fx.wl.prompt_tokens = 1024;
+    fx.wl.gen_tokens = 128;
+    px_cost_estimate *e = eval(&fx, &p);
+    assert_true(e->tpot_s == e->decode_step_s);
+    assert_true(e->step_s > e->decode_step_s);
+    assert_true(fabs(e->throughput * e->step_s - 1.0) < 1e-9);
+    fx.wl.batch = 32;
+    e = eval(&fx, &p);
+    double tpot32 = e->tpot_s, step32 = e->step_s, dec32 = e->decode_step_s;
+    assert_true(tpot32 > dec32 * 1.05);
+    assert_true(step32 >= tpot32);
+    assert_true(fabs(e->throughput * e->step_s - 32.0) < 1e-9);
+    assert_true(e->stages[0].serve_tpot_s > e->stages[0].decode_s);
+    /* Longer prompts interfere more; longer generations less. */
+    fx.wl.prompt_tokens = 2000;
+    assert_true(eval(&fx, &p)->tpot_s > tpot32);
+    fx.wl.prompt_tokens = 1024;
+    fx.wl.gen_tokens = 4096;
+    e = eval(&fx, &p);
+    assert_true(e->tpot_s < tpot32);
+    assert_true(e->tpot_s - e->decode_step_s < (tpot32 - dec32) / 16);
+    teardown_fixture(&fx);
+}
+
+/* The Monte Carlo of a layout evaluates every replica under each sample:
+ * its throughput is the replicas' sum and its time per token the slowest
+ * replica's, so two identical replicas give twice one's throughput and
+ * the same time per token, and the two intervals agree with the batch. */
+static void test_cost_layout_uncertainty_sums_replicas(void **state)
+{
+    (void)state;
+    fixture fx;
+    setup_fixture(&fx, fleet_json(true, "100 Gbit/s", "5 us", "2 us"), "llama-3-8b",
+                  PX_DTYPE_COUNT_);
+    fx.wl.batch = 4;
+    px_cost_pipeline pipes[2] = {one_stage(&fx, dev(&fx, "n1.gpu0")),
+                                 one_stage(&fx, dev(&fx, "n1.gpu1"))};
+    px_cost_workload wls[2] = {fx.wl, fx.wl};
+    px_cost_uncertain one, two;
+    px_err err;
+    px_assert_ok(
+        px_cost_uncertainty(fx.fleet, fx.model, &fx.params, &fx.wl, &pipes[0], 0, 0, &one, &err),
+        &err);
+    px_assert_ok(
+        px_cost_uncertainty_layout(fx.fleet, fx.model, &fx.params, wls, pipes, 2, 0, 0, &two, &err),
+        &err);
+    /* Each sample's throughput is at least one replica's and at most two
+     * of the slowest: the medians lie in between, near twice one's. */
+    assert_true(two.throughput.p50 > 1.8 * one.throughput.p50);
+    assert_true(two.throughput.p50 < 2.2 * one.throughput.p50);
+    assert_true(two.tpot_s.p50 >= one.tpot_s.p50);
+    /* Time per token and throughput describe the same draws: batch x
+     * replicas over the time per token, within the prefill share and the
+     * spread between the two devices' draws. */
+    double implied = 2 * 4 / two.tpot_s.p50;
+    assert_true(two.throughput.p50 < implied * 1.25);
+    assert_true(two.throughput.p50 > implied * 0.8);
+    /* A replica at a smaller batch adds less. */
+    wls[1].batch = 1;
+    px_cost_uncertain mixed;
+    px_assert_ok(px_cost_uncertainty_layout(fx.fleet, fx.model, &fx.params, wls, pipes, 2, 0, 0,
+                                            &mixed, &err),
+                 &err);
+    assert_true(mixed.throughput.p50 < two.throughput.p50);
+    assert_true(mixed.throughput.p50 > one.throughput.p50);
+    assert_int_equal(px_cost_uncertainty_layout(fx.fleet, fx.model, &fx.params, wls, pipes, 0, 0, 0,
+                                                &mixed, &err),
+                     PX_EINVAL);
+    teardown_fixture(&fx);
+}
+
 /* A device that names no backend is planned for its vendor's stack. */
 static void test_cost_default_backend_follows_the_vendor(void **state)
 {
@@ -315,11 +399,13 @@ static void test_cost_money_energy_and_reliability(void **state)
     px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.gpu0"));
     px_cost_estimate *e = eval(&fx, &p);
     assert_true(fabs(e->usd_per_hour - 2.0) < 1e-9);
-    assert_true(fabs(e->usd_per_token - 2.0 / 3600 * e->tpot_s) < 1e-12);
+    /* Money and energy per token over the served step (batch 1: the step
+     * carries its own prompt's prefill share). */
+    assert_true(fabs(e->usd_per_token - 2.0 / 3600 * e->step_s) < 1e-12);
     assert_true(fabs(e->tokens_per_usd - 3600 * e->throughput / 2.0) < 1e-6 * e->tokens_per_usd);
     /* Busy all the time at batch 1: active power. */
     assert_true(e->power_w > 299 && e->power_w <= 300.0001);
-    assert_true(fabs(e->joules_per_token - e->power_w * e->tpot_s) < 1e-9);
+    assert_true(fabs(e->joules_per_token - e->power_w * e->step_s) < 1e-9);
     double want = 1.0 - exp(-24.0 / 1000.0);
     assert_true(fabs(e->p_fail - want) < 1e-9);
     teardown_fixture(&fx);
@@ -500,6 +586,8 @@ int main(void)
         cmocka_unit_test(test_cost_refuses_model_larger_than_memory),
         cmocka_unit_test(test_cost_kv_on_host_is_slower_and_frees_device_memory),
         cmocka_unit_test(test_cost_host_kv_is_summed_per_node),
+        cmocka_unit_test(test_cost_prefill_interferes_with_decode),
+        cmocka_unit_test(test_cost_layout_uncertainty_sums_replicas),
         cmocka_unit_test(test_cost_default_backend_follows_the_vendor),
         cmocka_unit_test(test_cost_falls_back_to_a_supported_dtype),
         cmocka_unit_test(test_cost_slow_link_adds_transfer_time),

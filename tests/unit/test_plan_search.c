@@ -639,6 +639,192 @@ static void test_plan_split_layers_by_largest_remainder(void **state)
     assert_true(c[1] >= 1 && c[2] >= 1 && c[0] + c[1] + c[2] == 4);
 }
 
+/* A fast GPU and a slow small one on nodes joined by a slow network, for
+ * throughput: each replica runs at the batch it serves best, the slow one
+ * at a smaller batch (its KV cache stays in its memory), and together they
+ * serve more than both at the fast one's batch. */
+static void test_plan_replicas_run_at_batches_of_their_own(void **state)
+{
+    (void)state;
+    char *a = gpu("gpu0", "fast", "80 GiB", "3.35 TB/s", "989 TFLOP/s", "1 $/h");
+    char *b = gpu("gpu0", "slow", "48 GiB", "300 GB/s", "121 TFLOP/s", "1 $/h");
+    px_hw_graph *g = two_nodes(a, b,
+                               "{\"id\":\"net\",\"from\":\"n1\",\"to\":\"n2\",\"kind\":"
+                               "\"ethernet\",\"bandwidth\":\"1 Gbit/s\",\"latency\":\"10 ms\"}");
+    free(a);
+    free(b);
+    px_ir_model *m = preset("llama-3-8b", PX_DTYPE_COUNT_);
+    px_plan_request req;
+    px_plan_request_default(&req);
+    req.graph = g;
+    req.model = m;
+    req.objective = PX_PLAN_OBJ_THROUGHPUT;
+    req.fallbacks = false;
+    px_err err;
+    /* bf16 products: the fast GPU is not compute-bound at a small batch. */
+    px_contract *relaxed = NULL;
+    px_assert_ok(px_contract_builtin("relaxed", &relaxed, &err), &err);
+    req.contract = relaxed;
+    px_plan *p = NULL;
+    px_assert_ok(px_plan_search(&req, &p, &err), &err);
+    px_plan_summary s;
+    px_plan_get_summary(p, &s);
+    if (s.n_replicas != 2) {
+        char *text = px_plan_dump(p);
+        fail_msg("%u replicas: %.3000s", s.n_replicas, text);
+    }
+    const px_cost_workload *w0 = px_plan_replica_workload(p, 0);
+    const px_cost_workload *w1 = px_plan_replica_workload(p, 1);
+    assert_non_null(w0);
+    assert_non_null(w1);
+    assert_null(px_plan_replica_workload(p, 2));
+    if (!(w1->batch < w0->batch))
+        fail_msg("the slow replica runs at batch %u, the fast one at %u", w1->batch, w0->batch);
+    assert_int_equal(s.batch_total, w0->batch + w1->batch);
+    for (uint32_t r = 0; r < 2; r++) {
+        const px_cost_pipeline *pipe = px_plan_pipeline(p, r);
+        for (uint32_t i = 0; i < pipe->n_stages; i++)
+            assert_int_equal(pipe->stages[i].kv, PX_COST_KV_DEVICE);
+    }
+    /* The document carries each replica's batch and says why. */
+    json_t *doc = px_plan_to_json(p);
+    json_t *reps = json_object_get(doc, "replicas");
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(reps, 1), "batch")),
+                     w1->batch);
+    assert_false(json_is_true(json_object_get(json_object_get(doc, "batching"), "uniform")));
+    assert_int_equal(json_integer_value(
+                         json_object_get(json_object_get(doc, "batching"), "sequences_in_flight")),
+                     w0->batch + w1->batch);
+    bool said = false;
+    json_t *why = json_object_get(doc, "explanation");
+    for (size_t i = 0; i < json_array_size(why); i++)
+        said |=
+            strstr(json_string_value(json_array_get(why, i)), "the batch it serves best") != NULL;
+    assert_true(said);
+    json_decref(doc);
+    /* Both at the fast replica's batch serve less under the same model. */
+    px_cost_params cp;
+    px_cost_params_default(&cp);
+    px_cost_fleet *f = NULL;
+    px_cost_model *cm = NULL;
+    px_assert_ok(px_cost_fleet_new(g, &cp, &f, &err), &err);
+    px_assert_ok(px_cost_model_new(m, &cm, &err), &err);
+    px_cost_pipeline slow = *px_plan_pipeline(p, 1);
+    px_cost_estimate *e = malloc(sizeof *e);
+    assert_non_null(e);
+    px_cost_workload same = *w0;
+    px_cost_pipeline slow_kv_host = slow;
+    for (uint32_t i = 0; i < slow.n_stages; i++)
+        slow_kv_host.stages[i].kv = PX_COST_KV_HOST;
+    px_assert_ok(px_cost_eval_pipeline(f, cm, &cp, &same, &slow, NULL, e, &err), &err);
+    double at_same = 0;
+    if (e->why == PX_COST_OK)
+        at_same = e->throughput;
+    px_assert_ok(px_cost_eval_pipeline(f, cm, &cp, &same, &slow_kv_host, NULL, e, &err), &err);
+    if (e->why == PX_COST_OK)
+        at_same = PX_MAX(at_same, e->throughput);
+    px_assert_ok(px_cost_eval_pipeline(f, cm, &cp, w1, &slow, NULL, e, &err), &err);
+    assert_int_equal(e->why, PX_COST_OK);
+    assert_true(e->throughput > at_same);
+    free(e);
+    px_cost_model_free(cm);
+    px_cost_fleet_free(f);
+    px_plan_free(p);
+    px_contract_free(relaxed);
+    px_ir_model_free(m);
+    px_hw_graph_free(g);
+}
+
+/* Two 24 GiB GPUs on one node whose host memory is `host`: Llama-3-8B at
+ * batch 32 and context 8192 keeps 64 GiB of KV cache (f32) in host memory
+ * per replica. */
+static px_hw_graph *shared_host_fleet(const char *host)
+{
+    char *a = gpu("gpu0", "card", "24 GiB", "1 TB/s", "200 TFLOP/s", "1 $/h");
+    char *b = gpu("gpu1", "card", "24 GiB", "1 TB/s", "200 TFLOP/s", "1 $/h");
+    char *doc =
+        px_asprintf("{\"schema\":\"plexus.inventory/1\",\"name\":\"t\",\"nodes\":[{\"id\":\"n1\","
+                    "\"memory\":[{\"id\":\"ddr0\",\"kind\":\"ddr\",\"capacity\":\"%s\","
+                    "\"bandwidth\":\"200 GB/s\"}],\"devices\":[%s,%s]}],\"links\":["
+                    "{\"id\":\"p0\",\"from\":\"n1.gpu0\",\"to\":\"n1\",\"kind\":\"pcie4\","
+                    "\"bandwidth\":\"32 GB/s\",\"latency\":\"2 us\"},"
+                    "{\"id\":\"p1\",\"from\":\"n1.gpu1\",\"to\":\"n1\",\"kind\":\"pcie4\","
+                    "\"bandwidth\":\"32 GB/s\",\"latency\":\"2 us\"}]}",
+                    host, a, b);
+    px_hw_graph *g = load(doc);
+    free(a);
+    free(b);
+    free(doc);
+    return g;
+}
+
+/* The host KV of every replica on node n1, summed (bytes). */
+static double node_host_kv(px_hw_graph *g, px_ir_model *m, const px_plan *p)
+{
+    px_cost_fleet *f = NULL;
+    px_cost_model *cm = NULL;
+    px_cost_params cp;
+    px_cost_params_default(&cp);
+    px_err err;
+    px_assert_ok(px_cost_fleet_new(g, &cp, &f, &err), &err);
+    px_assert_ok(px_cost_model_new(m, &cm, &err), &err);
+    px_plan_summary s;
+    px_plan_get_summary(p, &s);
+    px_cost_estimate *e = malloc(sizeof *e);
+    assert_non_null(e);
+    double sum = 0;
+    for (uint32_t r = 0; r < s.n_replicas; r++) {
+        px_assert_ok(px_cost_eval_pipeline(f, cm, &cp, px_plan_replica_workload(p, r),
+                                           px_plan_pipeline(p, r), NULL, e, &err),
+                     &err);
+        assert_int_equal(e->why, PX_COST_OK);
+        for (uint32_t i = 0; i < e->n_stages; i++)
+            sum += e->stages[i].host_bytes;
+    }
+    free(e);
+    px_cost_model_free(cm);
+    px_cost_fleet_free(f);
+    return sum;
+}
+
+/* Replicas on one node share its host memory: with room for one replica's
+ * host KV the plan does not place a second that needs as much again; with
+ * room for both it does. */
+static void test_plan_replicas_share_the_nodes_host_memory(void **state)
+{
+    (void)state;
+    px_ir_model *m = preset("llama-3-8b", PX_DTYPE_COUNT_);
+    const char *hosts[] = {"100 GiB", "200 GiB"};
+    for (int i = 0; i < 2; i++) {
+        px_hw_graph *g = shared_host_fleet(hosts[i]);
+        px_plan_request req;
+        px_plan_request_default(&req);
+        req.graph = g;
+        req.model = m;
+        req.objective = PX_PLAN_OBJ_THROUGHPUT;
+        req.workload.batch = 32;
+        req.workload.context = 8192;
+        req.workload.prompt_tokens = 128;
+        req.fallbacks = false;
+        px_plan *p = NULL;
+        px_err err;
+        px_assert_ok(px_plan_search(&req, &p, &err), &err);
+        px_plan_summary s;
+        px_plan_get_summary(p, &s);
+        double used = node_host_kv(g, m, p);
+        double limit = (i == 0 ? 100.0 : 200.0) * 1024 * 1024 * 1024 * 0.9;
+        assert_true(used > 0);
+        if (!(used <= limit))
+            fail_msg("host %s: %u replicas keep %.4g GiB of host KV on n1 (limit %.4g GiB)",
+                     hosts[i], s.n_replicas, used / 1073741824.0, limit / 1073741824.0);
+        if (i == 1)
+            assert_int_equal(s.n_replicas, 2);
+        px_plan_free(p);
+        px_hw_graph_free(g);
+    }
+    px_ir_model_free(m);
+}
+
 static void test_plan_dit_prefers_replicas_for_throughput(void **state)
 {
     (void)state;
@@ -761,6 +947,8 @@ int main(void)
         cmocka_unit_test(test_plan_gpustack_binpacks_onto_the_smallest_gpu_that_fits),
         cmocka_unit_test(test_plan_split_layers_by_largest_remainder),
         cmocka_unit_test(test_plan_dit_prefers_replicas_for_throughput),
+        cmocka_unit_test(test_plan_replicas_share_the_nodes_host_memory),
+        cmocka_unit_test(test_plan_replicas_run_at_batches_of_their_own),
         cmocka_unit_test(test_plan_matches_the_exact_yardstick_on_a_small_fleet),
         cmocka_unit_test(test_plan_parses_objectives_slos_and_refuses_the_impossible),
     };

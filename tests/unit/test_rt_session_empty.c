@@ -291,6 +291,26 @@ static void test_plan_reader_accepts_embedding_only_and_head_only_stages(void **
     assert_true(spec.stages[0].embedding && spec.stages[0].head);
 }
 
+/* Each replica's batch: its own, else the plan's batch per replica; 0
+ * for none or one out of range (the server then uses its default). */
+static void test_plan_reader_gives_each_replica_its_batch(void **state)
+{
+    (void)state;
+    json_t *plan =
+        json_pack("{s:{s:i}, s:[{s:i}, {s:i}, {}, {s:i}]}", "batching", "batch_per_replica", 32,
+                  "replicas", "index", 0, "batch", 8, "batch", 0);
+    assert_non_null(plan);
+    assert_int_equal(px_rt_plan_replicas(plan), 4);
+    assert_int_equal(px_rt_plan_replica_batch(plan, 0), 32);
+    assert_int_equal(px_rt_plan_replica_batch(plan, 1), 8);
+    assert_int_equal(px_rt_plan_replica_batch(plan, 2), 32);
+    assert_int_equal(px_rt_plan_replica_batch(plan, 3), 0);
+    json_t *none = json_object();
+    assert_int_equal(px_rt_plan_replica_batch(none, 0), 0);
+    json_decref(none);
+    json_decref(plan);
+}
+
 static void test_plan_reader_refuses_empty_middle_stages_gaps_and_overlaps(void **state)
 {
     (void)state;
@@ -333,6 +353,7 @@ int main(void)
         cmocka_unit_test(test_sessions_refuse_tokens_without_embedding_and_logits_without_head),
         cmocka_unit_test(test_plan_reader_accepts_embedding_only_and_head_only_stages),
         cmocka_unit_test(test_plan_reader_refuses_empty_middle_stages_gaps_and_overlaps),
+        cmocka_unit_test(test_plan_reader_gives_each_replica_its_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

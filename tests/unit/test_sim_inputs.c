@@ -370,6 +370,21 @@ static void test_plan_document_and_inventory_become_a_simulation(void **state)
     assert_float_equal(q.devices[0].power_active_w, 350, 1e-9);
     px_sim_plan_release(&q);
 
+    /* A replica at a batch of its own is simulated at it; one out of
+     * range is refused, naming the replica. */
+    json_t *own = json_deep_copy(doc);
+    json_t *r0 = json_array_get(json_object_get(own, "replicas"), 0);
+    json_object_set_new(r0, "batch", json_integer(2));
+    json_object_set_new(r0, "micro_batches", json_integer(1));
+    px_assert_ok(px_sim_plan_from_json(own, g, &q, &err), &err);
+    assert_int_equal(q.replicas[0].batch, 2);
+    assert_int_equal(q.replicas[0].micro_batches, 1);
+    px_sim_plan_release(&q);
+    json_object_set_new(r0, "micro_batches", json_integer(3));
+    assert_int_equal(px_sim_plan_from_json(own, g, &q, &err), PX_EPARSE);
+    px_assert_contains(err.msg, "/replicas/0");
+    json_decref(own);
+
     /* A plan naming a device the inventory lacks is refused by name. */
     json_t *bad = json_deep_copy(doc);
     json_t *rs = json_object_get(json_array_get(json_object_get(bad, "replicas"), 0), "stages");
