@@ -3,6 +3,7 @@
 #include "cli/cli.h"
 
 #include "plexus/hw.h"
+#include "plexus/rt.h"
 
 static const char cmd[] = "inventory discover";
 
@@ -240,6 +241,51 @@ static void print_text(const json_t *inv)
 /* The command                                                         */
 /* ------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------ */
+/* Discovery against the CUDA runtime                                  */
+/* ------------------------------------------------------------------ */
+
+/* Each NVIDIA GPU that discovery found (the nvidia-smi on PATH) is compared with what
+ * the CUDA runtime reports for it, in PCI bus order as nvidia-smi numbers
+ * them; a mismatch, or a GPU the runtime cannot open, is a warning. */
+static void crosscheck_gpus(const json_t *inv, px_diags *report)
+{
+    if (!px_rt_cuda_built())
+        return;
+    setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0);
+    size_t i, j;
+    const json_t *node, *dev;
+    json_array_foreach(json_object_get(inv, "nodes"), i, node)
+    {
+        json_array_foreach(json_object_get(node, "devices"), j, dev)
+        {
+            const char *id = str(dev, "id"), *backend = str(dev, "backend");
+            if (!id || !backend || strcmp(backend, "cuda") || strncmp(id, "gpu", 3))
+                continue;
+            uint32_t ordinal = (uint32_t)strtoul(id + 3, NULL, 10);
+            px_rt_cuda_info smi = {.memory_total = NAN, .clock_max_sm = NAN}, rt;
+            px_strlcpy(smi.name, str(dev, "model") ? str(dev, "model") : "", sizeof smi.name);
+            px_strlcpy(smi.capability, str(dev, "capability") ? str(dev, "capability") : "",
+                       sizeof smi.capability);
+            const char *cap = qty_text(
+                json_object_get(json_array_get(json_object_get(dev, "memory"), 0), "capacity"));
+            px_qty q;
+            if (cap && px_qty_parse(cap, PX_DIM_BYTES, &q, NULL) == PX_OK)
+                smi.memory_total = q.value;
+            px_err err;
+            if (px_rt_cuda_query(ordinal, &rt, &err) != PX_OK) {
+                char ptr[64];
+                snprintf(ptr, sizeof ptr, "/%s", id);
+                (void)px_diags_add(
+                    report, PX_SEV_WARNING, ptr, "check the driver and CUDA_VISIBLE_DEVICES",
+                    "nvidia-smi lists %s but the CUDA runtime cannot open it: %s", id, err.msg);
+                continue;
+            }
+            (void)px_rt_cuda_crosscheck(&smi, &rt, ordinal, report);
+        }
+    }
+}
+
 static bool parse_seconds(const char *opt, const char *arg, double max, double *out)
 {
     char *end;
@@ -332,6 +378,9 @@ int px__cmd_inventory_discover(int argc, char **argv)
     if (px_hw_discover(&opt, &inv, &report, &err) != PX_OK) {
         rc = px__cli_fail(cmd, &err);
     } else {
+        /* Only the nvidia-smi on PATH speaks for this machine's GPUs. */
+        if (!opt.nvidia_smi)
+            crosscheck_gpus(inv, &report);
         if (format == PX_CLI_JSON) {
             rc = px__cli_print_json(inv);
             if (rc == PX_EXIT_OK)

@@ -217,6 +217,8 @@ struct px__agent {
      * heartbeat reply's "models", under mu) and a count of its changes. */
     json_t *models_wanted;
     atomic_uint models_gen;
+    /* Set to have the heartbeat thread report at once (a model came). */
+    atomic_int heartbeat_now;
 };
 
 /* ---- agent_models.c: the models of deployments planned on this node ---- */

@@ -106,6 +106,19 @@ static void revoked(px__agent *a, const px_err *err)
     atomic_store(&a->stopping, 1);
 }
 
+/* Sleeps up to ms like nap, and also returns when another thread asks for
+ * a heartbeat at once (a model came into the cache). */
+static void nap_heartbeat(px__agent *a, int ms)
+{
+    while (ms > 0 && !atomic_load(&a->stopping) && !atomic_exchange(&a->heartbeat_now, 0)) {
+        int step = PX_MIN(ms, 50);
+        sleep_ms(step);
+        ms -= step;
+        if (a->cfg->stop && atomic_load(a->cfg->stop))
+            atomic_store(&a->stopping, 1);
+    }
+}
+
 static void *heartbeat_main(void *arg)
 {
     px__agent *a = arg;
@@ -176,7 +189,7 @@ static void *heartbeat_main(void *arg)
         size_t swept = px__proc_sweep();
         if (swept)
             px_log_warn("agent: ended %zu process(es) that had escaped their job", swept);
-        nap(a, (int)(a->heartbeat_s * 1000));
+        nap_heartbeat(a, (int)(a->heartbeat_s * 1000));
     }
     px_fleet_client_free(c);
     return NULL;

@@ -43,6 +43,8 @@ static px_status fetch_and_hold(px__agent *a, px_fleet_client *c, const char *di
         if (st != PX_OK)
             return px_err_prefix(err, st, "fetching model %.12s for a deployment: ", digest);
         px_log_info("agent: model %.12s fetched into the cache for a deployment", digest);
+        /* The server learns of it now, not a heartbeat later. */
+        atomic_store(&a->heartbeat_now, 1);
     }
     char *held;
     px_status st = px_fleet_cache_acquire(a->cache, digest, &held, err);
@@ -109,9 +111,10 @@ void *px__agent_models_main(void *arg)
         json_object_foreach_safe(held, tmp, digest, v)
         {
             if (!listed(wanted, digest)) {
+                /* digest is the key: it goes with the member. */
+                px_log_info("agent: model %.12s released: no deployment here needs it", digest);
                 px_fleet_cache_release(a->cache, digest);
                 json_object_del(held, digest);
-                px_log_info("agent: model %.12s released: no deployment here needs it", digest);
             }
         }
         json_decref(wanted);

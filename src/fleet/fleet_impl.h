@@ -613,7 +613,9 @@ json_t *px__srv_plan(px_fleet_server *srv, const px__job *job);
  * (a name) and "contract" (a built-in name or a document) from spec (may
  * be NULL: the defaults).  With spec, a plan also carries "report" (the
  * text `plexus plan` prints) and "assignment" (per replica and stage: the
- * node, its devices and layers).  New reference. */
+ * node, its devices and layers) and "residency" (warm nodes preferred);
+ * the server lock (held by the caller) is then released while the
+ * planner runs.  New reference. */
 json_t *px__srv_plan_model(px_fleet_server *srv, const char *digest, const json_t *spec);
 void px__srv_free_jobs(px_fleet_server *srv);
 /* The job's JSON; with detail, the spec too, its "env" values replaced
@@ -628,6 +630,12 @@ void px__srv_touch_node(px_fleet_server *srv, size_t node);
 /* Whether a deployment name is valid: a user name's characters, and not
  * a job id ("j-" and digits). */
 bool px__deploy_name_valid(const char *name);
+/* Checks a deployment request (borrowed; untrusted) and returns its
+ * normalized spec (new reference: name, model {digest[, name]}, replicas,
+ * and objective, contract, policy when given), or NULL with err saying
+ * which member is wrong and the fix (PX_EINVAL; PX_ENOMEM).  A normalized
+ * spec checks to itself. */
+json_t *px__deploy_request_check(const json_t *body, px_err *err);
 /* Checks the request body (borrowed), plans the model over the online
  * nodes and stores the deployment for owner; *out gets the stored row
  * (owned).  PX_EINVAL (a bad request, err says which member and the fix),

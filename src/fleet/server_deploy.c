@@ -54,9 +54,7 @@ static bool is_digest(const char *s)
 
 #define REPLICAS_MAX 64
 
-/* Checks the request body and builds the normalized spec (new reference),
- * or NULL with err set. */
-static json_t *normalize(const json_t *body, px_err *err)
+json_t *px__deploy_request_check(const json_t *body, px_err *err)
 {
     static const char *const known[] = {"name",     "model",    "objective",
                                         "contract", "replicas", "policy"};
@@ -167,7 +165,7 @@ px_status px__srv_deploy(px_fleet_server *srv, const json_t *body, const char *o
                          px__deploy_row *out, px_err *err)
 {
     memset(out, 0, sizeof *out);
-    json_t *spec = normalize(body, err);
+    json_t *spec = px__deploy_request_check(body, err);
     if (!spec)
         return err->code;
     const char *name = json_string_value(json_object_get(spec, "name"));

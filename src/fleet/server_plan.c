@@ -164,23 +164,28 @@ static void run_release(plan_run *r)
     memset(r, 0, sizeof *r);
 }
 
-/* Plans the model file over the online nodes (only the warm ones with
- * warm_only).  On failure returns the "planner unavailable" record (new
- * reference) and leaves r empty; on success NULL. */
-static json_t *plan_over(px_fleet_server *srv, const char *path, const json_t *spec,
-                         const px_digest *warm_only, plan_run *r)
+/* The online nodes' descriptions (only those where the model is resident
+ * with warm_only), for an inventory; new reference.  Server lock held. */
+static json_t *online_nodes(px_fleet_server *srv, const px_digest *warm_only)
+{
+    inv_ctx c = {srv, json_array(), warm_only};
+    srv->store.ops->list_nodes(srv->store.self, add_node, &c, NULL);
+    return c.nodes;
+}
+
+/* Plans the model file over nodes (borrowed: online_nodes' array); reads
+ * nothing of the server, so it may run without its lock.  On failure
+ * returns the "planner unavailable" record (new reference) and leaves r
+ * empty; on success NULL. */
+static json_t *plan_over(const char *path, const json_t *spec, const json_t *nodes, plan_run *r)
 {
     memset(r, 0, sizeof *r);
-    inv_ctx c = {srv, json_array(), warm_only};
     px_err err;
-    srv->store.ops->list_nodes(srv->store.self, add_node, &c, NULL);
-    r->n_nodes = json_array_size(c.nodes);
-    if (r->n_nodes == 0) {
-        json_decref(c.nodes);
+    r->n_nodes = json_array_size(nodes);
+    if (r->n_nodes == 0)
         return unavailable("no online node describes its devices");
-    }
-    json_t *doc = json_pack("{s:s, s:s, s:o*, s:o}", "schema", "plexus.inventory/1", "name",
-                            "fleet", "links", assumed_network(c.nodes), "nodes", c.nodes);
+    json_t *doc = json_pack("{s:s, s:s, s:o*, s:O}", "schema", "plexus.inventory/1", "name",
+                            "fleet", "links", assumed_network(nodes), "nodes", nodes);
     json_t *out = NULL;
     px_plan_request req;
     px_plan_request_default(&req);
@@ -253,19 +258,28 @@ static json_t *warm_nodes(px_fleet_server *srv, const px_digest *d, size_t *n_on
 
 /* Plans a deployment: over every online node, and over the warm ones
  * alone when some but not all are; keeps the warm plan when it is within
- * WARM_SLACK of the other.  *choice gets the residency record. */
+ * WARM_SLACK of the other.  *choice gets the residency record.  The
+ * nodes are read under the server lock, which is released while the
+ * planner runs (it may take long on a large fleet, and heartbeats must
+ * not wait for it). */
 static json_t *plan_deployment(px_fleet_server *srv, const char *path, const char *digest,
                                const json_t *spec, plan_run *chosen, json_t **choice)
 {
     px_digest d;
     size_t n_online = 0;
-    json_t *warm =
-        px_digest_parse(digest, &d) == PX_OK ? warm_nodes(srv, &d, &n_online) : json_array();
+    bool digest_ok = px_digest_parse(digest, &d) == PX_OK;
+    json_t *warm = digest_ok ? warm_nodes(srv, &d, &n_online) : json_array();
+    json_t *every = online_nodes(srv, NULL);
+    json_t *warm_inv = digest_ok && json_array_size(warm) ? online_nodes(srv, &d) : json_array();
+    pthread_mutex_unlock(&srv->lock);
     char why[400];
     plan_run all;
-    json_t *failed = plan_over(srv, path, spec, NULL, &all);
+    json_t *failed = plan_over(path, spec, every, &all);
     if (failed) {
+        pthread_mutex_lock(&srv->lock);
         json_decref(warm);
+        json_decref(every);
+        json_decref(warm_inv);
         return failed;
     }
     size_t n_warm = json_array_size(warm);
@@ -278,7 +292,7 @@ static json_t *plan_deployment(px_fleet_server *srv, const char *path, const cha
         snprintf(why, sizeof why, "the model is resident on every online node");
     } else {
         plan_run w;
-        json_t *wf = plan_over(srv, path, spec, &d, &w);
+        json_t *wf = plan_over(path, spec, warm_inv, &w);
         if (wf) {
             snprintf(why, sizeof why,
                      "the model is resident on %zu of %zu online nodes, but no plan fits them "
@@ -310,6 +324,9 @@ static json_t *plan_deployment(px_fleet_server *srv, const char *path, const cha
             }
         }
     }
+    pthread_mutex_lock(&srv->lock);
+    json_decref(every);
+    json_decref(warm_inv);
     *chosen = all;
     *choice = json_pack("{s:o, s:s, s:s}", "warm_nodes", warm, "placed_on", placed, "why", why);
     return NULL;
@@ -326,8 +343,10 @@ json_t *px__srv_plan_model(px_fleet_server *srv, const char *digest, const json_
                            digest ? digest : "?");
     plan_run r;
     json_t *residency = NULL;
+    json_t *nodes = spec ? NULL : online_nodes(srv, NULL);
     json_t *failed = spec ? plan_deployment(srv, path, digest, spec, &r, &residency)
-                          : plan_over(srv, path, NULL, NULL, &r);
+                          : plan_over(path, NULL, nodes, &r);
+    json_decref(nodes);
     if (failed)
         return failed;
     json_t *p = px_plan_to_json(r.plan);

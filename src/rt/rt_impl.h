@@ -24,6 +24,7 @@ struct px_rt_device {
     const px_rt_backend_iface *backend;
     const px_rt_device_iface *iface;
     void *ctx;
+    uint32_t caps; /* props' caps, read once at open */
 };
 
 struct px_rt_buffer {
@@ -46,6 +47,12 @@ struct px_rt_stream {
 
 /* The built-in cpu backend's table (cpu_backend.c). */
 extern const px_rt_backend_iface px__rt_cpu_backend;
+/* The built-in cuda backend's table (cuda_backend.c; without nvcc its
+ * devices refuse to open, saying why). */
+extern const px_rt_backend_iface px__rt_cuda_backend;
+/* The GPU ordinal of an inventory device id: N of a trailing "gpuN"
+ * ("n1.gpu3" is 3), else 0 (cuda_host.c). */
+uint32_t px__rt_cuda_ordinal(const char *device);
 
 /* ------------------------------------------------------------------ */
 /* Thread pool (cpu_pool.c)                                            */

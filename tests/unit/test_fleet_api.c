@@ -665,18 +665,38 @@ static void test_api_deployment_prefers_warm_nodes_unless_they_cost_too_much(voi
     register_cpu_node("w2", "1 TFLOP/s", "50 GB/s");
     register_cpu_node("w3", "1 TFLOP/s", "50 GB/s");
 
+    /* A node fetches only the models of its own work. */
+    char blob[128];
+    snprintf(blob, sizeof blob, "/v1/blobs/%s", digest);
+    expect("GET", blob, cred_of("w1"), NULL, 403, "only the models of its own assignments");
+
     /* Resident nowhere: every node is a candidate, and the record says so. */
     reply r = deploy("cold", digest);
     assert_string_equal(placed_on(&r), "every online node");
     px_assert_contains(r.body, "resident on no online node");
+    /* The node of its plan is told to hold the model and may fetch it;
+     * another may not. */
+    char *holder = px_strdup(stage0_node(&r));
     drop(&r);
+    char hb[200];
+    snprintf(hb, sizeof hb, "{\"node\": \"%s\", \"running\": []}", holder);
+    r = req("POST", "/v1/agent/heartbeat", cred_of(holder), hb);
+    assert_int_equal(r.status, 200);
+    px_assert_contains(r.body, digest);
+    drop(&r);
+    reply got = http("GET", blob, cred_of(holder), NULL, 0);
+    assert_int_equal(got.status, 200);
+    drop(&got);
+    register_node("idle", NULL); /* describes no device: in no plan */
+    expect("GET", blob, cred_of("idle"), NULL, 403, "only the models of its own assignments");
+    free(holder);
 
     /* Resident on w3 alone, and w3 is as good as any: it lands there. */
     resident_on("w3", digest);
     r = deploy("warm", digest);
     assert_string_equal(placed_on(&r), "warm nodes");
     assert_string_equal(stage0_node(&r), "w3");
-    px_assert_contains(r.body, "resident on 1 of 3 online nodes");
+    px_assert_contains(r.body, "resident on 1 of 4 online nodes");
     drop(&r);
 
     /* A warm node far slower than the cold ones: the plan over every node

@@ -1,0 +1,270 @@
+/*
+ * Deploying a model across the fleet on loopback: a server in this
+ * process and three `plexus agent` processes (emulated accelerators), the
+ * tiny model of the shared models uploaded once.  Each round deploys it
+ * under a new name with llama.cpp's split (a stage on every node) and
+ * ends it.  Figures: the deploy request (checks, two planner runs when
+ * some nodes are warm, the durable write) and the time until every node
+ * of the plan reports the model resident: cold (the first deployment:
+ * each agent fetches the model from the blob store and verifies it) and
+ * warm (later ones: already held).  Stage workers are not started by
+ * deployments yet, so deploy-to-first-token and the recovery time of a
+ * node loss are not measured here.  Bounded (ROUNDS, 60 s); 127.0.0.1
+ * only.
+ *
+ *     bench_fleet_deploy [ROUNDS]        (default 20)
+ */
+#include "base/common.h"
+
+#include "plexus/fleet.h"
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define N_AGENTS 3
+#define LIMIT_S  60
+
+static pid_t start_agent(const char *plexus, const char *url, const char *join, const char *inv,
+                         const char *name, const char *work, const char *log)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0);
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        unsetenv("PLEXUS_TOKEN");
+        const char *argv[16] = {plexus,   "agent",       "--server", url,      "--join-token-file",
+                                join,     "--inventory", inv,        "--name", name,
+                                "--work", work};
+        int n = 12;
+        if (geteuid() == 0) {
+            argv[n++] = "--job-user";
+            argv[n++] = "nobody";
+        }
+        argv[n] = NULL;
+        execv(plexus, (char *const *)argv);
+        _exit(127);
+    }
+    if (pid > 0)
+        setpgid(pid, pid);
+    return pid;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void nap_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* The deployment's state, polled until `want` (ms waited) or -1. */
+static double wait_state(px_fleet_client *c, const char *name, const char *want, uint64_t t0)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/deployments/%s", name);
+    while (px_now_ns() - t0 < (uint64_t)LIMIT_S * 1000000000ull) {
+        json_t *r = NULL;
+        if (px_fleet_client_call(c, "GET", path, NULL, NULL, &r, NULL) == PX_OK) {
+            const char *st = json_string_value(json_object_get(r, "state"));
+            bool done = st && !strcmp(st, want);
+            json_decref(r);
+            if (done)
+                return (double)(px_now_ns() - t0) / 1e6;
+        }
+        nap_ms(5);
+    }
+    return -1;
+}
+
+static int online(px_fleet_client *c)
+{
+    json_t *r = NULL;
+    int n = 0;
+    if (px_fleet_client_call(c, "GET", "/v1/nodes", NULL, NULL, &r, NULL) == PX_OK) {
+        size_t k;
+        json_t *v;
+        json_array_foreach(json_object_get(r, "nodes"), k, v)
+        {
+            const char *st = json_string_value(json_object_get(v, "state"));
+            n += st && !strcmp(st, "online");
+        }
+    }
+    json_decref(r);
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    long rounds = argc > 1 ? strtol(argv[1], NULL, 10) : 20;
+    if (rounds < 1 || rounds > 10000) {
+        fprintf(stderr, "usage: bench_fleet_deploy [ROUNDS 1..10000]\n");
+        return 2;
+    }
+    px_log_set_level(PX_LOG_ERROR);
+    char model[600];
+    snprintf(model, sizeof model, "%s/models/stories260K.gguf", PX_SHARED_DIR);
+    if (access(model, R_OK) != 0) {
+        printf("bench_fleet_deploy: skipped: %s is absent\n", model);
+        return 0;
+    }
+    char self[512], plexus[600];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[len > 0 ? len : 0] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(plexus, sizeof plexus, "%s/plexus", self);
+    char dir[] = "/tmp/plexus-bench-deploy-XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    chmod(dir, 0755);
+    char data[600], join[600];
+    snprintf(data, sizeof data, "%s/data", dir);
+    snprintf(join, sizeof join, "%s/join", dir);
+    const char *ctok = "bench-cluster-token-0123456789", *utok = "bench-user-token-0123456789";
+    px_err err;
+    if (px_write_file(join, ctok, strlen(ctok), &err) != PX_OK || chmod(join, 0600) != 0) {
+        fprintf(stderr, "bench_fleet_deploy: %s\n", err.msg);
+        return 1;
+    }
+    px_fleet_server_options opt = {
+        .listen = "127.0.0.1:0", .data_dir = data, .cluster_token = ctok, .api_token = utok};
+    px_fleet_server *srv;
+    if (px_fleet_server_start(&opt, &srv, &err) != PX_OK) {
+        fprintf(stderr, "bench_fleet_deploy: %s\n", err.msg);
+        return 1;
+    }
+    pid_t agents[N_AGENTS];
+    for (int i = 0; i < N_AGENTS; i++) {
+        char name[32], inv[640], work[640], log[640];
+        snprintf(name, sizeof name, "node-%d", i);
+        snprintf(inv, sizeof inv, "%s/%s.json", dir, name);
+        snprintf(work, sizeof work, "%s/work-%d", dir, i);
+        snprintf(log, sizeof log, "%s/agent-%d.log", dir, i);
+        char *text = px_asprintf(
+            "{\"schema\": \"plexus.inventory/1\", \"emulated\": true, \"nodes\": [{\"id\": \"%s\", "
+            "\"memory\": [{\"id\": \"ddr0\", \"kind\": \"ddr\", \"capacity\": \"64 GiB\", "
+            "\"bandwidth\": \"100 GB/s\"}], \"devices\": [{\"id\": \"gpu0\", \"class\": \"gpu\", "
+            "\"vendor\": \"nvidia\", \"model\": \"tiny\", \"backend\": \"emu\", \"compute\": "
+            "{\"f32\": \"10 TFLOP/s\"}, \"memory\": [{\"id\": \"hbm\", \"kind\": \"hbm\", "
+            "\"capacity\": \"512 MiB\", \"bandwidth\": \"100 GB/s\"}]}]}]}",
+            name);
+        if (!text || px_write_file(inv, text, strlen(text), &err) != PX_OK) {
+            fprintf(stderr, "bench_fleet_deploy: %s\n", inv);
+            return 1;
+        }
+        free(text);
+        agents[i] = start_agent(plexus, px_fleet_server_url(srv), join, inv, name, work, log);
+    }
+    int rc = 1;
+    px_fleet_client *c = NULL;
+    double *plan_ms = calloc((size_t)rounds, sizeof *plan_ms);
+    double *ready_ms = calloc((size_t)rounds, sizeof *ready_ms);
+    json_t *up = NULL;
+    if (!plan_ms || !ready_ms ||
+        px_fleet_client_new(px_fleet_server_url(srv), utok, &c, &err) != PX_OK)
+        goto done;
+    for (int i = 0; i < 600 && online(c) < N_AGENTS; i++)
+        nap_ms(50);
+    if (online(c) < N_AGENTS) {
+        fprintf(stderr, "bench_fleet_deploy: the agents did not come online\n");
+        goto done;
+    }
+    if (px_fleet_client_send_file(c, "POST", "/v1/blobs", model, NULL, &up, &err) != PX_OK) {
+        fprintf(stderr, "bench_fleet_deploy: upload: %s\n", err.msg);
+        goto done;
+    }
+    const char *digest = json_string_value(json_object_get(up, "digest"));
+    long n = 0;
+    uint64_t t_begin = px_now_ns();
+    for (; n < rounds && px_now_ns() - t_begin < (uint64_t)LIMIT_S * 1000000000ull; n++) {
+        char name[32], path[96];
+        snprintf(name, sizeof name, "bench-%ld", n);
+        json_t *body =
+            json_pack("{s:s, s:s, s:s}", "name", name, "model", digest, "policy", "llamacpp");
+        uint64_t t0 = px_now_ns();
+        json_t *r = NULL;
+        px_status st = px_fleet_client_call(c, "POST", "/v1/deployments", body, NULL, &r, &err);
+        json_decref(body);
+        json_decref(r);
+        if (st != PX_OK) {
+            fprintf(stderr, "bench_fleet_deploy: deploy: %s\n", err.msg);
+            goto done;
+        }
+        plan_ms[n] = (double)(px_now_ns() - t0) / 1e6;
+        if ((ready_ms[n] = wait_state(c, name, "resident", t0)) < 0) {
+            fprintf(stderr, "bench_fleet_deploy: %s never became resident\n", name);
+            goto done;
+        }
+        /* Each round ends its deployment; the one before stays while
+         * the next starts, so the model stays held and later rounds are
+         * warm. */
+        if (n > 0) {
+            snprintf(path, sizeof path, "/v1/deployments/bench-%ld", n - 1);
+            if (px_fleet_client_call(c, "DELETE", path, NULL, NULL, NULL, &err) != PX_OK) {
+                fprintf(stderr, "bench_fleet_deploy: undeploy: %s\n", err.msg);
+                goto done;
+            }
+        }
+    }
+    printf("deploy across %d agents on loopback (tiny model, llamacpp split: a stage per node)\n",
+           N_AGENTS);
+    printf("  cold (each agent fetches and verifies the model): request %.2f ms, resident on "
+           "every node after %.1f ms\n"
+           "    (of which up to a heartbeat of 2.5 s until an agent learns of the model; it "
+           "reports it at once when held)\n",
+           plan_ms[0], ready_ms[0]);
+    if (n > 1) {
+        qsort(plan_ms + 1, (size_t)(n - 1), sizeof *plan_ms, cmp_double);
+        qsort(ready_ms + 1, (size_t)(n - 1), sizeof *ready_ms, cmp_double);
+        printf("  warm, %ld deployments: request p50 %.2f ms (max %.2f), resident p50 %.2f ms "
+               "(max %.2f)\n",
+               n - 1, plan_ms[1 + (n - 1) / 2], plan_ms[n - 1], ready_ms[1 + (n - 1) / 2],
+               ready_ms[n - 1]);
+        printf("  ratio cold/warm to resident: %.1fx\n", ready_ms[0] / ready_ms[1 + (n - 1) / 2]);
+    }
+    printf("  not measured: deploy to first token and the recovery time of a node loss (stage "
+           "workers are not started by deployments yet)\n");
+    rc = 0;
+done:
+    json_decref(up);
+    free(plan_ms);
+    free(ready_ms);
+    px_fleet_client_free(c);
+    for (int i = 0; i < N_AGENTS; i++)
+        if (agents[i] > 0)
+            kill(-agents[i], SIGTERM);
+    for (int i = 0; i < N_AGENTS; i++)
+        if (agents[i] > 0) {
+            for (int k = 0; k < 100 && waitpid(agents[i], NULL, WNOHANG) == 0; k++)
+                nap_ms(20);
+            kill(-agents[i], SIGKILL);
+            waitpid(agents[i], NULL, WNOHANG);
+        }
+    px_fleet_server_stop(srv);
+    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return rc;
+}
