@@ -5,6 +5,7 @@
 #   make check-asan  the fast tests under AddressSanitizer + UBSan
 #   make check-tsan  the fast tests under ThreadSanitizer (label notsan skipped)
 #   make check-slow  the tests labelled slow
+#   make check-gpu   the tests labelled gpu (an NVIDIA GPU; skipped without one)
 #   make bench       benchmarks, with figures and ratios against baselines
 #   make fuzz        libFuzzer targets, a bounded run each (FUZZ_SECONDS)
 #   make format      clang-format the sources (format-check: verify)
@@ -21,7 +22,7 @@ WERROR     ?= 0
 CMAKE_FLAGS = -DPX_WERROR=$(if $(filter 1,$(WERROR)),ON,OFF)
 PREFIX     ?= /usr/local
 
-.PHONY: all deps build install demo check check-asan check-tsan check-slow bench fuzz format format-check clean
+.PHONY: all deps build install demo check check-asan check-tsan check-slow check-gpu bench fuzz format format-check clean
 
 all: build
 
@@ -41,7 +42,7 @@ demo: build
 	@./scripts/demo $(BUILD)
 
 check: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE 'slow|gpu'
 
 # Tests labelled notsan run too long under ThreadSanitizer's slowdown (5-15x)
 # to fit the CI budget; they still run in check and check-asan.
@@ -49,17 +50,20 @@ check-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPX_TSAN=ON $(CMAKE_FLAGS)
 	cmake --build $(TSAN_BUILD) -j $(JOBS)
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-	  ctest --output-on-failure -j $(JOBS) -LE 'slow|notsan'
+	  ctest --output-on-failure -j $(JOBS) -LE 'slow|notsan|gpu'
 
 check-slow: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L slow
+
+check-gpu: build
+	cd $(BUILD) && ctest --output-on-failure -V -L gpu
 
 check-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPX_SANITIZE=ON $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --output-on-failure -j $(JOBS) -LE slow
+	  ctest --output-on-failure -j $(JOBS) -LE 'slow|gpu'
 
 bench: build
 	cmake --build $(BUILD) -j $(JOBS) --target benches

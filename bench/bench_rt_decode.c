@@ -9,8 +9,10 @@
  * 2. Writes the 136 M-parameter synthetic llama that `plexus model synth
  *    --dim 1024 --hidden 2816 --layers 12 --heads 16 --kv-heads 4 --vocab
  *    512 --context 512 --seed 1 --dtype D` writes (the same library call),
- *    in f32, f16 and q8_0, into bench-models/ beside this program (the
- *    build folder), once: later runs reuse the files.
+ *    in f32, f16 and q8_0, and the f32 file quantized by `plexus model
+ *    quantize --type q4_k_m` (the same library call), into bench-models/
+ *    beside this program (the build folder), once: later runs reuse the
+ *    files.
  * 3. For each, with 1 and 2 threads: prefill of a 65-token prompt in one
  *    step (tokens/s, best of 2 after a warm-up step that faults the mapped
  *    weights in), then greedy decode of 32 tokens (tokens/s), the bytes a
@@ -65,6 +67,7 @@ static const struct anchor {
 } LLAMA_CPP[] = {
     {PX_DTYPE_F32, 1, 42.1, 409},  {PX_DTYPE_F32, 2, 70.4, 432}, {PX_DTYPE_F16, 1, 75.1, 404},
     {PX_DTYPE_F16, 2, 131.0, 885}, {PX_DTYPE_Q8_0, 1, 104, 307}, {PX_DTYPE_Q8_0, 2, 175, 593},
+    {PX_DTYPE_Q4_K, 1, 240, 546},  {PX_DTYPE_Q4_K, 2, 308, 958},
 };
 
 typedef struct read_arg {
@@ -155,13 +158,32 @@ static double decode_bytes(const px_rt_model *m, uint32_t context)
     return bytes + 2.0 * hp->n_layers * hp->n_kv_heads * hp->head_dim * 4.0 * context;
 }
 
-/* The model file of dtype t in dir, written unless already there. */
+/* The model file of dtype t in dir, written unless already there;
+ * q4_k stands for the q4_K_M mix, quantized from the f32 file. */
 static int synth_model(const char *dir, px_dtype t, char *path, size_t cap)
 {
-    snprintf(path, cap, "%s/synth136m-%s.gguf", dir, px_dtype_name(t));
+    snprintf(path, cap, "%s/synth136m-%s.gguf", dir,
+             t == PX_DTYPE_Q4_K ? "q4_k_m" : px_dtype_name(t));
     struct stat sb;
-    if (stat(path, &sb) == 0 && sb.st_size > 100000000)
+    if (stat(path, &sb) == 0 && sb.st_size > 50000000)
         return 0;
+    char tmp[1300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    px_err err;
+    uint64_t t0 = px_now_ns();
+    if (t == PX_DTYPE_Q4_K) {
+        char src[1200];
+        if (synth_model(dir, PX_DTYPE_F32, src, sizeof src))
+            return 1;
+        if (px_rt_quantize_file(src, tmp, "q4_k_m", NULL, &err) != PX_OK ||
+            rename(tmp, path) != 0) {
+            fprintf(stderr, "bench_rt_decode: quantizing %s: %s\n", path, err.msg);
+            remove(tmp);
+            return 1;
+        }
+        printf("(wrote %s in %.1f s)\n", path, (double)(px_now_ns() - t0) / 1e9);
+        return 0;
+    }
     px_ir_synth_opts o;
     px_ir_synth_defaults(&o);
     o.dim = 1024;
@@ -173,10 +195,6 @@ static int synth_model(const char *dir, px_dtype t, char *path, size_t cap)
     o.context_length = 512;
     o.seed = 1;
     o.dtype = t;
-    char tmp[1300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    px_err err;
-    uint64_t t0 = px_now_ns();
     if (px_ir_synth_write(&o, tmp, &err) != PX_OK || rename(tmp, path) != 0) {
         fprintf(stderr, "bench_rt_decode: writing %s: %s\n", path, err.msg);
         remove(tmp);
@@ -252,13 +270,13 @@ static const struct anchor *anchor_for(px_dtype t, uint32_t threads)
 /* Step 3 for every dtype: returns nonzero on failure. */
 static int model_figures(const char *dir, const double bw[3])
 {
-    static const px_dtype types[] = {PX_DTYPE_F32, PX_DTYPE_F16, PX_DTYPE_Q8_0};
+    static const px_dtype types[] = {PX_DTYPE_F32, PX_DTYPE_F16, PX_DTYPE_Q8_0, PX_DTYPE_Q4_K};
     printf("136 M synthetic llama (dim 1024, hidden 2816, 12 layers, 16 heads, 4 kv heads, "
            "vocab 512): prefill of %d tokens, greedy decode of %d\n",
            PROMPT, DECODE_STEPS);
-    printf("%-5s %3s %9s %7s %9s %7s %8s %8s %6s\n", "dtype", "thr", "prefill/s", "x l.cpp",
+    printf("%-6s %3s %9s %7s %9s %7s %8s %8s %6s\n", "dtype", "thr", "prefill/s", "x l.cpp",
            "decode/s", "x l.cpp", "MB/token", "GB/s", "of bw");
-    for (size_t ti = 0; ti < 3; ti++) {
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         char path[1200];
         if (synth_model(dir, types[ti], path, sizeof path))
             return 1;
@@ -276,9 +294,10 @@ static int model_figures(const char *dir, const double bw[3])
             }
             const struct anchor *a = anchor_for(types[ti], threads);
             double reached = f.bytes_per_token * f.decode_tps;
-            printf("%-5s %3u %9.1f %7.2f %9.1f %7.2f %8.1f %8.2f %5.0f%%\n",
-                   px_dtype_name(types[ti]), threads, f.prefill_tps, f.prefill_tps / a->prefill,
-                   f.decode_tps, f.decode_tps / a->decode, f.bytes_per_token / 1e6, reached / 1e9,
+            printf("%-6s %3u %9.1f %7.2f %9.1f %7.2f %8.1f %8.2f %5.0f%%\n",
+                   types[ti] == PX_DTYPE_Q4_K ? "q4_K_M" : px_dtype_name(types[ti]), threads,
+                   f.prefill_tps, f.prefill_tps / a->prefill, f.decode_tps,
+                   f.decode_tps / a->decode, f.bytes_per_token / 1e6, reached / 1e9,
                    100.0 * reached / bw[threads]);
         }
         px_rt_model_free(m);

@@ -293,6 +293,11 @@ void px_fleet_client_set_timeout(px_fleet_client *c, int timeout_ms);
  * calling thread while a request runs; another thread or a signal handler
  * may set it); NULL clears. */
 void px_fleet_client_set_abort(px_fleet_client *c, const atomic_int *flag);
+/* (optional) Calls fn(ud, done, total) on the calling thread as a request's
+ * body is sent or its reply received (bytes so far and in all, total 0
+ * when unknown), for a progress display; fn NULL: none. */
+void px_fleet_client_set_progress(px_fleet_client *c,
+                                  void (*fn)(void *ud, uint64_t done, uint64_t total), void *ud);
 /* The server URL (borrowed). */
 const char *px_fleet_client_server(const px_fleet_client *c);
 /* Sends `method` on `path` ("/v1/jobs") with a JSON body (borrowed; may

@@ -206,6 +206,8 @@ enum {
     PX_RT_CAP_HOST_MEMORY = 1 << 0, /* its buffers are host-visible */
     PX_RT_CAP_HOST_PTR = 1 << 1,    /* can wrap host memory (mmapped weights) */
     PX_RT_CAP_ASYNC = 1 << 2,       /* streams return before ops complete */
+    PX_RT_CAP_OP_TIMING = 1 << 3,   /* a run of many ops times each on the device, so
+                                       telemetry needs no run per op */
 };
 
 typedef struct px_rt_device_props {
@@ -217,6 +219,8 @@ typedef struct px_rt_device_props {
     uint32_t caps;         /* PX_RT_CAP_* */
     uint32_t n_threads;    /* execution threads (cpu), 0 elsewhere */
     bool emulated;         /* an emulated device: never hardware results */
+    uint64_t memory_used;  /* bytes this device's buffers hold; 0: not tracked */
+    uint64_t memory_peak;  /* the most they held at once; 0: not tracked */
 } px_rt_device_props;
 
 /* Options for opening a device. */
@@ -224,6 +228,8 @@ typedef struct px_rt_device_opts {
     uint32_t n_threads;    /* cpu: worker threads, 0: online CPUs */
     bool portable_kernels; /* cpu: skip the AVX2/FMA kernels */
     const char *profile;   /* emulated backends: profile name or path */
+    uint32_t ordinal;      /* cuda: the GPU, in the CUDA runtime's order */
+    uint64_t memory_limit; /* cuda: most bytes its buffers may hold; 0: the GPU's */
 } px_rt_device_opts;
 
 /* A buffer's table.  `buf` is the backend's context for the buffer. */
@@ -376,8 +382,9 @@ typedef px_status (*px_rt_fault_hook)(const px_rt_op *op, void *ud, px_err *err)
 PX_NODISCARD px_status px_rt_stream_new(px_rt_device *d, px_rt_stream **out, px_err *err);
 void px_rt_stream_free(px_rt_stream *s); /* NULL is a no-op */
 px_rt_device *px_rt_stream_device(const px_rt_stream *s);
-/* Runs ops in order and waits for them.  With a telemetry sink or a fault
- * hook set, ops are issued one at a time and each is reported.  Errors:
+/* Runs ops in order and waits for them.  With a fault hook set, or a
+ * telemetry sink on a device without PX_RT_CAP_OP_TIMING, ops are issued
+ * one at a time; with a sink, each is reported.  Errors:
  * the backend's (PX_EUNSUPPORTED for an op it cannot run, PX_EINVAL for
  * inconsistent shapes), the hook's. */
 PX_NODISCARD px_status px_rt_stream_run(px_rt_stream *s, const px_rt_op *ops, size_t n_ops,
@@ -386,6 +393,41 @@ PX_NODISCARD px_status px_rt_stream_synchronize(px_rt_stream *s, px_err *err);
 /* Sets or clears (fn NULL) the telemetry sink. */
 void px_rt_stream_set_telemetry(px_rt_stream *s, px_rt_telemetry_fn fn, void *ud);
 void px_rt_stream_set_fault_hook(px_rt_stream *s, px_rt_fault_hook hook, void *ud);
+
+/* ------------------------------------------------------------------ */
+/* The cuda backend                                                    */
+/* ------------------------------------------------------------------ */
+
+/* "cuda" is registered beside "cpu" in every build.  Its devices are the
+ * GPUs, in the CUDA runtime's order (px_rt_device_opts.ordinal).  Where
+ * the build had no nvcc, or the machine has no GPU or driver, opening one
+ * fails with PX_EUNSUPPORTED naming the device and the fix; a stage is
+ * never moved to the cpu unasked. */
+
+/* Whether this build holds the cuda kernels (nvcc was found). */
+bool px_rt_cuda_built(void);
+
+/* One GPU as seen by discovery (nvidia-smi) or by the CUDA runtime. */
+typedef struct px_rt_cuda_info {
+    char name[96];       /* "NVIDIA H200" */
+    char capability[16]; /* "9.0" */
+    double memory_total; /* bytes; NAN: unknown */
+    double clock_max_sm; /* Hz; NAN: unknown */
+    int multiprocessors; /* 0: unknown */
+} px_rt_cuda_info;
+
+/* What the CUDA runtime says of GPU `ordinal` (cudaGetDeviceProperties).
+ * Errors: PX_EUNSUPPORTED (no GPU, no driver, no cuda build),
+ * PX_ENOTFOUND (an ordinal past the GPUs). */
+PX_NODISCARD px_status px_rt_cuda_query(uint32_t ordinal, px_rt_cuda_info *out, px_err *err);
+
+/* Compares discovery's figures with the runtime's for one GPU: a model
+ * name, compute capability, memory (beyond 1 % and 64 MiB), SM clock
+ * (beyond 5 %) or multiprocessor count that differ each add a warning to
+ * w naming both figures.  Unknown figures are not compared.  Returns the
+ * number of warnings added. */
+size_t px_rt_cuda_crosscheck(const px_rt_cuda_info *discovered, const px_rt_cuda_info *runtime,
+                             uint32_t ordinal, px_diags *w);
 
 /* ------------------------------------------------------------------ */
 /* Models                                                              */
@@ -997,7 +1039,7 @@ typedef struct px_rt_worker_opts {
                                         n_layers (a stage starting at 0
                                         without it follows an embedding-only
                                         stage) */
-    const char *backend;             /* "cpu" or "emu" */
+    const char *backend;             /* "cpu", "emu" or "cuda" */
     const char *emu_profile;         /* JSON text for emu */
     const char *device_name;         /* for messages; may be NULL */
     uint32_t n_threads;
@@ -1042,7 +1084,7 @@ void px_rt_worker_args_release(px_rt_worker_argv *a); /* NULL is a no-op */
  * o, whose strings borrow argv; *secret_stdin says whether the secret is
  * to be read from standard input.  PX_EINVAL naming the option and the
  * fix (an unknown option, a missing value, a number out of range, a
- * malformed address, a backend other than cpu or emu). */
+ * malformed address, a backend other than cpu, emu or cuda). */
 PX_NODISCARD px_status px_rt_worker_args_parse(int argc, char *const *argv, px_rt_worker_opts *o,
                                                bool *secret_stdin, px_err *err);
 
@@ -1082,7 +1124,7 @@ typedef struct px_rt_stage_spec {
                                         holds only the embedding or the head */
     bool embedding, head;            /* the first stage, the last stage */
     char device[64];                 /* inventory global id ("local.emu-a"), or "" */
-    char backend[16];                /* "cpu" or "emu" */
+    char backend[16];                /* "cpu", "emu" or "cuda" */
     bool emulated;
     px_rt_emu_profile emu;        /* for backend "emu" */
     px_rt_interval pred_decode_s; /* per token */
@@ -1687,7 +1729,7 @@ PX_NODISCARD px_status px_rt_engine_gather_stats(px_rt_engine *e, px_err *err);
  */
 
 typedef struct px_rt_profile_opts {
-    const char *backend;          /* "cpu" (NULL) or "emu" */
+    const char *backend;          /* "cpu" (NULL), "emu" or "cuda" */
     const px_rt_emu_profile *emu; /* backend "emu": its profile (borrowed) */
     uint32_t n_threads;           /* 0: 1, as a stage worker by default */
     uint32_t layer_begin;         /* layers held: [layer_begin, layer_end) */

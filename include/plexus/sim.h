@@ -662,6 +662,10 @@ typedef struct px_sim_compare_options {
     /* The exact yardstick (px_plan_exact) on fleets of at most this many
      * devices: 6 by default (seconds); up to 8 (minutes); 0: off. */
     uint32_t exact_max_devices;
+    /* (optional) called on the calling thread before each long step with
+     * what it is ("scenario S: policy P (2 of 5)"); NULL: none. */
+    void (*progress)(void *ctx, const char *step);
+    void *progress_ctx;
 } px_sim_compare_options;
 
 void px_sim_compare_options_default(px_sim_compare_options *opt);

@@ -16,14 +16,17 @@
 
 #include "base/common.h"
 
+#include "plexus/heal.h"
 #include "plexus/hw.h"
 #include "plexus/ir.h"
+#include "plexus/rt.h"
 
 enum { PX_EXIT_OK = 0, PX_EXIT_FAIL = 1, PX_EXIT_USAGE = 2, PX_EXIT_VERDICT = 3 };
 
 typedef enum px_cli_format {
     PX_CLI_TEXT = 0,
     PX_CLI_JSON = 1,
+    PX_CLI_YAML = 2, /* the JSON document's tree written as YAML */
 } px_cli_format;
 
 /* ------------------------------------------------------------------ */
@@ -173,15 +176,21 @@ const px_cli_spec *px__cli_action(const char *cmd, const px_cli_spec *const *spe
  * enough to be a likely misspelling; NULL otherwise. */
 const char *px__cli_nearest(const char *s, const char *const *words);
 
-/* Parses the argument of -o/--output.  Prints a usage error and returns
- * false for anything but "text" or "json". */
-bool px__cli_parse_format(const char *cmd, const char *arg, px_cli_format *out);
 /* Prints "plexus <cmd>: <message>" to stderr and returns PX_EXIT_FAIL. */
 int px__cli_fail(const char *cmd, const px_err *err);
 /* Prints a usage error with a pointer to --help and returns PX_EXIT_USAGE. */
 int px__cli_usage_error(const char *cmd, const char *fmt, ...) PX_PRINTF(2, 3);
 /* Prints v in canonical form to stdout; returns PX_EXIT_OK or PX_EXIT_FAIL. */
 int px__cli_print_json(const json_t *v);
+/* Prints v to stdout as JSON (canonical form) or, for PX_CLI_YAML, as
+ * YAML (src/cli/cli_yaml.c); PX_CLI_TEXT prints JSON too.  Returns
+ * PX_EXIT_OK or PX_EXIT_FAIL. */
+int px__cli_print_doc(const json_t *v, px_cli_format fmt);
+/* Writes v to f as a YAML 1.2 block document: objects as mappings in
+ * their key order, arrays as sequences, strings plain where YAML reads
+ * them back as the same string and double-quoted (JSON escapes) where
+ * not.  Loading the output with any YAML 1.2 reader gives v back. */
+void px__cli_yaml_write(const json_t *v, FILE *f);
 /* Whether argv holds -h or --help before a "--". */
 bool px__cli_wants_help(int argc, char **argv);
 /* The vocabulary of `plexus generate` and `plexus run`: the tokenizer
@@ -204,8 +213,57 @@ px_status px__cli_open_model(const char *cmd, const char *spec, px_ir_model **ou
  * by px__cli_progress_done. */
 void px__cli_progress(const char *cmd, const char *fmt, ...) PX_PRINTF(2, 3);
 void px__cli_progress_done(void);
+/* What `plexus generate` and `plexus run` share: the prompts, the
+ * tokenizer and the sampling, with one set of defaults (greedy, 64 new
+ * tokens, top-p 0.9, seed 42) so that the same command line gives the
+ * same text on one machine and across stage workers. */
+typedef struct px__cli_sampling {
+    const char *tokenizer;
+    px_cli_list prompts;
+    uint32_t n_new;
+    double temp, top_p;
+    uint64_t seed;
+} px__cli_sampling;
+
+#define PX__CLI_SAMPLING_DEFAULTS                        \
+    (px__cli_sampling)                                   \
+    {                                                    \
+        .n_new = 64, .temp = 0, .top_p = 0.9, .seed = 42 \
+    }
+
+/* The rows of those options, for a command's table. */
+#define PX__CLI_SAMPLING_OPTS(s)                                                              \
+    PX_CLI_OPT("prompt", 0, PX_CLI_LIST, &(s).prompts, "TEXT",                                \
+               "text to continue (repeat: the prompts decode together)"),                     \
+        PX_CLI_OPT("tokens", 'n', PX_CLI_U32, &(s).n_new, "N",                                \
+                   "new tokens per prompt (default 64; stops early at EOS\n"                  \
+                   "or at the end of the context)",                                           \
+                   .lo = 1, .hi = 1u << 24),                                                  \
+        PX_CLI_OPT("temp", 0, PX_CLI_NUM, &(s).temp, "T",                                     \
+                   "temperature, 0 for greedy decoding (default 0)", .lo = 0, .hi = 100),     \
+        PX_CLI_OPT("top-p", 0, PX_CLI_NUM, &(s).top_p, "P",                                   \
+                   "nucleus sampling threshold, 1 for none (default 0.9)", .lo = 0, .hi = 1), \
+        PX_CLI_OPT("seed", 0, PX_CLI_U64, &(s).seed, "S",                                     \
+                   "random seed; prompt i uses S + i (default 42)"),                          \
+        PX_CLI_OPT("tokenizer", 0, PX_CLI_STR, &(s).tokenizer, "FILE",                        \
+                   "llama2.c tokenizer (tok512.bin); default: the model's\n"                  \
+                   "own vocabulary, or tok512.bin next to a .bin checkpoint")
+
+/* --transport of `plexus run` and `plexus serve`: unix, tcp, or
+ * tcp:A.B.C.D (workers a launcher starts on that address). */
+typedef struct px__cli_transport {
+    px_rt_transport kind;
+    const char *host; /* tcp:A.B.C.D; NULL otherwise */
+} px__cli_transport;
+/* PX_CLI_CALL parser of --transport into a px__cli_transport. */
+px_status px__cli_parse_transport(const char *v, void *dest, px_err *err);
+/* Parses every --inject SPEC of list into out (at most max); prints a
+ * usage error naming the spec and returns false on a malformed one. */
+bool px__cli_parse_injects(const char *cmd, const px_cli_list *list, px_heal_inject *out,
+                           uint32_t max, uint32_t *n);
+
 /* `plexus model quantize` (src/cli/model_quantize.c). */
-int px__cmd_model_quantize(int argc, char **argv);
+int px__cmd_model_quantize(const char *in, const char *out, const char *type, px_cli_format fmt);
 /* `plexus inventory discover` (src/cli/inventory_discover.c). */
 int px__cmd_inventory_discover(int argc, char **argv);
 

@@ -210,7 +210,9 @@ static bool read_value(const px_cli_opt *o, const char *v, char *why, size_t cap
                      strchr(v, '.') || strchr(v, '/') ? " (a file goes with --out FILE)" : "");
             return false;
         }
-        *(px_cli_format *)o->dest = !strcmp(v, "json") ? PX_CLI_JSON : PX_CLI_TEXT;
+        *(px_cli_format *)o->dest = !strcmp(v, "json")   ? PX_CLI_JSON
+                                    : !strcmp(v, "yaml") ? PX_CLI_YAML
+                                                         : PX_CLI_TEXT;
         return true;
     }
     case PX_CLI_CHOICE:
@@ -444,8 +446,11 @@ const px_cli_spec *px__cli_action(const char *cmd, const px_cli_spec *const *spe
             printf("  plexus %s %s\n", specs[i]->name,
                    specs[i]->synopsis ? specs[i]->synopsis : "");
         printf("\n");
+        int width = 10;
+        for (size_t i = 0; i < n; i++)
+            width = PX_MAX(width, (int)strlen(names[i]));
         for (size_t i = 0; specs[i]; i++)
-            printf("  %-10s %s\n", names[i], specs[i]->summary ? specs[i]->summary : "");
+            printf("  %-*s  %s\n", width, names[i], specs[i]->summary ? specs[i]->summary : "");
         printf("\nrun 'plexus %s ACTION --help' for an action's options.\n", cmd);
         *rc = PX_EXIT_OK;
         return NULL;

@@ -56,20 +56,6 @@ void px__cli_progress_done(void)
     }
 }
 
-bool px__cli_parse_format(const char *cmd, const char *arg, px_cli_format *out)
-{
-    if (!strcmp(arg, "text")) {
-        *out = PX_CLI_TEXT;
-        return true;
-    }
-    if (!strcmp(arg, "json")) {
-        *out = PX_CLI_JSON;
-        return true;
-    }
-    px__cli_usage_error(cmd, "-o takes \"text\" or \"json\", not \"%s\"", arg);
-    return false;
-}
-
 int px__cli_fail(const char *cmd, const px_err *err)
 {
     fprintf(stderr, "plexus %s: %s\n", cmd,
@@ -98,6 +84,14 @@ int px__cli_print_json(const json_t *v)
     fputs(s, stdout);
     free(s);
     return PX_EXIT_OK;
+}
+
+int px__cli_print_doc(const json_t *v, px_cli_format fmt)
+{
+    if (fmt != PX_CLI_YAML)
+        return px__cli_print_json(v);
+    px__cli_yaml_write(v, stdout);
+    return fflush(stdout) == 0 ? PX_EXIT_OK : PX_EXIT_FAIL;
 }
 
 bool px__cli_wants_help(int argc, char **argv)
@@ -143,4 +137,38 @@ px_status px__cli_find_vocab(const char *model, const char *tokenizer, const px_
     }
     free(path);
     return st;
+}
+
+px_status px__cli_parse_transport(const char *v, void *dest, px_err *err)
+{
+    px__cli_transport *t = dest;
+    if (!strcmp(v, "unix")) {
+        *t = (px__cli_transport){.kind = PX_RT_TRANSPORT_UNIX};
+    } else if (!strcmp(v, "tcp")) {
+        *t = (px__cli_transport){.kind = PX_RT_TRANSPORT_TCP};
+    } else if (px_str_starts_with(v, "tcp:") && v[4]) {
+        *t = (px__cli_transport){.kind = PX_RT_TRANSPORT_TCP, .host = v + 4};
+    } else {
+        return px_err_set(err, PX_EINVAL, "takes unix, tcp or tcp:A.B.C.D, not \"%s\"", v);
+    }
+    return PX_OK;
+}
+
+bool px__cli_parse_injects(const char *cmd, const px_cli_list *list, px_heal_inject *out,
+                           uint32_t max, uint32_t *n)
+{
+    *n = 0;
+    for (size_t i = 0; i < list->n; i++) {
+        px_err e;
+        if (*n == max) {
+            px__cli_usage_error(cmd, "at most %u --inject", max);
+            return false;
+        }
+        if (px_heal_inject_parse(list->v[i], &out[*n], &e) != PX_OK) {
+            px__cli_usage_error(cmd, "%s", e.msg);
+            return false;
+        }
+        (*n)++;
+    }
+    return true;
 }

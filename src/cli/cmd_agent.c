@@ -16,107 +16,82 @@ static void on_signal(int sig)
     atomic_store(&stop_flag, 1);
 }
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: plexus agent --server URL [--join-token-file F] [--inventory FILE]\n"
-               "                    [--name N] [--state DIR] [--ca F] [--job-user U]\n"
-               "                    [--cache DIR] [--cache-budget SIZE] [--work DIR]\n"
-               "                    [--address A] [--health-interval S] [--max-job-time S]\n"
-               "\n"
-               "Describes this node (discovery, or --inventory FILE for an emulated node),\n"
-               "joins the server, heartbeats its live state and runs the work the server\n"
-               "assigns: each job under a supervisor that ends everything it starts (in a\n"
-               "cgroup of its own where cgroup v2 allows), with only its devices visible and\n"
-               "a scrubbed environment; output is streamed to the server.\n"
-               "\n"
-               "The first time, the agent joins with the join token (the \"agent\" line of the\n"
-               "server's token file) and keeps a credential of its own in STATE/credential;\n"
-               "afterwards it needs no token.  No secret is ever taken from the command line\n"
-               "or the environment: jobs must not find one.\n"
-               "\n"
-               "  --server URL          default PLEXUS_SERVER or http://127.0.0.1:7070\n"
-               "  --join-token-file F   the join token, in a file only you can read (chmod 600)\n"
-               "  --state DIR           the node's credential (default WORK/state, mode 0700)\n"
-               "  --ca F                trust only this CA for an https:// server (PLEXUS_CA)\n"
-               "  --job-user U          run jobs as user U (the agent runs as root); an agent\n"
-               "                        running as root refuses to start without it\n"
-               "  --inventory FILE      describe the node from an inventory (marked emulated)\n"
-               "  --name N              node name (default the node's id)\n"
-               "  --cache DIR           model and artifact cache (default WORK/cache)\n"
-               "  --cache-budget SIZE   cache size limit, e.g. 10GiB (the default)\n"
-               "  --work DIR            job folders (default $TMPDIR/plexus-agent-NAME)\n"
-               "  --address A           address other members of a job reach this node at\n"
-               "  --health-interval S   seconds between service health checks (default 1)\n"
-               "  --max-job-time S      stop any job after S seconds\n"
-               "\n"
-               "SIGINT or SIGTERM stops the agent and the work it runs.  When the agent\n"
-               "cannot renew its lease for 3/4 of it, it stops its jobs before the server\n"
-               "can give them to another node.\n");
-}
+static struct {
+    px_fleet_agent_config cfg;
+    const char *server, *ca, *join_file, *token_file;
+    double budget;
+} A;
 
-static bool parse_seconds(const char *opt, const char *v, double max, double *out)
-{
-    char *end;
-    double x = strtod(v, &end);
-    if (end == v || *end || !(x > 0) || x > max) {
-        px__cli_usage_error("agent", "%s takes seconds (0 < S <= %g), not \"%s\"", opt, max, v);
-        return false;
-    }
-    *out = x;
-    return true;
-}
+/* Seconds: 0 < S <= max, given in .hi. */
+static const px_cli_opt opts[] = {
+    PX_CLI_OPT("server", 0, PX_CLI_STR, &A.server, "URL",
+               "the server (default $PLEXUS_SERVER or\nhttp://127.0.0.1:7070)"),
+    PX_CLI_OPT("join-token-file", 0, PX_CLI_STR, &A.join_file, "FILE",
+               "the join token, in a file only you can read (chmod 600)"),
+    PX_CLI_OPT("token-file", 0, PX_CLI_STR, &A.token_file, "FILE", "the same as --join-token-file",
+               .flags = PX_CLI_HIDDEN),
+    PX_CLI_OPT("state", 0, PX_CLI_STR, &A.cfg.state_dir, "DIR",
+               "the node's credential (default WORK/state, mode 0700)"),
+    PX_CLI_OPT("ca", 0, PX_CLI_STR, &A.ca, "FILE",
+               "trust only this CA for an https:// server ($PLEXUS_CA)"),
+    PX_CLI_OPT("job-user", 0, PX_CLI_STR, &A.cfg.job_user, "USER",
+               "run jobs as USER (the agent runs as root); an agent\n"
+               "running as root refuses to start without it"),
+    PX_CLI_OPT("inventory", 0, PX_CLI_STR, &A.cfg.inventory, "FILE",
+               "describe the node from an inventory (marked emulated)"),
+    PX_CLI_OPT("name", 0, PX_CLI_STR, &A.cfg.name, "NAME", "node name (default the node's id)"),
+    PX_CLI_OPT("cache", 0, PX_CLI_STR, &A.cfg.cache_dir, "DIR",
+               "model and artifact cache (default WORK/cache)"),
+    PX_CLI_OPT("cache-budget", 0, PX_CLI_SIZE, &A.budget, "SIZE",
+               "cache size limit, e.g. 10GiB (the default)", .lo = 1),
+    PX_CLI_OPT("work", 0, PX_CLI_STR, &A.cfg.work_dir, "DIR",
+               "job folders (default $TMPDIR/plexus-agent-NAME)"),
+    PX_CLI_OPT("address", 0, PX_CLI_STR, &A.cfg.address, "ADDR",
+               "address other members of a job reach this node at"),
+    PX_CLI_OPT("health-interval", 0, PX_CLI_NUM, &A.cfg.health_interval_s, "SECONDS",
+               "seconds between service health checks (default 1)", .lo = 0.001, .hi = 3600),
+    PX_CLI_OPT("max-job-time", 0, PX_CLI_NUM, &A.cfg.max_job_time_s, "SECONDS",
+               "stop any job after SECONDS", .lo = 0.001, .hi = 30 * 86400.0),
+    PX_CLI_OPT("token", 0, PX_CLI_CALL, NULL, "TOKEN", NULL, .parse = px__fleet_cli_refuse_token,
+               .flags = PX_CLI_HIDDEN),
+    {0},
+};
+
+static const px_cli_spec spec = {
+    .name = "agent",
+    .synopsis = "--server URL [--join-token-file FILE] [options]",
+    .about = "Describes this node (discovery, or --inventory FILE for an emulated node), joins\n"
+             "the server, heartbeats its live state and runs the work the server assigns: each\n"
+             "job under a supervisor that ends everything it starts (in a cgroup of its own\n"
+             "where cgroup v2 allows), with only its devices visible and a scrubbed\n"
+             "environment; output is streamed to the server.\n"
+             "\n"
+             "The first time, the agent joins with the join token (the \"agent\" line of the\n"
+             "server's token file) and keeps a credential of its own in STATE/credential;\n"
+             "afterwards it needs no token.  No secret is ever taken from the command line or\n"
+             "the environment: jobs must not find one.",
+    .opts = opts,
+    .more = "SIGINT or SIGTERM stops the agent and the work it runs.  When the agent cannot\n"
+            "renew its lease for 3/4 of it, it stops its jobs before the server can give them\n"
+            "to another node.",
+    .examples = "plexus agent --server https://10.0.0.5:7070 --ca ca.pem \\\n"
+                "    --join-token-file join.token --job-user plexus-jobs\n"
+                "plexus agent --server http://127.0.0.1:7070 --join-token-file t \\\n"
+                "    --inventory data/scenarios/hetero-pair-h100-l4.json   # an emulated node\n",
+};
+const px_cli_spec *const px__cmd_agent_specs[] = {&spec, NULL};
 
 int px__cmd_agent(int argc, char **argv)
 {
-    px__fleet_cli o = {.cmd = "agent"};
-    if (px__cli_wants_help(argc, argv)) {
-        usage(stdout);
-        return PX_EXIT_OK;
-    }
-    px_fleet_agent_config cfg = {0};
-    const char *join_file = NULL;
-    for (int i = 1; i < argc; i++) {
-        int r = px__fleet_cli_common(&o, argc, argv, &i);
-        if (r < 0)
-            return PX_EXIT_USAGE;
-        if (r > 0)
-            continue;
-        const char *a = argv[i];
-        const char *v = px__fleet_cli_value(&o, argc, argv, &i);
-        if (!v)
-            return PX_EXIT_USAGE;
-        if (!strcmp(a, "--join-token-file"))
-            join_file = v;
-        else if (!strcmp(a, "--inventory"))
-            cfg.inventory = v;
-        else if (!strcmp(a, "--name"))
-            cfg.name = v;
-        else if (!strcmp(a, "--state"))
-            cfg.state_dir = v;
-        else if (!strcmp(a, "--job-user"))
-            cfg.job_user = v;
-        else if (!strcmp(a, "--cache"))
-            cfg.cache_dir = v;
-        else if (!strcmp(a, "--work"))
-            cfg.work_dir = v;
-        else if (!strcmp(a, "--address"))
-            cfg.address = v;
-        else if (!strcmp(a, "--cache-budget")) {
-            px_qty q;
-            px_err err;
-            if (px_qty_parse(v, PX_DIM_BYTES, &q, &err) != PX_OK || q.value < 1)
-                return px__cli_usage_error("agent",
-                                           "--cache-budget \"%s\": give a size such as 10GiB", v);
-            cfg.cache_budget = (uint64_t)q.value;
-        } else if (!strcmp(a, "--health-interval")) {
-            if (!parse_seconds(a, v, 3600, &cfg.health_interval_s))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "--max-job-time")) {
-            if (!parse_seconds(a, v, 30 * 86400.0, &cfg.max_job_time_s))
-                return PX_EXIT_USAGE;
-        } else
-            return px__cli_usage_error("agent", "unknown option \"%s\"", a);
-    }
+    memset(&A, 0, sizeof A);
+    px_cli_args args;
+    int prc;
+    if (!px__cli_parse(&spec, argc, argv, &args, &prc))
+        return prc;
+    px_fleet_agent_config cfg = A.cfg;
+    cfg.cache_budget = (uint64_t)A.budget;
+    px__fleet_cli o = {.cmd = "agent", .server = A.server, .ca = A.ca, .token_file = A.token_file};
+    const char *join_file = A.join_file;
     /* --token-file is the common name of the same file. */
     if (!join_file)
         join_file = o.token_file;

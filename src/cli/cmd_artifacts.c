@@ -6,55 +6,44 @@
 const char px__cmd_artifacts_summary[] =
     "list a job's artifacts, or fetch one (--get NAME --out FILE)";
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: plexus artifacts JOB [--server URL] [--token-file F] [-o text|json]\n"
-               "       plexus artifacts JOB --get NAME --out FILE\n"
-               "\n"
-               "Lists the files the job declared with --artifact and its agents uploaded\n"
-               "(name, size, SHA-256, rank, attempt).  With --get, writes one to FILE\n"
-               "(\"-\" for stdout).\n");
-}
+static px__fleet_cli o;
+static const char *get, *out;
+static const px_cli_opt opts[] = {
+    PX_CLI_OPT("get", 0, PX_CLI_STR, &get, "NAME", "fetch the artifact NAME (with --out)"),
+    PX_CLI_OPT("out", 0, PX_CLI_STR, &out, "FILE", "where --get writes it (\"-\" for stdout)"),
+    PX__FLEET_CLI_OPTS(o),
+    {0},
+};
+static const px_cli_spec spec = {
+    .name = "artifacts",
+    .synopsis = "JOB [--get NAME --out FILE] [options]",
+    .about = "Lists the files the job declared with --artifact and its agents uploaded (name,\n"
+             "size, SHA-256, rank, attempt).  With --get, writes one to FILE.",
+    .opts = opts,
+    .operands = "JOB",
+    .min_operands = 1,
+    .max_operands = 1,
+    .examples = "plexus artifacts j-000012\n"
+                "plexus artifacts j-000012 --get metrics.json --out metrics.json\n",
+};
+const px_cli_spec *const px__cmd_artifacts_specs[] = {&spec, NULL};
 
 int px__cmd_artifacts(int argc, char **argv)
 {
-    px__fleet_cli o = {.cmd = "artifacts"};
-    if (px__cli_wants_help(argc, argv)) {
-        usage(stdout);
-        return PX_EXIT_OK;
-    }
-    const char *id = NULL, *get = NULL, *out = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--out")) {
-            if (!(out = px__fleet_cli_value(&o, argc, argv, &i)))
-                return PX_EXIT_USAGE;
-            continue;
-        }
-        if (px_str_starts_with(argv[i], "--out=")) {
-            out = argv[i] + 6;
-            continue;
-        }
-        int r = px__fleet_cli_common(&o, argc, argv, &i);
-        if (r < 0)
-            return PX_EXIT_USAGE;
-        if (r > 0)
-            continue;
-        if (!strcmp(argv[i], "--get")) {
-            if (!(get = px__fleet_cli_value(&o, argc, argv, &i)))
-                return PX_EXIT_USAGE;
-        } else if (argv[i][0] != '-' && !id) {
-            id = argv[i];
-        } else {
-            return px__cli_usage_error("artifacts", "unexpected argument \"%s\"", argv[i]);
-        }
-    }
-    if (!id)
-        return px__cli_usage_error("artifacts", "give the job id");
+    o = (px__fleet_cli){.cmd = "artifacts"};
+    get = out = NULL;
+    px_cli_args args;
+    int prc;
+    if (!px__cli_parse(&spec, argc, argv, &args, &prc))
+        return prc;
+    const char *id = args.v[0];
     if (!px__fleet_cli_valid_id(id))
         return px__cli_usage_error("artifacts", "\"%s\" is not a job id (e.g. j-000012)", id);
     if (get && !out)
         return px__cli_usage_error("artifacts",
                                    "--get NAME needs --out FILE (or --out - for stdout)");
+    if (out && !get)
+        return px__cli_usage_error("artifacts", "--out goes with --get NAME");
     px_fleet_client *c = px__fleet_cli_connect(&o);
     if (!c)
         return PX_EXIT_FAIL;
@@ -103,8 +92,8 @@ int px__cmd_artifacts(int argc, char **argv)
     px__fleet_cli_release(&o);
     if (!reply)
         return PX_EXIT_FAIL;
-    if (o.format == PX_CLI_JSON) {
-        rc = px__cli_print_json(reply);
+    if (o.format != PX_CLI_TEXT) {
+        rc = px__fleet_cli_print(&o, reply);
     } else {
         const json_t *list = json_object_get(reply, "artifacts");
         if (!json_array_size(list))

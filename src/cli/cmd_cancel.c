@@ -3,30 +3,31 @@
 
 const char px__cmd_cancel_summary[] = "cancel a job (its processes are killed)";
 
+static px__fleet_cli o;
+static const px_cli_opt opts[] = {PX__FLEET_CLI_OPTS(o), {0}};
+static const px_cli_spec spec = {
+    .name = "cancel",
+    .synopsis = "JOB [options]",
+    .about = "Cancels a queued, assigned or running job.  Agents running it kill its process\n"
+             "groups at their next heartbeat.  A job that already ended cannot be cancelled\n"
+             "(exit 1).",
+    .opts = opts,
+    .operands = "JOB",
+    .min_operands = 1,
+    .max_operands = 1,
+    .examples = "plexus cancel j-000012\n"
+                "plexus cancel j-000012 --context lab -o json\n",
+};
+const px_cli_spec *const px__cmd_cancel_specs[] = {&spec, NULL};
+
 int px__cmd_cancel(int argc, char **argv)
 {
-    px__fleet_cli o = {.cmd = "cancel"};
-    if (px__cli_wants_help(argc, argv)) {
-        printf("usage: plexus cancel JOB [--server URL] [--token-file F] [-o text|json]\n\n"
-               "Cancels a queued, assigned or running job.  Agents running it kill its\n"
-               "process groups at their next heartbeat.  A job that already ended\n"
-               "cannot be cancelled (exit 1).\n");
-        return PX_EXIT_OK;
-    }
-    const char *id = NULL;
-    for (int i = 1; i < argc; i++) {
-        int r = px__fleet_cli_common(&o, argc, argv, &i);
-        if (r < 0)
-            return PX_EXIT_USAGE;
-        if (r > 0)
-            continue;
-        if (argv[i][0] != '-' && !id)
-            id = argv[i];
-        else
-            return px__cli_usage_error("cancel", "unexpected argument \"%s\"", argv[i]);
-    }
-    if (!id)
-        return px__cli_usage_error("cancel", "give the job id to cancel");
+    o = (px__fleet_cli){.cmd = "cancel"};
+    px_cli_args args;
+    int prc;
+    if (!px__cli_parse(&spec, argc, argv, &args, &prc))
+        return prc;
+    const char *id = args.v[0];
     if (!px__fleet_cli_valid_id(id))
         return px__cli_usage_error("cancel", "\"%s\" is not a job id (e.g. j-000012)", id);
     px_fleet_client *c = px__fleet_cli_connect(&o);
@@ -42,8 +43,8 @@ int px__cmd_cancel(int argc, char **argv)
     if (!reply)
         return PX_EXIT_FAIL;
     int rc = PX_EXIT_OK;
-    if (o.format == PX_CLI_JSON)
-        rc = px__cli_print_json(reply);
+    if (o.format != PX_CLI_TEXT)
+        rc = px__fleet_cli_print(&o, reply);
     else
         printf("%s %s\n", id, px__fleet_cli_str(reply, "state", "cancelled"));
     json_decref(reply);

@@ -8,38 +8,6 @@
 const char px__cmd_compare_summary[] =
     "compare planning policies on a scenario pack (paired, with confidence intervals)";
 
-static void usage(void)
-{
-    printf("usage: plexus compare --pack FILE [--policies A,B,...] [--seeds N] [options]\n"
-           "\n"
-           "Plans every scenario of the pack with every policy, simulates each plan under\n"
-           "the same load, faults and seeds 1..N, and reports per scenario and overall:\n"
-           "TPOT p50/p99, TTFT p99, tokens/s, J/token, $/Mtoken and failed requests with\n"
-           "95%% intervals, paired differences against the first policy (same seed, same\n"
-           "scenario), model error (predicted vs simulated TPOT) and policy error (regret\n"
-           "against the best policy, predicted gap to the exact optimum on small fleets).\n"
-           "The same inputs give byte-identical output.\n"
-           "\n"
-           "options:\n"
-           "  --pack FILE          plexus.pack/1 JSON (docs/formats/pack.md) or one\n"
-           "                       plexus.inventory/1 file (data/scenarios/*.json)\n"
-           "  --policies LIST      comma-separated, the first is the reference\n"
-           "                       (default plexus,llamacpp,exo,gpustack,single-type)\n"
-           "  --seeds N            simulate seeds 1..N (default 10, at most 1000)\n"
-           "  --faults FILE        plexus.faults/1 file for every scenario (replaces the pack's)\n"
-           "  --duration T         simulated time per seed (default: sized to the load)\n"
-           "  --metric NAME        figure for regret, \"best\" and the plot in every scenario:\n"
-           "                       tpot_p50_s, tpot_p99_s, ttft_p99_s, tokens_per_s,\n"
-           "                       joules_per_token, usd_per_mtoken, failed (default: each\n"
-           "                       scenario's objective's own figure; the plot tpot_p50_s)\n"
-           "  --no-random-failures draw no failures from MTBFs (faults files only)\n"
-           "  --exact-max N        exact yardstick on fleets of at most N devices (default 6,\n"
-           "                       at most 8: enumeration grows as N!; 0: off)\n"
-           "  -o text|json         report format (default text; json: plexus.compare/1)\n"
-           "  --out FILE           also write the plexus.compare/1 JSON to FILE\n"
-           "  --svg FILE           box and strip plot of the metric over seeds\n");
-}
-
 static const char *const all_policies[] = {"plexus", "llamacpp", "exo", "gpustack", "single-type"};
 
 /* Splits "a,b,c" into at most PX_SIM_COMPARE_MAX_POLICIES names, pointing
@@ -79,20 +47,6 @@ static bool split_policies(const char *text, char *buf, size_t cap, const char *
     }
 }
 
-static bool parse_seeds(const char *arg, uint32_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(arg, &end, 10);
-    if (errno || end == arg || *end || arg[0] == '-' || v < 1 || v > PX_SIM_COMPARE_MAX_SEEDS) {
-        px__cli_usage_error("compare", "--seeds takes a whole number from 1 to %d, not \"%s\"",
-                            PX_SIM_COMPARE_MAX_SEEDS, arg);
-        return false;
-    }
-    *out = (uint32_t)v;
-    return true;
-}
-
 static int write_outputs(const px_sim_comparison *cmp, px_cli_format fmt, const char *out_path,
                          const char *svg_path, px_sim_cmp_metric metric)
 {
@@ -110,8 +64,11 @@ static int write_outputs(const px_sim_comparison *cmp, px_cli_format fmt, const 
             goto fail;
         }
     }
-    if (out_path && px_write_file(out_path, text, strlen(text), &err) != PX_OK)
-        goto fail;
+    if (out_path) {
+        if (px_write_file(out_path, text, strlen(text), &err) != PX_OK)
+            goto fail;
+        px__cli_wrote("compare", out_path, "the comparison");
+    }
     if (svg_path) {
         if (px_sim_comparison_svg(cmp, metric, &sb) != PX_OK) {
             px_err_set(&err, PX_ENOMEM, "out of memory");
@@ -119,6 +76,7 @@ static int write_outputs(const px_sim_comparison *cmp, px_cli_format fmt, const 
         }
         if (px_write_file(svg_path, sb.buf, sb.len, &err) != PX_OK)
             goto fail;
+        px__cli_wrote("compare", svg_path, "the picture");
         px_strbuf_reset(&sb);
     }
     if (fmt == PX_CLI_JSON) {
@@ -142,84 +100,112 @@ done:
     return rc;
 }
 
+typedef struct compare_args {
+    const char *pack, *out, *svg, *policies, *metric;
+    bool no_random_failures;
+    px_cli_format fmt;
+    px_sim_compare_options opt;
+} compare_args;
+
+static compare_args C;
+
+static const px_cli_opt opts[] = {
+    PX_CLI_OPT("pack", 0, PX_CLI_STR, &C.pack, "FILE",
+               "plexus.pack/1 JSON (docs/formats/pack.md) or one\n"
+               "plexus.inventory/1 file (data/scenarios/*.json)",
+               .flags = PX_CLI_REQUIRED),
+    PX_CLI_OPT("policies", 0, PX_CLI_STR, &C.policies, "LIST",
+               "comma-separated, the first is the reference\n"
+               "(default plexus,llamacpp,exo,gpustack,single-type)"),
+    PX_CLI_OPT("seeds", 0, PX_CLI_U32, &C.opt.seeds, "N", "simulate seeds 1..N (default 10)",
+               .lo = 1, .hi = PX_SIM_COMPARE_MAX_SEEDS),
+    PX_CLI_OPT("faults", 0, PX_CLI_STR, &C.opt.faults, "FILE",
+               "plexus.faults/1 file for every scenario (replaces the\npack's)"),
+    PX_CLI_OPT("duration", 0, PX_CLI_TIME, &C.opt.duration_s, "TIME",
+               "simulated time per seed (default: sized to the load)", .lo = 1e-9),
+    PX_CLI_OPT("metric", 0, PX_CLI_STR, &C.metric, "NAME",
+               "figure for regret, \"best\" and the plot in every\n"
+               "scenario: tpot_p50_s, tpot_p99_s, ttft_p99_s,\n"
+               "tokens_per_s, joules_per_token, usd_per_mtoken, failed\n"
+               "(default: each scenario's objective's own figure; the\n"
+               "plot tpot_p50_s)"),
+    PX_CLI_OPT("no-random-failures", 0, PX_CLI_FLAG, &C.no_random_failures, NULL,
+               "draw no failures from MTBFs (faults files only)"),
+    PX_CLI_OPT("exact-max", 0, PX_CLI_U32, &C.opt.exact_max_devices, "N",
+               "exact yardstick on fleets of at most N devices (default\n"
+               "6, at most 8: enumeration grows as N!; 0: off)",
+               .hi = 8),
+    PX_CLI_OPT("output", 'o', PX_CLI_FORMAT, &C.fmt, "FORMAT",
+               "report format (default text; json: plexus.compare/1)"),
+    PX_CLI_OPT("out", 0, PX_CLI_STR, &C.out, "FILE",
+               "also write the plexus.compare/1 JSON to FILE"),
+    PX_CLI_OPT("svg", 0, PX_CLI_STR, &C.svg, "FILE", "box and strip plot of the metric over seeds"),
+    {0},
+};
+
+static const px_cli_spec spec = {
+    .name = "compare",
+    .synopsis = "--pack FILE [--policies A,B,...] [--seeds N] [options]",
+    .about = "Plans every scenario of the pack with every policy, simulates each plan under the\n"
+             "same load, faults and seeds 1..N, and reports per scenario and overall: TPOT\n"
+             "p50/p99, TTFT p99, tokens/s, J/token, $/Mtoken and failed requests with 95%\n"
+             "intervals, paired differences against the first policy (same seed, same\n"
+             "scenario), model error (predicted vs simulated TPOT) and policy error (regret\n"
+             "against the best policy, predicted gap to the exact optimum on small fleets).\n"
+             "The same inputs give byte-identical output.  Progress goes to stderr when it is\n"
+             "a terminal.",
+    .opts = opts,
+    .examples = "plexus compare --pack data/packs/hetero.json --seeds 20\n"
+                "plexus compare --pack data/scenarios/hetero-pair-h100-l4.json \\\n"
+                "    --policies plexus,llamacpp --out cmp.json --svg cmp.svg\n",
+};
+const px_cli_spec *const px__cmd_compare_specs[] = {&spec, NULL};
+
+static void on_progress(void *ctx, const char *step)
+{
+    (void)ctx;
+    px__cli_progress("compare", "%s", step);
+}
+
 int px__cmd_compare(int argc, char **argv)
 {
-    if (px__cli_wants_help(argc, argv)) {
-        usage();
-        return PX_EXIT_OK;
-    }
-    const char *pack_path = NULL, *out_path = NULL, *svg_path = NULL;
     const char *names[PX_SIM_COMPARE_MAX_POLICIES];
     char names_buf[1024];
-    px_cli_format fmt = PX_CLI_TEXT;
-    px_sim_compare_options opt;
-    px_sim_compare_options_default(&opt);
-    opt.policies = all_policies;
-    opt.n_policies = PX_ARRAY_LEN(all_policies);
+    memset(&C, 0, sizeof C);
+    px_sim_compare_options_default(&C.opt);
+    C.opt.policies = all_policies;
+    C.opt.n_policies = PX_ARRAY_LEN(all_policies);
+    px_cli_args args;
+    int prc;
+    if (!px__cli_parse(&spec, argc, argv, &args, &prc))
+        return prc;
+    px_sim_compare_options opt = C.opt;
+    px_cli_format fmt = C.fmt;
+    const char *pack_path = C.pack, *out_path = C.out, *svg_path = C.svg;
     px_err err;
     px_err_clear(&err);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = true;
-        if (!strcmp(a, "--no-random-failures")) {
-            opt.random_failures = false;
-            takes = false;
-        } else if (!v && a[0] == '-') {
-            return px__cli_usage_error("compare", "%s needs a value", a);
-        } else if (!strcmp(a, "--pack")) {
-            pack_path = v;
-        } else if (!strcmp(a, "--policies")) {
-            if (!split_policies(v, names_buf, sizeof names_buf, names, &opt.n_policies))
-                return PX_EXIT_USAGE;
-            opt.policies = names;
-        } else if (!strcmp(a, "--seeds")) {
-            if (!parse_seeds(v, &opt.seeds))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "--exact-max")) {
-            char *end;
-            errno = 0;
-            unsigned long x = strtoul(v, &end, 10);
-            if (errno || end == v || *end || v[0] == '-' || x > 8)
-                return px__cli_usage_error("compare",
-                                           "--exact-max takes a whole number from 0 to 8, not "
-                                           "\"%s\"",
-                                           v);
-            opt.exact_max_devices = (uint32_t)x;
-        } else if (!strcmp(a, "--faults")) {
-            opt.faults = v;
-        } else if (!strcmp(a, "--duration")) {
-            px_qty q;
-            if (px_qty_parse(v, PX_DIM_TIME, &q, NULL) != PX_OK || !(q.value > 0))
-                return px__cli_usage_error("compare",
-                                           "--duration takes a time such as 60s, not \"%s\"", v);
-            opt.duration_s = q.value;
-        } else if (!strcmp(a, "--metric")) {
-            if (px_sim_cmp_metric_parse(v, &opt.metric, &err) != PX_OK)
-                return px__cli_usage_error("compare", "%s", err.msg);
-            opt.metric_by_objective = false;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!px__cli_parse_format("compare", v, &fmt))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "--out")) {
-            out_path = v;
-        } else if (!strcmp(a, "--svg")) {
-            svg_path = v;
-        } else {
-            return px__cli_usage_error("compare", "unknown argument \"%s\"", a);
-        }
-        if (takes)
-            i++;
+    if (C.no_random_failures)
+        opt.random_failures = false;
+    if (C.policies) {
+        if (!split_policies(C.policies, names_buf, sizeof names_buf, names, &opt.n_policies))
+            return PX_EXIT_USAGE;
+        opt.policies = names;
     }
-    if (!pack_path)
-        return px__cli_usage_error("compare", "--pack FILE is required");
+    if (C.metric) {
+        if (px_sim_cmp_metric_parse(C.metric, &opt.metric, &err) != PX_OK)
+            return px__cli_usage_error("compare", "%s", err.msg);
+        opt.metric_by_objective = false;
+    }
+    opt.progress = on_progress;
 
     px_sim_pack pack;
     if (px_sim_pack_load(pack_path, &pack, &err) != PX_OK)
         return px__cli_fail("compare", &err);
     px_sim_comparison cmp;
     int rc;
-    if (px_sim_compare(&pack, &opt, &cmp, &err) != PX_OK)
+    px_status st = px_sim_compare(&pack, &opt, &cmp, &err);
+    px__cli_progress_done();
+    if (st != PX_OK)
         rc = px__cli_fail("compare", &err);
     else
         rc = write_outputs(&cmp, fmt, out_path, svg_path, opt.metric);

@@ -6,29 +6,6 @@
 const char px__cmd_deploy_summary[] =
     "deploy a model across the fleet's devices under a name (planned by the server)";
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: plexus deploy --model FILE|DIGEST --name NAME [--objective NAME]\n"
-               "                     [--contract FILE|NAME] [--policy NAME] [--replicas N]\n"
-               "                     [--server URL] [--token-file F] [-o text|json]\n"
-               "\n"
-               "Uploads the model (a file) or names one the server has (its SHA-256), and\n"
-               "asks the server to plan it over the online nodes' devices: the stages, the\n"
-               "node of each, the predictions and the rejected alternatives, the same report\n"
-               "as `plexus plan`.  The deployment keeps its plan; `plexus deployments` lists\n"
-               "them, `plexus explain NAME` shows one, `plexus undeploy NAME` ends it.\n"
-               "\n"
-               "  --model FILE|DIGEST    GGUF or llama2.c file (uploaded), or a blob's digest\n"
-               "  --name NAME            1 to 64 of A-Z a-z 0-9 _ . @ -, unique in the fleet\n"
-               "  --objective NAME       latency (default), ttft, throughput,\n"
-               "                         tokens_per_dollar, joules_per_token\n"
-               "  --contract FILE|NAME   numerical contract: a file or strict, deterministic,\n"
-               "                         relaxed (default: stored precision, deterministic)\n"
-               "  --policy NAME          plexus (default) or a baseline: llamacpp, exo,\n"
-               "                         gpustack, single-type\n"
-               "  --replicas N           replicas the plan must offer (default 1)\n");
-}
-
 /* The "contract" member: a file's document, else a built-in's name. */
 static json_t *contract_member(const char *spec)
 {
@@ -65,47 +42,50 @@ static void print_deployment(const json_t *d)
     }
 }
 
+static px__fleet_cli o;
+static const char *model, *name, *objective, *contract, *policy;
+static uint32_t replicas;
+static const px_cli_opt opts[] = {
+    PX_CLI_OPT("model", 'm', PX_CLI_STR, &model, "FILE|DIGEST",
+               "GGUF or llama2.c file (uploaded), or a blob's digest", .flags = PX_CLI_REQUIRED),
+    PX_CLI_OPT("name", 0, PX_CLI_STR, &name, "NAME",
+               "1 to 64 of A-Z a-z 0-9 _ . @ -, unique in the fleet", .flags = PX_CLI_REQUIRED),
+    PX_CLI_OPT("objective", 0, PX_CLI_STR, &objective, "NAME",
+               "latency (default), ttft, throughput, tokens_per_dollar,\njoules_per_token"),
+    PX_CLI_OPT("contract", 0, PX_CLI_STR, &contract, "FILE|NAME",
+               "numerical contract: a file or strict, deterministic,\n"
+               "relaxed (default: stored precision, deterministic)"),
+    PX_CLI_OPT("policy", 0, PX_CLI_CHOICE, &policy, "NAME",
+               "plexus (default) or a baseline: llamacpp, exo, gpustack,\nsingle-type",
+               .choices = "plexus|llamacpp|exo|gpustack|single-type"),
+    PX_CLI_OPT("replicas", 0, PX_CLI_U32, &replicas, "N",
+               "replicas the plan must offer (default 1)", .lo = 1, .hi = 64),
+    PX__FLEET_CLI_OPTS(o),
+    {0},
+};
+static const px_cli_spec spec = {
+    .name = "deploy",
+    .synopsis = "--model FILE|DIGEST --name NAME [options]",
+    .about = "Uploads the model (a file) or names one the server has (its SHA-256), and asks\n"
+             "the server to plan it over the online nodes' devices: the stages, the node of\n"
+             "each, the predictions and the rejected alternatives, the same report as plexus\n"
+             "plan.  The deployment keeps its plan; plexus deployments lists them, plexus\n"
+             "explain NAME shows one, plexus undeploy NAME ends it.",
+    .opts = opts,
+    .examples = "plexus deploy --model stories260K.gguf --name tiny-chat\n"
+                "plexus deploy -m llama.gguf --name llama --objective throughput --replicas 2\n",
+};
+const px_cli_spec *const px__cmd_deploy_specs[] = {&spec, NULL};
+
 int px__cmd_deploy(int argc, char **argv)
 {
-    px__fleet_cli o = {.cmd = "deploy"};
-    if (px__cli_wants_help(argc, argv)) {
-        usage(stdout);
-        return PX_EXIT_OK;
-    }
-    const char *model = NULL, *name = NULL, *objective = NULL, *contract = NULL, *policy = NULL;
-    long replicas = 1;
-    for (int i = 1; i < argc; i++) {
-        int r = px__fleet_cli_common(&o, argc, argv, &i);
-        if (r < 0)
-            return PX_EXIT_USAGE;
-        if (r > 0)
-            continue;
-        const char **dest = !strcmp(argv[i], "--model")       ? &model
-                            : !strcmp(argv[i], "--name")      ? &name
-                            : !strcmp(argv[i], "--objective") ? &objective
-                            : !strcmp(argv[i], "--contract")  ? &contract
-                            : !strcmp(argv[i], "--policy")    ? &policy
-                                                              : NULL;
-        if (dest) {
-            if (!(*dest = px__fleet_cli_value(&o, argc, argv, &i)))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(argv[i], "--replicas")) {
-            const char *v = px__fleet_cli_value(&o, argc, argv, &i);
-            char *end;
-            if (!v)
-                return PX_EXIT_USAGE;
-            replicas = strtol(v, &end, 10);
-            if (*end || end == v || replicas < 1 || replicas > 64)
-                return px__cli_usage_error("deploy",
-                                           "--replicas takes a whole number from 1 to 64, not "
-                                           "\"%s\"",
-                                           v);
-        } else {
-            return px__cli_usage_error("deploy", "unexpected argument \"%s\"", argv[i]);
-        }
-    }
-    if (!model || !name)
-        return px__cli_usage_error("deploy", "give --model FILE|DIGEST and --name NAME");
+    o = (px__fleet_cli){.cmd = "deploy"};
+    model = name = objective = contract = policy = NULL;
+    replicas = 1;
+    px_cli_args args;
+    int prc;
+    if (!px__cli_parse(&spec, argc, argv, &args, &prc))
+        return prc;
     json_t *body = json_pack("{s:s, s:i}", "name", name, "replicas", (int)replicas);
     if (objective)
         json_object_set_new(body, "objective", json_string(objective));
@@ -136,8 +116,8 @@ int px__cmd_deploy(int argc, char **argv)
     if (!reply)
         return PX_EXIT_FAIL;
     int rc = PX_EXIT_OK;
-    if (o.format == PX_CLI_JSON)
-        rc = px__cli_print_json(reply);
+    if (o.format != PX_CLI_TEXT)
+        rc = px__fleet_cli_print(&o, reply);
     else
         print_deployment(reply);
     json_decref(reply);

@@ -3,23 +3,26 @@
 
 const char px__cmd_deployments_summary[] = "list the models deployed across the fleet";
 
+static px__fleet_cli o;
+static const px_cli_opt opts[] = {PX__FLEET_CLI_OPTS(o), {0}};
+static const px_cli_spec spec = {
+    .name = "deployments",
+    .synopsis = "[options]",
+    .about = "Lists your deployments (an admin sees every user's): name, state, stages,\n"
+             "replicas, the nodes that run them and the model's digest.  plexus explain NAME\n"
+             "shows one deployment's plan and incidents.",
+    .opts = opts,
+    .examples = "plexus deployments\nplexus deployments -o yaml\n",
+};
+const px_cli_spec *const px__cmd_deployments_specs[] = {&spec, NULL};
+
 int px__cmd_deployments(int argc, char **argv)
 {
-    px__fleet_cli o = {.cmd = "deployments"};
-    if (px__cli_wants_help(argc, argv)) {
-        printf("usage: plexus deployments [--server URL] [--token-file F] [-o text|json]\n\n"
-               "Lists your deployments (an admin sees every user's): name, state, stages,\n"
-               "replicas, the nodes that run them and the model's digest.  `plexus explain\n"
-               "NAME` shows one deployment's plan and incidents.\n");
-        return PX_EXIT_OK;
-    }
-    for (int i = 1; i < argc; i++) {
-        int r = px__fleet_cli_common(&o, argc, argv, &i);
-        if (r < 0)
-            return PX_EXIT_USAGE;
-        if (r == 0)
-            return px__cli_usage_error("deployments", "unexpected argument \"%s\"", argv[i]);
-    }
+    o = (px__fleet_cli){.cmd = "deployments"};
+    px_cli_args args;
+    int prc;
+    if (!px__cli_parse(&spec, argc, argv, &args, &prc))
+        return prc;
     px_fleet_client *c = px__fleet_cli_connect(&o);
     if (!c)
         return PX_EXIT_FAIL;
@@ -29,8 +32,8 @@ int px__cmd_deployments(int argc, char **argv)
     if (!reply)
         return PX_EXIT_FAIL;
     int rc = PX_EXIT_OK;
-    if (o.format == PX_CLI_JSON) {
-        rc = px__cli_print_json(reply);
+    if (o.format != PX_CLI_TEXT) {
+        rc = px__fleet_cli_print(&o, reply);
     } else {
         printf("%-24s %-10s %6s %8s  %-14s %s\n", "NAME", "STATE", "STAGES", "REPLICAS", "MODEL",
                "NODES");

@@ -5,22 +5,6 @@
 const char px__cmd_explain_summary[] =
     "explain a job's placement, or a deployment's plan, state and incidents";
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: plexus explain JOB|DEPLOYMENT [--server URL] [--token-file F]\n"
-               "                      [-o text|json]\n"
-               "\n"
-               "Prints the scheduler's record of its latest decision for the job: each\n"
-               "requirement with how many nodes meet it, each rejected node with its\n"
-               "reason (framework, version, GPU memory with the numbers, vendor,\n"
-               "capability, offline, draining, CPUs, memory), the top scored nodes with\n"
-               "each score term, and the decision.\n"
-               "\n"
-               "For a deployment (a name that is not a job id): its state, the node of each\n"
-               "stage, the planner's report (predictions, what binds, the rejected\n"
-               "alternatives) and its incidents.\n");
-}
-
 static void print_explanation(const json_t *e)
 {
     printf("job %s, attempt %lld, decided %s\n", px__fleet_cli_str(e, "job", "?"),
@@ -41,8 +25,19 @@ static void print_explanation(const json_t *e)
     if (json_array_size(rejected)) {
         printf("\nrejected nodes\n");
         json_array_foreach(rejected, i, it)
+        {
             printf("  %-20s %-18s %s\n", px__fleet_cli_str(it, "node", "?"),
                    px__fleet_cli_str(it, "reason", "?"), px__fleet_cli_str(it, "detail", ""));
+            /* Every other requirement the node fails, under its first. */
+            size_t k;
+            json_t *f;
+            json_array_foreach(json_object_get(it, "failing"), k, f)
+            {
+                if (k > 0)
+                    printf("  %-20s %-18s %s\n", "", px__fleet_cli_str(f, "reason", "?"),
+                           px__fleet_cli_str(f, "detail", ""));
+            }
+        }
         long long more = json_integer_value(json_object_get(e, "rejected_more"));
         if (more > 0)
             printf("  ... and %lld more\n", more);
@@ -155,27 +150,38 @@ static void print_deployment(const json_t *d)
     }
 }
 
+static px__fleet_cli o;
+static const px_cli_opt opts[] = {PX__FLEET_CLI_OPTS(o), {0}};
+static const px_cli_spec spec = {
+    .name = "explain",
+    .synopsis = "JOB|DEPLOYMENT [options]",
+    .about = "Prints the scheduler's record of its latest decision for the job: each\n"
+             "requirement with how many nodes meet it, each rejected node with every\n"
+             "requirement it fails (framework, version, GPU count, GPU memory with the\n"
+             "numbers, vendor, capability, offline, draining, CPUs, memory), the top scored\n"
+             "nodes with each score term, and the decision.\n"
+             "\n"
+             "For a deployment (a name that is not a job id): its state, the node of each\n"
+             "stage, the planner's report (predictions, what binds, the rejected\n"
+             "alternatives) and its incidents.",
+    .opts = opts,
+    .operands = "JOB|DEPLOYMENT",
+    .min_operands = 1,
+    .max_operands = 1,
+    .examples = "plexus explain j-000012\n"
+                "plexus explain j-000012 -o yaml\n"
+                "plexus explain llama-chat        # a deployment\n",
+};
+const px_cli_spec *const px__cmd_explain_specs[] = {&spec, NULL};
+
 int px__cmd_explain(int argc, char **argv)
 {
-    px__fleet_cli o = {.cmd = "explain"};
-    if (px__cli_wants_help(argc, argv)) {
-        usage(stdout);
-        return PX_EXIT_OK;
-    }
-    const char *id = NULL;
-    for (int i = 1; i < argc; i++) {
-        int r = px__fleet_cli_common(&o, argc, argv, &i);
-        if (r < 0)
-            return PX_EXIT_USAGE;
-        if (r > 0)
-            continue;
-        if (argv[i][0] != '-' && !id)
-            id = argv[i];
-        else
-            return px__cli_usage_error("explain", "unexpected argument \"%s\"", argv[i]);
-    }
-    if (!id)
-        return px__cli_usage_error("explain", "give the job id or the deployment's name");
+    o = (px__fleet_cli){.cmd = "explain"};
+    px_cli_args args;
+    int prc;
+    if (!px__cli_parse(&spec, argc, argv, &args, &prc))
+        return prc;
+    const char *id = args.v[0];
     if (!px__fleet_cli_valid_id(id))
         return px__cli_usage_error(
             "explain", "\"%s\" is neither a job id (e.g. j-000012) nor a deployment's name", id);
@@ -191,8 +197,8 @@ int px__cmd_explain(int argc, char **argv)
     if (!reply)
         return PX_EXIT_FAIL;
     int rc = PX_EXIT_OK;
-    if (o.format == PX_CLI_JSON)
-        rc = px__cli_print_json(reply);
+    if (o.format != PX_CLI_TEXT)
+        rc = px__fleet_cli_print(&o, reply);
     else if (job)
         print_explanation(reply);
     else

@@ -6,31 +6,7 @@
 
 const char px__cmd_generate_summary[] = "generate text with a model on this machine's cpu";
 
-static const char usage_text[] =
-    "usage: plexus generate --model FILE [--tokenizer FILE] --prompt TEXT [--prompt TEXT ...]\n"
-    "                       [-n N] [--temp T] [--top-p P] [--seed S] [--threads N]\n"
-    "                       [-o text|json]\n"
-    "\n"
-    "Runs a model (GGUF, or a llama2.c checkpoint) in this process on the cpu backend\n"
-    "and prints the prompt's continuation as it is produced, then prefill and decode\n"
-    "speeds on stderr.  Several --prompt options decode together as one batch; each\n"
-    "text is then printed whole when its generation ends.\n"
-    "\n"
-    "options:\n"
-    "  --model FILE       .gguf or llama2.c .bin (presets have no weights to run)\n"
-    "  --tokenizer FILE   llama2.c tokenizer (tok512.bin); default: the model's own\n"
-    "                     vocabulary, or tok512.bin next to a .bin checkpoint\n"
-    "  --prompt TEXT      text to continue (repeat for a batch)\n"
-    "  -n N               new tokens per prompt (default 128; stops early at EOS or\n"
-    "                     at the end of the context)\n"
-    "  --temp T           temperature, 0 for greedy decoding (default 1.0)\n"
-    "  --top-p P          nucleus sampling threshold in (0, 1), 1 for none (default 0.9)\n"
-    "  --seed S           random seed; prompt i uses S + i (default 42)\n"
-    "  --threads N        cpu threads (default: the online CPUs, fewer for small\n"
-    "                     models: one per 16 MiB of weights)\n"
-    "  -o text|json       text streams tokens; json prints one document at the end\n";
-
-#define MAX_PROMPTS 256
+#define MAX_PROMPTS PX_CLI_LIST_MAX
 
 typedef struct gen_opts {
     const char *model, *tokenizer;
@@ -60,84 +36,60 @@ static void echo_prompt(gen_out *g)
     }
 }
 
-static bool parse_u32(const char *arg, const char *opt, uint32_t max, uint32_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(arg, &end, 10);
-    if (errno || end == arg || *end || arg[0] == '-' || v > max) {
-        px__cli_usage_error("generate", "%s takes a whole number from 0 to %u, not \"%s\"", opt,
-                            max, arg);
-        return false;
-    }
-    *out = (uint32_t)v;
-    return true;
-}
+static px__cli_sampling G;
+static uint32_t g_threads;
+static const char *g_model;
+static px_cli_format g_format;
 
-static bool parse_real(const char *arg, const char *opt, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(arg, &end);
-    if (errno || end == arg || *end || !(v >= lo && v <= hi)) {
-        px__cli_usage_error("generate", "%s takes a number from %g to %g, not \"%s\"", opt, lo, hi,
-                            arg);
-        return false;
-    }
-    *out = v;
-    return true;
-}
+static const px_cli_opt opts[] = {
+    PX_CLI_OPT("model", 'm', PX_CLI_STR, &g_model, "FILE",
+               ".gguf or llama2.c .bin (presets have no weights to run)", .flags = PX_CLI_REQUIRED),
+    PX__CLI_SAMPLING_OPTS(G),
+    PX_CLI_OPT("threads", 0, PX_CLI_U32, &g_threads, "N",
+               "cpu threads (default: the online CPUs, fewer for small\n"
+               "models: one per 16 MiB of weights)",
+               .hi = 1024),
+    PX_CLI_OPT("output", 'o', PX_CLI_FORMAT, &g_format, "FORMAT",
+               "text streams tokens; json prints one document at the end"),
+    {0},
+};
+
+static const px_cli_spec spec = {
+    .name = "generate",
+    .synopsis = "--model FILE --prompt TEXT [--prompt TEXT ...] [options]",
+    .about = "Runs a model (GGUF, or a llama2.c checkpoint) in this process on the cpu backend\n"
+             "and prints the prompt's continuation as it is produced, then prefill and decode\n"
+             "speeds on stderr.  Several --prompt options decode together as one batch; each\n"
+             "text is then printed whole when its generation ends.  The prompts and sampling\n"
+             "options, and their defaults, are those of plexus run.",
+    .opts = opts,
+    .examples = "plexus generate -m stories260K.gguf --prompt \"Once upon a time\" -n 60\n"
+                "plexus generate -m model.gguf --prompt hello --temp 0.8 --seed 7 -o json\n",
+};
+const px_cli_spec *const px__cmd_generate_specs[] = {&spec, NULL};
 
 static int parse_args(int argc, char **argv, gen_opts *o)
 {
-    *o = (gen_opts){.n_new = 128, .temp = 1.0, .top_p = 0.9, .seed = 42};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_value = i + 1 < argc;
-        const char *v = has_value ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--model")) {
-            o->model = v;
-        } else if (!strcmp(a, "--tokenizer")) {
-            o->tokenizer = v;
-        } else if (!strcmp(a, "--prompt")) {
-            if (has_value && o->n_prompts == MAX_PROMPTS)
-                return px__cli_usage_error("generate", "at most %d prompts", MAX_PROMPTS);
-            if (has_value)
-                o->prompts[o->n_prompts++] = v;
-        } else if (!strcmp(a, "-n")) {
-            if (has_value && !parse_u32(v, a, 1u << 24, &o->n_new))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "--temp")) {
-            if (has_value && !parse_real(v, a, 0, 100, &o->temp))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "--top-p")) {
-            if (has_value && !parse_real(v, a, 0, 1, &o->top_p))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "--seed")) {
-            char *end;
-            errno = 0;
-            unsigned long long s = has_value ? strtoull(v, &end, 10) : 0;
-            if (has_value && (errno || end == v || *end || v[0] == '-'))
-                return px__cli_usage_error("generate", "--seed takes a whole number, not \"%s\"",
-                                           v);
-            o->seed = s;
-        } else if (!strcmp(a, "--threads")) {
-            if (has_value && !parse_u32(v, a, 1024, &o->threads))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (has_value && !px__cli_parse_format("generate", v, &o->format))
-                return PX_EXIT_USAGE;
-        } else {
-            return px__cli_usage_error("generate", "unexpected argument \"%s\"", a);
-        }
-        if (!has_value)
-            return px__cli_usage_error("generate", "%s needs a value", a);
-        i++;
-    }
-    if (!o->model)
-        return px__cli_usage_error("generate", "--model FILE is required");
-    if (o->n_prompts == 0)
+    G = PX__CLI_SAMPLING_DEFAULTS;
+    g_threads = 0;
+    g_model = NULL;
+    g_format = PX_CLI_TEXT;
+    px_cli_args args;
+    int rc;
+    if (!px__cli_parse(&spec, argc, argv, &args, &rc))
+        return rc == PX_EXIT_OK ? -1 : rc;
+    if (G.prompts.n == 0)
         return px__cli_usage_error("generate", "--prompt TEXT is required");
+    *o = (gen_opts){.model = g_model,
+                    .tokenizer = G.tokenizer,
+                    .n_new = G.n_new,
+                    .threads = g_threads,
+                    .temp = G.temp,
+                    .top_p = G.top_p,
+                    .seed = G.seed,
+                    .format = g_format};
+    for (size_t i = 0; i < G.prompts.n; i++)
+        o->prompts[o->n_prompts++] = G.prompts.v[i];
     return PX_EXIT_OK;
 }
 
@@ -256,12 +208,10 @@ static int report(const gen_opts *o, gen_out *g, const px_rt_generate_stats *st,
 
 int px__cmd_generate(int argc, char **argv)
 {
-    if (px__cli_wants_help(argc, argv)) {
-        fputs(usage_text, stdout);
-        return PX_EXIT_OK;
-    }
     gen_opts o;
     int rc = parse_args(argc, argv, &o);
+    if (rc < 0)
+        return PX_EXIT_OK; /* --help */
     if (rc != PX_EXIT_OK)
         return rc;
     px_err err;

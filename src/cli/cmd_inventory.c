@@ -6,21 +6,117 @@
 const char px__cmd_inventory_summary[] =
     "validate, show, export or draw hardware inventories; list the catalogue";
 
-static const char usage_text[] =
-    "usage: plexus inventory <subcommand> [options]\n"
-    "\n"
-    "Hardware inventories (plexus.inventory/1, docs/formats/inventory.md)\n"
-    "describe nodes, devices, memory tiers, links and domains.\n"
-    "\n"
-    "subcommands:\n"
-    "  validate FILE...   check files against every rule; exit 1 on any error\n"
-    "  show FILE          a table per node: devices, memory, compute, links\n"
-    "  export FILE        the canonical JSON form (sorted, SI units, sources)\n"
-    "  dot FILE           the graph for Graphviz (dot -Tsvg)\n"
-    "  catalog            the built-in device and link catalogue\n"
-    "  discover           describe this machine as an inventory\n"
-    "\n"
-    "run 'plexus inventory <subcommand> --help' for a subcommand's options.\n";
+static struct {
+    px_cli_format format;
+    bool strict;
+} I;
+
+static const px_cli_opt validate_opts[] = {
+    PX_CLI_OPT("output", 'o', PX_CLI_FORMAT, &I.format, "FORMAT",
+               "report format: text (default), json or yaml", .choices = "text|json|yaml"),
+    PX_CLI_OPT("strict", 0, PX_CLI_FLAG, &I.strict, NULL, "a warning refuses the file too"),
+    {0},
+};
+static const px_cli_opt doc_opts[] = {
+    PX_CLI_OPT("output", 'o', PX_CLI_FORMAT, &I.format, "FORMAT",
+               "text (default), json or yaml: the canonical document", .choices = "text|json|yaml"),
+    {0},
+};
+static const px_cli_opt export_opts[] = {
+    PX_CLI_OPT("output", 'o', PX_CLI_FORMAT, &I.format, "FORMAT", "json (default) or yaml",
+               .choices = "json|yaml"),
+    {0},
+};
+static const px_cli_opt dot_opts[] = {{0}};
+
+static const px_cli_spec validate_spec = {
+    .name = "inventory validate",
+    .summary = "check files against every rule (exit 3 on a refusal)",
+    .synopsis = "[-o text|json|yaml] [--strict] FILE...",
+    .about = "Checks each inventory against every rule of plexus.inventory/1\n"
+             "(docs/formats/inventory.md) and prints every problem with its JSON pointer, what\n"
+             "is wrong and how to fix it.  Exits 3 if any file is refused (with --strict, also\n"
+             "for a warning), 1 if one cannot be read.",
+    .opts = validate_opts,
+    .operands = "FILE",
+    .min_operands = 1,
+    .max_operands = -1,
+    .examples = "plexus inventory validate data/scenarios/*.json\n"
+                "plexus inventory validate --strict -o json my-cluster.json\n",
+};
+static const px_cli_spec show_spec = {
+    .name = "inventory show",
+    .summary = "a table per node: devices, memory, compute, links",
+    .synopsis = "FILE [-o text|json|yaml]",
+    .about = "Prints a table per node: each device with its class, model, memory, memory\n"
+             "bandwidth, bf16 and f32 peak compute and catalogue entry, the node's own memory,\n"
+             "then the links.  Emulated hardware is marked.  -o json or yaml prints the\n"
+             "canonical document (as plexus inventory export).",
+    .opts = doc_opts,
+    .operands = "FILE",
+    .min_operands = 1,
+    .max_operands = 1,
+    .examples = "plexus inventory show data/scenarios/hetero-pair-h100-l4.json\n",
+};
+static const px_cli_spec export_spec = {
+    .name = "inventory export",
+    .summary = "the canonical JSON form (sorted, SI units, sources)",
+    .synopsis = "FILE [-o json|yaml]",
+    .about = "Prints the inventory in canonical form: every list sorted by id, every quantity\n"
+             "in SI units with its provenance, catalogue figures written out with their\n"
+             "citations.  Equal inventories export byte-identical JSON, and its SHA-256 is the\n"
+             "inventory's content id.",
+    .opts = export_opts,
+    .operands = "FILE",
+    .min_operands = 1,
+    .max_operands = 1,
+    .examples = "plexus inventory export inv.json | sha256sum   # the content id\n",
+};
+static const px_cli_spec dot_spec = {
+    .name = "inventory dot",
+    .summary = "the graph for Graphviz (dot -Tsvg)",
+    .synopsis = "FILE",
+    .about = "Prints the hardware graph in Graphviz's language: one cluster per node, one box\n"
+             "per device, one edge per link labelled with its kind and bandwidth.",
+    .opts = dot_opts,
+    .operands = "FILE",
+    .min_operands = 1,
+    .max_operands = 1,
+    .examples = "plexus inventory dot inv.json | dot -Tsvg > inv.svg   # graphviz package\n",
+};
+static const px_cli_spec catalog_spec = {
+    .name = "inventory catalog",
+    .summary = "the built-in device and link catalogue",
+    .synopsis = "[-o text|json|yaml]",
+    .about = "Lists the built-in catalogue: devices and links whose sourced figures an\n"
+             "inventory can name with \"catalog\": \"<id>\".  -o json prints every figure with\n"
+             "its provenance and citation.",
+    .opts = doc_opts,
+    .examples = "plexus inventory catalog\nplexus inventory catalog -o yaml\n",
+};
+const px_cli_spec *const px__cmd_inventory_specs[] = {&validate_spec,
+                                                      &show_spec,
+                                                      &export_spec,
+                                                      &dot_spec,
+                                                      &catalog_spec,
+                                                      &px__inventory_discover_spec,
+                                                      NULL};
+
+/* Prints JSON text as asked: as it is, or its tree as YAML. */
+static int print_text_doc(const char *text, size_t len, px_cli_format format)
+{
+    if (format != PX_CLI_YAML)
+        return fwrite(text, 1, len, stdout) == len ? PX_EXIT_OK : PX_EXIT_FAIL;
+    json_error_t je;
+    json_t *doc = json_loadb(text, len, 0, &je);
+    if (!doc) {
+        fprintf(stderr, "plexus inventory: the document cannot be read back: %s\n", je.text);
+        return PX_EXIT_FAIL;
+    }
+    int rc = px__cli_print_doc(doc, format);
+    json_decref(doc);
+    return rc;
+}
 
 /* Reads one inventory, printing its diagnostics to stderr when it fails.
  * Returns the graph or NULL. */
@@ -51,41 +147,18 @@ px_hw_graph *px__inventory_load(const char *cmd, const char *path, bool strict)
 
 static int cmd_validate(int argc, char **argv)
 {
-    if (px__cli_wants_help(argc, argv)) {
-        printf("usage: plexus inventory validate [-o text|json] [--strict] FILE...\n\n"
-               "Checks each inventory against every rule of plexus.inventory/1 and prints\n"
-               "every problem with its JSON pointer, what is wrong and how to fix it.\n"
-               "Exits 1 if any file has an error (with --strict, also a warning).\n");
-        return PX_EXIT_OK;
-    }
-    px_cli_format format = PX_CLI_TEXT;
-    bool strict = false;
-    int first = 1;
-    for (; first < argc; first++) {
-        if (!strcmp(argv[first], "-o") || !strcmp(argv[first], "--output")) {
-            if (first + 1 >= argc)
-                return px__cli_usage_error("inventory validate", "-o needs text or json");
-            if (!px__cli_parse_format("inventory validate", argv[++first], &format))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(argv[first], "--strict")) {
-            strict = true;
-        } else if (!strcmp(argv[first], "--")) {
-            first++;
-            break;
-        } else if (argv[first][0] == '-' && argv[first][1]) {
-            return px__cli_usage_error("inventory validate", "unknown option \"%s\"", argv[first]);
-        } else {
-            break;
-        }
-    }
-    if (first >= argc)
-        return px__cli_usage_error("inventory validate", "give at least one FILE");
+    px_cli_args args;
+    int prc;
+    if (!px__cli_parse(&validate_spec, argc, argv, &args, &prc))
+        return prc;
+    px_cli_format format = I.format;
+    bool strict = I.strict;
     int rc = PX_EXIT_OK;
-    json_t *results = format == PX_CLI_JSON ? json_array() : NULL;
-    if (format == PX_CLI_JSON && !results)
+    json_t *results = format != PX_CLI_TEXT ? json_array() : NULL;
+    if (format != PX_CLI_TEXT && !results)
         return PX_EXIT_FAIL;
-    for (int i = first; i < argc; i++) {
-        const char *path = argv[i];
+    for (int i = 0; i < args.n; i++) {
+        const char *path = args.v[i];
         px_diags diags;
         px_diags_init(&diags);
         px_hw_read_options opt = {.strict = strict};
@@ -96,7 +169,7 @@ static int cmd_validate(int argc, char **argv)
         if (st != PX_OK) /* read but refused: a verdict; unreadable: an error */
             rc = st != PX_EIO && st != PX_ENOTFOUND && rc != PX_EXIT_FAIL ? PX_EXIT_VERDICT
                                                                           : PX_EXIT_FAIL;
-        if (format == PX_CLI_JSON) {
+        if (format != PX_CLI_TEXT) {
             json_t *r =
                 json_pack("{s:s, s:b, s:I, s:I, s:o}", "file", path, "ok", st == PX_OK, "errors",
                           (json_int_t)diags.n_errors, "warnings", (json_int_t)diags.n_warnings,
@@ -133,48 +206,21 @@ static int cmd_validate(int argc, char **argv)
         px_diags_release(&diags);
     }
     if (results) {
-        if (px__cli_print_json(results) != PX_EXIT_OK)
+        if (px__cli_print_doc(results, format) != PX_EXIT_OK)
             rc = PX_EXIT_FAIL;
         json_decref(results);
     }
     return rc;
 }
 
-/* Parses "[options] FILE" for the subcommands that take one inventory. */
-static int one_file(int argc, char **argv, const char *cmd, const char **path)
-{
-    *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--") && i + 1 < argc && !*path) {
-            *path = argv[i + 1];
-            i++;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return px__cli_usage_error(cmd, "unknown option \"%s\"", argv[i]);
-        } else if (*path) {
-            return px__cli_usage_error(cmd, "one FILE only (\"%s\" is extra)", argv[i]);
-        } else {
-            *path = argv[i];
-        }
-    }
-    if (!*path)
-        return px__cli_usage_error(cmd, "give an inventory FILE");
-    return PX_EXIT_OK;
-}
-
 static int cmd_export(int argc, char **argv)
 {
-    if (px__cli_wants_help(argc, argv)) {
-        printf("usage: plexus inventory export FILE\n\n"
-               "Prints the inventory in canonical form: every list sorted by id, every\n"
-               "quantity in SI units with its provenance, catalogue figures written out\n"
-               "with their citations.  Equal inventories export byte-identical text, and\n"
-               "its SHA-256 is the inventory's content id.\n");
-        return PX_EXIT_OK;
-    }
-    const char *path;
-    int rc = one_file(argc, argv, "inventory export", &path);
-    if (rc != PX_EXIT_OK)
+    px_cli_args args;
+    int rc;
+    I.format = PX_CLI_JSON;
+    if (!px__cli_parse(&export_spec, argc, argv, &args, &rc))
         return rc;
+    const char *path = args.v[0];
     px_hw_graph *g = px__inventory_load("inventory export", path, false);
     if (!g)
         return PX_EXIT_FAIL;
@@ -185,7 +231,7 @@ static int cmd_export(int argc, char **argv)
         px_hw_graph_free(g);
         return px__cli_fail("inventory export", &err);
     }
-    rc = fwrite(text, 1, len, stdout) == len ? PX_EXIT_OK : PX_EXIT_FAIL;
+    rc = print_text_doc(text, len, I.format);
     free(text);
     px_hw_graph_free(g);
     return rc;
@@ -193,17 +239,15 @@ static int cmd_export(int argc, char **argv)
 
 static int cmd_show(int argc, char **argv)
 {
-    if (px__cli_wants_help(argc, argv)) {
-        printf("usage: plexus inventory show FILE\n\n"
-               "Prints a table per node: each device with its class, model, memory,\n"
-               "memory bandwidth, bf16 and f32 peak compute and catalogue entry, the\n"
-               "node's own memory, then the links.  Emulated hardware is marked.\n");
-        return PX_EXIT_OK;
-    }
-    const char *path;
-    int rc = one_file(argc, argv, "inventory show", &path);
-    if (rc != PX_EXIT_OK)
+    px_cli_args args;
+    int rc;
+    if (!px__cli_parse(&show_spec, argc, argv, &args, &rc))
         return rc;
+    if (I.format != PX_CLI_TEXT) {
+        char *sub[] = {"export", "-o", I.format == PX_CLI_YAML ? "yaml" : "json", args.v[0], NULL};
+        return cmd_export(4, sub);
+    }
+    const char *path = args.v[0];
     px_hw_graph *g = px__inventory_load("inventory show", path, false);
     if (!g)
         return PX_EXIT_FAIL;
@@ -214,17 +258,11 @@ static int cmd_show(int argc, char **argv)
 
 static int cmd_dot(int argc, char **argv)
 {
-    if (px__cli_wants_help(argc, argv)) {
-        printf("usage: plexus inventory dot FILE\n\n"
-               "Prints the hardware graph in Graphviz's language: one cluster per node,\n"
-               "one box per device, one edge per link labelled with its kind and\n"
-               "bandwidth.  Render it with `dot -Tsvg`.\n");
-        return PX_EXIT_OK;
-    }
-    const char *path;
-    int rc = one_file(argc, argv, "inventory dot", &path);
-    if (rc != PX_EXIT_OK)
+    px_cli_args args;
+    int rc;
+    if (!px__cli_parse(&dot_spec, argc, argv, &args, &rc))
         return rc;
+    const char *path = args.v[0];
     px_hw_graph *g = px__inventory_load("inventory dot", path, false);
     if (!g)
         return PX_EXIT_FAIL;
@@ -235,35 +273,24 @@ static int cmd_dot(int argc, char **argv)
 
 static int cmd_catalog(int argc, char **argv)
 {
-    if (px__cli_wants_help(argc, argv)) {
-        printf("usage: plexus inventory catalog [-o text|json]\n\n"
-               "Lists the built-in catalogue: devices and links whose sourced figures an\n"
-               "inventory can name with \"catalog\": \"<id>\".  -o json prints every figure\n"
-               "with its provenance and citation.\n");
-        return PX_EXIT_OK;
-    }
-    px_cli_format format = PX_CLI_TEXT;
-    for (int i = 1; i < argc; i++) {
-        if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) && i + 1 < argc) {
-            if (!px__cli_parse_format("inventory catalog", argv[++i], &format))
-                return PX_EXIT_USAGE;
-        } else {
-            return px__cli_usage_error("inventory catalog", "unexpected argument \"%s\"", argv[i]);
-        }
-    }
+    px_cli_args args;
+    int prc;
+    if (!px__cli_parse(&catalog_spec, argc, argv, &args, &prc))
+        return prc;
+    px_cli_format format = I.format;
     px_hw_catalog *cat;
     px_err err;
     if (px_hw_catalog_new_builtin(&cat, &err) != PX_OK)
         return px__cli_fail("inventory catalog", &err);
     int rc;
-    if (format == PX_CLI_JSON) {
+    if (format != PX_CLI_TEXT) {
         char *text;
         size_t len;
         if (px_hw_catalog_export(cat, &text, &len, &err) != PX_OK) {
             px_hw_catalog_free(cat);
             return px__cli_fail("inventory catalog", &err);
         }
-        rc = fwrite(text, 1, len, stdout) == len ? PX_EXIT_OK : PX_EXIT_FAIL;
+        rc = print_text_doc(text, len, format);
         free(text);
     } else {
         rc = px__inventory_catalog_text(cat, stdout);
@@ -274,28 +301,20 @@ static int cmd_catalog(int argc, char **argv)
 
 int px__cmd_inventory(int argc, char **argv)
 {
-    if (argc < 2) {
-        fputs(usage_text, stderr);
-        return PX_EXIT_USAGE;
-    }
-    const char *sub = argv[1];
-    if (!strcmp(sub, "-h") || !strcmp(sub, "--help") || !strcmp(sub, "help")) {
-        fputs(usage_text, stdout);
-        return PX_EXIT_OK;
-    }
-    if (!strcmp(sub, "validate"))
+    memset(&I, 0, sizeof I);
+    int rc;
+    const px_cli_spec *spec = px__cli_action("inventory", px__cmd_inventory_specs, argc, argv, &rc);
+    if (!spec)
+        return rc;
+    if (spec == &validate_spec)
         return cmd_validate(argc - 1, argv + 1);
-    if (!strcmp(sub, "show"))
+    if (spec == &show_spec)
         return cmd_show(argc - 1, argv + 1);
-    if (!strcmp(sub, "export"))
+    if (spec == &export_spec)
         return cmd_export(argc - 1, argv + 1);
-    if (!strcmp(sub, "dot"))
+    if (spec == &dot_spec)
         return cmd_dot(argc - 1, argv + 1);
-    if (!strcmp(sub, "catalog"))
+    if (spec == &catalog_spec)
         return cmd_catalog(argc - 1, argv + 1);
-    if (!strcmp(sub, "discover"))
-        return px__cmd_inventory_discover(argc - 1, argv + 1);
-    fprintf(stderr, "plexus inventory: unknown subcommand \"%s\"\n\n", sub);
-    fputs(usage_text, stderr);
-    return PX_EXIT_USAGE;
+    return px__cmd_inventory_discover(argc - 1, argv + 1);
 }

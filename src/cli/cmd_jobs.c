@@ -3,18 +3,6 @@
 
 const char px__cmd_jobs_summary[] = "list the fleet's jobs, or show one job";
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: plexus jobs [--state S] [--limit N] [--server URL] [--token-file F] [-o "
-               "text|json]\n"
-               "       plexus jobs JOB [-o text|json]\n"
-               "\n"
-               "Lists jobs, newest first; --state filters (queued, assigned, running,\n"
-               "succeeded, failed, cancelled, or active for the first three).  With a job\n"
-               "id, shows that job: its members, nodes and devices, exit status, result\n"
-               "or error, restarts and plan.\n");
-}
-
 static void print_summary_row(const json_t *j)
 {
     px_strbuf nodes = PX_STRBUF_INIT;
@@ -119,39 +107,46 @@ static void print_job(const json_t *j)
     print_plan(json_object_get(j, "plan"));
 }
 
+static px__fleet_cli o;
+static const char *state;
+static uint32_t limit;
+static const px_cli_opt opts[] = {
+    PX_CLI_OPT("state", 0, PX_CLI_CHOICE, &state, "STATE",
+               "only jobs in this state (active: the first three)",
+               .choices = "queued|assigned|running|succeeded|failed|cancelled|active"),
+    PX_CLI_OPT("limit", 0, PX_CLI_U32, &limit, "N", "at most N jobs (default 100)", .lo = 1,
+               .hi = 1000),
+    PX__FLEET_CLI_OPTS(o),
+    {0},
+};
+static const px_cli_spec spec = {
+    .name = "jobs",
+    .synopsis = "[JOB] [--state STATE] [--limit N] [options]",
+    .about = "Lists jobs, newest first.  With a job id, shows that job: its members, nodes\n"
+             "and devices, exit status, result or error, restarts, and the plan it was\n"
+             "given (stages on the devices of each replica, predictions).",
+    .opts = opts,
+    .operands = "JOB",
+    .min_operands = 0,
+    .max_operands = 1,
+    .examples = "plexus jobs --state active\n"
+                "plexus jobs j-000012            # one job with its plan\n"
+                "plexus jobs j-000012 -o yaml\n",
+};
+const px_cli_spec *const px__cmd_jobs_specs[] = {&spec, NULL};
+
 int px__cmd_jobs(int argc, char **argv)
 {
-    px__fleet_cli o = {.cmd = "jobs"};
-    if (px__cli_wants_help(argc, argv)) {
-        usage(stdout);
-        return PX_EXIT_OK;
-    }
-    const char *state = NULL, *limit = NULL, *id = NULL;
-    for (int i = 1; i < argc; i++) {
-        int r = px__fleet_cli_common(&o, argc, argv, &i);
-        if (r < 0)
-            return PX_EXIT_USAGE;
-        if (r > 0)
-            continue;
-        if (!strcmp(argv[i], "--state")) {
-            if (!(state = px__fleet_cli_value(&o, argc, argv, &i)))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(argv[i], "--limit")) {
-            if (!(limit = px__fleet_cli_value(&o, argc, argv, &i)))
-                return PX_EXIT_USAGE;
-        } else if (argv[i][0] != '-' && !id) {
-            id = argv[i];
-        } else {
-            return px__cli_usage_error("jobs", "unexpected argument \"%s\"", argv[i]);
-        }
-    }
+    o = (px__fleet_cli){.cmd = "jobs"};
+    state = NULL;
+    limit = 100;
+    px_cli_args args;
+    int prc;
+    if (!px__cli_parse(&spec, argc, argv, &args, &prc))
+        return prc;
+    const char *id = args.n ? args.v[0] : NULL;
     if (id && !px__fleet_cli_valid_id(id))
         return px__cli_usage_error("jobs", "\"%s\" is not a job id (e.g. j-000012)", id);
-    if (state && !px__fleet_cli_valid_id(state))
-        return px__cli_usage_error("jobs", "--state \"%s\" is not a state", state);
-    char *endp;
-    if (limit && (strtol(limit, &endp, 10) < 1 || *endp))
-        return px__cli_usage_error("jobs", "--limit takes a number from 1 to 1000");
     px_fleet_client *c = px__fleet_cli_connect(&o);
     if (!c)
         return PX_EXIT_FAIL;
@@ -159,16 +154,16 @@ int px__cmd_jobs(int argc, char **argv)
     if (id)
         snprintf(path, sizeof path, "/v1/jobs/%s", id);
     else
-        snprintf(path, sizeof path, "/v1/jobs?limit=%s%s%s", limit ? limit : "100",
-                 state ? "&state=" : "", state ? state : "");
+        snprintf(path, sizeof path, "/v1/jobs?limit=%u%s%s", limit, state ? "&state=" : "",
+                 state ? state : "");
     json_t *reply = px__fleet_cli_get(&o, c, "GET", path, NULL);
     px_fleet_client_free(c);
     px__fleet_cli_release(&o);
     if (!reply)
         return PX_EXIT_FAIL;
     int rc = PX_EXIT_OK;
-    if (o.format == PX_CLI_JSON) {
-        rc = px__cli_print_json(reply);
+    if (o.format != PX_CLI_TEXT) {
+        rc = px__fleet_cli_print(&o, reply);
     } else if (id) {
         print_job(reply);
     } else {

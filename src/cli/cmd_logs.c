@@ -16,47 +16,42 @@ static void on_signal(int sig)
     atomic_store(&interrupted, 1);
 }
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: plexus logs [-f] [--stream stdout|stderr] JOB [--server URL] [--token-file F]\n"
-            "                   [-o text|json]\n"
-            "\n"
-            "Prints the job's output in order: stdout to stdout, stderr to stderr.\n"
-            "-f follows the output until the job ends (long polling the server).\n"
-            "-o json prints one JSON object per chunk (seq, stream, rank, attempt,\n"
-            "data).\n");
-}
+static px__fleet_cli o;
+static bool follow;
+static const char *stream;
+static const px_cli_opt opts[] = {
+    PX_CLI_OPT("follow", 'f', PX_CLI_FLAG, &follow, NULL,
+               "follow the output until the job ends (long polling)"),
+    PX_CLI_OPT("stream", 0, PX_CLI_CHOICE, &stream, "NAME", "only stdout or stderr",
+               .choices = "stdout|stderr"),
+    PX__FLEET_CLI_OPTS(o),
+    {0},
+};
+static const px_cli_spec spec = {
+    .name = "logs",
+    .synopsis = "JOB [-f] [--stream stdout|stderr] [options]",
+    .about = "Prints the job's output in order: stdout to stdout, stderr to stderr.  -o json\n"
+             "prints one JSON object per chunk (seq, stream, rank, attempt, data); -o yaml\n"
+             "one YAML document per chunk.",
+    .opts = opts,
+    .operands = "JOB",
+    .min_operands = 1,
+    .max_operands = 1,
+    .examples = "plexus logs j-000012\n"
+                "plexus logs -f j-000012 --stream stderr   # follow the errors\n",
+};
+const px_cli_spec *const px__cmd_logs_specs[] = {&spec, NULL};
 
 int px__cmd_logs(int argc, char **argv)
 {
-    px__fleet_cli o = {.cmd = "logs"};
-    if (px__cli_wants_help(argc, argv)) {
-        usage(stdout);
-        return PX_EXIT_OK;
-    }
-    const char *id = NULL, *stream = NULL;
-    bool follow = false;
-    for (int i = 1; i < argc; i++) {
-        int r = px__fleet_cli_common(&o, argc, argv, &i);
-        if (r < 0)
-            return PX_EXIT_USAGE;
-        if (r > 0)
-            continue;
-        if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--follow"))
-            follow = true;
-        else if (!strcmp(argv[i], "--stream")) {
-            if (!(stream = px__fleet_cli_value(&o, argc, argv, &i)))
-                return PX_EXIT_USAGE;
-            if (strcmp(stream, "stdout") && strcmp(stream, "stderr"))
-                return px__cli_usage_error("logs", "--stream takes stdout or stderr");
-        } else if (argv[i][0] != '-' && !id)
-            id = argv[i];
-        else
-            return px__cli_usage_error("logs", "unexpected argument \"%s\"", argv[i]);
-    }
-    if (!id)
-        return px__cli_usage_error("logs", "give the job id");
+    o = (px__fleet_cli){.cmd = "logs"};
+    follow = false;
+    stream = NULL;
+    px_cli_args args;
+    int prc;
+    if (!px__cli_parse(&spec, argc, argv, &args, &prc))
+        return prc;
+    const char *id = args.v[0];
     if (!px__fleet_cli_valid_id(id))
         return px__cli_usage_error("logs", "\"%s\" is not a job id (e.g. j-000012)", id);
     px_fleet_client *c = px__fleet_cli_connect(&o);
@@ -89,6 +84,11 @@ int px__cmd_logs(int argc, char **argv)
                 if (line)
                     printf("%s\n", line);
                 free(line);
+                continue;
+            }
+            if (o.format == PX_CLI_YAML) {
+                printf("---\n");
+                px__cli_yaml_write(ch, stdout);
                 continue;
             }
             const char *data = px__fleet_cli_str(ch, "data", "");

@@ -5,82 +5,144 @@
 const char px__cmd_model_summary[] =
     "inspect a model (GGUF, llama2.c, preset), write a synthetic one or quantize one";
 
-static const char k_usage[] =
-    "usage: plexus model inspect FILE|PRESET [-o text|json] [--context T] [--batch B]\n"
-    "                            [--tokenizer FILE] [--kv-dtype D] [--dtype D]\n"
-    "                            [--ops] [--tensors]\n"
-    "       plexus model synth --out FILE [--arch llama|qwen2|mixtral] [--dim N]\n"
-    "                          [--hidden N] [--layers N] [--heads N] [--kv-heads N]\n"
-    "                          [--vocab N] [--context N] [--dtype f32|f16|bf16|q8_0]\n"
-    "                          [--experts N --experts-used K] [--tied]\n"
-    "                          [--no-tokenizer] [--seed N]\n"
-    "       plexus model quantize IN OUT --type q8_0|q4_0|q4_k_m|q5_k_m|q6_k\n"
-    "                             [-o text|json]\n"
-    "       plexus model presets [-o text|json]\n"
-    "\n"
-    "inspect   architecture and hyper-parameters; parameters and bytes by dtype;\n"
-    "          per-layer weight bytes; FLOPs per token for prefill and decode at\n"
-    "          context T (default: the model's context) and batch B (default 1);\n"
-    "          KV-cache bytes per token; activation bytes crossing each layer\n"
-    "          boundary; the regions.  --ops adds every op with its cost\n"
-    "          expressions, --tensors every stored tensor (JSON only).\n"
-    "          --tokenizer attaches a llama2.c tokenizer to a llama2.c checkpoint;\n"
-    "          --kv-dtype costs the KV cache in another dtype; --dtype stores a\n"
-    "          preset's matrices in another dtype (default bf16).\n"
-    "synth     writes a llama-family GGUF model with deterministic random weights\n"
-    "          (N(0, 0.02), norms 1) and a byte-level vocabulary.  Defaults: llama,\n"
-    "          dim 64, hidden 172, 2 layers, 8 heads, 4 kv heads, vocab 512,\n"
-    "          context 256, f32, seed 1.  --tied omits output.weight;\n"
-    "          --no-tokenizer omits the vocabulary (and allows --vocab below 259).\n"
-    "quantize  writes the GGUF model IN (f32, f16 or bf16) to OUT with its\n"
-    "          matrices quantized by llama.cpp's recipe T, blocks made as\n"
-    "          ggml's reference quantizer makes them; prints the tensors per\n"
-    "          dtype, the sizes and the RMS error of the quantized values.\n"
-    "presets   lists the models known by hyper-parameters alone.\n"
-    "\n"
-    "FLOPs count 2 per multiply-add; docs/formats/model-ir.md has the conventions.\n";
-
-static bool parse_u64(const char *cmd, const char *opt, const char *arg, uint64_t max,
-                      uint64_t *out)
+static px_status parse_dtype(const char *v, void *dest, px_err *err)
 {
-    char *end;
-    errno = 0;
-    if (!arg || !*arg || *arg == '-') {
-        px__cli_usage_error(cmd, "%s needs a positive number", opt);
-        return false;
-    }
-    unsigned long long v = strtoull(arg, &end, 10);
-    if (errno || *end || v == 0 || v > max) {
-        px__cli_usage_error(cmd, "%s takes a number from 1 to %" PRIu64 ", not \"%s\"", opt, max,
-                            arg);
-        return false;
-    }
-    *out = v;
-    return true;
+    return px_dtype_parse(v, dest, err);
 }
 
-static bool parse_u32(const char *cmd, const char *opt, const char *arg, uint32_t *out)
+static px_status parse_arch(const char *v, void *dest, px_err *err)
 {
-    uint64_t v;
-    if (!parse_u64(cmd, opt, arg, UINT32_MAX, &v))
-        return false;
-    *out = (uint32_t)v;
-    return true;
+    px_ir_arch *arch = dest;
+    if (!strcmp(v, "llama"))
+        *arch = PX_IR_ARCH_LLAMA;
+    else if (!strcmp(v, "qwen2"))
+        *arch = PX_IR_ARCH_QWEN2;
+    else if (!strcmp(v, "mixtral"))
+        *arch = PX_IR_ARCH_MIXTRAL;
+    else
+        return px_err_set(err, PX_EINVAL, "takes llama, qwen2 or mixtral, not \"%s\"", v);
+    return PX_OK;
 }
 
-static bool parse_dtype(const char *cmd, const char *opt, const char *arg, px_dtype *out)
-{
-    px_err err;
-    if (!arg) {
-        px__cli_usage_error(cmd, "%s needs a dtype", opt);
-        return false;
-    }
-    if (px_dtype_parse(arg, out, &err) != PX_OK) {
-        px__cli_usage_error(cmd, "%s: %s", opt, err.msg);
-        return false;
-    }
-    return true;
-}
+/* The options of every action; each resets them before parsing. */
+typedef struct model_args {
+    px_cli_format fmt;
+    uint64_t context, batch;
+    px_ir_open_opts open;
+    px_ir_describe_opts describe;
+    px_dtype preset_dtype;
+    px_ir_synth_opts synth;
+    const char *out, *type;
+} model_args;
+
+static model_args M;
+
+#define FORMAT_ROW                                             \
+    PX_CLI_OPT("output", 'o', PX_CLI_FORMAT, &M.fmt, "FORMAT", \
+               "report format: text (default), json or yaml", .choices = "text|json|yaml")
+
+static const px_cli_opt inspect_opts[] = {
+    FORMAT_ROW,
+    PX_CLI_OPT("context", 0, PX_CLI_U64, &M.context, "T",
+               "context the FLOPs are counted at (default: the model's)", .lo = 1,
+               .hi = UINT32_MAX),
+    PX_CLI_OPT("batch", 0, PX_CLI_U64, &M.batch, "B", "batch the FLOPs are counted at (default 1)",
+               .lo = 1, .hi = 1u << 20),
+    PX_CLI_OPT("tokenizer", 0, PX_CLI_STR, &M.open.tokenizer_path, "FILE",
+               "attach a llama2.c tokenizer to a llama2.c checkpoint"),
+    PX_CLI_OPT("kv-dtype", 0, PX_CLI_CALL, &M.open.kv_dtype, "DTYPE",
+               "cost the KV cache in another dtype", .parse = parse_dtype),
+    PX_CLI_OPT("dtype", 0, PX_CLI_CALL, &M.preset_dtype, "DTYPE",
+               "store a preset's matrices in another dtype (default\nbf16)", .parse = parse_dtype),
+    PX_CLI_OPT("ops", 0, PX_CLI_FLAG, &M.describe.with_ops, NULL,
+               "every op with its cost expressions"),
+    PX_CLI_OPT("tensors", 0, PX_CLI_FLAG, &M.describe.with_tensors, NULL,
+               "every stored tensor (json and yaml only)"),
+    {0},
+};
+
+#define SYNTH_U32(name, field, what) \
+    PX_CLI_OPT(name, 0, PX_CLI_U32, &M.synth.field, "N", what, .lo = 1)
+static const px_cli_opt synth_opts[] = {
+    PX_CLI_OPT("out", 0, PX_CLI_STR, &M.out, "FILE", "the GGUF file to write",
+               .flags = PX_CLI_REQUIRED),
+    PX_CLI_OPT("arch", 0, PX_CLI_CALL, &M.synth.arch, "ARCH", "llama (default), qwen2 or mixtral",
+               .parse = parse_arch),
+    SYNTH_U32("dim", dim, "model width (default 64)"),
+    SYNTH_U32("hidden", hidden_dim, "feed-forward width (default 172)"),
+    SYNTH_U32("layers", n_layers, "layers (default 2)"),
+    SYNTH_U32("heads", n_heads, "attention heads (default 8)"),
+    SYNTH_U32("kv-heads", n_kv_heads, "key/value heads (default 4)"),
+    SYNTH_U32("vocab", vocab_size, "vocabulary size (default 512)"),
+    SYNTH_U32("context", context_length, "context length (default 256)"),
+    SYNTH_U32("experts", n_experts, "experts (mixtral)"),
+    SYNTH_U32("experts-used", n_experts_used, "experts used per token (mixtral)"),
+    PX_CLI_OPT("dtype", 0, PX_CLI_CALL, &M.synth.dtype, "DTYPE", "f32 (default), f16, bf16, q8_0",
+               .parse = parse_dtype),
+    PX_CLI_OPT("tied", 0, PX_CLI_FLAG, &M.synth.tied_classifier, NULL, "omit output.weight"),
+    PX_CLI_OPT("no-tokenizer", 0, PX_CLI_FLAG, &M.synth.no_tokenizer, NULL,
+               "omit the vocabulary (and allow --vocab below 259)"),
+    PX_CLI_OPT("seed", 0, PX_CLI_U64, &M.synth.seed, "S", "weights' seed (default 1)"),
+    {0},
+};
+static const px_cli_opt quantize_opts[] = {
+    PX_CLI_OPT("type", 't', PX_CLI_STR, &M.type, "RECIPE", "q8_0, q4_0, q4_k_m, q5_k_m or q6_k",
+               .flags = PX_CLI_REQUIRED),
+    FORMAT_ROW,
+    {0},
+};
+static const px_cli_opt presets_opts[] = {FORMAT_ROW, {0}};
+
+static const px_cli_spec inspect_spec = {
+    .name = "model inspect",
+    .summary = "architecture, parameters, bytes, FLOPs, KV cache and regions",
+    .synopsis = "FILE|PRESET [options]",
+    .about = "Prints the architecture and hyper-parameters; parameters and bytes by dtype;\n"
+             "per-layer weight bytes; FLOPs per token for prefill and decode at context T and\n"
+             "batch B; KV-cache bytes per token; activation bytes crossing each layer\n"
+             "boundary; the regions.  FLOPs count 2 per multiply-add; docs/formats/model-ir.md\n"
+             "has the conventions.",
+    .opts = inspect_opts,
+    .operands = "FILE|PRESET",
+    .min_operands = 1,
+    .max_operands = 1,
+    .examples = "plexus model inspect llama-3-8b\n"
+                "plexus model inspect stories260K.gguf -o json --ops\n",
+};
+static const px_cli_spec synth_spec = {
+    .name = "model synth",
+    .summary = "write a synthetic llama-family GGUF model",
+    .synopsis = "--out FILE [--arch llama|qwen2|mixtral] [options]",
+    .about = "Writes a llama-family GGUF model with deterministic random weights (N(0, 0.02),\n"
+             "norms 1) and a byte-level vocabulary.",
+    .opts = synth_opts,
+    .examples = "plexus model synth --out tiny.gguf\n"
+                "plexus model synth --out moe.gguf --arch mixtral --experts 4 --experts-used 2\n",
+};
+static const px_cli_spec quantize_spec = {
+    .name = "model quantize",
+    .summary = "quantize a GGUF model by llama.cpp's recipes",
+    .synopsis = "IN OUT --type q8_0|q4_0|q4_k_m|q5_k_m|q6_k [-o text|json|yaml]",
+    .about = "Writes the GGUF model IN (f32, f16 or bf16) to OUT with its matrices quantized by\n"
+             "llama.cpp's recipe, blocks made as ggml's reference quantizer makes them; prints\n"
+             "the tensors per dtype, the sizes and the RMS error of the quantized values.",
+    .opts = quantize_opts,
+    .operands = "IN OUT",
+    .min_operands = 2,
+    .max_operands = 2,
+    .examples = "plexus model quantize tiny.gguf tiny-q8.gguf --type q8_0\n",
+};
+static const px_cli_spec presets_spec = {
+    .name = "model presets",
+    .summary = "the models known by hyper-parameters alone",
+    .synopsis = "[-o text|json|yaml]",
+    .about = "Lists the presets: models known by their hyper-parameters alone, for planning\n"
+             "without a file.",
+    .opts = presets_opts,
+    .examples = "plexus model presets\n",
+};
+const px_cli_spec *const px__cmd_model_specs[] = {&inspect_spec, &synth_spec, &quantize_spec,
+                                                  &presets_spec, NULL};
 
 /* "1.18 M", "61.4 G": three significant digits with an SI prefix. */
 static void si(uint64_t v, char *buf, size_t n)
@@ -245,59 +307,14 @@ static void print_text(const px_ir_model *m, uint64_t T, uint64_t B, px_dtype kv
     }
 }
 
-static int cmd_inspect(int argc, char **argv)
+static int cmd_inspect(const char *spec)
 {
     const char *cmd = "model inspect";
-    const char *spec = NULL;
-    px_cli_format fmt = PX_CLI_TEXT;
-    uint64_t T = 0, B = 1;
-    px_ir_open_opts opts = {0};
-    px_ir_describe_opts dopts = {0};
-    px_dtype preset_dtype = PX_DTYPE_COUNT_;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!v)
-                return px__cli_usage_error(cmd, "-o needs text or json");
-            if (!px__cli_parse_format(cmd, v, &fmt))
-                return PX_EXIT_USAGE;
-            i++;
-        } else if (!strcmp(a, "--context")) {
-            if (!parse_u64(cmd, a, v, UINT32_MAX, &T))
-                return PX_EXIT_USAGE;
-            i++;
-        } else if (!strcmp(a, "--batch")) {
-            if (!parse_u64(cmd, a, v, 1u << 20, &B))
-                return PX_EXIT_USAGE;
-            i++;
-        } else if (!strcmp(a, "--tokenizer")) {
-            if (!v)
-                return px__cli_usage_error(cmd, "--tokenizer needs a file");
-            opts.tokenizer_path = v;
-            i++;
-        } else if (!strcmp(a, "--kv-dtype")) {
-            if (!parse_dtype(cmd, a, v, &opts.kv_dtype))
-                return PX_EXIT_USAGE;
-            i++;
-        } else if (!strcmp(a, "--dtype")) {
-            if (!parse_dtype(cmd, a, v, &preset_dtype))
-                return PX_EXIT_USAGE;
-            i++;
-        } else if (!strcmp(a, "--ops")) {
-            dopts.with_ops = true;
-        } else if (!strcmp(a, "--tensors")) {
-            dopts.with_tensors = true;
-        } else if (a[0] == '-' && a[1]) {
-            return px__cli_usage_error(cmd, "unknown option \"%s\"", a);
-        } else if (!spec) {
-            spec = a;
-        } else {
-            return px__cli_usage_error(cmd, "unexpected argument \"%s\"", a);
-        }
-    }
-    if (!spec)
-        return px__cli_usage_error(cmd, "name a model file or a preset (plexus model presets)");
+    px_cli_format fmt = M.fmt;
+    uint64_t T = M.context, B = M.batch;
+    px_ir_open_opts opts = M.open;
+    px_ir_describe_opts dopts = M.describe;
+    px_dtype preset_dtype = M.preset_dtype;
     px_err err;
     px_ir_model *m;
     px_status st;
@@ -317,7 +334,7 @@ static int cmd_inspect(int argc, char **argv)
     if (!T)
         T = hp->context_length;
     int rc = PX_EXIT_OK;
-    if (fmt == PX_CLI_JSON) {
+    if (fmt != PX_CLI_TEXT) {
         dopts.context = T;
         dopts.batch = B;
         json_t *j = px_ir_model_describe(m, &dopts);
@@ -325,7 +342,7 @@ static int cmd_inspect(int argc, char **argv)
             fprintf(stderr, "plexus model: out of memory describing the model\n");
             rc = PX_EXIT_FAIL;
         } else {
-            rc = px__cli_print_json(j);
+            rc = px__cli_print_doc(j, fmt);
             json_decref(j);
         }
     } else {
@@ -335,99 +352,10 @@ static int cmd_inspect(int argc, char **argv)
     return rc;
 }
 
-static int cmd_synth(int argc, char **argv)
+static int cmd_synth(void)
 {
-    const char *cmd = "model synth";
-    px_ir_synth_opts o;
-    px_ir_synth_defaults(&o);
-    const char *out = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        uint32_t *u32 = NULL;
-        if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            return px__cli_usage_error(cmd,
-                                       "%s is a report format in plexus; write the model "
-                                       "with --out FILE",
-                                       a);
-        } else if (px_str_starts_with(a, "--out=")) {
-            out = a + 6;
-            continue;
-        } else if (!strcmp(a, "--out")) {
-            if (!v)
-                return px__cli_usage_error(cmd, "--out needs the file to write");
-            out = v;
-            i++;
-            continue;
-        } else if (!strcmp(a, "--arch")) {
-            if (!v)
-                return px__cli_usage_error(cmd, "--arch needs llama, qwen2 or mixtral");
-            if (!strcmp(v, "llama"))
-                o.arch = PX_IR_ARCH_LLAMA;
-            else if (!strcmp(v, "qwen2"))
-                o.arch = PX_IR_ARCH_QWEN2;
-            else if (!strcmp(v, "mixtral"))
-                o.arch = PX_IR_ARCH_MIXTRAL;
-            else
-                return px__cli_usage_error(cmd,
-                                           "--arch takes llama, qwen2 or mixtral, not "
-                                           "\"%s\"",
-                                           v);
-            i++;
-            continue;
-        } else if (!strcmp(a, "--dtype")) {
-            if (!parse_dtype(cmd, a, v, &o.dtype))
-                return PX_EXIT_USAGE;
-            i++;
-            continue;
-        } else if (!strcmp(a, "--seed")) {
-            uint64_t s;
-            if (!v)
-                return px__cli_usage_error(cmd, "--seed needs a number");
-            char *end;
-            errno = 0;
-            s = strtoull(v, &end, 10);
-            if (errno || *end || !*v || *v == '-')
-                return px__cli_usage_error(cmd,
-                                           "--seed takes a non-negative integer, not "
-                                           "\"%s\"",
-                                           v);
-            o.seed = s;
-            i++;
-            continue;
-        } else if (!strcmp(a, "--tied")) {
-            o.tied_classifier = true;
-            continue;
-        } else if (!strcmp(a, "--no-tokenizer")) {
-            o.no_tokenizer = true;
-            continue;
-        } else if (!strcmp(a, "--dim")) {
-            u32 = &o.dim;
-        } else if (!strcmp(a, "--hidden")) {
-            u32 = &o.hidden_dim;
-        } else if (!strcmp(a, "--layers")) {
-            u32 = &o.n_layers;
-        } else if (!strcmp(a, "--heads")) {
-            u32 = &o.n_heads;
-        } else if (!strcmp(a, "--kv-heads")) {
-            u32 = &o.n_kv_heads;
-        } else if (!strcmp(a, "--vocab")) {
-            u32 = &o.vocab_size;
-        } else if (!strcmp(a, "--context")) {
-            u32 = &o.context_length;
-        } else if (!strcmp(a, "--experts")) {
-            u32 = &o.n_experts;
-        } else if (!strcmp(a, "--experts-used")) {
-            u32 = &o.n_experts_used;
-        } else {
-            return px__cli_usage_error(cmd, "unknown argument \"%s\"", a);
-        }
-        if (!parse_u32(cmd, a, v, u32))
-            return PX_EXIT_USAGE;
-        i++;
-    }
-    if (!out)
-        return px__cli_usage_error(cmd, "name the file to write with --out FILE");
+    px_ir_synth_opts o = M.synth;
+    const char *out = M.out;
     px_err err;
     px__cli_progress("model synth", "writing %s", out);
     px_status st = px_ir_synth_write(&o, out, &err);
@@ -438,19 +366,10 @@ static int cmd_synth(int argc, char **argv)
     return PX_EXIT_OK;
 }
 
-static int cmd_presets(int argc, char **argv)
+static int cmd_presets(void)
 {
-    const char *cmd = "model presets";
-    px_cli_format fmt = PX_CLI_TEXT;
-    for (int i = 1; i < argc; i++) {
-        if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) && i + 1 < argc) {
-            if (!px__cli_parse_format(cmd, argv[++i], &fmt))
-                return PX_EXIT_USAGE;
-        } else {
-            return px__cli_usage_error(cmd, "unexpected argument \"%s\"", argv[i]);
-        }
-    }
-    if (fmt == PX_CLI_JSON) {
+    px_cli_format fmt = M.fmt;
+    if (fmt != PX_CLI_TEXT) {
         json_t *a = json_array();
         for (size_t i = 0; a && i < px_ir_preset_count(); i++) {
             const px_ir_preset_info *p = px_ir_preset_at(i);
@@ -463,7 +382,7 @@ static int cmd_presets(int argc, char **argv)
         }
         if (!a)
             return PX_EXIT_FAIL;
-        int rc = px__cli_print_json(a);
+        int rc = px__cli_print_doc(a, fmt);
         json_decref(a);
         return rc;
     }
@@ -477,25 +396,22 @@ static int cmd_presets(int argc, char **argv)
 
 int px__cmd_model(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ||
-        !strcmp(argv[1], "help")) {
-        fputs(k_usage, argc < 2 ? stderr : stdout);
-        return argc < 2 ? PX_EXIT_USAGE : PX_EXIT_OK;
-    }
-    if (px__cli_wants_help(argc - 1, argv + 1)) {
-        fputs(k_usage, stdout);
-        return PX_EXIT_OK;
-    }
-    if (!strcmp(argv[1], "inspect"))
-        return cmd_inspect(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "synth"))
-        return cmd_synth(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "presets"))
-        return cmd_presets(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "quantize"))
-        return px__cmd_model_quantize(argc - 1, argv + 1);
-    return px__cli_usage_error("model",
-                               "unknown subcommand \"%s\"; use inspect, synth, quantize or "
-                               "presets",
-                               argv[1]);
+    memset(&M, 0, sizeof M);
+    M.batch = 1;
+    M.preset_dtype = PX_DTYPE_COUNT_;
+    px_ir_synth_defaults(&M.synth);
+    int rc;
+    const px_cli_spec *spec = px__cli_action("model", px__cmd_model_specs, argc, argv, &rc);
+    if (!spec)
+        return rc;
+    px_cli_args args;
+    if (!px__cli_parse(spec, argc - 1, argv + 1, &args, &rc))
+        return rc;
+    if (spec == &inspect_spec)
+        return cmd_inspect(args.v[0]);
+    if (spec == &synth_spec)
+        return cmd_synth();
+    if (spec == &quantize_spec)
+        return px__cmd_model_quantize(args.v[0], args.v[1], M.type, M.fmt);
+    return cmd_presets();
 }

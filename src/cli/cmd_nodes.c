@@ -4,28 +4,6 @@
 const char px__cmd_nodes_summary[] =
     "list the fleet's nodes; drain, revoke, admit or rotate the credential of one";
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: plexus nodes [--server URL] [--token-file F] [--ca F] [-o text|json]\n"
-               "       plexus nodes drain|undrain|revoke|admit|rotate NODE\n"
-               "\n"
-               "Lists the nodes attached to the server: state (online, offline,\n"
-               "draining), whether the node is emulated, CPUs, memory, devices with\n"
-               "their free memory, installed frameworks, resident models and running\n"
-               "work.  The server comes from --server or PLEXUS_SERVER (default\n"
-               "http://127.0.0.1:7070), the API token from --token-file or PLEXUS_TOKEN.\n"
-               "\n"
-               "With an action (a user with the admin role only):\n"
-               "  drain NODE     the node keeps its work and gets nothing new (undrain)\n"
-               "  revoke NODE    the node's credential stops working at once; its work is\n"
-               "                 requeued elsewhere and its agent stops; the name cannot\n"
-               "                 join again until `plexus nodes admit NODE`\n"
-               "  rotate NODE    the node's agent makes a new credential at its next\n"
-               "                 heartbeat; the old one stops working once the new is used\n");
-}
-
-static const char *const actions[] = {"drain", "undrain", "revoke", "admit", "rotate"};
-
 /* The columns of a node's line and of its devices' lines. */
 static void print_header(void)
 {
@@ -77,32 +55,68 @@ static void print_node(const json_t *n)
     }
 }
 
+static px__fleet_cli o;
+static const px_cli_opt opts[] = {PX__FLEET_CLI_OPTS(o), {0}};
+static const char nodes_more[] =
+    "actions (a user with the admin role only):\n"
+    "  drain NODE     the node keeps its work and gets nothing new (undrain NODE)\n"
+    "  revoke NODE    the node's credential stops working at once; its work is requeued\n"
+    "                 elsewhere and its agent stops; the name cannot join again until\n"
+    "                 plexus nodes admit NODE\n"
+    "  rotate NODE    the node's agent makes a new credential at its next heartbeat; the\n"
+    "                 old one stops working once the new is used";
+static const px_cli_spec list_spec = {
+    .name = "nodes",
+    .synopsis = "[options] | ACTION NODE [options]",
+    .about = "Lists the nodes attached to the server: state (online, offline, draining),\n"
+             "whether the node is emulated, CPUs, memory, devices with their free memory,\n"
+             "installed frameworks, resident models and running work.",
+    .opts = opts,
+    .examples = "plexus nodes\n"
+                "plexus nodes -o yaml\n"
+                "plexus nodes drain node-3      # before maintenance; undrain after\n",
+    .more = nodes_more,
+};
+#define NODE_ACTION(var, act, what)                  \
+    static const px_cli_spec var = {                 \
+        .name = "nodes " act,                        \
+        .summary = what,                             \
+        .synopsis = "NODE [options]",                \
+        .about = what ".",                           \
+        .opts = opts,                                \
+        .operands = "NODE",                          \
+        .min_operands = 1,                           \
+        .max_operands = 1,                           \
+        .examples = "plexus nodes " act " node-3\n", \
+        .more = nodes_more,                          \
+    }
+NODE_ACTION(drain_spec, "drain", "the node keeps its work and gets nothing new");
+NODE_ACTION(undrain_spec, "undrain", "the node takes new work again");
+NODE_ACTION(revoke_spec, "revoke",
+            "the node's credential stops working and its work is requeued elsewhere");
+NODE_ACTION(admit_spec, "admit", "a revoked node's name may join again");
+NODE_ACTION(rotate_spec, "rotate", "the node's agent makes a new credential at its next heartbeat");
+const px_cli_spec *const px__cmd_nodes_specs[] = {
+    &list_spec, &drain_spec, &undrain_spec, &revoke_spec, &admit_spec, &rotate_spec, NULL};
+
 int px__cmd_nodes(int argc, char **argv)
 {
-    px__fleet_cli o = {.cmd = "nodes"};
-    if (px__cli_wants_help(argc, argv)) {
-        usage(stdout);
-        return PX_EXIT_OK;
+    o = (px__fleet_cli){.cmd = "nodes"};
+    const px_cli_spec *spec = &list_spec;
+    int prc;
+    /* An operand first is an action ("nodes drain NODE"); options first
+     * list the nodes. */
+    if (argc > 1 && argv[1][0] != '-') {
+        if (!(spec = px__cli_action("nodes", px__cmd_nodes_specs + 1, argc, argv, &prc)))
+            return prc;
+        argc--;
+        argv++;
     }
-    const char *action = NULL, *node = NULL;
-    for (int i = 1; i < argc; i++) {
-        int r = px__fleet_cli_common(&o, argc, argv, &i);
-        if (r < 0)
-            return PX_EXIT_USAGE;
-        if (r > 0)
-            continue;
-        bool known = false;
-        for (size_t k = 0; k < PX_ARRAY_LEN(actions) && !action; k++)
-            known = known || !strcmp(argv[i], actions[k]);
-        if (!action && known)
-            action = argv[i];
-        else if (action && !node && argv[i][0] != '-')
-            node = argv[i];
-        else
-            return px__cli_usage_error("nodes", "unexpected argument \"%s\"", argv[i]);
-    }
-    if (action && !node)
-        return px__cli_usage_error("nodes", "%s needs the node's name", action);
+    px_cli_args args;
+    if (!px__cli_parse(spec, argc, argv, &args, &prc))
+        return prc;
+    const char *action = spec == &list_spec ? NULL : strchr(spec->name, ' ') + 1;
+    const char *node = args.n ? args.v[0] : NULL;
     if (node && !px__fleet_cli_valid_id(node))
         return px__cli_usage_error("nodes", "\"%s\" is not a node name", node);
     px_fleet_client *c = px__fleet_cli_connect(&o);
@@ -121,8 +135,8 @@ int px__cmd_nodes(int argc, char **argv)
         return PX_EXIT_FAIL;
     int rc = PX_EXIT_OK;
     if (action) {
-        if (o.format == PX_CLI_JSON)
-            rc = px__cli_print_json(reply);
+        if (o.format != PX_CLI_TEXT)
+            rc = px__fleet_cli_print(&o, reply);
         else if (!strcmp(action, "rotate"))
             printf("node %s: its agent makes a new credential at its next heartbeat\n", node);
         else if (!strcmp(action, "revoke"))
@@ -132,8 +146,8 @@ int px__cmd_nodes(int argc, char **argv)
             printf("node %s may join again\n", node);
         else
             printf("node %s %s\n", node, px__fleet_cli_str(reply, "state", action));
-    } else if (o.format == PX_CLI_JSON) {
-        rc = px__cli_print_json(reply);
+    } else if (o.format != PX_CLI_TEXT) {
+        rc = px__fleet_cli_print(&o, reply);
     } else {
         const json_t *nodes = json_object_get(reply, "nodes");
         if (!json_array_size(nodes))

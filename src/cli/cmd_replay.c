@@ -9,20 +9,29 @@
 const char px__cmd_replay_summary[] =
     "replay a trace: recompute every recorded decision and report the first divergence";
 
-static void usage(void)
-{
-    printf("usage: plexus replay FILE [-o text|json]\n"
-           "\n"
-           "Reads a trace written with --trace (plexus plan, simulate, run), checks its\n"
-           "hash chain, recomputes every recorded decision from the recorded inputs and\n"
-           "compares it with what was recorded.  Prints \"identical\" or the first\n"
-           "divergence: its sequence number, kind, name and id and what differed.\n"
-           "Exit status: 0 identical, 3 diverged, 1 refused (a malformed or edited trace,\n"
-           "a model file that changed), 2 usage.\n"
-           "\n"
-           "options:\n"
-           "  -o text|json   report format (default text)\n");
-}
+static px_cli_format R_fmt;
+static const px_cli_opt opts[] = {
+    PX_CLI_OPT("output", 'o', PX_CLI_FORMAT, &R_fmt, "FORMAT",
+               "report format: text (default), json or yaml", .choices = "text|json|yaml"),
+    {0},
+};
+static const px_cli_spec spec = {
+    .name = "replay",
+    .synopsis = "FILE [-o text|json|yaml]",
+    .about = "Reads a trace written with --trace (plexus plan, simulate, run), checks its hash\n"
+             "chain, recomputes every recorded decision from the recorded inputs and compares\n"
+             "it with what was recorded.  Prints \"identical\" or the first divergence: its\n"
+             "sequence number, kind, name and id and what differed.",
+    .opts = opts,
+    .operands = "FILE",
+    .min_operands = 1,
+    .max_operands = 1,
+    .more = "Exit status: 0 identical, 3 diverged, 1 refused (a malformed or edited trace, a\n"
+            "model file that changed), 2 usage.",
+    .examples = "plexus plan -m llama-3-8b -i inv.json --trace plan.trace && plexus replay "
+                "plan.trace\n",
+};
+const px_cli_spec *const px__cmd_replay_specs[] = {&spec, NULL};
 
 /* Every deriver this build has: the planner's, the simulator's and
  * those of healing real runs and healing in the simulator. */
@@ -44,7 +53,7 @@ static size_t collect_derivers(px_trace_deriver *out, size_t cap)
     return n;
 }
 
-static int print_json(const px_trace_replay_report *rep, px_status st)
+static int print_json(const px_trace_replay_report *rep, px_status st, px_cli_format fmt)
 {
     json_t *doc = json_pack("{s:b, s:I, s:I, s:I, s:I}", "identical", st == PX_OK, "events",
                             (json_int_t)rep->n_events, "decisions", (json_int_t)rep->n_decisions,
@@ -58,37 +67,20 @@ static int print_json(const px_trace_replay_report *rep, px_status st)
         fprintf(stderr, "plexus replay: out of memory\n");
         return PX_EXIT_FAIL;
     }
-    int rc = px__cli_print_json(doc);
+    int rc = px__cli_print_doc(doc, fmt);
     json_decref(doc);
     return rc;
 }
 
 int px__cmd_replay(int argc, char **argv)
 {
-    if (px__cli_wants_help(argc, argv)) {
-        usage();
-        return PX_EXIT_OK;
-    }
-    const char *path = NULL;
-    px_cli_format fmt = PX_CLI_TEXT;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (i + 1 >= argc)
-                return px__cli_usage_error("replay", "%s needs a value", a);
-            if (!px__cli_parse_format("replay", argv[++i], &fmt))
-                return PX_EXIT_USAGE;
-        } else if (a[0] == '-' && a[1]) {
-            return px__cli_usage_error("replay", "unknown option \"%s\"", a);
-        } else if (path) {
-            return px__cli_usage_error("replay", "one trace at a time, not also \"%s\"", a);
-        } else {
-            path = a;
-        }
-    }
-    if (!path)
-        return px__cli_usage_error("replay", "the trace FILE is required");
-
+    R_fmt = PX_CLI_TEXT;
+    px_cli_args args;
+    int prc;
+    if (!px__cli_parse(&spec, argc, argv, &args, &prc))
+        return prc;
+    const char *path = args.v[0];
+    px_cli_format fmt = R_fmt;
     px_trace_deriver derivers[16];
     size_t n = collect_derivers(derivers, PX_ARRAY_LEN(derivers));
     px_trace_replay_report rep;
@@ -97,8 +89,8 @@ int px__cmd_replay(int argc, char **argv)
     px_status st = px_trace_replay(path, derivers, n, NULL, &rep, &err);
     if (st != PX_OK && !rep.diverged) /* refused: unreadable, malformed or tampered */
         return px__cli_fail("replay", &err);
-    if (fmt == PX_CLI_JSON) {
-        int rc = print_json(&rep, st);
+    if (fmt != PX_CLI_TEXT) {
+        int rc = print_json(&rep, st, fmt);
         return st == PX_OK ? rc : PX_EXIT_VERDICT;
     }
     if (st == PX_OK) {

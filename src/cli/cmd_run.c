@@ -11,58 +11,7 @@
 
 const char px__cmd_run_summary[] = "run a model through a plan: one worker process per stage";
 
-static const char usage_text[] =
-    "usage: plexus run --model FILE (--plan FILE | --inventory FILE [--objective NAME]\n"
-    "                  [--contract FILE|NAME]) [--inventory FILE]\n"
-    "                  (--prompt TEXT ... | --prompts FILE) [-n N] [--temp T] [--top-p P]\n"
-    "                  [--seed S] [--threads N] [--transport unix|tcp] [--timeout-ms T]\n"
-    "                  [--tokenizer FILE] [-o text|json]\n"
-    "                  [--inject SPEC ...] [--no-heal] [--audit-every N] [--trace FILE]\n"
-    "                  [--incidents FILE]\n"
-    "\n"
-    "Starts one `plexus worker` process per stage of the plan, each holding its layers,\n"
-    "its KV cache and its backend (cpu, or emu for an emulated device), joined by framed\n"
-    "connections; streams the tokens as they are produced, then prints, per stage, the\n"
-    "observed decode time per token and prefill time against the plan's predicted\n"
-    "intervals, end to end, and tokens/s.  Without --plan the planner chooses one for\n"
-    "the inventory.  Emulated devices are marked as such on every line.\n"
-    "\n"
-    "options:\n"
-    "  --plan FILE        a plexus.plan/1 document (from `plexus plan -o json`)\n"
-    "  --inventory FILE   the inventory: devices' backends and emulation profiles; with\n"
-    "                     no --plan, what the planner places the model on\n"
-    "  --objective NAME   planner objective (default latency)\n"
-    "  --contract SPEC    numerical contract for the planner\n"
-    "  --prompt TEXT      text to continue (repeat: the prompts decode together)\n"
-    "  --prompts FILE     one prompt per line\n"
-    "  -n N               new tokens per prompt (default 64)\n"
-    "  --temp T           temperature, 0 for greedy (default 0)\n"
-    "  --top-p P          nucleus threshold (default 0.9)\n"
-    "  --seed S           random seed; prompt i uses S + i (default 42)\n"
-    "  --threads N        threads per worker (default 1)\n"
-    "  --transport KIND   unix sockets (default), tcp on 127.0.0.1, or tcp:A.B.C.D:\n"
-    "                     workers started by a launcher, listening on that address, every\n"
-    "                     connection authenticated with the run's secret\n"
-    "  --timeout-ms T     limit of every wait on a worker (default 10000)\n"
-    "  -o text|json       text streams tokens; json prints one document at the end\n"
-    "\n"
-    "self-healing (any of these puts the run under supervision):\n"
-    "  --inject SPEC      inject a fault (repeat): KIND:TARGET[:PARAM=VALUE,...]@tokenN,\n"
-    "                     e.g. kill:stage1@token20, stop:stage1@token20, crash:stage0@token5,\n"
-    "                     link:stage0>stage1:latency=5ms,period=100ms,duty=0.5@token10,\n"
-    "                     slow:stage1:factor=4,tau=500ms@token5, "
-    "corrupt:stage1:magnitude=0.5@token12\n"
-    "  --no-heal          inject, detect and report, but change nothing\n"
-    "  --audit-every N    recompute every Nth decode step in this process on the cpu\n"
-    "                     backend and compare each stage's output (silent corruption);\n"
-    "                     tokens after the last good audit may be taken back, so text\n"
-    "                     is printed at the end instead of streamed\n"
-    "  --trace FILE       record inputs, observations and decisions (plexus replay FILE)\n"
-    "  --incidents FILE   write the incident records (plexus.incident/1) as a JSON array\n"
-    "Healing plans alternatives on the inventory: without --inventory only a crashed or\n"
-    "hung worker can be restarted.  Each incident is printed after the report.\n";
-
-#define MAX_PROMPTS 64
+#define MAX_PROMPTS PX_CLI_LIST_MAX
 #define MAX_INJECTS 32
 
 typedef struct run_opts {
@@ -80,32 +29,6 @@ typedef struct run_opts {
     px_cli_format format;
     char *file_text; /* --prompts contents; prompts point into it */
 } run_opts;
-
-static bool num_u32(const char *v, const char *opt, uint32_t max, uint32_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long x = strtoul(v, &end, 10);
-    if (errno || end == v || *end || v[0] == '-' || x > max) {
-        px__cli_usage_error("run", "%s takes a whole number from 0 to %u, not \"%s\"", opt, max, v);
-        return false;
-    }
-    *out = (uint32_t)x;
-    return true;
-}
-
-static bool num_real(const char *v, const char *opt, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || *end || !(x >= lo && x <= hi)) {
-        px__cli_usage_error("run", "%s takes a number from %g to %g, not \"%s\"", opt, lo, hi, v);
-        return false;
-    }
-    *out = x;
-    return true;
-}
 
 static int read_prompts(run_opts *o)
 {
@@ -131,96 +54,110 @@ static int read_prompts(run_opts *o)
     return PX_EXIT_OK;
 }
 
+static px__cli_sampling R;
+static run_opts RO;
+static px_cli_list injects;
+static px__cli_transport transport;
+
+static const px_cli_opt opts[] = {
+    PX_CLI_OPT("model", 'm', PX_CLI_STR, &RO.model, "FILE", ".gguf or llama2.c .bin",
+               .flags = PX_CLI_REQUIRED),
+    PX_CLI_OPT("plan", 0, PX_CLI_STR, &RO.plan, "FILE",
+               "a plexus.plan/1 document (plexus plan --out FILE)"),
+    PX_CLI_OPT("inventory", 'i', PX_CLI_STR, &RO.inventory, "FILE",
+               "the inventory: devices' backends and emulation\n"
+               "profiles; with no --plan, what the planner places the\n"
+               "model on"),
+    PX_CLI_OPT("objective", 0, PX_CLI_STR, &RO.objective, "NAME",
+               "planner objective (default latency)"),
+    PX_CLI_OPT("contract", 0, PX_CLI_STR, &RO.contract, "FILE|NAME",
+               "numerical contract for the planner"),
+    PX__CLI_SAMPLING_OPTS(R),
+    PX_CLI_OPT("prompts", 0, PX_CLI_STR, &RO.prompts_file, "FILE", "one prompt per line"),
+    PX_CLI_OPT("threads", 0, PX_CLI_U32, &RO.threads, "N", "threads per worker (default 1)",
+               .lo = 1, .hi = 1024),
+    PX_CLI_OPT("transport", 0, PX_CLI_CALL, &transport, "KIND",
+               "unix sockets (default), tcp on 127.0.0.1, or\n"
+               "tcp:A.B.C.D: workers started by a launcher, listening\n"
+               "on that address, every connection authenticated with\n"
+               "the run's secret",
+               .parse = px__cli_parse_transport),
+    PX_CLI_OPT("timeout-ms", 0, PX_CLI_U32, &RO.timeout_ms, "T",
+               "limit of every wait on a worker (default 10000)", .hi = 86400000),
+    PX_CLI_OPT("output", 'o', PX_CLI_FORMAT, &RO.format, "FORMAT",
+               "text streams tokens; json prints one document at the end"),
+    PX_CLI_OPT("inject", 0, PX_CLI_LIST, &injects, "SPEC",
+               "inject a fault (repeat): KIND:TARGET[:PARAM=VALUE,...]@tokenN,\n"
+               "e.g. kill:stage1@token20, stop:stage1@token20,\n"
+               "crash:stage0@token5, slow:stage1:factor=4,tau=500ms@token5,\n"
+               "link:stage0>stage1:latency=5ms,period=100ms,duty=0.5@token10,\n"
+               "corrupt:stage1:magnitude=0.5@token12"),
+    PX_CLI_OPT("no-heal", 0, PX_CLI_FLAG, &RO.no_heal, NULL,
+               "inject, detect and report, but change nothing"),
+    PX_CLI_OPT("audit-every", 0, PX_CLI_U32, &RO.audit_every, "N",
+               "recompute every Nth decode step in this process on the\n"
+               "cpu backend and compare each stage's output (silent\n"
+               "corruption); text is then printed at the end",
+               .hi = 1u << 24),
+    PX_CLI_OPT("trace", 0, PX_CLI_STR, &RO.trace, "FILE",
+               "record inputs, observations and decisions (plexus replay)"),
+    PX_CLI_OPT("incidents", 0, PX_CLI_STR, &RO.incidents, "FILE",
+               "write the incident records (plexus.incident/1) as a JSON\narray"),
+    {0},
+};
+
+static const px_cli_spec run_spec = {
+    .name = "run",
+    .synopsis = "--model FILE (--plan FILE | --inventory FILE) (--prompt TEXT ... | --prompts "
+                "FILE) [options]",
+    .about = "Starts one plexus worker process per stage of the plan, each holding its layers,\n"
+             "its KV cache and its backend (cpu, or emu for an emulated device), joined by\n"
+             "framed connections; streams the tokens as they are produced, then prints, per\n"
+             "stage, the observed decode time per token and prefill time against the plan's\n"
+             "predicted intervals, end to end, and tokens/s.  Without --plan the planner\n"
+             "chooses one for the inventory.  Emulated devices are marked as such on every\n"
+             "line.  The prompts and sampling options, and their defaults, are those of\n"
+             "plexus generate.",
+    .opts = opts,
+    .more = "Self-healing: --inject, --no-heal, --audit-every and --trace put the run under\n"
+            "supervision.  Healing plans alternatives on the inventory: without --inventory\n"
+            "only a crashed or hung worker can be restarted.  Each incident is printed after\n"
+            "the report.",
+    .examples = "plexus run -m stories260K.gguf -i data/scenarios/hetero-pair-h100-l4.json \\\n"
+                "    --prompt \"Once upon a time\" -n 32\n"
+                "plexus run -m model.gguf --plan plan.json --prompts prompts.txt -o json\n"
+                "plexus run -m model.gguf -i inv.json --prompt hi --inject kill:stage1@token20\n",
+};
+const px_cli_spec *const px__cmd_run_specs[] = {&run_spec, NULL};
+
 static int parse_args(int argc, char **argv, run_opts *o)
 {
-    *o = (run_opts){.n_new = 64, .top_p = 0.9, .seed = 42, .threads = 1, .timeout_ms = 10000};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--no-heal")) {
-            o->no_heal = true;
-            continue;
-        }
-        if (i + 1 >= argc)
-            return px__cli_usage_error("run", "%s needs a value", a);
-        const char *v = argv[++i];
-        if (!strcmp(a, "--inject")) {
-            px_err e;
-            if (o->n_injects == MAX_INJECTS)
-                return px__cli_usage_error("run", "at most %d --inject", MAX_INJECTS);
-            if (px_heal_inject_parse(v, &o->injects[o->n_injects], &e) != PX_OK)
-                return px__cli_usage_error("run", "%s", e.msg);
-            o->n_injects++;
-        } else if (!strcmp(a, "--audit-every")) {
-            if (!num_u32(v, a, 1u << 24, &o->audit_every))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "--trace")) {
-            o->trace = v;
-        } else if (!strcmp(a, "--incidents")) {
-            o->incidents = v;
-        } else if (!strcmp(a, "--model")) {
-            o->model = v;
-        } else if (!strcmp(a, "--plan")) {
-            o->plan = v;
-        } else if (!strcmp(a, "--inventory")) {
-            o->inventory = v;
-        } else if (!strcmp(a, "--objective")) {
-            o->objective = v;
-        } else if (!strcmp(a, "--contract")) {
-            o->contract = v;
-        } else if (!strcmp(a, "--tokenizer")) {
-            o->tokenizer = v;
-        } else if (!strcmp(a, "--prompt")) {
-            if (o->n_prompts == MAX_PROMPTS)
-                return px__cli_usage_error("run", "at most %d prompts", MAX_PROMPTS);
-            o->prompts[o->n_prompts++] = v;
-        } else if (!strcmp(a, "--prompts")) {
-            o->prompts_file = v;
-        } else if (!strcmp(a, "-n")) {
-            if (!num_u32(v, a, 1u << 24, &o->n_new))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "--temp")) {
-            if (!num_real(v, a, 0, 100, &o->temp))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "--top-p")) {
-            if (!num_real(v, a, 0, 1, &o->top_p))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "--seed")) {
-            char *end;
-            errno = 0;
-            o->seed = strtoull(v, &end, 10);
-            if (errno || end == v || *end || v[0] == '-')
-                return px__cli_usage_error("run", "--seed takes a whole number, not \"%s\"", v);
-        } else if (!strcmp(a, "--threads")) {
-            if (!num_u32(v, a, 1024, &o->threads))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "--timeout-ms")) {
-            if (!num_u32(v, a, 86400000, &o->timeout_ms))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "--transport")) {
-            if (!strcmp(v, "unix"))
-                o->transport = PX_RT_TRANSPORT_UNIX;
-            else if (!strcmp(v, "tcp"))
-                o->transport = PX_RT_TRANSPORT_TCP;
-            else if (px_str_starts_with(v, "tcp:") && v[4]) {
-                o->transport = PX_RT_TRANSPORT_TCP;
-                o->stage_host = v + 4;
-            } else
-                return px__cli_usage_error(
-                    "run", "--transport takes unix, tcp or tcp:A.B.C.D, not \"%s\"", v);
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!px__cli_parse_format("run", v, &o->format))
-                return PX_EXIT_USAGE;
-        } else {
-            return px__cli_usage_error("run", "unexpected argument \"%s\"", a);
-        }
-    }
-    if (!o->model)
-        return px__cli_usage_error("run", "--model FILE is required");
+    R = PX__CLI_SAMPLING_DEFAULTS;
+    RO = (run_opts){.threads = 1, .timeout_ms = 10000};
+    memset(&injects, 0, sizeof injects);
+    transport = (px__cli_transport){0};
+    *o = RO;
+    px_cli_args args;
+    int rc;
+    if (!px__cli_parse(&run_spec, argc, argv, &args, &rc))
+        return rc == PX_EXIT_OK ? -1 : rc;
+    *o = RO;
+    o->tokenizer = R.tokenizer;
+    o->n_new = R.n_new;
+    o->temp = R.temp;
+    o->top_p = R.top_p;
+    o->seed = R.seed;
+    for (size_t i = 0; i < R.prompts.n; i++)
+        o->prompts[o->n_prompts++] = R.prompts.v[i];
+    if (!px__cli_parse_injects("run", &injects, o->injects, MAX_INJECTS, &o->n_injects))
+        return PX_EXIT_USAGE;
+    o->transport = transport.kind;
+    o->stage_host = transport.host;
     if (!o->plan && !o->inventory)
         return px__cli_usage_error("run", "give --plan FILE, or --inventory FILE for the planner "
                                           "to make one");
     if (o->prompts_file) {
-        int rc = read_prompts(o);
+        rc = read_prompts(o);
         if (rc)
             return rc;
     }
@@ -443,24 +380,24 @@ static int finish_heal(const run_opts *o, run_heal *rh, run_out *ro, bool print,
         json_decref(inc);
         if (st != PX_OK)
             return px__cli_fail("run", err);
+        px__cli_wrote("run", o->incidents, "the incidents");
     }
     if (rh->trace) {
         px_status st = px_trace_writer_close(rh->trace, err);
         rh->trace = NULL;
         if (st != PX_OK)
             return px__cli_fail("run", err);
+        px__cli_wrote("run", o->trace, "the trace");
     }
     return PX_EXIT_OK;
 }
 
 int px__cmd_run(int argc, char **argv)
 {
-    if (px__cli_wants_help(argc, argv)) {
-        fputs(usage_text, stdout);
-        return PX_EXIT_OK;
-    }
     run_opts o;
     int rc = parse_args(argc, argv, &o);
+    if (rc < 0)
+        return PX_EXIT_OK; /* --help */
     if (rc != PX_EXIT_OK) {
         free(o.file_text);
         return rc;

@@ -16,59 +16,6 @@
 const char px__cmd_serve_summary[] =
     "serve a model over an OpenAI-compatible HTTP API, batching requests continuously";
 
-static const char usage_text[] =
-    "usage: plexus serve --model FILE [--inventory FILE] [--plan FILE|auto]\n"
-    "                    [--listen HOST:PORT] [--api-key-file FILE] [--chat-template NAME]\n"
-    "                    [--model-name NAME] [--threads N] [--max-seqs N] [--context N]\n"
-    "                    [--step-tokens N] [--kv-blocks N] [--queue N] [--objective NAME]\n"
-    "                    [--contract SPEC] [--inject SPEC ...] [--no-heal]\n"
-    "                    [--transport unix|tcp|tcp:A.B.C.D] [--timeout-ms T]\n"
-    "\n"
-    "Serves GET /v1/models, POST /v1/completions and POST /v1/chat/completions (stream\n"
-    "or not), GET /health and GET /metrics (Prometheus) until interrupted.  Requests\n"
-    "join the running batch at step boundaries; prompts are prefilled in chunks mixed\n"
-    "with decoding; the KV cache is paged, and requests wait (or are preempted) when it\n"
-    "is full; a full queue answers 429 with Retry-After.\n"
-    "\n"
-    "Without --inventory or --plan the model runs in this process on the cpu.  With\n"
-    "them it runs as the plan's stage workers, every replica of the plan serving, each\n"
-    "under the healing loop: a worker killed or a link degraded while serving is\n"
-    "detected, the plan changed, the KV caches rebuilt, and the streams go on.\n"
-    "\n"
-    "options:\n"
-    "  --model FILE          a GGUF model with its tokenizer\n"
-    "  --inventory FILE      the devices to plan on (their backends, emulation)\n"
-    "  --plan FILE|auto      a plexus.plan/1 document, or auto (default with\n"
-    "                        --inventory): the planner's choice\n"
-    "  --objective NAME      for auto: throughput (default) or latency\n"
-    "  --contract SPEC       numerical contract for the planner\n"
-    "  --listen HOST:PORT    default 127.0.0.1:8080 (port 0: any free port)\n"
-    "  --api-key-file FILE   clients must send \"Authorization: Bearer KEY\" with the key\n"
-    "                        this file holds (mode 0600: not readable by others)\n"
-    "  --chat-template NAME  the chat template, when the model's is missing or to override\n"
-    "                        it (chatml, llama-2, llama-3, mistral, gemma, phi-3, zephyr, ...)\n"
-    "  --model-name NAME     the model's id in the API (default: the file's name)\n"
-    "  --threads N           cpu threads in this process (default: every cpu); per worker\n"
-    "                        with a plan (default 1)\n"
-    "  --max-seqs N          sequences decoding together per replica (default 16; with a\n"
-    "                        plan, each replica's batch in the plan)\n"
-    "  --context N           positions per sequence (default: the model's)\n"
-    "  --step-tokens N       rows per step: prefill chunks and decode (default 512)\n"
-    "  --kv-blocks N         KV-cache blocks of 16 positions (default: every sequence's\n"
-    "                        whole context)\n"
-    "  --queue N             requests waiting per replica before 429 (default 64)\n"
-    "  --inject SPEC         inject a fault into replica 0, as `plexus run --inject`\n"
-    "  --no-heal             detect and report faults, change nothing\n"
-    "  --transport KIND      with a plan: unix sockets (default), tcp on 127.0.0.1, or\n"
-    "                        tcp:A.B.C.D: workers started by a launcher on that address,\n"
-    "                        every connection authenticated with the pipeline's secret\n"
-    "\n"
-    "examples:\n"
-    "  plexus serve --model model.gguf --listen 127.0.0.1:8080\n"
-    "  curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\\n"
-    "       -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'\n"
-    "  plexus serve --model model.gguf --inventory data/scenarios/emu-small.json\n";
-
 #define MAX_INJECTS 16
 
 typedef struct serve_args {
@@ -82,92 +29,104 @@ typedef struct serve_args {
     bool no_heal;
 } serve_args;
 
-static bool num_u32(const char *v, const char *opt, uint32_t max, uint32_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long x = strtoul(v, &end, 10);
-    if (errno || end == v || *end || v[0] == '-' || x > max) {
-        px__cli_usage_error("serve", "%s takes a whole number from 0 to %u, not \"%s\"", opt, max,
-                            v);
-        return false;
-    }
-    *out = (uint32_t)x;
-    return true;
-}
+static serve_args S;
+static px_cli_list injects;
+static px__cli_transport transport;
+
+static const px_cli_opt opts[] = {
+    PX_CLI_OPT("model", 'm', PX_CLI_STR, &S.model, "FILE", "a GGUF model with its tokenizer",
+               .flags = PX_CLI_REQUIRED),
+    PX_CLI_OPT("inventory", 'i', PX_CLI_STR, &S.inventory, "FILE",
+               "the devices to plan on (their backends, emulation)"),
+    PX_CLI_OPT("plan", 0, PX_CLI_STR, &S.plan, "FILE|auto",
+               "a plexus.plan/1 document, or auto (default with\n"
+               "--inventory): the planner's choice"),
+    PX_CLI_OPT("objective", 0, PX_CLI_STR, &S.objective, "NAME",
+               "for auto: throughput (default) or latency"),
+    PX_CLI_OPT("contract", 0, PX_CLI_STR, &S.contract, "FILE|NAME",
+               "numerical contract for the planner"),
+    PX_CLI_OPT("listen", 0, PX_CLI_STR, &S.so.listen, "HOST:PORT",
+               "default 127.0.0.1:8080 (port 0: any free port)"),
+    PX_CLI_OPT("api-key-file", 0, PX_CLI_STR, &S.key_file, "FILE",
+               "clients must send \"Authorization: Bearer KEY\" with the\n"
+               "key this file holds (mode 0600: not readable by others)"),
+    PX_CLI_OPT("chat-template", 0, PX_CLI_STR, &S.so.chat_template, "NAME",
+               "the chat template, when the model's is missing or to\n"
+               "override it (chatml, llama-2, llama-3, mistral, gemma,\n"
+               "phi-3, zephyr, ...)"),
+    PX_CLI_OPT("model-name", 0, PX_CLI_STR, &S.so.model_name, "NAME",
+               "the model's id in the API (default: the file's name)"),
+    PX_CLI_OPT("threads", 0, PX_CLI_U32, &S.threads, "N",
+               "cpu threads in this process (default: every cpu); per\n"
+               "worker with a plan (default 1)",
+               .hi = 1024),
+    PX_CLI_OPT("max-seqs", 0, PX_CLI_U32, &S.so.max_seqs, "N",
+               "sequences decoding together per replica (default 16;\n"
+               "with a plan, each replica's batch in the plan)",
+               .hi = 4096),
+    PX_CLI_OPT("context", 0, PX_CLI_U32, &S.so.context, "N",
+               "positions per sequence (default: the model's)", .hi = 1u << 24),
+    PX_CLI_OPT("step-tokens", 0, PX_CLI_U32, &S.so.step_tokens, "N",
+               "rows per step: prefill chunks and decode (default 512)", .hi = 1u << 20),
+    PX_CLI_OPT("kv-blocks", 0, PX_CLI_U32, &S.so.kv_blocks, "N",
+               "KV-cache blocks of 16 positions (default: every\n"
+               "sequence's whole context)",
+               .hi = INT32_MAX),
+    PX_CLI_OPT("queue", 0, PX_CLI_U32, &S.so.max_queue, "N",
+               "requests waiting per replica before 429 (default 64)", .hi = 1u << 20),
+    PX_CLI_OPT("inject", 0, PX_CLI_LIST, &injects, "SPEC",
+               "inject a fault into replica 0, as plexus run --inject"),
+    PX_CLI_OPT("no-heal", 0, PX_CLI_FLAG, &S.no_heal, NULL,
+               "detect and report faults, change nothing"),
+    PX_CLI_OPT("transport", 0, PX_CLI_CALL, &transport, "KIND",
+               "with a plan: unix sockets (default), tcp on 127.0.0.1,\n"
+               "or tcp:A.B.C.D: workers started by a launcher on that\n"
+               "address, every connection authenticated with the\n"
+               "pipeline's secret",
+               .parse = px__cli_parse_transport),
+    PX_CLI_OPT("timeout-ms", 0, PX_CLI_U32, &S.timeout_ms, "T",
+               "limit of every wait on a worker (default 10000)", .hi = 86400000),
+    {0},
+};
+
+static const px_cli_spec spec = {
+    .name = "serve",
+    .synopsis = "--model FILE [--inventory FILE] [--plan FILE|auto] [options]",
+    .about = "Serves GET /v1/models, POST /v1/completions and POST /v1/chat/completions (stream\n"
+             "or not), GET /health and GET /metrics (Prometheus) until interrupted.  Requests\n"
+             "join the running batch at step boundaries; prompts are prefilled in chunks mixed\n"
+             "with decoding; the KV cache is paged, and requests wait (or are preempted) when\n"
+             "it is full; a full queue answers 429 with Retry-After.\n"
+             "\n"
+             "Without --inventory or --plan the model runs in this process on the cpu.  With\n"
+             "them it runs as the plan's stage workers, every replica of the plan serving,\n"
+             "each under the healing loop: a worker killed or a link degraded while serving\n"
+             "is detected, the plan changed, the KV caches rebuilt, and the streams go on.",
+    .opts = opts,
+    .examples = "plexus serve --model model.gguf --listen 127.0.0.1:8080\n"
+                "curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: "
+                "application/json' \\\n"
+                "     -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'\n"
+                "plexus serve --model model.gguf --inventory data/scenarios/emu-small.json\n",
+};
+const px_cli_spec *const px__cmd_serve_specs[] = {&spec, NULL};
 
 static int parse_args(int argc, char **argv, serve_args *a)
 {
-    memset(a, 0, sizeof *a);
-    a->timeout_ms = 10000;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        if (!strcmp(o, "--no-heal")) {
-            a->no_heal = true;
-            continue;
-        }
-        if (i + 1 >= argc)
-            return px__cli_usage_error("serve", "%s needs a value", o);
-        const char *v = argv[++i];
-        uint32_t *u = NULL, max = 0;
-        if (!strcmp(o, "--model")) {
-            a->model = v;
-        } else if (!strcmp(o, "--inventory")) {
-            a->inventory = v;
-        } else if (!strcmp(o, "--plan")) {
-            a->plan = v;
-        } else if (!strcmp(o, "--objective")) {
-            a->objective = v;
-        } else if (!strcmp(o, "--contract")) {
-            a->contract = v;
-        } else if (!strcmp(o, "--listen")) {
-            a->so.listen = v;
-        } else if (!strcmp(o, "--api-key-file")) {
-            a->key_file = v;
-        } else if (!strcmp(o, "--chat-template")) {
-            a->so.chat_template = v;
-        } else if (!strcmp(o, "--model-name")) {
-            a->so.model_name = v;
-        } else if (!strcmp(o, "--inject")) {
-            px_err e;
-            if (a->n_injects == MAX_INJECTS)
-                return px__cli_usage_error("serve", "at most %d --inject", MAX_INJECTS);
-            if (px_heal_inject_parse(v, &a->injects[a->n_injects], &e) != PX_OK)
-                return px__cli_usage_error("serve", "%s", e.msg);
-            a->n_injects++;
-        } else if (!strcmp(o, "--transport")) {
-            if (!strcmp(v, "unix"))
-                a->transport = PX_RT_TRANSPORT_UNIX;
-            else if (!strcmp(v, "tcp"))
-                a->transport = PX_RT_TRANSPORT_TCP;
-            else if (px_str_starts_with(v, "tcp:") && v[4]) {
-                a->transport = PX_RT_TRANSPORT_TCP;
-                a->stage_host = v + 4;
-            } else
-                return px__cli_usage_error(
-                    "serve", "--transport takes unix, tcp or tcp:A.B.C.D, not \"%s\"", v);
-        } else if (!strcmp(o, "--threads")) {
-            u = &a->threads, max = 1024;
-        } else if (!strcmp(o, "--max-seqs")) {
-            u = &a->so.max_seqs, max = 4096;
-        } else if (!strcmp(o, "--context")) {
-            u = &a->so.context, max = 1u << 24;
-        } else if (!strcmp(o, "--step-tokens")) {
-            u = &a->so.step_tokens, max = 1u << 20;
-        } else if (!strcmp(o, "--kv-blocks")) {
-            u = &a->so.kv_blocks, max = INT32_MAX;
-        } else if (!strcmp(o, "--queue")) {
-            u = &a->so.max_queue, max = 1u << 20;
-        } else if (!strcmp(o, "--timeout-ms")) {
-            u = &a->timeout_ms, max = 86400000;
-        } else {
-            return px__cli_usage_error("serve", "unexpected argument \"%s\"", o);
-        }
-        if (u && !num_u32(v, o, max, u))
-            return PX_EXIT_USAGE;
-    }
-    if (!a->model)
-        return px__cli_usage_error("serve", "--model FILE is required");
+    memset(&S, 0, sizeof S);
+    memset(&injects, 0, sizeof injects);
+    transport = (px__cli_transport){0};
+    S.timeout_ms = 10000;
+    *a = S;
+    px_cli_args args;
+    int rc;
+    if (!px__cli_parse(&spec, argc, argv, &args, &rc))
+        return rc == PX_EXIT_OK ? -1 : rc;
+    *a = S;
+    if (!px__cli_parse_injects("serve", &injects, a->injects, MAX_INJECTS, &a->n_injects))
+        return PX_EXIT_USAGE;
+    a->transport = transport.kind;
+    a->stage_host = transport.host;
     if (a->plan && !strcmp(a->plan, "auto") && !a->inventory)
         return px__cli_usage_error("serve", "--plan auto needs --inventory FILE to plan on");
     if (a->n_injects && !a->plan && !a->inventory)
@@ -251,12 +210,10 @@ static void describe(const px_serve *s, const serve_args *a, const json_t *plan)
 
 int px__cmd_serve(int argc, char **argv)
 {
-    if (px__cli_wants_help(argc, argv)) {
-        fputs(usage_text, stdout);
-        return PX_EXIT_OK;
-    }
     serve_args a;
     int rc = parse_args(argc, argv, &a);
+    if (rc < 0)
+        return PX_EXIT_OK; /* --help */
     if (rc != PX_EXIT_OK)
         return rc;
     px_err err;

@@ -9,146 +9,102 @@
 
 const char px__cmd_server_summary[] = "run the fleet control plane (HTTP API, store, scheduler)";
 
-static void usage(FILE *f)
+static px_fleet_server_options O;
+static double disk_reserve, log_quota, artifact_quota, max_upload;
+
+static px_status refuse_token(const char *value, void *dest, px_err *err)
 {
-    fprintf(f, "usage: plexus server [--listen HOST:PORT] [--data DIR] [--store URI]\n"
-               "                     [--token-file F]\n"
-               "                     [--tls-cert F --tls-key F] [--lease SECONDS]\n"
-               "                     [--restart-backoff SECONDS] [--disk-reserve SIZE]\n"
-               "                     [--log-quota SIZE] [--artifact-quota SIZE]\n"
-               "                     [--max-upload SIZE] [--max-job-time SECONDS]\n"
-               "                     [--max-connections N] [--max-connections-per-address N]\n"
-               "                     [--header-timeout SECONDS]\n"
-               "\n"
-               "Serves the fleet API (docs/formats/fleet-api.md) on HOST:PORT (default\n"
-               "127.0.0.1:7070; port 0 picks a free one) with its state in DIR (default\n"
-               "./plexus-data, made private: 0700): DIR/fleet.db (SQLite), artifacts, blobs.\n"
-               "See docs/security.md for what the server promises and what it needs.\n"
-               "\n"
-               "  --store URI           postgres://USER@HOST:PORT/DATABASE: keep the state in\n"
-               "                        PostgreSQL, which several replicas share (one\n"
-               "                        schedules, the others serve and stand by); no\n"
-               "                        password in URI: libpq reads ~/.pgpass or PGPASSFILE\n"
-               "  --token-file F        lines \"agent TOKEN\" (the join token) and \"user TOKEN\n"
-               "                        [NAME [user|admin]]\"; the file must be private\n"
-               "                        (chmod 600); without it, a join token and an admin\n"
-               "                        token are generated once into DIR/tokens\n"
-               "  --tls-cert F, --tls-key F\n"
-               "                        serve HTTPS with this certificate and key (the key\n"
-               "                        file private); `plexus up --tls` makes a local CA\n"
-               "  --lease S             a node without a heartbeat for S seconds is lost and\n"
-               "                        its work requeued (default 10); agents stop their\n"
-               "                        work after 3/4 of it without a renewal\n"
-               "  --restart-backoff S   first delay before a service restarts (default 1,\n"
-               "                        doubling up to 60)\n"
-               "  --disk-reserve SIZE   free space kept in DIR: below it submissions and\n"
-               "                        uploads get 507 (default 512MiB)\n"
-               "  --log-quota SIZE      output kept per job, the rest dropped with a note in\n"
-               "                        the log (default 256MiB)\n"
-               "  --artifact-quota SIZE artifacts per job (default 16GiB)\n"
-               "  --max-upload SIZE     one upload (models, artifacts), streamed to disk\n"
-               "                        (default 1TiB)\n"
-               "  --max-job-time S      the longest a job may run (and ask for); default none\n"
-               "  --max-connections N   (default 1024), --max-connections-per-address N (64)\n"
-               "  --header-timeout S    a request's headers, or a stalled body, may take this\n"
-               "                        long before the connection is closed (default 10)\n"
-               "\n"
-               "Prints \"listening on URL\" on stdout once ready.  SIGINT or SIGTERM stop it;\n"
-               "everything acknowledged is already on disk, so a kill -9 loses nothing.\n");
+    (void)value;
+    (void)dest;
+    return px_err_set(err, PX_EINVAL,
+                      "is refused: tokens on the command line are visible in ps; use "
+                      "--token-file FILE");
 }
 
-static bool parse_seconds(const char *opt, const char *v, double max, double *out)
-{
-    char *end;
-    double x = strtod(v, &end);
-    if (end == v || *end || !(x > 0) || x > max) {
-        px__cli_usage_error("server", "%s takes seconds (0 < S <= %g), not \"%s\"", opt, max, v);
-        return false;
-    }
-    *out = x;
-    return true;
-}
+static const px_cli_opt opts[] = {
+    PX_CLI_OPT("listen", 0, PX_CLI_STR, &O.listen, "HOST:PORT",
+               "where to listen (default 127.0.0.1:7070; port 0 picks a\nfree one)"),
+    PX_CLI_OPT("data", 0, PX_CLI_STR, &O.data_dir, "DIR",
+               "the state (default ./plexus-data, made private: 0700):\n"
+               "DIR/fleet.db (SQLite), artifacts, blobs"),
+    PX_CLI_OPT("store", 0, PX_CLI_STR, &O.store, "URI",
+               "postgres://USER@HOST:PORT/DATABASE: keep the state in\n"
+               "PostgreSQL, which several replicas share (one schedules,\n"
+               "the others serve and stand by); no password in URI:\n"
+               "libpq reads ~/.pgpass or PGPASSFILE"),
+    PX_CLI_OPT("token-file", 0, PX_CLI_STR, &O.token_file, "FILE",
+               "lines \"agent TOKEN\" (the join token) and \"user TOKEN\n"
+               "[NAME [user|admin]]\"; the file must be private (chmod\n"
+               "600); without it, a join token and an admin token are\n"
+               "generated once into DIR/tokens"),
+    PX_CLI_OPT("tls-cert", 0, PX_CLI_STR, &O.tls_cert, "FILE",
+               "serve HTTPS with this certificate (plexus up --tls\nmakes a local CA)"),
+    PX_CLI_OPT("tls-key", 0, PX_CLI_STR, &O.tls_key, "FILE", "the certificate's key (private)"),
+    PX_CLI_OPT("lease", 0, PX_CLI_NUM, &O.lease_s, "SECONDS",
+               "a node without a heartbeat for this long is lost and its\n"
+               "work requeued (default 10); agents stop their work after\n"
+               "3/4 of it without a renewal",
+               .lo = 0.001, .hi = 86400),
+    PX_CLI_OPT("restart-backoff", 0, PX_CLI_NUM, &O.restart_backoff_s, "SECONDS",
+               "first delay before a service restarts (default 1,\ndoubling up to 60)", .lo = 0.001,
+               .hi = 86400),
+    PX_CLI_OPT("disk-reserve", 0, PX_CLI_SIZE, &disk_reserve, "SIZE",
+               "free space kept in DIR: below it submissions and uploads\n"
+               "get 507 (default 512MiB)",
+               .lo = 1, .hi = 1e18),
+    PX_CLI_OPT("log-quota", 0, PX_CLI_SIZE, &log_quota, "SIZE",
+               "output kept per job, the rest dropped with a note in the\nlog (default 256MiB)",
+               .lo = 1, .hi = 1e18),
+    PX_CLI_OPT("artifact-quota", 0, PX_CLI_SIZE, &artifact_quota, "SIZE",
+               "artifacts per job (default 16GiB)", .lo = 1, .hi = 1e18),
+    PX_CLI_OPT("max-upload", 0, PX_CLI_SIZE, &max_upload, "SIZE",
+               "one upload (models, artifacts), streamed to disk\n(default 1TiB)", .lo = 1,
+               .hi = 1e18),
+    PX_CLI_OPT("max-job-time", 0, PX_CLI_NUM, &O.max_job_time_s, "SECONDS",
+               "the longest a job may run (and ask for); default none", .lo = 0.001,
+               .hi = 30 * 86400.0),
+    PX_CLI_OPT("max-connections", 0, PX_CLI_U32, &O.max_connections, "N",
+               "connections at once (default 1024)", .lo = 1, .hi = 1000000),
+    PX_CLI_OPT("max-connections-per-address", 0, PX_CLI_U32, &O.max_connections_per_address, "N",
+               "connections at once from one address (default 64)", .lo = 1, .hi = 1000000),
+    PX_CLI_OPT("header-timeout", 0, PX_CLI_NUM, &O.header_timeout_s, "SECONDS",
+               "a request's headers, or a stalled body, may take this\n"
+               "long before the connection is closed (default 10)",
+               .lo = 0.001, .hi = 3600),
+    PX_CLI_OPT("token", 0, PX_CLI_CALL, NULL, "TOKEN", NULL, .parse = refuse_token,
+               .flags = PX_CLI_HIDDEN),
+    {0},
+};
 
-static bool parse_size(const char *opt, const char *v, uint64_t *out)
-{
-    px_qty q;
-    px_err err;
-    if (px_qty_parse(v, PX_DIM_BYTES, &q, &err) != PX_OK || !(q.value >= 1) || q.value > 1e18) {
-        px__cli_usage_error("server", "%s \"%s\": give a size such as 512MiB", opt, v);
-        return false;
-    }
-    *out = (uint64_t)q.value;
-    return true;
-}
-
-static bool parse_count(const char *opt, const char *v, unsigned *out)
-{
-    char *end;
-    long n = strtol(v, &end, 10);
-    if (end == v || *end || n < 1 || n > 1000000) {
-        px__cli_usage_error("server", "%s takes a whole number from 1 to 1000000", opt);
-        return false;
-    }
-    *out = (unsigned)n;
-    return true;
-}
+static const px_cli_spec spec = {
+    .name = "server",
+    .synopsis = "[--listen HOST:PORT] [--data DIR] [--store URI] [options]",
+    .about = "Serves the fleet API (docs/formats/fleet-api.md).  See docs/security.md for what\n"
+             "the server promises and what it needs.",
+    .opts = opts,
+    .more = "Prints \"listening on URL\" on stdout once ready.  SIGINT or SIGTERM stop it;\n"
+            "everything acknowledged is already on disk, so a kill -9 loses nothing.  A\n"
+            "replica that lost the scheduler lease exits with status 75 to be restarted as a\n"
+            "standby.",
+    .examples = "plexus server --listen 0.0.0.0:7070 --data /srv/plexus \\\n"
+                "    --tls-cert server.pem --tls-key server-key.pem\n"
+                "plexus server --store postgres://plexus@db:5432/plexus --listen 0.0.0.0:7070\n",
+};
+const px_cli_spec *const px__cmd_server_specs[] = {&spec, NULL};
 
 int px__cmd_server(int argc, char **argv)
 {
-    if (px__cli_wants_help(argc, argv)) {
-        usage(stdout);
-        return PX_EXIT_OK;
-    }
-    px_fleet_server_options opt = {.listen = "127.0.0.1:7070", .data_dir = "plexus-data"};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--token"))
-            return px__cli_usage_error("server",
-                                       "--token: tokens on the command line are visible in ps; "
-                                       "use --token-file F");
-        if (i + 1 >= argc)
-            return px__cli_usage_error("server", "\"%s\" needs a value or is unknown", a);
-        const char *v = argv[++i];
-        uint64_t size;
-        bool ok = true;
-        if (!strcmp(a, "--listen"))
-            opt.listen = v;
-        else if (!strcmp(a, "--data"))
-            opt.data_dir = v;
-        else if (!strcmp(a, "--store"))
-            opt.store = v;
-        else if (!strcmp(a, "--token-file"))
-            opt.token_file = v;
-        else if (!strcmp(a, "--tls-cert"))
-            opt.tls_cert = v;
-        else if (!strcmp(a, "--tls-key"))
-            opt.tls_key = v;
-        else if (!strcmp(a, "--lease"))
-            ok = parse_seconds(a, v, 86400, &opt.lease_s);
-        else if (!strcmp(a, "--restart-backoff"))
-            ok = parse_seconds(a, v, 86400, &opt.restart_backoff_s);
-        else if (!strcmp(a, "--max-job-time"))
-            ok = parse_seconds(a, v, 30 * 86400.0, &opt.max_job_time_s);
-        else if (!strcmp(a, "--header-timeout"))
-            ok = parse_seconds(a, v, 3600, &opt.header_timeout_s);
-        else if (!strcmp(a, "--disk-reserve"))
-            ok = parse_size(a, v, &opt.disk_reserve);
-        else if (!strcmp(a, "--log-quota"))
-            ok = parse_size(a, v, &opt.log_quota);
-        else if (!strcmp(a, "--artifact-quota"))
-            ok = parse_size(a, v, &opt.artifact_quota);
-        else if (!strcmp(a, "--max-upload")) {
-            ok = parse_size(a, v, &size);
-            opt.max_upload = (size_t)size;
-        } else if (!strcmp(a, "--max-connections"))
-            ok = parse_count(a, v, &opt.max_connections);
-        else if (!strcmp(a, "--max-connections-per-address"))
-            ok = parse_count(a, v, &opt.max_connections_per_address);
-        else
-            return px__cli_usage_error("server", "unknown option \"%s\"", a);
-        if (!ok)
-            return PX_EXIT_USAGE;
-    }
+    O = (px_fleet_server_options){.listen = "127.0.0.1:7070", .data_dir = "plexus-data"};
+    disk_reserve = log_quota = artifact_quota = max_upload = 0;
+    px_cli_args args;
+    int prc;
+    if (!px__cli_parse(&spec, argc, argv, &args, &prc))
+        return prc;
+    px_fleet_server_options opt = O;
+    opt.disk_reserve = (uint64_t)disk_reserve;
+    opt.log_quota = (uint64_t)log_quota;
+    opt.artifact_quota = (uint64_t)artifact_quota;
+    opt.max_upload = (size_t)max_upload;
     if (!getenv("PLEXUS_LOG"))
         px_log_set_level(PX_LOG_INFO);
     /* Block the stop signals in every thread; the main thread waits for them. */

@@ -379,6 +379,8 @@ int px__cmd_simulate(int argc, char **argv)
     if (trace_path && write_trace(trace_path, plan_doc, inv_doc, &load,
                                   faults_path ? &faults : NULL, &opt, result, &err) != PX_OK)
         goto fail;
+    if (trace_path)
+        px__cli_wrote("simulate", trace_path, "the trace");
     if (fmt == PX_CLI_JSON) {
         if (add_warning(result, warn) != PX_OK) {
             px_err_set(&err, PX_ENOMEM, "out of memory");

@@ -11,68 +11,35 @@ const char px__cmd_submit_summary[] =
 
 #define PYTHON_SOURCE_MAX (1u << 20)
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: plexus submit [options] -- CMD [ARGS...]\n"
-               "       plexus submit [options] --python FILE.py:FUNCTION [--args JSON]\n"
-               "\n"
-               "resources (per member):\n"
-               "  --cpus N                 CPU cores (default 1)\n"
-               "  --mem SIZE               host memory, e.g. 8GiB\n"
-               "  --gpus N                 whole GPUs\n"
-               "  --gpu-mem SIZE           free memory each GPU must have, e.g. 16GiB\n"
-               "  --vendor V               GPU vendor (nvidia, amd, intel, ...)\n"
-               "  --capability SPEC        GPU capability, e.g. '>=8.0'\n"
-               "  --framework F            required framework with an optional PEP 440\n"
-               "                           specifier: 'torch>=2.1', 'torch.cuda' (repeatable)\n"
-               "inputs and outputs:\n"
-               "  --model FILE|DIGEST      a model the job reads; a file is uploaded first;\n"
-               "                           the job finds it at $PLEXUS_MODEL\n"
-               "  --plan auto              ask the planner for a plan for --model\n"
-               "  --artifact PATH          a file (relative to the job's folder) to keep\n"
-               "                           when the job ends (repeatable)\n"
-               "  --env K=V                an environment variable (repeatable)\n"
-               "  --name N                 a name shown in listings\n"
-               "  --shell                  run CMD (one string) with /bin/sh -c\n"
-               "  --args JSON              with --python: an object is the keyword\n"
-               "                           arguments, an array the positional ones\n"
-               "                           ('[2, 3]' calls FUNCTION(2, 3)), else one\n"
-               "                           argument\n"
-               "distributed jobs:\n"
-               "  --nodes N                members, placed all or nothing\n"
-               "  --launcher env|torchrun|mpi\n"
-               "  --on-member-failure fail|restart\n"
-               "services:\n"
-               "  --service --port N [--health /PATH | --health 'CMD']\n"
-               "  --max-attempts N         attempts when a node is lost (default 3)\n"
-               "  --time-limit T           stop the job after T (90, 90s, 15m, 2h)\n"
-               "  --idempotency-key K      a retried submit with the same K returns the\n"
-               "                           same job (default: a fresh key, retried on\n"
-               "                           network errors)\n"
-               "output:\n"
-               "  --wait                   wait for the job to end; print its result;\n"
-               "                           exit 0 only when it succeeded\n"
-               "  --timeout S              with --wait, give up after S seconds (default 600)\n"
-               "  --server URL --token-file F --ca F -o text|json\n");
-}
-
 typedef struct submit_opts {
     px__fleet_cli o;
     json_t *spec;
     json_t *resources;
+    const char *file; /* -f spec.json */
     const char *model;
     const char *python;
     const char *args;
     const char *health;
-    long port;
+    uint32_t port;
     bool service;
     bool wait;
     double timeout_s;
     const char *idem_key;
+    char *model_owned; /* the spec file's model path */
+    /* What the table reads, before it goes into spec. */
+    double cpus;
+    const char *mem, *gpu_mem, *vendor, *capability, *plan, *name, *launcher, *on_failure;
+    uint32_t gpus, nodes, max_attempts;
+    bool shell;
+    double time_limit_s;
+    bool seen_gpus, seen_nodes, seen_attempts;
+    px_cli_list frameworks, artifacts, env;
 } submit_opts;
 
-/* "90", "90s", "15m", "2h" in seconds; 0 when malformed. */
-static double parse_duration(const char *v)
+static submit_opts S;
+
+/* "90", "90s", "15m", "2h", "1d" in seconds, from 1s to 30 days. */
+static px_status parse_duration(const char *v, void *dest, px_err *err)
 {
     char *end;
     double x = strtod(v, &end);
@@ -81,23 +48,101 @@ static double parse_duration(const char *v)
                   : !strcmp(end, "h")                   ? 3600
                   : !strcmp(end, "d")                   ? 86400
                                                         : 0;
-    return end == v || !(x > 0) ? 0 : x * unit;
+    double t = end == v || !(x > 0) ? 0 : x * unit;
+    if (!(t >= 1) || t > 30 * 86400.0)
+        return px_err_set(err, PX_EINVAL, "takes 1s to 30d (90, 90s, 15m, 2h), not \"%s\"", v);
+    *(double *)dest = t;
+    return PX_OK;
 }
 
-static bool parse_count(const char *cmd, const char *opt, const char *v, long lo, long hi,
-                        long *out)
+/* A size with its unit, kept as written (the server reads quantities). */
+static px_status parse_size_text(const char *v, void *dest, px_err *err)
 {
-    char *end;
-    errno = 0;
-    long n = strtol(v, &end, 10);
-    if (errno || end == v || *end || n < lo || n > hi) {
-        px__cli_usage_error(cmd, "%s takes a whole number from %ld to %ld, not \"%s\"", opt, lo, hi,
-                            v);
-        return false;
-    }
-    *out = n;
-    return true;
+    px_qty q;
+    if (px_qty_parse(v, PX_DIM_BYTES, &q, NULL) != PX_OK)
+        return px_err_set(err, PX_EINVAL, "takes a size with its unit such as 8GiB, not \"%s\"", v);
+    *(const char **)dest = v;
+    return PX_OK;
 }
+
+static const px_cli_opt opts[] = {
+    PX_CLI_OPT("file", 'f', PX_CLI_STR, &S.file, "FILE",
+               "the job specification, a JSON file (docs/formats/fleet-api.md);\n"
+               "options given beside it add to it or replace its members"),
+    PX_CLI_OPT("name", 0, PX_CLI_STR, &S.name, "NAME", "a name shown in listings"),
+    PX_CLI_OPT("cpus", 0, PX_CLI_NUM, &S.cpus, "N", "CPU cores per member (default 1)", .lo = 0.01,
+               .hi = 4096),
+    PX_CLI_OPT("mem", 0, PX_CLI_CALL, &S.mem, "SIZE", "host memory per member, e.g. 8GiB",
+               .parse = parse_size_text),
+    PX_CLI_OPT("gpus", 0, PX_CLI_U32, &S.gpus, "N", "whole GPUs per member", .hi = 64,
+               .seen = &S.seen_gpus),
+    PX_CLI_OPT("gpu-mem", 0, PX_CLI_CALL, &S.gpu_mem, "SIZE",
+               "free memory each GPU must have, e.g. 16GiB", .parse = parse_size_text),
+    PX_CLI_OPT("vendor", 0, PX_CLI_STR, &S.vendor, "NAME", "GPU vendor (nvidia, amd, intel, ...)"),
+    PX_CLI_OPT("capability", 0, PX_CLI_STR, &S.capability, "SPEC", "GPU capability, e.g. '>=8.0'"),
+    PX_CLI_OPT("framework", 0, PX_CLI_LIST, &S.frameworks, "SPEC",
+               "a framework with an optional PEP 440 specifier:\n"
+               "'torch>=2.1', 'torch.cuda' (repeatable)"),
+    PX_CLI_OPT("model", 0, PX_CLI_STR, &S.model, "FILE|DIGEST",
+               "a model the job reads; a file is uploaded first; the\n"
+               "job finds its absolute path in $PLEXUS_MODEL"),
+    PX_CLI_OPT("plan", 0, PX_CLI_CHOICE, &S.plan, "auto", "ask the planner for a plan for --model",
+               .choices = "auto"),
+    PX_CLI_OPT("artifact", 0, PX_CLI_LIST, &S.artifacts, "PATH",
+               "a file (relative to the job's folder) to keep when\nthe job ends (repeatable)"),
+    PX_CLI_OPT("env", 0, PX_CLI_LIST, &S.env, "K=V", "an environment variable (repeatable)"),
+    PX_CLI_OPT("shell", 0, PX_CLI_FLAG, &S.shell, NULL, "run CMD (one string) with /bin/sh -c"),
+    PX_CLI_OPT("python", 0, PX_CLI_STR, &S.python, "FILE.py:FUNCTION",
+               "run a Python function instead of a command"),
+    PX_CLI_OPT("args", 0, PX_CLI_STR, &S.args, "JSON",
+               "with --python: an array is the positional arguments\n"
+               "('[2, 3]' calls FUNCTION(2, 3)), an object the keyword\n"
+               "arguments, anything else one argument"),
+    PX_CLI_OPT("nodes", 0, PX_CLI_U32, &S.nodes, "N", "members, placed all or nothing", .lo = 1,
+               .hi = 1024, .seen = &S.seen_nodes),
+    PX_CLI_OPT("launcher", 0, PX_CLI_CHOICE, &S.launcher, "NAME",
+               "how members find each other: env, torchrun or mpi", .choices = "env|torchrun|mpi"),
+    PX_CLI_OPT("on-member-failure", 0, PX_CLI_CHOICE, &S.on_failure, "WHAT", "fail or restart",
+               .choices = "fail|restart"),
+    PX_CLI_OPT("service", 0, PX_CLI_FLAG, &S.service, NULL,
+               "a service: kept running, with --port and --health"),
+    PX_CLI_OPT("port", 0, PX_CLI_U32, &S.port, "N", "the service's port", .lo = 1, .hi = 65535),
+    PX_CLI_OPT("health", 0, PX_CLI_STR, &S.health, "/PATH|CMD",
+               "the service's health check: an HTTP path or a command"),
+    PX_CLI_OPT("max-attempts", 0, PX_CLI_U32, &S.max_attempts, "N",
+               "attempts when a node is lost (default 3)", .lo = 1, .hi = 100,
+               .seen = &S.seen_attempts),
+    PX_CLI_OPT("time-limit", 0, PX_CLI_CALL, &S.time_limit_s, "TIME",
+               "stop the job after TIME (90, 90s, 15m, 2h)", .parse = parse_duration),
+    PX_CLI_OPT("idempotency-key", 0, PX_CLI_STR, &S.idem_key, "KEY",
+               "a retried submit with the same KEY returns the same job\n"
+               "(default: a fresh key, retried on network errors)"),
+    PX_CLI_OPT("wait", 0, PX_CLI_FLAG, &S.wait, NULL,
+               "wait for the job to end and print its result; exit 0\nonly when it succeeded"),
+    PX_CLI_OPT("timeout", 0, PX_CLI_NUM, &S.timeout_s, "SECONDS",
+               "with --wait, give up after SECONDS (default 600)", .lo = 0.001),
+    PX__FLEET_CLI_OPTS(S.o),
+    {0},
+};
+
+static const px_cli_spec submit_spec = {
+    .name = "submit",
+    .synopsis = "[options] [--] CMD [ARGS...] | --python FILE.py:FUNCTION | -f SPEC.json",
+    .about = "Sends a job to the fleet: a command, a Python function, a distributed job\n"
+             "(--nodes) or a service, described by options or by a job specification file\n"
+             "(-f).  The options end at the command: everything after it is its arguments.",
+    .opts = opts,
+    .operands = "CMD",
+    .min_operands = 0,
+    .max_operands = -1,
+    .flags = PX_CLI_OPERANDS_END,
+    .examples =
+        "plexus submit --cpus 2 --mem 4GiB -- python3 train.py --epochs 1\n"
+        "plexus submit -f job.json --wait            # the spec from a file\n"
+        "plexus submit --python fn.py:add --args '[2, 3]' --wait\n"
+        "plexus submit --gpus 1 --gpu-mem 16GiB --model tiny.gguf --plan auto -- ./serve.sh\n",
+};
+const px_cli_spec *const px__cmd_submit_specs[] = {&submit_spec, NULL};
 
 static json_t *python_member(submit_opts *s)
 {
@@ -140,137 +185,121 @@ done:
     return py;
 }
 
-static bool add_quantity(submit_opts *s, const char *key, const char *opt, const char *v)
+/* Reads -f FILE into s->spec: a JSON object, the job specification. */
+static int read_spec_file(submit_opts *s)
 {
-    px_qty q;
+    char *text = NULL;
+    size_t len;
     px_err err;
-    if (px_qty_parse(v, PX_DIM_BYTES, &q, &err) != PX_OK) {
-        px__cli_usage_error("submit", "%s \"%s\": %s (e.g. 8GiB)", opt, v, err.msg);
-        return false;
+    if (px_read_file(s->file, 4u << 20, &text, &len, &err) != PX_OK)
+        return px__cli_fail("submit", &err);
+    json_error_t je;
+    json_t *doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
+    if (!doc) {
+        fprintf(stderr, "plexus submit: %s:%d:%d: %s: fix the JSON syntax\n", s->file, je.line,
+                je.column, je.text);
+        return PX_EXIT_FAIL;
     }
-    json_object_set_new(s->resources, key, json_string(v));
-    return true;
+    if (!json_is_object(doc)) {
+        fprintf(stderr,
+                "plexus submit: %s: not a job specification: give a JSON object with "
+                "\"command\" or \"python\" (docs/formats/fleet-api.md)\n",
+                s->file);
+        json_decref(doc);
+        return PX_EXIT_FAIL;
+    }
+    /* A model named by its path is uploaded, as --model FILE is. */
+    const char *model = json_string_value(json_object_get(doc, "model"));
+    if (model && !s->model) {
+        s->model = px_strdup(model);
+        s->model_owned = (char *)s->model;
+    }
+    if (model)
+        json_object_del(doc, "model");
+    json_t *res = json_object_get(doc, "resources");
+    if (res && !json_is_object(res)) {
+        fprintf(stderr, "plexus submit: %s: resources: give an object (cpus, memory, gpus, ...)\n",
+                s->file);
+        json_decref(doc);
+        return PX_EXIT_FAIL;
+    }
+    if (res)
+        json_object_update(s->resources, res);
+    json_object_del(doc, "resources");
+    json_object_update(s->spec, doc);
+    json_decref(doc);
+    return PX_EXIT_OK;
 }
 
-static int parse(submit_opts *s, int argc, char **argv, int *cmd_start)
+/* Appends the list's values to the array member `key` (made when missing). */
+static int add_list(json_t *spec, const char *key, const px_cli_list *l)
+{
+    if (!l->n)
+        return PX_EXIT_OK;
+    json_t *arr = json_object_get(spec, key);
+    if (arr && !json_is_array(arr))
+        return px__cli_usage_error("submit", "the specification's %s is not an array", key);
+    if (!arr)
+        json_object_set_new(spec, key, arr = json_array());
+    for (size_t i = 0; i < l->n; i++)
+        json_array_append_new(arr, json_string(l->v[i]));
+    return PX_EXIT_OK;
+}
+
+/* Puts what the options say into the spec, over what -f gave. */
+static int build(submit_opts *s)
 {
     json_t *spec = s->spec, *res = s->resources;
-    json_t *frameworks = json_array(), *artifacts = json_array(), *env = json_object();
-    json_object_set_new(spec, "frameworks", frameworks);
-    json_object_set_new(spec, "artifacts", artifacts);
-    json_object_set_new(spec, "env", env);
-    *cmd_start = argc;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r = px__fleet_cli_common(&s->o, argc, argv, &i);
-        if (r < 0)
-            return PX_EXIT_USAGE;
-        if (r > 0)
-            continue;
-        if (!strcmp(a, "--")) {
-            *cmd_start = i + 1;
-            break;
-        }
-        if (!strcmp(a, "--shell")) {
-            json_object_set_new(spec, "shell", json_true());
-            continue;
-        }
-        if (!strcmp(a, "--service")) {
-            s->service = true;
-            continue;
-        }
-        if (!strcmp(a, "--wait")) {
-            s->wait = true;
-            continue;
-        }
-        if (a[0] != '-')
-            return px__cli_usage_error(
-                "submit", "unexpected argument \"%s\"; put the command after \"--\"", a);
-        const char *v = px__fleet_cli_value(&s->o, argc, argv, &i);
-        if (!v)
-            return PX_EXIT_USAGE;
-        long n;
-        if (!strcmp(a, "--cpus")) {
-            char *end;
-            double d = strtod(v, &end);
-            if (end == v || *end || !(d > 0) || d > 4096)
-                return px__cli_usage_error("submit", "--cpus takes a number > 0, not \"%s\"", v);
-            json_object_set_new(res, "cpus", json_real(d));
-        } else if (!strcmp(a, "--mem") || !strcmp(a, "--memory")) {
-            if (!add_quantity(s, "memory", a, v))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "--gpus")) {
-            if (!parse_count("submit", a, v, 0, 64, &n))
-                return PX_EXIT_USAGE;
-            json_object_set_new(res, "gpus", json_integer(n));
-        } else if (!strcmp(a, "--gpu-mem")) {
-            if (!add_quantity(s, "gpu_memory", a, v))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "--vendor")) {
-            json_object_set_new(res, "vendor", json_string(v));
-        } else if (!strcmp(a, "--capability")) {
-            json_object_set_new(res, "capability", json_string(v));
-        } else if (!strcmp(a, "--framework")) {
-            json_array_append_new(frameworks, json_string(v));
-        } else if (!strcmp(a, "--model")) {
-            s->model = v;
-        } else if (!strcmp(a, "--plan")) {
-            if (strcmp(v, "auto"))
-                return px__cli_usage_error("submit", "--plan takes \"auto\", not \"%s\"", v);
-            json_object_set_new(spec, "plan", json_string(v));
-        } else if (!strcmp(a, "--artifact")) {
-            json_array_append_new(artifacts, json_string(v));
-        } else if (!strcmp(a, "--env")) {
-            const char *eq = strchr(v, '=');
+    int rc;
+    if (s->file && (rc = read_spec_file(s)) != PX_EXIT_OK)
+        return rc;
+    if (s->cpus > 0)
+        json_object_set_new(res, "cpus", json_real(s->cpus));
+    if (s->mem)
+        json_object_set_new(res, "memory", json_string(s->mem));
+    if (s->seen_gpus)
+        json_object_set_new(res, "gpus", json_integer(s->gpus));
+    if (s->gpu_mem)
+        json_object_set_new(res, "gpu_memory", json_string(s->gpu_mem));
+    if (s->vendor)
+        json_object_set_new(res, "vendor", json_string(s->vendor));
+    if (s->capability)
+        json_object_set_new(res, "capability", json_string(s->capability));
+    if (s->name)
+        json_object_set_new(spec, "name", json_string(s->name));
+    if (s->shell)
+        json_object_set_new(spec, "shell", json_true());
+    if (s->plan)
+        json_object_set_new(spec, "plan", json_string(s->plan));
+    if (s->seen_nodes)
+        json_object_set_new(spec, "nodes", json_integer(s->nodes));
+    if (s->launcher)
+        json_object_set_new(spec, "launcher", json_string(s->launcher));
+    if (s->on_failure)
+        json_object_set_new(spec, "on_member_failure", json_string(s->on_failure));
+    if (s->seen_attempts)
+        json_object_set_new(spec, "max_attempts", json_integer(s->max_attempts));
+    if (s->time_limit_s > 0)
+        json_object_set_new(spec, "time_limit_s", json_real(s->time_limit_s));
+    if ((rc = add_list(spec, "frameworks", &s->frameworks)) != PX_EXIT_OK ||
+        (rc = add_list(spec, "artifacts", &s->artifacts)) != PX_EXIT_OK)
+        return rc;
+    if (s->env.n) {
+        json_t *env = json_object_get(spec, "env");
+        if (env && !json_is_object(env))
+            return px__cli_usage_error("submit", "the specification's env is not an object");
+        if (!env)
+            json_object_set_new(spec, "env", env = json_object());
+        for (size_t i = 0; i < s->env.n; i++) {
+            const char *v = s->env.v[i], *eq = strchr(v, '=');
             if (!eq || eq == v)
                 return px__cli_usage_error("submit", "--env takes K=V, not \"%s\"", v);
             char *k = px_strndup(v, (size_t)(eq - v));
+            if (!k)
+                return px__cli_usage_error("submit", "out of memory");
             json_object_set_new(env, k, json_string(eq + 1));
             free(k);
-        } else if (!strcmp(a, "--name")) {
-            json_object_set_new(spec, "name", json_string(v));
-        } else if (!strcmp(a, "--python")) {
-            s->python = v;
-        } else if (!strcmp(a, "--args")) {
-            s->args = v;
-        } else if (!strcmp(a, "--nodes")) {
-            if (!parse_count("submit", a, v, 1, 1024, &n))
-                return PX_EXIT_USAGE;
-            json_object_set_new(spec, "nodes", json_integer(n));
-        } else if (!strcmp(a, "--launcher")) {
-            if (strcmp(v, "env") && strcmp(v, "torchrun") && strcmp(v, "mpi"))
-                return px__cli_usage_error("submit", "--launcher takes env, torchrun or mpi");
-            json_object_set_new(spec, "launcher", json_string(v));
-        } else if (!strcmp(a, "--on-member-failure")) {
-            if (strcmp(v, "fail") && strcmp(v, "restart"))
-                return px__cli_usage_error("submit", "--on-member-failure takes fail or restart");
-            json_object_set_new(spec, "on_member_failure", json_string(v));
-        } else if (!strcmp(a, "--port")) {
-            if (!parse_count("submit", a, v, 1, 65535, &s->port))
-                return PX_EXIT_USAGE;
-        } else if (!strcmp(a, "--health")) {
-            s->health = v;
-        } else if (!strcmp(a, "--max-attempts")) {
-            if (!parse_count("submit", a, v, 1, 100, &n))
-                return PX_EXIT_USAGE;
-            json_object_set_new(spec, "max_attempts", json_integer(n));
-        } else if (!strcmp(a, "--time-limit")) {
-            double t = parse_duration(v);
-            if (!(t >= 1) || t > 30 * 86400.0)
-                return px__cli_usage_error("submit",
-                                           "--time-limit takes 1s to 30d (90, 90s, 15m, 2h), not "
-                                           "\"%s\"",
-                                           v);
-            json_object_set_new(spec, "time_limit_s", json_real(t));
-        } else if (!strcmp(a, "--idempotency-key")) {
-            s->idem_key = v;
-        } else if (!strcmp(a, "--timeout")) {
-            char *end;
-            s->timeout_s = strtod(v, &end);
-            if (end == v || *end || !(s->timeout_s > 0))
-                return px__cli_usage_error("submit", "--timeout takes seconds > 0");
-        } else {
-            return px__cli_usage_error("submit", "unknown option \"%s\"", a);
         }
     }
     return PX_EXIT_OK;
@@ -300,8 +329,8 @@ static int wait_for(submit_opts *s, px_fleet_client *c, const char *id)
         const char *state = px__fleet_cli_str(job, "state", "?");
         if (is_terminal(state)) {
             int rc = strcmp(state, "succeeded") ? PX_EXIT_FAIL : PX_EXIT_OK;
-            if (s->o.format == PX_CLI_JSON) {
-                px__cli_print_json(job);
+            if (s->o.format != PX_CLI_TEXT) {
+                px__fleet_cli_print(&s->o, job);
             } else {
                 printf("%s %s", id, state);
                 json_t *ec = json_object_get(job, "exit_code");
@@ -385,32 +414,42 @@ static json_t *post_job(submit_opts *s, px_fleet_client *c)
 
 int px__cmd_submit(int argc, char **argv)
 {
-    if (px__cli_wants_help(argc, argv)) {
-        usage(stdout);
-        return PX_EXIT_OK;
-    }
-    submit_opts s = {.o = {.cmd = "submit"}, .spec = json_object(), .resources = json_object()};
+    S = (submit_opts){.o = {.cmd = "submit"}};
+    px_cli_args args;
+    int rc;
+    if (!px__cli_parse(&submit_spec, argc, argv, &args, &rc))
+        return rc;
+    submit_opts s = S;
+    s.spec = json_object();
+    s.resources = json_object();
     px_fleet_client *c = NULL;
     json_t *reply = NULL;
-    int cmd_start, rc = parse(&s, argc, argv, &cmd_start);
-    if (rc != PX_EXIT_OK)
-        goto done;
-    rc = PX_EXIT_USAGE;
-    int n_cmd = argc - cmd_start;
-    if (s.python && n_cmd > 0) {
-        px__cli_usage_error("submit", "give either --python or a command after \"--\", not both");
+    if (!s.spec || !s.resources) {
+        fprintf(stderr, "plexus submit: out of memory\n");
+        rc = PX_EXIT_FAIL;
         goto done;
     }
-    if (!s.python && n_cmd == 0) {
-        px__cli_usage_error("submit", "nothing to run: give a command after \"--\" or --python");
+    if ((rc = build(&s)) != PX_EXIT_OK)
+        goto done;
+    rc = PX_EXIT_USAGE;
+    int n_cmd = args.n;
+    bool file_cmd = json_object_get(s.spec, "command") != NULL,
+         file_py = json_object_get(s.spec, "python") != NULL;
+    if ((s.python || file_py) && (n_cmd > 0 || file_cmd)) {
+        px__cli_usage_error("submit", "give either --python or a command, not both");
+        goto done;
+    }
+    if (!s.python && !file_py && n_cmd == 0 && !file_cmd) {
+        px__cli_usage_error("submit", "nothing to run: give a command (after the options or "
+                                      "\"--\"), --python, or -f SPEC.json");
         goto done;
     }
     if (s.args && !s.python) {
         px__cli_usage_error("submit", "--args goes with --python FILE.py:FUNCTION");
         goto done;
     }
-    if (json_is_true(json_object_get(s.spec, "shell")) && n_cmd != 1) {
-        px__cli_usage_error("submit", "--shell takes the command as one string after \"--\"");
+    if (json_is_true(json_object_get(s.spec, "shell")) && n_cmd > 1) {
+        px__cli_usage_error("submit", "--shell takes the command as one string");
         goto done;
     }
     if ((s.port || s.health) && !s.service) {
@@ -425,8 +464,8 @@ int px__cmd_submit(int argc, char **argv)
         json_object_set(s.spec, "resources", s.resources);
     if (n_cmd > 0) {
         json_t *cmd = json_array();
-        for (int i = cmd_start; i < argc; i++)
-            json_array_append_new(cmd, json_string(argv[i]));
+        for (int i = 0; i < args.n; i++)
+            json_array_append_new(cmd, json_string(args.v[i]));
         json_object_set_new(s.spec, "command", cmd);
     }
     if (s.service) {
@@ -466,14 +505,14 @@ int px__cmd_submit(int argc, char **argv)
         goto done;
     }
     if (s.wait) {
-        if (s.o.format != PX_CLI_JSON)
+        if (s.o.format == PX_CLI_TEXT)
             printf("submitted %s\n", id);
         fflush(stdout);
         rc = wait_for(&s, c, id);
         goto done;
     }
-    if (s.o.format == PX_CLI_JSON)
-        rc = px__cli_print_json(reply);
+    if (s.o.format != PX_CLI_TEXT)
+        rc = px__fleet_cli_print(&s.o, reply);
     else {
         printf("submitted %s (%s, attempt %lld)\n", id, px__fleet_cli_str(reply, "state", "?"),
                (long long)json_integer_value(json_object_get(reply, "attempt")));
@@ -485,5 +524,6 @@ done:
     px__fleet_cli_release(&s.o);
     json_decref(s.spec);
     json_decref(s.resources);
+    free(s.model_owned);
     return rc;
 }

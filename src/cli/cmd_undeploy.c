@@ -3,29 +3,29 @@
 
 const char px__cmd_undeploy_summary[] = "end a deployment and release what it holds";
 
+static px__fleet_cli o;
+static const px_cli_opt opts[] = {PX__FLEET_CLI_OPTS(o), {0}};
+static const px_cli_spec spec = {
+    .name = "undeploy",
+    .synopsis = "NAME [options]",
+    .about = "Ends the deployment NAME: the server forgets its plan and its name becomes free\n"
+             "again.",
+    .opts = opts,
+    .operands = "NAME",
+    .min_operands = 1,
+    .max_operands = 1,
+    .examples = "plexus undeploy llama-chat\n",
+};
+const px_cli_spec *const px__cmd_undeploy_specs[] = {&spec, NULL};
+
 int px__cmd_undeploy(int argc, char **argv)
 {
-    px__fleet_cli o = {.cmd = "undeploy"};
-    if (px__cli_wants_help(argc, argv)) {
-        printf("usage: plexus undeploy NAME [--server URL] [--token-file F] [-o text|json]\n\n"
-               "Ends the deployment NAME: the server forgets its plan and its name becomes\n"
-               "free again.\n");
-        return PX_EXIT_OK;
-    }
-    const char *name = NULL;
-    for (int i = 1; i < argc; i++) {
-        int r = px__fleet_cli_common(&o, argc, argv, &i);
-        if (r < 0)
-            return PX_EXIT_USAGE;
-        if (r > 0)
-            continue;
-        if (argv[i][0] != '-' && !name)
-            name = argv[i];
-        else
-            return px__cli_usage_error("undeploy", "unexpected argument \"%s\"", argv[i]);
-    }
-    if (!name)
-        return px__cli_usage_error("undeploy", "give the deployment's name");
+    o = (px__fleet_cli){.cmd = "undeploy"};
+    px_cli_args args;
+    int prc;
+    if (!px__cli_parse(&spec, argc, argv, &args, &prc))
+        return prc;
+    const char *name = args.v[0];
     if (!px__fleet_cli_valid_id(name))
         return px__cli_usage_error("undeploy", "\"%s\" is not a deployment name", name);
     px_fleet_client *c = px__fleet_cli_connect(&o);
@@ -39,8 +39,8 @@ int px__cmd_undeploy(int argc, char **argv)
     if (!reply)
         return PX_EXIT_FAIL;
     int rc = PX_EXIT_OK;
-    if (o.format == PX_CLI_JSON)
-        rc = px__cli_print_json(reply);
+    if (o.format != PX_CLI_TEXT)
+        rc = px__fleet_cli_print(&o, reply);
     else
         printf("%s %s\n", name, px__fleet_cli_str(reply, "state", "undeployed"));
     json_decref(reply);

@@ -19,27 +19,6 @@ static void on_signal(int sig)
     atomic_store(&stop_flag, 1);
 }
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: plexus up [--data DIR] [--listen HOST:PORT] [--tls] [--inventory FILE]\n"
-               "                 [--name N] [--cache-budget SIZE] [--lease S] [--job-user U]\n"
-               "\n"
-               "Starts the server (state in DIR, default ./plexus-data) and one agent for\n"
-               "this machine (its jobs' folders and model cache in DIR-agent) in the same\n"
-               "process: the embedded default for a single machine.  A join token and an admin "
-               "token are generated on first start into\n"
-               "DIR/tokens (mode 0600); client commands need the admin (user) token:\n"
-               "\n"
-               "  export PLEXUS_TOKEN=$(awk '$1==\"user\"{print $2}' plexus-data/tokens)\n"
-               "\n"
-               "  --tls          serve HTTPS with a local CA made in DIR/tls (ca.pem is the\n"
-               "                 CA clients trust: --ca DIR/tls/ca.pem or PLEXUS_CA)\n"
-               "  --job-user U   run jobs as U; when plexus up runs as root the default is\n"
-               "                 nobody, so that no job runs as root\n"
-               "\n"
-               "SIGINT or SIGTERM stops both.\n");
-}
-
 /* Reads the first token of `kind` ("agent" or "user") from DIR/tokens,
  * a file the server keeps private. */
 static char *read_token(const char *path, const char *kind, px_err *err)
@@ -84,51 +63,66 @@ static void *agent_main(void *arg)
     return NULL;
 }
 
+typedef struct up_args {
+    const char *data, *listen, *inventory, *name, *job_user;
+    double budget, lease;
+    bool tls;
+} up_args;
+static up_args U;
+
+static const px_cli_opt opts[] = {
+    PX_CLI_OPT("data", 0, PX_CLI_STR, &U.data, "DIR",
+               "the server's state (default ./plexus-data); the agent's\n"
+               "job folders and model cache go in DIR-agent"),
+    PX_CLI_OPT("listen", 0, PX_CLI_STR, &U.listen, "HOST:PORT",
+               "where the server listens (default 127.0.0.1:7070)"),
+    PX_CLI_OPT("tls", 0, PX_CLI_FLAG, &U.tls, NULL,
+               "serve HTTPS with a local CA made in DIR/tls (ca.pem is the\n"
+               "CA clients trust: --ca DIR/tls/ca.pem or PLEXUS_CA)"),
+    PX_CLI_OPT("inventory", 0, PX_CLI_STR, &U.inventory, "FILE",
+               "describe the node from an inventory (marked emulated)"),
+    PX_CLI_OPT("name", 0, PX_CLI_STR, &U.name, "NAME", "the node's name"),
+    PX_CLI_OPT("cache-budget", 0, PX_CLI_SIZE, &U.budget, "SIZE",
+               "the model cache's size limit, e.g. 10GiB", .lo = 1),
+    PX_CLI_OPT("lease", 0, PX_CLI_NUM, &U.lease, "SECONDS", "the agents' lease (seconds)",
+               .lo = 0.001),
+    PX_CLI_OPT("job-user", 0, PX_CLI_STR, &U.job_user, "USER",
+               "run jobs as USER; when plexus up runs as root the\n"
+               "default is nobody, so that no job runs as root"),
+    {0},
+};
+
+static const px_cli_spec spec = {
+    .name = "up",
+    .synopsis = "[--data DIR] [--listen HOST:PORT] [--tls] [options]",
+    .about = "Starts the server (state in DIR) and one agent for this machine in the same\n"
+             "process: the embedded default for a single machine.  A join token and an admin\n"
+             "token are generated on first start into DIR/tokens (mode 0600); client commands\n"
+             "need the admin (user) token:\n"
+             "\n"
+             "  awk '$1==\"user\"{print $2}' plexus-data/tokens > ~/.plexus-token\n"
+             "  chmod 600 ~/.plexus-token\n"
+             "  plexus config set-context local --server http://127.0.0.1:7070 \\\n"
+             "      --token-file ~/.plexus-token --current",
+    .opts = opts,
+    .more = "SIGINT or SIGTERM stops both.",
+    .examples = "plexus up\n"
+                "plexus up --data /srv/plexus --listen 0.0.0.0:7070 --tls --job-user nobody\n",
+};
+const px_cli_spec *const px__cmd_up_specs[] = {&spec, NULL};
+
 int px__cmd_up(int argc, char **argv)
 {
-    px__fleet_cli o = {.cmd = "up"};
-    if (px__cli_wants_help(argc, argv)) {
-        usage(stdout);
-        return PX_EXIT_OK;
-    }
-    const char *data_arg = "plexus-data", *listen = "127.0.0.1:7070", *inventory = NULL,
-               *name = NULL, *job_user = NULL;
-    uint64_t budget = 0;
-    double lease = 0;
-    bool tls = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--tls")) {
-            tls = true;
-            continue;
-        }
-        const char *v = px__fleet_cli_value(&o, argc, argv, &i);
-        if (!v)
-            return PX_EXIT_USAGE;
-        if (!strcmp(a, "--data"))
-            data_arg = v;
-        else if (!strcmp(a, "--listen"))
-            listen = v;
-        else if (!strcmp(a, "--inventory"))
-            inventory = v;
-        else if (!strcmp(a, "--name"))
-            name = v;
-        else if (!strcmp(a, "--job-user"))
-            job_user = v;
-        else if (!strcmp(a, "--cache-budget")) {
-            px_qty q;
-            if (px_qty_parse(v, PX_DIM_BYTES, &q, NULL) != PX_OK || q.value < 1)
-                return px__cli_usage_error("up", "--cache-budget \"%s\": give a size such as 10GiB",
-                                           v);
-            budget = (uint64_t)q.value;
-        } else if (!strcmp(a, "--lease")) {
-            char *end;
-            lease = strtod(v, &end);
-            if (end == v || *end || !(lease > 0))
-                return px__cli_usage_error("up", "--lease takes seconds > 0");
-        } else
-            return px__cli_usage_error("up", "unknown option \"%s\"", a);
-    }
+    U = (up_args){.data = "plexus-data", .listen = "127.0.0.1:7070"};
+    px_cli_args args;
+    int prc;
+    if (!px__cli_parse(&spec, argc, argv, &args, &prc))
+        return prc;
+    const char *data_arg = U.data, *listen = U.listen, *inventory = U.inventory, *name = U.name,
+               *job_user = U.job_user;
+    uint64_t budget = (uint64_t)U.budget;
+    double lease = U.lease;
+    bool tls = U.tls;
     if (!getenv("PLEXUS_LOG"))
         px_log_set_level(PX_LOG_INFO);
     /* A token the user exported for the client commands stays out of this

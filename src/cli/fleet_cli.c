@@ -1,64 +1,70 @@
 /* Helpers shared by the fleet client commands. */
 #include "cli/fleet_cli.h"
 
+#include "cli/cli_config.h"
+
 #include <unistd.h>
 
 extern char **environ;
 
-int px__fleet_cli_common(px__fleet_cli *o, int argc, char **argv, int *i)
+px_status px__fleet_cli_refuse_token(const char *value, void *dest, px_err *err)
 {
-    const char *a = argv[*i];
-    if (!strcmp(a, "--server")) {
-        if (!(o->server = px__fleet_cli_value(o, argc, argv, i)))
-            return -1;
-        return 1;
-    }
-    if (!strcmp(a, "--token") || px_str_starts_with(a, "--token=")) {
-        px__cli_usage_error(o->cmd,
-                            "--token: a token on the command line is visible to every user of "
-                            "this machine (ps); put it in a file only you can read (chmod 600) "
-                            "and give --token-file FILE, or set PLEXUS_TOKEN");
-        return -1;
-    }
-    if (!strcmp(a, "--token-file")) {
-        if (!(o->token_file = px__fleet_cli_value(o, argc, argv, i)))
-            return -1;
-        return 1;
-    }
-    if (!strcmp(a, "--ca")) {
-        if (!(o->ca = px__fleet_cli_value(o, argc, argv, i)))
-            return -1;
-        return 1;
-    }
-    if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-        const char *v = px__fleet_cli_value(o, argc, argv, i);
-        if (!v || !px__cli_parse_format(o->cmd, v, &o->format))
-            return -1;
-        o->format_given = true;
-        return 1;
-    }
-    return 0;
+    (void)value;
+    (void)dest;
+    return px_err_set(err, PX_EINVAL,
+                      "is refused: a token on the command line is visible to every user of this "
+                      "machine (ps); put it in a file only you can read (chmod 600) and give "
+                      "--token-file FILE, set PLEXUS_TOKEN, or name the file in a context "
+                      "(plexus config set-context)");
 }
 
-const char *px__fleet_cli_value(const px__fleet_cli *o, int argc, char **argv, int *i)
+int px__fleet_cli_print(const px__fleet_cli *o, const json_t *reply)
 {
-    if (*i + 1 >= argc) {
-        px__cli_usage_error(o->cmd, "%s needs a value", argv[*i]);
-        return NULL;
+    return px__cli_print_doc(reply, o->format);
+}
+
+/* Fills what the options left unset: the context --context names, the
+ * environment, the current context, the defaults (fleet_cli.h). */
+static bool resolve(px__fleet_cli *o)
+{
+    px__cli_context ctx;
+    px_err err;
+    px_err_clear(&err);
+    bool named = o->context != NULL;
+    px_status st = px__cli_config_context(o->context, &ctx, &err);
+    if (st != PX_OK && (named || st != PX_ENOTFOUND)) {
+        px__cli_fail(o->cmd, &err);
+        return false;
     }
-    return argv[++*i];
+    bool have = st == PX_OK;
+    px_strlcpy(o->ctx_server, have ? ctx.server : "", sizeof o->ctx_server);
+    px_strlcpy(o->ctx_ca, have ? ctx.ca : "", sizeof o->ctx_ca);
+    px_strlcpy(o->ctx_token_file, have ? ctx.token_file : "", sizeof o->ctx_token_file);
+    const char *env_server = getenv("PLEXUS_SERVER"), *env_ca = getenv("PLEXUS_CA");
+    if (!o->server && named && o->ctx_server[0])
+        o->server = o->ctx_server;
+    if (!o->server && env_server && env_server[0])
+        o->server = env_server;
+    if (!o->server && o->ctx_server[0])
+        o->server = o->ctx_server;
+    if (!o->server)
+        o->server = "http://127.0.0.1:7070";
+    if (!o->ca && named && o->ctx_ca[0])
+        o->ca = o->ctx_ca;
+    if (!o->ca && env_ca && env_ca[0])
+        o->ca = env_ca;
+    if (!o->ca && o->ctx_ca[0])
+        o->ca = o->ctx_ca;
+    const char *env_token = getenv("PLEXUS_TOKEN");
+    if (!o->token_file && o->ctx_token_file[0] && (named || !env_token || !env_token[0]))
+        o->token_file = o->ctx_token_file;
+    return true;
 }
 
 px_fleet_client *px__fleet_cli_connect(px__fleet_cli *o)
 {
-    if (!o->server)
-        o->server = getenv("PLEXUS_SERVER");
-    if (!o->server || !o->server[0])
-        o->server = "http://127.0.0.1:7070";
-    if (!o->ca)
-        o->ca = getenv("PLEXUS_CA");
-    if (o->ca && !o->ca[0])
-        o->ca = NULL;
+    if (!resolve(o))
+        return NULL;
     px_err err;
     if (o->token_file && !o->token[0]) {
         char *t;
@@ -185,6 +191,17 @@ static bool is_digest(const char *s)
     return true;
 }
 
+static void upload_progress(void *ud, uint64_t done, uint64_t total)
+{
+    const px__fleet_cli *o = ud;
+    char a[32], b[32];
+    if (total > 0)
+        px__cli_progress(o->cmd, "uploading the model: %s of %s (%.0f%%)",
+                         px__fleet_cli_bytes((double)done, a, sizeof a),
+                         px__fleet_cli_bytes((double)total, b, sizeof b),
+                         100.0 * (double)done / (double)total);
+}
+
 json_t *px__fleet_cli_model(px__fleet_cli *o, px_fleet_client *c, const char *model)
 {
     if (is_digest(model) && access(model, F_OK) != 0)
@@ -198,7 +215,12 @@ json_t *px__fleet_cli_model(px__fleet_cli *o, px_fleet_client *c, const char *mo
     }
     json_t *reply = NULL;
     px_err err;
-    if (px_fleet_client_send_file(c, "POST", "/v1/blobs", model, NULL, &reply, &err) != PX_OK) {
+    /* A model may take minutes to send: say how far it is (on a terminal). */
+    px_fleet_client_set_progress(c, upload_progress, o);
+    px_status st = px_fleet_client_send_file(c, "POST", "/v1/blobs", model, NULL, &reply, &err);
+    px_fleet_client_set_progress(c, NULL, NULL);
+    px__cli_progress_done();
+    if (st != PX_OK) {
         px_err_prefix(&err, err.code, "uploading --model %s: ", model);
         px__cli_fail(o->cmd, &err);
         return NULL;

@@ -9,26 +9,48 @@
 #include "cli/cli.h"
 #include "plexus/fleet.h"
 
-/* Options every client command takes. */
+/* Options every client command takes.  Where each comes from, first
+ * found: the option; the context named by --context; the environment
+ * (PLEXUS_SERVER, PLEXUS_TOKEN, PLEXUS_CA); the current context of the
+ * config file (cli_config.c); http://127.0.0.1:7070 and no token. */
 typedef struct px__fleet_cli {
     const char *cmd;        /* the subcommand, for messages */
-    const char *server;     /* --server, else PLEXUS_SERVER, else http://127.0.0.1:7070 */
-    const char *token_file; /* --token-file; else PLEXUS_TOKEN */
-    const char *ca;         /* --ca, else PLEXUS_CA: the CA to trust for https:// */
-    char token[320];        /* read from token_file ("" none); wiped by release */
+    const char *server;     /* --server URL */
+    const char *token_file; /* --token-file FILE */
+    const char *ca;         /* --ca FILE: the CA to trust for https:// */
+    const char *context;    /* --context NAME */
+    char token[320];        /* read from the token file ("" none); wiped by release */
+    char ctx_server[512], ctx_ca[512], ctx_token_file[512]; /* from the context */
     px_cli_format format;
     bool format_given;
 } px__fleet_cli;
 
-/* Consumes a common option at argv[*i] (--server URL, --token-file F,
- * --ca F, -o/--output text|json), advancing *i past its value.  --token
- * is refused: a token in argv is visible to every user in ps.  Returns 1
- * when consumed, 0 when argv[*i] is not one of them, -1 after a usage
- * error (already printed). */
-int px__fleet_cli_common(px__fleet_cli *o, int argc, char **argv, int *i);
-/* Takes the value of option argv[*i]: returns it and advances *i, or
- * prints a usage error and returns NULL. */
-const char *px__fleet_cli_value(const px__fleet_cli *o, int argc, char **argv, int *i);
+/* Refuses --token VALUE: a token in argv is visible to every user in ps. */
+px_status px__fleet_cli_refuse_token(const char *value, void *dest, px_err *err);
+
+/* The rows of the options every client command takes, for its table:
+ *     static px__fleet_cli F;
+ *     static const px_cli_opt opts[] = {..., PX__FLEET_CLI_OPTS(F), {0}}; */
+#define PX__FLEET_CLI_OPTS(o)                                                                  \
+    PX_CLI_OPT("server", 0, PX_CLI_STR, &(o).server, "URL",                                    \
+               "the server (else the context's, $PLEXUS_SERVER or\n"                           \
+               "http://127.0.0.1:7070)"),                                                      \
+        PX_CLI_OPT("token-file", 0, PX_CLI_STR, &(o).token_file, "FILE",                       \
+                   "the API token, in a file only you can read (chmod\n"                       \
+                   "600); else the context's or $PLEXUS_TOKEN"),                               \
+        PX_CLI_OPT("ca", 0, PX_CLI_STR, &(o).ca, "FILE",                                       \
+                   "the CA certificate to trust for https:// (else the\n"                      \
+                   "context's or $PLEXUS_CA)"),                                                \
+        PX_CLI_OPT("context", 0, PX_CLI_STR, &(o).context, "NAME",                             \
+                   "the context of the config file to use (plexus config)"),                   \
+        PX_CLI_OPT("output", 'o', PX_CLI_FORMAT, &(o).format, "FORMAT",                        \
+                   "report format: text (default), json or yaml", .choices = "text|json|yaml", \
+                   .seen = &(o).format_given),                                                 \
+        PX_CLI_OPT("token", 0, PX_CLI_CALL, NULL, "TOKEN", NULL,                               \
+                   .parse = px__fleet_cli_refuse_token, .flags = PX_CLI_HIDDEN)
+
+/* Prints the reply as -o asked (json or yaml); PX_EXIT_OK or PX_EXIT_FAIL. */
+int px__fleet_cli_print(const px__fleet_cli *o, const json_t *reply);
 /* Connects a client (owned: px_fleet_client_free); prints the error and
  * returns NULL on failure. */
 px_fleet_client *px__fleet_cli_connect(px__fleet_cli *o);

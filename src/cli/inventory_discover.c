@@ -3,39 +3,9 @@
 #include "cli/cli.h"
 
 #include "plexus/hw.h"
+#include "plexus/rt.h"
 
 static const char cmd[] = "inventory discover";
-
-static void usage(void)
-{
-    printf("usage: plexus inventory discover [-o json|text] [--measure] [--python PREFIX]...\n"
-           "                                 [--sysroot DIR] [--nvidia-smi PATH]\n"
-           "\n"
-           "Describes this machine as a plexus.inventory/1 document with one node: the CPU\n"
-           "(hwloc, /proc/cpuinfo), memory (/proc/meminfo), NVIDIA GPUs and their PCIe links\n"
-           "(nvidia-smi), the Python frameworks installed (package metadata, never imported)\n"
-           "and the operating system.  Every figure says where it came from.  A probe that\n"
-           "fails is reported on stderr and under the node's \"x-probes\"; discovery goes on.\n"
-           "\n"
-           "options:\n"
-           "  -o, --output json|text   the inventory as canonical JSON (default), or a summary\n"
-           "  --measure                also run short microbenchmarks: memory bandwidth (triad)\n"
-           "                           and f32 throughput, on one thread and on all\n"
-           "  --measure-seconds S      time per microbenchmark (default 0.5)\n"
-           "  --python PREFIX          also scan this prefix (a virtual or conda environment,\n"
-           "                           or a site-packages folder); repeatable\n"
-           "  --interpreter PATH       the python3 whose sys.path is scanned (default: python3\n"
-           "                           on PATH)\n"
-           "  --no-interpreter         scan only the --python prefixes\n"
-           "  --nvidia-smi PATH        the nvidia-smi to run (default: nvidia-smi on PATH)\n"
-           "  --no-gpu                 skip the GPU probe\n"
-           "  --sysroot DIR            read /proc, /sys and /etc under DIR (recorded trees)\n"
-           "  --node ID                the node's id (default: from the host name)\n"
-           "  --timeout S              limit on each external command (default 10)\n"
-           "\n"
-           "exit status: 0 when the inventory was written (probes may have failed), 1 when\n"
-           "it could not be, 2 on bad usage.\n");
-}
 
 /* ------------------------------------------------------------------ */
 /* The text summary                                                    */
@@ -240,89 +210,129 @@ static void print_text(const json_t *inv)
 /* The command                                                         */
 /* ------------------------------------------------------------------ */
 
-static bool parse_seconds(const char *opt, const char *arg, double max, double *out)
+/* ------------------------------------------------------------------ */
+/* Discovery against the CUDA runtime                                  */
+/* ------------------------------------------------------------------ */
+
+/* Each NVIDIA GPU that discovery found (the nvidia-smi on PATH) is compared with what
+ * the CUDA runtime reports for it, in PCI bus order as nvidia-smi numbers
+ * them; a mismatch, or a GPU the runtime cannot open, is a warning. */
+static void crosscheck_gpus(const json_t *inv, px_diags *report)
 {
-    char *end;
-    double v = strtod(arg, &end);
-    if (end == arg || *end || !isfinite(v) || v <= 0 || v > max) {
-        px__cli_usage_error(cmd, "%s takes seconds in (0, %g], not \"%s\"", opt, max, arg);
-        return false;
+    if (!px_rt_cuda_built())
+        return;
+    setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0);
+    size_t i, j;
+    const json_t *node, *dev;
+    json_array_foreach(json_object_get(inv, "nodes"), i, node)
+    {
+        json_array_foreach(json_object_get(node, "devices"), j, dev)
+        {
+            const char *id = str(dev, "id"), *backend = str(dev, "backend");
+            if (!id || !backend || strcmp(backend, "cuda") || strncmp(id, "gpu", 3))
+                continue;
+            uint32_t ordinal = (uint32_t)strtoul(id + 3, NULL, 10);
+            px_rt_cuda_info smi = {.memory_total = NAN, .clock_max_sm = NAN}, rt;
+            px_strlcpy(smi.name, str(dev, "model") ? str(dev, "model") : "", sizeof smi.name);
+            px_strlcpy(smi.capability, str(dev, "capability") ? str(dev, "capability") : "",
+                       sizeof smi.capability);
+            const char *cap = qty_text(
+                json_object_get(json_array_get(json_object_get(dev, "memory"), 0), "capacity"));
+            px_qty q;
+            if (cap && px_qty_parse(cap, PX_DIM_BYTES, &q, NULL) == PX_OK)
+                smi.memory_total = q.value;
+            px_err err;
+            if (px_rt_cuda_query(ordinal, &rt, &err) != PX_OK) {
+                char ptr[64];
+                snprintf(ptr, sizeof ptr, "/%s", id);
+                (void)px_diags_add(
+                    report, PX_SEV_WARNING, ptr, "check the driver and CUDA_VISIBLE_DEVICES",
+                    "nvidia-smi lists %s but the CUDA runtime cannot open it: %s", id, err.msg);
+                continue;
+            }
+            (void)px_rt_cuda_crosscheck(&smi, &rt, ordinal, report);
+        }
     }
-    *out = v;
-    return true;
 }
+
+typedef struct discover_args {
+    px_hw_discover_options opt;
+    px_cli_format format;
+    px_cli_list python;
+    bool no_interpreter, no_gpu;
+} discover_args;
+
+static discover_args D;
+
+static const px_cli_opt opts[] = {
+    PX_CLI_OPT("output", 'o', PX_CLI_FORMAT, &D.format, "FORMAT",
+               "the inventory as canonical JSON (default) or YAML, or a\ntext summary",
+               .choices = "json|text|yaml"),
+    PX_CLI_OPT("measure", 0, PX_CLI_FLAG, &D.opt.measure, NULL,
+               "also run short microbenchmarks: memory bandwidth (triad)\n"
+               "and f32 throughput, on one thread and on all"),
+    PX_CLI_OPT("measure-seconds", 0, PX_CLI_NUM, &D.opt.measure_seconds, "S",
+               "time per microbenchmark (default 0.5)", .lo = 1e-6, .hi = 600),
+    PX_CLI_OPT("python", 0, PX_CLI_LIST, &D.python, "PREFIX",
+               "also scan this prefix (a virtual or conda environment,\n"
+               "or a site-packages folder); repeatable"),
+    PX_CLI_OPT("interpreter", 0, PX_CLI_STR, &D.opt.python, "PATH",
+               "the python3 whose sys.path is scanned (default: python3\non PATH)"),
+    PX_CLI_OPT("no-interpreter", 0, PX_CLI_FLAG, &D.no_interpreter, NULL,
+               "scan only the --python prefixes"),
+    PX_CLI_OPT("nvidia-smi", 0, PX_CLI_STR, &D.opt.nvidia_smi, "PATH",
+               "the nvidia-smi to run (default: nvidia-smi on PATH)"),
+    PX_CLI_OPT("no-gpu", 0, PX_CLI_FLAG, &D.no_gpu, NULL, "skip the GPU probe"),
+    PX_CLI_OPT("sysroot", 0, PX_CLI_STR, &D.opt.sysroot, "DIR",
+               "read /proc, /sys and /etc under DIR (recorded trees)"),
+    PX_CLI_OPT("node", 0, PX_CLI_STR, &D.opt.node_id, "ID",
+               "the node's id (default: from the host name)"),
+    PX_CLI_OPT("timeout", 0, PX_CLI_NUM, &D.opt.command_timeout, "S",
+               "limit on each external command (default 10)", .lo = 1e-6, .hi = 3600),
+    {0},
+};
+
+const px_cli_spec px__inventory_discover_spec = {
+    .name = "inventory discover",
+    .summary = "describe this machine as an inventory",
+    .synopsis = "[-o json|text|yaml] [--measure] [--python PREFIX]... [options]",
+    .about = "Describes this machine as a plexus.inventory/1 document with one node: the CPU\n"
+             "(hwloc, /proc/cpuinfo), memory (/proc/meminfo), NVIDIA GPUs and their PCIe\n"
+             "links (nvidia-smi), the Python frameworks installed (package metadata, never\n"
+             "imported) and the operating system.  Every figure says where it came from.  A\n"
+             "probe that fails is reported on stderr and under the node's \"x-probes\";\n"
+             "discovery goes on.",
+    .opts = opts,
+    .more = "Exit status: 0 when the inventory was written (probes may have failed), 1 when it\n"
+            "could not be, 2 on bad usage.",
+    .examples = "plexus inventory discover > this-node.json\n"
+                "plexus inventory discover -o text --measure\n",
+};
 
 int px__cmd_inventory_discover(int argc, char **argv)
 {
-    if (px__cli_wants_help(argc, argv)) {
-        usage();
-        return PX_EXIT_OK;
-    }
-    px_hw_discover_options opt = {0};
-    px_cli_format format = PX_CLI_JSON;
-    const char **prefixes = calloc((size_t)argc + 1, sizeof *prefixes);
+    memset(&D, 0, sizeof D);
+    D.format = PX_CLI_JSON;
+    px_cli_args args;
+    int rc;
+    if (!px__cli_parse(&px__inventory_discover_spec, argc, argv, &args, &rc))
+        return rc;
+    for (size_t i = 0; i < D.python.n; i++)
+        if (!D.python.v[i][0])
+            return px__cli_usage_error(cmd, "--python needs a folder");
+    px_hw_discover_options opt = D.opt;
+    px_cli_format format = D.format;
+    if (D.no_interpreter)
+        opt.python = "";
+    if (D.no_gpu)
+        opt.nvidia_smi = "";
+    const char **prefixes = calloc(D.python.n + 1, sizeof *prefixes);
     if (!prefixes) {
         fprintf(stderr, "plexus %s: out of memory\n", cmd);
         return PX_EXIT_FAIL;
     }
-    int rc = PX_EXIT_OK;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool takes = !strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "--python") ||
-                     !strcmp(a, "--interpreter") || !strcmp(a, "--nvidia-smi") ||
-                     !strcmp(a, "--sysroot") || !strcmp(a, "--node") || !strcmp(a, "--timeout") ||
-                     !strcmp(a, "--measure-seconds");
-        if (takes && i + 1 >= argc) {
-            rc = px__cli_usage_error(cmd, "%s needs a value", a);
-            goto done;
-        }
-        const char *val = takes ? argv[++i] : NULL;
-        if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!px__cli_parse_format(cmd, val, &format)) {
-                rc = PX_EXIT_USAGE;
-                goto done;
-            }
-        } else if (!strcmp(a, "--measure")) {
-            opt.measure = true;
-        } else if (!strcmp(a, "--measure-seconds")) {
-            if (!parse_seconds(a, val, 600, &opt.measure_seconds)) {
-                rc = PX_EXIT_USAGE;
-                goto done;
-            }
-        } else if (!strcmp(a, "--timeout")) {
-            if (!parse_seconds(a, val, 3600, &opt.command_timeout)) {
-                rc = PX_EXIT_USAGE;
-                goto done;
-            }
-        } else if (!strcmp(a, "--python")) {
-            if (!val[0]) {
-                rc = px__cli_usage_error(cmd, "--python needs a folder");
-                goto done;
-            }
-            prefixes[opt.n_python_prefixes++] = val;
-        } else if (!strcmp(a, "--interpreter") || !strcmp(a, "--nvidia-smi") ||
-                   !strcmp(a, "--sysroot") || !strcmp(a, "--node")) {
-            if (!val[0]) {
-                rc = px__cli_usage_error(cmd, "%s needs a non-empty value", a);
-                goto done;
-            }
-            if (!strcmp(a, "--interpreter"))
-                opt.python = val;
-            else if (!strcmp(a, "--nvidia-smi"))
-                opt.nvidia_smi = val;
-            else if (!strcmp(a, "--sysroot"))
-                opt.sysroot = val;
-            else
-                opt.node_id = val;
-        } else if (!strcmp(a, "--no-interpreter")) {
-            opt.python = "";
-        } else if (!strcmp(a, "--no-gpu")) {
-            opt.nvidia_smi = "";
-        } else {
-            rc = px__cli_usage_error(cmd, "unexpected argument \"%s\"", a);
-            goto done;
-        }
-    }
+    for (size_t i = 0; i < D.python.n; i++)
+        prefixes[opt.n_python_prefixes++] = D.python.v[i];
     opt.python_prefixes = prefixes;
 
     px_diags report;
@@ -332,10 +342,15 @@ int px__cmd_inventory_discover(int argc, char **argv)
     if (px_hw_discover(&opt, &inv, &report, &err) != PX_OK) {
         rc = px__cli_fail(cmd, &err);
     } else {
+        /* Only the nvidia-smi on PATH speaks for this machine's GPUs. */
+        if (!opt.nvidia_smi)
+            crosscheck_gpus(inv, &report);
         if (format == PX_CLI_JSON) {
             rc = px__cli_print_json(inv);
             if (rc == PX_EXIT_OK)
                 fputc('\n', stdout);
+        } else if (format == PX_CLI_YAML) {
+            rc = px__cli_print_doc(inv, format);
         } else {
             print_text(inv);
         }
@@ -353,7 +368,6 @@ int px__cmd_inventory_discover(int argc, char **argv)
     }
     json_decref(inv);
     px_diags_release(&report);
-done:
     free(prefixes);
     return rc;
 }

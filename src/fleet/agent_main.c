@@ -271,6 +271,20 @@ static bool take(px__agent *a, const json_t *as)
     return true;
 }
 
+/* path made absolute against the working directory: the model path a job
+ * gets ($PLEXUS_MODEL) and its folder must hold from the job's own
+ * folder, not only from where the agent started.  Returns owned memory,
+ * NULL when out of memory or the working directory is unknown. */
+static char *absolute(const char *path)
+{
+    if (path[0] == '/')
+        return px_strdup(path);
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd))
+        return NULL;
+    return px_asprintf("%s/%s", cwd, path);
+}
+
 static px_status setup(px__agent *a, const px_fleet_agent_config *cfg, px_err *err)
 {
     a->cfg = cfg;
@@ -285,7 +299,7 @@ static px_status setup(px__agent *a, const px_fleet_agent_config *cfg, px_err *e
     if (st != PX_OK)
         return st;
     if (cfg->work_dir) {
-        a->work_dir = px_strdup(cfg->work_dir);
+        a->work_dir = absolute(cfg->work_dir);
     } else {
         const char *tmp = getenv("TMPDIR");
         a->work_dir = px_asprintf("%s/plexus-agent-%s", tmp && tmp[0] ? tmp : "/tmp", a->node_id);
@@ -297,7 +311,7 @@ static px_status setup(px__agent *a, const px_fleet_agent_config *cfg, px_err *e
     if ((st = px__agent_cred_setup(a, err)) != PX_OK)
         return st;
     char *cache_dir =
-        cfg->cache_dir ? px_strdup(cfg->cache_dir) : px_asprintf("%s/cache", a->work_dir);
+        cfg->cache_dir ? absolute(cfg->cache_dir) : px_asprintf("%s/cache", a->work_dir);
     if (!cache_dir)
         return px_err_set(err, PX_ENOMEM, "out of memory");
     st = px_fleet_cache_open(cache_dir, cfg->cache_budget ? cfg->cache_budget : (uint64_t)10 << 30,

@@ -34,6 +34,8 @@ struct px_fleet_client {
     char *idem; /* "Idempotency-Key: ...", or NULL */
     long timeout_ms;
     const atomic_int *abort_flag; /* a request in flight ends when it becomes nonzero */
+    void (*progress)(void *ud, uint64_t done, uint64_t total); /* or NULL */
+    void *progress_ud;
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -228,12 +230,24 @@ void px_fleet_client_set_abort(px_fleet_client *c, const atomic_int *flag)
     c->abort_flag = flag;
 }
 
+void px_fleet_client_set_progress(px_fleet_client *c,
+                                  void (*fn)(void *ud, uint64_t done, uint64_t total), void *ud)
+{
+    c->progress = fn;
+    c->progress_ud = ud;
+}
+
 static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                        curl_off_t ulnow)
 {
-    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
-    const atomic_int *flag = ud;
-    return atomic_load_explicit(flag, memory_order_relaxed) ? 1 : 0;
+    const px_fleet_client *c = ud;
+    if (c->progress) {
+        if (ultotal > 0 || ulnow > 0)
+            c->progress(c->progress_ud, (uint64_t)ulnow, (uint64_t)PX_MAX(ultotal, 0));
+        else if (dltotal > 0 || dlnow > 0)
+            c->progress(c->progress_ud, (uint64_t)dlnow, (uint64_t)PX_MAX(dltotal, 0));
+    }
+    return c->abort_flag && atomic_load_explicit(c->abort_flag, memory_order_relaxed) ? 1 : 0;
 }
 
 const char *px_fleet_client_server(const px_fleet_client *c)
@@ -377,10 +391,10 @@ static px_status perform_one(px_fleet_client *c, const request *rq, long *http_s
     }
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
-    if (c->abort_flag) {
+    if (c->abort_flag || c->progress) {
         curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
-        curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)c->abort_flag);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)c);
     }
     int upload_fd = rq->upload_fd;
     if (upload_fd >= 0 && lseek(upload_fd, 0, SEEK_SET) != 0) {

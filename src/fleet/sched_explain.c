@@ -183,6 +183,91 @@ static char *decision_summary(const px_fleet_explanation *e, const px_fleet_sche
     return px_strbuf_detach(&sb, NULL);
 }
 
+/* Adds {reason, detail} for x to arr unless arr already names that reason
+ * (and framework). */
+static void add_failing(json_t *arr, const px_fleet_sched *s, const px_fleet_request *r,
+                        const px__rejected *x)
+{
+    size_t i;
+    json_t *it;
+    const char *name = px__reason_name((px__reason)x->reason);
+    json_array_foreach(arr, i, it)
+    {
+        if (strcmp(json_string_value(json_object_get(it, "reason")), name) == 0 &&
+            json_integer_value(json_object_get(it, "fw")) == x->fw)
+            return;
+    }
+    char *detail = reason_detail(s, r, x);
+    px_json_push(arr, json_pack("{s:s, s:s, s:I}", "reason", name, "detail", detail ? detail : "",
+                                "fw", (json_int_t)x->fw));
+    free(detail);
+}
+
+/* Every requirement the node fails, not only the one that rejected it:
+ * the rejection's own first, then each framework, the vendor, the
+ * capability, the GPU memory and the GPU count, as the node's devices
+ * (not their live use) decide them.  Computed when an explanation is
+ * read, never while scheduling. */
+static json_t *failing_json(const px_fleet_sched *s, const px_fleet_request *r,
+                            const px__rejected *x)
+{
+    json_t *arr = json_array();
+    if (!arr)
+        return NULL;
+    add_failing(arr, s, r, x);
+    if (x->reason == PX__R_OFFLINE || x->reason == PX__R_DRAINING)
+        goto done;
+    const px__sched_node *n = &s->nodes[x->node];
+    for (int j = 0; j < r->n_fws; j++) {
+        const px__sched_framework *have = node_fw(n, r->fws[j].name);
+        bool ok = false;
+        if (have && px_fleet_version_match(have->version, r->fws[j].spec, &ok, NULL) != PX_OK)
+            ok = false;
+        if (!ok)
+            add_failing(arr, s, r,
+                        &(px__rejected){x->node, have ? PX__R_FRAMEWORK_VERSION : PX__R_FRAMEWORK,
+                                        (uint8_t)j, 0, 0});
+    }
+    if (r->gpus > 0) {
+        int n_gpu = 0, n_vendor = 0, n_cap = 0, n_mem = 0;
+        float best_mem = 0;
+        for (int d = 0; d < n->n_devs; d++) {
+            const px__sched_device *dv = &n->devs[d];
+            if (!dv->gpu)
+                continue;
+            n_gpu++;
+            if (r->vendor && strcmp(dv->vendor, r->vendor) != 0)
+                continue;
+            n_vendor++;
+            bool ok = true;
+            if (r->capability &&
+                (px_fleet_version_match(dv->capability, r->capability, &ok, NULL) != PX_OK || !ok))
+                continue;
+            n_cap++;
+            best_mem = PX_MAX(best_mem, (float)dv->mem_total);
+            if (r->gpu_memory <= 0 || dv->mem_total >= r->gpu_memory)
+                n_mem++;
+        }
+        if (r->vendor && n_vendor == 0)
+            add_failing(arr, s, r, &(px__rejected){x->node, PX__R_VENDOR, 0, (float)n_gpu, 0});
+        if (n_vendor > 0 && n_cap == 0)
+            add_failing(arr, s, r, &(px__rejected){x->node, PX__R_CAPABILITY, 0, 0, 0});
+        if (n_cap > 0 && n_mem < (int)r->gpus && r->gpu_memory > 0)
+            add_failing(
+                arr, s, r,
+                &(px__rejected){x->node, PX__R_GPU_MEMORY, 0, best_mem, (float)r->gpu_memory});
+        if (n_cap < (int)r->gpus)
+            add_failing(arr, s, r,
+                        &(px__rejected){x->node, PX__R_GPUS, 0, (float)n_cap, (float)r->gpus});
+    }
+done:;
+    /* The framework index served to tell requirements apart only. */
+    size_t i;
+    json_t *it;
+    json_array_foreach(arr, i, it) json_object_del(it, "fw");
+    return arr;
+}
+
 json_t *px_fleet_explanation_to_json(const px_fleet_explanation *e, const px_fleet_sched *s)
 {
     const px_fleet_request *r = e->req;
@@ -196,9 +281,9 @@ json_t *px_fleet_explanation_to_json(const px_fleet_explanation *e, const px_fle
     for (uint32_t k = 0; k < e->n_rejected; k++) {
         const px__rejected *x = &e->rejected[k];
         char *detail = reason_detail(s, r, x);
-        json_t *o =
-            json_pack("{s:s, s:s, s:s}", "node", s->nodes[x->node].name, "reason",
-                      px__reason_name((px__reason)x->reason), "detail", detail ? detail : "");
+        json_t *o = json_pack("{s:s, s:s, s:s, s:o*}", "node", s->nodes[x->node].name, "reason",
+                              px__reason_name((px__reason)x->reason), "detail",
+                              detail ? detail : "", "failing", failing_json(s, r, x));
         free(detail);
         if (px_json_push(rejected, o) != PX_OK)
             goto fail;

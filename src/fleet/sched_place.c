@@ -108,7 +108,12 @@ static void class_static(const px__sched_node *n, const px_fleet_request *r, cla
         v->static_ok |= 1u << PX__Q_CAPABILITY;
     if (v->reason != PX__R_COUNT_)
         return;
-    if (n_vendor == 0) {
+    if (n_gpu == 0) {
+        /* A node without GPUs lacks GPUs, whatever vendor was asked for. */
+        v->reason = PX__R_GPUS;
+        v->have = 0;
+        v->need = (float)r->gpus;
+    } else if (n_vendor == 0) {
         v->reason = PX__R_VENDOR;
         v->have = (float)n_gpu;
         v->need = (float)r->gpus;

@@ -1,7 +1,7 @@
 /* The dashboard's live feed: one server-sent event stream per open page.
  *
  * The stream sends `snapshot` events (what its user may see of the
- * fleet: nodes, jobs, incidents) whenever the fleet changes, at most a
+ * fleet: nodes, jobs, deployments, incidents) whenever the fleet changes, at most a
  * few times a second and at least every SNAPSHOT_S while anything in it
  * changed (heartbeat ages and loads do); with ?job=ID it also sends that
  * job's log chunks as `log` events, each with the chunk's sequence number
@@ -40,7 +40,7 @@ typedef struct ui_stream {
 typedef struct snap_ctx {
     px_fleet_server *srv;
     const px__who *who;
-    json_t *jobs;
+    json_t *jobs, *deployments;
 } snap_ctx;
 
 static void snap_job(const px__job_row *row, void *ud)
@@ -56,21 +56,34 @@ static void snap_job(const px__job_row *row, void *ud)
     json_array_append_new(c->jobs, j);
 }
 
+static void snap_deployment(const px__deploy_row *row, void *ud)
+{
+    snap_ctx *c = ud;
+    json_t *d = px__srv_deploy_json(c->srv, row, false);
+    if (d)
+        json_array_append_new(c->deployments, d);
+}
+
 json_t *px__ui_snapshot(px_fleet_server *srv, const px__who *who)
 {
     json_t *nodes = json_array();
     for (size_t i = 0; i < px_fleet_sched_n_nodes(srv->sched); i++)
         json_array_append_new(nodes, px__srv_node_json(srv, i));
-    snap_ctx c = {srv, who, json_array()};
+    snap_ctx c = {srv, who, json_array(), json_array()};
     px_err err;
     json_t *store_error = json_null();
-    if (srv->store.ops->list_jobs(srv->store.self, "", who->admin ? NULL : who->name, SNAPSHOT_JOBS,
-                                  snap_job, &c, &err) != PX_OK)
+    /* The user's own deployments (an admin's: all), as GET /v1/deployments. */
+    const char *owner = who->admin ? NULL : who->name;
+    if (srv->store.ops->list_jobs(srv->store.self, "", owner, SNAPSHOT_JOBS, snap_job, &c, &err) !=
+            PX_OK ||
+        srv->store.ops->list_deployments(srv->store.self, owner, snap_deployment, &c, &err) !=
+            PX_OK)
         store_error = json_string(err.msg);
-    return json_pack("{s:{s:s, s:b}, s:s, s:b, s:f, s:o, s:o, s:o, s:n, s:o}", "user", "name",
+    return json_pack("{s:{s:s, s:b}, s:s, s:b, s:f, s:o, s:o, s:o, s:o, s:o}", "user", "name",
                      who->name, "admin", who->admin, "version", px_version(), "tls", srv->tls,
                      "lease_s", srv->opt.lease_s, "nodes", nodes, "jobs", c.jobs, "incidents",
-                     px__incidents_json(srv, who), "deployments", "store_error", store_error);
+                     px__incidents_json(srv, who), "deployments", c.deployments, "store_error",
+                     store_error);
 }
 
 /* ---- events ---- */

@@ -180,8 +180,10 @@ static px_status add_backend_locked(const px_rt_backend_iface *b, px_err *err)
 
 static void ensure_builtin_locked(void)
 {
-    if (reg_n == 0)
+    if (reg_n == 0) {
         (void)add_backend_locked(&px__rt_cpu_backend, NULL);
+        (void)add_backend_locked(&px__rt_cuda_backend, NULL);
+    }
 }
 
 px_status px_rt_backend_register(const px_rt_backend_iface *b, px_err *err)
@@ -264,6 +266,9 @@ px_status px_rt_device_open(const char *name, const px_rt_device_opts *opts, px_
     d->backend = b;
     d->iface = iface;
     d->ctx = ctx;
+    px_rt_device_props p;
+    px_rt_device_props_get(d, &p);
+    d->caps = p.caps;
     *out = d;
     return PX_OK;
 
@@ -575,6 +580,26 @@ px_status px_rt_stream_run(px_rt_stream *s, const px_rt_op *ops, size_t n_ops, p
 {
     if (!s->telemetry && !s->fault_hook)
         return s->iface->run(s->ctx, ops, n_ops, NULL, err);
+    if (!s->fault_hook && (s->device->caps & PX_RT_CAP_OP_TIMING)) {
+        /* The device times every op of a list: runs of up to 64 ops. */
+        px_rt_op_timing timing[64];
+        for (size_t i = 0; i < n_ops; i += PX_ARRAY_LEN(timing)) {
+            size_t n = PX_MIN(n_ops - i, PX_ARRAY_LEN(timing));
+            memset(timing, 0, n * sizeof *timing);
+            px_status st = s->iface->run(s->ctx, ops + i, n, timing, err);
+            if (st == PX_OK)
+                st = px_rt_stream_synchronize(s, err);
+            if (st)
+                return st;
+            for (size_t j = 0; j < n; j++) {
+                px_rt_op_record rec = {
+                    .kind = ops[i + j].kind, .layer = ops[i + j].layer, .ns = timing[j].ns};
+                px_rt_op_cost(&ops[i + j], &rec.flops, &rec.bytes);
+                s->telemetry(&rec, s->telemetry_ud);
+            }
+        }
+        return PX_OK;
+    }
     /* One op at a time, so that each can be measured and faulted. */
     for (size_t i = 0; i < n_ops; i++) {
         px_rt_op_timing timing = {0};

@@ -137,10 +137,8 @@ static void matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint
                    uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
 {
     if (px__rt_quant_handles(t)) {
-        for (uint32_t r = 0; r < n_x; r += PX_RT_SMALL_BATCH)
-            px__rt_quant_matvec(px__rt_quant_dot_portable, t, w, row_bytes, k, i0, i1,
-                                x + (size_t)r * ldx, ldx, PX_MIN(n_x - r, PX_RT_SMALL_BATCH),
-                                y + (size_t)r * ldy, ldy);
+        px__rt_quant_matmul(px__rt_quant_dot_portable, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y,
+                            ldy);
         return;
     }
     for (uint32_t i = i0; i < i1; i++) {

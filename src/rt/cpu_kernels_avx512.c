@@ -22,6 +22,7 @@
  */
 #include "base/common.h"
 
+#include "rt/quant_impl.h"
 #include "rt/rt_impl.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -220,6 +221,10 @@ static bool dtype_plain(px_dtype t)
 static void matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                    uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
 {
+    if (px__rt_quant_handles(t)) {
+        px__rt_quant_matmul(px__rt_quant_dot_x512, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
+        return;
+    }
     if (n_x <= PX_RT_SMALL_BATCH || !dtype_plain(t)) {
         px__rt_avx2_matmul(t, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
         return;

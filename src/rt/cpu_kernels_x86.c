@@ -2,9 +2,12 @@
  * AVX2 + FMA + F16C cpu kernels, chosen at run time when the processor
  * has them (the rest of the build stays at the baseline instruction set).
  *
- * A matrix product streams each weight row once per group of up to
- * PX_RT_SMALL_BATCH activation rows.  Each float dot keeps two 8-wide
- * partial sums over 16 values at a time and reduces them in a fixed
+ * A matrix product runs groups of up to PX_RT_SMALL_BATCH activation
+ * rows against each weight row; a larger product runs in tiles of weight
+ * rows that stay in the second-level cache while every group passes, so
+ * the weights stream from memory once per product.  Each float dot keeps
+ * two 8-wide partial sums over 16 values at a time and reduces them in a
+ * fixed
  * order, the same for any number of rows and any row range, which keeps
  * results independent of batching and threads.  q8_0 weights meet
  * activations quantized to q8_0 with integer products (maddubs, madd),
@@ -202,22 +205,16 @@ void px__rt_avx2_matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k,
 void px__rt_avx2_matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
                              const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy);
 
-/* Any number of x rows, PX_RT_SMALL_BATCH at a time: a row's result is
- * the same in every group. */
-void px__rt_avx2_matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
-                        uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
+/* Weight rows [i0, i1) against every x row, PX_RT_SMALL_BATCH x rows at
+ * a time: a row's result is the same in every group. */
+static void groups_plain(px_dtype t, const uint8_t *wb, size_t row_bytes, uint32_t k, uint32_t i0,
+                         uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y,
+                         size_t ldy)
 {
-    const uint8_t *wb = w;
     for (uint32_t r = 0; r < n_x; r += PX_RT_SMALL_BATCH) {
         const float *xr = x + (size_t)r * ldx;
         float *yr = y + (size_t)r * ldy;
-        uint32_t n = PX_MIN(n_x - r, PX_RT_SMALL_BATCH);
-        if (px__rt_quant_handles(t)) {
-            px__rt_quant_matvec(px__rt_quant_dot_x86, t, w, row_bytes, k, i0, i1, xr, ldx, n, yr,
-                                ldy);
-            continue;
-        }
-        switch (n) {
+        switch (PX_MIN(n_x - r, PX_RT_SMALL_BATCH)) {
         case 1:
             matvec_1(t, wb, row_bytes, k, i0, i1, xr, ldx, yr, ldy);
             break;
@@ -234,10 +231,9 @@ void px__rt_avx2_matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k,
     }
 }
 
-void px__rt_avx2_matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
-                             const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy)
+static void groups_q8_0(const uint8_t *wb, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
+                        const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy)
 {
-    const uint8_t *wb = w;
     uint32_t nb = k / PX__RT_Q8_0_ELEMS;
     for (uint32_t r = 0; r < n_x; r += PX_RT_SMALL_BATCH) {
         const int8_t *qr = xq + (size_t)r * k;
@@ -258,6 +254,26 @@ void px__rt_avx2_matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32
             break;
         }
     }
+}
+
+void px__rt_avx2_matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                        uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
+{
+    if (px__rt_quant_handles(t)) {
+        px__rt_quant_matmul(px__rt_quant_dot_x86, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
+        return;
+    }
+    uint32_t tile = px__rt_tile_rows(row_bytes, n_x);
+    for (uint32_t b = i0; b < i1; b += PX_MIN(tile, i1 - b))
+        groups_plain(t, w, row_bytes, k, b, b + PX_MIN(tile, i1 - b), x, ldx, n_x, y, ldy);
+}
+
+void px__rt_avx2_matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
+                             const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy)
+{
+    uint32_t tile = px__rt_tile_rows(row_bytes, n_x);
+    for (uint32_t b = i0; b < i1; b += PX_MIN(tile, i1 - b))
+        groups_q8_0(w, row_bytes, k, b, b + PX_MIN(tile, i1 - b), xq, xd, n_x, y, ldy);
 }
 
 /* Shared with the avx512 variant (cpu_kernels_avx512.c). */

@@ -102,3 +102,18 @@ void px__rt_quant_matvec(px__rt_quant_dot_fn dot, px_dtype t, const void *w, siz
         }
     }
 }
+
+void px__rt_quant_matmul(px__rt_quant_dot_fn dot, px_dtype t, const void *w, size_t row_bytes,
+                         uint32_t k, uint32_t i0, uint32_t i1, const float *x, size_t ldx,
+                         uint32_t n_x, float *y, size_t ldy)
+{
+    /* Tiles of weight rows (px__rt_tile_rows); each group of activation
+     * rows is quantized again per tile, a small cost beside the tile's
+     * products. */
+    uint32_t tile = px__rt_tile_rows(row_bytes, n_x);
+    for (uint32_t b = i0; b < i1; b += PX_MIN(tile, i1 - b))
+        for (uint32_t r = 0; r < n_x; r += PX_RT_SMALL_BATCH)
+            px__rt_quant_matvec(dot, t, w, row_bytes, k, b, b + PX_MIN(tile, i1 - b),
+                                x + (size_t)r * ldx, ldx, PX_MIN(n_x - r, PX_RT_SMALL_BATCH),
+                                y + (size_t)r * ldy, ldy);
+}

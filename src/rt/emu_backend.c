@@ -379,6 +379,7 @@ static void device_props(void *dev, px_rt_device_props *out)
     out->memory_total = d->prof.memory_bytes;
     out->memory_free =
         d->prof.memory_bytes ? d->prof.memory_bytes - PX_MIN(d->used, d->prof.memory_bytes) : 0;
+    out->memory_used = d->used;
     pthread_mutex_unlock(&d->lock);
     out->caps = PX_RT_CAP_HOST_MEMORY | PX_RT_CAP_HOST_PTR;
     out->n_threads = d->n_threads;

@@ -189,8 +189,8 @@ px_status px_rt_pipeline_spec_from_plan(const json_t *plan, const px_hw_graph *g
         s->emulated = json_is_true(json_object_get(st, "emulated"));
         if ((rc = stage_profile(st, g, name, i, s, err)) != PX_OK)
             return rc;
-        if (strcmp(s->backend, "cpu") && strcmp(s->backend, "emu"))
-            return bad(err, name, ptr, "backend \"%s\": the executor runs cpu and emu stages",
+        if (strcmp(s->backend, "cpu") && strcmp(s->backend, "emu") && strcmp(s->backend, "cuda"))
+            return bad(err, name, ptr, "backend \"%s\": the executor runs cpu, emu and cuda stages",
                        s->backend);
         json_t *p = json_object_get(st, "predicted");
         interval_from(json_object_get(p, "decode_s_per_token"), &s->pred_decode_s);

@@ -92,9 +92,9 @@ px_status px_rt_profile_run(const px_rt_model *model, const px_rt_profile_opts *
             }
             profile_json = px_strbuf_detach(&sb, NULL);
         }
-    } else if (strcmp(backend, "cpu") != 0) {
-        return px_err_set(err, PX_EINVAL, "profile: backend \"%s\" cannot run here; use cpu or emu",
-                          backend);
+    } else if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
+        return px_err_set(err, PX_EINVAL,
+                          "profile: backend \"%s\" cannot run here; use cpu, emu or cuda", backend);
     }
     px_rt_device *dev = NULL;
     px_rt_session *s = NULL;

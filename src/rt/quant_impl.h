@@ -98,16 +98,26 @@ typedef float (*px__rt_quant_dot_fn)(px_dtype t, const uint8_t *w, const uint8_t
 /* The AVX2 variant of px__rt_quant_dot_portable, or NULL when the build
  * or the processor lacks AVX2 (cpu_quant_x86.c). */
 px__rt_quant_dot_fn px__rt_quant_dot_avx2(void);
+/* The AVX-512 variant (Q4_K and Q6_K its own, the rest the AVX2 one's),
+ * or NULL when the build or the processor lacks the avx512 kernels
+ * (cpu_quant_avx512.c). */
+px__rt_quant_dot_fn px__rt_quant_dot_avx512(void);
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-/* That variant itself: callable only where px__rt_quant_dot_avx2()
- * returns it. */
+/* Those variants themselves: callable only where px__rt_quant_dot_avx2()
+ * (px__rt_quant_dot_avx512()) returns them. */
 float px__rt_quant_dot_x86(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n);
+float px__rt_quant_dot_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n);
 #endif
 
 /* y[r*ldy + i] = dot(row i of w, x + r*ldx) for i in [i0, i1), r < n_x
  * (at most PX_RT_SMALL_BATCH), weights of dtype t (px__rt_quant_handles)
  * and k values per row, with the given dot. */
 void px__rt_quant_matvec(px__rt_quant_dot_fn dot, px_dtype t, const void *w, size_t row_bytes,
+                         uint32_t k, uint32_t i0, uint32_t i1, const float *x, size_t ldx,
+                         uint32_t n_x, float *y, size_t ldy);
+/* The same for any number of activation rows, PX_RT_SMALL_BATCH at a
+ * time (a row's result is the same in every group). */
+void px__rt_quant_matmul(px__rt_quant_dot_fn dot, px_dtype t, const void *w, size_t row_bytes,
                          uint32_t k, uint32_t i0, uint32_t i1, const float *x, size_t ldx,
                          uint32_t n_x, float *y, size_t ldy);
 

@@ -24,6 +24,7 @@ struct px_rt_device {
     const px_rt_backend_iface *backend;
     const px_rt_device_iface *iface;
     void *ctx;
+    uint32_t caps; /* props' caps, read once at open */
 };
 
 struct px_rt_buffer {
@@ -46,6 +47,12 @@ struct px_rt_stream {
 
 /* The built-in cpu backend's table (cpu_backend.c). */
 extern const px_rt_backend_iface px__rt_cpu_backend;
+/* The built-in cuda backend's table (cuda_backend.c; without nvcc its
+ * devices refuse to open, saying why). */
+extern const px_rt_backend_iface px__rt_cuda_backend;
+/* The GPU ordinal of an inventory device id: N of a trailing "gpuN"
+ * ("n1.gpu3" is 3), else 0 (cuda_host.c). */
+uint32_t px__rt_cuda_ordinal(const char *device);
 
 /* ------------------------------------------------------------------ */
 /* Thread pool (cpu_pool.c)                                            */
@@ -111,6 +118,19 @@ typedef struct px__rt_kernels {
     /* y += a * x */
     void (*axpy_f32)(float a, const float *x, float *y, uint32_t n);
 } px__rt_kernels;
+
+/* Weight rows per tile of a product of n_x activation rows: more than
+ * PX_RT_SMALL_BATCH rows run in tiles of about 128 KiB of weights, which
+ * stay in the second-level cache while every group of activation rows
+ * passes over them, so the weights come from memory once per product,
+ * not once per group.  Speed only: each output is the same row kernel's
+ * whatever the tile. */
+static inline uint32_t px__rt_tile_rows(size_t row_bytes, uint32_t n_x)
+{
+    if (n_x <= PX_RT_SMALL_BATCH)
+        return UINT32_MAX;
+    return (uint32_t)PX_MAX(((size_t)128 << 10) / PX_MAX(row_bytes, 1), 4);
+}
 
 extern const px__rt_kernels px__rt_kernels_portable;
 /* The AVX2+FMA+F16C variant, or NULL when the build or the processor

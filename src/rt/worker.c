@@ -100,6 +100,12 @@ static px_status setup(worker *w, px_err *err)
     px_rt_device *dev = NULL;
     px_rt_device_opts dopts = {.n_threads = o->n_threads ? o->n_threads : 1,
                                .profile = o->emu_profile};
+    if (!strcmp(o->backend, "cuda")) {
+        /* Discovery numbers GPUs as nvidia-smi does (PCI bus order); the
+         * CUDA runtime then numbers them the same. */
+        setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0);
+        dopts.ordinal = px__rt_cuda_ordinal(o->device_name);
+    }
     if ((st = px_rt_device_open(o->backend, &dopts, &dev, err)) != PX_OK)
         return st;
     px_rt_session_opts so = {.device = dev,

@@ -207,8 +207,9 @@ px_status px_rt_worker_args_parse(int argc, char *const *argv, px_rt_worker_opts
     if (!have_stage || !have_layers || !o->model_path || !o->listen || !o->next)
         return px_err_set(err, PX_EINVAL,
                           "--stage, --model, --layers, --listen and --next are required");
-    if (strcmp(o->backend, "cpu") && strcmp(o->backend, "emu"))
-        return px_err_set(err, PX_EINVAL, "--backend takes cpu or emu, not \"%.40s\"", o->backend);
+    if (strcmp(o->backend, "cpu") && strcmp(o->backend, "emu") && strcmp(o->backend, "cuda"))
+        return px_err_set(err, PX_EINVAL, "--backend takes cpu, emu or cuda, not \"%.40s\"",
+                          o->backend);
     if ((st = px_rt_addr_check(o->listen, err)) != PX_OK)
         return px_err_prefix(err, st, "--listen: ");
     if ((st = px_rt_addr_check(o->next, err)) != PX_OK)

@@ -285,6 +285,21 @@ static px_status simulate_policy(const scenario_run *r, size_t p, const px_sim_c
     return PX_OK;
 }
 
+static void progress(const px_sim_compare_options *opt, const char *fmt, ...) PX_PRINTF(2, 3);
+
+/* Tells opt->progress what comes next. */
+static void progress(const px_sim_compare_options *opt, const char *fmt, ...)
+{
+    if (!opt->progress)
+        return;
+    char step[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(step, sizeof step, fmt, ap);
+    va_end(ap);
+    opt->progress(opt->progress_ctx, step);
+}
+
 /* The exact optimum (latency objective, small fleets) and each plan's
  * predicted gap to it. */
 static void exact_yardstick(scenario_run *r, const px_sim_compare_options *opt,
@@ -387,10 +402,16 @@ static px_status run_scenario(const px_sim_scenario *sc, const px_sim_compare_op
             slowest = PX_MAX(slowest, s.ttft_s.p50 + (double)sc->gen_tokens * s.tpot_s.p50);
         }
     so->duration_s = choose_duration(opt, &r.load, slowest);
-    for (size_t p = 0; p < opt->n_policies; p++)
+    for (size_t p = 0; p < opt->n_policies; p++) {
+        progress(opt, "scenario %s: policy %s (%zu of %zu), %u seeds", sc->name, opt->policies[p],
+                 p + 1, opt->n_policies, opt->seeds);
         if (so->policies[p].feasible &&
             (st = simulate_policy(&r, p, opt, so->duration_s, a, &so->policies[p], err)) != PX_OK)
             goto done;
+    }
+    if (opt->exact_max_devices && so->n_devices <= opt->exact_max_devices)
+        progress(opt, "scenario %s: the exact optimum on %zu devices", sc->name,
+                 (size_t)so->n_devices);
     exact_yardstick(&r, opt, so);
     score_scenario(opt, so);
 done:

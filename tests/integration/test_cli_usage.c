@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <jansson.h>
+
 #define PX ((char *)px_test_plexus_bin())
 
 static int plexus(char **out, char **err, char *const *args)
@@ -106,7 +108,7 @@ static void test_cli_help_is_generated_with_examples(void **state)
     free(err);
     free(out2);
     free(err2);
-    /* A command without tables still answers `plexus help CMD`. */
+    /* `plexus help CMD` is the command's own help. */
     assert_int_equal(RUN(&out, &err, "help", "nodes"), 0);
     px_assert_contains(out, "usage: plexus nodes");
     free(out);
@@ -180,7 +182,7 @@ static void test_cli_o_is_a_format_and_out_a_file(void **state)
     free(out);
     free(err);
     assert_int_equal(RUN(&out, &err, "model", "synth", "-o", "s.gguf"), 2);
-    px_assert_contains(err, "write the model with --out FILE");
+    px_assert_contains(err, "-o is a report format in plexus; a file goes with --out FILE");
     free(out);
     free(err);
     assert_int_equal(RUN(&out, &err, "version", "-o", "json"), 0);
@@ -275,6 +277,248 @@ static void test_cli_install_puts_everything_in_place(void **state)
     free(prefix);
 }
 
+/* Every command but the internal worker reads its command line from a
+ * table: a misspelled option gets the same error and suggestion
+ * everywhere, and every help page has examples. */
+static void test_cli_every_command_reads_a_table(void **state)
+{
+    (void)state;
+    static const char *const cmds[][2] = {
+        {"run", NULL},
+        {"generate", NULL},
+        {"compare", NULL},
+        {"contract", "check"},
+        {"inventory", "show"},
+        {"model", "inspect"},
+        {"serve", NULL},
+        {"server", NULL},
+        {"agent", NULL},
+        {"up", NULL},
+        {"submit", NULL},
+        {"jobs", NULL},
+        {"logs", NULL},
+        {"cancel", NULL},
+        {"nodes", NULL},
+        {"explain", NULL},
+        {"artifacts", NULL},
+        {"replay", NULL},
+        {"config", "use-context"},
+    };
+    for (size_t i = 0; i < PX_ARRAY_LEN(cmds); i++) {
+        char *out, *err;
+        char *argv[8] = {PX, (char *)cmds[i][0]};
+        int n = 2;
+        if (cmds[i][1])
+            argv[n++] = (char *)cmds[i][1];
+        argv[n++] = "--hlep";
+        argv[n] = NULL;
+        int rc = px_test_run(argv, 60, &out, &err);
+        if (rc != 2 || !strstr(err, "unknown option \"--hlep\"; did you mean --help?"))
+            fail_msg("plexus %s %s --hlep: exit %d: %s", cmds[i][0], cmds[i][1] ? cmds[i][1] : "",
+                     rc, err);
+        free(out);
+        free(err);
+        argv[n - 1] = "--help";
+        if (px_test_run(argv, 60, &out, &err) != 0 || !strstr(out, "\nexamples:\n  plexus "))
+            fail_msg("plexus %s --help: no examples:\n%s", cmds[i][0], out);
+        free(out);
+        free(err);
+    }
+    /* The generated completion knows the ported commands' options. */
+    char *out, *err;
+    assert_int_equal(RUN(&out, &err, "completion", "bash"), 0);
+    px_assert_contains(out, "--idempotency-key");
+    px_assert_contains(out, "logs:--stream) words=\"stdout stderr\"");
+    px_assert_contains(out, "jobs:--output|jobs:-o) words=\"text json yaml\"");
+    free(out);
+    free(err);
+}
+
+/* -o yaml writes the JSON document's tree: a YAML reader gives back the
+ * very document -o json prints, strings YAML would read as something
+ * else included. */
+static void test_cli_yaml_is_the_json_tree(void **state)
+{
+    (void)state;
+    char *inv = NULL;
+    if (asprintf(&inv, "%s/yaml-inv.json", px_test_tmpdir()) < 0)
+        fail_msg("asprintf");
+    char *src = px_test_source_path("data/scenarios/hetero-pair-h100-l4.json");
+    json_t *doc = json_load_file(src, 0, NULL);
+    assert_non_null(doc);
+    /* Strings a YAML reader would take for a boolean, a number, null, a
+     * comment, a mapping or a sequence if written plainly. */
+    json_object_set_new(doc, "description",
+                        json_string("yes: - #1 null 0x1F \"q\" 'a' \\ tab\tend\nline2 é"));
+    assert_int_equal(json_dump_file(doc, inv, JSON_INDENT(2)), 0);
+    json_decref(doc);
+    char *json_out, *yaml_out, *err;
+    assert_int_equal(RUN(&json_out, &err, "inventory", "export", inv, "-o", "json"), 0);
+    free(err);
+    assert_int_equal(RUN(&yaml_out, &err, "inventory", "export", inv, "-o", "yaml"), 0);
+    free(err);
+    px_assert_contains(yaml_out, "\nlinks:\n  - bandwidth:\n");
+    px_assert_contains(yaml_out, "bidirectional: true\n");
+    char *const py[] = {"python3", "-c",
+                        "import sys, json, yaml\n"
+                        "y = yaml.safe_load(sys.stdin)\n"
+                        "print(json.dumps(y, sort_keys=True))",
+                        NULL};
+    char *py_out, *py_err;
+    int rc = px_test_run_input(py, yaml_out, 60, &py_out, &py_err);
+    if (rc != 0 && strstr(py_err, "No module named 'yaml'")) {
+        free(py_out);
+        free(py_err);
+        free(json_out);
+        free(yaml_out);
+        free(src);
+        free(inv);
+        skip(); /* python3-yaml (scripts/install-deps) is not installed */
+    }
+    if (rc != 0)
+        fail_msg("python3 yaml: %s", py_err);
+    json_t *a = json_loads(json_out, 0, NULL), *b = json_loads(py_out, 0, NULL);
+    assert_non_null(a);
+    assert_non_null(b);
+    if (!json_equal(a, b))
+        fail_msg("the YAML reads back as another document:\n%s\n---\n%s", yaml_out, json_out);
+    json_decref(a);
+    json_decref(b);
+    free(py_out);
+    free(py_err);
+    free(json_out);
+    free(yaml_out);
+    free(src);
+    free(inv);
+}
+
+static char *tmp_file(const char *name, const char *text, mode_t mode)
+{
+    char *p = NULL;
+    if (asprintf(&p, "%s/%s", px_test_tmpdir(), name) < 0)
+        fail_msg("asprintf");
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    chmod(p, mode);
+    return p;
+}
+
+/* plexus config keeps contexts in a private file, holds a token file's
+ * path but never a token, and refuses a config others can read. */
+static void test_cli_config_contexts(void **state)
+{
+    (void)state;
+    char *cfg = NULL, *env = NULL;
+    if (asprintf(&cfg, "%s/ctx/config.json", px_test_tmpdir()) < 0)
+        fail_msg("asprintf");
+    char *dir = strdup(cfg);
+    *strrchr(dir, '/') = 0;
+    mkdir(dir, 0700);
+    setenv("PLEXUS_CONFIG", cfg, 1);
+    char *token = tmp_file("ctx-token", "user-token-0123456789abcdef\n", 0600);
+    char *loose = tmp_file("ctx-loose-token", "user-token-0123456789abcdef\n", 0644);
+    char *out, *err;
+    assert_int_equal(RUN(&out, &err, "config", "get-contexts"), 0);
+    px_assert_contains(out, "no contexts");
+    free(out);
+    free(err);
+    /* A token on the command line, or in a file others can read, is refused. */
+    assert_int_equal(RUN(&out, &err, "config", "set-context", "lab", "--token", "abc"), 2);
+    px_assert_contains(err, "the config keeps the path of a token file, never a token");
+    free(out);
+    free(err);
+    assert_int_equal(RUN(&out, &err, "config", "set-context", "lab", "--server",
+                         "http://127.0.0.1:9", "--token-file", loose),
+                     1);
+    px_assert_contains(err, "chmod 600");
+    free(out);
+    free(err);
+    assert_int_equal(RUN(&out, &err, "config", "set-context", "lab", "--server", "ftp://x"), 2);
+    px_assert_contains(err, "--server takes http://HOST:PORT or https://HOST:PORT");
+    free(out);
+    free(err);
+    assert_int_equal(RUN(&out, &err, "config", "set-context", "lab", "--server",
+                         "http://127.0.0.1:9", "--token-file", token, "--current"),
+                     0);
+    free(out);
+    free(err);
+    assert_int_equal(
+        RUN(&out, &err, "config", "set-context", "other", "--server", "http://127.0.0.1:8"), 0);
+    free(out);
+    free(err);
+    struct stat sb;
+    assert_int_equal(stat(cfg, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = fopen(cfg, "r");
+    assert_non_null(f);
+    assert_int_equal(getdelim(&text, &len, 0, f) > 0, 1);
+    fclose(f);
+    assert_null(strstr(text, "user-token-0123456789abcdef"));
+    px_assert_contains(text, "\"token_file\": \"/");
+    free(text);
+    assert_int_equal(RUN(&out, &err, "config", "current-context"), 0);
+    assert_string_equal(out, "lab\n");
+    free(out);
+    free(err);
+    assert_int_equal(RUN(&out, &err, "config", "use-context", "other"), 0);
+    free(out);
+    free(err);
+    assert_int_equal(RUN(&out, &err, "config", "get-contexts", "-o", "yaml"), 0);
+    px_assert_contains(out, "current_context: other\ncontexts:\n  - name: lab\n");
+    free(out);
+    free(err);
+    /* The fleet commands use the current context, or the one --context names. */
+    unsetenv("PLEXUS_SERVER");
+    unsetenv("PLEXUS_TOKEN");
+    assert_int_equal(RUN(&out, &err, "jobs", "--context", "lab"), 1);
+    px_assert_contains(err, "127.0.0.1:9");
+    free(out);
+    free(err);
+    assert_int_equal(RUN(&out, &err, "jobs"), 1);
+    px_assert_contains(err, "127.0.0.1:8");
+    free(out);
+    free(err);
+    assert_int_equal(RUN(&out, &err, "jobs", "--context", "lba"), 1);
+    px_assert_contains(err, "no context \"lba\"");
+    px_assert_contains(err, "(it has lab, other)");
+    free(out);
+    free(err);
+    /* A config others can read is refused with the fix. */
+    chmod(cfg, 0644);
+    assert_int_equal(RUN(&out, &err, "config", "get-contexts"), 1);
+    px_assert_contains(err, "chmod 600");
+    free(out);
+    free(err);
+    chmod(cfg, 0600);
+    assert_int_equal(RUN(&out, &err, "config", "delete-context", "other"), 0);
+    free(out);
+    free(err);
+    assert_int_equal(RUN(&out, &err, "config", "current-context"), 1);
+    free(out);
+    free(err);
+    /* A token written into the file by hand is refused, not used. */
+    char *bad = tmp_file("ctx/bad.json",
+                         "{\"schema\": \"plexus.config/1\", \"contexts\": [{\"name\": \"x\", "
+                         "\"token\": \"abc\"}]}",
+                         0600);
+    setenv("PLEXUS_CONFIG", bad, 1);
+    assert_int_equal(RUN(&out, &err, "config", "get-contexts"), 1);
+    px_assert_contains(err, "contexts[0].token: a token is never kept in the config");
+    free(out);
+    free(err);
+    unsetenv("PLEXUS_CONFIG");
+    free(bad);
+    free(token);
+    free(loose);
+    free(dir);
+    free(env);
+    free(cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -285,6 +529,9 @@ int main(void)
         cmocka_unit_test(test_cli_o_is_a_format_and_out_a_file),
         cmocka_unit_test(test_cli_names_a_file_of_the_wrong_kind),
         cmocka_unit_test(test_cli_install_puts_everything_in_place),
+        cmocka_unit_test(test_cli_every_command_reads_a_table),
+        cmocka_unit_test(test_cli_yaml_is_the_json_tree),
+        cmocka_unit_test(test_cli_config_contexts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -211,17 +211,18 @@ static void test_contract_usage_errors_exit_2(void **state)
         {(char *)px_test_plexus_bin(), "contract", "check", "--contract", "strict", NULL},
         {(char *)px_test_plexus_bin(), "contract", "check", "--contract", "strict", "--region",
          "head", "--transform", "shrink", NULL},
-        {(char *)px_test_plexus_bin(), "contract", "show", "-o", "yaml", "strict", NULL},
+        {(char *)px_test_plexus_bin(), "contract", "show", "-o", "xml", "strict", NULL},
     };
     for (size_t i = 0; i < PX_ARRAY_LEN(cases); i++) {
         assert_int_equal(run(cases[i], &out, &err), 2);
-        px_assert_contains(err, "plexus contract: ");
+        px_assert_contains(err, "plexus contract");
+        px_assert_contains(err, "run 'plexus contract");
         free(out);
         free(err);
     }
     char *const help[] = {(char *)px_test_plexus_bin(), "contract", "--help", NULL};
     assert_int_equal(run(help, &out, &err), 0);
-    px_assert_contains(out, "usage: plexus contract validate FILE...");
+    px_assert_contains(out, "plexus contract validate FILE...");
     free(out);
     free(err);
 }

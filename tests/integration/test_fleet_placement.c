@@ -164,13 +164,98 @@ static void test_unplaceable_job_stays_queued_with_every_reason(void **state)
     assert_rejected(e, "big", "gpus", NULL);
     assert_rejected(e, "small", "gpus", NULL);
     assert_rejected(e, "amd", "gpus", NULL);
-    assert_rejected(e, "cpu", "gpus,vendor", NULL);
+    /* A node without GPUs lacks GPUs; no vendor was asked for. */
+    assert_rejected(e, "cpu", "gpus", "0 free that qualify");
     json_decref(e);
     char *out = NULL;
     assert_int_equal(fh_plexus(&out, NULL, "cancel", id, NULL), 0);
     px_assert_contains(out, "cancelled");
     free(out);
     free(id);
+}
+
+/* explain names every requirement a node fails, not only the first. */
+static void test_explain_lists_every_failing_requirement(void **state)
+{
+    (void)state;
+    char *id = fh_submit(&fleet, "{\"command\": [\"/bin/true\"], \"frameworks\": "
+                                 "[\"torch>=2.3\"], \"resources\": {\"gpus\": 4, \"vendor\": "
+                                 "\"amd\"}}");
+    fh_sleep_ms(300);
+    json_t *e = explain(id);
+    const json_t *small = fh_rejected(e, "small");
+    assert_non_null(small);
+    char *text = px_json_dump_canonical(json_object_get(small, "failing"));
+    px_assert_contains(text, "\"reason\": \"framework_version\"");
+    px_assert_contains(text, "torch 2.0.1 installed, job needs >=2.3");
+    px_assert_contains(text, "\"reason\": \"vendor\"");
+    px_assert_contains(text, "\"reason\": \"gpus\"");
+    free(text);
+    json_decref(e);
+    char *out = NULL, *err = NULL;
+    assert_int_equal(fh_plexus(&out, &err, "explain", id, NULL), 0);
+    px_assert_contains(out, "torch 2.0.1 installed, job needs >=2.3");
+    px_assert_contains(out, "no amd GPU (node has nvidia");
+    px_assert_contains(out, "not enough GPUs");
+    free(out);
+    free(err);
+    assert_int_equal(fh_plexus(&out, &err, "explain", id, "-o", "yaml", NULL), 0);
+    px_assert_contains(out, "rejected:\n  - node: ");
+    px_assert_contains(out, "    failing:\n      - reason: ");
+    free(out);
+    free(err);
+    assert_int_equal(fh_plexus(&out, NULL, "cancel", id, NULL), 0);
+    free(out);
+    free(id);
+}
+
+/* submit -f takes the job specification from a file, options beside it
+ * add to it; jobs and nodes print YAML for -o yaml. */
+static void test_submit_reads_a_spec_file(void **state)
+{
+    (void)state;
+    char *spec = NULL;
+    if (asprintf(&spec, "%s/job-spec.json", fleet.dir) < 0)
+        fail_msg("asprintf");
+    FILE *f = fopen(spec, "w");
+    assert_non_null(f);
+    fputs("{\"name\": \"from-a-file\", \"command\": [\"/bin/sh\", \"-c\", "
+          "\"echo spec $GREETING\"], \"resources\": {\"cpus\": 1}}\n",
+          f);
+    fclose(f);
+    char *out = NULL, *err = NULL;
+    int rc = fh_plexus(&out, &err, "submit", "-f", spec, "--env", "GREETING=hello", "--wait",
+                       "--timeout", "60", "-o", "json", NULL);
+    if (rc != 0)
+        fail_msg("submit -f: exit %d: %s %s", rc, out, err);
+    json_t *job = json_loads(out, 0, NULL);
+    assert_non_null(job);
+    assert_string_equal(json_string_value(json_object_get(job, "name")), "from-a-file");
+    char *id = strdup(json_string_value(json_object_get(job, "id")));
+    json_decref(job);
+    free(out);
+    free(err);
+    char *logs = fh_logs(&fleet, id);
+    px_assert_contains(logs, "spec hello");
+    free(logs);
+    assert_int_equal(fh_plexus(&out, &err, "jobs", id, "-o", "yaml", NULL), 0);
+    px_assert_contains(out, "name: from-a-file\n");
+    free(out);
+    free(err);
+    assert_int_equal(fh_plexus(&out, &err, "nodes", "-o", "yaml", NULL), 0);
+    px_assert_contains(out, "nodes:\n  - ");
+    free(out);
+    free(err);
+    /* A file that is not a job specification is named with the fix. */
+    f = fopen(spec, "w");
+    fputs("[1, 2]", f);
+    fclose(f);
+    assert_int_equal(fh_plexus(&out, &err, "submit", "-f", spec, NULL), 1);
+    px_assert_contains(err, "not a job specification");
+    free(out);
+    free(err);
+    free(id);
+    free(spec);
 }
 
 static void test_python_function_returns_result_or_traceback(void **state)
@@ -363,6 +448,8 @@ int main(void)
         cmocka_unit_test(test_framework_version_mismatch_names_installed_version),
         cmocka_unit_test(test_vendor_request_lands_on_that_vendor),
         cmocka_unit_test(test_unplaceable_job_stays_queued_with_every_reason),
+        cmocka_unit_test(test_explain_lists_every_failing_requirement),
+        cmocka_unit_test(test_submit_reads_a_spec_file),
         cmocka_unit_test(test_python_function_returns_result_or_traceback),
         cmocka_unit_test(test_artifacts_are_uploaded_and_fetched),
         cmocka_unit_test(test_cancel_kills_the_running_process_group),

@@ -6,8 +6,9 @@
  * Chromium driven over the DevTools protocol by tests/node/ui_browser.mjs:
  * log in, a node appearing when its agent starts, a job named like markup
  * rendered as text finishing with its log, a killed agent followed into
- * its incident, every page at 1280x800 and on a narrow screen, actions
- * with confirmation, no console errors.  Screenshots go to
+ * its incident, a deployment of the shared tiny model drawn on its node
+ * and undeployed through the page, every page at 1280x800 and on a narrow
+ * screen, actions with confirmation, no console errors.  Screenshots go to
  * build/test-artifacts/ui/.  The browser part skips, saying so, when
  * Chromium or puppeteer-core is not installed (scripts/install-deps).
  */
@@ -303,6 +304,7 @@ static void test_event_stream_sends_a_snapshot_of_what_the_user_may_see(void **s
     assert_true(json_is_array(json_object_get(snap, "nodes")));
     /* The user "other" submitted nothing: the tester's jobs are not listed. */
     assert_int_equal(json_array_size(json_object_get(snap, "jobs")), 0);
+    assert_true(json_is_array(json_object_get(snap, "deployments")));
     json_decref(snap);
     px_strbuf_release(&body);
 }
@@ -422,12 +424,17 @@ static void test_dashboard_in_headless_chromium(void **state)
     setenv("PLEXUS_OTHER_TOKEN", FH_OTHER_TOKEN, 1);
     setenv("CHROMIUM", browser, 1);
     setenv("UI_SHOTS", shots, 1);
-    /* With the shared tiny model, a job planned across the fleet too. */
+    /* With the shared tiny model, a job planned across the fleet and a
+     * deployment, undeployed through the page, too. */
     char *model = px_test_shared_model("stories260K.gguf");
-    if (model && access(model, R_OK) == 0)
+    bool have_model = model && access(model, R_OK) == 0;
+    if (have_model)
         setenv("PLEXUS_MODEL", model, 1);
-    else
+    else {
         unsetenv("PLEXUS_MODEL");
+        print_message("note: the shared model stories260K.gguf is absent: the planned job and "
+                      "the deployment are not shown (../shared/models)\n");
+    }
     free(model);
     int to_child[2], from_child[2];
     assert_int_equal(pipe(to_child), 0);
@@ -506,6 +513,11 @@ static void test_dashboard_in_headless_chromium(void **state)
     assert_true(json_array_size(json_object_get(seen, "nodes")) >= 2);
     assert_true(json_array_size(json_object_get(json_object_get(seen, "incident"), "timeline")) >=
                 3);
+    if (have_model) {
+        json_t *dep = json_object_get(seen, "deployment");
+        assert_true(json_integer_value(json_object_get(dep, "stages")) >= 1);
+        assert_true(json_is_true(json_object_get(seen, "undeployed")));
+    }
     json_decref(seen);
     free(result);
     free(script);

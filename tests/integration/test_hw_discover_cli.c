@@ -271,10 +271,10 @@ static void test_discover_refuses_bad_usage(void **state)
         const char *args[4];
         const char *needle;
     } cases[] = {
-        {{"--bogus"}, "unexpected argument \"--bogus\""},
-        {{"-o", "yaml"}, "-o takes \"text\" or \"json\""},
-        {{"--timeout", "-1"}, "--timeout takes seconds"},
-        {{"--measure-seconds", "abc"}, "--measure-seconds takes seconds"},
+        {{"--bogus"}, "unknown option \"--bogus\""},
+        {{"-o", "xml"}, "-o/--output takes json, text or yaml, not \"xml\""},
+        {{"--timeout", "-1"}, "--timeout takes a number from"},
+        {{"--measure-seconds", "abc"}, "--measure-seconds takes a number from"},
         {{"--python"}, "--python needs a value"},
         {{"--python", ""}, "--python needs a folder"},
         {{"--node", "bad/id"}, "node id \"bad/id\""},

@@ -287,8 +287,8 @@ static void test_generate_reports_usage_errors(void **state)
                                     "--prompt TEXT is required",
                                     "--temp takes",
                                     "--top-p takes",
-                                    "-n takes",
-                                    "unexpected argument",
+                                    "-n/--tokens takes",
+                                    "unknown option \"--bogus\"",
                                     "--prompt needs a value"};
     for (size_t i = 0; i < PX_ARRAY_LEN(cases); i++) {
         char *argv[9] = {0};

@@ -185,8 +185,9 @@ async function main() {
     await page.waitForFunction((v) => document.querySelector(`[data-node="${v}"] .s-offline`), {}, victim);
     await shot(page, 'fleet-lost-1280');
 
-    // 6. A job planned across the fleet (with the shared tiny model): its
-    // plan drawn as stages on devices, or the planner's reason for none.
+    // 6. A job planned across the fleet and a deployment (with the shared
+    // tiny model): plans drawn as stages on devices, or the planner's
+    // reason for none.
     const pages = ['fleet', 'jobs', 'jobs/' + job.id, 'deployments', 'incidents', 'incidents/' + incId];
     if (process.env.PLEXUS_MODEL) {
       const bytes = readFileSync(process.env.PLEXUS_MODEL);
@@ -203,6 +204,27 @@ async function main() {
         : await text(page, 'main .notice');
       await shot(page, 'deployment-1280');
       pages.push('deployments/' + planned.id);
+
+      // 6b. A deployment of the same model (its file named like markup):
+      // listed with its model and state, its plan drawn as stages on the
+      // nodes' devices, its predicted figures and incidents.
+      await api('POST', '/v1/deployments', { name: 'tiny', model: { digest: blob.digest, name: XSS } });
+      await page.goto(URL_ + '/ui/#/deployments', { waitUntil: 'networkidle2' });
+      await page.waitForSelector('tr[data-deployment="tiny"] button[data-action=undeploy]', { timeout: 30000 });
+      const row = await text(page, 'tr[data-deployment="tiny"]');
+      if (!row.includes(blob.digest.slice(0, 12))) fail('the deployment row lacks its model: ' + row);
+      await click(page, 'tr[data-deployment="tiny"] a');
+      await page.waitForSelector('.plan svg .stage', { timeout: 30000 });
+      if (await text(page, 'h1 .deployment-title') !== 'tiny') fail('the deployment page is not titled by name');
+      if (!(await text(page, 'main dl')).includes(XSS) || await page.$('main img')) fail('the model name did not render as text');
+      const stageNodes = await page.$$eval('.plan .stage', (g) => g.map((e) => e.dataset.node));
+      if (!stageNodes.length || stageNodes.some((n) => !seen.nodes.includes(n))) fail('stages on unknown nodes: ' + stageNodes);
+      const predicted = await text(page, '#predicted');
+      if (!/predicted/.test(predicted)) fail('no predicted figures: ' + predicted);
+      await page.waitForSelector('#no-incidents, main table [data-incident]');
+      seen.deployment = { stages: stageNodes.length, nodes: [...new Set(stageNodes)], predicted };
+      await shot(page, 'deployment-tiny-1280');
+      pages.push('deployments/tiny');
     }
     // 7. Every page at 1280x800 and on a narrow screen.
     for (const [vp, tag] of [[WIDE, '1280'], [NARROW, 'narrow']]) {
@@ -216,7 +238,28 @@ async function main() {
     }
     await page.setViewport(WIDE);
 
-    // 8. Actions ask first: cancel kept, then confirmed; drain confirmed.
+    // 8. Actions ask first: undeploy kept, then confirmed; cancel kept,
+    // then confirmed; drain confirmed.
+    if (process.env.PLEXUS_MODEL) {
+      await page.goto(URL_ + '/ui/#/deployments/tiny', { waitUntil: 'networkidle2' });
+      await click(page, 'button[data-action=undeploy]');
+      await page.waitForSelector('dialog[open]');
+      await shot(page, 'confirm-undeploy');
+      await click(page, '#confirm-no');
+      await page.waitForSelector('dialog:not([open])');
+      await api('GET', '/v1/deployments/tiny'); // still there
+      await click(page, 'button[data-action=undeploy]');
+      await page.waitForSelector('dialog[open]');
+      await click(page, '#confirm-yes');
+      await until('the deployment to go', async () => (await api('GET', '/v1/deployments')).deployments
+        .every((d) => d.name !== 'tiny'));
+      await page.waitForSelector('#gone', { timeout: 30000 });
+      await page.goto(URL_ + '/ui/#/deployments', { waitUntil: 'networkidle2' });
+      await page.waitForSelector('main h1');
+      if (await page.$('tr[data-deployment="tiny"]')) fail('the undeployed deployment is still listed');
+      seen.undeployed = true;
+    }
+    // Cancel: kept, then confirmed.
     await page.goto(URL_ + '/ui/#/jobs/' + long.id, { waitUntil: 'networkidle2' });
     await page.waitForSelector('button[data-action=cancel]');
     await click(page, 'button[data-action=cancel]');

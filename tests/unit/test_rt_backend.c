@@ -301,7 +301,7 @@ static void test_registry_lists_backends_and_refuses_bad_tables(void **state)
     assert_int_equal(px_rt_backend_register(&unnamed, &err), PX_EINVAL);
     px_rt_device *d;
     assert_int_equal(px_rt_device_open("warp-drive", NULL, &d, &err), PX_ENOTFOUND);
-    px_assert_contains(err.msg, "cpu, hostless");
+    px_assert_contains(err.msg, "cpu, cuda, hostless");
 }
 
 static void test_cpu_device_describes_itself_and_its_ops(void **state)

@@ -202,13 +202,15 @@ static void test_matmul_row_is_identical_for_any_batch_thread_count_and_variant(
 {
     (void)state;
     static const px_dtype types[] = {PX_DTYPE_F32, PX_DTYPE_F16, PX_DTYPE_BF16, PX_DTYPE_Q8_0};
-    /* Odd block counts, tails of 8 and of single values, and a wide one. */
-    static const uint32_t ks[] = {96, 200, 1024};
-    enum { ROWS = 29, NMAX = 11 };
+    /* Odd block counts, tails of 8 and of single values, a wide one, and
+     * one whose rows fill more than one tile of a large product
+     * (px__rt_tile_rows). */
+    static const uint32_t ks[] = {96, 200, 1024, 4096};
+    enum { ROWS = 29, NMAX = 11, KMAX = 4096 };
     px_rng r;
     px_rng_seed(&r, 7);
-    float *wf = malloc(ROWS * 1024 * sizeof(float)), *x = malloc(NMAX * 1024 * sizeof(float));
-    uint8_t *w = malloc(ROWS * 1024 * 4);
+    float *wf = malloc(ROWS * KMAX * sizeof(float)), *x = malloc(NMAX * KMAX * sizeof(float));
+    uint8_t *w = malloc(ROWS * KMAX * 4);
     float *ref = malloc(NMAX * ROWS * sizeof(float)), *y = malloc(NMAX * ROWS * sizeof(float));
     for (size_t ti = 0; ti < PX_ARRAY_LEN(types); ti++)
         for (size_t ki = 0; ki < PX_ARRAY_LEN(ks); ki++) {

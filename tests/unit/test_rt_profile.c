@@ -99,7 +99,7 @@ static void test_profile_refuses_bad_options(void **state)
     px_rt_profile_opts big = {.prompt_tokens = 60, .decode_steps = 30};
     assert_int_equal(px_rt_profile_run(model, &big, &r, &err), PX_EINVAL);
     px_assert_contains(err.msg, "context");
-    px_rt_profile_opts gpu = {.backend = "cuda"};
+    px_rt_profile_opts gpu = {.backend = "rocm"};
     assert_int_equal(px_rt_profile_run(model, &gpu, &r, &err), PX_EINVAL);
     assert_null(r.decode);
     px_rt_profile_result_release(NULL);

@@ -154,14 +154,16 @@ static void random_floats(px_rng *r, float *v, size_t n)
         v[i] = (float)px_rng_normal(r);
 }
 
-static void test_quant_avx2_dot_equals_portable_bit_for_bit(void **state)
+static void test_quant_avx2_and_avx512_dots_equal_portable_bit_for_bit(void **state)
 {
     (void)state;
-    px__rt_quant_dot_fn avx2 = px__rt_quant_dot_avx2();
+    px__rt_quant_dot_fn avx2 = px__rt_quant_dot_avx2(), avx512 = px__rt_quant_dot_avx512();
     if (!avx2) {
         print_message("skipped: no AVX2 on this processor; the portable dots alone run\n");
         skip();
     }
+    if (!avx512)
+        print_message("note: no AVX-512 VNNI on this processor; its dots are not tested\n");
     px_rng r;
     px_rng_seed(&r, 7);
     enum { N = 4096 };
@@ -177,9 +179,10 @@ static void test_quant_avx2_dot_equals_portable_bit_for_bit(void **state)
                 memset(x, 0, sizeof x); /* an all-zero activation block */
             px__rt_quant_act(t, x, xq, n);
             float a = px__rt_quant_dot_portable(t, w, xq, n), b = avx2(t, w, xq, n);
-            if (memcmp(&a, &b, sizeof a) != 0)
-                fail_msg("%s, %u values: portable %.9g, avx2 %.9g", px_dtype_name(t), n, (double)a,
-                         (double)b);
+            float c = avx512 ? avx512(t, w, xq, n) : a;
+            if (memcmp(&a, &b, sizeof a) != 0 || memcmp(&a, &c, sizeof a) != 0)
+                fail_msg("%s, %u values: portable %.9g, avx2 %.9g, avx512 %.9g", px_dtype_name(t),
+                         n, (double)a, (double)b, (double)c);
         }
     }
 }
@@ -223,7 +226,8 @@ static void test_quant_dot_close_to_float_dot(void **state)
 static void test_quant_matvec_independent_of_rows_and_batch(void **state)
 {
     (void)state;
-    const px__rt_kernels *variants[2] = {&px__rt_kernels_portable, px__rt_kernels_avx2()};
+    const px__rt_kernels *variants[3] = {&px__rt_kernels_portable, px__rt_kernels_avx2(),
+                                         px__rt_kernels_avx512()};
     px_rng r;
     px_rng_seed(&r, 5);
     enum { K = 4096 + 512, ROWS = 6 };
@@ -239,7 +243,7 @@ static void test_quant_matvec_independent_of_rows_and_batch(void **state)
         for (int i = 0; i < ROWS; i++)
             random_blocks(&r, t, w + i * rb, K);
         float ref[4 * ROWS];
-        for (size_t v = 0; v < 2 && variants[v]; v++) {
+        for (size_t v = 0; v < 3 && variants[v]; v++) {
             float all[4 * ROWS], one[4 * ROWS];
             variants[v]->matmul(t, w, rb, K, 0, ROWS, x, K, 4, all, ROWS);
             for (uint32_t i = 0; i < ROWS; i++)
@@ -273,9 +277,11 @@ static void test_quant_non_finite_inputs_give_nan(void **state)
         x[17] = NAN;
         px__rt_quant_act(t, x, xq, 256);
         assert_true(isnan(px__rt_quant_dot_portable(t, w, xq, 256)));
-        px__rt_quant_dot_fn avx2 = px__rt_quant_dot_avx2();
+        px__rt_quant_dot_fn avx2 = px__rt_quant_dot_avx2(), avx512 = px__rt_quant_dot_avx512();
         if (avx2)
             assert_true(isnan(avx2(t, w, xq, 256)));
+        if (avx512)
+            assert_true(isnan(avx512(t, w, xq, 256)));
         x[17] = INFINITY;
         px__rt_quant_act(t, x, xq, 256);
         assert_true(isnan(px__rt_quant_dot_portable(t, w, xq, 256)));
@@ -462,7 +468,7 @@ int main(void)
         cmocka_unit_test(test_q6_k_dequantizes_like_the_reference),
         cmocka_unit_test(test_q3_k_m_dequantizes_like_the_reference),
         cmocka_unit_test(test_q2_k_dequantizes_like_the_reference),
-        cmocka_unit_test(test_quant_avx2_dot_equals_portable_bit_for_bit),
+        cmocka_unit_test(test_quant_avx2_and_avx512_dots_equal_portable_bit_for_bit),
         cmocka_unit_test(test_quant_dot_close_to_float_dot),
         cmocka_unit_test(test_quant_matvec_independent_of_rows_and_batch),
         cmocka_unit_test(test_quant_non_finite_inputs_give_nan),

@@ -540,9 +540,9 @@ static void test_worker_command_line_round_trips_and_refuses_bad_input(void **st
     assert_int_equal(px_rt_worker_args_parse(10, args, &back, &secret_stdin, &err), PX_EINVAL);
     px_assert_contains(err.msg, "--listen: address \"tcp:1.2.3:0\"");
     char *args2[] = {"--stage",  "0",       "--model", "m",       "--layers",  "0-1",
-                     "--listen", "unix:/y", "--next",  "unix:/x", "--backend", "cuda"};
+                     "--listen", "unix:/y", "--next",  "unix:/x", "--backend", "rocm"};
     assert_int_equal(px_rt_worker_args_parse(12, args2, &back, &secret_stdin, &err), PX_EINVAL);
-    px_assert_contains(err.msg, "cpu or emu");
+    px_assert_contains(err.msg, "cpu, emu or cuda");
 }
 
 static void test_worker_refuses_to_listen_beyond_the_machine_without_a_secret(void **state)

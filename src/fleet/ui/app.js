@@ -344,50 +344,119 @@ function renderLog() {
   if (stick) pre.scrollTop = pre.scrollHeight;
 }
 
+// A deployment's name is never a job id (j- and digits): the server
+// refuses such names, so #/deployments/ARG tells the two apart.
+const isJobId = (s) => /^j-\d+$/.test(s);
+
 function pageDeployments() {
+  const deps = S.snap.deployments || [];
   const planned = S.snap.jobs.filter((j) => j.has_plan);
   const out = [h('h1', {}, 'Deployments')];
-  if (S.snap.deployments === null)
-    out.push(h('p', { class: 'notice' }, 'This server keeps no deployments; shown are the jobs submitted with ' +
-      'plan: "auto" and the plan the planner made for each across the fleet.'));
-  out.push(planned.length ? table(['job', 'name', 'state', 'nodes', ''], planned.map((j) => h('tr', {},
-    h('td', { class: 'mono' }, h('a', { href: '#/deployments/' + encodeURIComponent(j.id) }, j.id)),
-    h('td', {}, j.name), h('td', {}, badge(j.state)), h('td', {}, (j.nodes || []).join(', ') || '—'),
-    h('td', {}, active(j.state) ? undeployButton(j) : ''))))
-    : h('p', { class: 'muted' }, 'Nothing planned yet: plexus submit --model FILE --plan auto -- CMD.'));
+  out.push(deps.length ? table(['name', 'model', 'state', 'owner', 'replicas', 'stages', 'nodes', ''],
+    deps.map((d) => h('tr', { 'data-deployment': d.name },
+      h('td', {}, h('a', { href: '#/deployments/' + encodeURIComponent(d.name) }, d.name)),
+      h('td', { class: 'mono', title: d.model }, String(d.model).slice(0, 12)), h('td', {}, badge(d.state)),
+      h('td', { class: 'hide-narrow' }, d.owner || '—'), h('td', { class: 'hide-narrow' }, d.replicas),
+      h('td', { class: 'hide-narrow' }, d.stages), h('td', {}, (d.nodes || []).join(', ') || '—'),
+      h('td', {}, undeployButton(d)))))
+    : h('p', { class: 'muted' }, 'No deployments: plexus deploy --model FILE NAME.'));
+  if (planned.length)
+    out.push(h('h2', {}, 'Jobs planned across the fleet'),
+      table(['job', 'name', 'state', 'nodes', ''], planned.map((j) => h('tr', { 'data-job': j.id },
+        h('td', { class: 'mono' }, h('a', { href: '#/deployments/' + encodeURIComponent(j.id) }, j.id)),
+        h('td', {}, j.name), h('td', {}, badge(j.state)), h('td', {}, (j.nodes || []).join(', ') || '—'),
+        h('td', {}, active(j.state) ? cancelButton(j) : '')))));
   return out;
 }
 
-function undeployButton(j) {
-  return actionButton('Undeploy', 'Undeploy ' + j.id + ' ("' + j.name + '")? Its work stops and its devices are freed.',
-    'POST', '/v1/jobs/' + encodeURIComponent(j.id) + '/cancel', 'Undeployed ' + j.id);
+function undeployButton(d) {
+  return actionButton('Undeploy', 'Undeploy "' + d.name + '"? Its plan is dropped and its nodes let the model go.',
+    'DELETE', '/v1/deployments/' + encodeURIComponent(d.name), 'Undeployed ' + d.name);
 }
 
-function drawPlan(plan) {
-  const stages = plan.stages || [];
-  const w = 200, gap = 60, hgt = 90, pad = 10;
-  const width = Math.max(1, stages.length) * (w + gap) - gap + 2 * pad;
+// The plan drawn as SVG: a row per replica, a box per stage naming its
+// node (when the plan says which), devices and layers, and the links
+// between stages with the predicted transfer per token.  All text goes
+// in as text nodes.
+function drawPlan(plan, assignment) {
+  const first = plan.stages || [];
+  const replicas = (plan.replicas || []).length ? plan.replicas : [{ index: 0, stages: first }];
+  const nodeOf = new Map((assignment || []).map((a) => [a.replica + '/' + a.stage, a.node]));
+  const w = 210, gap = 84, hgt = 96, pad = 10, rowGap = 18;
+  const cols = Math.max(1, ...replicas.map((r) => (r.stages || []).length));
+  const width = cols * (w + gap) - gap + 2 * pad;
+  const height = replicas.length * (hgt + rowGap) - rowGap + 2 * pad;
   const kids = [];
-  stages.forEach((s, i) => {
-    const x = pad + i * (w + gap);
-    const layers = s.layers ? 'layers ' + s.layers.first + '–' + s.layers.last : '';
-    kids.push(svg('g', { class: 'stage' },
-      svg('rect', { x, y: pad, width: w, height: hgt, rx: 6 }),
-      svg('text', { x: x + 8, y: pad + 18 }, 'stage ' + s.index + (s.emulated ? ' (emulated)' : '')),
-      svg('text', { x: x + 8, y: pad + 36 }, (s.devices || []).join(', ').slice(0, 28)),
-      svg('text', { x: x + 8, y: pad + 54 }, layers),
-      svg('text', { x: x + 8, y: pad + 72 }, (s.backend || '') + ' ' + ((s.precision || {}).weights || ''))));
-    if (i + 1 < stages.length) {
-      const t = ((s.predicted || {}).transfer_s_per_token);
-      kids.push(svg('line', { class: 'link', x1: x + w, y1: pad + hgt / 2, x2: x + w + gap, y2: pad + hgt / 2 }),
-        svg('text', { x: x + w + 4, y: pad + hgt / 2 - 6 }, t === undefined ? '' : ms(t)));
-    }
+  replicas.forEach((r, ri) => {
+    const y = pad + ri * (hgt + rowGap);
+    const stages = r.stages || [];
+    stages.forEach((s, i) => {
+      const x = pad + i * (w + gap);
+      const node = nodeOf.get(ri + '/' + i);
+      const full = ri === 0 ? (first[i] || s) : s;
+      const layers = s.layers ? 'layers ' + s.layers.first + '–' + s.layers.last : '';
+      const dec = ((full.predicted || {}).decode_s_per_token || {}).p50;
+      kids.push(svg('g', { class: 'stage', 'data-node': node || '' },
+        svg('rect', { x, y, width: w, height: hgt, rx: 6 }),
+        svg('text', { x: x + 8, y: y + 18, class: 'strong' },
+          (replicas.length > 1 ? 'r' + ri + ' ' : '') + 'stage ' + s.index + (full.emulated ? ' (emulated)' : '')),
+        svg('text', { x: x + 8, y: y + 36 }, node ? 'node ' + String(node).slice(0, 22) : ''),
+        svg('text', { x: x + 8, y: y + 54 }, (s.devices || []).join(', ').slice(0, 28)),
+        svg('text', { x: x + 8, y: y + 72 }, layers),
+        svg('text', { x: x + 8, y: y + 90 }, [full.backend || '', ((full.precision || {}).weights || ''),
+          dec === undefined ? '' : 'decode ' + ms(dec)].filter(Boolean).join(' · ').slice(0, 32))));
+      if (i + 1 < stages.length) {
+        const next = nodeOf.get(ri + '/' + (i + 1));
+        const cross = node && next && node !== next;
+        const t = ((full.predicted || {}).transfer_s_per_token);
+        kids.push(svg('line', { class: 'link' + (cross ? ' cross' : ''), x1: x + w, y1: y + hgt / 2,
+                                x2: x + w + gap, y2: y + hgt / 2 }),
+          svg('text', { x: x + w + 4, y: y + hgt / 2 - 6 }, t === undefined ? '' : ms(t)),
+          svg('text', { x: x + w + 4, y: y + hgt / 2 + 16, class: 'muted' }, cross ? 'network' : 'local'));
+      }
+    });
   });
-  return h('div', { class: 'plan' }, svg('svg', { viewBox: '0 0 ' + width + ' ' + (hgt + 2 * pad), width, role: 'img',
-    'aria-label': 'the plan: ' + stages.length + ' stages' }, kids));
+  return h('div', { class: 'plan' }, svg('svg', { viewBox: '0 0 ' + width + ' ' + height, width, role: 'img',
+    'aria-label': 'the plan: ' + replicas.length + ' replicas of ' + first.length + ' stages' }, kids));
+}
+
+// The sections every plan shows: stages drawn, predicted figures per
+// stage and for the service, the replicas and the planner's reasons.
+function planSections(plan, assignment) {
+  const pred = plan.predictions || {};
+  return [
+    plan.emulated ? h('p', { class: 'notice' }, plan.notice || 'The plan runs on emulated devices.') : null,
+    h('h2', {}, 'Stages on devices'), drawPlan(plan, assignment),
+    (assignment || []).some((a, i, all) => all.some((b) => b.replica === a.replica && b.node !== a.node))
+      ? h('p', { class: 'muted' }, 'Links between nodes are assumed (10 GbE); the network is not measured.') : null,
+    h('h2', {}, 'Predicted and observed per stage'),
+    table(['stage', 'devices', 'decode p50', 'decode p99', 'prefill p50', 'transfer', 'observed'], (plan.stages || []).map((s) => {
+      const pr = s.predicted || {};
+      return h('tr', {}, h('td', {}, s.index), h('td', { class: 'mono' }, (s.devices || []).join(', ')),
+        h('td', {}, ms((pr.decode_s_per_token || {}).p50)), h('td', {}, ms((pr.decode_s_per_token || {}).p99)),
+        h('td', {}, ms((pr.prefill_s || {}).p50)), h('td', {}, ms(pr.transfer_s_per_token)),
+        h('td', { class: 'muted' }, 'not reported'));
+    })),
+    h('h2', {}, 'Service'),
+    h('dl', { class: 'kv', id: 'predicted' },
+      h('dt', {}, 'tokens/s'), h('dd', {}, pred.throughput_tokens_per_s ? Number(pred.throughput_tokens_per_s.p50).toFixed(1) + ' predicted' : '—'),
+      h('dt', {}, 'TTFT'), h('dd', {}, pred.ttft_s ? ms(pred.ttft_s.p50) + ' predicted (p99 ' + ms(pred.ttft_s.p99) + ')' : '—'),
+      h('dt', {}, 'TPOT'), h('dd', {}, pred.tpot_s ? ms(pred.tpot_s.p50) + ' predicted (p99 ' + ms(pred.tpot_s.p99) + ')' : '—'),
+      h('dt', {}, 'over time'), h('dd', { class: 'muted' }, 'no observations: serving figures are not reported to the server')),
+    h('h2', {}, 'Replicas'),
+    table(['replica', 'stages', 'TPOT', 'tokens/s'], (plan.replicas || []).map((r) => h('tr', {},
+      h('td', {}, r.index), h('td', { class: 'mono' }, (r.stages || []).map((s) => (s.devices || []).join('+')).join(' → ')),
+      h('td', {}, ms(typeof r.tpot_s === 'object' ? (r.tpot_s || {}).p50 : r.tpot_s)),
+      h('td', {}, typeof r.throughput === 'object' ? Number((r.throughput || {}).p50).toFixed(1) : Number(r.throughput).toFixed(1))))),
+    (plan.explanation || []).length ? [h('h2', {}, 'Why this plan'), h('ul', {}, plan.explanation.map((e) => h('li', {}, e)))] : null];
 }
 
 function pageDeployment() {
+  return isJobId(S.arg) ? pageJobPlan() : pageDeploymentNamed();
+}
+
+// A job submitted with plan: "auto" and the plan made for it.
+function pageJobPlan() {
   const j = S.snap.jobs.find((x) => x.id === S.arg);
   fetchDetail(j);
   const d = S.detail;
@@ -395,36 +464,79 @@ function pageDeployment() {
   if (S.detailError) return [...out, h('p', { class: 'error' }, S.detailError)];
   if (!d) return [...out, h('p', { class: 'muted' }, 'Loading…')];
   out.push(h('h1', {}, d.name, ' ', badge(d.state)));
-  if (active(d.state)) out.push(h('div', { class: 'row' }, undeployButton(d)));
+  if (active(d.state)) out.push(h('div', { class: 'row' }, cancelButton(d)));
   const p = d.plan || {};
-  if (p.status !== 'planned') {
+  if (p.status !== 'planned')
     out.push(h('p', { class: 'notice' }, 'No plan: ', p.status || 'none', p.detail ? ': ' + p.detail : ''));
-    return out;
-  }
-  const plan = p.plan;
-  const pred = plan.predictions || {};
-  if (plan.emulated) out.push(h('p', { class: 'notice' }, plan.notice || 'The plan runs on emulated devices.'));
-  out.push(h('h2', {}, 'Stages on devices'), drawPlan(plan),
-    h('h2', {}, 'Predicted and observed per stage'),
-    table(['stage', 'devices', 'decode p50', 'decode p99', 'prefill p50', 'observed'], (plan.stages || []).map((s) => {
-      const pr = s.predicted || {};
-      return h('tr', {}, h('td', {}, s.index), h('td', { class: 'mono' }, (s.devices || []).join(', ')),
-        h('td', {}, ms((pr.decode_s_per_token || {}).p50)), h('td', {}, ms((pr.decode_s_per_token || {}).p99)),
-        h('td', {}, ms((pr.prefill_s || {}).p50)), h('td', { class: 'muted' }, 'not reported'));
-    })),
-    h('h2', {}, 'Service'),
-    h('dl', { class: 'kv' },
-      h('dt', {}, 'tokens/s'), h('dd', {}, pred.throughput_tokens_per_s ? Number(pred.throughput_tokens_per_s.p50).toFixed(1) + ' predicted' : '—'),
-      h('dt', {}, 'TTFT'), h('dd', {}, pred.ttft_s ? ms(pred.ttft_s.p50) + ' predicted (p99 ' + ms(pred.ttft_s.p99) + ')' : '—'),
-      h('dt', {}, 'TPOT'), h('dd', {}, pred.tpot_s ? ms(pred.tpot_s.p50) + ' predicted (p99 ' + ms(pred.tpot_s.p99) + ')' : '—'),
-      h('dt', {}, 'over time'), h('dd', { class: 'muted' }, 'no observations: this job reports none to the server')),
-    h('h2', {}, 'Replicas'),
-    table(['replica', 'stages', 'TPOT', 'tokens/s'], (plan.replicas || []).map((r) => h('tr', {},
-      h('td', {}, r.index), h('td', { class: 'mono' }, (r.stages || []).map((s) => (s.devices || []).join('+')).join(' → ')),
-      h('td', {}, ms(typeof r.tpot_s === 'object' ? (r.tpot_s || {}).p50 : r.tpot_s)),
-      h('td', {}, typeof r.throughput === 'object' ? Number((r.throughput || {}).p50).toFixed(1) : r.throughput)))),
-    (plan.explanation || []).length ? [h('h2', {}, 'Why this plan'), h('ul', {}, plan.explanation.map((e) => h('li', {}, e)))] : null);
+  else
+    out.push(planSections(p.plan, null));
   return out;
+}
+
+// GET /v1/deployments/NAME again when its summary in the snapshot
+// changed.  The snapshot lists what the user may see, so a name missing
+// from it is not asked for.
+function fetchDeployment(sum) {
+  const key = sum.state + '/' + sum.updated + '/' + (sum.model_resident_on || []).join(',');
+  if (key === S.detailKey) return;
+  S.detailKey = key;
+  api('GET', '/v1/deployments/' + encodeURIComponent(S.arg))
+    .then((d) => { S.detail = d; S.detailError = null; render(); })
+    .catch((e) => { S.detail = null; S.detailError = e.message; render(); });
+}
+
+function pageDeploymentNamed() {
+  const sum = (S.snap.deployments || []).find((x) => x.name === S.arg);
+  const out = [h('p', {}, h('a', { href: '#/deployments' }, '← Deployments'))];
+  if (!sum) {
+    S.detail = null;
+    S.detailKey = '';
+    return [...out, h('h1', {}, S.arg), h('p', { class: 'notice', id: 'gone' },
+      'No deployment "' + S.arg + '": it was undeployed, or it is another user\'s.')];
+  }
+  fetchDeployment(sum);
+  const d = S.detail;
+  if (S.detailError) return [...out, h('h1', {}, S.arg), h('p', { class: 'error' }, S.detailError)];
+  if (!d) return [...out, h('p', { class: 'muted' }, 'Loading ' + S.arg + '…')];
+  const spec = d.spec || {};
+  const model = spec.model || {};
+  out.push(h('h1', {}, h('span', { class: 'deployment-title' }, d.name), ' ', badge(d.state)),
+    h('div', { class: 'row' }, undeployButton(d)),
+    h('dl', { class: 'kv' },
+      h('dt', {}, 'owner'), h('dd', {}, d.owner || '—'),
+      h('dt', {}, 'model'), h('dd', { class: 'mono' }, (model.name ? model.name + ' ' : '') + d.model),
+      h('dt', {}, 'replicas'), h('dd', {}, d.replicas),
+      h('dt', {}, 'objective'), h('dd', {}, spec.objective || 'default'),
+      h('dt', {}, 'policy'), h('dd', {}, spec.policy || 'plexus'),
+      h('dt', {}, 'contract'), h('dd', {}, typeof spec.contract === 'string' ? spec.contract
+        : spec.contract ? 'a plexus.contract/1 document' : 'default'),
+      h('dt', {}, 'nodes'), h('dd', {}, (d.nodes || []).join(', ') || '—'),
+      h('dt', {}, 'model resident on'), h('dd', { id: 'resident' }, (d.model_resident_on || []).join(', ') || 'none yet'),
+      h('dt', {}, 'created'), h('dd', {}, new Date(d.created * 1000).toLocaleString()),
+      h('dt', {}, 'updated'), h('dd', {}, new Date(d.updated * 1000).toLocaleString())));
+  const p = d.plan || {};
+  const why = p.residency || {};
+  if (why.why) out.push(h('p', { class: 'muted', id: 'placement-why' }, why.why));
+  if (p.status === 'planned' && p.plan) out.push(planSections(p.plan, p.assignment));
+  else out.push(h('p', { class: 'notice' }, 'No plan: ', p.status || 'none', p.detail ? ': ' + p.detail : ''));
+  out.push(h('h2', {}, 'Incidents'), deploymentIncidents(d));
+  if (p.report) out.push(h('details', {}, h('summary', {}, 'The planner\'s report'), h('pre', { class: 'report' }, p.report)));
+  return out;
+}
+
+// The deployment's recorded incidents and the node losses on its nodes
+// since it was made.
+function deploymentIncidents(d) {
+  const nodes = new Set(d.nodes || []);
+  const losses = S.snap.incidents.filter((i) => nodes.has(i.node) && i.detected_unix >= d.created);
+  const rows = losses.map((i) => h('tr', { 'data-incident': i.id },
+    h('td', { class: 'mono' }, h('a', { href: '#/incidents/' + encodeURIComponent(i.id) }, i.id)),
+    h('td', {}, i.class), h('td', {}, i.node), h('td', {}, badge(i.outcome)), h('td', {}, secs(i.rto_s))));
+  for (const r of d.incidents || [])
+    rows.push(h('tr', {}, h('td', { class: 'mono' }, r.id || '—'), h('td', {}, r.class || r.kind || '—'),
+      h('td', {}, r.node || '—'), h('td', {}, r.outcome ? badge(r.outcome) : '—'), h('td', {}, secs(r.rto_s))));
+  return rows.length ? table(['id', 'class', 'node', 'outcome', 'RTO'], rows)
+    : h('p', { class: 'muted', id: 'no-incidents' }, 'No incident on this deployment\'s nodes since it was made.');
 }
 
 function pageIncidents() {

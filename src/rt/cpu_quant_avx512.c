@@ -1,0 +1,177 @@
+/*
+ * AVX-512 (BW, VL) dot products of Q4_K and Q6_K weights with Q8_K
+ * activations, chosen at run time with the avx512 kernels; the other
+ * block formats run the AVX2 dots (cpu_quant_x86.c).  They reproduce
+ * cpu_quant.c's results bit for bit: 64 values per step, the integer sums
+ * per 16 values scaled and added in int32 (exact whatever their
+ * grouping: unsigned values <= 63 times int8 activations in int16 pairs,
+ * times scales of at most 128 in magnitude), then the super-block's float
+ * expression in scalar code, in the definition's order.
+ */
+#include "base/common.h"
+
+#include "rt/quant_impl.h"
+#include "rt/rt_impl.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <immintrin.h>
+
+#define TGT    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline)) TGT
+
+INLINE __m256i load256(const uint8_t *p)
+{
+    return _mm256_loadu_si256((const __m256i *)(const void *)p);
+}
+
+INLINE int32_t hsum256_i32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* [lo, hi] as one register. */
+INLINE __m512i join(__m256i lo, __m256i hi)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* Values 64s .. 64s + 63 of a super-block as unsigned bytes (Q6_K's
+ * before its offset of 32). */
+INLINE __m512i values64(px_dtype t, const uint8_t *blk, uint32_t s)
+{
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    if (t == PX_DTYPE_Q4_K) {
+        /* Values 64s.. are the low nibbles of 32 bytes, then the high. */
+        __m256i raw = load256(blk + 16 + 32 * s);
+        return _mm512_and_si512(join(raw, _mm256_srli_epi16(raw, 4)), m4);
+    }
+    /* Q6_K: half h = s / 2 of the super-block; its low four bits are the
+     * nibbles of ql[64h .. 64h + 63] (low ones for s even, high for odd),
+     * its top two bits those of qh[32h .. 32h + 31] at 4 * (s % 2) and two
+     * above. */
+    uint32_t h = s / 2, odd = s % 2;
+    __m512i ql = _mm512_loadu_si512(blk + 64 * h);
+    __m512i lo = _mm512_and_si512(odd ? _mm512_srli_epi16(ql, 4) : ql, m4);
+    __m256i qh = load256(blk + 128 + 32 * h);
+    __m512i hi = odd ? join(_mm256_srli_epi16(qh, 4), _mm256_srli_epi16(qh, 6))
+                     : join(qh, _mm256_srli_epi16(qh, 2));
+    hi = _mm512_and_si512(hi, _mm512_set1_epi8(3));
+    return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+}
+
+INLINE float f16_at(const uint8_t *p)
+{
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(p[0] | p[1] << 8)));
+}
+
+/* Q4_K's eight six-bit scales and mins (one per 32 values) from its 12
+ * scale bytes, as cpu_quant.c's decoding: scale j < 4 is the low six bits
+ * of byte j and min j of byte j + 4; j >= 4 takes the nibbles of byte
+ * j + 4 and the top two bits of bytes j - 4 (scale) and j (min). */
+INLINE void q4_k_scales(const uint8_t *s12, uint64_t *scales, uint64_t *mins)
+{
+    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+    uint32_t u[3];
+    memcpy(u, s12, sizeof u);
+    uint32_t sc_hi = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+    uint32_t m_hi = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+    *scales = (uint64_t)sc_hi << 32 | (u[0] & k1);
+    *mins = (uint64_t)m_hi << 32 | (u[1] & k1);
+}
+
+INLINE float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
+{
+    size_t bb = px_dtype_block_bytes(t);
+    float acc = 0;
+    /* Q4_K: the pair sums of values 64s + 2l, 64s + 2l + 1 (int16 lane l)
+     * take the scale of 32-value group 2s + l / 16; Q6_K: of 16-value
+     * group 4s + l / 8. */
+    __m512i group[4];
+    for (uint32_t s = 0; s < 4; s++) {
+        int16_t idx[32];
+        for (uint32_t l = 0; l < 32; l++)
+            idx[l] = (int16_t)(t == PX_DTYPE_Q4_K ? 2 * s + l / 16 : 4 * s + l / 8);
+        group[s] = _mm512_loadu_si512(idx);
+    }
+    for (uint32_t i = 0; i < n / PX__RT_QK; i++) {
+        const uint8_t *blk = w + i * bb, *xb = xq + (size_t)i * PX__RT_Q8_K_BYTES;
+        __m256i bsums = load256(xb + 260);
+        __m512i scales;
+        int32_t sumi = 0, summ = 0;
+        float d, dmin = 0;
+        if (t == PX_DTYPE_Q4_K) {
+            uint64_t sc8, m8;
+            q4_k_scales(blk + 4, &sc8, &m8);
+            scales =
+                _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_cvtsi64_si128((long long)sc8)));
+            /* Mins times the activations' sums over each 32 values. */
+            __m256i sums32 = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
+            __m256i m32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8));
+            summ = hsum256_i32(_mm256_mullo_epi32(sums32, m32));
+            d = f16_at(blk);
+            dmin = f16_at(blk + 2);
+        } else {
+            __m256i sc16 =
+                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));
+            scales = _mm512_castsi256_si512(sc16);
+            /* The offset of 32, against each group's activation sum. */
+            sumi = -32 * hsum256_i32(_mm256_madd_epi16(bsums, sc16));
+            d = f16_at(blk + 208);
+        }
+        __m512i sum = _mm512_setzero_si512();
+        for (uint32_t s = 0; s < 4; s++) {
+            __m512i p16 =
+                _mm512_maddubs_epi16(values64(t, blk, s), _mm512_loadu_si512(xb + 4 + 64 * s));
+            __m512i sc = _mm512_permutexvar_epi16(group[s], scales);
+            sum = _mm512_add_epi32(sum, _mm512_madd_epi16(p16, sc));
+        }
+        sumi += _mm512_reduce_add_epi32(sum);
+        float dx;
+        memcpy(&dx, xb, sizeof dx);
+        float v = (dx * d) * (float)sumi;
+        if (t == PX_DTYPE_Q4_K)
+            v = v - (dx * dmin) * (float)summ;
+        acc = acc + v;
+    }
+    return acc;
+}
+
+static TGT float dot_q4_k(const uint8_t *w, const uint8_t *xq, uint32_t n)
+{
+    return dot_k(PX_DTYPE_Q4_K, w, xq, n);
+}
+
+static TGT float dot_q6_k(const uint8_t *w, const uint8_t *xq, uint32_t n)
+{
+    return dot_k(PX_DTYPE_Q6_K, w, xq, n);
+}
+
+float px__rt_quant_dot_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
+{
+    switch (t) {
+    case PX_DTYPE_Q4_K:
+        return dot_q4_k(w, xq, n);
+    case PX_DTYPE_Q6_K:
+        return dot_q6_k(w, xq, n);
+    default:
+        return px__rt_quant_dot_x86(t, w, xq, n);
+    }
+}
+
+px__rt_quant_dot_fn px__rt_quant_dot_avx512(void)
+{
+    return px__rt_kernels_avx512() ? px__rt_quant_dot_x512 : NULL;
+}
+
+#else
+
+px__rt_quant_dot_fn px__rt_quant_dot_avx512(void)
+{
+    return NULL;
+}
+
+#endif
