@@ -34,6 +34,8 @@
 #include "plexus/ir.h"
 #include "plexus/rt.h"
 
+#include "bench_util.h"
+
 #define N_NEW   48
 #define ROUNDS  2
 #define N_PIPES 5
@@ -228,20 +230,8 @@ static void check(const char *title, px_cost_run *runs, size_t n_runs, px_cost_f
 
 int main(void)
 {
-    const char *env = getenv("PLEXUS_BIN");
-    if (env) {
-        snprintf(plexus_bin, sizeof plexus_bin, "%s", env);
-    } else {
-        char self[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (n <= 0)
-            return 1;
-        self[n] = 0;
-        char *slash = strrchr(self, '/');
-        if (slash)
-            *slash = 0;
-        snprintf(plexus_bin, sizeof plexus_bin, "%s/plexus", self);
-    }
+    if (!bench_plexus_bin(plexus_bin, sizeof plexus_bin))
+        return 1;
     char model[PATH_MAX];
     snprintf(model, sizeof model, "%s/models/stories260K.gguf", PX_SHARED_DIR);
     if (access(model, R_OK) != 0) {

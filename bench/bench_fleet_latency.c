@@ -15,6 +15,8 @@
 
 #include "plexus/fleet.h"
 
+#include "bench_util.h"
+
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
@@ -27,7 +29,6 @@
 #define N_AGENTS 4
 #define LIMIT_S  60
 
-/* An agent process: `plexus agent` beside this benchmark's binary. */
 /* A benchmark whose set-up fails measures nothing: stop there. */
 static void must(px_status st, const char *what)
 {
@@ -35,43 +36,6 @@ static void must(px_status st, const char *what)
         fprintf(stderr, "%s: %s: %s\n", __FILE__, what, px_status_str(st));
         exit(1);
     }
-}
-
-static pid_t start_agent(const char *plexus, const char *url, const char *token_file,
-                         const char *ca, const char *inventory, const char *name, const char *work,
-                         const char *log)
-{
-    pid_t pid = fork();
-    if (pid == 0) {
-        setpgid(0, 0);
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        unsetenv("PLEXUS_TOKEN");
-        const char *argv[20] = {
-            plexus,     "agent",       "--server", url,      "--join-token-file",
-            token_file, "--inventory", inventory,  "--name", name,
-            "--work",   work};
-        int n = 12;
-        if (ca) {
-            argv[n++] = "--ca";
-            argv[n++] = ca;
-        }
-        /* A root agent runs its jobs as another user. */
-        if (geteuid() == 0) {
-            argv[n++] = "--job-user";
-            argv[n++] = "nobody";
-        }
-        argv[n] = NULL;
-        execv(plexus, (char *const *)argv);
-        _exit(127);
-    }
-    if (pid > 0)
-        setpgid(pid, pid);
-    return pid;
 }
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -175,15 +139,9 @@ static double run(const char *plexus, long jobs, bool tls)
         snprintf(inventory, sizeof inventory, "%s/bench-%d.json", dir, i);
         snprintf(work, sizeof work, "%s/work-%d", dir, i);
         snprintf(log, sizeof log, "%s/agent-%d.log", dir, i);
-        char *inv = px_asprintf(
-            "{\"schema\": \"plexus.inventory/1\", \"emulated\": true, \"nodes\": [{\"id\": \"%s\", "
-            "\"memory\": [{\"id\": \"ddr0\", \"kind\": \"ddr\", \"capacity\": \"64 GiB\"}], "
-            "\"devices\": []}]}",
-            name);
-        must(px_write_file(inventory, inv, strlen(inv), NULL), inventory);
-        free(inv);
-        agents[i] = start_agent(plexus, px_fleet_server_url(srv), join, tls ? ca : NULL, inventory,
-                                name, work, log);
+        must(bench_write_cpu_node(inventory, name), inventory);
+        agents[i] = bench_start_agent(plexus, px_fleet_server_url(srv), join, tls ? ca : NULL,
+                                      inventory, name, work, log);
     }
     px_fleet_client *c;
     must(px_fleet_client_new(px_fleet_server_url(srv), utok, &c, NULL), "client");

@@ -22,6 +22,8 @@
 #include "fleet/fleet_impl.h"
 #include "plexus/fleet.h"
 
+#include "bench_util.h"
+
 #include "../tests/support/pg_harness.h"
 
 #include <ftw.h>
@@ -251,31 +253,9 @@ static int bench_latency(void)
         snprintf(inventory, sizeof inventory, "%s/bench-%d.json", dir, i);
         snprintf(work, sizeof work, "%s/work-%d", dir, i);
         snprintf(log, sizeof log, "%s/agent-%d.log", dir, i);
-        char *inv = px_asprintf(
-            "{\"schema\": \"plexus.inventory/1\", \"emulated\": true, \"nodes\": [{\"id\": \"%s\", "
-            "\"memory\": [{\"id\": \"ddr0\", \"kind\": \"ddr\", \"capacity\": \"64 GiB\"}], "
-            "\"devices\": []}]}",
-            name);
-        px_status wst = px_write_file(inventory, inv, strlen(inv), NULL);
-        free(inv);
-        if (wst != PX_OK)
+        if (bench_write_cpu_node(inventory, name) != PX_OK)
             return 1;
-        const char *argv[] = {plexus,
-                              "agent",
-                              "--server",
-                              urls,
-                              "--join-token-file",
-                              join,
-                              "--inventory",
-                              inventory,
-                              "--name",
-                              name,
-                              "--work",
-                              work,
-                              geteuid() == 0 ? "--job-user" : NULL,
-                              "nobody",
-                              NULL};
-        agents[i] = spawn(argv, log);
+        agents[i] = bench_start_agent(plexus, urls, join, NULL, inventory, name, work, log);
     }
     px_fleet_client *c;
     if (px_fleet_client_new(urls, "bench-user-token-0123456789", &c, NULL) != PX_OK)

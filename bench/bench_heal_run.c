@@ -34,6 +34,8 @@
 
 #include "plexus/heal.h"
 
+#include "bench_util.h"
+
 #define N_NEW 40
 
 /* A benchmark whose set-up fails measures nothing: stop there. */
@@ -169,20 +171,8 @@ static int cmp(const void *a, const void *b)
 
 static void setup(void)
 {
-    const char *env = getenv("PLEXUS_BIN");
-    if (env) {
-        snprintf(plexus_bin, sizeof plexus_bin, "%s", env);
-    } else {
-        char self[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (n <= 0)
-            exit(1);
-        self[n] = 0;
-        char *slash = strrchr(self, '/');
-        if (slash)
-            *slash = 0;
-        snprintf(plexus_bin, sizeof plexus_bin, "%s/plexus", self);
-    }
+    if (!bench_plexus_bin(plexus_bin, sizeof plexus_bin))
+        exit(1);
     if (access(plexus_bin, X_OK) != 0) {
         fprintf(stderr, "bench_heal_run: %s is not there: build plexus or set PLEXUS_BIN\n",
                 plexus_bin);

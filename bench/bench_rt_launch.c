@@ -24,6 +24,8 @@
 
 #include "plexus/heal.h"
 
+#include "bench_util.h"
+
 #define N_NEW 40
 #define RUNS  10
 
@@ -124,20 +126,8 @@ static void report(const char *what, double *v, int n)
 
 int main(void)
 {
-    const char *env = getenv("PLEXUS_BIN");
-    if (env) {
-        snprintf(plexus_bin, sizeof plexus_bin, "%s", env);
-    } else {
-        char self[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (n <= 0)
-            return 1;
-        self[n] = 0;
-        char *slash = strrchr(self, '/');
-        if (slash)
-            *slash = 0;
-        snprintf(plexus_bin, sizeof plexus_bin, "%s/plexus", self);
-    }
+    if (!bench_plexus_bin(plexus_bin, sizeof plexus_bin))
+        return 1;
     snprintf(model_path, sizeof model_path, "%s/models/stories260K.gguf", PX_SHARED_DIR);
     if (access(model_path, R_OK) != 0) {
         printf("bench_rt_launch: %s is absent; skipped\n", model_path);

@@ -26,6 +26,8 @@
 #include "plexus/ir.h"
 #include "plexus/rt.h"
 
+#include "bench_util.h"
+
 #define N_NEW 64
 #define RUNS  3
 
@@ -153,20 +155,8 @@ static void overhead(const char *name, const char *path, uint32_t n_layers)
 
 int main(void)
 {
-    const char *env = getenv("PLEXUS_BIN");
-    if (env) {
-        snprintf(plexus_bin, sizeof plexus_bin, "%s", env);
-    } else {
-        char self[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (n <= 0)
-            return 1;
-        self[n] = 0;
-        char *slash = strrchr(self, '/');
-        if (slash)
-            *slash = 0;
-        snprintf(plexus_bin, sizeof plexus_bin, "%s/plexus", self);
-    }
+    if (!bench_plexus_bin(plexus_bin, sizeof plexus_bin))
+        return 1;
     if (access(plexus_bin, X_OK) != 0) {
         fprintf(stderr,
                 "bench_rt_pipeline: %s is not there: build the plexus target or set "

@@ -41,6 +41,8 @@
 #include "plexus/rt.h"
 #include "plexus/sim.h"
 
+#include "bench_util.h"
+
 #define ROUNDS      21
 #define N_NEW       256
 #define MAX_CONFIGS 32
@@ -73,20 +75,8 @@ static char plexus_bin[PATH_MAX + 16];
 
 static bool find_plexus_bin(void)
 {
-    const char *env = getenv("PLEXUS_BIN");
-    if (env) {
-        snprintf(plexus_bin, sizeof plexus_bin, "%s", env);
-    } else {
-        char self[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (n <= 0)
-            return false;
-        self[n] = 0;
-        char *slash = strrchr(self, '/');
-        if (slash)
-            *slash = 0;
-        snprintf(plexus_bin, sizeof plexus_bin, "%s/plexus", self);
-    }
+    if (!bench_plexus_bin(plexus_bin, sizeof plexus_bin))
+        return false;
     return access(plexus_bin, X_OK) == 0;
 }
 

@@ -280,8 +280,10 @@ PX_NODISCARD px_status px_json_load_file(const char *path, const px_json_limits 
 char *px_json_dump_canonical(const json_t *v);
 /* Compact, sorted keys, one line (JSON Lines). */
 char *px_json_dump_line(const json_t *v);
-/* SHA-256 of the canonical form, as 64 lowercase hex digits. */
-void px_json_digest_hex(const json_t *v, char out[65]);
+/* SHA-256 of the canonical form, as 64 lowercase hex digits.  PX_ENOMEM
+ * (out untouched) when the form cannot be written: a digest of less than
+ * the whole document is never returned. */
+PX_NODISCARD px_status px_json_digest_hex(const json_t *v, char out[65]);
 /* Returns a human name for a JSON type ("string", "array", ...). */
 const char *px_json_type_name(const json_t *v);
 /* Sets or appends a value, stealing the reference (jansson's _new calls);

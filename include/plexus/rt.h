@@ -1079,7 +1079,7 @@ typedef struct px_rt_worker_argv {
  * PX_ELIMIT, PX_ENOMEM. */
 PX_NODISCARD px_status px_rt_worker_args_build(const px_rt_worker_opts *o, const char *bin,
                                                px_rt_worker_argv *out, px_err *err);
-void px_rt_worker_args_release(px_rt_worker_argv *a);
+void px_rt_worker_args_release(px_rt_worker_argv *a); /* NULL is a no-op */
 /* Parses the options after "worker" (argc, argv: the options only) into
  * o, whose strings borrow argv; *secret_stdin says whether the secret is
  * to be read from standard input.  PX_EINVAL naming the option and the
@@ -1254,6 +1254,31 @@ typedef struct px_rt_executor_opts {
     size_t secret_len;
 } px_rt_executor_opts;
 
+/* An executor runs a pipeline of stage workers and is driven by one thread
+ * at a time (the engine's, px_rt_engine, or the caller's); separate
+ * executors may run on separate threads at once.  What it does to the
+ * process, from px_rt_executor_new to px_rt_executor_free:
+ *
+ *   - Children: without a launcher it forks and execs one worker per
+ *     stage (worker_bin, else this process's binary resolved once from
+ *     /proc/self/exe), each with PR_SET_PDEATHSIG = SIGKILL (a worker
+ *     dies with the thread that forked it), an empty signal mask, and the
+ *     secret on a pipe to its standard input, never in its argv or
+ *     environment.  It waits for and reaps only the process ids it
+ *     started (never waitpid(-1)); free ends the workers, SIGKILL after
+ *     the timeout, and reaps them.  stdio is flushed before each fork.
+ *   - Files: the unix transport makes a private folder (mode 0700, by
+ *     mkdtemp) under $TMPDIR, or /tmp when TMPDIR is unset or empty, for
+ *     the workers' sockets; free removes the sockets and the folder.  The
+ *     tcp transport listens on 127.0.0.1 (or opts.listen) instead.
+ *   - Threads: one receiver thread per executor reads the last stage's
+ *     frames; free joins it.
+ *   - Signals: none installed or changed; writes never raise SIGPIPE
+ *     (MSG_NOSIGNAL).
+ *
+ * A process that forks the executor's thread away, or exits without
+ * px_rt_executor_free, leaves the workers to PR_SET_PDEATHSIG and the
+ * socket folder behind. */
 typedef struct px_rt_executor px_rt_executor;
 
 /* Checks the model against the plan (digest and block count), starts one

@@ -221,7 +221,7 @@ PX_NODISCARD px_status px_sim_load_parse(const char *spec, px_sim_load *out, px_
  * finite, >= 0 and non-decreasing.  PX_EPARSE / PX_ELIMIT naming the line. */
 PX_NODISCARD px_status px_sim_load_read_trace(const char *text, size_t len, const char *name,
                                               px_sim_load *out, px_err *err);
-void px_sim_load_release(px_sim_load *load);
+void px_sim_load_release(px_sim_load *load); /* NULL is a no-op */
 /* The output tokens per second the load offers in the long run: the mean
  * arrival rate times the mean generation length (a trace: its generated
  * tokens over its span).  0 when unknown. */

@@ -13,6 +13,8 @@ static json_malloc_t saved_json_malloc;
 static json_free_t saved_json_free;
 /* Allocations that returned NULL on this thread, injected or not. */
 static _Thread_local unsigned long failed_here;
+/* jansson is parsing on this thread (px__alloc_json_parsing). */
+static _Thread_local bool json_parsing;
 
 static bool fail_now(void)
 {
@@ -69,9 +71,19 @@ char *px__strdup(const char *s)
     return px__strndup(s, SIZE_MAX);
 }
 
+void px__alloc_json_parsing(bool on)
+{
+    json_parsing = on;
+}
+
 static void *json_malloc(size_t n)
 {
-    return px__malloc(n);
+    if (!json_parsing)
+        return px__malloc(n);
+    /* Counted once, here: refused in name only (alloc.h). */
+    if (fail_now())
+        failed_here++;
+    return counted((malloc)(n));
 }
 
 static void json_free(void *p)

@@ -29,6 +29,14 @@ char *px__strndup(const char *s, size_t n);
  * reports a failed allocation as a syntax error). */
 unsigned long px__alloc_failures(void);
 
+/* Marks the calls into jansson's parser on this thread (px_json_parse).
+ * While armed, an allocation jansson makes there that the fault would
+ * refuse is counted as failed (px__alloc_failures) but served: jansson
+ * 2.14's lexer drops a byte of the token it is saving when an allocation
+ * fails and then asserts, or reads past the token, on what is left.  The
+ * caller sees the count and reports PX_ENOMEM, as for a refusal. */
+void px__alloc_json_parsing(bool on);
+
 /* Arms the fault at the nth allocation from now (1 is the next one); 0
  * disarms it and restores jansson's allocator.  Resets the counters. */
 void px__alloc_fault_set(unsigned long nth, bool persistent);

@@ -103,12 +103,14 @@ px_status px_json_parse(const char *text, size_t len, const char *name, const px
                           l.max_bytes);
     json_error_t jerr;
     unsigned long failures = px__alloc_failures();
+    px__alloc_json_parsing(true);
     json_t *v = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    px__alloc_json_parsing(false);
     /* jansson names some allocation failures; one while it sets up leaves
      * the error text empty; one in its lexer reads as a syntax error, or
-     * even drops a character of a string and succeeds.  The seam's count
-     * tells them apart (jansson allocates through the seam while a test
-     * injects faults). */
+     * drops a character of a string and then fails an assertion.  While a
+     * test injects faults the seam counts, and serves, what jansson's
+     * parser asks for (alloc.h), and the count tells the cases apart. */
     if (px__alloc_failures() != failures) {
         json_decref(v);
         return px_err_set(err, PX_ENOMEM, "%s: out of memory", name);
@@ -180,14 +182,16 @@ char *px_json_dump_line(const json_t *v)
                          JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(17) | JSON_ENCODE_ANY);
 }
 
-void px_json_digest_hex(const json_t *v, char out[65])
+px_status px_json_digest_hex(const json_t *v, char out[65])
 {
-    char *s =
-        dumps_checked(v, JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(17) | JSON_ENCODE_ANY);
+    char *s = px_json_dump_line(v);
+    if (!s)
+        return PX_ENOMEM;
     px_digest d;
-    px_sha256(s ? s : "", s ? strlen(s) : 0, &d);
+    px_sha256(s, strlen(s), &d);
     free(s);
     px_digest_hex(&d, out);
+    return PX_OK;
 }
 
 const char *px_json_type_name(const json_t *v)

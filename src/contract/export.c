@@ -118,9 +118,9 @@ px_status px_contract_digest(const px_contract *c, char out[65])
     json_t *doc = px_contract_to_json(c);
     if (!doc)
         return PX_ENOMEM;
-    px_json_digest_hex(doc, out);
+    px_status st = px_json_digest_hex(doc, out);
     json_decref(doc);
-    return PX_OK;
+    return st;
 }
 
 char *px_contract_clause_text(const px_contract_clause *cl)

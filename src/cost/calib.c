@@ -235,9 +235,10 @@ const char *px_cost_calibration_digest(const px_cost_calibration *cal)
         json_t *doc = px_cost_calibration_to_json(c);
         if (!doc)
             return "";
-        px_json_digest_hex(doc, c->digest);
+        c->digest_ok = px_json_digest_hex(doc, c->digest) == PX_OK;
         json_decref(doc);
-        c->digest_ok = true;
+        if (!c->digest_ok)
+            return "";
     }
     return c->digest;
 }

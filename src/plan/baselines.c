@@ -345,10 +345,192 @@ static void sort_by_free(const px__plan_ctx *ctx, uint32_t *d, size_t n)
         }
 }
 
+/* The usable GPUs of the fleet, and room for a selection of them. */
+typedef struct gpustack {
+    px__plan_ctx *ctx;
+    const px_cost_fleet *f;
+    uint32_t n_nodes;
+    const uint32_t *gpus;
+    size_t ng;
+    uint32_t *sel; /* n_devices entries */
+} gpustack;
+
+/* The first `max` GPUs of node j (in fleet order) into sel, most free
+ * memory first.  Returns how many. */
+static size_t node_gpus(const gpustack *g, uint32_t node, size_t max, uint32_t *sel)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < g->ng && n < max; i++)
+        if (g->f->devices[g->gpus[i]].node == node)
+            sel[n++] = g->gpus[i];
+    sort_by_free(g->ctx, sel, n);
+    return n;
+}
+
+/* The node with the most free GPU memory (the first of equals); with
+ * need_cpu, among the nodes with a CPU.  UINT32_MAX when none. */
+static uint32_t richest_node(const gpustack *g, bool need_cpu)
+{
+    double best_mem = -1;
+    uint32_t best = UINT32_MAX;
+    for (uint32_t j = 0; j < g->n_nodes; j++) {
+        double mem = 0;
+        for (size_t i = 0; i < g->ng; i++)
+            if (g->f->devices[g->gpus[i]].node == j)
+                mem += g->f->devices[g->gpus[i]].mem_free;
+        if (mem > best_mem && (!need_cpu || node_cpu(g->ctx, j) != UINT32_MAX)) {
+            best_mem = mem;
+            best = j;
+        }
+    }
+    return best;
+}
+
+/* GPUStack's strategies, tried in its order.  Each returns false when it
+ * does not apply, else true with the outcome in *st. */
+
+/* 1. One GPU with every layer: binpack picks the smallest that fits. */
+static bool gpustack_one_gpu(const gpustack *g, px__plan_layout *out, px_status *st, px_err *err)
+{
+    int64_t one = -1;
+    for (size_t i = 0; i < g->ng; i++)
+        if (gpustack_estimate(g->ctx, g->ctx->model->n_layers, true) <=
+                g->f->devices[g->gpus[i]].mem_free &&
+            (one < 0 || g->f->devices[g->gpus[i]].mem_free < g->f->devices[one].mem_free))
+            one = g->gpus[i];
+    if (one < 0)
+        return false;
+    uint32_t d = (uint32_t)one;
+    *st = llamacpp_split(g->ctx, &d, 1, out, err);
+    return true;
+}
+
+/* 2. Several GPUs of one machine: the fewest that fit. */
+static bool gpustack_one_machine(const gpustack *g, px__plan_layout *out, px_status *st,
+                                 px_err *err)
+{
+    size_t best_n = SIZE_MAX;
+    uint32_t best_node = 0;
+    for (uint32_t j = 0; j < g->n_nodes; j++) {
+        size_t n = node_gpus(g, j, SIZE_MAX, g->sel);
+        for (size_t k = 2; k <= n && k < best_n && k <= PX_COST_MAX_STAGES - 1; k++)
+            if (gpustack_fits(g->ctx, g->sel, k)) {
+                best_n = k;
+                best_node = j;
+                break;
+            }
+    }
+    if (best_n == SIZE_MAX)
+        return false;
+    node_gpus(g, best_node, SIZE_MAX, g->sel);
+    *st = llamacpp_split(g->ctx, g->sel, best_n, out, err);
+    return true;
+}
+
+/* 3. Several machines: the main worker's GPUs plus 1 to 8 remote GPUs,
+ * the fewest remote ones that fit. */
+static bool gpustack_machines(const gpustack *g, px__plan_layout *out, px_status *st, px_err *err)
+{
+    if (g->n_nodes < 2 || g->ng == 0)
+        return false;
+    uint32_t main = richest_node(g, false);
+    size_t n_main = node_gpus(g, main, SIZE_MAX, g->sel);
+    size_t n_remote = 0;
+    uint32_t *remote = g->sel + n_main;
+    for (size_t i = 0; i < g->ng; i++)
+        if (g->f->devices[g->gpus[i]].node != main)
+            remote[n_remote++] = g->gpus[i];
+    sort_by_free(g->ctx, remote, n_remote);
+    for (size_t k = 1; k <= 8 && k <= n_remote; k++)
+        if (n_main + k <= PX_COST_MAX_STAGES - 1 && gpustack_fits(g->ctx, g->sel, n_main + k)) {
+            *st = llamacpp_split(g->ctx, g->sel, n_main + k, out, err);
+            return true;
+        }
+    return false;
+}
+
+/* 4. Partial offload: the GPUs of the machine with the most GPU memory
+ * take what fits, the rest of the layers run on its CPU. */
+static bool gpustack_partial_offload(const gpustack *g, px__plan_layout *out, px_status *st,
+                                     px_err *err)
+{
+    px__plan_ctx *ctx = g->ctx;
+    uint32_t L = ctx->model->n_layers;
+    uint32_t node = g->ng > 0 ? richest_node(g, true) : UINT32_MAX;
+    if (node == UINT32_MAX)
+        return false;
+    uint32_t cpu = node_cpu(ctx, node);
+    size_t n = node_gpus(g, node, PX_COST_MAX_STAGES - 2, g->sel);
+    uint32_t counts[PX_COST_MAX_STAGES] = {0};
+    uint32_t placed = 0;
+    for (size_t i = 0; i < n; i++) {
+        while (placed < L &&
+               gpustack_estimate(ctx, counts[i] + 1, false) <= g->f->devices[g->sel[i]].mem_free) {
+            counts[i]++;
+            placed++;
+        }
+    }
+    if (placed == 0)
+        return false;
+    /* llama.cpp offloads the last layers: the CPU runs the first. */
+    uint32_t order[PX_COST_MAX_STAGES];
+    uint32_t oc[PX_COST_MAX_STAGES];
+    order[0] = cpu;
+    oc[0] = L - placed;
+    for (size_t i = 0; i < n; i++) {
+        order[i + 1] = g->sel[i];
+        oc[i + 1] = counts[i];
+    }
+    px_cost_pipeline pipe;
+    px__plan_pipeline_from_counts(ctx, order, oc, n + 1, 0, &pipe);
+    if (oc[0] == 0 && pipe.n_stages < PX_COST_MAX_STAGES) {
+        memmove(&pipe.stages[1], &pipe.stages[0], pipe.n_stages * sizeof pipe.stages[0]);
+        pipe.stages[0] = px__plan_stage(ctx, &cpu, 1, 0, -1, 0);
+        pipe.stages[0].embedding = true;
+        pipe.stages[1].embedding = false;
+        pipe.n_stages++;
+    }
+    *st = px__plan_layout_push(out, &pipe, err);
+    return true;
+}
+
+/* 5. CPU only: the CPU with the most memory. */
+static bool gpustack_cpu_only(const gpustack *g, px__plan_layout *out, px_status *st, px_err *err)
+{
+    px__plan_ctx *ctx = g->ctx;
+    int64_t cpu = -1;
+    for (uint32_t i = 0; i < g->f->n_devices; i++)
+        if (ctx->usable[i] && !is_accel(&g->f->devices[i]) &&
+            !(ctx->req->excluded && ctx->req->excluded[i]) &&
+            (cpu < 0 || g->f->devices[i].mem_free > g->f->devices[cpu].mem_free))
+            cpu = i;
+    if (cpu < 0)
+        return false;
+    px_cost_pipeline pipe;
+    memset(&pipe, 0, sizeof pipe);
+    uint32_t d = (uint32_t)cpu;
+    pipe.n_stages = 1;
+    pipe.stages[0] = px__plan_stage(ctx, &d, 1, 0, (int32_t)ctx->model->n_layers - 1, 0);
+    pipe.stages[0].embedding = pipe.stages[0].head = true;
+    *st = px__plan_layout_push(out, &pipe, err);
+    return true;
+}
+
+/* 6. With no CPU to fall back to, every GPU, the layers split by free
+ * memory (the split its llama.cpp workers make when given them all). */
+static bool gpustack_every_gpu(const gpustack *g, px__plan_layout *out, px_status *st, px_err *err)
+{
+    if (g->ng == 0)
+        return false;
+    memcpy(g->sel, g->gpus, g->ng * sizeof *g->sel);
+    sort_by_free(g->ctx, g->sel, g->ng);
+    *st = llamacpp_split(g->ctx, g->sel, PX_MIN(g->ng, (size_t)PX_COST_MAX_STAGES - 1), out, err);
+    return true;
+}
+
 px_status px__plan_gpustack(px__plan_ctx *ctx, px__plan_layout *out, px_err *err)
 {
     const px_cost_fleet *f = ctx->fleet;
-    const px_hw_view *v = px_hw_graph_view(f->graph);
     uint32_t *gpus = malloc(f->n_devices * sizeof *gpus);
     uint32_t *sel = malloc(f->n_devices * sizeof *sel);
     if (!gpus || !sel) {
@@ -361,162 +543,12 @@ px_status px__plan_gpustack(px__plan_ctx *ctx, px__plan_layout *out, px_err *err
         if (ctx->usable[i] && is_accel(&f->devices[i]) &&
             !(ctx->req->excluded && ctx->req->excluded[i]))
             gpus[ng++] = i;
-    px_status st = PX_EINFEASIBLE;
-    uint32_t L = ctx->model->n_layers;
-    /* 1. One GPU with every layer: binpack picks the smallest that fits. */
-    int64_t one = -1;
-    for (size_t i = 0; i < ng; i++)
-        if (gpustack_estimate(ctx, L, true) <= f->devices[gpus[i]].mem_free &&
-            (one < 0 || f->devices[gpus[i]].mem_free < f->devices[one].mem_free))
-            one = gpus[i];
-    if (one >= 0) {
-        uint32_t d = (uint32_t)one;
-        st = llamacpp_split(ctx, &d, 1, out, err);
-        goto done;
-    }
-    /* 2. Several GPUs of one machine: the fewest that fit. */
-    size_t best_n = SIZE_MAX;
-    uint32_t best_node = 0;
-    for (uint32_t j = 0; j < v->n_nodes; j++) {
-        size_t n = 0;
-        for (size_t i = 0; i < ng; i++)
-            if (f->devices[gpus[i]].node == j)
-                sel[n++] = gpus[i];
-        sort_by_free(ctx, sel, n);
-        for (size_t k = 2; k <= n && k < best_n && k <= PX_COST_MAX_STAGES - 1; k++)
-            if (gpustack_fits(ctx, sel, k)) {
-                best_n = k;
-                best_node = j;
-                break;
-            }
-    }
-    if (best_n != SIZE_MAX) {
-        size_t n = 0;
-        for (size_t i = 0; i < ng; i++)
-            if (f->devices[gpus[i]].node == best_node)
-                sel[n++] = gpus[i];
-        sort_by_free(ctx, sel, n);
-        st = llamacpp_split(ctx, sel, best_n, out, err);
-        goto done;
-    }
-    /* 3. Several machines: the main worker's GPUs plus 1 to 8 remote GPUs,
-     * the fewest remote ones that fit. */
-    if (v->n_nodes > 1 && ng > 0) {
-        double best_mem = -1;
-        uint32_t main = 0;
-        for (uint32_t j = 0; j < v->n_nodes; j++) {
-            double mem = 0;
-            for (size_t i = 0; i < ng; i++)
-                if (f->devices[gpus[i]].node == j)
-                    mem += f->devices[gpus[i]].mem_free;
-            if (mem > best_mem) {
-                best_mem = mem;
-                main = j;
-            }
-        }
-        size_t n_main = 0;
-        for (size_t i = 0; i < ng; i++)
-            if (f->devices[gpus[i]].node == main)
-                sel[n_main++] = gpus[i];
-        sort_by_free(ctx, sel, n_main);
-        size_t n_remote = 0;
-        uint32_t *remote = sel + n_main;
-        for (size_t i = 0; i < ng; i++)
-            if (f->devices[gpus[i]].node != main)
-                remote[n_remote++] = gpus[i];
-        sort_by_free(ctx, remote, n_remote);
-        for (size_t k = 1; k <= 8 && k <= n_remote; k++)
-            if (n_main + k <= PX_COST_MAX_STAGES - 1 && gpustack_fits(ctx, sel, n_main + k)) {
-                st = llamacpp_split(ctx, sel, n_main + k, out, err);
-                goto done;
-            }
-    }
-    /* 4. Partial offload: the GPUs of the machine with the most GPU memory
-     * take what fits, the rest of the layers run on its CPU. */
-    if (ng > 0) {
-        double best_mem = -1;
-        uint32_t node = 0;
-        for (uint32_t j = 0; j < v->n_nodes; j++) {
-            double mem = 0;
-            for (size_t i = 0; i < ng; i++)
-                if (f->devices[gpus[i]].node == j)
-                    mem += f->devices[gpus[i]].mem_free;
-            if (mem > best_mem && node_cpu(ctx, j) != UINT32_MAX) {
-                best_mem = mem;
-                node = j;
-            }
-        }
-        uint32_t cpu = node_cpu(ctx, node);
-        if (cpu != UINT32_MAX) {
-            size_t n = 0;
-            for (size_t i = 0; i < ng && n < PX_COST_MAX_STAGES - 2; i++)
-                if (f->devices[gpus[i]].node == node)
-                    sel[n++] = gpus[i];
-            sort_by_free(ctx, sel, n);
-            uint32_t counts[PX_COST_MAX_STAGES] = {0};
-            uint32_t placed = 0;
-            for (size_t i = 0; i < n; i++) {
-                while (placed < L && gpustack_estimate(ctx, counts[i] + 1, false) <=
-                                         f->devices[sel[i]].mem_free) {
-                    counts[i]++;
-                    placed++;
-                }
-            }
-            if (placed > 0) {
-                /* llama.cpp offloads the last layers: the CPU runs the first. */
-                uint32_t order[PX_COST_MAX_STAGES];
-                uint32_t oc[PX_COST_MAX_STAGES];
-                order[0] = cpu;
-                oc[0] = L - placed;
-                for (size_t i = 0; i < n; i++) {
-                    order[i + 1] = sel[i];
-                    oc[i + 1] = counts[i];
-                }
-                px_cost_pipeline pipe;
-                px__plan_pipeline_from_counts(ctx, order, oc, n + 1, 0, &pipe);
-                if (oc[0] == 0 && pipe.n_stages < PX_COST_MAX_STAGES) {
-                    memmove(&pipe.stages[1], &pipe.stages[0],
-                            pipe.n_stages * sizeof pipe.stages[0]);
-                    pipe.stages[0] = px__plan_stage(ctx, &cpu, 1, 0, -1, 0);
-                    pipe.stages[0].embedding = true;
-                    pipe.stages[1].embedding = false;
-                    pipe.n_stages++;
-                }
-                st = px__plan_layout_push(out, &pipe, err);
-                goto done;
-            }
-        }
-    }
-    /* 5. CPU only: the CPU with the most memory; with no CPU to fall back
-     * to, 6. every GPU, the layers split by free memory (the split its
-     * llama.cpp workers make when given them all). */
-    {
-        int64_t cpu = -1;
-        for (uint32_t i = 0; i < f->n_devices; i++)
-            if (ctx->usable[i] && !is_accel(&f->devices[i]) &&
-                !(ctx->req->excluded && ctx->req->excluded[i]) &&
-                (cpu < 0 || f->devices[i].mem_free > f->devices[cpu].mem_free))
-                cpu = i;
-        if (cpu >= 0) {
-            px_cost_pipeline pipe;
-            memset(&pipe, 0, sizeof pipe);
-            uint32_t d = (uint32_t)cpu;
-            pipe.n_stages = 1;
-            pipe.stages[0] = px__plan_stage(ctx, &d, 1, 0, (int32_t)L - 1, 0);
-            pipe.stages[0].embedding = pipe.stages[0].head = true;
-            st = px__plan_layout_push(out, &pipe, err);
-            goto done;
-        }
-    }
-    if (ng > 0) {
-        size_t n = PX_MIN(ng, (size_t)PX_COST_MAX_STAGES - 1);
-        memcpy(sel, gpus, ng * sizeof *sel);
-        sort_by_free(ctx, sel, ng);
-        st = llamacpp_split(ctx, sel, n, out, err);
-        goto done;
-    }
-    st = px_err_set(err, PX_EINFEASIBLE, "GPUStack baseline: no strategy fits");
-done:
+    gpustack g = {ctx, f, px_hw_graph_view(f->graph)->n_nodes, gpus, ng, sel};
+    px_status st;
+    if (!gpustack_one_gpu(&g, out, &st, err) && !gpustack_one_machine(&g, out, &st, err) &&
+        !gpustack_machines(&g, out, &st, err) && !gpustack_partial_offload(&g, out, &st, err) &&
+        !gpustack_cpu_only(&g, out, &st, err) && !gpustack_every_gpu(&g, out, &st, err))
+        st = px_err_set(err, PX_EINFEASIBLE, "GPUStack baseline: no strategy fits");
     free(gpus);
     free(sel);
     return st;

@@ -102,6 +102,8 @@ px_status px_rt_worker_args_build(const px_rt_worker_opts *o, const char *bin,
 
 void px_rt_worker_args_release(px_rt_worker_argv *a)
 {
+    if (!a)
+        return;
     for (int i = 0; i < a->argc; i++)
         free(a->argv[i]);
     memset(a, 0, sizeof *a);

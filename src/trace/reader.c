@@ -96,8 +96,12 @@ static px_status parse_checked(px_trace_reader *r, json_t **out, px_err *err)
         return px_err_set(err, PX_ENOMEM, "%s: out of memory", where);
     }
     char expect[PX_TRACE_ID_LEN];
-    px__trace_chain(r->chain, canon, strlen(canon), expect);
+    px_status chained = px__trace_chain(r->chain, canon, strlen(canon), expect);
     free(canon);
+    if (chained != PX_OK) {
+        json_decref(obj);
+        return px_err_set(err, PX_ENOMEM, "%s: out of memory", where);
+    }
     if (strcmp(expect, recorded) != 0) {
         json_decref(obj);
         return px_err_set(err, PX_EPARSE,
@@ -280,9 +284,8 @@ px_status px_trace_next(px_trace_reader *r, px_trace_event *ev, bool *done, px_e
         px_strlcpy(ev->id, id, sizeof ev->id);
         /* Ids are derived, never trusted: recompute them. */
         char expect[PX_TRACE_ID_LEN];
-        if (k == PX_TRACE_INPUT)
-            px_json_digest_hex(ev->data, expect);
-        else if (px__trace_decision_id(name, ev->inputs, expect) != PX_OK)
+        if ((k == PX_TRACE_INPUT ? px_json_digest_hex(ev->data, expect)
+                                 : px__trace_decision_id(name, ev->inputs, expect)) != PX_OK)
             return px_err_set(err, PX_ENOMEM, "%s: out of memory", where);
         if (strcmp(expect, id) != 0)
             return px_err_set(err, PX_EPARSE,

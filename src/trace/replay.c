@@ -50,9 +50,13 @@ px_status px_trace_replay(const char *path, const px_trace_deriver *derivers, si
                     break;
                 }
                 char want[PX_TRACE_ID_LEN], got[PX_TRACE_ID_LEN];
-                px_json_digest_hex(ev.data, want);
-                px_json_digest_hex(again, got);
+                bool hashed = px_json_digest_hex(ev.data, want) == PX_OK &&
+                              px_json_digest_hex(again, got) == PX_OK;
                 json_decref(again);
+                if (!hashed) {
+                    st = px_err_set(err, PX_ENOMEM, "out of memory replaying %s", path);
+                    break;
+                }
                 if (strcmp(want, got) != 0) {
                     report->diverged = true;
                     report->divergence_seq = ev.seq;

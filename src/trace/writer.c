@@ -32,23 +32,19 @@ px_trace_kind px__trace_kind_parse(const char *name)
     return PX_TRACE_KIND_COUNT_;
 }
 
-void px__trace_chain(const char prev[PX_TRACE_ID_LEN], const char *line, size_t len,
-                     char out[PX_TRACE_ID_LEN])
+px_status px__trace_chain(const char prev[PX_TRACE_ID_LEN], const char *line, size_t len,
+                          char out[PX_TRACE_ID_LEN])
 {
     px_sha256_ctx *h;
     px_digest d;
-    if (px_sha256_new(&h, NULL) != PX_OK) {
-        /* Out of memory: fall back to hashing the concatenation in one go is
-         * not possible either, so produce a value that never verifies. */
-        memset(out, '0', PX_TRACE_ID_LEN - 1);
-        out[PX_TRACE_ID_LEN - 1] = '\0';
-        return;
-    }
+    if (px_sha256_new(&h, NULL) != PX_OK)
+        return PX_ENOMEM;
     px_sha256_update(h, prev, strlen(prev));
     px_sha256_update(h, "\n", 1);
     px_sha256_update(h, line, len);
     px_sha256_final(h, &d);
     px_digest_hex(&d, out);
+    return PX_OK;
 }
 
 px_status px__trace_decision_id(const char *name, const json_t *inputs, char out[PX_TRACE_ID_LEN])
@@ -78,8 +74,9 @@ static px_status write_line(px_trace_writer *w, json_t *obj, px_err *err)
     if (!line)
         return px_err_set(err, PX_ENOMEM, "%s: out of memory writing the trace", w->path);
     char chain[PX_TRACE_ID_LEN];
-    px__trace_chain(w->chain, line, strlen(line), chain);
-    px_status st = px_json_set(obj, "chain", json_string(chain));
+    px_status st = px__trace_chain(w->chain, line, strlen(line), chain);
+    if (st == PX_OK)
+        st = px_json_set(obj, "chain", json_string(chain));
     free(line);
     if (st != PX_OK)
         return px_err_set(err, PX_ENOMEM, "%s: out of memory writing the trace", w->path);
@@ -175,7 +172,8 @@ px_status px_trace_input(px_trace_writer *w, const char *name, const json_t *dat
                          char id_out[PX_TRACE_ID_LEN], px_err *err)
 {
     char id[PX_TRACE_ID_LEN];
-    px_json_digest_hex(data, id);
+    if (px_json_digest_hex(data, id) != PX_OK)
+        return px_err_set(err, PX_ENOMEM, "%s: out of memory writing the trace", w->path);
     px_status st = write_event(w, PX_TRACE_INPUT, name, id, NULL, data, err);
     if (st == PX_OK && id_out)
         memcpy(id_out, id, sizeof id);

@@ -17,6 +17,7 @@
 
 #include "base/common.h"
 #include "pg_harness.h"
+#include "px_slowdown.h"
 #include "plexus/fleet.h"
 
 #include <arpa/inet.h>
@@ -36,6 +37,11 @@
 #define FH_USER_TOKEN    "user-token-for-tests-abcdefghijkl"
 #define FH_OTHER_TOKEN   "other-user-token-for-tests-mnopqr"
 #define FH_ADMIN_TOKEN   "admin-token-for-tests-stuvwxyz0123"
+
+/* Under ThreadSanitizer a lease of a few seconds would lapse between the
+ * slowed agents' heartbeats on loaded cores and the agents would fence
+ * their work, a path these suites do not mean to take. */
+#define FH_LEASE_SCALE PX_TEST_SLOWDOWN
 
 typedef struct fh_proc {
     pid_t pid;
@@ -285,7 +291,7 @@ static inline void fh_fleet_prepare(fh_fleet *f, const char *name, double lease_
                                 " other\nuser " FH_ADMIN_TOKEN " boss admin\n");
     fh_write_private(f->join, FH_CLUSTER_TOKEN "\n");
     f->port = fh_free_port();
-    f->lease_s = lease_s;
+    f->lease_s = lease_s * FH_LEASE_SCALE;
     snprintf(f->url, sizeof f->url, "http://127.0.0.1:%d", f->port);
     unsetenv("PLEXUS_CA");
     snprintf(f->server.log, sizeof f->server.log, "%s/server.log", f->dir);

@@ -4,55 +4,9 @@
  * mid-generation is found through the launcher's health, healed on a new
  * plan, and every token is still the fault-free one.  Skipped without the
  * shared model. */
-#include "px_test.h"
+#include "stories_run.h"
 
 #include <string.h>
-
-static char *model, *inventory, *plan;
-
-static int run_plexus(const char *const *args, char **out, char **errs)
-{
-    const char *argv[40];
-    size_t n = 0;
-    argv[n++] = px_test_plexus_bin();
-    for (size_t i = 0; args[i] && n + 1 < PX_ARRAY_LEN(argv); i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    return px_test_run((char *const *)argv, 180, out, errs);
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    model = px_test_shared_model("stories260K.gguf");
-    FILE *f = model ? fopen(model, "rb") : NULL;
-    if (!f) {
-        free(model);
-        model = NULL;
-        return 0;
-    }
-    fclose(f);
-    inventory = px_test_source_path("data/scenarios/emu-small.json");
-    const char *args[] = {"plan",        "--model",    model, "--inventory", inventory,
-                          "--objective", "throughput", "-o",  "json",        NULL};
-    char *out = NULL;
-    if (run_plexus(args, &out, NULL) != 0)
-        fail_msg("plexus plan failed");
-    plan = px_asprintf("%s/launched-plan.json", px_test_tmpdir());
-    px_err err;
-    px_assert_ok(px_write_file(plan, out, strlen(out), &err), &err);
-    free(out);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    free(model);
-    free(inventory);
-    free(plan);
-    return 0;
-}
 
 static json_t *run_json(const char *transport, const char *inject)
 {

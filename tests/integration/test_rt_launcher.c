@@ -3,7 +3,7 @@
  * over authenticated TCP, and produces the same tokens as its own
  * workers; a stage killed through the launcher is seen by its health and
  * blamed; a stage holding another deployment's secret is refused. */
-#include "px_test.h"
+#include "pipeline_fixture.h"
 
 #include <errno.h>
 #include <math.h>
@@ -16,32 +16,10 @@
 
 #define LIMIT_S 10.0
 
-static char *synth_path;
-
 static int setup(void **state)
 {
     (void)state;
-    px_ir_synth_opts o;
-    px_ir_synth_defaults(&o);
-    o.dim = 64;
-    o.hidden_dim = 128;
-    o.n_layers = 4;
-    o.n_heads = 8;
-    o.n_kv_heads = 4;
-    o.vocab_size = 512;
-    o.context_length = 128;
-    o.seed = 9;
-    synth_path = px_asprintf("%s/launch-synth.gguf", px_test_tmpdir());
-    px_err err;
-    px_assert_ok(px_ir_synth_write(&o, synth_path, &err), &err);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    free(synth_path);
-    return 0;
+    return pipeline_fixture_setup(9);
 }
 
 static void make_spec(px_rt_pipeline_spec *spec)

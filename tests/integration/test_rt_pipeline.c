@@ -6,7 +6,7 @@
  * longer than the context each give a clear error within seconds; and
  * `plexus run` plans on the emu-small inventory and reports predicted
  * against observed. */
-#include "px_test.h"
+#include "pipeline_fixture.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -20,32 +20,10 @@
 
 #define LIMIT_S 10.0
 
-static char *synth_path;
-
 static int setup(void **state)
 {
     (void)state;
-    px_ir_synth_opts o;
-    px_ir_synth_defaults(&o);
-    o.dim = 64;
-    o.hidden_dim = 128;
-    o.n_layers = 4;
-    o.n_heads = 8;
-    o.n_kv_heads = 4;
-    o.vocab_size = 512;
-    o.context_length = 128;
-    o.seed = 5;
-    synth_path = px_asprintf("%s/pipe-synth.gguf", px_test_tmpdir());
-    px_err err;
-    px_assert_ok(px_ir_synth_write(&o, synth_path, &err), &err);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    free(synth_path);
-    return 0;
+    return pipeline_fixture_setup(5);
 }
 
 typedef struct collected {
@@ -132,7 +110,7 @@ static px_rt_executor_opts exec_opts(const char *path, uint32_t max_seqs)
     return (px_rt_executor_opts){.model_path = path,
                                  .worker_bin = px_test_plexus_bin(),
                                  .n_threads = 1,
-                                 .timeout_ms = 5000,
+                                 .timeout_ms = 5000 * PX_TEST_SLOWDOWN,
                                  .max_seqs = max_seqs};
 }
 
@@ -276,9 +254,11 @@ static void test_stopped_worker_is_named_within_the_timeout(void **state)
     make_spec(3, cut, &spec);
     px_err err;
     px_rt_executor_opts xo = exec_opts(synth_path, 1);
-    xo.timeout_ms = 1500;
     px_rt_executor *ex;
     px_assert_ok(px_rt_executor_new(&spec, &xo, &ex, &err), &err);
+    /* The set-up keeps the transport's generous timeout (workers start
+     * slowly on a loaded machine); the wait for a step is the short one. */
+    px_rt_executor_set_step_timeout(ex, 1500);
     px_rt_tokenizer *t = tokenizer_of(synth_path);
     int pid = px_rt_executor_stage_pid(ex, 1);
     kill(pid, SIGSTOP);

@@ -4,7 +4,7 @@
  * produces output bitwise identical to one process, on a synthetic model
  * and on the real tiny one; and `plexus plan --policy llamacpp` followed
  * by `plexus run --plan` runs and reports predicted against observed. */
-#include "px_test.h"
+#include "pipeline_fixture.h"
 
 #include <math.h>
 #include <string.h>
@@ -12,32 +12,10 @@
 #include "plexus/ir.h"
 #include "plexus/rt.h"
 
-static char *synth_path;
-
 static int setup(void **state)
 {
     (void)state;
-    px_ir_synth_opts o;
-    px_ir_synth_defaults(&o);
-    o.dim = 64;
-    o.hidden_dim = 128;
-    o.n_layers = 4;
-    o.n_heads = 8;
-    o.n_kv_heads = 4;
-    o.vocab_size = 512;
-    o.context_length = 128;
-    o.seed = 9;
-    synth_path = px_asprintf("%s/empty-synth.gguf", px_test_tmpdir());
-    px_err err;
-    px_assert_ok(px_ir_synth_write(&o, synth_path, &err), &err);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    free(synth_path);
-    return 0;
+    return pipeline_fixture_setup(9);
 }
 
 typedef struct collected {

@@ -14,6 +14,8 @@
  * first new token is printed. */
 #include "px_test.h"
 
+#include "px_slowdown.h"
+
 #include <math.h>
 #include <signal.h>
 #include <string.h>
@@ -119,7 +121,7 @@ static px_rt_executor *start(const char *model, const px_rt_pipeline_spec *spec,
     px_rt_executor_opts xo = {.model_path = model,
                               .worker_bin = px_test_plexus_bin(),
                               .n_threads = 1,
-                              .timeout_ms = 5000,
+                              .timeout_ms = 5000 * PX_TEST_SLOWDOWN,
                               .max_seqs = max_seqs};
     px_rt_executor *ex;
     px_err err;

@@ -103,8 +103,8 @@ static void test_json_canonical_is_sorted_and_stable(void **state)
     assert_string_equal(sa, sb);
     assert_true(strstr(sa, "alpha") < strstr(sa, "zeta"));
     char ha[65], hb[65];
-    px_json_digest_hex(a, ha);
-    px_json_digest_hex(b, hb);
+    assert_int_equal(px_json_digest_hex(a, ha), PX_OK);
+    assert_int_equal(px_json_digest_hex(b, hb), PX_OK);
     assert_string_equal(ha, hb);
     free(sa);
     free(sb);
