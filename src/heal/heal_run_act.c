@@ -212,6 +212,20 @@ px_status px__hr_decide(const px_heal_context *ctx, const json_t *plan, px_heal_
     px_status st = px_heal_candidates(&cx, plan, cls, where, names, n_lost, &c, &n, err);
     if (st != PX_OK)
         return st;
+    /* Without a finding this is a recovery: the step failed and the
+     * pipeline's workers are gone, so keeping the plan as it is (or pacing
+     * it) restores nothing. */
+    for (size_t i = 0; !finding && i < n; i++)
+        if ((c[i].action == PX_HEAL_ACT_NONE || c[i].action == PX_HEAL_ACT_PACE) &&
+            !c[i].infeasible_at_generation) {
+            c[i].feasible = false;
+            c[i].infeasible_at_generation = true;
+            px_strlcpy(c[i].reject_code, "infeasible", sizeof c[i].reject_code);
+            px_strlcpy(c[i].reject_reason,
+                       "the step failed and the pipeline's workers are gone: keeping the plan "
+                       "restores nothing",
+                       sizeof c[i].reject_reason);
+        }
     if ((st = conditions(cls, where, finding, &cond, err)) != PX_OK)
         goto done;
     st = px_heal_validate(&cx, c, n, cond.n ? &cond : NULL, &pick, err);

@@ -22,6 +22,7 @@ static const char *const good[] = {
     "m2ultra-2x4090-10gbe.json",
     "sixteen-4-types.json",
     "v100x8-h200.json",
+    "h200-local.json",
 };
 
 typedef struct refusal {
