@@ -31,6 +31,9 @@
 /* Polls before a thread sleeps: some tens of microseconds. */
 #define SPIN_ITERS 4000
 
+/* The part number of a closed call: past any call's parts. */
+#define CLOSED 0x80000000u
+
 struct px__rt_pool {
     uint32_t n;
     pthread_t *threads; /* n - 1 workers; the caller is thread 0 */
@@ -101,7 +104,9 @@ static void run_parts(px__rt_pool *p, uint32_t g, uint32_t ith)
          * has parts left, so these are g's. */
         px__rt_pool_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
         void *arg = atomic_load_explicit(&p->arg, memory_order_relaxed);
-        uint32_t n_parts = atomic_load_explicit(&p->n_parts, memory_order_relaxed);
+        /* A count that belongs to the next call is seen only after that
+         * call closed this one (CLOSED below): the claim then fails. */
+        uint32_t n_parts = atomic_load_explicit(&p->n_parts, memory_order_acquire);
         uint32_t part = (uint32_t)c;
         if (part >= n_parts)
             return;
@@ -217,17 +222,21 @@ void px__rt_pool_run(px__rt_pool *p, px__rt_pool_fn fn, void *arg, uint32_t n_pa
 {
     if (n_parts == 0)
         return;
-    if (p->n == 1 || n_parts == 1) {
+    if (p->n == 1 || n_parts == 1 || n_parts >= CLOSED) {
         for (uint32_t i = 0; i < n_parts; i++)
             fn(arg, i, n_parts, 0);
         return;
     }
-    /* Every part of the previous call is done: nobody reads these now. */
+    /* Every part of the previous call is done, but a worker may still
+     * hold its claim word: the call is closed first, so that no worker
+     * can claim one part past its end against the new count. */
+    uint32_t g = call_of(atomic_load_explicit(&p->claim, memory_order_relaxed));
+    atomic_store(&p->claim, ((uint64_t)g << 32) | CLOSED);
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
-    atomic_store_explicit(&p->n_parts, n_parts, memory_order_relaxed);
+    atomic_store_explicit(&p->n_parts, n_parts, memory_order_release);
     atomic_store_explicit(&p->parts_done, 0, memory_order_relaxed);
-    uint32_t g = call_of(atomic_load_explicit(&p->claim, memory_order_relaxed)) + 1;
+    g++;
     atomic_store(&p->claim, (uint64_t)g << 32);
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->lock);
