@@ -194,7 +194,7 @@ static _Noreturn void job_exec(const px__shim_args *a)
         e = errno ? errno : EPERM;
     /* The job dies with its shim (a shim only dies when killed).  Set after
      * the change of user, which clears it. */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     if (getppid() != a->shim)
         _exit(127); /* the shim is already gone */
     if (!e && a->cwd && chdir(a->cwd) != 0)
@@ -293,9 +293,12 @@ _Noreturn void px__shim_main(const px__shim_args *a)
                   a->status_w, a->cgroup_procs_fd, a->cgroup_kill_fd};
     keep_only(keep, PX_ARRAY_LEN(keep));
     setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGUSR1);
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
-    prctl(PR_SET_NAME, "plexus-shim");
+    /* Raw system calls: the child of a threaded process must not take a
+     * lock another thread held at the fork, and a sanitizer's prctl
+     * wrapper takes its thread registry's (PR_SET_NAME). */
+    syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGUSR1, 0, 0, 0);
+    syscall(SYS_prctl, PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    syscall(SYS_prctl, PR_SET_NAME, "plexus-shim", 0, 0, 0);
     sigset_t set;
     sigemptyset(&set);
     const int handled[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1};
