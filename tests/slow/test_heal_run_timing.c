@@ -42,9 +42,9 @@ static void test_compute_slowdown_is_found_on_the_right_stage(void **state)
 static void test_planner_model_error_is_caught_by_the_canary_and_rolled_back(void **state)
 {
     (void)state;
-    /* Losing emu-a leaves cpu0 > emu-b as the best plan on paper; emu-b
-     * is far slower than its figures, so that plan's canary fails and
-     * the run moves on to the next accepted candidate (cpu0 alone). */
+    /* Losing emu-a leaves a plan on emu-b as the best on paper (its
+     * figures claim five times cpu0's); emu-b is far slower than its
+     * figures, so that plan's canary fails and the run rolls back. */
     const char *extra[] = {"--inject", "kill:local.emu-a@token16", NULL};
     outcome o = {0};
     run_scenario("canary", lying_inventory, plan, extra, &o);

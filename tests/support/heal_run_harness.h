@@ -134,7 +134,7 @@ static int setup(void **state)
     /* emu-b said to be half as fast as cpu0, emulated 400x slower than
      * it: slow enough to show through the fixed cost of every step in an
      * optimized build too. */
-    lying_inventory = inventory_with("emu-b", 400, 300, "50 GFLOP/s", "5 GB/s", "lying.json");
+    lying_inventory = inventory_with("emu-b", 400, 300, "500 GFLOP/s", "50 GB/s", "lying.json");
     /* emu-a 10x slower than its figures from the start. */
     stale_inventory = inventory_with("emu-a", 30, 20, NULL, NULL, "stale.json");
     stale_plan = plan_for(stale_inventory, "stale-plan.json");
