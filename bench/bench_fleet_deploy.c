@@ -18,6 +18,8 @@
 
 #include "plexus/fleet.h"
 
+#include "bench_util.h"
+
 #include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
@@ -28,36 +30,6 @@
 
 #define N_AGENTS 3
 #define LIMIT_S  60
-
-static pid_t start_agent(const char *plexus, const char *url, const char *join, const char *inv,
-                         const char *name, const char *work, const char *log)
-{
-    pid_t pid = fork();
-    if (pid == 0) {
-        setpgid(0, 0);
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        unsetenv("PLEXUS_TOKEN");
-        const char *argv[16] = {plexus,   "agent",       "--server", url,      "--join-token-file",
-                                join,     "--inventory", inv,        "--name", name,
-                                "--work", work};
-        int n = 12;
-        if (geteuid() == 0) {
-            argv[n++] = "--job-user";
-            argv[n++] = "nobody";
-        }
-        argv[n] = NULL;
-        execv(plexus, (char *const *)argv);
-        _exit(127);
-    }
-    if (pid > 0)
-        setpgid(pid, pid);
-    return pid;
-}
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -128,13 +100,11 @@ int main(int argc, char **argv)
         printf("bench_fleet_deploy: skipped: %s is absent\n", model);
         return 0;
     }
-    char self[512], plexus[600];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    self[len > 0 ? len : 0] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash)
-        *slash = '\0';
-    snprintf(plexus, sizeof plexus, "%s/plexus", self);
+    char plexus[PATH_MAX];
+    if (!bench_plexus_bin(plexus, sizeof plexus)) {
+        fprintf(stderr, "bench_fleet_deploy: cannot name the plexus binary; set PLEXUS_BIN\n");
+        return 1;
+    }
     char dir[] = "/tmp/plexus-bench-deploy-XXXXXX";
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
@@ -177,7 +147,8 @@ int main(int argc, char **argv)
             return 1;
         }
         free(text);
-        agents[i] = start_agent(plexus, px_fleet_server_url(srv), join, inv, name, work, log);
+        agents[i] =
+            bench_start_agent(plexus, px_fleet_server_url(srv), join, NULL, inv, name, work, log);
     }
     int rc = 1;
     px_fleet_client *c = NULL;
