@@ -332,6 +332,15 @@ static json_t *plan_deployment(px_fleet_server *srv, const char *path, const cha
     return NULL;
 }
 
+json_t *px__srv_fleet_inventory(px_fleet_server *srv)
+{
+    json_t *nodes = online_nodes(srv, NULL);
+    if (!nodes)
+        return NULL;
+    return json_pack("{s:s, s:s, s:o*, s:o}", "schema", "plexus.inventory/1", "name", "fleet",
+                     "links", assumed_network(nodes), "nodes", nodes);
+}
+
 json_t *px__srv_plan_model(px_fleet_server *srv, const char *digest, const json_t *spec)
 {
     char path[PATH_MAX];
