@@ -702,6 +702,10 @@ void px__srv_deploy_evictions(px_fleet_server *srv, const char *node, const json
  * assumed links of the planner's inventory (server lock held; new
  * reference, NULL when out of memory). */
 json_t *px__srv_fleet_inventory(px_fleet_server *srv);
+/* A deployment's "contract" (a built-in's name, a plexus.contract/1
+ * document, or NULL: *out NULL, the planner's implied one). */
+struct px_contract;
+px_status px__srv_open_contract(const json_t *spec, struct px_contract **out, px_err *err);
 
 /* server_serving.c: the deployments' front ends.  start and stop run
  * without the server lock; px__serving_json with it. */

@@ -65,7 +65,7 @@ static json_t *unavailable(const char *fmt, ...)
 }
 
 /* The contract a request names: a built-in by name, or a document. */
-static px_status open_contract(const json_t *spec, px_contract **out, px_err *err)
+px_status px__srv_open_contract(const json_t *spec, px_contract **out, px_err *err)
 {
     *out = NULL;
     if (!spec || json_is_null(spec))
@@ -195,7 +195,7 @@ static json_t *plan_over(const char *path, const json_t *spec, const json_t *nod
         req.policy = policy;
     if (objective && px_plan_objective_parse(objective, &req.objective, &err) != PX_OK)
         out = unavailable("objective: %s", err.msg);
-    else if (open_contract(json_object_get(spec, "contract"), &r->contract, &err) != PX_OK)
+    else if (px__srv_open_contract(json_object_get(spec, "contract"), &r->contract, &err) != PX_OK)
         out = unavailable("contract: %s", err.msg);
     else if (px_hw_graph_from_value(doc, "fleet inventory", NULL, &r->graph, NULL, &err) != PX_OK)
         out = unavailable("the fleet's registered nodes are not a valid inventory: %s", err.msg);

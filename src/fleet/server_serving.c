@@ -92,16 +92,6 @@ static px__serving *find(px_fleet_server *srv, const char *name)
 
 /* ---- starting a front end (outside the server lock) ---- */
 
-static px_status open_contract(const json_t *spec, px_contract **out, px_err *err)
-{
-    *out = NULL;
-    if (!spec)
-        return PX_OK;
-    if (json_is_string(spec))
-        return px_contract_builtin(json_string_value(spec), out, err);
-    return px_contract_from_json(spec, "contract", NULL, out, err);
-}
-
 /* Starts s's front end: the plan of the record, the fleet's inventory
  * (inventory: new reference, taken), the model file of the blob store. */
 static px_status start_front(px_fleet_server *srv, px__serving *s, json_t *spec, json_t *inventory,
@@ -116,7 +106,7 @@ static px_status start_front(px_fleet_server *srv, px__serving *s, json_t *spec,
     if (st == PX_OK)
         st = px_ir_model_open(path, NULL, &s->model, err);
     if (st == PX_OK)
-        st = open_contract(json_object_get(spec, "contract"), &s->contract, err);
+        st = px__srv_open_contract(json_object_get(spec, "contract"), &s->contract, err);
     if (st == PX_OK)
         st = px__fleet_launcher_new(srv, s->name, s->digest, inventory, &s->launcher, err);
     uint8_t secret[PX_RT_SECRET_BYTES], key[PX_RT_SECRET_BYTES];
