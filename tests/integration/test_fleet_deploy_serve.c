@@ -404,6 +404,64 @@ static void test_eviction_for_a_deployment_is_explained(void **state)
     px_assert_contains(out, "cache budget of 1433600 bytes");
     free(out);
     free(err);
+    /* Hostile reports from a node, and hostile requests on the route. */
+    char path[700], *cred = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/work-n1/state/credential", f.dir);
+    assert_int_equal(px_read_file(path, 4096, &cred, &len, NULL), PX_OK);
+    /* "MAGIC NAME SECRET" */
+    char secret[300] = "";
+    assert_int_equal(sscanf(cred, "%*s %*s %299s", secret), 1);
+    static const struct {
+        const char *body;
+        long status;
+    } reports[] = {
+        {"not json", 400},
+        {"{\"reports\": 5}", 400},
+        {"{\"reports\": [7, null, {\"id\": \"x\"}, {\"id\": 999999, \"address\": "
+         "\"tcp:1.2.3.4:5\"}, {\"id\": -1, \"state\": \"killed\"}]}",
+         200},
+    };
+    px_fleet_client *node = fh_client(&f, secret);
+    for (size_t i = 0; i < PX_ARRAY_LEN(reports); i++) {
+        long code = 0;
+        px_err perr;
+        (void)px_fleet_client_send(node, "POST", "/v1/agent/stages", reports[i].body,
+                                   strlen(reports[i].body), &code, NULL, &perr);
+        assert_int_equal(code, reports[i].status);
+    }
+    px_fleet_client_free(node);
+    free(cred);
+    px_fleet_client *user = fh_client(&f, FH_USER_TOKEN);
+    static const struct {
+        const char *body;
+        long status;
+    } calls[] = {
+        {"not json", 400},
+        {"{\"prompt\": \"x\"}", 400},
+        {"{\"model\": 5, \"prompt\": \"x\"}", 400},
+        {"{\"model\": \"nope\", \"prompt\": \"x\"}", 404},
+        {"{\"model\": \"first\", \"prompt\": \"x\"}", 404},
+    };
+    for (size_t i = 0; i < PX_ARRAY_LEN(calls); i++) {
+        long code = 0;
+        px_err perr;
+        (void)px_fleet_client_send(user, "POST", "/v1/chat/completions", calls[i].body,
+                                   strlen(calls[i].body), &code, NULL, &perr);
+        assert_int_equal(code, calls[i].status);
+    }
+    long code = 0;
+    px_err perr;
+    (void)px_fleet_client_send(user, "POST", "/v1/agent/stages", "{\"reports\": []}", 15, &code,
+                               NULL, &perr);
+    assert_int_equal(code, 403);
+    px_fleet_client_free(user);
+    px_fleet_client *anon = fh_client(&f, NULL);
+    (void)px_fleet_client_send(anon, "POST", "/v1/completions", "{}", 2, &code, NULL, &perr);
+    assert_int_equal(code, 401);
+    px_fleet_client_free(anon);
+    /* The deployment still serves. */
+    json_decref(wait_state(&f, "second", "serving", 10));
     free(big);
     free(small);
     fh_fleet_stop(&f);
