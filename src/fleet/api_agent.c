@@ -12,7 +12,10 @@
 #include <ctype.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 #include <microhttpd.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #define MAX_WAIT_S 30
 /* A poll of a node running stage workers looks at its connection this
@@ -323,6 +326,11 @@ static void assignments(px__api_req *rq, px__api_resp *rs)
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(rq->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     int fd = ci ? ci->connect_fd : -1;
+    struct sockaddr_in local;
+    socklen_t local_len = sizeof local;
+    if (fd >= 0 && getsockname(fd, (struct sockaddr *)&local, &local_len) == 0 &&
+        local.sin_family == AF_INET)
+        inet_ntop(AF_INET, &local.sin_addr, srv->stage_host, sizeof srv->stage_host);
     px__srv_stages_poll(srv, name, true);
     for (;;) {
         json_t *arr = pending_for(srv, i);

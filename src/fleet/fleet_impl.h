@@ -566,6 +566,9 @@ struct px_fleet_server {
     struct px__stage_order *stage_orders;
     struct px__stage_poll *stage_polls;
     uint64_t stage_seq;
+    /* The server's address as the agents reach it (the local end of their
+     * polls), where the last stage of a front end connects back. */
+    char stage_host[48];
     /* server_serving.c: the serving front end of each deployment. */
     struct px__serving *serving;
     /* server_deploy.c: each node's recent cache evictions (node -> array). */

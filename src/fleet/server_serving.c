@@ -45,7 +45,9 @@ struct px__serving {
     char state[32]; /* starting, serving, degraded, failed */
     char detail[512];
     char key[2 * PX_RT_SECRET_BYTES + 1];
-    char addr[64]; /* the front end's HOST:PORT */
+    char addr[64];                      /* the front end's HOST:PORT */
+    char back[80];                      /* where its executors listen for their last stage */
+    uint8_t secret[PX_RT_SECRET_BYTES]; /* the deployment's: its stage workers' */
     px_serve *serve;
     px__fleet_launcher *launcher;
     px_hw_graph *graph;
@@ -74,6 +76,7 @@ static void serving_release(px__serving *s)
     json_decref(s->incidents);
     json_decref(s->stages);
     OPENSSL_cleanse(s->key, sizeof s->key);
+    OPENSSL_cleanse(s->secret, sizeof s->secret);
     s->serve = NULL;
     s->launcher = NULL;
     s->graph = NULL;
@@ -95,7 +98,7 @@ static px__serving *find(px_fleet_server *srv, const char *name)
 /* Starts s's front end: the plan of the record, the fleet's inventory
  * (inventory: new reference, taken), the model file of the blob store. */
 static px_status start_front(px_fleet_server *srv, px__serving *s, json_t *spec, json_t *inventory,
-                             px_err *err)
+                             const char *host, px_err *err)
 {
     char path[PATH_MAX];
     s->inventory = inventory;
@@ -109,8 +112,8 @@ static px_status start_front(px_fleet_server *srv, px__serving *s, json_t *spec,
         st = px__srv_open_contract(json_object_get(spec, "contract"), &s->contract, err);
     if (st == PX_OK)
         st = px__fleet_launcher_new(srv, s->name, s->digest, inventory, &s->launcher, err);
-    uint8_t secret[PX_RT_SECRET_BYTES], key[PX_RT_SECRET_BYTES];
-    if (st == PX_OK && (st = px_rt_secret_new(secret, err)) == PX_OK &&
+    uint8_t key[PX_RT_SECRET_BYTES];
+    if (st == PX_OK && (st = px_rt_secret_new(s->secret, err)) == PX_OK &&
         (st = px_rt_secret_new(key, err)) == PX_OK)
         px_rt_secret_hex(key, sizeof key, s->key);
     if (st == PX_OK) {
@@ -136,16 +139,20 @@ static px_status start_front(px_fleet_server *srv, px__serving *s, json_t *spec,
             .request = req,
             .heal = true,
         };
+        /* The last stage connects back to the server where the agents
+         * reach it. */
+        snprintf(s->back, sizeof s->back, "tcp:%s:0", host);
+        so.executor.listen = s->back; /* kept: every executor of the heal loop reads it */
         so.executor.launcher = px__fleet_launcher_iface(s->launcher);
         so.executor.transport = PX_RT_TRANSPORT_TCP;
-        so.executor.secret = secret;
-        so.executor.secret_len = sizeof secret;
+        /* Kept: the heal loop's later executors use it too. */
+        so.executor.secret = s->secret;
+        so.executor.secret_len = sizeof s->secret;
         if (st == PX_OK)
             st = px_serve_new(&so, &s->serve, err);
         if (st == PX_OK)
             px_strlcpy(s->addr, px_serve_address(s->serve), sizeof s->addr);
     }
-    OPENSSL_cleanse(secret, sizeof secret);
     OPENSSL_cleanse(key, sizeof key);
     return st;
 }
@@ -245,6 +252,7 @@ static void tick(px_fleet_server *srv)
      * gets its front end. */
     px__serving *start = NULL;
     json_t *start_spec = NULL, *inventory = NULL;
+    char host[48] = "127.0.0.1";
     size_t k;
     json_t *r;
     json_array_foreach(w.rows, k, r)
@@ -279,6 +287,7 @@ static void tick(px_fleet_server *srv)
         s->plan = row.plan ? json_loads(row.plan, 0, NULL) : NULL;
         start_spec = row.spec ? json_loads(row.spec, 0, NULL) : NULL;
         inventory = px__srv_fleet_inventory(srv);
+        px_strlcpy(host, srv->stage_host[0] ? srv->stage_host : "127.0.0.1", sizeof host);
         px_strlcpy(s->state, "starting", sizeof s->state);
         s->busy = true;
         start = s;
@@ -306,7 +315,7 @@ static void tick(px_fleet_server *srv)
     }
     if (start) {
         uint64_t t0 = px_now_ns();
-        px_status st = start_front(srv, start, start_spec, inventory, &err);
+        px_status st = start_front(srv, start, start_spec, inventory, host, &err);
         pthread_mutex_lock(&srv->lock);
         start->busy = false;
         if (st == PX_OK) {

@@ -35,7 +35,8 @@ typedef struct client {
     px_strbuf raw;  /* what came back */
     px_strbuf text; /* the completion's text (the streamed pieces joined) */
     atomic_int chunks;
-    bool done; /* the stream's last event came */
+    bool done;      /* the stream's last event came */
+    char tail[600]; /* the last bytes that came, for messages */
     pthread_t thread;
 } client;
 
@@ -80,6 +81,8 @@ static void *client_main(void *arg)
         return NULL;
     }
     c->done = c->raw.buf && strstr(c->raw.buf, "data: [DONE]") != NULL;
+    if (c->raw.buf)
+        px_strlcpy(c->tail, c->raw.buf + (c->raw.len > 599 ? c->raw.len - 599 : 0), sizeof c->tail);
     for (char *line = c->raw.buf; line && *line;) {
         char *nl = strchr(line, '\n');
         if (nl)
@@ -269,8 +272,10 @@ static void test_deployment_serves_streams_and_heals_across_nodes(void **state)
     for (int i = 0; i < N_CLIENTS; i++) {
         if (live[i].status != 200 || strcmp(live[i].text.buf ?: "", ref[i].text.buf ?: "") != 0) {
             fh_print_log(f.server.log);
-            fail_msg("stream %d (status %ld) differs from the fault-free run:\n%s\n---\n%s", i,
-                     live[i].status, live[i].text.buf ?: "", ref[i].text.buf ?: "");
+            fail_msg("stream %d (status %ld) differs from the fault-free run:\n%s\n---\n%s\n"
+                     "--- its last bytes:\n%s",
+                     i, live[i].status, live[i].text.buf ?: "", ref[i].text.buf ?: "",
+                     live[i].tail);
         }
         assert_true(live[i].done);
     }
