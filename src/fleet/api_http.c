@@ -527,6 +527,13 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         enum MHD_Result ret = (enum MHD_Result)px__ui_serve(&rq, &status);
         count(srv, status, rc->t0);
         return ret;
+    } else if (rc->who.kind == PX__WHO_USER && px__serving_is_route(method, url)) {
+        /* A deployment's OpenAI API: streamed from its front end, without
+         * the server lock. */
+        enum MHD_Result ret = (enum MHD_Result)px__serving_route(
+            srv, conn, method, url, rc->body.buf, rc->body.len, &rc->who);
+        count(srv, 200, rc->t0);
+        return ret;
     } else {
         pthread_mutex_lock(&srv->lock);
         px_err err;

@@ -488,6 +488,7 @@ px_status px_fleet_server_start(const px_fleet_server_options *opt, px_fleet_ser
         }
         srv->listen_thread_started = true;
     }
+    px__serving_start(srv);
     *out = srv;
     return PX_OK;
 fail:
@@ -530,6 +531,8 @@ void px_fleet_server_stop(px_fleet_server *srv)
     /* Long polls wake on `changed` and see `stopping`; then the daemon can
      * join its connection threads. */
     px__api_stop(srv);
+    px__serving_stop(srv);
+    px__srv_stages_free(srv);
     if (srv->sched_thread_started)
         pthread_join(srv->sched_thread, NULL);
     if (srv->listen_thread_started)
@@ -537,6 +540,7 @@ void px_fleet_server_stop(px_fleet_server *srv)
     px__srv_free_jobs(srv);
     px__incidents_free(srv);
     px__srv_deploy_changed(srv);
+    json_decref(srv->evictions);
     px_fleet_sched_free(srv->sched);
     if (srv->store.ops)
         srv->store.ops->close(srv->store.self);
