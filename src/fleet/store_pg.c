@@ -67,6 +67,15 @@ static const char *const migrations[] = {
     "  spec TEXT NOT NULL, state TEXT NOT NULL, plan TEXT, incidents TEXT,"
     "  created BIGINT NOT NULL, updated BIGINT NOT NULL);"
     "CREATE INDEX deployments_owner ON deployments(owner, name);",
+    /* 5: blobs, in chunks, so that replicas share them (a SQLite server
+     * keeps them as files in DATA/blobs, and has no such table). */
+    "CREATE TABLE blobs(digest TEXT PRIMARY KEY, size BIGINT NOT NULL,"
+    "  chunks INTEGER NOT NULL, created BIGINT NOT NULL);"
+    "CREATE TABLE blob_chunks(digest TEXT NOT NULL, n INTEGER NOT NULL, data BYTEA NOT NULL,"
+    "  PRIMARY KEY(digest, n));"
+    /* and cancellations a replica that does not schedule accepted, until
+     * the scheduler takes them. */
+    "CREATE TABLE cancel_requests(job TEXT PRIMARY KEY, at BIGINT NOT NULL);",
 };
 
 int px__store_pg_schema_version(void)
@@ -746,6 +755,42 @@ fail_unlock:
     return err ? err->code : PX_EIO;
 }
 
+/* The row and its notification in one statement, as insert_job: a
+ * notification always means a committed request. */
+static px_status request_cancel(void *self, const char *job, px_err *err)
+{
+    px__pg *st = self;
+    px__pgq q = {0};
+    text(&q, job);
+    i64(&q, px_wall_time());
+    pthread_mutex_lock(&st->mu);
+    px_status rc = run(st,
+                       "WITH c AS (INSERT INTO cancel_requests(job, at) VALUES($1, $2)"
+                       " ON CONFLICT (job) DO NOTHING RETURNING job)"
+                       " SELECT pg_notify('plexus_jobs', job) FROM c",
+                       &q, NULL, "request cancellation", err);
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+static px_status take_cancels(void *self, int max, px__name_cb cb, void *ud, px_err *err)
+{
+    px__pg *st = self;
+    px__pgq q = {0};
+    i64(&q, max);
+    PGresult *r = NULL;
+    pthread_mutex_lock(&st->mu);
+    px_status rc = run(st,
+                       "DELETE FROM cancel_requests WHERE job IN (SELECT job FROM cancel_requests"
+                       " ORDER BY at, job LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING job",
+                       &q, &r, "take cancellations", err);
+    pthread_mutex_unlock(&st->mu);
+    for (int i = 0; rc == PX_OK && i < PQntuples(r); i++)
+        cb(PQgetvalue(r, i, 0), ud);
+    PQclear(r);
+    return rc;
+}
+
 /* A batch: one transaction for the writes of a scheduling pass, so that
  * its decisions cost one commit (one flush of the log) rather than one
  * each.  The server lock is held from batch_begin to batch_end, so no
@@ -776,6 +821,29 @@ static px_status batch_end(void *self, px_err *err)
     }
     pthread_mutex_unlock(&st->mu);
     return rc;
+}
+
+PGconn *px__pg_connect(px__pg *st, const char *what, px_err *err)
+{
+    PGconn *c = PQconnectdb(st->spec);
+    if (!c || PQstatus(c) != CONNECTION_OK) {
+        char line[200];
+        px_err_set(err, PX_EIO, "PostgreSQL %s: %s: cannot connect: %s", st->where, what,
+                   one_line(c ? PQerrorMessage(c) : "out of memory", line, sizeof line));
+        PQfinish(c);
+        return NULL;
+    }
+    PGresult *r = PQexec(c, "SET synchronous_commit = on");
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    if (!ok) {
+        char line[200];
+        px_err_set(err, PX_EIO, "PostgreSQL %s: %s: %s", st->where, what,
+                   one_line(PQerrorMessage(c), line, sizeof line));
+        PQfinish(c);
+        return NULL;
+    }
+    return c;
 }
 
 /* ---- wake-ups: jobs other replicas accepted ---- */
@@ -832,7 +900,7 @@ static px_status wait_jobs(void *self, int timeout_ms, bool *woken, px_err *err)
 }
 
 static px__store_ops pg_ops = {
-    .version = 6,
+    .version = 9,
     .close = pg_close,
     .insert_job = insert_job,
     .update_job = update_job,
@@ -846,6 +914,8 @@ static px__store_ops pg_ops = {
     .wait_jobs = wait_jobs,
     .update_jobs = update_jobs,
     .put_explanations = put_explanations,
+    .request_cancel = request_cancel,
+    .take_cancels = take_cancels,
 };
 static pthread_once_t pg_ops_once = PTHREAD_ONCE_INIT;
 
@@ -853,6 +923,7 @@ static void fill_ops(void)
 {
     px__pg_fill_record_ops(&pg_ops);
     px__pg_fill_deploy_ops(&pg_ops);
+    px__pg_fill_blob_ops(&pg_ops);
 }
 
 bool px__store_is_pg(const char *spec)
