@@ -146,13 +146,52 @@ px_status px__pg_run(px__pg *st, const char *sql, const px__pgq *q, PGresult **r
     return rc;
 }
 
+static void forget_prepared(px__pg *st)
+{
+    for (int i = 0; i < st->n_prepared; i++)
+        free(st->prepared[i].sql);
+    st->n_prepared = 0;
+}
+
+/* The prepared statement of sql: its index, with *parse set when its Parse
+ * must go into this pipeline first; -1 (sent unprepared) when the table is
+ * full or out of memory. */
+static int prepared_slot(px__pg *st, const char *sql, bool *parse)
+{
+    *parse = false;
+    for (int i = 0; i < st->n_prepared; i++)
+        if (strcmp(st->prepared[i].sql, sql) == 0) {
+            *parse = st->prepared[i].state == 0;
+            st->prepared[i].state = PX_MAX(st->prepared[i].state, 1);
+            return i;
+        }
+    if (st->n_prepared == (int)PX_ARRAY_LEN(st->prepared))
+        return -1;
+    char *copy = px_strdup(sql);
+    if (!copy)
+        return -1;
+    st->prepared[st->n_prepared] = (struct px__pg_prepared){copy, 1};
+    *parse = true;
+    return st->n_prepared++;
+}
+
+/* After a pipeline: a Parse that failed (or was skipped after a failure,
+ * or never answered) left no statement behind; it is sent again the next
+ * time. */
+static void settle_prepared(px__pg *st, int slot, bool ok)
+{
+    st->prepared[slot].state = ok ? 2 : 0;
+}
+
 /* The lost connection of a replica that does not schedule is made again;
  * PX_EIO when it stays lost (or holds the lease: lost for good). */
 static px_status check_conn(px__pg *st, const char *what, px_err *err)
 {
     if (st->lost && !st->lease_held) {
-        /* A replica that does not schedule may simply reconnect. */
+        /* A replica that does not schedule may simply reconnect (a new
+         * session, without the statements prepared on the old). */
         PQreset(st->conn);
+        forget_prepared(st);
         if (PQstatus(st->conn) == CONNECTION_OK)
             st->lost = false;
     }
@@ -192,19 +231,38 @@ px_status px__pg_pipeline(px__pg *st, const px__pg_stmt *s, int n, int keep, PGr
             rc = run_one(st, s[i].sql, s[i].q, i == keep ? res : NULL, what, err);
         return rc;
     }
-    int sent = 0;
+    /* What was sent, in order: a statement (its index), or the Parse of a
+     * prepared statement (-1 - its slot). */
+    int *ops = malloc(sizeof *ops * (size_t)n * 2);
+    if (!ops) {
+        PQexitPipelineMode(st->conn);
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    }
+    int sent = 0, n_ops = 0;
     for (; sent < n; sent++) {
         const px__pgq *q = s[sent].q;
-        if (!PQsendQueryParams(st->conn, s[sent].sql, q ? q->n : 0, NULL, q ? q->v : NULL,
-                               q ? q->len : NULL, q ? q->fmt : NULL, 0))
+        bool parse = false;
+        int slot = q ? prepared_slot(st, s[sent].sql, &parse) : -1;
+        char name[16];
+        snprintf(name, sizeof name, "px_%d", slot);
+        if (parse) {
+            if (!PQsendPrepare(st->conn, name, s[sent].sql, 0, NULL))
+                break;
+            ops[n_ops++] = -1 - slot;
+        }
+        if (slot >= 0
+                ? !PQsendQueryPrepared(st->conn, name, q->n, q->v, q->len, q->fmt, 0)
+                : !PQsendQueryParams(st->conn, s[sent].sql, q ? q->n : 0, NULL, q ? q->v : NULL,
+                                     q ? q->len : NULL, q ? q->fmt : NULL, 0))
             break;
+        ops[n_ops++] = sent;
     }
     bool synced = PQpipelineSync(st->conn) == 1;
     if (sent < n || !synced)
         rc = result_error(st, NULL, what, err);
     /* Each statement's result, then NULL; after the first failure the
      * server skips the rest (PGRES_PIPELINE_ABORTED) until the sync. */
-    for (int i = 0; i < sent && synced; i++) {
+    for (int i = 0; i < n_ops && synced; i++) {
         PGresult *r = PQgetResult(st->conn);
         if (!r) {
             if (rc == PX_OK)
@@ -215,13 +273,20 @@ px_status px__pg_pipeline(px__pg *st, const px__pg_stmt *s, int n, int keep, PGr
         bool ok = t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK;
         if (!ok && rc == PX_OK)
             rc = result_error(st, r, what, err);
-        if (ok && i == keep && res)
+        if (ops[i] < 0)
+            settle_prepared(st, -1 - ops[i], ok);
+        if (ok && ops[i] >= 0 && ops[i] == keep && res)
             *res = r;
         else
             PQclear(r);
         while ((r = PQgetResult(st->conn)))
             PQclear(r);
     }
+    /* Parses whose answer never came. */
+    for (int i = 0; i < st->n_prepared; i++)
+        if (st->prepared[i].state == 1)
+            st->prepared[i].state = 0;
+    free(ops);
     if (synced) {
         PGresult *r = PQgetResult(st->conn);
         if (PQresultStatus(r) != PGRES_PIPELINE_SYNC && rc == PX_OK)
@@ -363,6 +428,7 @@ static void pg_close(void *self)
         return;
     PQfinish(st->conn);
     PQfinish(st->listen);
+    forget_prepared(st);
     pthread_mutex_destroy(&st->mu);
     free(st->where);
     free(st->spec);
