@@ -611,11 +611,23 @@ static px_status run_group(px__pg *st, px__pg_stmt *s, int n, const char *what, 
     bool batch = st->batch;
     px__pg_stmt open = {batch ? "SAVEPOINT px_g" : "BEGIN", NULL};
     px__pg_stmt close = {batch ? "RELEASE SAVEPOINT px_g" : "COMMIT", NULL};
-    px_status rc = px__pg_pipeline(st, &open, 1, -1, NULL, what, err);
-    for (int at = 0; rc == PX_OK && at < n; at += PIPELINE_MAX)
-        rc = px__pg_pipeline(st, s + at, PX_MIN(PIPELINE_MAX, n - at), -1, NULL, what, err);
-    if (rc == PX_OK)
-        rc = px__pg_pipeline(st, &close, 1, -1, NULL, what, err);
+    /* The opening goes with the first pipeline and the closing with the
+     * last: a group of up to PIPELINE_MAX rows is one round trip. */
+    px__pg_stmt *part = malloc(sizeof *part * (PIPELINE_MAX + 2));
+    if (!part)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    px_status rc = PX_OK;
+    for (int at = 0; rc == PX_OK && (at < n || at == 0); at += PIPELINE_MAX) {
+        int k = 0, m = PX_MIN(PIPELINE_MAX, n - at);
+        if (at == 0)
+            part[k++] = open;
+        memcpy(part + k, s + at, sizeof *part * (size_t)m);
+        k += m;
+        if (at + m >= n)
+            part[k++] = close;
+        rc = px__pg_pipeline(st, part, k, -1, NULL, what, err);
+    }
+    free(part);
     if (rc != PX_OK && !st->lost)
         run(st, batch ? "ROLLBACK TO SAVEPOINT px_g; RELEASE SAVEPOINT px_g" : "ROLLBACK", NULL,
             NULL, "rollback", NULL);
