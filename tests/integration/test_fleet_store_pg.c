@@ -678,6 +678,39 @@ static void test_pg_cancel_requests_taken_once(void **state)
     free(uri);
 }
 
+/* Statements are prepared once per session as a pipeline first sends
+ * them; one whose preparation the database skipped (after an earlier
+ * statement failed) is prepared again next time. */
+static void test_pg_statements_prepared_again_after_a_failed_pipeline(void **state)
+{
+    (void)state;
+    char *uri = fresh("prepared");
+    if (!uri)
+        skip();
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    px__job_row rows[2];
+    for (int i = 0; i < 2; i++) {
+        rows[i] = (px__job_row){
+            .state = "queued", .attempt = 1, .spec = "{}", .members = "[]", .exit_code = INT_MIN};
+        px_assert_ok(st.ops->insert_job(st.self, &rows[i], &err), &err);
+    }
+    /* The first row fails before the members' statement is first sent. */
+    rows[0].error = "\xff";
+    rows[1].state = "assigned";
+    rows[1].members = "[{\"node\":\"n1\",\"devices\":[],\"state\":\"assigned\"}]";
+    assert_int_equal(st.ops->update_jobs(st.self, rows, 2, &err), PX_EIO);
+    rows[0].error = NULL;
+    px_assert_ok(st.ops->update_jobs(st.self, rows, 2, &err), &err);
+    px_assert_ok(st.ops->update_jobs(st.self, rows, 2, &err), &err);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM members WHERE node = 'n1'"), 1);
+    for (int i = 0; i < 2; i++)
+        free(rows[i].id);
+    st.ops->close(st.self);
+    free(uri);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -691,6 +724,7 @@ int main(void)
         cmocka_unit_test(test_pg_many_jobs_and_explanations_in_one_call),
         cmocka_unit_test(test_pg_blobs_in_chunks_checked_both_ways),
         cmocka_unit_test(test_pg_cancel_requests_taken_once),
+        cmocka_unit_test(test_pg_statements_prepared_again_after_a_failed_pipeline),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
