@@ -392,6 +392,23 @@ typedef struct px__store_ops {
      * store can: a scheduling pass writes its decisions with them. */
     px_status (*update_jobs)(void *self, const px__job_row *rows, int n, px_err *err);
     px_status (*put_explanations)(void *self, const px__explanation_row *rows, int n, px_err *err);
+    /* Version 9.  (optional: NULL, blobs live in DATA/blobs alone) Blobs
+     * in the store, so that replicas share them without a shared folder;
+     * each call streams (constant memory) on a connection of its own,
+     * never under the store's lock.  put_blob stores the size bytes of fd
+     * from offset 0, whose SHA-256 must be hex (64 lowercase hex digits),
+     * committed before it returns; a blob already stored is kept.
+     * get_blob writes the blob to fd (from its current offset) and checks
+     * its size and SHA-256 against what was stored: PX_ENOTFOUND when there
+     * is none, PX_EIO when it differs (then fd holds garbage to drop). */
+    px_status (*put_blob)(void *self, const char *hex, int fd, int64_t size, px_err *err);
+    px_status (*get_blob)(void *self, const char *hex, int fd, int64_t *size, px_err *err);
+    /* (optional: NULL, only the scheduling replica cancels) A cancellation
+     * a replica that does not schedule accepted: recorded (once however
+     * often asked) and the scheduler woken as for a job (wait_jobs);
+     * take_cancels hands over, and forgets, up to max of them. */
+    px_status (*request_cancel)(void *self, const char *job, px_err *err);
+    px_status (*take_cancels)(void *self, int max, px__name_cb cb, void *ud, px_err *err);
 } px__store_ops;
 
 typedef struct px__store {
@@ -800,6 +817,12 @@ void px__api_fail(px__api_resp *rs, const px_err *err);
 json_t *px__api_body_json(const px__api_req *rq, px__api_resp *rs);
 /* api_user.c / api_agent.c: route a request, server lock held. */
 bool px__api_user_route(px__api_req *rq, px__api_resp *rs);
+/* GET /v1/blobs/<digest>, before the server lock is taken for the route:
+ * a node's right to the blob is checked (under the lock, briefly), then
+ * the blob is fetched from the store into DATA/blobs where it is not
+ * there yet, without the lock.  0 when the route goes on, else the status
+ * of the reply set in rs. */
+int px__api_blob_prepare(px__api_req *rq, px__api_resp *rs);
 bool px__api_agent_route(px__api_req *rq, px__api_resp *rs);
 /* api_deploy.c: /v1/deployments, server lock held. */
 bool px__api_deploy_route(px__api_req *rq, px__api_resp *rs);
@@ -842,6 +865,13 @@ px_status px__artifact_dir(const char *data_dir, const char *job, const char *na
 px_status px__write_all(int fd, const void *data, size_t len, px_err *err);
 px_status px__blob_path(const char *data_dir, const char *hex, char *out, size_t n, px_err *err);
 px_status px__open_read(const char *path, int *fd, size_t *size, px_err *err);
+/* Makes DATA/blobs/<hex> hold the blob: there already, or fetched from a
+ * store that keeps blobs (ops put_blob/get_blob), checked against its
+ * digest, made durable and renamed into place.  PX_ENOTFOUND when neither
+ * has it.  Without the server lock (it may take long). */
+px_status px__blob_fetch(px_fleet_server *srv, const char *hex, px_err *err);
+/* Whether the store keeps blobs (so that replicas share them). */
+bool px__store_has_blobs(const px__store *store);
 /* Waits on srv->changed until the deadline (monotonic ns); false when it
  * passed or the server is stopping. */
 bool px__srv_wait(px_fleet_server *srv, uint64_t deadline_ns);
