@@ -67,6 +67,12 @@ static const char *const migrations[] = {
     "  spec TEXT NOT NULL, state TEXT NOT NULL, plan TEXT, incidents TEXT,"
     "  created BIGINT NOT NULL, updated BIGINT NOT NULL);"
     "CREATE INDEX deployments_owner ON deployments(owner, name);",
+    /* 5: what a deployment's front end reports (serving figures and
+     * incidents), a ring per deployment and kind, gone with the deployment. */
+    "CREATE TABLE deployment_records(deployment TEXT NOT NULL"
+    "  REFERENCES deployments(name) ON DELETE CASCADE, kind TEXT NOT NULL,"
+    "  seq BIGINT NOT NULL, at BIGINT NOT NULL, body TEXT NOT NULL,"
+    "  PRIMARY KEY(deployment, kind, seq));",
 };
 
 int px__store_pg_schema_version(void)
@@ -832,7 +838,7 @@ static px_status wait_jobs(void *self, int timeout_ms, bool *woken, px_err *err)
 }
 
 static px__store_ops pg_ops = {
-    .version = 6,
+    .version = 7,
     .close = pg_close,
     .insert_job = insert_job,
     .update_job = update_job,
