@@ -114,8 +114,9 @@ static void test_front_end_reports_observations_and_incidents(void **state)
     assert_int_equal(px_fleet_report_observation(node, "chat", obs, &seq, &err), PX_EINVAL);
     px_assert_contains(err.msg, "unknown member \"tokens_per_sec\"");
     json_decref(obs);
-    assert_int_equal(px_fleet_report_observation(node, "nope", json_object(), &seq, &err),
-                     PX_ENOTFOUND);
+    json_t *empty = json_object();
+    assert_int_equal(px_fleet_report_observation(node, "nope", empty, &seq, &err), PX_ENOTFOUND);
+    json_decref(empty);
     /* Nodes report; they do not read. */
     refused(&f, cred, "GET", "/v1/deployments/chat/observations", NULL, 403, "owner's token");
     refused(&f, cred, "GET", "/v1/deployments/chat", NULL, 403, "user's token");
