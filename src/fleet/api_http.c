@@ -290,7 +290,8 @@ static auth_need need_of(const char *method, const char *url)
         return AUTH_JOIN;
     if (px_str_starts_with(url, "/v1/agent/"))
         return AUTH_NODE;
-    if (px_str_starts_with(url, "/v1/blobs/") && strcmp(method, "GET") == 0)
+    if ((px_str_starts_with(url, "/v1/blobs/") && strcmp(method, "GET") == 0) ||
+        px__api_deploy_node_may(method, url))
         return AUTH_USER_OR_NODE;
     return AUTH_USER;
 }
@@ -304,7 +305,7 @@ static int authorize(px_fleet_server *srv, struct MHD_Connection *conn, const ch
     if (need == AUTH_NONE || need == AUTH_UI)
         return 0;
     const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    if (!h && need == AUTH_USER) {
+    if (!h && (need == AUTH_USER || need == AUTH_USER_OR_NODE)) {
         /* The dashboard's pages call the API with their session cookie. */
         int st = px__ui_cookie_auth(srv, conn, method, who, rs);
         if (st >= 0)

@@ -286,6 +286,10 @@ typedef struct px__explanation_row {
 
 typedef void (*px__job_cb)(const px__job_row *row, void *ud);
 typedef void (*px__deploy_cb)(const px__deploy_row *row, void *ud);
+/* One record of a deployment (list_deploy_records): its sequence number
+ * within (deployment, kind), when it was stored (Unix milliseconds) and
+ * its JSON text. */
+typedef void (*px__deploy_record_cb)(int64_t seq, int64_t at, const char *body, void *ud);
 typedef void (*px__node_cb)(const char *name, const char *reg_json, const char *state,
                             int64_t last_seen, void *ud);
 typedef void (*px__credential_cb)(const char *node, const char *sha256_hex, void *ud);
@@ -392,6 +396,21 @@ typedef struct px__store_ops {
      * store can: a scheduling pass writes its decisions with them. */
     px_status (*update_jobs)(void *self, const px__job_row *rows, int n, px_err *err);
     px_status (*put_explanations)(void *self, const px__explanation_row *rows, int n, px_err *err);
+    /* Version 7.  Records a deployment's front end reports, of a kind
+     * ("observation": serving figures; "incident": a recovery), kept as a
+     * ring per deployment and kind.  append_deploy_record stores body (JSON
+     * text) with the next sequence number of (deployment, kind) into *seq
+     * and drops the records older than the latest `keep`, all or nothing;
+     * PX_ENOTFOUND when there is no such deployment.  The records go with
+     * their deployment (delete_deployment). */
+    px_status (*append_deploy_record)(void *self, const char *deployment, const char *kind,
+                                      int64_t at, const char *body, int keep, int64_t *seq,
+                                      px_err *err);
+    /* Records of (deployment, kind) with seq > after, oldest first, at most
+     * limit. */
+    px_status (*list_deploy_records)(void *self, const char *deployment, const char *kind,
+                                     int64_t after, int limit, px__deploy_record_cb cb, void *ud,
+                                     px_err *err);
     /* Version 9.  (optional: NULL, blobs live in DATA/blobs alone) Blobs
      * in the store, so that replicas share them without a shared folder;
      * each call streams (constant memory) on a connection of its own,
@@ -577,6 +596,9 @@ struct px_fleet_server {
     void *daemon;          /* struct MHD_Daemon */
     json_t *incidents;     /* ui_incidents.c: node-loss incidents, oldest first */
     json_t *deploy_models; /* server_deploy.c: node -> models of its deployments; NULL: stale */
+    /* server_deploy_records.c: deployment -> {"observations": seq,
+     * "incidents": seq}, the latest stored since the server started. */
+    json_t *deploy_reported;
     int incident_seq;
     /* server_stages.c: stage workers of deployments ordered from agents,
      * and each node's assignments polls (a node without one is lost). */
@@ -745,6 +767,45 @@ bool px__serving_is_route(const char *method, const char *url);
 int px__serving_route(px_fleet_server *srv, void *conn, const char *method, const char *url,
                       const char *body, size_t len, const px__who *who);
 
+/* server_deploy_records.c: what a deployment's front end reports. */
+#define PX__DEPLOY_OBSERVATIONS_KEPT 720 /* an hour at one report each 5 s */
+#define PX__DEPLOY_INCIDENTS_KEPT    100
+#define PX__DEPLOY_OBSERVATION_MAX   (16u << 10)  /* body bytes */
+#define PX__DEPLOY_INCIDENT_MAX      (256u << 10) /* body bytes */
+#define PX__DEPLOY_STAGES_MAX        256
+#define PX__DEPLOY_CANDIDATES_MAX    64
+#define PX__DEPLOY_TIMELINE_MAX      256
+typedef enum px__deploy_record_kind {
+    PX__RECORD_OBSERVATION,
+    PX__RECORD_INCIDENT,
+} px__deploy_record_kind;
+/* Checks an observation (borrowed; untrusted: {"tokens_per_s", "ttft_s":
+ * {"p50", "p99"}, "tpot_s", "running", "queued", "requests", "replica",
+ * "window_s", "stages": [{"stage", "replica", "step_s"}]}, figures in
+ * seconds) and returns its normalized form (new reference), or NULL with
+ * err naming the member and the fix. */
+json_t *px__deploy_observation_check(const json_t *body, px_err *err);
+/* Checks an incident: a complete plexus.incident/1 record within the
+ * bounds above; returns a copy, or NULL with err. */
+json_t *px__deploy_incident_check(const json_t *body, px_err *err);
+/* Stores a checked record for the deployment with who reported it; *seq
+ * gets its number.  Wakes the dashboard's streams.  Server lock held. */
+px_status px__srv_deploy_record(px_fleet_server *srv, const char *deployment,
+                                px__deploy_record_kind kind, const json_t *record,
+                                const px__who *reporter, int64_t *seq, px_err *err);
+/* The deployment's records after seq `after`, oldest first, at most limit,
+ * each with its "seq" and "at" (Unix seconds); NULL with err. */
+json_t *px__srv_deploy_records(px_fleet_server *srv, const char *deployment,
+                               px__deploy_record_kind kind, int64_t after, int limit, px_err *err);
+/* {"observations": seq, "incidents": seq}: the latest reported since the
+ * server started (0: none yet), so that a page knows when to fetch. */
+json_t *px__srv_deploy_reported(px_fleet_server *srv, const char *deployment);
+/* Forgets the deployment's latest numbers (it was undeployed). */
+void px__srv_deploy_forget(px_fleet_server *srv, const char *deployment);
+/* The plan record's predictions the observations answer to: tokens_per_s,
+ * ttft_s, tpot_s and per stage (and replica) the step time. */
+json_t *px__deploy_predicted(const json_t *plan_record);
+
 /* server_auth.c: principals.  px__auth_identify takes auth_lock itself;
  * the others run under the server lock. */
 /* Loads the token file and options (users, join tokens), node
@@ -826,6 +887,9 @@ int px__api_blob_prepare(px__api_req *rq, px__api_resp *rs);
 bool px__api_agent_route(px__api_req *rq, px__api_resp *rs);
 /* api_deploy.c: /v1/deployments, server lock held. */
 bool px__api_deploy_route(px__api_req *rq, px__api_resp *rs);
+/* Whether a node's credential may call method on url: a deployment's
+ * reports (NAME/observations, NAME/incidents). */
+bool px__api_deploy_node_may(const char *method, const char *url);
 
 /* Appends text as valid UTF-8: bytes that are not become U+FFFD. */
 void px__api_add_utf8(px_strbuf *sb, const unsigned char *p, size_t n);

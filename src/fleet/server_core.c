@@ -567,6 +567,7 @@ void px_fleet_server_stop(px_fleet_server *srv)
     px__incidents_free(srv);
     px__srv_deploy_changed(srv);
     json_decref(srv->evictions);
+    json_decref(srv->deploy_reported);
     px_fleet_sched_free(srv->sched);
     if (srv->store.ops)
         srv->store.ops->close(srv->store.self);

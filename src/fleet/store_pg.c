@@ -76,6 +76,12 @@ static const char *const migrations[] = {
     /* and cancellations a replica that does not schedule accepted, until
      * the scheduler takes them. */
     "CREATE TABLE cancel_requests(job TEXT PRIMARY KEY, at BIGINT NOT NULL);",
+    /* 6: what a deployment's front end reports (serving figures and
+     * incidents), a ring per deployment and kind, gone with the deployment. */
+    "CREATE TABLE deployment_records(deployment TEXT NOT NULL"
+    "  REFERENCES deployments(name) ON DELETE CASCADE, kind TEXT NOT NULL,"
+    "  seq BIGINT NOT NULL, at BIGINT NOT NULL, body TEXT NOT NULL,"
+    "  PRIMARY KEY(deployment, kind, seq));",
 };
 
 int px__store_pg_schema_version(void)

@@ -469,6 +469,7 @@ static void test_pg_store_keeps_deployments_by_name(void **state)
     px_err err;
     px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
     store_deploy_check(&st, reopen_pg);
+    store_deploy_records_check(&st);
     st.ops->close(st.self);
     assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM deployments"), 2);
     free(uri);
