@@ -331,6 +331,21 @@ static json_t *binding_json(px__plan_ctx *ctx, const px__plan_result *r)
                           num(e->stages[s].decode_s));
     if (px_json_push(arr, o))
         goto fail;
+    /* Host cores: the replicas' stages on one host's cores (cpu and
+     * emulated devices, the executor) ask for most of them. */
+    for (uint32_t i = 0; i < r->layout.n_replicas; i++) {
+        const px_cost_estimate *ei = &r->est[i];
+        if (ei->host_node == PX_HW_NONE || ei->host_cores_s < 0.8 * ei->step_s)
+            continue;
+        const px_hw_view *v = px_hw_graph_view(ctx->fleet->graph);
+        if (px_json_push(arr,
+                         json_pack("{s:s, s:s, s:i, s:o, s:o, s:o}", "kind", "host-cores", "node",
+                                   v->nodes[ei->host_node].id, "replica", (json_int_t)i, "cores",
+                                   num(v->nodes[ei->host_node].cpu_cores.value), "floor_s",
+                                   num(ei->host_cores_s), "step_s", num(ei->step_s))))
+            goto fail;
+        break;
+    }
     const px_plan_slo *slo = &ctx->req->slo;
     if (slo->tpot_s > 0 && r->tpot_p99 >= 0.8 * slo->tpot_s &&
         px_json_push(arr, json_pack("{s:s, s:o, s:o}", "kind", "slo-tpot", "p99", num(r->tpot_p99),
