@@ -507,6 +507,19 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
     }
 }
 
+/* The slot of node id among the n in node[], added at the end (*fresh)
+ * when it is not there yet; the caller's arrays hold room for it. */
+static size_t node_slot(uint32_t *node, size_t *n, uint32_t id, bool *fresh)
+{
+    size_t at = 0;
+    while (at < *n && node[at] != id)
+        at++;
+    *fresh = at == *n;
+    if (*fresh)
+        node[(*n)++] = id;
+    return at;
+}
+
 /* Host memory is a node's, not a stage's: the host KV of every stage on one
  * node (each device's share on its own node) is summed against that node's
  * memory.  True when a node is over its limit: *stage gets the last stage
@@ -526,14 +539,11 @@ static bool host_over(const px_cost_fleet *f, const px_cost_params *p, const px_
             continue;
         for (uint32_t k = 0; k < st->tp; k++) {
             const px_cost_device *d = &f->devices[st->devices[k]];
-            size_t at = 0;
-            while (at < n && node[at] != d->node)
-                at++;
-            if (at == n) {
-                node[n] = d->node;
-                bytes[n] = 0;
-                limit[n] = d->host_mem * (1.0 - p->headroom);
-                n++;
+            bool fresh;
+            size_t at = node_slot(node, &n, d->node, &fresh);
+            if (fresh) {
+                bytes[at] = 0;
+                limit[at] = d->host_mem * (1.0 - p->headroom);
             }
             bytes[at] += share;
             last[at] = i;
@@ -632,14 +642,11 @@ static void host_cores_floor(const px_cost_fleet *f, const px_cost_pipeline *pip
             double need = mb * e->serve_s * busy + (i == 0 && k == 0 ? exec : 0);
             if (d->host_cores <= 0 || need <= 0)
                 continue;
-            size_t at = 0;
-            while (at < n && node[at] != d->node)
-                at++;
-            if (at == n) {
-                node[n] = d->node;
-                demand[n] = 0;
-                cores[n] = d->host_cores;
-                n++;
+            bool fresh;
+            size_t at = node_slot(node, &n, d->node, &fresh);
+            if (fresh) {
+                demand[at] = 0;
+                cores[at] = d->host_cores;
             }
             demand[at] += need;
         }

@@ -81,28 +81,14 @@ static void write_pair(px__jw *w, const char *key, const char *k1, const px_qty 
     px__jw_end_object(w);
 }
 
-/* A count of processors: a plain number, or an object with its provenance. */
+/* A count of processors (a plain number, PX_DIM_NONE), with its
+ * provenance as every quantity; absent when 0. */
 static void write_count(px__jw *w, const char *key, const px_qty *q)
 {
     if (q->value <= 0)
         return;
     px__jw_key(w, key);
-    if (q->prov.kind == PX_PROV_UNSPECIFIED && !q->prov.source && !q->prov.at) {
-        px__jw_real(w, q->value);
-        return;
-    }
-    px__jw_begin_object(w);
-    if (q->prov.at) {
-        char t[32];
-        px_time_format(q->prov.at, t);
-        px__jw_kstr(w, "at", t);
-    }
-    if (q->prov.kind != PX_PROV_UNSPECIFIED)
-        px__jw_kstr(w, "provenance", px_prov_kind_name(q->prov.kind));
-    px__jw_kstr(w, "source", q->prov.source);
-    px__jw_key(w, "value");
-    px__jw_real(w, q->value);
-    px__jw_end_object(w);
+    px__jw_qty(w, q);
 }
 
 /* Whether sorted index list a holds x. */
