@@ -180,7 +180,9 @@ static json_t *stage_json(const px__plan_ctx *ctx, const px_cost_pipeline *p, ui
     }
     if (px_json_set(pred, "decode_s_per_token", interval(dec)) ||
         px_json_set(pred, "prefill_s", interval(pf)) ||
-        px_json_set(pred, "transfer_s_per_token", num(se->xfer_s)))
+        px_json_set(pred, "transfer_s_per_token", num(se->xfer_s)) ||
+        (se->host_core_s > 0 &&
+         px_json_set(pred, "host_core_s_per_micro_batch", num(se->host_core_s))))
         goto fail;
     bool offload = d0->cls == PX_HW_CLASS_CPU && any_accel(ctx, p);
     if (px_json_set(o, "index", json_integer(i)) || px_json_set(o, "devices", device_ids(ctx, s)) ||
