@@ -83,83 +83,130 @@ INLINE void q4_k_scales(const uint8_t *s12, uint64_t *scales, uint64_t *mins)
     *mins = (uint64_t)m_hi << 32 | (u[1] & k1);
 }
 
-INLINE float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
+/* Lane l of the pair sums of values 64s .. 64s + 63 (int16 lanes, two
+ * values each) takes the scale of 32-value group 2s + GROUP_Q4_K[l]
+ * (Q4_K), or of 16-value group 4s + GROUP_Q6_K[l] (Q6_K). */
+static const int16_t GROUP_Q4_K[32] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                       1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+static const int16_t GROUP_Q6_K[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                       2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+
+/* The dots of one weight row with nx activation rows (xq, ldxq bytes
+ * apart): each super-block's values and scales are decoded once for all
+ * of them; each row's integers and float steps are the single dot's. */
+INLINE void dotn_k(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq, uint32_t nx,
+                   uint32_t n, float *out)
 {
     size_t bb = px_dtype_block_bytes(t);
-    float acc = 0;
-    /* Q4_K: the pair sums of values 64s + 2l, 64s + 2l + 1 (int16 lane l)
-     * take the scale of 32-value group 2s + l / 16; Q6_K: of 16-value
-     * group 4s + l / 8. */
+    bool q4 = t == PX_DTYPE_Q4_K;
+    float acc[PX__RT_QDOT_ROWS] = {0};
     __m512i group[4];
-    for (uint32_t s = 0; s < 4; s++) {
-        int16_t idx[32];
-        for (uint32_t l = 0; l < 32; l++)
-            idx[l] = (int16_t)(t == PX_DTYPE_Q4_K ? 2 * s + l / 16 : 4 * s + l / 8);
-        group[s] = _mm512_loadu_si512(idx);
-    }
+    __m512i base = _mm512_loadu_si512(q4 ? GROUP_Q4_K : GROUP_Q6_K);
+    for (uint32_t s = 0; s < 4; s++)
+        group[s] = _mm512_add_epi16(base, _mm512_set1_epi16((short)(q4 ? 2 * s : 4 * s)));
     for (uint32_t i = 0; i < n / PX__RT_QK; i++) {
         const uint8_t *blk = w + i * bb, *xb = xq + (size_t)i * PX__RT_Q8_K_BYTES;
-        __m256i bsums = load256(xb + 260);
         __m512i scales;
-        int32_t sumi = 0, summ = 0;
+        /* Q4_K: each min twice, one per 16 values, against the
+         * activations' sums of 16; Q6_K: the scales times -32 (the
+         * offset), against the same sums.  Exact in int16 and int32. */
+        __m256i per16;
         float d, dmin = 0;
-        if (t == PX_DTYPE_Q4_K) {
+        if (q4) {
             uint64_t sc8, m8;
             q4_k_scales(blk + 4, &sc8, &m8);
             scales =
                 _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_cvtsi64_si128((long long)sc8)));
-            /* Mins times the activations' sums over each 32 values. */
-            __m256i sums32 = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
-            __m256i m32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8));
-            summ = hsum256_i32(_mm256_mullo_epi32(sums32, m32));
+            __m128i m = _mm_cvtsi64_si128((long long)m8);
+            per16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
             d = f16_at(blk);
             dmin = f16_at(blk + 2);
         } else {
             __m256i sc16 =
                 _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));
             scales = _mm512_castsi256_si512(sc16);
-            /* The offset of 32, against each group's activation sum. */
-            sumi = -32 * hsum256_i32(_mm256_madd_epi16(bsums, sc16));
+            per16 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5));
             d = f16_at(blk + 208);
         }
-        __m512i sum = _mm512_setzero_si512();
+        __m512i sum[PX__RT_QDOT_ROWS];
+        for (uint32_t r = 0; r < nx; r++)
+            sum[r] = _mm512_setzero_si512();
         for (uint32_t s = 0; s < 4; s++) {
-            __m512i p16 =
-                _mm512_maddubs_epi16(values64(t, blk, s), _mm512_loadu_si512(xb + 4 + 64 * s));
+            __m512i v = values64(t, blk, s);
             __m512i sc = _mm512_permutexvar_epi16(group[s], scales);
-            sum = _mm512_add_epi32(sum, _mm512_madd_epi16(p16, sc));
+            for (uint32_t r = 0; r < nx; r++) {
+                __m512i p16 =
+                    _mm512_maddubs_epi16(v, _mm512_loadu_si512(xb + r * ldxq + 4 + 64 * s));
+                sum[r] = _mm512_add_epi32(sum[r], _mm512_madd_epi16(p16, sc));
+            }
         }
-        sumi += _mm512_reduce_add_epi32(sum);
-        float dx;
-        memcpy(&dx, xb, sizeof dx);
-        float v = (dx * d) * (float)sumi;
-        if (t == PX_DTYPE_Q4_K)
-            v = v - (dx * dmin) * (float)summ;
-        acc = acc + v;
+        for (uint32_t r = 0; r < nx; r++) {
+            const uint8_t *xr = xb + r * ldxq;
+            __m256i m = _mm256_madd_epi16(load256(xr + 260), per16);
+            int32_t sumi, summ = 0;
+            if (q4) {
+                sumi = _mm512_reduce_add_epi32(sum[r]);
+                summ = hsum256_i32(m);
+            } else {
+                sumi = _mm512_reduce_add_epi32(_mm512_add_epi32(sum[r], _mm512_castsi256_si512(m)));
+            }
+            float dx;
+            memcpy(&dx, xr, sizeof dx);
+            float v = (dx * d) * (float)sumi;
+            if (q4)
+                v = v - (dx * dmin) * (float)summ;
+            acc[r] = acc[r] + v;
+        }
     }
-    return acc;
+    for (uint32_t r = 0; r < nx; r++)
+        out[r] = acc[r];
 }
 
-static TGT float dot_q4_k(const uint8_t *w, const uint8_t *xq, uint32_t n)
-{
-    return dot_k(PX_DTYPE_Q4_K, w, xq, n);
-}
+/* dotn_k with nx a constant, for each format. */
+#define DOTN(name, fmt)                                                                 \
+    static TGT void name(const uint8_t *w, const uint8_t *xq, size_t ldxq, uint32_t nx, \
+                         uint32_t n, float *out)                                        \
+    {                                                                                   \
+        switch (nx) {                                                                   \
+        case 1:                                                                         \
+            dotn_k(fmt, w, xq, ldxq, 1, n, out);                                        \
+            break;                                                                      \
+        case 2:                                                                         \
+            dotn_k(fmt, w, xq, ldxq, 2, n, out);                                        \
+            break;                                                                      \
+        case 3:                                                                         \
+            dotn_k(fmt, w, xq, ldxq, 3, n, out);                                        \
+            break;                                                                      \
+        default:                                                                        \
+            dotn_k(fmt, w, xq, ldxq, 4, n, out);                                        \
+            break;                                                                      \
+        }                                                                               \
+    }
+DOTN(dotn_q4_k, PX_DTYPE_Q4_K)
+DOTN(dotn_q6_k, PX_DTYPE_Q6_K)
+#undef DOTN
 
-static TGT float dot_q6_k(const uint8_t *w, const uint8_t *xq, uint32_t n)
+void px__rt_quant_dotn_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
+                            uint32_t n_x, uint32_t n, float *out)
 {
-    return dot_k(PX_DTYPE_Q6_K, w, xq, n);
+    PX_ASSERT(n_x >= 1 && n_x <= PX__RT_QDOT_ROWS);
+    switch (t) {
+    case PX_DTYPE_Q4_K:
+        dotn_q4_k(w, xq, ldxq, n_x, n, out);
+        break;
+    case PX_DTYPE_Q6_K:
+        dotn_q6_k(w, xq, ldxq, n_x, n, out);
+        break;
+    default:
+        px__rt_quant_dotn_x86(t, w, xq, ldxq, n_x, n, out);
+    }
 }
 
 float px__rt_quant_dot_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
 {
-    switch (t) {
-    case PX_DTYPE_Q4_K:
-        return dot_q4_k(w, xq, n);
-    case PX_DTYPE_Q6_K:
-        return dot_q6_k(w, xq, n);
-    default:
-        return px__rt_quant_dot_x86(t, w, xq, n);
-    }
+    float v;
+    px__rt_quant_dotn_x512(t, w, xq, 0, 1, n, &v);
+    return v;
 }
 
 px__rt_quant_dot_fn px__rt_quant_dot_avx512(void)

@@ -164,6 +164,12 @@ TGT float px__rt_quant_dot_x86(px_dtype t, const uint8_t *w, const uint8_t *xq, 
     return dot_k(t, w, xq, n);
 }
 
+void px__rt_quant_dotn_x86(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
+                           uint32_t n_x, uint32_t n, float *out)
+{
+    px__rt_quant_dotn_loop(px__rt_quant_dot_x86, t, w, xq, ldxq, n_x, n, out);
+}
+
 px__rt_quant_dot_fn px__rt_quant_dot_avx2(void)
 {
     return px__rt_kernels_avx2() ? px__rt_quant_dot_x86 : NULL;

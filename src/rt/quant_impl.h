@@ -49,10 +49,9 @@
 #define PX__RT_Q8_0_ACT_BYTES 34u
 #define PX__RT_Q8_K_BYTES     292u
 
-/* Values quantized at a time: a matrix-vector product quantizes its
- * activation rows in chunks of this many values (a multiple of 256), so
- * that the buffers stay on the stack.  A row's result is the sum, in
- * order, of its chunks' results. */
+/* Values per dot: a row longer than this is the sum, in order, of its
+ * chunks' dots (a multiple of 256), so that a caller may quantize its
+ * activations a chunk at a time into a buffer on the stack. */
 #define PX__RT_QCHUNK       4096u
 #define PX__RT_QCHUNK_BYTES (PX__RT_QCHUNK / PX__RT_QK * PX__RT_Q8_K_BYTES)
 
@@ -109,15 +108,37 @@ float px__rt_quant_dot_x86(px_dtype t, const uint8_t *w, const uint8_t *xq, uint
 float px__rt_quant_dot_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n);
 #endif
 
-/* y[r*ldy + i] = dot(row i of w, x + r*ldx) for i in [i0, i1), r < n_x
- * (at most PX_RT_SMALL_BATCH), weights of dtype t (px__rt_quant_handles)
- * and k values per row, with the given dot. */
-void px__rt_quant_matvec(px__rt_quant_dot_fn dot, px_dtype t, const void *w, size_t row_bytes,
-                         uint32_t k, uint32_t i0, uint32_t i1, const float *x, size_t ldx,
-                         uint32_t n_x, float *y, size_t ldy);
-/* The same for any number of activation rows, PX_RT_SMALL_BATCH at a
- * time (a row's result is the same in every group). */
-void px__rt_quant_matmul(px__rt_quant_dot_fn dot, px_dtype t, const void *w, size_t row_bytes,
+/* Activation rows a weight row's blocks are decoded for at once. */
+#define PX__RT_QDOT_ROWS 4u
+
+/* out[r] = dot(w, xq + r * ldxq, n) for r < n_x (1 .. PX__RT_QDOT_ROWS):
+ * each result bit for bit the single dot's; a variant decodes each weight
+ * block once for all the rows. */
+typedef void (*px__rt_quant_dotn_fn)(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
+                                     uint32_t n_x, uint32_t n, float *out);
+/* dotn as one dot per activation row. */
+void px__rt_quant_dotn_loop(px__rt_quant_dot_fn dot, px_dtype t, const uint8_t *w,
+                            const uint8_t *xq, size_t ldxq, uint32_t n_x, uint32_t n, float *out);
+extern const px__rt_quant_dotn_fn px__rt_quant_dotn_portable;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* The avx2 and avx512 dotn: callable where px__rt_quant_dot_avx2()
+ * (px__rt_quant_dot_avx512()) returns a dot. */
+void px__rt_quant_dotn_x86(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
+                           uint32_t n_x, uint32_t n, float *out);
+void px__rt_quant_dotn_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
+                            uint32_t n_x, uint32_t n, float *out);
+#endif
+
+/* y[r*ldy + i] = dot(row i of w, activation row r) for i in [i0, i1) and
+ * r < n_x (any number), weights of dtype t (px__rt_quant_handles) with k
+ * values per row, activation row r quantized for t (px__rt_quant_act
+ * over all k values) at xq + r * ldxq.  A row longer than PX__RT_QCHUNK
+ * values is the sum, in order, of its chunks' dots. */
+void px__rt_quant_gemm(px__rt_quant_dotn_fn dotn, px_dtype t, const void *w, size_t row_bytes,
+                       uint32_t k, uint32_t i0, uint32_t i1, const uint8_t *xq, size_t ldxq,
+                       uint32_t n_x, float *y, size_t ldy);
+/* The same from f32 activation rows (x + r * ldx), quantized here once. */
+void px__rt_quant_matmul(px__rt_quant_dotn_fn dotn, px_dtype t, const void *w, size_t row_bytes,
                          uint32_t k, uint32_t i0, uint32_t i1, const float *x, size_t ldx,
                          uint32_t n_x, float *y, size_t ldy);
 
