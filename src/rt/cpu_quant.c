@@ -108,17 +108,16 @@ void px__rt_quant_gemm(px__rt_quant_dotn_fn dotn, px_dtype t, const void *w, siz
         uint32_t e = b + PX_MIN(tile, i1 - b);
         for (uint32_t r = 0; r < n_x; r += PX__RT_QDOT_ROWS) {
             uint32_t nr = PX_MIN(n_x - r, PX__RT_QDOT_ROWS);
-            const uint8_t *xr = xq + r * ldxq;
-            for (uint32_t i = b; i < e; i++) {
-                const uint8_t *row = (const uint8_t *)w + (size_t)i * row_bytes;
-                for (uint32_t c0 = 0; c0 < k; c0 += PX__RT_QCHUNK) {
-                    uint32_t n = PX_MIN(PX__RT_QCHUNK, k - c0);
+            for (uint32_t c0 = 0; c0 < k; c0 += PX__RT_QCHUNK) {
+                uint32_t n = PX_MIN(PX__RT_QCHUNK, k - c0);
+                const uint8_t *wc = (const uint8_t *)w + c0 / be * bb;
+                const uint8_t *xc = xq + r * ldxq + px__rt_quant_act_bytes(t, c0);
+                float *yr = y + (size_t)r * ldy;
+                for (uint32_t i = b; i < e; i++) {
                     float v[PX__RT_QDOT_ROWS];
-                    dotn(t, row + c0 / be * bb, xr + px__rt_quant_act_bytes(t, c0), ldxq, nr, n, v);
-                    for (uint32_t q = 0; q < nr; q++) {
-                        float *out = &y[(r + q) * ldy + i];
-                        *out = c0 == 0 ? v[q] : *out + v[q];
-                    }
+                    dotn(t, wc + (size_t)i * row_bytes, xc, ldxq, nr, n, v);
+                    for (uint32_t q = 0; q < nr; q++)
+                        yr[q * ldy + i] = c0 == 0 ? v[q] : yr[q * ldy + i] + v[q];
                 }
             }
         }
