@@ -162,6 +162,133 @@ INLINE void dotn_k(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
         out[r] = acc[r];
 }
 
+/* Four lanes' sums of four int32 vectors: lane r of the result is the
+ * sum of v[r]'s lanes (exact). */
+INLINE __m128i sums4(const __m128i v[4])
+{
+    return _mm_hadd_epi32(_mm_hadd_epi32(v[0], v[1]), _mm_hadd_epi32(v[2], v[3]));
+}
+
+INLINE __m128i fold512(__m512i v)
+{
+    __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+INLINE __m128i fold256(__m256i v)
+{
+    return _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+}
+
+/* The dots of four weight rows (rb bytes apart) with one activation row,
+ * each the single dot's bits: the same integers, and the super-block's
+ * float steps done in four lanes at once, one per row, in the single
+ * dot's order (separate roundings, no fused operations). */
+INLINE void dotw_k(px_dtype t, const uint8_t *w, size_t rb, const uint8_t *xq, uint32_t n,
+                   float *out)
+{
+    size_t bb = px_dtype_block_bytes(t);
+    bool q4 = t == PX_DTYPE_Q4_K;
+    __m128 acc = _mm_setzero_ps();
+    __m512i group[4];
+    __m512i base = _mm512_loadu_si512(q4 ? GROUP_Q4_K : GROUP_Q6_K);
+    for (uint32_t s = 0; s < 4; s++)
+        group[s] = _mm512_add_epi16(base, _mm512_set1_epi16((short)(q4 ? 2 * s : 4 * s)));
+    for (uint32_t i = 0; i < n / PX__RT_QK; i++) {
+        const uint8_t *xb = xq + (size_t)i * PX__RT_Q8_K_BYTES;
+        __m512i x[4];
+        for (uint32_t s = 0; s < 4; s++)
+            x[s] = _mm512_loadu_si512(xb + 4 + 64 * s);
+        __m256i bsums = load256(xb + 260);
+        __m128i isum[4], imin[4];
+        uint16_t dh[4], mh[4];
+        for (uint32_t r = 0; r < 4; r++) {
+            const uint8_t *blk = w + r * rb + i * bb;
+            __m512i scales;
+            __m256i per16;
+            if (q4) {
+                uint64_t sc8, m8;
+                q4_k_scales(blk + 4, &sc8, &m8);
+                scales =
+                    _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_cvtsi64_si128((long long)sc8)));
+                __m128i m = _mm_cvtsi64_si128((long long)m8);
+                per16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
+                memcpy(&dh[r], blk, 2);
+                memcpy(&mh[r], blk + 2, 2);
+            } else {
+                __m256i sc16 = _mm256_cvtepi8_epi16(
+                    _mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));
+                scales = _mm512_castsi256_si512(sc16);
+                per16 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5));
+                memcpy(&dh[r], blk + 208, 2);
+                mh[r] = 0;
+            }
+            __m512i sum = _mm512_setzero_si512();
+            for (uint32_t s = 0; s < 4; s++) {
+                __m512i p16 = _mm512_maddubs_epi16(values64(t, blk, s), x[s]);
+                sum = _mm512_add_epi32(
+                    sum, _mm512_madd_epi16(p16, _mm512_permutexvar_epi16(group[s], scales)));
+            }
+            __m256i m = _mm256_madd_epi16(bsums, per16);
+            if (q4) {
+                isum[r] = fold512(sum);
+                imin[r] = fold256(m);
+            } else {
+                isum[r] = fold512(_mm512_add_epi32(sum, _mm512_castsi256_si512(m)));
+            }
+        }
+        float dx;
+        memcpy(&dx, xb, sizeof dx);
+        __m128 vdx = _mm_set1_ps(dx);
+        __m128 d = _mm_cvtph_ps(
+            _mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3], 0, 0, 0, 0));
+        __m128 v = _mm_mul_ps(_mm_mul_ps(vdx, d), _mm_cvtepi32_ps(sums4(isum)));
+        if (q4) {
+            __m128 dmin = _mm_cvtph_ps(
+                _mm_setr_epi16((short)mh[0], (short)mh[1], (short)mh[2], (short)mh[3], 0, 0, 0, 0));
+            v = _mm_sub_ps(v, _mm_mul_ps(_mm_mul_ps(vdx, dmin), _mm_cvtepi32_ps(sums4(imin))));
+        }
+        acc = _mm_add_ps(acc, v);
+    }
+    _mm_storeu_ps(out, acc);
+}
+
+static TGT void dotw_q4_k(const uint8_t *w, size_t rb, const uint8_t *xq, uint32_t n, float *out)
+{
+    dotw_k(PX_DTYPE_Q4_K, w, rb, xq, n, out);
+}
+
+static TGT void dotw_q6_k(const uint8_t *w, size_t rb, const uint8_t *xq, uint32_t n, float *out)
+{
+    dotw_k(PX_DTYPE_Q6_K, w, rb, xq, n, out);
+}
+
+bool px__rt_quant_matvec_x512(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                              uint32_t i1, const uint8_t *xq, float *y)
+{
+    if (t != PX_DTYPE_Q4_K && t != PX_DTYPE_Q6_K)
+        return false;
+    for (uint32_t c0 = 0; c0 < k; c0 += PX__RT_QCHUNK) {
+        uint32_t n = PX_MIN(PX__RT_QCHUNK, k - c0);
+        const uint8_t *wc = (const uint8_t *)w + c0 / PX__RT_QK * px_dtype_block_bytes(t);
+        const uint8_t *xc = xq + px__rt_quant_act_bytes(t, c0);
+        for (uint32_t i = i0; i < i1; i += 4) {
+            float v[4];
+            uint32_t nr = PX_MIN(i1 - i, 4);
+            if (nr == 4 && t == PX_DTYPE_Q4_K)
+                dotw_q4_k(wc + (size_t)i * row_bytes, row_bytes, xc, n, v);
+            else if (nr == 4)
+                dotw_q6_k(wc + (size_t)i * row_bytes, row_bytes, xc, n, v);
+            else
+                for (uint32_t r = 0; r < nr; r++)
+                    px__rt_quant_dotn_x512(t, wc + (size_t)(i + r) * row_bytes, xc, 0, 1, n, &v[r]);
+            for (uint32_t r = 0; r < nr; r++)
+                y[i + r] = c0 == 0 ? v[r] : y[i + r] + v[r];
+        }
+    }
+    return true;
+}
+
 /* dotn_k with nx a constant, for each format. */
 #define DOTN(name, fmt)                                                                 \
     static TGT void name(const uint8_t *w, const uint8_t *xq, size_t ldxq, uint32_t nx, \

@@ -307,20 +307,26 @@ static void test_quant_products_cross_tile_boundaries(void **state)
                     want[(size_t)q * rows + i] = v;
                 }
             for (size_t v = 0; v < 3 && variants[v]; v++)
-                for (int path = 0; path < 2; path++) {
+                for (int path = 0; path < 3; path++) {
                     for (size_t j = 0; j < (size_t)NX * rows; j++)
                         got[j] = NAN;
                     if (path == 0)
                         variants[v]->matmul_quant(t, w, rb, k, i0, i1, xq, ab, NX, got, rows);
-                    else
+                    else if (path == 1)
                         variants[v]->matmul(t, w, rb, k, i0, i1, x, k, NX, got, rows);
+                    else /* one activation row at a time (decode) */
+                        for (uint32_t q = 0; q < NX; q++)
+                            variants[v]->matmul_quant(t, w, rb, k, i0, i1, xq + q * ab, ab, 1,
+                                                      got + (size_t)q * rows, rows);
                     for (size_t j = 0; j < (size_t)NX * rows; j++)
                         if (memcmp(&got[j], &want[j], sizeof(float)) != 0)
                             fail_msg("%s, k %u, %s %s: activation row %zu, weight row %zu of "
                                      "[%u, %u): %.9g, the single dot %.9g",
                                      px_dtype_name(t), k, variants[v]->name,
-                                     path ? "matmul" : "matmul_quant", j / rows, j % rows, i0, i1,
-                                     (double)got[j], (double)want[j]);
+                                     path == 1 ? "matmul"
+                                     : path    ? "matmul_quant, one row"
+                                               : "matmul_quant",
+                                     j / rows, j % rows, i0, i1, (double)got[j], (double)want[j]);
                 }
             free(w);
             free(xq);
