@@ -41,13 +41,50 @@ INLINE __m512i join(__m256i lo, __m256i hi)
 
 /* Values 64s .. 64s + 63 of a super-block as unsigned bytes (Q6_K's
  * before its offset of 32). */
+/* Bit `bits` + 1 of bytes of v in the upper half, bit `bits` in the
+ * lower, as 0 or 1 per byte (bits + 1 <= 7). */
+INLINE __m512i bit_pairs(__m256i v, uint32_t bits)
+{
+    __m512i j = join(v, _mm256_srli_epi16(v, 1));
+    return _mm512_and_si512(_mm512_srl_epi16(j, _mm_cvtsi32_si128((int)bits)), _mm512_set1_epi8(1));
+}
+
+/* Two-bit fields at 4 * (s % 2) (lower half) and two above (upper) of 32
+ * bytes. */
+INLINE __m512i crumbs(__m256i raw, uint32_t s)
+{
+    __m512i j = join(raw, _mm256_srli_epi16(raw, 2));
+    return _mm512_and_si512(_mm512_srl_epi16(j, _mm_cvtsi32_si128((int)(4 * (s % 2)))),
+                            _mm512_set1_epi8(3));
+}
+
 INLINE __m512i values64(px_dtype t, const uint8_t *blk, uint32_t s)
 {
     const __m512i m4 = _mm512_set1_epi8(0xF);
-    if (t == PX_DTYPE_Q4_K) {
+    switch (t) {
+    case PX_DTYPE_Q4_K: {
         /* Values 64s.. are the low nibbles of 32 bytes, then the high. */
         __m256i raw = load256(blk + 16 + 32 * s);
         return _mm512_and_si512(join(raw, _mm256_srli_epi16(raw, 4)), m4);
+    }
+    case PX_DTYPE_Q5_K: {
+        /* Q4_K's nibbles (from byte 48), and bit c of qh (bytes 16..47)
+         * as the fifth bit of 32-value chunk c = 2s, 2s + 1. */
+        __m256i raw = load256(blk + 48 + 32 * s);
+        __m512i lo = _mm512_and_si512(join(raw, _mm256_srli_epi16(raw, 4)), m4);
+        return _mm512_or_si512(lo, _mm512_slli_epi16(bit_pairs(load256(blk + 16), 2 * s), 4));
+    }
+    case PX_DTYPE_Q2_K:
+        /* 32-value chunk c is the bits 2 (c % 4) of qs[32 (c / 4) ..]. */
+        return crumbs(load256(blk + 16 + 32 * (s / 2)), s);
+    case PX_DTYPE_Q3_K: {
+        /* Q2_K's layout from byte 32, and bit c of hmask (bytes 0..31)
+         * as the third bit; the offset of 4 is taken apart. */
+        __m512i lo = crumbs(load256(blk + 32 + 32 * (s / 2)), s);
+        return _mm512_or_si512(lo, _mm512_slli_epi16(bit_pairs(load256(blk), 2 * s), 2));
+    }
+    default:
+        break;
     }
     /* Q6_K: half h = s / 2 of the super-block; its low four bits are the
      * nibbles of ql[64h .. 64h + 63] (low ones for s even, high for odd),
@@ -98,21 +135,24 @@ INLINE void dotn_k(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
                    uint32_t n, float *out)
 {
     size_t bb = px_dtype_block_bytes(t);
-    bool q4 = t == PX_DTYPE_Q4_K;
+    /* Q4_K, Q5_K: a scale and a min per 32 values; the others per 16. */
+    bool per32 = t == PX_DTYPE_Q4_K || t == PX_DTYPE_Q5_K;
+    bool has_min = per32 || t == PX_DTYPE_Q2_K;
     float acc[PX__RT_QDOT_ROWS] = {0};
     __m512i group[4];
-    __m512i base = _mm512_loadu_si512(q4 ? GROUP_Q4_K : GROUP_Q6_K);
+    __m512i base = _mm512_loadu_si512(per32 ? GROUP_Q4_K : GROUP_Q6_K);
     for (uint32_t s = 0; s < 4; s++)
-        group[s] = _mm512_add_epi16(base, _mm512_set1_epi16((short)(q4 ? 2 * s : 4 * s)));
+        group[s] = _mm512_add_epi16(base, _mm512_set1_epi16((short)(per32 ? 2 * s : 4 * s)));
     for (uint32_t i = 0; i < n / PX__RT_QK; i++) {
         const uint8_t *blk = w + i * bb, *xb = xq + (size_t)i * PX__RT_Q8_K_BYTES;
         __m512i scales;
-        /* Q4_K: each min twice, one per 16 values, against the
-         * activations' sums of 16; Q6_K: the scales times -32 (the
-         * offset), against the same sums.  Exact in int16 and int32. */
+        /* Per 16 values, against the activations' sums of 16: the mins
+         * (Q4_K, Q5_K: each twice; Q2_K), or the scales times minus the
+         * offset (Q3_K: 4, Q6_K: 32), which add to the sum.  Exact in
+         * int16 and int32. */
         __m256i per16;
         float d, dmin = 0;
-        if (q4) {
+        if (per32) {
             uint64_t sc8, m8;
             q4_k_scales(blk + 4, &sc8, &m8);
             scales =
@@ -121,6 +161,21 @@ INLINE void dotn_k(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
             per16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
             d = f16_at(blk);
             dmin = f16_at(blk + 2);
+        } else if (t == PX_DTYPE_Q2_K) {
+            /* Byte j: scale j in its low nibble, min j in the high. */
+            __m128i b = _mm_loadu_si128((const __m128i *)(const void *)blk);
+            __m128i m4 = _mm_set1_epi8(0xF);
+            scales = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(b, m4)));
+            per16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(b, 4), m4));
+            d = f16_at(blk + 80);
+            dmin = f16_at(blk + 82);
+        } else if (t == PX_DTYPE_Q3_K) {
+            px__rt_qblock b;
+            px__rt_quant_scales(t, blk, &b);
+            __m256i sc16 = load256((const uint8_t *)b.sc);
+            scales = _mm512_castsi256_si512(sc16);
+            per16 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 2));
+            d = b.d;
         } else {
             __m256i sc16 =
                 _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));
@@ -144,7 +199,7 @@ INLINE void dotn_k(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
             const uint8_t *xr = xb + r * ldxq;
             __m256i m = _mm256_madd_epi16(load256(xr + 260), per16);
             int32_t sumi, summ = 0;
-            if (q4) {
+            if (has_min) {
                 sumi = _mm512_reduce_add_epi32(sum[r]);
                 summ = hsum256_i32(m);
             } else {
@@ -153,7 +208,7 @@ INLINE void dotn_k(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
             float dx;
             memcpy(&dx, xr, sizeof dx);
             float v = (dx * d) * (float)sumi;
-            if (q4)
+            if (has_min)
                 v = v - (dx * dmin) * (float)summ;
             acc[r] = acc[r] + v;
         }
@@ -309,7 +364,10 @@ bool px__rt_quant_matvec_x512(px_dtype t, const void *w, size_t row_bytes, uint3
             break;                                                                      \
         }                                                                               \
     }
+DOTN(dotn_q2_k, PX_DTYPE_Q2_K)
+DOTN(dotn_q3_k, PX_DTYPE_Q3_K)
 DOTN(dotn_q4_k, PX_DTYPE_Q4_K)
+DOTN(dotn_q5_k, PX_DTYPE_Q5_K)
 DOTN(dotn_q6_k, PX_DTYPE_Q6_K)
 #undef DOTN
 
@@ -318,8 +376,17 @@ void px__rt_quant_dotn_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, siz
 {
     PX_ASSERT(n_x >= 1 && n_x <= PX__RT_QDOT_ROWS);
     switch (t) {
+    case PX_DTYPE_Q2_K:
+        dotn_q2_k(w, xq, ldxq, n_x, n, out);
+        break;
+    case PX_DTYPE_Q3_K:
+        dotn_q3_k(w, xq, ldxq, n_x, n, out);
+        break;
     case PX_DTYPE_Q4_K:
         dotn_q4_k(w, xq, ldxq, n_x, n, out);
+        break;
+    case PX_DTYPE_Q5_K:
+        dotn_q5_k(w, xq, ldxq, n_x, n, out);
         break;
     case PX_DTYPE_Q6_K:
         dotn_q6_k(w, xq, ldxq, n_x, n, out);
