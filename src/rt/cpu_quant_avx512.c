@@ -1,12 +1,18 @@
 /*
- * AVX-512 (BW, VL) dot products of Q4_K and Q6_K weights with Q8_K
- * activations, chosen at run time with the avx512 kernels; the other
- * block formats run the AVX2 dots (cpu_quant_x86.c).  They reproduce
- * cpu_quant.c's results bit for bit: 64 values per step, the integer sums
- * per 16 values scaled and added in int32 (exact whatever their
- * grouping: unsigned values <= 63 times int8 activations in int16 pairs,
- * times scales of at most 128 in magnitude), then the super-block's float
- * expression in scalar code, in the definition's order.
+ * AVX-512 (BW, VL) dot products of the k-quants (Q2_K .. Q6_K) with Q8_K
+ * activations, chosen at run time with the avx512 kernels; Q4_0 and Q5_0
+ * run the AVX2 dots (cpu_quant_x86.c).  They reproduce cpu_quant.c's
+ * results bit for bit: 64 values per step, the integer sums per 16 (or
+ * 32) values scaled and added in int32 (exact whatever their grouping:
+ * unsigned values <= 63 times int8 activations in int16 pairs, times
+ * scales of at most 128 in magnitude), then the super-block's float
+ * expression in the definition's order.
+ *
+ * Two shapes share one weight decode among several dots: up to four
+ * activation rows per weight row (prefill: dotn_k), and for one
+ * activation row four weight rows at a time (decode: dotw_k), whose
+ * float steps run in four lanes, one per weight row, each lane the
+ * scalar expression's operations in its order.
  */
 #include "base/common.h"
 
