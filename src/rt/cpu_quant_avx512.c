@@ -111,21 +111,6 @@ INLINE float f16_at(const uint8_t *p)
     return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(p[0] | p[1] << 8)));
 }
 
-/* Q4_K's eight six-bit scales and mins (one per 32 values) from its 12
- * scale bytes, as cpu_quant.c's decoding: scale j < 4 is the low six bits
- * of byte j and min j of byte j + 4; j >= 4 takes the nibbles of byte
- * j + 4 and the top two bits of bytes j - 4 (scale) and j (min). */
-INLINE void q4_k_scales(const uint8_t *s12, uint64_t *scales, uint64_t *mins)
-{
-    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
-    uint32_t u[3];
-    memcpy(u, s12, sizeof u);
-    uint32_t sc_hi = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
-    uint32_t m_hi = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
-    *scales = (uint64_t)sc_hi << 32 | (u[0] & k1);
-    *mins = (uint64_t)m_hi << 32 | (u[1] & k1);
-}
-
 /* Lane l of the pair sums of values 64s .. 64s + 63 (int16 lanes, two
  * values each) takes the scale of 32-value group 2s + GROUP_Q4_K[l]
  * (Q4_K), or of 16-value group 4s + GROUP_Q6_K[l] (Q6_K). */
@@ -160,7 +145,7 @@ INLINE void dotn_k(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
         float d, dmin = 0;
         if (per32) {
             uint64_t sc8, m8;
-            q4_k_scales(blk + 4, &sc8, &m8);
+            px__rt_q4_k_scales(blk + 4, &sc8, &m8);
             scales =
                 _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_cvtsi64_si128((long long)sc8)));
             __m128i m = _mm_cvtsi64_si128((long long)m8);
@@ -269,7 +254,7 @@ INLINE void dotw_k(px_dtype t, const uint8_t *w, size_t rb, const uint8_t *xq, u
             __m256i per16;
             if (q4) {
                 uint64_t sc8, m8;
-                q4_k_scales(blk + 4, &sc8, &m8);
+                px__rt_q4_k_scales(blk + 4, &sc8, &m8);
                 scales =
                     _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_cvtsi64_si128((long long)sc8)));
                 __m128i m = _mm_cvtsi64_si128((long long)m8);

@@ -121,7 +121,7 @@ INLINE __m256i k_values(px_dtype t, const uint8_t *blk, uint32_t c)
     }
 }
 
-static TGT float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
+INLINE float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
 {
     size_t bb = px_dtype_block_bytes(t);
     int32_t offset = t == PX_DTYPE_Q3_K ? 4 : t == PX_DTYPE_Q6_K ? 32 : 0;
@@ -157,11 +157,36 @@ static TGT float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t
     return acc;
 }
 
+/* dot_k with the format a constant, so that its value decoding is the
+ * format's alone. */
+#define DOT_K(name, fmt)                                                   \
+    static TGT float name(const uint8_t *w, const uint8_t *xq, uint32_t n) \
+    {                                                                      \
+        return dot_k(fmt, w, xq, n);                                       \
+    }
+DOT_K(dot_q2_k, PX_DTYPE_Q2_K)
+DOT_K(dot_q3_k, PX_DTYPE_Q3_K)
+DOT_K(dot_q4_k, PX_DTYPE_Q4_K)
+DOT_K(dot_q5_k, PX_DTYPE_Q5_K)
+DOT_K(dot_q6_k, PX_DTYPE_Q6_K)
+#undef DOT_K
+
 TGT float px__rt_quant_dot_x86(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
 {
-    if (px__rt_quant_act_dtype(t) == PX_DTYPE_Q8_0)
+    switch (t) {
+    case PX_DTYPE_Q2_K:
+        return dot_q2_k(w, xq, n);
+    case PX_DTYPE_Q3_K:
+        return dot_q3_k(w, xq, n);
+    case PX_DTYPE_Q4_K:
+        return dot_q4_k(w, xq, n);
+    case PX_DTYPE_Q5_K:
+        return dot_q5_k(w, xq, n);
+    case PX_DTYPE_Q6_K:
+        return dot_q6_k(w, xq, n);
+    default:
         return dot_legacy(t, w, xq, n);
-    return dot_k(t, w, xq, n);
+    }
 }
 
 void px__rt_quant_dotn_x86(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,

@@ -66,6 +66,22 @@ typedef struct px__rt_qblock {
     bool has_min;
 } px__rt_qblock;
 
+/* Q4_K's (and Q5_K's) eight six-bit scales and mins (one per 32 values)
+ * from its 12 scale bytes, byte j of *scales and *mins: scale j < 4 is the
+ * low six bits of byte j and min j of byte j + 4; j >= 4 takes the
+ * nibbles of byte j + 4 and the top two bits of bytes j - 4 (scale) and j
+ * (min).  Word-wide masks, no loop. */
+static inline void px__rt_q4_k_scales(const uint8_t *s12, uint64_t *scales, uint64_t *mins)
+{
+    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+    uint32_t u[3];
+    memcpy(u, s12, sizeof u);
+    uint32_t sc_hi = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+    uint32_t m_hi = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+    *scales = (uint64_t)sc_hi << 32 | (u[0] & k1);
+    *mins = (uint64_t)m_hi << 32 | (u[1] & k1);
+}
+
 /* Decodes the scales (d, dmin, sc, m, has_min) of the block at blk. */
 void px__rt_quant_scales(px_dtype t, const uint8_t *blk, px__rt_qblock *out);
 /* Decodes block b of a row of dtype t (px__rt_quant_handles(t)). */
