@@ -119,6 +119,71 @@ static const int16_t GROUP_Q4_K[32] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 static const int16_t GROUP_Q6_K[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
 
+/* Q4_K, Q5_K: a scale and a min per 32 values; the others per 16. */
+INLINE bool per32(px_dtype t)
+{
+    return t == PX_DTYPE_Q4_K || t == PX_DTYPE_Q5_K;
+}
+
+INLINE bool has_min(px_dtype t)
+{
+    return per32(t) || t == PX_DTYPE_Q2_K;
+}
+
+/* The scale indices of the four 64-value steps (GROUP_Q4_K, GROUP_Q6_K). */
+INLINE void k_groups(px_dtype t, __m512i group[4])
+{
+    __m512i base = _mm512_loadu_si512(per32(t) ? GROUP_Q4_K : GROUP_Q6_K);
+    for (uint32_t s = 0; s < 4; s++)
+        group[s] = _mm512_add_epi16(base, _mm512_set1_epi16((short)(per32(t) ? 2 * s : 4 * s)));
+}
+
+/* Where a super-block's f16 d lies; dmin follows it (formats with mins). */
+INLINE uint32_t d_offset(px_dtype t)
+{
+    switch (t) {
+    case PX_DTYPE_Q2_K:
+        return 80;
+    case PX_DTYPE_Q3_K:
+        return 108;
+    case PX_DTYPE_Q6_K:
+        return 208;
+    default:
+        return 0;
+    }
+}
+
+/* A super-block's scales (int16, indexed by k_groups) and per16: per 16 values, against the
+ * activations' sums of 16, the mins (Q4_K, Q5_K: each twice; Q2_K), or the scales times minus the
+ * offset (Q3_K: 4, Q6_K: 32), which add to the sum.  Exact in int16 and int32. */
+INLINE void k_scales(px_dtype t, const uint8_t *blk, __m512i *scales, __m256i *per16)
+{
+    if (per32(t)) {
+        uint64_t sc8, m8;
+        px__rt_q4_k_scales(blk + 4, &sc8, &m8);
+        *scales = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_cvtsi64_si128((long long)sc8)));
+        __m128i m = _mm_cvtsi64_si128((long long)m8);
+        *per16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
+    } else if (t == PX_DTYPE_Q2_K) {
+        /* Byte j: scale j in its low nibble, min j in the high. */
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)blk);
+        __m128i m4 = _mm_set1_epi8(0xF);
+        *scales = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(b, m4)));
+        *per16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(b, 4), m4));
+    } else if (t == PX_DTYPE_Q3_K) {
+        px__rt_qblock b;
+        px__rt_quant_scales(t, blk, &b);
+        __m256i sc16 = load256((const uint8_t *)b.sc);
+        *scales = _mm512_castsi256_si512(sc16);
+        *per16 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 2));
+    } else {
+        __m256i sc16 =
+            _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));
+        *scales = _mm512_castsi256_si512(sc16);
+        *per16 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5));
+    }
+}
+
 /* The dots of one weight row with nx activation rows (xq, ldxq bytes
  * apart): each super-block's values and scales are decoded once for all
  * of them; each row's integers and float steps are the single dot's. */
@@ -126,54 +191,15 @@ INLINE void dotn_k(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
                    uint32_t n, float *out)
 {
     size_t bb = px_dtype_block_bytes(t);
-    /* Q4_K, Q5_K: a scale and a min per 32 values; the others per 16. */
-    bool per32 = t == PX_DTYPE_Q4_K || t == PX_DTYPE_Q5_K;
-    bool has_min = per32 || t == PX_DTYPE_Q2_K;
     float acc[PX__RT_QDOT_ROWS] = {0};
     __m512i group[4];
-    __m512i base = _mm512_loadu_si512(per32 ? GROUP_Q4_K : GROUP_Q6_K);
-    for (uint32_t s = 0; s < 4; s++)
-        group[s] = _mm512_add_epi16(base, _mm512_set1_epi16((short)(per32 ? 2 * s : 4 * s)));
+    k_groups(t, group);
     for (uint32_t i = 0; i < n / PX__RT_QK; i++) {
         const uint8_t *blk = w + i * bb, *xb = xq + (size_t)i * PX__RT_Q8_K_BYTES;
         __m512i scales;
-        /* Per 16 values, against the activations' sums of 16: the mins
-         * (Q4_K, Q5_K: each twice; Q2_K), or the scales times minus the
-         * offset (Q3_K: 4, Q6_K: 32), which add to the sum.  Exact in
-         * int16 and int32. */
         __m256i per16;
-        float d, dmin = 0;
-        if (per32) {
-            uint64_t sc8, m8;
-            px__rt_q4_k_scales(blk + 4, &sc8, &m8);
-            scales =
-                _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_cvtsi64_si128((long long)sc8)));
-            __m128i m = _mm_cvtsi64_si128((long long)m8);
-            per16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
-            d = f16_at(blk);
-            dmin = f16_at(blk + 2);
-        } else if (t == PX_DTYPE_Q2_K) {
-            /* Byte j: scale j in its low nibble, min j in the high. */
-            __m128i b = _mm_loadu_si128((const __m128i *)(const void *)blk);
-            __m128i m4 = _mm_set1_epi8(0xF);
-            scales = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(b, m4)));
-            per16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(b, 4), m4));
-            d = f16_at(blk + 80);
-            dmin = f16_at(blk + 82);
-        } else if (t == PX_DTYPE_Q3_K) {
-            px__rt_qblock b;
-            px__rt_quant_scales(t, blk, &b);
-            __m256i sc16 = load256((const uint8_t *)b.sc);
-            scales = _mm512_castsi256_si512(sc16);
-            per16 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 2));
-            d = b.d;
-        } else {
-            __m256i sc16 =
-                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));
-            scales = _mm512_castsi256_si512(sc16);
-            per16 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5));
-            d = f16_at(blk + 208);
-        }
+        k_scales(t, blk, &scales, &per16);
+        float d = f16_at(blk + d_offset(t)), dmin = has_min(t) ? f16_at(blk + d_offset(t) + 2) : 0;
         __m512i sum[PX__RT_QDOT_ROWS];
         for (uint32_t r = 0; r < nx; r++)
             sum[r] = _mm512_setzero_si512();
@@ -190,7 +216,7 @@ INLINE void dotn_k(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
             const uint8_t *xr = xb + r * ldxq;
             __m256i m = _mm256_madd_epi16(load256(xr + 260), per16);
             int32_t sumi, summ = 0;
-            if (has_min) {
+            if (has_min(t)) {
                 sumi = _mm512_reduce_add_epi32(sum[r]);
                 summ = hsum256_i32(m);
             } else {
@@ -199,7 +225,7 @@ INLINE void dotn_k(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
             float dx;
             memcpy(&dx, xr, sizeof dx);
             float v = (dx * d) * (float)sumi;
-            if (has_min)
+            if (has_min(t))
                 v = v - (dx * dmin) * (float)summ;
             acc[r] = acc[r] + v;
         }
@@ -213,6 +239,14 @@ INLINE void dotn_k(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
 INLINE __m128i sums4(const __m128i v[4])
 {
     return _mm_hadd_epi32(_mm_hadd_epi32(v[0], v[1]), _mm_hadd_epi32(v[2], v[3]));
+}
+
+/* Four f16 as floats (exact, as f16_at). */
+INLINE __m128 halves4(const uint16_t h[4])
+{
+    uint64_t u;
+    memcpy(&u, h, sizeof u);
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)u));
 }
 
 INLINE __m128i fold512(__m512i v)
@@ -234,12 +268,9 @@ INLINE void dotw_k(px_dtype t, const uint8_t *w, size_t rb, const uint8_t *xq, u
                    float *out)
 {
     size_t bb = px_dtype_block_bytes(t);
-    bool q4 = t == PX_DTYPE_Q4_K;
     __m128 acc = _mm_setzero_ps();
     __m512i group[4];
-    __m512i base = _mm512_loadu_si512(q4 ? GROUP_Q4_K : GROUP_Q6_K);
-    for (uint32_t s = 0; s < 4; s++)
-        group[s] = _mm512_add_epi16(base, _mm512_set1_epi16((short)(q4 ? 2 * s : 4 * s)));
+    k_groups(t, group);
     for (uint32_t i = 0; i < n / PX__RT_QK; i++) {
         const uint8_t *xb = xq + (size_t)i * PX__RT_Q8_K_BYTES;
         __m512i x[4];
@@ -247,28 +278,15 @@ INLINE void dotw_k(px_dtype t, const uint8_t *w, size_t rb, const uint8_t *xq, u
             x[s] = _mm512_loadu_si512(xb + 4 + 64 * s);
         __m256i bsums = load256(xb + 260);
         __m128i isum[4], imin[4];
-        uint16_t dh[4], mh[4];
+        uint16_t dh[4], mh[4] = {0};
         for (uint32_t r = 0; r < 4; r++) {
             const uint8_t *blk = w + r * rb + i * bb;
             __m512i scales;
             __m256i per16;
-            if (q4) {
-                uint64_t sc8, m8;
-                px__rt_q4_k_scales(blk + 4, &sc8, &m8);
-                scales =
-                    _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_cvtsi64_si128((long long)sc8)));
-                __m128i m = _mm_cvtsi64_si128((long long)m8);
-                per16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
-                memcpy(&dh[r], blk, 2);
-                memcpy(&mh[r], blk + 2, 2);
-            } else {
-                __m256i sc16 = _mm256_cvtepi8_epi16(
-                    _mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));
-                scales = _mm512_castsi256_si512(sc16);
-                per16 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5));
-                memcpy(&dh[r], blk + 208, 2);
-                mh[r] = 0;
-            }
+            k_scales(t, blk, &scales, &per16);
+            memcpy(&dh[r], blk + d_offset(t), 2);
+            if (has_min(t))
+                memcpy(&mh[r], blk + d_offset(t) + 2, 2);
             __m512i sum = _mm512_setzero_si512();
             for (uint32_t s = 0; s < 4; s++) {
                 __m512i p16 = _mm512_maddubs_epi16(values64(t, blk, s), x[s]);
@@ -276,7 +294,7 @@ INLINE void dotw_k(px_dtype t, const uint8_t *w, size_t rb, const uint8_t *xq, u
                     sum, _mm512_madd_epi16(p16, _mm512_permutexvar_epi16(group[s], scales)));
             }
             __m256i m = _mm256_madd_epi16(bsums, per16);
-            if (q4) {
+            if (has_min(t)) {
                 isum[r] = fold512(sum);
                 imin[r] = fold256(m);
             } else {
@@ -286,34 +304,50 @@ INLINE void dotw_k(px_dtype t, const uint8_t *w, size_t rb, const uint8_t *xq, u
         float dx;
         memcpy(&dx, xb, sizeof dx);
         __m128 vdx = _mm_set1_ps(dx);
-        __m128 d = _mm_cvtph_ps(
-            _mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3], 0, 0, 0, 0));
-        __m128 v = _mm_mul_ps(_mm_mul_ps(vdx, d), _mm_cvtepi32_ps(sums4(isum)));
-        if (q4) {
-            __m128 dmin = _mm_cvtph_ps(
-                _mm_setr_epi16((short)mh[0], (short)mh[1], (short)mh[2], (short)mh[3], 0, 0, 0, 0));
-            v = _mm_sub_ps(v, _mm_mul_ps(_mm_mul_ps(vdx, dmin), _mm_cvtepi32_ps(sums4(imin))));
-        }
+        __m128 v = _mm_mul_ps(_mm_mul_ps(vdx, halves4(dh)), _mm_cvtepi32_ps(sums4(isum)));
+        if (has_min(t))
+            v = _mm_sub_ps(v,
+                           _mm_mul_ps(_mm_mul_ps(vdx, halves4(mh)), _mm_cvtepi32_ps(sums4(imin))));
         acc = _mm_add_ps(acc, v);
     }
     _mm_storeu_ps(out, acc);
 }
 
-static TGT void dotw_q4_k(const uint8_t *w, size_t rb, const uint8_t *xq, uint32_t n, float *out)
-{
-    dotw_k(PX_DTYPE_Q4_K, w, rb, xq, n, out);
-}
-
-static TGT void dotw_q6_k(const uint8_t *w, size_t rb, const uint8_t *xq, uint32_t n, float *out)
-{
-    dotw_k(PX_DTYPE_Q6_K, w, rb, xq, n, out);
-}
+#define DOTW(name, fmt)                                                                          \
+    static TGT void name(const uint8_t *w, size_t rb, const uint8_t *xq, uint32_t n, float *out) \
+    {                                                                                            \
+        dotw_k(fmt, w, rb, xq, n, out);                                                          \
+    }
+DOTW(dotw_q2_k, PX_DTYPE_Q2_K)
+DOTW(dotw_q3_k, PX_DTYPE_Q3_K)
+DOTW(dotw_q4_k, PX_DTYPE_Q4_K)
+DOTW(dotw_q5_k, PX_DTYPE_Q5_K)
+DOTW(dotw_q6_k, PX_DTYPE_Q6_K)
+#undef DOTW
 
 bool px__rt_quant_matvec_x512(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                               uint32_t i1, const uint8_t *xq, float *y)
 {
-    if (t != PX_DTYPE_Q4_K && t != PX_DTYPE_Q6_K)
+    void (*dotw)(const uint8_t *, size_t, const uint8_t *, uint32_t, float *);
+    switch (t) {
+    case PX_DTYPE_Q2_K:
+        dotw = dotw_q2_k;
+        break;
+    case PX_DTYPE_Q3_K:
+        dotw = dotw_q3_k;
+        break;
+    case PX_DTYPE_Q4_K:
+        dotw = dotw_q4_k;
+        break;
+    case PX_DTYPE_Q5_K:
+        dotw = dotw_q5_k;
+        break;
+    case PX_DTYPE_Q6_K:
+        dotw = dotw_q6_k;
+        break;
+    default:
         return false;
+    }
     for (uint32_t c0 = 0; c0 < k; c0 += PX__RT_QCHUNK) {
         uint32_t n = PX_MIN(PX__RT_QCHUNK, k - c0);
         const uint8_t *wc = (const uint8_t *)w + c0 / PX__RT_QK * px_dtype_block_bytes(t);
@@ -321,10 +355,8 @@ bool px__rt_quant_matvec_x512(px_dtype t, const void *w, size_t row_bytes, uint3
         for (uint32_t i = i0; i < i1; i += 4) {
             float v[4];
             uint32_t nr = PX_MIN(i1 - i, 4);
-            if (nr == 4 && t == PX_DTYPE_Q4_K)
-                dotw_q4_k(wc + (size_t)i * row_bytes, row_bytes, xc, n, v);
-            else if (nr == 4)
-                dotw_q6_k(wc + (size_t)i * row_bytes, row_bytes, xc, n, v);
+            if (nr == 4)
+                dotw(wc + (size_t)i * row_bytes, row_bytes, xc, n, v);
             else
                 for (uint32_t r = 0; r < nr; r++)
                     px__rt_quant_dotn_x512(t, wc + (size_t)(i + r) * row_bytes, xc, 0, 1, n, &v[r]);
