@@ -129,7 +129,22 @@ INLINE float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
     px__rt_qblock b;
     for (uint32_t i = 0; i < n / PX__RT_QK; i++) {
         const uint8_t *blk = w + i * bb, *xb = xq + (size_t)i * PX__RT_Q8_K_BYTES;
-        px__rt_quant_scales(t, blk, &b);
+        if (t == PX_DTYPE_Q4_K || t == PX_DTYPE_Q5_K) {
+            /* px__rt_quant_scales's values, each scale and min twice
+             * (one per 16 values), without its loop. */
+            uint64_t sc8, m8;
+            px__rt_q4_k_scales(blk + 4, &sc8, &m8);
+            __m128i sc = _mm_cvtsi64_si128((long long)sc8), m = _mm_cvtsi64_si128((long long)m8);
+            _mm256_storeu_si256((__m256i *)(void *)b.sc,
+                                _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc, sc)));
+            _mm256_storeu_si256((__m256i *)(void *)b.m,
+                                _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m)));
+            b.d = f16_at(blk);
+            b.dmin = f16_at(blk + 2);
+            b.has_min = true;
+        } else {
+            px__rt_quant_scales(t, blk, &b);
+        }
         __m256i sum = _mm256_setzero_si256();
         for (uint32_t c = 0; c < 8; c++) {
             __m256i q = k_values(t, blk, c);
