@@ -284,25 +284,11 @@ static void test_cli_every_command_reads_a_table(void **state)
 {
     (void)state;
     static const char *const cmds[][2] = {
-        {"run", NULL},
-        {"generate", NULL},
-        {"compare", NULL},
-        {"contract", "check"},
-        {"inventory", "show"},
-        {"model", "inspect"},
-        {"serve", NULL},
-        {"server", NULL},
-        {"agent", NULL},
-        {"up", NULL},
-        {"submit", NULL},
-        {"jobs", NULL},
-        {"logs", NULL},
-        {"cancel", NULL},
-        {"nodes", NULL},
-        {"explain", NULL},
-        {"artifacts", NULL},
-        {"replay", NULL},
-        {"config", "use-context"},
+        {"run", NULL},         {"generate", NULL},   {"compare", NULL}, {"contract", "check"},
+        {"inventory", "show"}, {"model", "inspect"}, {"serve", NULL},   {"server", NULL},
+        {"agent", NULL},       {"up", NULL},         {"submit", NULL},  {"jobs", NULL},
+        {"logs", NULL},        {"cancel", NULL},     {"delete", NULL},  {"nodes", NULL},
+        {"explain", NULL},     {"artifacts", NULL},  {"replay", NULL},  {"config", "use-context"},
     };
     for (size_t i = 0; i < PX_ARRAY_LEN(cmds); i++) {
         char *out, *err;

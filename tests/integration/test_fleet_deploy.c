@@ -123,6 +123,9 @@ static void test_deploy_plans_lists_explains_and_undeploys(void **state)
     px_assert_contains(out, "deployment chat planned: 2 stages on 2 nodes, 1 replica; its nodes "
                             "fetch the model from the server");
     px_assert_contains(out, "policy llamacpp");
+    /* No terminal: the upload is not reported as it goes. */
+    assert_null(strstr(err, "uploading the model"));
+    assert_null(strstr(err, "\033[K"));
     free(out);
     free(err);
 
@@ -230,9 +233,32 @@ static void test_deploy_plans_lists_explains_and_undeploys(void **state)
     px_assert_contains(out, "model resident on: n1,n2 (of n1,n2)");
     free(out);
     free(err);
-    assert_int_equal(fh_plexus(&out, &err, "undeploy", "chat2", NULL), 0);
+    /* delete asks first: without a terminal it wants --yes. */
+    assert_int_equal(fh_plexus(&out, &err, "delete", "deployment", "chat2", NULL), 2);
+    px_assert_contains(err, "pass --yes to delete deployment chat2");
     free(out);
     free(err);
+    assert_int_equal(call(&f, FH_USER_TOKEN, "GET", "/v1/deployments/chat2", NULL, NULL), 200);
+    assert_int_equal(fh_plexus(&out, &err, "delete", "deployment/chat2", "--yes", NULL), 0);
+    px_assert_contains(out, "deployment chat2 undeployed");
+    free(out);
+    free(err);
+    assert_int_equal(call(&f, FH_USER_TOKEN, "GET", "/v1/deployments/chat2", NULL, NULL), 404);
+
+    /* On a terminal, an upload says how far it is; delete asks and takes y. */
+    char *argv[] = {
+        (char *)px_test_plexus_bin(), "deploy", "--model", model, "--name", "chat3", NULL};
+    rc = px_test_run_pty(argv, NULL, NULL, 120, &out);
+    if (rc != 0)
+        fail_msg("deploy on a terminal: exit %d: %s", rc, out);
+    px_assert_contains(out, "plexus deploy: uploading the model: ");
+    px_assert_contains(out, "(100%)");
+    free(out);
+    char *del[] = {(char *)px_test_plexus_bin(), "delete", "deploy", "chat3", NULL};
+    assert_int_equal(px_test_run_pty(del, "[y/N] ", "y\n", 60, &out), 0);
+    px_assert_contains(out, "delete deployment chat3? [y/N] ");
+    px_assert_contains(out, "deployment chat3 undeployed");
+    free(out);
 
     /* The deployment outlives the server. */
     fh_kill_server(&f);
