@@ -88,6 +88,22 @@ static void test_cli_reads_attached_values(void **state)
     px_assert_contains(out, "\"replications\": 2");
     free(out);
     free(err);
+    /* Every duration reads the same way: with a unit or bare seconds (the
+     * command then fails only at the missing server). */
+    char *times[] = {"90s", "2min", "60", "0.5"};
+    for (size_t i = 0; i < PX_ARRAY_LEN(times); i++) {
+        assert_int_equal(RUN(&out, &err, "submit", "--wait", "--timeout", times[i], "--server",
+                             "http://127.0.0.1:9", "--", "true"),
+                         1);
+        assert_null(strstr(err, "--timeout"));
+        free(out);
+        free(err);
+    }
+    assert_int_equal(RUN(&out, &err, "submit", "--wait", "--timeout", "60x", "--", "true"), 2);
+    px_assert_contains(err,
+                       "--timeout takes a time such as 90s, 2min or 30 (seconds), not \"60x\"");
+    free(out);
+    free(err);
     free(opt_inv);
     free(plan);
     free(inv);

@@ -279,6 +279,23 @@ static void test_deploy_plans_lists_explains_and_undeploys(void **state)
     assert_int_equal(fh_plexus(&out, &err, "deploy", "--model", digest, "--name", "chat", NULL), 0);
     free(out);
     free(err);
+
+    /* A job planned by the server (--plan auto): `jobs JOB` shows the plan. */
+    assert_int_equal(fh_plexus(&out, &err, "submit", "--model", digest, "--plan", "auto", "--",
+                               "/bin/true", NULL),
+                     0);
+    const char *sub = strstr(out, "submitted ");
+    assert_non_null(sub);
+    char job_id[64];
+    assert_int_equal(sscanf(sub, "submitted %63s", job_id), 1);
+    free(out);
+    free(err);
+    assert_int_equal(fh_plexus(&out, &err, "jobs", job_id, NULL), 0);
+    px_assert_contains(out, "\nplan      ");
+    px_assert_contains(out, "replica 0 stage 0: layers 0-");
+    assert_null(strstr(out, "(policy ?"));
+    free(out);
+    free(err);
     free(digest);
     free(model);
     fh_fleet_stop(&f);
