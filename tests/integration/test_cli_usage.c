@@ -231,6 +231,12 @@ static void test_cli_names_a_file_of_the_wrong_kind(void **state)
     px_assert_contains(err, "llama-3-70b");
     free(out);
     free(err);
+    /* model inspect too. */
+    assert_int_equal(RUN(&out, &err, "model", "inspect", "llama-3-8bb"), 1);
+    px_assert_contains(err, "llama-3-8bb: no such file, and no preset of that name; did you mean "
+                            "llama-3-8b?");
+    free(out);
+    free(err);
     free(inv);
     free(model);
 }
