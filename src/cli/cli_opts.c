@@ -235,7 +235,7 @@ static bool read_value(const px_cli_opt *o, const char *v, char *why, size_t cap
         px_err err;
         px_err_clear(&err);
         if (o->parse(v, o->dest, &err) != PX_OK) {
-            snprintf(why, cap, "%s", err.msg[0] ? err.msg : "is not valid here");
+            px_textf(why, cap, "%s", err.msg[0] ? err.msg : "is not valid here");
             return false;
         }
         return true;

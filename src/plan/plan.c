@@ -655,7 +655,7 @@ static void run_baseline(px__plan_ctx *ctx, const char *name, const px_cost_work
     px_err err;
     px__plan_place_fn fn = px__plan_policy_fn(name);
     if (!fn || fn(ctx, &lay, &err) != PX_OK) {
-        snprintf(b->why, sizeof b->why, "%s", fn ? err.msg : "unknown policy");
+        px_textf(b->why, sizeof b->why, "%s", fn ? err.msg : "unknown policy");
         px__plan_layout_release(&lay);
         return;
     }

@@ -36,7 +36,7 @@ static long call(const char *url, const char *token, const char *method, const c
     json_t *r = NULL;
     px_err err;
     if (px_fleet_client_call(c, method, path, body, &code, &r, &err) != PX_OK)
-        snprintf(last_error, sizeof last_error, "%s", err.msg);
+        px_textf(last_error, sizeof last_error, "%s", err.msg);
     px_fleet_client_free(c);
     if (out)
         *out = r;
