@@ -251,6 +251,8 @@ static bool have_rsvg(void)
     return px_test_run(argv, 30, NULL, NULL) == 0;
 }
 
+static void check_layout(const svg *sv, const char *svg_path, const char *png_path);
+
 /* Plans model on the scenario inventory, draws it, and checks the picture;
  * returns the plan document. */
 static json_t *check_picture(const char *model, const char *scenario, const char *objective,
@@ -335,8 +337,23 @@ static json_t *check_picture(const char *model, const char *scenario, const char
     }
     assert_int_equal(n_used + n_unused, n_dev);
 
-    /* The whole picture: each device box is where the SVG says, in its
-     * colour (a point between its border and its first line). */
+    check_layout(&s, svg_path, png_path);
+    free(s.rects);
+    free(s.texts);
+    free(file);
+    free(inv);
+    free(plan_path);
+    free(svg_path);
+    free(png_path);
+    return doc;
+}
+
+/* The whole picture: each device box is where the SVG says, in its
+ * colour (a point between its border and its first line); every text
+ * inside its box and the canvas. */
+static void check_layout(const svg *sv, const char *svg_path, const char *png_path)
+{
+    const svg s = *sv;
     image im;
     render(svg_path, png_path, &im);
     assert_int_equal(im.w, (int)s.w);
@@ -355,17 +372,7 @@ static json_t *check_picture(const char *model, const char *scenario, const char
     }
     free(im.px);
 
-    /* Every text inside its box and the canvas. */
     check_texts_inside(&s, px_test_tmpdir());
-
-    free(s.rects);
-    free(s.texts);
-    free(file);
-    free(inv);
-    free(plan_path);
-    free(svg_path);
-    free(png_path);
-    return doc;
 }
 
 static bool rsvg_or_skip(void)
@@ -399,11 +406,49 @@ static void test_plan_svg_draws_the_unused_nodes(void **state)
     json_decref(doc);
 }
 
+/* The inventory's picture, drawn without Graphviz: every node and device,
+ * every text inside its box. */
+static void test_inventory_svg_draws_every_device(void **state)
+{
+    (void)state;
+    if (!rsvg_or_skip())
+        skip();
+    char *inv = px_test_source_path("data/scenarios/sixteen-4-types.json");
+    char *svg_path = px_asprintf("%s/inv.svg", px_test_tmpdir());
+    char *png_path = px_asprintf("%s/inv.png", px_test_tmpdir());
+    char *argv[] = {(char *)px_test_plexus_bin(), "inventory", "svg", inv, NULL};
+    char *out = NULL, *err = NULL;
+    int rc = px_test_run(argv, 60, &out, &err);
+    if (rc != 0)
+        fail_msg("inventory svg: exit %d: %s", rc, err);
+    px_err perr;
+    px_assert_ok(px_write_file(svg_path, out, strlen(out), &perr), &perr);
+    svg s = {0};
+    parse_svg(&s, out);
+    size_t n_dev = 0, n_node = 0;
+    for (size_t i = 0; i < s.n_rects; i++) {
+        n_dev += s.rects[i].device[0] != '\0';
+        n_node += !strncmp(s.rects[i].id, "node", 4);
+    }
+    assert_int_equal(n_dev, 16);
+    assert_int_equal(n_node, 4);
+    assert_non_null(find_text(&s, "inventory sixteen-4-types: 16 device(s) on 4 node(s)"));
+    check_layout(&s, svg_path, png_path);
+    free(s.rects);
+    free(s.texts);
+    free(out);
+    free(err);
+    free(inv);
+    free(svg_path);
+    free(png_path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_svg_draws_every_replica),
         cmocka_unit_test(test_plan_svg_draws_the_unused_nodes),
+        cmocka_unit_test(test_inventory_svg_draws_every_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
