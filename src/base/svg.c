@@ -90,3 +90,18 @@ bool px_svg_fit(const char *s, double px, double max_w, char *out, size_t n)
     memcpy(out + keep, "...", 4);
     return true;
 }
+
+void px_svg_add_text(px_strbuf *sb, int x, int y, int size, int base_size, const char *in,
+                     double max_w, const char *s)
+{
+    char buf[600];
+    px_svg_fit(s, size, max_w, buf, sizeof buf);
+    px_strbuf_addf(sb, "<text x=\"%d\" y=\"%d\"", x, y);
+    if (size != base_size)
+        px_strbuf_addf(sb, " font-size=\"%d\"", size);
+    px_strbuf_adds(sb, " data-in=\"");
+    px_svg_escape(sb, in);
+    px_strbuf_adds(sb, "\">");
+    px_svg_escape(sb, buf);
+    px_strbuf_adds(sb, "</text>\n");
+}

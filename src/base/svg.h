@@ -22,4 +22,10 @@ void px_svg_escape(px_strbuf *sb, const char *s);
  * true when it was cut. */
 bool px_svg_fit(const char *s, double px, double max_w, char *out, size_t n);
 
+/* Appends <text> at (x, y) (the baseline) holding s fitted to max_w,
+ * with font-size when size differs from the document's base_size, and
+ * data-in naming the id of the box that holds it. */
+void px_svg_add_text(px_strbuf *sb, int x, int y, int size, int base_size, const char *in,
+                     double max_w, const char *s);
+
 #endif

@@ -236,14 +236,7 @@ int px__inventory_catalog_text(const px_hw_catalog *cat, FILE *out)
 static void isvg_text(px_strbuf *sb, int x, int y, int size, const char *in, double max_w,
                       const char *s)
 {
-    char buf[600];
-    px_svg_fit(s, size, max_w, buf, sizeof buf);
-    px_strbuf_addf(sb, "<text x=\"%d\" y=\"%d\"", x, y);
-    if (size != ISVG_FONT)
-        px_strbuf_addf(sb, " font-size=\"%d\"", size);
-    px_strbuf_addf(sb, " data-in=\"%s\">", in);
-    px_svg_escape(sb, buf);
-    px_strbuf_adds(sb, "</text>\n");
+    px_svg_add_text(sb, x, y, size, ISVG_FONT, in, max_w, s);
 }
 
 static void isvg_device_lines(const px_hw_device *d, char l[3][256])

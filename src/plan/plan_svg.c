@@ -53,14 +53,7 @@ static const char *getstr(const json_t *o, const char *key)
 /* One line of text at baseline y, cut to max_w, inside box `in`. */
 static void text(px_strbuf *sb, int x, int y, int size, const char *in, double max_w, const char *s)
 {
-    char buf[600];
-    px_svg_fit(s, size, max_w, buf, sizeof buf);
-    px_strbuf_addf(sb, "<text x=\"%d\" y=\"%d\"", x, y);
-    if (size != FONT)
-        px_strbuf_addf(sb, " font-size=\"%d\"", size);
-    px_strbuf_addf(sb, " data-in=\"%s\">", in);
-    px_svg_escape(sb, buf);
-    px_strbuf_adds(sb, "</text>\n");
+    px_svg_add_text(sb, x, y, size, FONT, in, max_w, s);
 }
 
 /* Baseline of line k (0-based) in a box whose top is y. */
