@@ -543,11 +543,13 @@ static json_t *replicas_json(const px__plan_ctx *ctx, const px__plan_result *r)
         const px_cost_pipeline *p = &r->layout.replicas[i];
         json_t *stages = json_array();
         for (uint32_t s = 0; stages && s < p->n_stages; s++) {
+            const px_cost_device *d0 = &ctx->fleet->devices[p->stages[s].devices[0]];
             json_t *st =
-                json_pack("{s:i, s:o, s:{s:i, s:i}, s:i}", "index", (json_int_t)s, "devices",
+                json_pack("{s:i, s:o, s:{s:i, s:i}, s:i, s:o}", "index", (json_int_t)s, "devices",
                           device_ids(ctx, &p->stages[s]), "layers", "first",
                           (json_int_t)p->stages[s].first, "last", (json_int_t)p->stages[s].last,
-                          "tensor_parallel", (json_int_t)p->stages[s].tp);
+                          "tensor_parallel", (json_int_t)p->stages[s].tp, "memory_per_device",
+                          mem_json(&r->est[i].stages[s].mem, d0->mem_capacity));
             if (px_json_push(stages, st)) {
                 json_decref(stages);
                 stages = NULL;
