@@ -348,7 +348,17 @@ bool px_netns_shape(px_netns *x, int i, const char *args)
         snprintf(line, sizeof line, "-n %s qdisc replace dev eth0 root netem %s", x->node[i], args);
     else
         snprintf(line, sizeof line, "-n %s qdisc del dev eth0 root", x->node[i]);
-    return run_tool(x, "tc", line);
+    if (run_tool(x, "tc", line))
+        return true;
+    if (args && strstr(x->why, "qdisc kind is unknown")) {
+        char why[sizeof x->why];
+        snprintf(why, sizeof why, "%s", x->why);
+        snprintf(x->why, sizeof x->why,
+                 "tc's netem is unavailable on this machine (load the kernel module sch_netem): "
+                 "%.300s",
+                 why);
+    }
+    return false;
 }
 
 int px_netns_pids(const px_netns *x, int i, pid_t *pids, int max)
