@@ -11,8 +11,7 @@
  * Skips, saying why, where namespaces cannot be made (not root, no
  * CAP_NET_ADMIN, no `ip`).
  */
-#include "fleet_harness.h"
-#include "netns.h"
+#include "fleet_netns_harness.h"
 
 #define N_NODES 3
 #define LEASE_S 3.0
@@ -25,68 +24,20 @@
     "\"backend\": \"emu\", \"compute\": {\"f32\": \"10 TFLOP/s\"}, \"memory\": [{\"id\": "   \
     "\"hbm\", \"kind\": \"hbm\", \"capacity\": \"512 MiB\", \"bandwidth\": \"100 GB/s\"}]}"
 
-static px_netns net;
-static fh_fleet fleet;
+static fh_netns_fleet nf;
 static bool ready;
-static char skip_why[600];
-static char hub_url[64];
-static const char *const names[N_NODES] = {"n0", "n1", "n2"};
-
-static int join_node(void *arg)
-{
-    return px_netns_join(&net, (int)(intptr_t)arg);
-}
-
-/* Starts node i's agent inside its namespace, at the hub's address. */
-static void start_agent(int i)
-{
-    char *inv = fh_inventory(&fleet, names[i], SMALL_GPU("gpu0"), "");
-    const char *extra[] = {"--address", net.addr[i], NULL};
-    fh_child_setup = join_node;
-    fh_child_setup_arg = (void *)(intptr_t)i;
-    fh_start_agent_via(&fleet, names[i], inv, hub_url, extra);
-    fh_child_setup = NULL;
-    free(inv);
-}
-
-static int node_index(const char *name)
-{
-    for (int i = 0; i < N_NODES; i++)
-        if (!strcmp(names[i], name))
-            return i;
-    return -1;
-}
-
-static bool runs_in(int node, pid_t pid)
-{
-    pid_t pids[256];
-    int n = px_netns_pids(&net, node, pids, 256);
-    for (int k = 0; k < n; k++)
-        if (pids[k] == pid)
-            return true;
-    return false;
-}
 
 static int setup(void **state)
 {
     (void)state;
-    fh_install_cleanup(); /* first: the namespaces' handlers chain to it */
-    if (!px_netns_setup(&net, N_NODES)) {
-        snprintf(skip_why, sizeof skip_why, "%s", net.why);
+    if (!fhn_start(&nf, "netns", N_NODES, LEASE_S))
         return 0;
+    for (int i = 0; i < N_NODES; i++) {
+        char *inv = fh_inventory(&nf.fleet, nf.names[i], SMALL_GPU("gpu0"), "");
+        fhn_start_agent(&nf, i, inv);
+        free(inv);
     }
-    if (!px_netns_enter_hub(&net)) {
-        fprintf(stderr, "%s\n", net.why);
-        return -1;
-    }
-    /* Every address of the hub: its loopback for this process's clients,
-     * the bridge for the agents. */
-    px_strlcpy(fleet.listen_host, "0.0.0.0", sizeof fleet.listen_host);
-    fh_fleet_start(&fleet, "netns", LEASE_S);
-    snprintf(hub_url, sizeof hub_url, "http://%s:%d", net.hub_addr, fleet.port);
-    for (int i = 0; i < N_NODES; i++)
-        start_agent(i);
-    fh_wait_nodes_online(&fleet, (const char *const *)names, N_NODES, 60);
+    fhn_wait_online(&nf, N_NODES, 60);
     ready = true;
     return 0;
 }
@@ -94,16 +45,14 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    if (ready)
-        fh_fleet_stop(&fleet);
-    px_netns_teardown(&net);
+    fhn_stop(&nf);
     return 0;
 }
 
 static void need_namespaces(void)
 {
     if (!ready) {
-        print_message("skipped: %s\n", skip_why);
+        print_message("skipped: %s\n", nf.why);
         skip();
     }
 }
@@ -115,13 +64,13 @@ static void test_agents_register_over_their_veth_addresses(void **state)
     for (int i = 0; i < N_NODES; i++) {
         /* The agent lives in its namespace, where the only way out is
          * its veth to the hub. */
-        if (!runs_in(i, fleet.agents[i].pid))
-            fail_msg("agent %s (pid %d) is not in %s", names[i], (int)fleet.agents[i].pid,
-                     net.node[i]);
-        json_t *node = fh_node(&fleet, names[i]);
+        if (!fhn_runs_in(&nf, i, nf.fleet.agents[nf.agent[i]].pid))
+            fail_msg("agent %s (pid %d) is not in %s", nf.names[i],
+                     (int)nf.fleet.agents[nf.agent[i]].pid, nf.net.node[i]);
+        json_t *node = fh_node(&nf.fleet, nf.names[i]);
         assert_non_null(node);
         assert_string_equal(json_string_value(json_object_get(node, "state")), "online");
-        assert_string_equal(json_string_value(json_object_get(node, "address")), net.addr[i]);
+        assert_string_equal(json_string_value(json_object_get(node, "address")), nf.net.addr[i]);
         json_decref(node);
     }
 }
@@ -165,23 +114,23 @@ static void test_distributed_job_members_meet_across_namespaces(void **state)
         print_message("skipped: /usr/bin/python3 is absent (scripts/install-deps installs it)\n");
         skip();
     }
-    char *script = px_asprintf("%s/rendezvous.py", fleet.shared);
+    char *script = px_asprintf("%s/rendezvous.py", nf.fleet.shared);
     px_err err;
     px_assert_ok(px_write_file(script, rendezvous_py, strlen(rendezvous_py), &err), &err);
     chmod(script, 0644);
     char *spec = px_asprintf("{\"command\": [\"/usr/bin/python3\", \"%s\"], \"nodes\": 3, "
                              "\"resources\": {\"cpus\": 1}}",
                              script);
-    char *id = fh_submit(&fleet, spec);
-    json_t *job = fh_wait_job(&fleet, id, "succeeded,failed", 120);
-    char *logs = fh_logs(&fleet, id);
+    char *id = fh_submit(&nf.fleet, spec);
+    json_t *job = fh_wait_job(&nf.fleet, id, "succeeded,failed", 120);
+    char *logs = fh_logs(&nf.fleet, id);
     if (strcmp(json_string_value(json_object_get(job, "state")), "succeeded")) {
         print_message("logs:\n%s\n", logs);
         fail_msg("the rendezvous job failed");
     }
     int node_of[N_NODES];
     for (int r = 0; r < N_NODES; r++) {
-        node_of[r] = node_index(fh_member_node(job, r));
+        node_of[r] = fhn_node(&nf, fh_member_node(job, r));
         assert_true(node_of[r] >= 0);
         for (int q = 0; q < r; q++)
             assert_int_not_equal(node_of[q], node_of[r]);
@@ -189,10 +138,10 @@ static void test_distributed_job_members_meet_across_namespaces(void **state)
     /* Each member came from its own node's veth address to rank 0's. */
     for (int r = 1; r < N_NODES; r++) {
         char want[160];
-        snprintf(want, sizeof want, "rank 0 at %s got <rank %d> from %s\n", net.addr[node_of[0]], r,
-                 net.addr[node_of[r]]);
+        snprintf(want, sizeof want, "rank 0 at %s got <rank %d> from %s\n", nf.net.addr[node_of[0]],
+                 r, nf.net.addr[node_of[r]]);
         px_assert_contains(logs, want);
-        snprintf(want, sizeof want, "rank %d reached %s:", r, net.addr[node_of[0]]);
+        snprintf(want, sizeof want, "rank %d reached %s:", r, nf.net.addr[node_of[0]]);
         px_assert_contains(logs, want);
     }
     free(logs);
@@ -209,15 +158,15 @@ static json_t *wait_resident(const char *name, size_t n, int timeout_s)
     snprintf(path, sizeof path, "/v1/deployments/%s", name);
     uint64_t deadline = px_now_ns() + (uint64_t)timeout_s * 1000000000ull;
     for (;;) {
-        json_t *d = fh_api(&fleet, "GET", path, NULL);
+        json_t *d = fh_api(&nf.fleet, "GET", path, NULL);
         if (json_array_size(json_object_get(d, "model_resident_on")) == n)
             return d;
         if (px_now_ns() > deadline) {
             char *text = px_json_dump_canonical(d);
             print_message("deployment: %s\n", text);
             free(text);
-            for (int i = 0; i < fleet.n_agents; i++)
-                fh_print_log(fleet.agents[i].log);
+            for (int i = 0; i < nf.fleet.n_agents; i++)
+                fh_print_log(nf.fleet.agents[i].log);
             fail_msg("the model of %s is not resident on %zu nodes after %d s", name, n, timeout_s);
         }
         json_decref(d);
@@ -234,7 +183,7 @@ static void test_deployment_is_fetched_over_the_links(void **state)
     int rc = fh_plexus(&out, &err, "deploy", "--model", model, "--name", "chat", "--policy",
                        "llamacpp", NULL);
     if (rc != 0) {
-        fh_print_log(fleet.server.log);
+        fh_print_log(nf.fleet.server.log);
         fail_msg("plexus deploy: exit %d: %s%s", rc, out, err);
     }
     px_assert_contains(out, "deployment chat planned: 3 stages on 3 nodes");
@@ -269,46 +218,47 @@ static void test_cut_off_agent_is_lost_and_rejoins(void **state)
 {
     (void)state;
     need_namespaces();
-    char *id = fh_submit(&fleet, "{\"command\": [\"/bin/sh\", \"-c\", \"echo pid=$$; sleep 5; "
-                                 "echo finished attempt $PLEXUS_ATTEMPT\"], \"max_attempts\": 3}");
-    char *first = fh_wait_logs(&fleet, id, "pid=", 60);
+    char *id =
+        fh_submit(&nf.fleet, "{\"command\": [\"/bin/sh\", \"-c\", \"echo pid=$$; sleep 5; "
+                             "echo finished attempt $PLEXUS_ATTEMPT\"], \"max_attempts\": 3}");
+    char *first = fh_wait_logs(&nf.fleet, id, "pid=", 60);
     pid_t pid = 0;
     assert_int_equal(fh_pids_in(first, "pid", &pid, 1), 1);
     free(first);
-    json_t *job = fh_job(&fleet, id);
-    int victim = node_index(fh_member_node(job, 0));
+    json_t *job = fh_job(&nf.fleet, id);
+    int victim = fhn_node(&nf, fh_member_node(job, 0));
     json_decref(job);
     assert_true(victim >= 0);
-    assert_true(runs_in(victim, pid));
+    assert_true(fhn_runs_in(&nf, victim, pid));
 
     /* The victim's interface goes down: it can reach nothing but itself. */
-    if (!px_netns_link(&net, victim, false))
-        fail_msg("%s", net.why);
-    job = fh_wait_job(&fleet, id, "succeeded,failed", 90);
+    if (!px_netns_link(&nf.net, victim, false))
+        fail_msg("%s", nf.net.why);
+    job = fh_wait_job(&nf.fleet, id, "succeeded,failed", 90);
     assert_string_equal(json_string_value(json_object_get(job, "state")), "succeeded");
     assert_true(json_integer_value(json_object_get(job, "attempt")) >= 2);
-    assert_string_not_equal(fh_member_node(job, 0), names[victim]);
+    assert_string_not_equal(fh_member_node(job, 0), nf.names[victim]);
     json_decref(job);
-    json_t *node = fh_node(&fleet, names[victim]);
+    json_t *node = fh_node(&nf.fleet, nf.names[victim]);
     assert_string_equal(json_string_value(json_object_get(node, "state")), "offline");
     json_decref(node);
     char *log = NULL;
     size_t len;
     char needle[64];
-    snprintf(needle, sizeof needle, "node %s lost (no heartbeat", names[victim]);
+    snprintf(needle, sizeof needle, "node %s lost (no heartbeat", nf.names[victim]);
     px_err err;
-    px_assert_ok(px_read_file(fleet.server.log, 1u << 24, &log, &len, &err), &err);
+    px_assert_ok(px_read_file(nf.fleet.server.log, 1u << 24, &log, &len, &err), &err);
     px_assert_contains(log, needle);
     free(log);
     /* The cut-off agent ends the job it can no longer renew. */
     fh_wait_pids_gone(&pid, 1, 60);
-    assert_false(fh_pid_gone(fleet.agents[victim].pid));
+    assert_false(fh_pid_gone(nf.fleet.agents[nf.agent[victim]].pid));
 
     /* The link comes back: the same agent registers again. */
-    if (!px_netns_link(&net, victim, true))
-        fail_msg("%s", net.why);
-    const char *back[] = {names[victim]};
-    fh_wait_nodes_online(&fleet, back, 1, 60);
+    if (!px_netns_link(&nf.net, victim, true))
+        fail_msg("%s", nf.net.why);
+    const char *back[] = {nf.names[victim]};
+    fh_wait_nodes_online(&nf.fleet, back, 1, 60);
     char *out = NULL;
     assert_int_equal(fh_plexus(&out, NULL, "logs", id, NULL), 0);
     px_assert_contains(out, "finished attempt");

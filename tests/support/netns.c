@@ -64,6 +64,14 @@ static bool run_tool(px_netns *x, const char *tool, const char *args)
     return rc == 0;
 }
 
+/* Puts before and after around the message in x->why. */
+static void wrap_why(px_netns *x, const char *before, const char *after)
+{
+    char why[sizeof x->why];
+    snprintf(why, sizeof why, "%s", x->why[0] ? x->why : strerror(errno));
+    snprintf(x->why, sizeof x->why, "%s%.300s%s", before, why, after);
+}
+
 static bool ip(px_netns *x, const char *fmt, ...) PX_PRINTF(2, 3);
 static bool ip(px_netns *x, const char *fmt, ...)
 {
@@ -270,12 +278,8 @@ bool px_netns_setup(px_netns *x, int n)
     if (!ip(x, "netns add %s", x->hub)) {
         close(x->home_fd);
         x->home_fd = -1;
-        char why[sizeof x->why];
-        snprintf(why, sizeof why, "%s", x->why);
-        snprintf(x->why, sizeof x->why,
-                 "cannot create a network namespace (%.380s); the test needs root with "
-                 "CAP_SYS_ADMIN and CAP_NET_ADMIN",
-                 why);
+        wrap_why(x, "cannot create a network namespace (",
+                 "); the test needs root with CAP_SYS_ADMIN and CAP_NET_ADMIN");
         return false;
     }
     x->up = true;
@@ -299,10 +303,8 @@ bool px_netns_setup(px_netns *x, int n)
     if (ok && x->hub_fd < 0)
         ok = false;
     if (!ok) {
-        char why[sizeof x->why];
-        snprintf(why, sizeof why, "%s", x->why[0] ? x->why : strerror(errno));
+        wrap_why(x, "cannot join the namespaces by veth pairs: ", "");
         px_netns_teardown(x);
-        snprintf(x->why, sizeof x->why, "cannot join the namespaces by veth pairs: %.400s", why);
         return false;
     }
     return true;
@@ -350,14 +352,10 @@ bool px_netns_shape(px_netns *x, int i, const char *args)
         snprintf(line, sizeof line, "-n %s qdisc del dev eth0 root", x->node[i]);
     if (run_tool(x, "tc", line))
         return true;
-    if (args && strstr(x->why, "qdisc kind is unknown")) {
-        char why[sizeof x->why];
-        snprintf(why, sizeof why, "%s", x->why);
-        snprintf(x->why, sizeof x->why,
-                 "tc's netem is unavailable on this machine (load the kernel module sch_netem): "
-                 "%.300s",
-                 why);
-    }
+    if (args && strstr(x->why, "qdisc kind is unknown"))
+        wrap_why(
+            x,
+            "tc's netem is unavailable on this machine (load the kernel module sch_netem): ", "");
     return false;
 }
 
