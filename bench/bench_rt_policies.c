@@ -154,7 +154,7 @@ static void prepare(config *c, const px_hw_graph *graph, const px_ir_model *ir,
     px_err_clear(&err);
     uint32_t prompt_tokens;
     if (longest_prompt(tok, c->prompts, c->n_prompts, &prompt_tokens, &err)) {
-        snprintf(c->why, sizeof c->why, "cannot encode the prompts: %s", err.msg);
+        px_textf(c->why, sizeof c->why, "cannot encode the prompts: %s", err.msg);
         return;
     }
     const px_ir_hparams *hp = px_ir_model_hparams(ir);
@@ -170,7 +170,7 @@ static void prepare(config *c, const px_hw_graph *graph, const px_ir_model *ir,
     req.workload.gen_tokens = N_NEW;
     px_plan *plan = NULL;
     if (px_plan_search(&req, &plan, &err) != PX_OK) {
-        snprintf(c->why, sizeof c->why, "no plan: %s", err.msg);
+        px_textf(c->why, sizeof c->why, "no plan: %s", err.msg);
         return;
     }
     c->planned = true;
@@ -187,7 +187,7 @@ static void prepare(config *c, const px_hw_graph *graph, const px_ir_model *ir,
     px_plan_free(plan);
     px_rt_pipeline_spec spec;
     if (!doc) {
-        snprintf(c->why, sizeof c->why, "out of memory");
+        px_textf(c->why, sizeof c->why, "out of memory");
         return;
     }
     /* The plan's predictions are for all its replicas (TPOT: the slowest;
@@ -206,7 +206,7 @@ static void prepare(config *c, const px_hw_graph *graph, const px_ir_model *ir,
         px_rt_pipeline_spec_from_plan(doc, graph, px_plan_policy_name(c->policy), &spec, &err);
     json_decref(doc);
     if (st != PX_OK) {
-        snprintf(c->why, sizeof c->why, "the runtime refuses the plan: %s", err.msg);
+        px_textf(c->why, sizeof c->why, "the runtime refuses the plan: %s", err.msg);
         return;
     }
     px_rt_executor_opts xo = {.model_path = model_path,
@@ -215,7 +215,7 @@ static void prepare(config *c, const px_hw_graph *graph, const px_ir_model *ir,
                               .timeout_ms = 30000,
                               .max_seqs = c->n_prompts};
     if (px_rt_executor_new(&spec, &xo, &c->ex, &err) != PX_OK) {
-        snprintf(c->why, sizeof c->why, "the runtime refuses the plan: %s", err.msg);
+        px_textf(c->why, sizeof c->why, "the runtime refuses the plan: %s", err.msg);
         c->ex = NULL;
     }
 }
@@ -239,7 +239,7 @@ static void run_once(config *c, const px_rt_tokenizer *tok, int round)
     px_rt_pipeline_stats st;
     memset(&st, 0, sizeof st);
     if (px_rt_executor_generate(c->ex, tok, &go, &st, &err) != PX_OK) {
-        snprintf(c->why, sizeof c->why, "the run failed%s: %s", round < 0 ? " (warm-up)" : "",
+        px_textf(c->why, sizeof c->why, "the run failed%s: %s", round < 0 ? " (warm-up)" : "",
                  err.msg);
         px_rt_executor_free(c->ex);
         c->ex = NULL;

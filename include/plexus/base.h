@@ -103,14 +103,18 @@ const char *px_status_str(px_status code);
 /* Returns the symbolic name ("PX_EPARSE"); never NULL. */
 const char *px_status_name(px_status code);
 
+#define PX_ERR_MSG_MAX 1024 /* bytes of a px_err message, with its NUL */
+
 typedef struct px_err {
     px_status code;
-    char msg[256];
+    char msg[PX_ERR_MSG_MAX];
 } px_err;
 
 /* Records `code` and a printf-style message in err (which may be NULL) and
  * returns code, so that `return px_err_set(err, PX_EPARSE, "...")` reads
- * naturally.  Messages longer than the buffer are cut. */
+ * naturally.  The message is always well-formed UTF-8: bytes that are not
+ * become '?', and a message longer than the buffer is cut at a character
+ * boundary and ends in "...". */
 px_status px_err_set(px_err *err, px_status code, const char *fmt, ...) PX_PRINTF(3, 4);
 px_status px_err_setv(px_err *err, px_status code, const char *fmt, va_list ap);
 /* Prepends context ("inventory.json: ") to err's message and returns code
@@ -237,6 +241,11 @@ bool px_str_starts_with(const char *s, const char *prefix);
 bool px_str_ends_with(const char *s, const char *suffix);
 /* Copies at most n-1 bytes and terminates; returns strlen(src). */
 size_t px_strlcpy(char *dst, const char *src, size_t n);
+/* snprintf into buf for text that people read: the result is well-formed
+ * UTF-8 (other bytes become '?') and, when it does not fit, is cut at a
+ * character boundary and ends in "...".  cap may be 0. */
+void px_textf(char *buf, size_t cap, const char *fmt, ...) PX_PRINTF(3, 4);
+void px_textfv(char *buf, size_t cap, const char *fmt, va_list ap);
 
 /* ------------------------------------------------------------------ */
 /* Files and clocks                                                    */

@@ -25,11 +25,90 @@ const char *px_status_name(px_status code)
     return "PX_E?";
 }
 
+/* Length of the well-formed UTF-8 sequence at s (1 to 4), or 0 when the
+ * bytes there are not one (a stray continuation byte, an overlong or
+ * surrogate form, a sequence cut by the end of the string). */
+static size_t utf8_seq_len(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF)
+        n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+    } else
+        return 0;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF)
+            return 0;
+    return n;
+}
+
+/* Makes a message safe to carry anywhere text goes (JSON bodies, logs, a
+ * terminal): bytes that are not well-formed UTF-8 (from a file name or a
+ * hostile input quoted in the message) become '?', and a message that
+ * filled the buffer ends in "..." at a character boundary, so that a cut
+ * never splits a character. */
+static void tidy_msg(char *msg, size_t cap, bool cut)
+{
+    unsigned char *s = (unsigned char *)msg;
+    size_t len = strlen(msg);
+    if (cut && len >= 3) {
+        size_t end = len - 3;
+        while (end > 0 && (s[end] & 0xC0) == 0x80)
+            end--;
+        memcpy(msg + end, "...", 4);
+        len = end + 3;
+    }
+    for (size_t i = 0; i < len;) {
+        size_t n = utf8_seq_len(s + i);
+        if (n == 0) {
+            s[i++] = '?';
+            continue;
+        }
+        i += n;
+    }
+    PX_ASSERT(len < cap);
+}
+
+void px_textfv(char *buf, size_t cap, const char *fmt, va_list ap)
+{
+    if (cap == 0)
+        return;
+    int n = vsnprintf(buf, cap, fmt, ap);
+    if (n < 0)
+        buf[0] = '\0';
+    tidy_msg(buf, cap, n >= (int)cap);
+}
+
+void px_textf(char *buf, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    px_textfv(buf, cap, fmt, ap);
+    va_end(ap);
+}
+
 px_status px_err_setv(px_err *err, px_status code, const char *fmt, va_list ap)
 {
     if (err) {
         err->code = code;
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        px_textfv(err->msg, sizeof err->msg, fmt, ap);
     }
     return code;
 }
@@ -56,8 +135,10 @@ px_status px_err_prefix(px_err *err, px_status code, const char *fmt, ...)
     memcpy(old, err->msg, sizeof old);
     old[sizeof old - 1] = '\0';
     size_t n = px_strlcpy(err->msg, prefix, sizeof err->msg);
-    if (n < sizeof err->msg)
-        px_strlcpy(err->msg + n, old, sizeof err->msg - n);
+    bool cut = n >= sizeof err->msg;
+    if (!cut)
+        cut = px_strlcpy(err->msg + n, old, sizeof err->msg - n) >= sizeof err->msg - n;
+    tidy_msg(err->msg, sizeof err->msg, cut);
     err->code = code;
     return code;
 }

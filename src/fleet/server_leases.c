@@ -150,6 +150,7 @@ px_status px__srv_reconcile_node(px_fleet_server *srv, size_t node, const json_t
 typedef struct load_ctx {
     px__job_row *rows;
     size_t n, cap;
+    bool oom; /* a row could not be kept: the load fails rather than lose it */
 } load_ctx;
 
 static void collect_row(const px__job_row *row, void *ud)
@@ -158,8 +159,10 @@ static void collect_row(const px__job_row *row, void *ud)
     if (c->n == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 64;
         px__job_row *r = realloc(c->rows, cap * sizeof *r);
-        if (!r)
+        if (!r) {
+            c->oom = true;
             return;
+        }
         c->rows = r;
         c->cap = cap;
     }
@@ -177,6 +180,11 @@ static void collect_row(const px__job_row *row, void *ud)
     d->owner = row->owner ? px_strdup(row->owner) : NULL;
     d->idem_key = row->idem_key ? px_strdup(row->idem_key) : NULL;
     d->idem_hash = row->idem_hash ? px_strdup(row->idem_hash) : NULL;
+    if (!d->id || !d->state || !d->spec || (row->name && !d->name) ||
+        (row->members && !d->members) || (row->result && !d->result) || (row->error && !d->error) ||
+        (row->plan && !d->plan) || (row->owner && !d->owner) || (row->idem_key && !d->idem_key) ||
+        (row->idem_hash && !d->idem_hash))
+        c->oom = true;
 }
 
 static void restore_members(px_fleet_server *srv, px__job *job)
@@ -219,6 +227,10 @@ px_status px__srv_load(px_fleet_server *srv, px_err *err)
     load_ctx c = {0};
     px_status st =
         srv->store.ops->list_jobs(srv->store.self, "active", NULL, 10000000, collect_row, &c, err);
+    if (st == PX_OK && c.oom)
+        st = px_err_set(err, PX_ENOMEM,
+                        "out of memory while reading the active jobs from the store; nothing "
+                        "was changed: start the server again with more memory");
     /* Oldest first, as they were queued. */
     size_t k = c.n;
     while (st == PX_OK && k-- > 0) {

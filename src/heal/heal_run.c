@@ -423,11 +423,11 @@ static px_status recover(void *ud, px_rt_executor *failed, px_status st, const p
     }
     char evidence[320];
     if (mem_msg[0])
-        snprintf(evidence, sizeof evidence, "the step failed after a stage ran out of memory: %s",
-                 mem_msg);
+        px__heal_textf(evidence, sizeof evidence,
+                       "the step failed after a stage ran out of memory: %s", mem_msg);
     else
-        snprintf(evidence, sizeof evidence, "the step failed: %s",
-                 why ? why->msg : px_status_str(st));
+        px__heal_textf(evidence, sizeof evidence, "the step failed: %s",
+                       why ? why->msg : px_status_str(st));
     json_decref(obs);
     if (!h->o.heal) {
         px__hr_incident_open(h, "recovery", cls, &where, NULL, evidence);

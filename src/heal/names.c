@@ -80,7 +80,7 @@ void px__heal_textf(char *buf, size_t cap, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, cap, fmt, ap);
+    px_textfv(buf, cap, fmt, ap);
     va_end(ap);
 }
 

@@ -329,7 +329,7 @@ px_status px__disc_probe_measure(px__disc *d)
         return PX_ENOMEM;
     if (px_json_set(d->cpu ? d->cpu : d->node, "x-measure", x) != PX_OK)
         return PX_ENOMEM;
-    char problems[512] = "";
+    char problems[2 * PX_ERR_MSG_MAX + 64] = "";
     char src[256];
     px__bench_result r;
     px_err err;

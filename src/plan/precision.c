@@ -77,7 +77,7 @@ static px_verdict judge(px__plan_ctx *ctx, const px_transform *t, unsigned kinds
     px_contract_decision d;
     px_err err;
     if (px_contract_evaluate_all(ctx->contract, names, n_names, t, 1, NULL, 0, &d, &err) != PX_OK) {
-        snprintf(msg, n, "%s", err.msg);
+        px_textf(msg, n, "%s", err.msg);
         free(names);
         return v;
     }

@@ -43,7 +43,7 @@ px_status px_trace_replay(const char *path, const px_trace_deriver *derivers, si
                                   px_trace_kind_name(ev.kind), ev.name);
                     report->diverged = true;
                     report->divergence_seq = ev.seq;
-                    snprintf(report->divergence, sizeof report->divergence,
+                    px_textf(report->divergence, sizeof report->divergence,
                              "%s \"%s\" could not be recomputed: %s", px_trace_kind_name(ev.kind),
                              ev.name, err ? err->msg : "");
                     st = PX_EDIVERGED;

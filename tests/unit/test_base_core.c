@@ -17,6 +17,39 @@ static void test_err_messages_and_prefix(void **state)
     assert_int_equal(px_err_set(NULL, PX_EIO, "ignored"), PX_EIO);
 }
 
+/* Every message is well-formed UTF-8, whatever bytes were quoted into it and
+ * wherever a long one was cut, so that it can go into a JSON reply. */
+static void test_err_messages_are_always_utf8(void **state)
+{
+    (void)state;
+    px_err err;
+    px_err_set(&err, PX_EPARSE, "name \"%s\": bad", "a\xff\xc3(\xe2\x82z\xed\xa0\x80");
+    assert_string_equal(err.msg, "name \"a?"
+                                 "?(?"
+                                 "?z???\": bad");
+    px_err_set(&err, PX_EPARSE, "caf\xc3\xa9 \xf0\x9f\x98\x80 ok");
+    assert_string_equal(err.msg, "caf\xc3\xa9 \xf0\x9f\x98\x80 ok");
+
+    /* A long message of two-byte characters is cut on a boundary. */
+    char big[3000];
+    for (size_t i = 0; i + 1 < sizeof big; i += 2)
+        memcpy(big + i, "\xc3\xa9", 2);
+    big[sizeof big - 1] = '\0';
+    px_err_set(&err, PX_EPARSE, "x%s", big);
+    size_t n = strlen(err.msg);
+    assert_true(n < sizeof err.msg);
+    assert_memory_equal(err.msg + n - 3, "...", 3);
+    assert_int_equal((n - 4) % 2, 0); /* "x", whole characters, "..." */
+    assert_memory_equal(err.msg + n - 5, "\xc3\xa9", 2);
+
+    px_err_set(&err, PX_EPARSE, "%s", big);
+    px_err_prefix(&err, PX_EPARSE, "model.gguf: ");
+    n = strlen(err.msg);
+    assert_memory_equal(err.msg, "model.gguf: ", 12);
+    assert_memory_equal(err.msg + n - 3, "...", 3);
+    assert_memory_equal(err.msg + n - 5, "\xc3\xa9", 2);
+}
+
 static void test_arena_alignment_limit_and_reset(void **state)
 {
     (void)state;
@@ -222,6 +255,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_err_messages_and_prefix),
+        cmocka_unit_test(test_err_messages_are_always_utf8),
         cmocka_unit_test(test_arena_alignment_limit_and_reset),
         cmocka_unit_test(test_strbuf_grows_and_escapes),
         cmocka_unit_test(test_json_limits_refuse_hostile_documents),
