@@ -170,6 +170,10 @@ px_status px_plan_report(const px_plan *p, px_strbuf *sb)
             px_strbuf_addf(sb, " memory of %s (%s of %s);", getstr(bind, "device"), a, b);
         } else if (!strcmp(kind, "decode-term")) {
             px_strbuf_addf(sb, " %s on %s;", getstr(bind, "term"), getstr(bind, "device"));
+        } else if (!strcmp(kind, "host-cores")) {
+            px_strbuf_addf(sb, " the %g host cores of %s (a step asks %.3g ms of them);",
+                           getnum(bind, "cores"), getstr(bind, "node"),
+                           getnum(bind, "floor_s") * 1e3);
         } else {
             px_strbuf_addf(sb, " %s;", kind);
         }

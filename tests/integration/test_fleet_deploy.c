@@ -14,9 +14,10 @@
 /* An emulated accelerator; llama.cpp's split (the llamacpp policy) puts
  * layers on every device in proportion to its memory, so two nodes give
  * a plan of two stages, one on each. */
-#define SMALL_GPU(id)                                                                        \
-    "{\"id\": \"" id "\", \"class\": \"gpu\", \"vendor\": \"nvidia\", \"model\": \"tiny\", " \
-    "\"backend\": \"emu\", \"compute\": {\"f32\": \"10 TFLOP/s\"}, \"memory\": [{\"id\": "   \
+#define SMALL_GPU(id)                                                                             \
+    "{\"id\": \"" id "\", \"class\": \"gpu\", \"vendor\": \"nvidia\", \"model\": \"tiny\", "      \
+    "\"backend\": \"emu\", \"emu\": {\"compute_slowdown\": 1, \"memory_slowdown\": 1, "           \
+    "\"jitter\": 0, \"seed\": 1}, \"compute\": {\"f32\": \"10 TFLOP/s\"}, \"memory\": [{\"id\": " \
     "\"hbm\", \"kind\": \"hbm\", \"capacity\": \"512 MiB\", \"bandwidth\": \"100 GB/s\"}]}"
 
 /* The server's message of the last refused call. */
@@ -157,19 +158,20 @@ static void test_deploy_plans_lists_explains_and_undeploys(void **state)
     char *digest = px_strdup(json_string_value(json_object_get(d, "model")));
     json_decref(d);
 
-    /* Both agents fetch the model (digest verified) and report it. */
-    d = wait_state(&f, "chat", "resident", 60);
+    /* Both agents fetch the model (digest verified) and report it; then
+     * the server starts its front end over stage workers on them. */
+    d = wait_state(&f, "chat", "serving", 60);
     assert_int_equal(json_array_size(json_object_get(d, "model_resident_on")), 2);
     json_decref(d);
     wait_log(&f.agents[0], "fetched into the cache for a deployment", 5);
 
     assert_int_equal(fh_plexus(&out, &err, "deployments", NULL), 0);
     px_assert_contains(out, "chat");
-    px_assert_contains(out, "resident");
+    px_assert_contains(out, "serving");
     free(out);
     free(err);
     assert_int_equal(fh_plexus(&out, &err, "explain", "chat", NULL), 0);
-    px_assert_contains(out, "deployment chat, state resident, owner tester");
+    px_assert_contains(out, "deployment chat, state serving, owner tester");
     px_assert_contains(out, "model resident on: n1,n2 (of n1,n2)");
     px_assert_contains(out, "replica 0 stage 1");
     px_assert_contains(out, "n2");
