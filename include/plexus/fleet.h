@@ -324,6 +324,38 @@ PX_NODISCARD px_status px_fleet_client_send_file(px_fleet_client *c, const char 
  * complete; never follows a link).  Statuses as px_fleet_client_call. */
 PX_NODISCARD px_status px_fleet_client_download(px_fleet_client *c, const char *path,
                                                 const char *dest, long *http_status, px_err *err);
+/* ---- Reports of a deployment's front end ---- */
+
+/* What serves a deployment (its front end, wherever it runs) reports to
+ * the server, so that `GET /v1/deployments/NAME/observations` and the
+ * dashboard show the deployment as it runs.  The client authenticates as
+ * the deployment's owner (a user token) or as a node its plan uses (that
+ * node's agent credential); anyone else gets PX_ENOTFOUND.
+ *
+ * px_fleet_report_observation sends serving figures measured over a
+ * recent window (borrowed JSON; every member optional, at least one
+ * figure; times in seconds):
+ *
+ *     {"tokens_per_s": 412.5, "ttft_s": {"p50": 0.081, "p99": 0.190},
+ *      "tpot_s": {"p50": 0.0121, "p99": 0.0188}, "running": 6, "queued": 2,
+ *      "requests": 37, "window_s": 5, "replica": 0,
+ *      "stages": [{"stage": 0, "replica": 0, "step_s": {"p50": 0.0051,
+ *                                                       "p99": 0.0066}}]}
+ *
+ * px_fleet_report_incident sends a complete plexus.incident/1 record
+ * (docs/formats/incident.md; px_heal_run_incidents gives them).
+ *
+ * The server keeps the latest 720 observations and 100 incidents of each
+ * deployment.  *seq (may be NULL) gets the stored record's number.
+ * PX_EINVAL with the server's reason (the member and the fix) for a
+ * record it refuses; other statuses as px_fleet_client_call.  Sending one
+ * observation every few seconds is what the server expects. */
+PX_NODISCARD px_status px_fleet_report_observation(px_fleet_client *c, const char *deployment,
+                                                   const json_t *observation, int64_t *seq,
+                                                   px_err *err);
+PX_NODISCARD px_status px_fleet_report_incident(px_fleet_client *c, const char *deployment,
+                                                const json_t *incident, int64_t *seq, px_err *err);
+
 /* Percent-encodes s for one path segment.  Returns owned memory (free()),
  * NULL on allocation failure. */
 char *px_fleet_url_escape(const char *s);

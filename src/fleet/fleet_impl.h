@@ -286,6 +286,10 @@ typedef struct px__explanation_row {
 
 typedef void (*px__job_cb)(const px__job_row *row, void *ud);
 typedef void (*px__deploy_cb)(const px__deploy_row *row, void *ud);
+/* One record of a deployment (list_deploy_records): its sequence number
+ * within (deployment, kind), when it was stored (Unix milliseconds) and
+ * its JSON text. */
+typedef void (*px__deploy_record_cb)(int64_t seq, int64_t at, const char *body, void *ud);
 typedef void (*px__node_cb)(const char *name, const char *reg_json, const char *state,
                             int64_t last_seen, void *ud);
 typedef void (*px__credential_cb)(const char *node, const char *sha256_hex, void *ud);
@@ -392,6 +396,38 @@ typedef struct px__store_ops {
      * store can: a scheduling pass writes its decisions with them. */
     px_status (*update_jobs)(void *self, const px__job_row *rows, int n, px_err *err);
     px_status (*put_explanations)(void *self, const px__explanation_row *rows, int n, px_err *err);
+    /* Version 7.  Records a deployment's front end reports, of a kind
+     * ("observation": serving figures; "incident": a recovery), kept as a
+     * ring per deployment and kind.  append_deploy_record stores body (JSON
+     * text) with the next sequence number of (deployment, kind) into *seq
+     * and drops the records older than the latest `keep`, all or nothing;
+     * PX_ENOTFOUND when there is no such deployment.  The records go with
+     * their deployment (delete_deployment). */
+    px_status (*append_deploy_record)(void *self, const char *deployment, const char *kind,
+                                      int64_t at, const char *body, int keep, int64_t *seq,
+                                      px_err *err);
+    /* Records of (deployment, kind) with seq > after, oldest first, at most
+     * limit. */
+    px_status (*list_deploy_records)(void *self, const char *deployment, const char *kind,
+                                     int64_t after, int limit, px__deploy_record_cb cb, void *ud,
+                                     px_err *err);
+    /* Version 9.  (optional: NULL, blobs live in DATA/blobs alone) Blobs
+     * in the store, so that replicas share them without a shared folder;
+     * each call streams (constant memory) on a connection of its own,
+     * never under the store's lock.  put_blob stores the size bytes of fd
+     * from offset 0, whose SHA-256 must be hex (64 lowercase hex digits),
+     * committed before it returns; a blob already stored is kept.
+     * get_blob writes the blob to fd (from its current offset) and checks
+     * its size and SHA-256 against what was stored: PX_ENOTFOUND when there
+     * is none, PX_EIO when it differs (then fd holds garbage to drop). */
+    px_status (*put_blob)(void *self, const char *hex, int fd, int64_t size, px_err *err);
+    px_status (*get_blob)(void *self, const char *hex, int fd, int64_t *size, px_err *err);
+    /* (optional: NULL, only the scheduling replica cancels) A cancellation
+     * a replica that does not schedule accepted: recorded (once however
+     * often asked) and the scheduler woken as for a job (wait_jobs);
+     * take_cancels hands over, and forgets, up to max of them. */
+    px_status (*request_cancel)(void *self, const char *job, px_err *err);
+    px_status (*take_cancels)(void *self, int max, px__name_cb cb, void *ud, px_err *err);
 } px__store_ops;
 
 typedef struct px__store {
@@ -560,6 +596,9 @@ struct px_fleet_server {
     void *daemon;          /* struct MHD_Daemon */
     json_t *incidents;     /* ui_incidents.c: node-loss incidents, oldest first */
     json_t *deploy_models; /* server_deploy.c: node -> models of its deployments; NULL: stale */
+    /* server_deploy_records.c: deployment -> {"observations": seq,
+     * "incidents": seq}, the latest stored since the server started. */
+    json_t *deploy_reported;
     int incident_seq;
     /* server_stages.c: stage workers of deployments ordered from agents,
      * and each node's assignments polls (a node without one is lost). */
@@ -734,6 +773,45 @@ bool px__serving_is_route(const char *method, const char *url);
 int px__serving_route(px_fleet_server *srv, void *conn, const char *method, const char *url,
                       const char *body, size_t len, const px__who *who);
 
+/* server_deploy_records.c: what a deployment's front end reports. */
+#define PX__DEPLOY_OBSERVATIONS_KEPT 720 /* an hour at one report each 5 s */
+#define PX__DEPLOY_INCIDENTS_KEPT    100
+#define PX__DEPLOY_OBSERVATION_MAX   (16u << 10)  /* body bytes */
+#define PX__DEPLOY_INCIDENT_MAX      (256u << 10) /* body bytes */
+#define PX__DEPLOY_STAGES_MAX        256
+#define PX__DEPLOY_CANDIDATES_MAX    64
+#define PX__DEPLOY_TIMELINE_MAX      256
+typedef enum px__deploy_record_kind {
+    PX__RECORD_OBSERVATION,
+    PX__RECORD_INCIDENT,
+} px__deploy_record_kind;
+/* Checks an observation (borrowed; untrusted: {"tokens_per_s", "ttft_s":
+ * {"p50", "p99"}, "tpot_s", "running", "queued", "requests", "replica",
+ * "window_s", "stages": [{"stage", "replica", "step_s"}]}, figures in
+ * seconds) and returns its normalized form (new reference), or NULL with
+ * err naming the member and the fix. */
+json_t *px__deploy_observation_check(const json_t *body, px_err *err);
+/* Checks an incident: a complete plexus.incident/1 record within the
+ * bounds above; returns a copy, or NULL with err. */
+json_t *px__deploy_incident_check(const json_t *body, px_err *err);
+/* Stores a checked record for the deployment with who reported it; *seq
+ * gets its number.  Wakes the dashboard's streams.  Server lock held. */
+px_status px__srv_deploy_record(px_fleet_server *srv, const char *deployment,
+                                px__deploy_record_kind kind, const json_t *record,
+                                const px__who *reporter, int64_t *seq, px_err *err);
+/* The deployment's records after seq `after`, oldest first, at most limit,
+ * each with its "seq" and "at" (Unix seconds); NULL with err. */
+json_t *px__srv_deploy_records(px_fleet_server *srv, const char *deployment,
+                               px__deploy_record_kind kind, int64_t after, int limit, px_err *err);
+/* {"observations": seq, "incidents": seq}: the latest reported since the
+ * server started (0: none yet), so that a page knows when to fetch. */
+json_t *px__srv_deploy_reported(px_fleet_server *srv, const char *deployment);
+/* Forgets the deployment's latest numbers (it was undeployed). */
+void px__srv_deploy_forget(px_fleet_server *srv, const char *deployment);
+/* The plan record's predictions the observations answer to: tokens_per_s,
+ * ttft_s, tpot_s and per stage (and replica) the step time. */
+json_t *px__deploy_predicted(const json_t *plan_record);
+
 /* server_auth.c: principals.  px__auth_identify takes auth_lock itself;
  * the others run under the server lock. */
 /* Loads the token file and options (users, join tokens), node
@@ -806,9 +884,18 @@ void px__api_fail(px__api_resp *rs, const px_err *err);
 json_t *px__api_body_json(const px__api_req *rq, px__api_resp *rs);
 /* api_user.c / api_agent.c: route a request, server lock held. */
 bool px__api_user_route(px__api_req *rq, px__api_resp *rs);
+/* GET /v1/blobs/<digest>, before the server lock is taken for the route:
+ * a node's right to the blob is checked (under the lock, briefly), then
+ * the blob is fetched from the store into DATA/blobs where it is not
+ * there yet, without the lock.  0 when the route goes on, else the status
+ * of the reply set in rs. */
+int px__api_blob_prepare(px__api_req *rq, px__api_resp *rs);
 bool px__api_agent_route(px__api_req *rq, px__api_resp *rs);
 /* api_deploy.c: /v1/deployments, server lock held. */
 bool px__api_deploy_route(px__api_req *rq, px__api_resp *rs);
+/* Whether a node's credential may call method on url: a deployment's
+ * reports (NAME/observations, NAME/incidents). */
+bool px__api_deploy_node_may(const char *method, const char *url);
 
 /* Appends text as valid UTF-8: bytes that are not become U+FFFD. */
 void px__api_add_utf8(px_strbuf *sb, const unsigned char *p, size_t n);
@@ -848,6 +935,13 @@ px_status px__artifact_dir(const char *data_dir, const char *job, const char *na
 px_status px__write_all(int fd, const void *data, size_t len, px_err *err);
 px_status px__blob_path(const char *data_dir, const char *hex, char *out, size_t n, px_err *err);
 px_status px__open_read(const char *path, int *fd, size_t *size, px_err *err);
+/* Makes DATA/blobs/<hex> hold the blob: there already, or fetched from a
+ * store that keeps blobs (ops put_blob/get_blob), checked against its
+ * digest, made durable and renamed into place.  PX_ENOTFOUND when neither
+ * has it.  Without the server lock (it may take long). */
+px_status px__blob_fetch(px_fleet_server *srv, const char *hex, px_err *err);
+/* Whether the store keeps blobs (so that replicas share them). */
+bool px__store_has_blobs(const px__store *store);
 /* Waits on srv->changed until the deadline (monotonic ns); false when it
  * passed or the server is stopping. */
 bool px__srv_wait(px_fleet_server *srv, uint64_t deadline_ns);

@@ -283,6 +283,8 @@ json_t *px__srv_deploy_json(px_fleet_server *srv, const px__deploy_row *row, boo
                           json_object_get(spec, "replicas"), "stages", n_stages, "nodes", nodes,
                           "model_resident_on", resident, "created", (json_int_t)row->created,
                           "updated", (json_int_t)row->updated);
+    if (o)
+        json_object_set_new(o, "reported", px__srv_deploy_reported(srv, row->name));
     if (o && detail) {
         json_object_set(o, "spec", spec);
         json_object_set(o, "plan", plan);

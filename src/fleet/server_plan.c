@@ -345,6 +345,12 @@ json_t *px__srv_plan_model(px_fleet_server *srv, const char *digest, const json_
 {
     char path[PATH_MAX];
     px_err err;
+    /* With replicas, the model may have been uploaded to another: fetched
+     * from the store once (under the server lock: the pass is walking
+     * the jobs), then read here. */
+    if (digest && px__store_has_blobs(&srv->store) && px__blob_fetch(srv, digest, &err) != PX_OK &&
+        err.code != PX_ENOTFOUND)
+        px_log_warn("fleet: model %.16s...: %s", digest, err.msg);
     if (!digest || px__blob_path(srv->data_dir, digest, path, sizeof path, &err) != PX_OK ||
         access(path, R_OK) != 0)
         return unavailable("the model %.64s is not on the server; upload it with POST /v1/blobs "

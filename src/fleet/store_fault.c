@@ -236,8 +236,27 @@ static px_status f_put_explanations(void *self, const px__explanation_row *rows,
     return FAILING(f) ? full(f, err) : f->inner.ops->put_explanations(f->inner.self, rows, n, err);
 }
 
+static px_status f_append_deploy_record(void *self, const char *deployment, const char *kind,
+                                        int64_t at, const char *body, int keep, int64_t *seq,
+                                        px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err)
+                      : f->inner.ops->append_deploy_record(f->inner.self, deployment, kind, at,
+                                                           body, keep, seq, err);
+}
+
+static px_status f_list_deploy_records(void *self, const char *deployment, const char *kind,
+                                       int64_t after, int limit, px__deploy_record_cb cb, void *ud,
+                                       px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->list_deploy_records(f->inner.self, deployment, kind, after, limit, cb, ud,
+                                             err);
+}
+
 static const px__store_ops faulty_ops = {
-    .version = 6,
+    .version = 7,
     .close = f_close,
     .put_node = f_put_node,
     .list_nodes = f_list_nodes,
@@ -270,6 +289,8 @@ static const px__store_ops faulty_ops = {
     .delete_deployment = f_delete_deployment,
     .update_jobs = f_update_jobs,
     .put_explanations = f_put_explanations,
+    .append_deploy_record = f_append_deploy_record,
+    .list_deploy_records = f_list_deploy_records,
 };
 
 px_status px__store_wrap_faults(px__store *store, px_err *err)
@@ -296,6 +317,10 @@ px_status px__store_wrap_faults(px__store *store, px_err *err)
         f->ops.update_jobs = NULL;
     if (f->inner.ops->version < 6 || !f->inner.ops->put_explanations)
         f->ops.put_explanations = NULL;
+    if (f->inner.ops->version < 7) {
+        f->ops.append_deploy_record = NULL;
+        f->ops.list_deploy_records = NULL;
+    }
     store->ops = &f->ops;
     store->self = f;
     return PX_OK;

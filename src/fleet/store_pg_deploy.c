@@ -115,8 +115,72 @@ static px_status delete_deployment(void *self, const char *name, px_err *err)
     return rc;
 }
 
+/* One statement: the insert with the next number, and the trim (which
+ * sees the rows as they were before it, so never the new one). */
+static px_status append_deploy_record(void *self, const char *deployment, const char *kind,
+                                      int64_t at, const char *body, int keep, int64_t *seq,
+                                      px_err *err)
+{
+    px__pg *st = self;
+    px__pgq q = {0};
+    text(&q, deployment);
+    text(&q, kind);
+    i64(&q, at);
+    text(&q, body);
+    i64(&q, keep);
+    PGresult *r = NULL;
+    pthread_mutex_lock(&st->mu);
+    px_status rc =
+        run(st,
+            "WITH ins AS (INSERT INTO deployment_records(deployment, kind, seq, at, body)"
+            " SELECT $1, $2, COALESCE(MAX(seq), 0) + 1, $3, $4 FROM deployment_records"
+            " WHERE deployment = $1 AND kind = $2"
+            " HAVING EXISTS(SELECT 1 FROM deployments WHERE name = $1) RETURNING seq),"
+            " trim AS (DELETE FROM deployment_records d USING ins WHERE d.deployment = $1"
+            " AND d.kind = $2 AND d.seq <= ins.seq - $5)"
+            " SELECT seq FROM ins",
+            &q, &r, "append deployment record", err);
+    pthread_mutex_unlock(&st->mu);
+    if (rc == PX_EEXIST)
+        rc = px_err_set(err, PX_ESTATE,
+                        "deployment %.64s: another record was stored at the same moment; send "
+                        "it again",
+                        deployment);
+    else if (rc == PX_OK && PQntuples(r) != 1)
+        rc = px_err_set(err, PX_ENOTFOUND, "no deployment \"%.64s\"", deployment);
+    else if (rc == PX_OK)
+        *seq = px__pg_int(r, 0, 0);
+    PQclear(r);
+    return rc;
+}
+
+static px_status list_deploy_records(void *self, const char *deployment, const char *kind,
+                                     int64_t after, int limit, px__deploy_record_cb cb, void *ud,
+                                     px_err *err)
+{
+    px__pg *st = self;
+    px__pgq q = {0};
+    text(&q, deployment);
+    text(&q, kind);
+    i64(&q, after);
+    i64(&q, limit);
+    PGresult *r = NULL;
+    pthread_mutex_lock(&st->mu);
+    px_status rc = run(st,
+                       "SELECT seq, at, body FROM deployment_records WHERE deployment = $1 AND"
+                       " kind = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+                       &q, &r, "list deployment records", err);
+    pthread_mutex_unlock(&st->mu);
+    for (int i = 0; rc == PX_OK && i < PQntuples(r); i++)
+        cb(px__pg_int(r, i, 0), px__pg_int(r, i, 1), PQgetvalue(r, i, 2), ud);
+    PQclear(r);
+    return rc;
+}
+
 void px__pg_fill_deploy_ops(px__store_ops *ops)
 {
+    ops->append_deploy_record = append_deploy_record;
+    ops->list_deploy_records = list_deploy_records;
     ops->put_deployment = put_deployment;
     ops->get_deployment = get_deployment;
     ops->list_deployments = list_deployments;

@@ -55,6 +55,12 @@ static const char *const migrations[] = {
     "  spec TEXT NOT NULL, state TEXT NOT NULL, plan TEXT, incidents TEXT,"
     "  created INTEGER NOT NULL, updated INTEGER NOT NULL);"
     "CREATE INDEX deployments_owner ON deployments(owner, name);",
+    /* 5: what a deployment's front end reports (serving figures and
+     * incidents), a ring per deployment and kind, gone with the deployment. */
+    "CREATE TABLE deployment_records(deployment TEXT NOT NULL"
+    "  REFERENCES deployments(name) ON DELETE CASCADE, kind TEXT NOT NULL,"
+    "  seq INTEGER NOT NULL, at INTEGER NOT NULL, body TEXT NOT NULL,"
+    "  PRIMARY KEY(deployment, kind, seq));",
 };
 
 int px__store_sqlite_schema_version(void)
@@ -443,7 +449,7 @@ static px_status find_idempotent(void *self, const char *owner, const char *key,
 }
 
 static px__store_ops sqlite_ops = {
-    .version = 6,
+    .version = 7,
     .close = sql_close,
     .insert_job = insert_job,
     .update_job = update_job,

@@ -113,8 +113,86 @@ static px_status delete_deployment(void *self, const char *name, px_err *err)
     return PX_OK;
 }
 
+static px_status append_deploy_record(void *self, const char *deployment, const char *kind,
+                                      int64_t at, const char *body, int keep, int64_t *seq,
+                                      px_err *err)
+{
+    px__sql *st = self;
+    if (px__sql_exec(st, "BEGIN IMMEDIATE", err) != PX_OK)
+        return PX_EIO;
+    sqlite3_stmt *s = NULL;
+    if (prepare(st,
+                "INSERT INTO deployment_records(deployment, kind, seq, at, body) SELECT ?1, ?2,"
+                " COALESCE(MAX(seq), 0) + 1, ?3, ?4 FROM deployment_records"
+                " WHERE deployment = ?1 AND kind = ?2"
+                " HAVING EXISTS(SELECT 1 FROM deployments WHERE name = ?1) RETURNING seq",
+                &s, err))
+        goto fail;
+    bind_text(s, 1, deployment);
+    bind_text(s, 2, kind);
+    sqlite3_bind_int64(s, 3, at);
+    bind_text(s, 4, body);
+    int rc = sqlite3_step(s);
+    if (rc != SQLITE_ROW) {
+        if (rc == SQLITE_DONE)
+            px_err_set(err, PX_ENOTFOUND, "no deployment \"%.64s\"", deployment);
+        else
+            sql_fail(st, err, "append deployment record");
+        goto fail;
+    }
+    *seq = sqlite3_column_int64(s, 0);
+    sqlite3_step(s);
+    sqlite3_finalize(s);
+    if (prepare(st,
+                "DELETE FROM deployment_records WHERE deployment = ?1 AND kind = ?2 AND seq <= ?3",
+                &s, err))
+        goto fail;
+    bind_text(s, 1, deployment);
+    bind_text(s, 2, kind);
+    sqlite3_bind_int64(s, 3, *seq - keep);
+    rc = sqlite3_step(s);
+    sqlite3_finalize(s);
+    s = NULL;
+    if (rc != SQLITE_DONE) {
+        sql_fail(st, err, "trim deployment records");
+        goto fail;
+    }
+    if (px__sql_exec(st, "COMMIT", err) != PX_OK)
+        goto fail;
+    return PX_OK;
+fail:
+    sqlite3_finalize(s);
+    px__sql_exec(st, "ROLLBACK", NULL);
+    return err->code;
+}
+
+static px_status list_deploy_records(void *self, const char *deployment, const char *kind,
+                                     int64_t after, int limit, px__deploy_record_cb cb, void *ud,
+                                     px_err *err)
+{
+    px__sql *st = self;
+    sqlite3_stmt *s;
+    if (prepare(st,
+                "SELECT seq, at, body FROM deployment_records WHERE deployment = ?1 AND kind = ?2"
+                " AND seq > ?3 ORDER BY seq LIMIT ?4",
+                &s, err))
+        return PX_EIO;
+    bind_text(s, 1, deployment);
+    bind_text(s, 2, kind);
+    sqlite3_bind_int64(s, 3, after);
+    sqlite3_bind_int(s, 4, limit);
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+        cb(sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1),
+           (const char *)sqlite3_column_text(s, 2), ud);
+    sqlite3_finalize(s);
+    return rc == SQLITE_DONE ? PX_OK : sql_fail(st, err, "list deployment records");
+}
+
 void px__sql_fill_deploy_ops(px__store_ops *ops)
 {
+    ops->append_deploy_record = append_deploy_record;
+    ops->list_deploy_records = list_deploy_records;
     ops->put_deployment = put_deployment;
     ops->get_deployment = get_deployment;
     ops->list_deployments = list_deployments;

@@ -7,7 +7,9 @@
  * log in, a node appearing when its agent starts, a job named like markup
  * rendered as text finishing with its log, a killed agent followed into
  * its incident, a deployment of the shared tiny model drawn on its node
- * and undeployed through the page, every page at 1280x800 and on a narrow
+ * and undeployed through the page, one planned over three nodes with its
+ * observed figures charted and a reported incident, every page at
+ * 1280x800 and on a narrow
  * screen, actions with confirmation, no console errors.  Screenshots go to
  * build/test-artifacts/ui/.  The browser part skips, saying so, when
  * Chromium or puppeteer-core is not installed (scripts/install-deps).
@@ -428,9 +430,10 @@ static void test_dashboard_in_headless_chromium(void **state)
      * deployment, undeployed through the page, too. */
     char *model = px_test_shared_model("stories260K.gguf");
     bool have_model = model && access(model, R_OK) == 0;
-    if (have_model)
+    if (have_model) {
         setenv("PLEXUS_MODEL", model, 1);
-    else {
+        setenv("PLEXUS_INCIDENT", PX_SOURCE_DIR "/tests/data/fleet/incident-recovery.json", 1);
+    } else {
         unsetenv("PLEXUS_MODEL");
         print_message("note: the shared model stories260K.gguf is absent: the planned job and "
                       "the deployment are not shown (../shared/models)\n");
@@ -517,6 +520,9 @@ static void test_dashboard_in_headless_chromium(void **state)
         json_t *dep = json_object_get(seen, "deployment");
         assert_true(json_integer_value(json_object_get(dep, "stages")) >= 1);
         assert_true(json_is_true(json_object_get(seen, "undeployed")));
+        json_t *multi = json_object_get(seen, "multi");
+        assert_true(json_array_size(json_object_get(multi, "nodes")) >= 3);
+        assert_true(json_array_size(json_object_get(multi, "observed")) >= 1);
     }
     json_decref(seen);
     free(result);

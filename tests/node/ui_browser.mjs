@@ -8,7 +8,8 @@
 //
 // Environment: PLEXUS_URL, PLEXUS_TOKEN (an admin's user token),
 // PLEXUS_OTHER_TOKEN (a plain user's), CHROMIUM (the browser),
-// UI_SHOTS (the folder for screenshots).
+// UI_SHOTS (the folder for screenshots); with PLEXUS_MODEL (the shared
+// tiny model) also PLEXUS_INCIDENT (a plexus.incident/1 record).
 import { createInterface } from 'node:readline';
 import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import puppeteer from 'puppeteer-core';
@@ -194,6 +195,54 @@ async function main() {
       const up = await fetch(URL_ + '/v1/blobs', { method: 'POST', headers: { Authorization: 'Bearer ' + TOKEN }, body: bytes });
       const blob = await up.json();
       if (up.status !== 201) fail('upload: ' + JSON.stringify(blob));
+      // 6a. A deployment planned over three nodes (two more agents join, and
+      // no node holds the model yet, so none is preferred):
+      // each stage drawn on its node; its front end's observations,
+      // posted over the API, drawn as charts and set against the plan's
+      // predictions; an incident it reports appears live, its strings as
+      // text.
+      await ask('start-agent x');
+      await ask('start-agent y');
+      await until('three nodes online', async () => (await api('GET', '/v1/nodes')).nodes
+        .filter((n) => n.state === 'online').length >= 3, 90000);
+      const multi = await api('POST', '/v1/deployments', { name: 'multi', model: blob.digest, policy: 'llamacpp' });
+      const planNodes = [...new Set(multi.plan.assignment.map((a) => a.node))];
+      if (planNodes.length < 3) fail('the plan over three nodes uses ' + JSON.stringify(planNodes));
+      await page.goto(URL_ + '/ui/#/deployments/multi', { waitUntil: 'networkidle2' });
+      await page.waitForSelector('.plan svg .stage', { timeout: 30000 });
+      const drawn = await page.$$eval('.plan .stage', (g) => g.map((e) => e.dataset.node));
+      const want = multi.plan.assignment.filter((a) => a.replica === 0).map((a) => a.node);
+      if (JSON.stringify(drawn.slice(0, want.length)) !== JSON.stringify(want)) fail('stages drawn on ' + drawn + ', planned on ' + want);
+      if (await page.$$eval('.plan .link.cross', (l) => l.length) < 2) fail('the links between nodes are not drawn as network links');
+      if (await page.$('#chart-tps')) fail('a chart before any observation');
+      const stages = multi.plan.plan.stages.length;
+      for (let k = 0; k < 4; k++) {
+        await api('POST', '/v1/deployments/multi/observations', {
+          tokens_per_s: 300 + 40 * k, ttft_s: { p50: 0.08 + 0.01 * k, p99: 0.2 }, tpot_s: { p50: 0.012, p99: 0.018 + 0.001 * k },
+          running: 4 + k, queued: k, requests: 20,
+          stages: Array.from({ length: stages }, (_, i) => ({ stage: i, step_s: { p50: 0.004 + 0.001 * i, p99: 0.006 + 0.001 * i } })),
+        });
+      }
+      await page.waitForFunction(() => document.querySelectorAll('#chart-tps path.series').length === 1 &&
+        document.querySelectorAll('#chart-ttft path.series').length === 2 && document.querySelector('#chart-tpot') &&
+        document.querySelector('#chart-batch') && /4 observations/.test(document.querySelector('main').textContent), { timeout: 30000 });
+      const observed = await page.$$eval('td.observed', (t) => t.map((e) => e.textContent));
+      if (observed.length !== stages || !observed.every((t) => /predicted/.test(t))) fail('observed per stage: ' + observed);
+      if (!/420\.0 tokens\/s/.test(await text(page, '#latest-observed'))) fail('latest: ' + await text(page, '#latest-observed'));
+      const incident = JSON.parse(readFileSync(process.env.PLEXUS_INCIDENT, 'utf8'));
+      incident.id = 'inc-ui-1';
+      incident.signature.evidence = XSS;
+      incident.candidates[1].reject_reason = XSS;
+      await api('POST', '/v1/deployments/multi/incidents', incident);
+      await page.waitForSelector('.reported-incident[data-incident="inc-ui-1"]', { timeout: 30000 });
+      const inc = await text(page, '.reported-incident');
+      if (!inc.includes(XSS) || await page.$('main img')) fail('the incident\'s strings did not render as text');
+      for (const want of ['accepted', 'rejected', 'recovered', '0.90 s', 'canary', 'plexus replay run.trace'])
+        if (!inc.includes(want)) fail('the incident lacks "' + want + '": ' + inc);
+      seen.multi = { nodes: planNodes, stages: drawn.length, observed, incident: inc.slice(0, 200) };
+      seen.nodes = [...new Set([...seen.nodes, ...planNodes])];
+      await shot(page, 'deployment-multi-1280');
+      pages.push('deployments/multi');
       const planned = await api('POST', '/v1/jobs', {
         name: 'planned', command: ['/bin/sh', '-c', 'echo serving; sleep 2'], plan: 'auto',
         model: { digest: blob.digest }, resources: { gpus: 1 },
@@ -225,6 +274,7 @@ async function main() {
       seen.deployment = { stages: stageNodes.length, nodes: [...new Set(stageNodes)], predicted };
       await shot(page, 'deployment-tiny-1280');
       pages.push('deployments/tiny');
+
     }
     // 7. Every page at 1280x800 and on a narrow screen.
     for (const [vp, tag] of [[WIDE, '1280'], [NARROW, 'narrow']]) {

@@ -92,4 +92,81 @@ static void store_deploy_check(px__store *st, void (*reopen)(px__store *st))
     px_assert_ok(st->ops->put_deployment(st->self, &row, false, &err), &err);
 }
 
+typedef struct record_seen {
+    int n;
+    int64_t first, last;
+    char bodies[512];
+} record_seen;
+
+static void record_seen_one(int64_t seq, int64_t at, const char *body, void *ud)
+{
+    record_seen *s = ud;
+    assert_true(at >= 1000);
+    if (!s->n++)
+        s->first = seq;
+    s->last = seq;
+    size_t have = strlen(s->bodies);
+    snprintf(s->bodies + have, sizeof s->bodies - have, "%s", body);
+}
+
+/* Records of a deployment (version 7): a ring per deployment and kind,
+ * read after a sequence number, gone with the deployment.  Needs the
+ * deployment "chat" that store_deploy_check leaves. */
+static void store_deploy_records_check(px__store *st)
+{
+    px_err err;
+    assert_true(st->ops->version >= 7);
+    int64_t seq = 0;
+    char body[32];
+    for (int i = 1; i <= 5; i++) {
+        snprintf(body, sizeof body, "{\"i\":%d}", i);
+        px_assert_ok(st->ops->append_deploy_record(st->self, "chat", "observation", 1000 + i, body,
+                                                   3, &seq, &err),
+                     &err);
+        assert_int_equal(seq, i);
+    }
+    px_assert_ok(st->ops->append_deploy_record(st->self, "chat", "incident", 1000, "{\"id\":\"x\"}",
+                                               3, &seq, &err),
+                 &err);
+    assert_int_equal(seq, 1); /* numbered per kind */
+    record_seen seen = {0};
+    px_assert_ok(st->ops->list_deploy_records(st->self, "chat", "observation", 0, 100,
+                                              record_seen_one, &seen, &err),
+                 &err);
+    assert_int_equal(seen.n, 3); /* the ring keeps the latest 3 */
+    assert_int_equal(seen.first, 3);
+    assert_string_equal(seen.bodies, "{\"i\":3}{\"i\":4}{\"i\":5}");
+    memset(&seen, 0, sizeof seen);
+    px_assert_ok(st->ops->list_deploy_records(st->self, "chat", "observation", 4, 100,
+                                              record_seen_one, &seen, &err),
+                 &err);
+    assert_int_equal(seen.n, 1);
+    assert_int_equal(seen.last, 5);
+    memset(&seen, 0, sizeof seen);
+    px_assert_ok(st->ops->list_deploy_records(st->self, "chat", "observation", 0, 2,
+                                              record_seen_one, &seen, &err),
+                 &err);
+    assert_int_equal(seen.n, 2);
+    assert_int_equal(
+        st->ops->append_deploy_record(st->self, "ghost", "observation", 1000, "{}", 3, &seq, &err),
+        PX_ENOTFOUND);
+    px_assert_contains(err.msg, "ghost");
+    /* Undeployed: its records go, and a new deployment of the name starts
+     * afresh. */
+    px__deploy_row row;
+    px_assert_ok(st->ops->get_deployment(st->self, "chat", &row, &err), &err);
+    px_assert_ok(st->ops->delete_deployment(st->self, "chat", &err), &err);
+    px_assert_ok(st->ops->put_deployment(st->self, &row, false, &err), &err);
+    px__deploy_row_release(&row);
+    memset(&seen, 0, sizeof seen);
+    px_assert_ok(st->ops->list_deploy_records(st->self, "chat", "observation", 0, 100,
+                                              record_seen_one, &seen, &err),
+                 &err);
+    assert_int_equal(seen.n, 0);
+    px_assert_ok(
+        st->ops->append_deploy_record(st->self, "chat", "observation", 1001, "{}", 3, &seq, &err),
+        &err);
+    assert_int_equal(seq, 1);
+}
+
 #endif

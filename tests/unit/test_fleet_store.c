@@ -282,6 +282,7 @@ static void test_store_keeps_deployments_by_name(void **state)
     px_err err;
     px_assert_ok(px__store_sqlite_open(deploy_db, &st, &err), &err);
     store_deploy_check(&st, reopen_sqlite);
+    store_deploy_records_check(&st);
     st.ops->close(st.self);
     assert_int_equal(query_int(deploy_db, "SELECT COUNT(*) FROM deployments"), 2);
     free(deploy_db);

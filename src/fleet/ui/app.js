@@ -19,6 +19,8 @@ const S = {
   artifacts: null,
   detailKey: '',       // state+attempt+updated the detail was fetched for
   detailError: null,
+  reports: null,       // a deployment page's observations and incidents
+  reportsKey: '',      // the deployment and its reported sequence numbers fetched
 };
 
 // ---- DOM helpers (text only) ----
@@ -158,8 +160,8 @@ function route() {
   if (S.arg && S.page === 'incidents') S.page = 'incident';
   const m = /(?:^|&)attempt=(\d+)/.exec(query || '');
   S.attempt = m ? Number(m[1]) : null;
-  S.detail = S.explain = S.artifacts = null;
-  S.detailKey = '';
+  S.detail = S.explain = S.artifacts = S.reports = null;
+  S.detailKey = S.reportsKey = '';
   S.detailError = null;
   for (const a of document.querySelectorAll('#nav a'))
     a.classList.toggle('active', a.dataset.page === top);
@@ -422,8 +424,9 @@ function drawPlan(plan, assignment) {
 
 // The sections every plan shows: stages drawn, predicted figures per
 // stage and for the service, the replicas and the planner's reasons.
-function planSections(plan, assignment) {
+function planSections(plan, assignment, reports) {
   const pred = plan.predictions || {};
+  const observed = latestStages(reports);
   return [
     plan.emulated ? h('p', { class: 'notice' }, plan.notice || 'The plan runs on emulated devices.') : null,
     h('h2', {}, 'Stages on devices'), drawPlan(plan, assignment),
@@ -435,19 +438,23 @@ function planSections(plan, assignment) {
       return h('tr', {}, h('td', {}, s.index), h('td', { class: 'mono' }, (s.devices || []).join(', ')),
         h('td', {}, ms((pr.decode_s_per_token || {}).p50)), h('td', {}, ms((pr.decode_s_per_token || {}).p99)),
         h('td', {}, ms((pr.prefill_s || {}).p50)), h('td', {}, ms(pr.transfer_s_per_token)),
-        h('td', { class: 'muted' }, 'not reported'));
+        observedCell(observed, s.index, (pr.decode_s_per_token || {}).p50));
     })),
     h('h2', {}, 'Service'),
     h('dl', { class: 'kv', id: 'predicted' },
       h('dt', {}, 'tokens/s'), h('dd', {}, pred.throughput_tokens_per_s ? Number(pred.throughput_tokens_per_s.p50).toFixed(1) + ' predicted' : '—'),
       h('dt', {}, 'TTFT'), h('dd', {}, pred.ttft_s ? ms(pred.ttft_s.p50) + ' predicted (p99 ' + ms(pred.ttft_s.p99) + ')' : '—'),
       h('dt', {}, 'TPOT'), h('dd', {}, pred.tpot_s ? ms(pred.tpot_s.p50) + ' predicted (p99 ' + ms(pred.tpot_s.p99) + ')' : '—'),
-      h('dt', {}, 'over time'), h('dd', { class: 'muted' }, 'no observations: serving figures are not reported to the server')),
+      h('dt', {}, 'over time'), reports ? h('dd', {}, observedSummary(reports))
+        : h('dd', { class: 'muted' }, 'no observations: serving figures are not reported to the server')),
+    reports ? serviceCharts(reports, pred) : null,
     h('h2', {}, 'Replicas'),
-    table(['replica', 'stages', 'TPOT', 'tokens/s'], (plan.replicas || []).map((r) => h('tr', {},
+    table(['replica', 'stages', 'nodes', 'TPOT', 'tokens/s', 'observed'], (plan.replicas || []).map((r, ri) => h('tr', { 'data-replica': ri },
       h('td', {}, r.index), h('td', { class: 'mono' }, (r.stages || []).map((s) => (s.devices || []).join('+')).join(' → ')),
+      h('td', {}, [...new Set((assignment || []).filter((a) => a.replica === ri).map((a) => a.node))].join(', ') || '—'),
       h('td', {}, ms(typeof r.tpot_s === 'object' ? (r.tpot_s || {}).p50 : r.tpot_s)),
-      h('td', {}, typeof r.throughput === 'object' ? Number((r.throughput || {}).p50).toFixed(1) : Number(r.throughput).toFixed(1))))),
+      h('td', {}, typeof r.throughput === 'object' ? Number((r.throughput || {}).p50).toFixed(1) : Number(r.throughput).toFixed(1)),
+      h('td', {}, replicaObserved(reports, ri))))),
     (plan.explanation || []).length ? [h('h2', {}, 'Why this plan'), h('ul', {}, plan.explanation.map((e) => h('li', {}, e)))] : null];
 }
 
@@ -517,11 +524,167 @@ function pageDeploymentNamed() {
   const p = d.plan || {};
   const why = p.residency || {};
   if (why.why) out.push(h('p', { class: 'muted', id: 'placement-why' }, why.why));
-  if (p.status === 'planned' && p.plan) out.push(planSections(p.plan, p.assignment));
+  fetchReports(sum);
+  if (p.status === 'planned' && p.plan) out.push(planSections(p.plan, p.assignment, S.reports));
   else out.push(h('p', { class: 'notice' }, 'No plan: ', p.status || 'none', p.detail ? ': ' + p.detail : ''));
-  out.push(h('h2', {}, 'Incidents'), deploymentIncidents(d));
+  out.push(h('h2', {}, 'Incidents'), deploymentIncidents(d),
+    reportedIncidents(S.reports));
   if (p.report) out.push(h('details', {}, h('summary', {}, 'The planner\'s report'), h('pre', { class: 'report' }, p.report)));
   return out;
+}
+
+// ---- a deployment's reports: observed serving figures and incidents ----
+
+// GET the deployment's observations (those after the last one held) and
+// incidents when the snapshot says more were reported.
+function fetchReports(sum) {
+  const rep = sum.reported || {};
+  const key = sum.name + '/' + sum.created + '/' + (rep.observations || 0) + '/' + (rep.incidents || 0);
+  if (key === S.reportsKey) return;
+  const same = S.reports && S.reports.key0 === sum.name + '/' + sum.created;
+  S.reportsKey = key;
+  const base = '/v1/deployments/' + encodeURIComponent(sum.name);
+  const after = same ? S.reports.last : 0;
+  Promise.all([api('GET', base + '/observations?after=' + after), api('GET', base + '/incidents')])
+    .then(([o, i]) => {
+      const prev = same ? S.reports.observations : [];
+      const all = prev.concat(o.observations || []).slice(-(o.kept || 720));
+      S.reports = { key0: sum.name + '/' + sum.created, observations: all, predicted: o.predicted || {},
+                    last: all.length ? all[all.length - 1].seq : after, incidents: i.incidents || [] };
+      render();
+    })
+    .catch((e) => { S.reportsKey = ''; toast(e.message); });
+}
+
+const fig = (v, digits) => (v === null || v === undefined) ? '—' : Number(v).toFixed(digits === undefined ? 1 : digits);
+
+// The latest observed step time of each stage (replica 0 or the only one
+// reported), by stage index.
+function latestStages(reports) {
+  const out = new Map();
+  for (const r of (reports || {}).observations || [])
+    for (const s of (r.observation || {}).stages || [])
+      if (!out.has(s.stage) || s.replica === 0) out.set(s.stage, s.step_s);
+  return out;
+}
+
+function observedCell(observed, stage, predicted) {
+  const o = observed.get(stage);
+  if (!o) return h('td', { class: 'muted' }, 'not reported');
+  const ratio = predicted ? o.p50 / predicted : null;
+  return h('td', { class: 'observed' + (ratio && ratio > 1.25 ? ' slow' : '') },
+    ms(o.p50) + (o.p99 !== undefined ? ' (p99 ' + ms(o.p99) + ')' : ''),
+    ratio ? h('span', { class: 'muted' }, ' ' + ratio.toFixed(2) + '× predicted') : null);
+}
+
+function replicaObserved(reports, ri) {
+  const list = ((reports || {}).observations || []).filter((r) => (r.observation || {}).replica === ri ||
+    ((r.observation || {}).replica === undefined && ri === 0));
+  const last = list.length ? list[list.length - 1].observation : null;
+  return last && last.tokens_per_s !== undefined ? fig(last.tokens_per_s) + ' tokens/s' : '—';
+}
+
+function observedSummary(reports) {
+  const obs = reports.observations;
+  if (!obs.length) return h('span', { class: 'muted' }, 'no observation reported yet');
+  const last = obs[obs.length - 1];
+  const o = last.observation || {};
+  const by = last.reporter || {};
+  return [obs.length + ' observations; the latest ', new Date(last.at * 1000).toLocaleTimeString(),
+    ' from ', by.node ? 'node ' + by.node : 'user ' + (by.user || '?'), ': ',
+    h('span', { id: 'latest-observed' },
+      fig(o.tokens_per_s) + ' tokens/s, TTFT ' + ms((o.ttft_s || {}).p50) + ', TPOT ' + ms((o.tpot_s || {}).p50) +
+      ', running ' + fig(o.running, 0) + ', queued ' + fig(o.queued, 0))];
+}
+
+// A line chart as inline SVG: series of [t, v] over a shared time axis,
+// a dashed line for the prediction.  Text goes in as text nodes.
+function lineChart(id, title, unit, series, predicted) {
+  const W = 560, H = 180, L = 56, R = 10, T = 22, B = 26;
+  const pts = series.flatMap((s) => s.points);
+  if (!pts.length) return null;
+  const t0 = Math.min(...pts.map((p) => p[0])), t1 = Math.max(...pts.map((p) => p[0]));
+  let vmax = Math.max(...pts.map((p) => p[1]), predicted || 0);
+  vmax = vmax > 0 ? vmax * 1.1 : 1;
+  const x = (t) => L + (t1 > t0 ? (t - t0) / (t1 - t0) : 0.5) * (W - L - R);
+  const y = (v) => T + (1 - v / vmax) * (H - T - B);
+  const kids = [svg('text', { x: L, y: 14, class: 'title' }, title),
+    svg('line', { x1: L, y1: H - B, x2: W - R, y2: H - B, class: 'axis' }),
+    svg('line', { x1: L, y1: T, x2: L, y2: H - B, class: 'axis' })];
+  for (const f of [0, 0.5, 1])
+    kids.push(svg('text', { x: L - 4, y: y(vmax * f) + 4, class: 'tick', 'text-anchor': 'end' }, unit(vmax * f)));
+  kids.push(svg('text', { x: L, y: H - 8, class: 'tick' }, new Date(t0 * 1000).toLocaleTimeString()),
+    svg('text', { x: W - R, y: H - 8, class: 'tick', 'text-anchor': 'end' }, new Date(t1 * 1000).toLocaleTimeString()));
+  if (predicted)
+    kids.push(svg('line', { x1: L, y1: y(predicted), x2: W - R, y2: y(predicted), class: 'predicted' }),
+      svg('text', { x: W - R, y: y(predicted) - 4, class: 'tick', 'text-anchor': 'end' }, 'predicted ' + unit(predicted)));
+  series.forEach((s, i) => {
+    if (!s.points.length) return;
+    const d = s.points.map((p, k) => (k ? 'L' : 'M') + x(p[0]).toFixed(1) + ' ' + y(p[1]).toFixed(1)).join(' ');
+    kids.push(svg('path', { d, class: 'series s' + i }));
+    if (s.points.length === 1)
+      kids.push(svg('circle', { cx: x(s.points[0][0]), cy: y(s.points[0][1]), r: 3, class: 'dot s' + i }));
+    kids.push(svg('text', { x: L + 8 + i * 90, y: T + 12, class: 'legend s' + i }, s.label));
+  });
+  return h('figure', { class: 'chart', id },
+    svg('svg', { viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'aria-label': title + ' over time' }, kids));
+}
+
+function serviceCharts(reports, pred) {
+  const obs = reports.observations;
+  if (!obs.length) return null;
+  const pick = (f) => obs.map((r) => [r.at, f(r.observation || {})]).filter((p) => typeof p[1] === 'number');
+  const msFmt = (v) => ms(v);
+  return h('div', { class: 'charts' },
+    lineChart('chart-tps', 'tokens/s', (v) => v.toFixed(v < 10 ? 1 : 0),
+      [{ label: 'observed', points: pick((o) => o.tokens_per_s) }],
+      (pred.throughput_tokens_per_s || {}).p50),
+    lineChart('chart-ttft', 'TTFT', msFmt,
+      [{ label: 'p50', points: pick((o) => (o.ttft_s || {}).p50) }, { label: 'p99', points: pick((o) => (o.ttft_s || {}).p99) }],
+      (pred.ttft_s || {}).p50),
+    lineChart('chart-tpot', 'TPOT', msFmt,
+      [{ label: 'p50', points: pick((o) => (o.tpot_s || {}).p50) }, { label: 'p99', points: pick((o) => (o.tpot_s || {}).p99) }],
+      (pred.tpot_s || {}).p50),
+    lineChart('chart-batch', 'running batch and queue', (v) => v.toFixed(0),
+      [{ label: 'running', points: pick((o) => o.running) }, { label: 'queued', points: pick((o) => o.queued) }]));
+}
+
+// An incident the deployment's front end reported (plexus.incident/1):
+// detection, the candidates accepted and rejected with their reasons, the
+// choice, the canary, the outcome, RTO and lost work.
+function incidentOutcome(i) {
+  if (i.rollback) return 'rolled back';
+  if ((i.choice || {}).index >= 0 && i.rto_s !== null) return 'recovered';
+  return 'not recovered';
+}
+
+function reportedIncidents(reports) {
+  const list = ((reports || {}).incidents || []).slice().reverse();
+  if (!list.length) return null;
+  return [h('h2', {}, 'Incidents reported by the front end'), list.map((r) => {
+    const i = r.incident || {};
+    const det = i.detection || {}, sig = i.signature || {}, lw = i.lost_work || {}, can = i.canary || {};
+    const by = r.reporter || {};
+    return h('section', { class: 'card reported-incident', 'data-incident': i.id },
+      h('h3', {}, h('span', {}, i.id + ': ' + i.kind + ', ' + ((i.cause || {}).class || '?')), badge(incidentOutcome(i))),
+      h('dl', { class: 'kv' },
+        h('dt', {}, 'reported'), h('dd', {}, new Date(r.at * 1000).toLocaleString() + ' by ' + (by.node ? 'node ' + by.node : 'user ' + (by.user || '?'))),
+        h('dt', {}, 'evidence'), h('dd', {}, sig.evidence || '—'),
+        h('dt', {}, 'detection'), h('dd', {}, (det.detector || '?') + ', ' + secs(det.time_to_detect_s) + ' to detect'),
+        h('dt', {}, 'choice'), h('dd', {}, (i.choice || {}).label || 'none', (i.choice || {}).why ? ': ' + i.choice.why : ''),
+        h('dt', {}, 'canary'), h('dd', {}, badge(can.verdict || 'none'), can.observed_p50_s !== undefined && can.observed_p50_s !== null
+          ? ' observed ' + ms(can.observed_p50_s) + ' against ' + ms(can.predicted_p50_s) + ' predicted' : ''),
+        h('dt', {}, 'RTO'), h('dd', { class: 'rto' }, secs(i.rto_s)),
+        h('dt', {}, 'lost work'), h('dd', {}, (lw.tokens || 0) + ' tokens, ' + (lw.steps || 0) + ' steps, ' + secs(lw.seconds)),
+        i.rollback ? [h('dt', {}, 'rollback'), h('dd', {}, i.rollback.why || '')] : null,
+        h('dt', {}, 'replay'), h('dd', { class: 'mono' }, (i.reproducer || {}).command || '—')),
+      table(['candidate', 'verdict', 'reason'], (i.candidates || []).map((c) => h('tr', {},
+        h('td', {}, c.label || c.action), h('td', {}, badge(c.accepted ? 'accepted' : 'rejected')),
+        h('td', {}, c.accepted ? (c.tpot_p99_s !== undefined && c.tpot_p99_s !== null ? 'p99 ' + ms(c.tpot_p99_s) : '')
+          : (c.reject_code || '') + ': ' + (c.reject_reason || ''))))),
+      h('ol', { class: 'timeline' }, (i.timeline || []).map((t) => h('li', {},
+        h('span', { class: 't' }, '+' + Number(t.t_s).toFixed(2) + ' s'), t.event))));
+  })];
 }
 
 // The deployment's recorded incidents and the node losses on its nodes
@@ -536,7 +699,7 @@ function deploymentIncidents(d) {
     rows.push(h('tr', {}, h('td', { class: 'mono' }, r.id || '—'), h('td', {}, r.class || r.kind || '—'),
       h('td', {}, r.node || '—'), h('td', {}, r.outcome ? badge(r.outcome) : '—'), h('td', {}, secs(r.rto_s))));
   return rows.length ? table(['id', 'class', 'node', 'outcome', 'RTO'], rows)
-    : h('p', { class: 'muted', id: 'no-incidents' }, 'No incident on this deployment\'s nodes since it was made.');
+    : h('p', { class: 'muted', id: 'no-incidents' }, 'No node loss on this deployment\'s nodes since it was made.');
 }
 
 function pageIncidents() {
