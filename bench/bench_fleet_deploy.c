@@ -7,10 +7,13 @@
  * some nodes are warm, the durable write) and the time until every node
  * of the plan reports the model resident: cold (the first deployment:
  * each agent fetches the model from the blob store and verifies it) and
- * warm (later ones: already held).  Stage workers are not started by
- * deployments yet, so deploy-to-first-token and the recovery time of a
- * node loss are not measured here.  Bounded (ROUNDS, 60 s); 127.0.0.1
- * only.
+ * warm (later ones: already held); deploy to first token (the stage
+ * workers started on the agents and a one-token completion answered
+ * through the server's route), cold and warm; and after the rounds, the
+ * loss of a node: the agent of a stage of the last deployment is killed
+ * while a long completion runs, and the incident's recovery time (RTO)
+ * and the time from the kill until that completion returns are printed.
+ * Bounded (ROUNDS, 60 s); 127.0.0.1 only.
  *
  *     bench_fleet_deploy [ROUNDS]        (default 20)
  */
@@ -22,6 +25,7 @@
 
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -67,6 +71,50 @@ static double wait_state(px_fleet_client *c, const char *name, const char *want,
         nap_ms(5);
     }
     return -1;
+}
+
+/* Completes one token of deployment name through the route, retrying
+ * while its front end starts; ms from t0, or -1. */
+static double first_token(px_fleet_client *c, const char *name, uint64_t t0)
+{
+    json_t *body = json_pack("{s:s, s:s, s:i, s:i}", "model", name, "prompt", "Once", "max_tokens",
+                             1, "temperature", 0);
+    double ms = -1;
+    while (body && px_now_ns() - t0 < (uint64_t)LIMIT_S * 1000000000ull) {
+        json_t *r = NULL;
+        long code = 0;
+        px_status st = px_fleet_client_call(c, "POST", "/v1/completions", body, &code, &r, NULL);
+        json_decref(r);
+        if (st == PX_OK) {
+            ms = (double)(px_now_ns() - t0) / 1e6;
+            break;
+        }
+        nap_ms(5);
+    }
+    json_decref(body);
+    return ms;
+}
+
+typedef struct long_call {
+    px_fleet_client *c;
+    const char *name;
+    px_status st;
+    uint64_t end_ns;
+} long_call;
+
+static void *long_main(void *arg)
+{
+    long_call *l = arg;
+    json_t *body =
+        json_pack("{s:s, s:s, s:i, s:i, s:b}", "model", l->name, "prompt", "Once upon a time",
+                  "max_tokens", 400, "temperature", 0, "ignore_eos", 1);
+    json_t *r = NULL;
+    l->st = body ? px_fleet_client_call(l->c, "POST", "/v1/completions", body, NULL, &r, NULL)
+                 : PX_ENOMEM;
+    l->end_ns = px_now_ns();
+    json_decref(r);
+    json_decref(body);
+    return NULL;
 }
 
 static int online(px_fleet_client *c)
@@ -138,7 +186,9 @@ int main(int argc, char **argv)
             "{\"schema\": \"plexus.inventory/1\", \"emulated\": true, \"nodes\": [{\"id\": \"%s\", "
             "\"memory\": [{\"id\": \"ddr0\", \"kind\": \"ddr\", \"capacity\": \"64 GiB\", "
             "\"bandwidth\": \"100 GB/s\"}], \"devices\": [{\"id\": \"gpu0\", \"class\": \"gpu\", "
-            "\"vendor\": \"nvidia\", \"model\": \"tiny\", \"backend\": \"emu\", \"compute\": "
+            "\"vendor\": \"nvidia\", \"model\": \"tiny\", \"backend\": \"emu\", \"emu\": "
+            "{\"compute_slowdown\": 1, \"memory_slowdown\": 1, \"jitter\": 0, \"seed\": 1}, "
+            "\"compute\": "
             "{\"f32\": \"10 TFLOP/s\"}, \"memory\": [{\"id\": \"hbm\", \"kind\": \"hbm\", "
             "\"capacity\": \"512 MiB\", \"bandwidth\": \"100 GB/s\"}]}]}]}",
             name);
@@ -154,8 +204,9 @@ int main(int argc, char **argv)
     px_fleet_client *c = NULL;
     double *plan_ms = calloc((size_t)rounds, sizeof *plan_ms);
     double *ready_ms = calloc((size_t)rounds, sizeof *ready_ms);
+    double *token_ms = calloc((size_t)rounds, sizeof *token_ms);
     json_t *up = NULL;
-    if (!plan_ms || !ready_ms ||
+    if (!plan_ms || !ready_ms || !token_ms ||
         px_fleet_client_new(px_fleet_server_url(srv), utok, &c, &err) != PX_OK)
         goto done;
     for (int i = 0; i < 600 && online(c) < N_AGENTS; i++)
@@ -190,6 +241,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_fleet_deploy: %s never became resident\n", name);
             goto done;
         }
+        if ((token_ms[n] = first_token(c, name, t0)) < 0) {
+            fprintf(stderr, "bench_fleet_deploy: %s never answered a completion\n", name);
+            goto done;
+        }
         /* Each round ends its deployment; the one before stays while
          * the next starts, so the model stays held and later rounds are
          * warm. */
@@ -217,13 +272,77 @@ int main(int argc, char **argv)
                ready_ms[n - 1]);
         printf("  ratio cold/warm to resident: %.1fx\n", ready_ms[0] / ready_ms[1 + (n - 1) / 2]);
     }
-    printf("  not measured: deploy to first token and the recovery time of a node loss (stage "
-           "workers are not started by deployments yet)\n");
+    printf("  deploy to first token (stage workers started on the agents, a completion "
+           "through the server's route): cold %.1f ms",
+           token_ms[0]);
+    if (n > 1) {
+        qsort(token_ms + 1, (size_t)(n - 1), sizeof *token_ms, cmp_double);
+        printf(", warm p50 %.1f ms (max %.1f)", token_ms[1 + (n - 1) / 2], token_ms[n - 1]);
+    }
+    printf("\n");
+    /* A node lost mid-completion: the agent of stage 1 of the last
+     * deployment is killed. */
+    char last[32], path[96];
+    snprintf(last, sizeof last, "bench-%ld", n - 1);
+    snprintf(path, sizeof path, "/v1/deployments/%s", last);
+    json_t *d = NULL;
+    const char *victim = NULL;
+    if (px_fleet_client_call(c, "GET", path, NULL, NULL, &d, &err) == PX_OK) {
+        size_t k;
+        json_t *w;
+        json_array_foreach(json_object_get(json_object_get(d, "serving"), "stage_workers"), k, w)
+        {
+            if (json_integer_value(json_object_get(w, "stage")) == 1)
+                victim = json_string_value(json_object_get(w, "node"));
+        }
+    }
+    int vi = victim ? (int)strtol(victim + 5, NULL, 10) : -1;
+    px_fleet_client *c2 = NULL;
+    if (vi >= 0 && vi < N_AGENTS &&
+        px_fleet_client_new(px_fleet_server_url(srv), utok, &c2, &err) == PX_OK) {
+        long_call l = {c2, last, PX_OK, 0};
+        pthread_t th;
+        if (pthread_create(&th, NULL, long_main, &l) == 0) {
+            nap_ms(30);
+            uint64_t t_kill = px_now_ns();
+            kill(agents[vi], SIGKILL);
+            waitpid(agents[vi], NULL, 0);
+            agents[vi] = -1;
+            pthread_join(th, NULL);
+            /* A completion that ended before the kill left the ring idle:
+             * the next one meets the loss and heals it. */
+            double next_ms = first_token(c, last, t_kill);
+            double rto = -1;
+            for (int tries = 0; tries < 100 && rto < 0; tries++) {
+                json_t *d2 = NULL;
+                if (px_fleet_client_call(c, "GET", path, NULL, NULL, &d2, NULL) == PX_OK) {
+                    const json_t *inc = json_array_get(json_object_get(d2, "incidents"), 0);
+                    if (json_is_number(json_object_get(inc, "rto_s")))
+                        rto = json_number_value(json_object_get(inc, "rto_s"));
+                }
+                json_decref(d2);
+                if (rto < 0)
+                    nap_ms(50);
+            }
+            if (l.st == PX_OK && rto >= 0)
+                printf("  node loss (%s killed %s): RTO %.1f ms (the incident's: detection to "
+                       "the first token on the new stages), the long completion returned %.1f "
+                       "ms after the kill, the next one-token completion %.1f ms after the kill\n",
+                       victim, l.end_ns > t_kill ? "mid-completion" : "after the completion",
+                       rto * 1e3, (double)(l.end_ns - t_kill) / 1e6, next_ms);
+            else
+                printf("  node loss: not measured (%s)\n",
+                       l.st != PX_OK ? "the completion failed" : "no incident recorded");
+        }
+        px_fleet_client_free(c2);
+    }
+    json_decref(d);
     rc = 0;
 done:
     json_decref(up);
     free(plan_ms);
     free(ready_ms);
+    free(token_ms);
     px_fleet_client_free(c);
     for (int i = 0; i < N_AGENTS; i++)
         if (agents[i] > 0)

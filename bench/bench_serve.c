@@ -407,6 +407,35 @@ static void serve_plan(const char *label, const char *model, const char *invento
  * tokens each), so that the plan predicts what is measured. */
 #define PLAN_WORKLOAD "--prompt-tokens 8 --gen-tokens 100"
 
+/* emu-small describes this machine's CPU beside two emulated devices; its
+ * node gets this machine's cores as discovery finds them (`plexus
+ * inventory discover`: online CPUs, affinity, cgroup quota), so that the
+ * plan prices the stages, devices and executor sharing them.  Writes the
+ * copy to out; false when discovery gives no cores. */
+static bool emu_small_here(const char *dir, const char *src, const char *out)
+{
+    char disc[512], cmd[2048];
+    snprintf(disc, sizeof disc, "%s/discovered.json", dir);
+    snprintf(cmd, sizeof cmd,
+             "'%s' inventory discover --no-gpu --no-interpreter -o json > '%s' 2>/dev/null",
+             plexus_bin, disc);
+    bool ok = false;
+    json_t *d = system(cmd) == 0 ? json_load_file(disc, 0, NULL) : NULL;
+    json_t *inv = json_load_file(src, 0, NULL);
+    json_t *cpu = json_object_get(json_array_get(json_object_get(d, "nodes"), 0), "cpu");
+    json_t *node = json_array_get(json_object_get(inv, "nodes"), 0);
+    if (cpu && node && json_object_set(node, "cpu", cpu) == 0 &&
+        json_dump_file(inv, out, JSON_INDENT(2)) == 0) {
+        printf("emu-small on this machine's cores: %s\n",
+               json_string_value(json_object_get(json_object_get(cpu, "cores"), "value")));
+        ok = true;
+    }
+    json_decref(d);
+    json_decref(inv);
+    unlink(disc);
+    return ok;
+}
+
 /* The throughput plan on emu-small, served, against its prediction: as
  * planned from the inventory's sourced figures, then from figures
  * calibrated on this machine (`plexus calibrate`). */
@@ -414,7 +443,14 @@ static void serve_plans(const char *dir)
 {
     char model[512], plan[512], calib[512], inventory[512], cmd[8192];
     snprintf(model, sizeof model, "%s/models/stories260K.gguf", PX_SHARED_DIR);
-    snprintf(inventory, sizeof inventory, "%s/data/scenarios/emu-small.json", PX_SOURCE_DIR);
+    char scenario[512];
+    snprintf(scenario, sizeof scenario, "%s/data/scenarios/emu-small.json", PX_SOURCE_DIR);
+    snprintf(inventory, sizeof inventory, "%s/emu-small-here.json", dir);
+    if (!emu_small_here(dir, scenario, inventory)) {
+        printf("emu-small throughput plan: this machine's cores were not discovered; the plan "
+               "does not price the stages sharing them\n");
+        snprintf(inventory, sizeof inventory, "%s", scenario);
+    }
     snprintf(plan, sizeof plan, "%s/throughput-plan.json", dir);
     snprintf(calib, sizeof calib, "%s/emu-small-calibration.json", dir);
     if (access(model, R_OK) != 0) {
@@ -442,6 +478,8 @@ static void serve_plans(const char *dir)
         serve_plan("calibrated on this machine", model, inventory, plan);
     unlink(calib);
     unlink(plan);
+    if (strcmp(inventory, scenario) != 0)
+        unlink(inventory);
 }
 
 int main(void)

@@ -2,10 +2,10 @@
  * libFuzzer target for the block-quantized formats: any bytes are blocks
  * of some format (the first byte picks it), and any activations (drawn
  * from the same bytes, NaN and infinities included) go through the
- * activation quantizer.  Dequantisation, single-value reads and both dot
- * product variants must run without a crash, an over-read or undefined
- * behaviour, and the AVX2 dot must equal the portable one bit for bit (or
- * both be NaN).
+ * activation quantizer.  Dequantisation, single-value reads and every dot
+ * product variant must run without a crash, an over-read or undefined
+ * behaviour, and the AVX2 and AVX-512 dots must equal the portable one bit
+ * for bit (or all be NaN).
  */
 #include <math.h>
 #include <stddef.h>
@@ -54,9 +54,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     px__rt_quant_act(t, x, xq, n);
     float a = px__rt_quant_dot_portable(t, w, xq, n);
-    px__rt_quant_dot_fn avx2 = px__rt_quant_dot_avx2();
-    if (avx2) {
-        float b = avx2(t, w, xq, n);
+    px__rt_quant_dot_fn variants[2] = {px__rt_quant_dot_avx2(), px__rt_quant_dot_avx512()};
+    for (int k = 0; k < 2; k++) {
+        if (!variants[k])
+            continue;
+        float b = variants[k](t, w, xq, n);
         if (!(isnan(a) && isnan(b)) && memcmp(&a, &b, sizeof a) != 0)
             abort();
     }

@@ -147,6 +147,14 @@ typedef struct px_cost_device {
     const uint32_t *domains; /* failure/power domains (hw indices), borrowed */
     size_t n_domains;
     unsigned assumed; /* PX_COST_ASSUMED_* flags: figures taken from params */
+    /* Host cores its node offers to work run on them (0: the inventory
+     * does not say), and the fraction of its busy time that occupies one
+     * of them for memory-bound and compute-bound work: 1 for a cpu device
+     * (one thread per stage worker), 1/slowdown for an emulated device
+     * (the cpu kernels run, then the stretch is slept), 0 for an
+     * accelerator. */
+    double host_cores;
+    double host_busy_mem, host_busy_compute;
 } px_cost_device;
 
 enum {
@@ -325,6 +333,7 @@ typedef struct px_cost_stage_est {
      * batch - 1 sequences' share (serve_tpot_s: what one sequence sees).
      * Equal to decode_s for DiT. */
     double serve_s, serve_tpot_s;
+    double host_core_s; /* host-core seconds one served step of the stage occupies */
     double mem_s, compute_s, allreduce_s, kv_host_s; /* its terms */
     double prefill_s;                                /* the prompt of the stage's micro-batch */
     double xfer_s;                                   /* decode activations to the next stage */
@@ -356,7 +365,13 @@ typedef struct px_cost_estimate {
     /* The executor's own round trip per step (calibrated mode, a step
      * correction applied; else 0): in step_s, not in transfer_s. */
     double executor_s;
-    px_cost_bind bind; /* the term that binds the decode step */
+    /* Host cores shared by the stages that run on them: the most
+     * host-core seconds one step asks of a node over the cores it has
+     * (0 when no node declares its cores or none is asked).  A floor of
+     * step_s when the stages overlap (micro-batches in flight). */
+    double host_cores_s;
+    uint32_t host_node; /* the node that sets host_cores_s */
+    px_cost_bind bind;  /* the term that binds the decode step */
     uint32_t bind_stage;
     uint32_t n_stages;
     px_cost_stage_est stages[PX_COST_MAX_STAGES];
@@ -383,6 +398,14 @@ PX_NODISCARD px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_mod
                                              const px_cost_params *p, const px_cost_workload *wl,
                                              const px_cost_pipeline *pipe, const px_cost_sample *s,
                                              px_cost_estimate *est, px_err *err);
+
+/* Replicas on one host share its cores.  Each replica's own floor
+ * (host_cores_s) counts its stages only; replica i uses use[i] =
+ * host_cores_s / step_s of the cores of node[i] (PX_HW_NONE: none
+ * declared).  Where the uses on one node add up past 1, every replica on
+ * it slows by their sum: k[i] gets the factor (>= 1) that divides its
+ * throughput and multiplies its step. */
+void px_cost_host_shares(const uint32_t *node, const double *use, size_t n, double *k);
 
 /* ------------------------------------------------------------------ */
 /* Fast stage estimates for search                                     */

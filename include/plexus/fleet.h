@@ -407,6 +407,11 @@ void px_fleet_cache_free(px_fleet_cache *c); /* NULL is a no-op */
 PX_NODISCARD px_status px_fleet_cache_put_file(px_fleet_cache *c, const char *src_path,
                                                const char *name, const char *expect_digest,
                                                char digest_out[65], px_err *err);
+/* The evictions since the last call, oldest first (at most 64 kept):
+ * [{"digest", "name", "size", "for" (the digest whose arrival made room,
+ * or absent when the budget shrank), "incoming_size", "budget", "at"
+ * (Unix seconds)}].  New reference; the cache forgets them. */
+json_t *px_fleet_cache_evictions_take(px_fleet_cache *c);
 /* Holds the object (it will not be evicted until released), marks it
  * used and returns its path (owned: free()).  PX_ENOTFOUND if absent. */
 PX_NODISCARD px_status px_fleet_cache_acquire(px_fleet_cache *c, const char *digest, char **path,

@@ -199,6 +199,12 @@ typedef struct px_hw_node {
     const char *python_path, *python_version; /* may be NULL */
     const char *os_kernel, *os_distro;        /* may be NULL */
     px_hw_live live;
+    /* The host's processors for work that runs on them (cpu devices, the
+     * emulated devices' kernels, stage workers and servers): cores and
+     * hardware threads usable here, a cgroup quota or affinity mask
+     * applied.  Plain numbers (PX_DIM_NONE) with provenance; value 0 when
+     * the input gave none. */
+    px_qty cpu_cores, cpu_threads;
     const uint32_t *devices; /* indices into view->devices, sorted by id */
     size_t n_devices;
     uint32_t endpoint; /* this node's host side as a link endpoint */

@@ -190,10 +190,17 @@ static bool read_value(const px_cli_opt *o, const char *v, char *why, size_t cap
     case PX_CLI_TIME:
     case PX_CLI_SIZE: {
         bool time = o->kind == PX_CLI_TIME;
-        if (px_qty_parse(v, time ? PX_DIM_TIME : PX_DIM_BYTES, &q, NULL) != PX_OK ||
-            !(q.value >= o->lo) || (o->hi > o->lo && q.value > o->hi)) {
+        /* A time may also be a bare number of seconds ("--timeout 60"). */
+        char *end = NULL;
+        double secs = time ? strtod(v, &end) : 0;
+        if (time && end != v && *end == '\0' && isfinite(secs)) {
+            q.value = secs;
+        } else if (px_qty_parse(v, time ? PX_DIM_TIME : PX_DIM_BYTES, &q, NULL) != PX_OK) {
+            q.value = NAN;
+        }
+        if (!(q.value >= o->lo) || (o->hi > o->lo && q.value > o->hi)) {
             snprintf(why, cap, "takes %s, not \"%s\"",
-                     time ? "a time with its unit such as 90s or 2min"
+                     time ? "a time such as 90s, 2min or 30 (seconds)"
                           : "a size with its unit such as 512MiB or 16GiB",
                      v);
             return false;

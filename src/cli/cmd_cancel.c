@@ -45,6 +45,10 @@ int px__cmd_cancel(int argc, char **argv)
     int rc = PX_EXIT_OK;
     if (o.format != PX_CLI_TEXT)
         rc = px__fleet_cli_print(&o, reply);
+    else if (json_object_get(reply, "cancel"))
+        /* A replica that does not schedule took it; the scheduler had not
+         * stopped the job yet when it answered. */
+        printf("%s %s (cancellation requested)\n", id, px__fleet_cli_str(reply, "state", "?"));
     else
         printf("%s %s\n", id, px__fleet_cli_str(reply, "state", "cancelled"));
     json_decref(reply);

@@ -140,11 +140,51 @@ static void print_deployment(const json_t *d)
             printf("\nplan\n%s", px__fleet_cli_clean(report, clean, n));
         free(clean);
     }
+    const json_t *evictions = json_object_get(d, "evictions");
+    if (json_array_size(evictions)) {
+        printf("\ncache evictions for this model:\n");
+        json_array_foreach(evictions, i, a)
+        {
+            char why[400];
+            printf("  %s\n", px__fleet_cli_clean(px__fleet_cli_str(a, "why", ""), why, sizeof why));
+        }
+    }
+    const json_t *serving = json_object_get(d, "serving");
+    if (serving) {
+        char detail[480];
+        printf(
+            "\nfront end: %s%s%s\n", px__fleet_cli_str(serving, "state", "?"),
+            px__fleet_cli_str(serving, "detail", "")[0] ? ": " : "",
+            px__fleet_cli_clean(px__fleet_cli_str(serving, "detail", ""), detail, sizeof detail));
+        printf("stage workers now      node                 state      address\n");
+        json_array_foreach(json_object_get(serving, "stage_workers"), i, a)
+        {
+            printf("  stage %-15lld %-20s %-10s %s\n",
+                   (long long)json_integer_value(json_object_get(a, "stage")),
+                   px__fleet_cli_str(a, "node", "?"), px__fleet_cli_str(a, "state", "?"),
+                   px__fleet_cli_str(a, "address", ""));
+        }
+    }
     const json_t *incidents = json_object_get(d, "incidents");
     printf("\nincidents: %s\n", json_array_size(incidents) ? "" : "none");
     json_array_foreach(incidents, i, a)
     {
         char detail[400];
+        if (json_object_get(a, "localization")) {
+            /* A record of the healing loop: what failed where, what was
+             * done, how long serving was interrupted. */
+            const json_t *loc = json_object_get(a, "localization");
+            const json_t *choice = json_object_get(a, "choice");
+            const json_t *rto = json_object_get(a, "rto_s");
+            printf("  %s %s: %s at %s; %s (%s); RTO %s%.3f s; %s\n",
+                   px__fleet_cli_str(a, "id", "-"), px__fleet_cli_str(a, "kind", "?"),
+                   px__fleet_cli_str(json_object_get(a, "signature"), "class", "?"),
+                   px__fleet_cli_str(loc, "device", "?"), px__fleet_cli_str(choice, "action", "?"),
+                   px__fleet_cli_str(choice, "label", ""), json_is_number(rto) ? "" : "unknown ",
+                   json_is_number(rto) ? json_number_value(rto) : 0.0,
+                   px__fleet_cli_str(a, "outcome", "open"));
+            continue;
+        }
         printf("  %s %s: %s\n", px__fleet_cli_str(a, "at", "-"), px__fleet_cli_str(a, "kind", "?"),
                px__fleet_cli_clean(px__fleet_cli_str(a, "detail", ""), detail, sizeof detail));
     }

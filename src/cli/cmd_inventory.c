@@ -82,7 +82,21 @@ static const px_cli_spec dot_spec = {
     .operands = "FILE",
     .min_operands = 1,
     .max_operands = 1,
-    .examples = "plexus inventory dot inv.json | dot -Tsvg > inv.svg   # graphviz package\n",
+    .examples = "plexus inventory dot inv.json | dot -Tsvg > inv.svg   # graphviz package\n"
+                "plexus inventory svg inv.json > inv.svg           # without graphviz\n",
+};
+static const px_cli_spec svg_spec = {
+    .name = "inventory svg",
+    .summary = "the nodes, devices and links as an SVG picture (no Graphviz needed)",
+    .synopsis = "FILE",
+    .about = "Prints an SVG picture of the inventory: each node a column of its devices (model,\n"
+             "class, memory, peak compute), then every link with its kind and bandwidth.  It\n"
+             "needs nothing else installed; `inventory dot` gives Graphviz's language instead.",
+    .opts = dot_opts,
+    .operands = "FILE",
+    .min_operands = 1,
+    .max_operands = 1,
+    .examples = "plexus inventory svg data/scenarios/irregular-4dev.json > inv.svg\n",
 };
 static const px_cli_spec catalog_spec = {
     .name = "inventory catalog",
@@ -98,6 +112,7 @@ const px_cli_spec *const px__cmd_inventory_specs[] = {&validate_spec,
                                                       &show_spec,
                                                       &export_spec,
                                                       &dot_spec,
+                                                      &svg_spec,
                                                       &catalog_spec,
                                                       &px__inventory_discover_spec,
                                                       NULL};
@@ -271,6 +286,20 @@ static int cmd_dot(int argc, char **argv)
     return rc;
 }
 
+static int cmd_svg(int argc, char **argv)
+{
+    px_cli_args args;
+    int rc;
+    if (!px__cli_parse(&svg_spec, argc, argv, &args, &rc))
+        return rc;
+    px_hw_graph *g = px__inventory_load("inventory svg", args.v[0], false);
+    if (!g)
+        return PX_EXIT_FAIL;
+    rc = px__inventory_svg(g, stdout);
+    px_hw_graph_free(g);
+    return rc;
+}
+
 static int cmd_catalog(int argc, char **argv)
 {
     px_cli_args args;
@@ -314,6 +343,8 @@ int px__cmd_inventory(int argc, char **argv)
         return cmd_export(argc - 1, argv + 1);
     if (spec == &dot_spec)
         return cmd_dot(argc - 1, argv + 1);
+    if (spec == &svg_spec)
+        return cmd_svg(argc - 1, argv + 1);
     if (spec == &catalog_spec)
         return cmd_catalog(argc - 1, argv + 1);
     return px__cmd_inventory_discover(argc - 1, argv + 1);

@@ -27,10 +27,21 @@ static void print_summary_row(const json_t *j)
 
 /* The plan the scheduler made for the job (--plan auto): its stages on
  * the devices of each replica and what it predicts. */
-static void print_plan(const json_t *plan)
+static void print_plan(const json_t *entry)
 {
-    if (!json_is_object(plan))
+    if (!json_is_object(entry))
         return;
+    /* The server keeps {"status", "plan": the plan document} or, when no
+     * plan could be made, {"status", "detail"}. */
+    const char *status = px__fleet_cli_str(entry, "status", "");
+    const json_t *plan = json_object_get(entry, "plan");
+    if (!json_is_object(plan)) {
+        char text[512];
+        printf("plan      none: %s%s%s\n", status[0] ? status : "not made",
+               json_object_get(entry, "detail") ? ": " : "",
+               px__fleet_cli_clean(px__fleet_cli_str(entry, "detail", ""), text, sizeof text));
+        return;
+    }
     const char *id = px__fleet_cli_str(plan, "id", "?");
     const json_t *replicas = json_object_get(plan, "replicas");
     printf("plan      %.12s (policy %s, objective %s), %zu replica%s\n", id,

@@ -326,8 +326,8 @@ static int cmd_inspect(const char *spec)
         st = px_ir_preset_new(spec, preset_dtype, &opts, &m, &err);
     else if (preset_dtype != PX_DTYPE_COUNT_)
         return px__cli_usage_error(cmd, "--dtype applies to presets; \"%s\" is not one", spec);
-    else
-        st = px_ir_model_open(spec, &opts, &m, &err);
+    else /* a file, or a misspelled preset: the presets, the nearest first */
+        st = px_ir_model_open_any(spec, &opts, &m, &err);
     if (st != PX_OK)
         return px__cli_fail("model", &err);
     const px_ir_hparams *hp = px_ir_model_hparams(m);

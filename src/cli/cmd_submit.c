@@ -119,8 +119,8 @@ static const px_cli_opt opts[] = {
                "(default: a fresh key, retried on network errors)"),
     PX_CLI_OPT("wait", 0, PX_CLI_FLAG, &S.wait, NULL,
                "wait for the job to end and print its result; exit 0\nonly when it succeeded"),
-    PX_CLI_OPT("timeout", 0, PX_CLI_NUM, &S.timeout_s, "SECONDS",
-               "with --wait, give up after SECONDS (default 600)", .lo = 0.001),
+    PX_CLI_OPT("timeout", 0, PX_CLI_TIME, &S.timeout_s, "TIME",
+               "with --wait, give up after TIME (default 10min)", .lo = 0.001),
     PX__FLEET_CLI_OPTS(S.o),
     {0},
 };

@@ -84,7 +84,7 @@ static const px_cli_opt opts[] = {
     PX_CLI_OPT("name", 0, PX_CLI_STR, &U.name, "NAME", "the node's name"),
     PX_CLI_OPT("cache-budget", 0, PX_CLI_SIZE, &U.budget, "SIZE",
                "the model cache's size limit, e.g. 10GiB", .lo = 1),
-    PX_CLI_OPT("lease", 0, PX_CLI_NUM, &U.lease, "SECONDS", "the agents' lease (seconds)",
+    PX_CLI_OPT("lease", 0, PX_CLI_TIME, &U.lease, "TIME", "the agents' lease (default 10s)",
                .lo = 0.001),
     PX_CLI_OPT("job-user", 0, PX_CLI_STR, &U.job_user, "USER",
                "run jobs as USER; when plexus up runs as root the\n"

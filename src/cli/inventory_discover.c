@@ -271,8 +271,8 @@ static const px_cli_opt opts[] = {
     PX_CLI_OPT("measure", 0, PX_CLI_FLAG, &D.opt.measure, NULL,
                "also run short microbenchmarks: memory bandwidth (triad)\n"
                "and f32 throughput, on one thread and on all"),
-    PX_CLI_OPT("measure-seconds", 0, PX_CLI_NUM, &D.opt.measure_seconds, "S",
-               "time per microbenchmark (default 0.5)", .lo = 1e-6, .hi = 600),
+    PX_CLI_OPT("measure-seconds", 0, PX_CLI_TIME, &D.opt.measure_seconds, "TIME",
+               "time per microbenchmark (default 0.5s)", .lo = 1e-6, .hi = 600),
     PX_CLI_OPT("python", 0, PX_CLI_LIST, &D.python, "PREFIX",
                "also scan this prefix (a virtual or conda environment,\n"
                "or a site-packages folder); repeatable"),
@@ -287,8 +287,8 @@ static const px_cli_opt opts[] = {
                "read /proc, /sys and /etc under DIR (recorded trees)"),
     PX_CLI_OPT("node", 0, PX_CLI_STR, &D.opt.node_id, "ID",
                "the node's id (default: from the host name)"),
-    PX_CLI_OPT("timeout", 0, PX_CLI_NUM, &D.opt.command_timeout, "S",
-               "limit on each external command (default 10)", .lo = 1e-6, .hi = 3600),
+    PX_CLI_OPT("timeout", 0, PX_CLI_TIME, &D.opt.command_timeout, "TIME",
+               "limit on each external command (default 10s)", .lo = 1e-6, .hi = 3600),
     {0},
 };
 

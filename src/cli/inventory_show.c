@@ -1,5 +1,6 @@
 /* The readable forms of an inventory: a table per node, a Graphviz
  * drawing, and the catalogue listing. */
+#include "base/svg.h"
 #include "cli/inventory.h"
 
 /* Copies s into buf for printing: control bytes become '?' (an inventory
@@ -215,4 +216,169 @@ int px__inventory_catalog_text(const px_hw_catalog *cat, FILE *out)
                 qty_text(&l->bandwidth, a, sizeof a));
     }
     return ferror(out) ? PX_EXIT_FAIL : PX_EXIT_OK;
+}
+
+/* The inventory as a picture without Graphviz: each node a column of its
+ * devices (id and model, class and memory, peak compute), then every link
+ * in words.  Texts are measured and cut to their boxes (base/svg.h), and
+ * each names its box (data-in), as in the plan's picture. */
+#define ISVG_FONT   12
+#define ISVG_LINE   16
+#define ISVG_PAD    8
+#define ISVG_MARGIN 20
+#define ISVG_BOX_H  (3 * ISVG_LINE + 2 * ISVG_PAD + 4)
+#define ISVG_GAP    10
+#define ISVG_COLS   4
+#define ISVG_NODES  64 /* nodes drawn */
+#define ISVG_DEVS   64 /* devices drawn per node */
+#define ISVG_LINKS  40 /* links listed */
+
+static void isvg_text(px_strbuf *sb, int x, int y, int size, const char *in, double max_w,
+                      const char *s)
+{
+    px_svg_add_text(sb, x, y, size, ISVG_FONT, in, max_w, s);
+}
+
+static void isvg_device_lines(const px_hw_device *d, char l[3][256])
+{
+    char a[64], b[64];
+    snprintf(l[0], 256, "%s (%s)", d->id, d->model ? d->model : px_hw_class_name(d->cls));
+    snprintf(l[1], 256, "%s%s%s, memory %s%s", px_hw_class_name(d->cls), d->vendor ? " " : "",
+             d->vendor ? d->vendor : "", bytes_text(px_hw_device_memory_capacity(d), a, sizeof a),
+             d->emulated ? ", emulated" : "");
+    bool bf16 = px_hw_has(d->compute[PX_HW_DTYPE_BF16]);
+    const px_qty *peak = bf16 ? &d->compute[PX_HW_DTYPE_BF16] : &d->compute[PX_HW_DTYPE_F32];
+    snprintf(l[2], 256, "peak %s %s", qty_text(peak, b, sizeof b), bf16 ? "bf16" : "f32");
+}
+
+int px__inventory_svg(const px_hw_graph *g, FILE *out)
+{
+    const px_hw_view *v = px_hw_graph_view(g);
+    size_t n_nodes = PX_MIN(v->n_nodes, (size_t)ISVG_NODES), hidden = 0;
+    double want = 170;
+    char l[3][256], line[512], a[64];
+    for (size_t j = 0; j < v->n_nodes; j++) {
+        const px_hw_node *n = &v->nodes[j];
+        if (j >= n_nodes) {
+            hidden += n->n_devices;
+            continue;
+        }
+        hidden += n->n_devices > ISVG_DEVS ? n->n_devices - ISVG_DEVS : 0;
+        snprintf(line, sizeof line, "node %s%s%s%s%s", n->id, n->hostname ? " (" : "",
+                 n->hostname ? n->hostname : "", n->hostname ? ")" : "",
+                 n->emulated ? " emulated" : "");
+        want = PX_MAX(want, px_svg_text_width(line, ISVG_FONT) + 2 * ISVG_PAD);
+        for (size_t k = 0; k < n->n_devices && k < ISVG_DEVS; k++) {
+            isvg_device_lines(&v->devices[n->devices[k]], l);
+            for (int q = 0; q < 3; q++)
+                want = PX_MAX(want, px_svg_text_width(l[q], ISVG_FONT) + 2 * ISVG_PAD);
+        }
+    }
+    int box_w = (int)PX_MIN(want, 320.0) + 1, node_w = box_w + 2 * ISVG_PAD;
+    int cols = (int)PX_MIN(n_nodes, (size_t)ISVG_COLS);
+    int rows = cols ? (int)((n_nodes + (size_t)cols - 1) / (size_t)cols) : 0;
+    int row_h[ISVG_NODES] = {0};
+    for (size_t j = 0; j < n_nodes; j++) {
+        int nd = (int)PX_MIN(v->nodes[j].n_devices, (size_t)ISVG_DEVS);
+        int h = ISVG_LINE + ISVG_PAD + nd * (ISVG_BOX_H + ISVG_GAP) + ISVG_PAD;
+        row_h[j / (size_t)cols] = PX_MAX(row_h[j / (size_t)cols], h);
+    }
+    /* The header and the links, measured before the canvas is sized. */
+    size_t n_listed = 0, n_fwd = 0;
+    for (size_t k = 0; k < v->n_links; k++)
+        n_fwd += !v->links[k].reverse;
+    char title[512];
+    snprintf(title, sizeof title, "inventory %s: %zu device(s) on %zu node(s), %zu link(s)%s",
+             v->name ? v->name : "", v->n_devices, v->n_nodes, n_fwd,
+             v->emulated ? "; EMULATED hardware" : "");
+    double line_w = px_svg_text_width(title, 15);
+    px_strbuf links = PX_STRBUF_INIT;
+    for (size_t k = 0; k < v->n_links && n_listed < ISVG_LINKS; k++) {
+        const px_hw_link *lk = &v->links[k];
+        if (lk->reverse)
+            continue;
+        snprintf(line, sizeof line, "%s %s %s: %s %s", px_hw_graph_endpoint_name(g, lk->from),
+                 lk->bidirectional ? "<->" : "->", px_hw_graph_endpoint_name(g, lk->to),
+                 px_hw_link_kind_name(lk->kind), qty_text(&lk->bandwidth, a, sizeof a));
+        line_w = PX_MAX(line_w, px_svg_text_width(line, ISVG_FONT));
+        px_strbuf_addf(&links, "%s\n", line);
+        n_listed++;
+    }
+    char more[160] = "";
+    if (n_fwd > n_listed || hidden)
+        snprintf(more, sizeof more,
+                 "%zu more link(s) and %zu more device(s) not drawn: plexus "
+                 "inventory show lists them",
+                 n_fwd - n_listed, hidden);
+    line_w = PX_MIN(PX_MAX(line_w, px_svg_text_width(more, ISVG_FONT)), 1100.0);
+    int grid_w = cols * node_w + (cols > 0 ? (cols - 1) * 16 : 0);
+    int width = 2 * ISVG_MARGIN + PX_MAX(grid_w, (int)line_w + 1);
+    int grid_top = ISVG_MARGIN + 36, y = grid_top;
+    for (int r = 0; r < rows; r++)
+        y += row_h[r] + 16;
+    int links_top = y;
+    int height = links_top + (int)(n_listed + (more[0] ? 1 : 0)) * ISVG_LINE + ISVG_MARGIN;
+    double avail = width - 2 * ISVG_MARGIN;
+    px_strbuf sb = PX_STRBUF_INIT;
+    px_strbuf_addf(&sb,
+                   "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+                   "font-family=\"%s\" font-size=\"%d\">\n<rect id=\"canvas\" x=\"0\" y=\"0\" "
+                   "width=\"%d\" height=\"%d\" fill=\"white\"/>\n",
+                   width, height, PX_SVG_FONT, ISVG_FONT, width, height);
+    isvg_text(&sb, ISVG_MARGIN, ISVG_MARGIN + 16, 15, "canvas", avail, title);
+    for (size_t j = 0; j < n_nodes; j++) {
+        const px_hw_node *n = &v->nodes[j];
+        int c = (int)(j % (size_t)cols), r = (int)(j / (size_t)cols);
+        int nx = ISVG_MARGIN + c * (node_w + 16), ny = grid_top;
+        for (int k = 0; k < r; k++)
+            ny += row_h[k] + 16;
+        int nd = (int)PX_MIN(n->n_devices, (size_t)ISVG_DEVS);
+        char in[32];
+        snprintf(in, sizeof in, "node%zu", j);
+        px_strbuf_addf(&sb,
+                       "<rect id=\"%s\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
+                       "fill=\"#f6f6f6\" stroke=\"#999\"%s data-node=\"",
+                       in, nx, ny, node_w,
+                       ISVG_LINE + ISVG_PAD + nd * (ISVG_BOX_H + ISVG_GAP) + ISVG_PAD,
+                       n->emulated ? " stroke-dasharray=\"4 3\"" : "");
+        px_svg_escape(&sb, n->id);
+        px_strbuf_adds(&sb, "\"/>\n");
+        snprintf(line, sizeof line, "node %s%s%s%s%s", n->id, n->hostname ? " (" : "",
+                 n->hostname ? n->hostname : "", n->hostname ? ")" : "",
+                 n->emulated ? " emulated" : "");
+        isvg_text(&sb, nx + ISVG_PAD, ny + ISVG_PAD + 11, ISVG_FONT, in, node_w - 2 * ISVG_PAD,
+                  line);
+        for (int k = 0; k < nd; k++) {
+            const px_hw_device *d = &v->devices[n->devices[k]];
+            int dx = nx + ISVG_PAD, dy = ny + ISVG_LINE + ISVG_PAD + k * (ISVG_BOX_H + ISVG_GAP);
+            char din[48];
+            snprintf(din, sizeof din, "dev%u", n->devices[k]);
+            px_strbuf_addf(&sb,
+                           "<rect id=\"%s\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"4\" "
+                           "fill=\"%s\" stroke=\"#333\" data-stage=\"-1\" data-replica=\"-1\" "
+                           "data-device=\"",
+                           din, dx, dy, box_w, ISVG_BOX_H,
+                           d->cls == PX_HW_CLASS_CPU ? "#e8e8e8" : "#aecbea");
+            px_svg_escape(&sb, d->global_id);
+            px_strbuf_adds(&sb, "\"/>\n");
+            isvg_device_lines(d, l);
+            for (int q = 0; q < 3; q++)
+                isvg_text(&sb, dx + ISVG_PAD, dy + ISVG_PAD + 11 + q * ISVG_LINE, ISVG_FONT, din,
+                          box_w - 2 * ISVG_PAD, l[q]);
+        }
+    }
+    y = links_top + 12;
+    for (const char *p = links.buf; *p; y += ISVG_LINE) {
+        const char *e = strchr(p, '\n');
+        snprintf(line, sizeof line, "%.*s", (int)(e - p), p);
+        isvg_text(&sb, ISVG_MARGIN, y, ISVG_FONT, "canvas", avail, line);
+        p = e + 1;
+    }
+    if (more[0])
+        isvg_text(&sb, ISVG_MARGIN, y, ISVG_FONT, "canvas", avail, more);
+    px_strbuf_adds(&sb, "</svg>\n");
+    px_strbuf_release(&links);
+    bool ok = fwrite(sb.buf, 1, sb.len, out) == sb.len && sb.len > 0;
+    px_strbuf_release(&sb);
+    return ok && !ferror(out) ? PX_EXIT_OK : PX_EXIT_FAIL;
 }

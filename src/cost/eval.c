@@ -507,6 +507,19 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
     }
 }
 
+/* The slot of node id among the n in node[], added at the end (*fresh)
+ * when it is not there yet; the caller's arrays hold room for it. */
+static size_t node_slot(uint32_t *node, size_t *n, uint32_t id, bool *fresh)
+{
+    size_t at = 0;
+    while (at < *n && node[at] != id)
+        at++;
+    *fresh = at == *n;
+    if (*fresh)
+        node[(*n)++] = id;
+    return at;
+}
+
 /* Host memory is a node's, not a stage's: the host KV of every stage on one
  * node (each device's share on its own node) is summed against that node's
  * memory.  True when a node is over its limit: *stage gets the last stage
@@ -526,14 +539,11 @@ static bool host_over(const px_cost_fleet *f, const px_cost_params *p, const px_
             continue;
         for (uint32_t k = 0; k < st->tp; k++) {
             const px_cost_device *d = &f->devices[st->devices[k]];
-            size_t at = 0;
-            while (at < n && node[at] != d->node)
-                at++;
-            if (at == n) {
-                node[n] = d->node;
-                bytes[n] = 0;
-                limit[n] = d->host_mem * (1.0 - p->headroom);
-                n++;
+            bool fresh;
+            size_t at = node_slot(node, &n, d->node, &fresh);
+            if (fresh) {
+                bytes[at] = 0;
+                limit[at] = d->host_mem * (1.0 - p->headroom);
             }
             bytes[at] += share;
             last[at] = i;
@@ -605,6 +615,47 @@ static void add_domain(const px_hw_view *v, uint32_t dom, uint32_t *seen, size_t
             seen[(*n_seen)++] = dom;
         dom = v->domains[dom].parent;
     }
+}
+
+/* The floor host cores put under a step (est->host_cores_s, host_node):
+ * per node that declares its cores, the core-seconds of every micro-batch
+ * of every stage device on it, and of the executor's round trip (a host
+ * thread beside the first stage), over its cores.  The busiest node sets
+ * it; 0 when no node declares its cores. */
+static void host_cores_floor(const px_cost_fleet *f, const px_cost_pipeline *pipe, uint32_t mb,
+                             double exec, px_cost_estimate *est)
+{
+    enum { CAP = PX_COST_MAX_STAGES * PX_COST_MAX_TP };
+    uint32_t node[CAP];
+    double demand[CAP], cores[CAP];
+    size_t n = 0;
+    est->host_cores_s = 0;
+    est->host_node = PX_HW_NONE;
+    for (uint32_t i = 0; i < pipe->n_stages; i++) {
+        const px_cost_stage *st = &pipe->stages[i];
+        px_cost_stage_est *e = &est->stages[i];
+        e->host_core_s = 0;
+        for (uint32_t k = 0; k < st->tp; k++) {
+            const px_cost_device *d = &f->devices[st->devices[k]];
+            double busy = e->compute_s > e->mem_s ? d->host_busy_compute : d->host_busy_mem;
+            e->host_core_s += e->serve_s * busy;
+            double need = mb * e->serve_s * busy + (i == 0 && k == 0 ? exec : 0);
+            if (d->host_cores <= 0 || need <= 0)
+                continue;
+            bool fresh;
+            size_t at = node_slot(node, &n, d->node, &fresh);
+            if (fresh) {
+                demand[at] = 0;
+                cores[at] = d->host_cores;
+            }
+            demand[at] += need;
+        }
+    }
+    for (size_t j = 0; j < n; j++)
+        if (demand[j] / cores[j] > est->host_cores_s) {
+            est->host_cores_s = demand[j] / cores[j];
+            est->host_node = node[j];
+        }
 }
 
 /* A size of the workload, not of calibration: evaluation keys the step
@@ -750,6 +801,12 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
     est->decode_step_s = PX_MAX(sum, mb * cycle);
     double step_tpot = PX_MAX(sum_tpot + loop + exec, mb * cycle_tpot);
     est->step_s = PX_MAX(sum_thr + loop + exec, mb * cycle_thr);
+    /* Stages that run on one host's cores share them: a step cannot be
+     * shorter than the core-seconds it asks of a node over its cores. */
+    host_cores_floor(f, pipe, mb, exec, est);
+    est->decode_step_s = PX_MAX(est->decode_step_s, est->host_cores_s);
+    step_tpot = PX_MAX(step_tpot, est->host_cores_s);
+    est->step_s = PX_MAX(est->step_s, est->host_cores_s);
     est->bind_stage = slow;
     est->bind = est->transfer_s > est->stages[slow].decode_s ? PX_COST_BIND_TRANSFER
                                                              : est->stages[slow].bind;
@@ -867,4 +924,27 @@ px_status px_cost_stage_terms_of(px_cost_fleet *f, const px_cost_model *m, const
     out->prefill_s = est->stages[0].prefill_s;
     free(est);
     return PX_OK;
+}
+
+void px_cost_host_shares(const uint32_t *node, const double *use, size_t n, double *k)
+{
+    for (size_t i = 0; i < n; i++)
+        k[i] = 1.0;
+    for (size_t i = 0; i < n; i++) {
+        if (node[i] == PX_HW_NONE)
+            continue;
+        bool first = true;
+        double sum = 0;
+        for (size_t j = 0; j < n; j++) {
+            if (node[j] != node[i])
+                continue;
+            first &= j >= i;
+            sum += use[j];
+        }
+        if (!first || sum <= 1.0)
+            continue;
+        for (size_t j = i; j < n; j++)
+            if (node[j] == node[i])
+                k[j] = sum;
+    }
 }

@@ -229,6 +229,16 @@ static void fill_device(px_cost_device *cd, const px_hw_view *v, uint32_t i,
     cd->emulated = d->emulated || v->emulated;
     cd->all_ops = d->all_ops;
     cd->host_mem = host_cap;
+    /* What it asks of its host's cores while busy: a cpu device runs on
+     * them (one thread per stage worker); an emulated one runs the cpu
+     * kernels for 1/slowdown of its time and sleeps the rest. */
+    cd->host_cores = node && node->cpu_cores.value > 0 ? node->cpu_cores.value : 0;
+    if (!strcmp(cd->backend, "cpu")) {
+        cd->host_busy_mem = cd->host_busy_compute = 1.0;
+    } else if (!strcmp(cd->backend, "emu")) {
+        cd->host_busy_mem = d->emu.present ? 1.0 / d->emu.memory_slowdown : 1.0;
+        cd->host_busy_compute = d->emu.present ? 1.0 / d->emu.compute_slowdown : 1.0;
+    }
 
     cd->mem_capacity = px_hw_device_memory_capacity(d);
     cd->mem_bw = px_hw_device_memory_bandwidth(d);

@@ -230,6 +230,17 @@ json_t *px_cost_assumptions_json(const px_cost_fleet *f, const px_cost_model *m,
                                "assumed: PCIe 4.0 x16"))
                 goto fail;
         }
+        bool cores = false;
+        for (size_t i = 0; i < f->n_devices; i++)
+            cores |= f->devices[i].host_cores > 0 &&
+                     (f->devices[i].host_busy_mem > 0 || f->devices[i].host_busy_compute > 0);
+        if (cores &&
+            add_assumption(arr, "host cores shared by the stages run on them",
+                           "one thread per stage worker; an emulated device keeps a core busy "
+                           "for 1/slowdown of its time; the executor's round trip is host work",
+                           "the inventory's node cpu cores; a step lasts at least the core-seconds "
+                           "it asks of a node over its cores"))
+            goto fail;
         if (any & PX_COST_ASSUMED_MEM_BW) {
             if (add_assumption(arr, "memory bandwidth of devices stating none", "20 GB/s",
                                "assumed"))
@@ -239,6 +250,17 @@ json_t *px_cost_assumptions_json(const px_cost_fleet *f, const px_cost_model *m,
     if (p->mode == PX_COST_CALIBRATED && p->calibration &&
         px__cost_calib_assumptions(arr, f, m, p) != PX_OK)
         goto fail;
+    if (m && m->ir && !m->dit) {
+        /* The cache's dtype decides its size: say where it comes from. */
+        bool preset = px_ir_model_source(m->ir) == PX_IR_SOURCE_PRESET;
+        if (add_assumption(arr, "KV-cache dtype", px_dtype_name(m->kv_dtype),
+                           preset ? "model preset: the cache is kept in the weights' dtype when "
+                                    "they are 16-bit, as the deployments of the preset's source "
+                                    "keep it (--kv-dtype chooses another)"
+                                  : "the model file as opened: the dtype the plexus runtime keeps "
+                                    "the cache in (--kv-dtype chooses another)"))
+            goto fail;
+    }
     if (m && m->ir && m->n_layers > 0 && m->layers[0].n_experts > 0) {
         if (add_assumption(arr, "MoE expert traffic", "uniform routing",
                            "model IR: E*(1-(1-k/E)^n) distinct experts per step"))

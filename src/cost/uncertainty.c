@@ -123,8 +123,11 @@ px_status px_cost_uncertainty_layout(px_cost_fleet *f, const px_cost_model *m,
     const px_cost_calibration *cal = p->mode == PX_COST_CALIBRATED ? p->calibration : NULL;
     size_t n_cal = px_cost_calibration_count(cal);
     double *corr = n_cal ? malloc(n_cal * sizeof *corr) : NULL;
+    /* Per replica of one sample: its figures and its use of a host's cores. */
+    double *rep = malloc(n_pipes * 6 * sizeof *rep);
+    uint32_t *rep_node = malloc(n_pipes * sizeof *rep_node);
     if (!dev_bw || !dev_c || !link || !link_rel || !acc || !dev_used || !link_used ||
-        (n_cal && !corr)) {
+        (n_cal && !corr) || !rep || !rep_node) {
         st = px_err_set(err, PX_ENOMEM, "out of memory propagating uncertainty");
         goto done;
     }
@@ -180,15 +183,28 @@ px_status px_cost_uncertainty_layout(px_cost_fleet *f, const px_cost_model *m,
             .eff_mem = draw_eff(&r, p->eff_mem, p->eff_mem_lo, p->eff_mem_hi),
             .eff_compute = draw_eff(&r, p->eff_compute, p->eff_compute_lo, p->eff_compute_hi)};
         double t_tp = 0, t_tt = 0, t_thr = 0, t_watts = 0, t_usd_h = 0;
+        double *use = rep, *k_host = rep + n_pipes, *r_tpot = rep + 2 * n_pipes,
+               *r_thr = rep + 3 * n_pipes, *r_jpt = rep + 4 * n_pipes, *r_upt = rep + 5 * n_pipes;
         for (size_t q = n_pipes; q-- > 0;) {
             st = px_cost_eval_pipeline(f, m, p, &wls[q], &pipes[q], &smp, est, err);
             if (st != PX_OK)
                 goto done;
-            t_tp = PX_MAX(t_tp, est->tpot_s);
+            rep_node[q] = est->host_node;
+            use[q] = est->step_s > 0 ? est->host_cores_s / est->step_s : 0;
+            r_tpot[q] = est->tpot_s;
+            r_thr[q] = est->throughput;
+            r_jpt[q] = est->joules_per_token;
+            r_upt[q] = est->usd_per_token;
             t_tt = PX_MAX(t_tt, est->ttft_s);
-            t_thr += est->throughput;
-            t_watts += est->joules_per_token * est->throughput;
-            t_usd_h += est->usd_per_token * est->throughput * 3600.0;
+        }
+        /* Replicas sharing a host's cores slow each other down. */
+        px_cost_host_shares(rep_node, use, n_pipes, k_host);
+        for (size_t q = 0; q < n_pipes; q++) {
+            double thr_q = r_thr[q] / k_host[q];
+            t_tp = PX_MAX(t_tp, r_tpot[q] * k_host[q]);
+            t_thr += thr_q;
+            t_watts += r_jpt[q] * thr_q;
+            t_usd_h += r_upt[q] * k_host[q] * thr_q * 3600.0;
         }
         /* est holds replica 0 now: its stages. */
         tp[k] = t_tp;
@@ -216,6 +232,8 @@ px_status px_cost_uncertainty_layout(px_cost_fleet *f, const px_cost_model *m,
     }
     out->p_meet_slo = (double)meet / (double)n;
 done:
+    free(rep);
+    free(rep_node);
     free(corr);
     free(dev_bw);
     free(dev_c);

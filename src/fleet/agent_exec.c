@@ -20,6 +20,8 @@
  */
 #include "base/common.h"
 
+#include <stdatomic.h>
+
 #include "fleet/agent_impl.h"
 
 #include <dirent.h>
@@ -546,8 +548,30 @@ void px__proc_free(px__proc *p)
     free(p);
 }
 
+static atomic_int sweep_paused;
+
+void px__proc_sweep_pause(bool pause)
+{
+    atomic_fetch_add(&sweep_paused, pause ? 1 : -1);
+}
+
+void px__proc_keep(pid_t pid, bool keep)
+{
+    if (keep) {
+        pthread_mutex_lock(&reg_mu);
+        reg_add_locked(pid);
+        pthread_mutex_unlock(&reg_mu);
+    } else {
+        reg_del(pid);
+    }
+}
+
 size_t px__proc_sweep(void)
 {
+    /* A child being started outside a shim (a stage worker) is not yet
+     * registered: no sweep meanwhile. */
+    if (atomic_load(&sweep_paused) > 0)
+        return 0;
     /* Processes that escaped their shim (a shim killed from outside) are
      * re-parented to the agent, a subreaper: any child of the agent that is
      * not a shim is one of those, and is ended. */

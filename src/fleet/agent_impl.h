@@ -98,6 +98,10 @@ void px__proc_free(px__proc *p);
  * supervisors (they escaped a supervisor killed from outside, and came to
  * the agent as their subreaper).  Returns how many. */
 size_t px__proc_sweep(void);
+/* Children the agent starts itself (stage workers): sweeps stop while one
+ * starts (pause true, then false), and a kept pid is never swept. */
+void px__proc_sweep_pause(bool pause);
+void px__proc_keep(pid_t pid, bool keep);
 /* Runs to completion with a time limit (ms, 0: none), collecting stdout
  * (bounded by max_out bytes, the rest dropped) and the exit status.
  * Returns PX_ETIMEOUT after killing the group when the limit passes. */
@@ -219,12 +223,30 @@ struct px__agent {
     atomic_uint models_gen;
     /* Set to have the heartbeat thread report at once (a model came). */
     atomic_int heartbeat_now;
+    /* agent_stages.c: stage orders not yet taken, and the ends of workers
+     * not yet reported (under mu). */
+    json_t *stage_orders;
+    json_t *stage_ended;
 };
+
+/* ---- agent_stages.c: stage workers of deployments ---- */
+
+/* Queues the "stages" orders of an assignments reply (borrowed). */
+void px__agent_stages_order(px__agent *a, const json_t *orders);
+/* The thread that starts, stops and watches them (arg: the agent). */
+void *px__agent_stages_main(void *arg);
+/* The ends not yet reported (new reference), and those the server took. */
+json_t *px__agent_stages_ended(px__agent *a);
+void px__agent_stages_acked(px__agent *a, const json_t *sent);
 
 /* ---- agent_models.c: the models of deployments planned on this node ---- */
 
 /* Records the "models" of a heartbeat reply (borrowed). */
 void px__agent_models_want(px__agent *a, const json_t *models);
+/* Fetches a model into the cache unless it is there (its digest
+ * verified) and holds it once more (px_fleet_cache_release). */
+px_status px__agent_fetch_and_hold(px__agent *a, px_fleet_client *c, const char *digest,
+                                   const char *name, px_err *err);
 /* The thread that fetches, verifies and holds them (arg: the agent). */
 void *px__agent_models_main(void *arg);
 

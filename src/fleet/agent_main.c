@@ -147,9 +147,11 @@ static void *heartbeat_main(void *arg)
             nap(a, (int)(a->heartbeat_s * 1000));
             continue;
         }
-        json_t *body =
-            json_pack("{s:s, s:o, s:o, s:o}", "node", a->node_id, "live", px__agent_live(a),
-                      "resident", px__agent_resident(a), "running", px__agent_running(a));
+        json_t *ended = px__agent_stages_ended(a);
+        json_t *body = json_pack("{s:s, s:o, s:o, s:o, s:O, s:o}", "node", a->node_id, "live",
+                                 px__agent_live(a), "resident", px__agent_resident(a), "running",
+                                 px__agent_running(a), "stages", ended, "evictions",
+                                 a->cache ? px_fleet_cache_evictions_take(a->cache) : json_array());
         /* A heartbeat waits at most a quarter of the lease: one stuck on a
          * dead connection must not hold back the next. */
         px_fleet_client_set_timeout(c, (int)(PX_MAX(a->lease_s / 4, 0.5) * 1000));
@@ -160,6 +162,9 @@ static void *heartbeat_main(void *arg)
             body ? px_fleet_client_call(c, "POST", "/v1/agent/heartbeat", body, &code, &reply, &err)
                  : PX_ENOMEM;
         json_decref(body);
+        if (st == PX_OK)
+            px__agent_stages_acked(a, ended);
+        json_decref(ended);
         if (st == PX_OK) {
             px__agent_renewed(a, sent);
             px__agent_apply_stop(a, json_object_get(reply, "stop"));
@@ -327,8 +332,8 @@ px_status px_fleet_agent_run(const px_fleet_agent_config *cfg, px_err *err)
         return px_err_set(err, PX_ENOMEM, "out of memory");
     px_fleet_client *c = NULL;
     unsigned gen = 0;
-    pthread_t hb, models;
-    bool hb_started = false, models_started = false;
+    pthread_t hb, models, stages;
+    bool hb_started = false, models_started = false, stages_started = false;
     /* A server that goes away mid-request must not kill the agent. */
     signal(SIGPIPE, SIG_IGN);
     px_status st = setup(a, cfg, err);
@@ -364,6 +369,8 @@ px_status px_fleet_agent_run(const px_fleet_agent_config *cfg, px_err *err)
         hb_started = true;
     if (pthread_create(&models, NULL, px__agent_models_main, a) == 0)
         models_started = true;
+    if (pthread_create(&stages, NULL, px__agent_stages_main, a) == 0)
+        stages_started = true;
     delay = 100;
     while (!atomic_load(&a->stopping)) {
         if (cfg->stop && atomic_load(cfg->stop)) {
@@ -387,6 +394,7 @@ px_status px_fleet_agent_run(const px_fleet_agent_config *cfg, px_err *err)
             size_t i, n_new = 0;
             json_t *as, *list = json_object_get(reply, "assignments");
             json_array_foreach(list, i, as) n_new += take(a, as);
+            px__agent_stages_order(a, json_object_get(reply, "stages"));
             /* The server repeats an assignment until its start is reported;
              * while only those come back, poll gently instead of spinning. */
             if (json_array_size(list) > 0 && n_new == 0)
@@ -417,11 +425,15 @@ done:
         pthread_join(hb, NULL);
     if (models_started)
         pthread_join(models, NULL);
+    if (stages_started)
+        pthread_join(stages, NULL);
     reap_jobs(a, true);
     px_fleet_client_free(c);
     px_fleet_cache_free(a->cache);
     json_decref(a->registration);
     json_decref(a->models_wanted);
+    json_decref(a->stage_orders);
+    json_decref(a->stage_ended);
     px__agent_contain_release(a);
     px__secret_wipe(a->cred, sizeof a->cred);
     free(a->node_id);

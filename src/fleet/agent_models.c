@@ -27,8 +27,8 @@ void px__agent_models_want(px__agent *a, const json_t *models)
 
 /* Fetches one model into the cache unless it is there, verifying its
  * digest, and holds it. */
-static px_status fetch_and_hold(px__agent *a, px_fleet_client *c, const char *digest,
-                                const char *name, px_err *err)
+px_status px__agent_fetch_and_hold(px__agent *a, px_fleet_client *c, const char *digest,
+                                   const char *name, px_err *err)
 {
     if (!px_fleet_cache_contains(a->cache, digest)) {
         char *path = px_asprintf("/v1/blobs/%s", digest);
@@ -97,8 +97,8 @@ void *px__agent_models_main(void *arg)
             const char *digest = json_string_value(json_object_get(m, "digest"));
             if (!digest || json_object_get(held, digest) || atomic_load(&a->stopping))
                 continue;
-            if (fetch_and_hold(a, c, digest, json_string_value(json_object_get(m, "name")), &err) ==
-                PX_OK) {
+            if (px__agent_fetch_and_hold(
+                    a, c, digest, json_string_value(json_object_get(m, "name")), &err) == PX_OK) {
                 json_object_set_new(held, digest, json_true());
             } else {
                 px_log_warn("agent: %s", err.msg);

@@ -12,7 +12,15 @@
 #include <ctype.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #define MAX_WAIT_S 30
+/* A poll of a node running stage workers looks at its connection this
+ * often. */
+#define WATCH_SLICE_NS 25000000ull
 
 static const char *const node_states[] = {"online", "offline", "draining"};
 
@@ -199,6 +207,8 @@ static void heartbeat(px__api_req *rq, px__api_resp *rs)
     if (own_node(rq, rs, json_string_value(json_object_get(body, "node")), &i)) {
         bring_online(srv, i);
         px_fleet_sched_update_live(srv->sched, i, body);
+        px__srv_stages_report(srv, rq->who.name, json_object_get(body, "stages"));
+        px__srv_deploy_evictions(srv, rq->who.name, json_object_get(body, "evictions"));
         double now = (double)px_now_ns();
         if (i < srv->cap_last_seen && now - srv->hb_written_ns[i] > 30e9) {
             srv->hb_written_ns[i] = now;
@@ -309,15 +319,42 @@ static void assignments(px__api_req *rq, px__api_resp *rs)
     /* The agent is alive when it asks, not each time this poll wakes: a
      * poll still open when its agent died must not revive a lost node. */
     bring_online(srv, i);
+    const char *name = rq->who.name;
+    /* A node that runs stage workers is watched through this poll: when
+     * its agent dies, the connection closes, and its workers died with it
+     * (the executors using them are told at once, not a lease later). */
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(rq->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int fd = ci ? ci->connect_fd : -1;
+    struct sockaddr_in local;
+    socklen_t local_len = sizeof local;
+    if (fd >= 0 && getsockname(fd, (struct sockaddr *)&local, &local_len) == 0 &&
+        local.sin_family == AF_INET)
+        inet_ntop(AF_INET, &local.sin_addr, srv->stage_host, sizeof srv->stage_host);
+    px__srv_stages_poll(srv, name, true);
     for (;;) {
         json_t *arr = pending_for(srv, i);
-        if (json_array_size(arr) > 0 || !px__srv_wait(srv, deadline)) {
-            px__api_json(rs, 200, json_pack("{s:o}", "assignments", arr));
+        bool stages = px__srv_stages_pending(srv, name);
+        bool watch = !stages && px__srv_stages_watch(srv, name);
+        uint64_t until = watch ? PX_MIN(deadline, px_now_ns() + WATCH_SLICE_NS) : deadline;
+        if (json_array_size(arr) > 0 || stages ||
+            (!px__srv_wait(srv, until) && (!watch || px_now_ns() >= deadline || srv->stopping))) {
+            px__srv_stages_poll(srv, name, false);
+            px__api_json(rs, 200,
+                         json_pack("{s:o, s:o}", "assignments", arr, "stages",
+                                   px__srv_stages_for(srv, name)));
             return;
         }
         json_decref(arr);
+        if (watch && px__srv_stages_conn_closed(fd)) {
+            px__srv_stages_poll(srv, name, false);
+            px__srv_stages_node_lost(srv, name, "its agent's connection to the server closed");
+            px__api_error(rs, 410, "node %s: the connection closed", name);
+            return;
+        }
         /* Revoked while waiting: the credential no longer names a node. */
         if (px__auth_is_revoked(srv, rq->who.name)) {
+            px__srv_stages_poll(srv, name, false);
             px__api_error(rs, 401, "node %s was revoked", rq->who.name);
             return;
         }
@@ -494,6 +531,23 @@ static void job_report_route(px__api_req *rq, px__api_resp *rs, const char *rest
         px__api_error(rs, 405, "%s %s: method or path not supported", rq->method, rq->url);
 }
 
+/* POST /v1/agent/stages {"reports": [...]}: the agent's answers to stage
+ * orders (listening, or why not) and the ends of its workers. */
+static void stage_reports(px__api_req *rq, px__api_resp *rs)
+{
+    json_t *body = px__api_body_json(rq, rs);
+    if (!body)
+        return;
+    const json_t *reports = json_object_get(body, "reports");
+    if (!json_is_array(reports)) {
+        px__api_error(rs, 400, "stage reports: expected {\"reports\": [...]}");
+    } else {
+        px__srv_stages_report(rq->srv, rq->who.name, reports);
+        px__api_json(rs, 200, json_pack("{s:b}", "ok", 1));
+    }
+    json_decref(body);
+}
+
 bool px__api_agent_route(px__api_req *rq, px__api_resp *rs)
 {
     const char *u = rq->url;
@@ -504,6 +558,8 @@ bool px__api_agent_route(px__api_req *rq, px__api_resp *rs)
         do_register(rq, rs);
     else if (strcmp(u, "/v1/agent/credential") == 0 && post)
         rotate_credential(rq, rs);
+    else if (strcmp(u, "/v1/agent/stages") == 0 && post)
+        stage_reports(rq, rs);
     else if (strcmp(u, "/v1/agent/heartbeat") == 0 && post)
         heartbeat(rq, rs);
     else if (strcmp(u, "/v1/agent/assignments") == 0 && strcmp(rq->method, "GET") == 0)

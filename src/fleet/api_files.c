@@ -1,10 +1,12 @@
 /* Artifact and blob files on the server: names that cannot escape their
- * folder, every path component opened with O_NOFOLLOW, atomic blobs. */
+ * folder, every path component opened with O_NOFOLLOW, atomic blobs
+ * (fetched from the store where it keeps them, DATA/blobs then a cache). */
 #include "base/common.h"
 
 #include "fleet/fleet_impl.h"
 
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -158,5 +160,53 @@ px_status px__open_read(const char *path, int *fd, size_t *size, px_err *err)
     }
     *fd = f;
     *size = (size_t)stt.st_size;
+    return PX_OK;
+}
+
+bool px__store_has_blobs(const px__store *store)
+{
+    return store->ops->version >= 9 && store->ops->put_blob && store->ops->get_blob;
+}
+
+px_status px__blob_fetch(px_fleet_server *srv, const char *hex, px_err *err)
+{
+    char path[PATH_MAX];
+    px_status st = px__blob_path(srv->data_dir, hex, path, sizeof path, err);
+    if (st != PX_OK)
+        return st;
+    if (access(path, F_OK) == 0)
+        return PX_OK;
+    if (!px__store_has_blobs(&srv->store))
+        return px_err_set(err, PX_ENOTFOUND, "no blob %.64s; upload it with POST /v1/blobs", hex);
+    /* "upload-" as uploads in flight: a crash's leftovers are removed at
+     * the next start (clean_tmp). */
+    static atomic_uint seq;
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s/upload-fetch-%ld-%u", srv->tmp_dir, (long)getpid(),
+             atomic_fetch_add(&seq, 1));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return px_err_set(err, PX_EIO, "blob %.16s...: %s: %s", hex, tmp, strerror(errno));
+    int64_t size = 0;
+    st = srv->store.ops->get_blob(srv->store.self, path + strlen(path) - 64, fd, &size, err);
+    if (st == PX_OK && fsync(fd) != 0)
+        st = px_err_set(err, PX_EIO, "blob %.16s...: fsync failed: %s", hex, strerror(errno));
+    close(fd);
+    if (st == PX_OK && rename(tmp, path) != 0)
+        st = px_err_set(err, PX_EIO, "blob %.16s...: cannot keep it: %s", hex, strerror(errno));
+    if (st != PX_OK) {
+        unlink(tmp);
+        if (st == PX_ENOTFOUND)
+            px_err_set(err, PX_ENOTFOUND, "no blob %.64s; upload it with POST /v1/blobs", hex);
+        return st;
+    }
+    char blobs[PATH_MAX];
+    snprintf(blobs, sizeof blobs, "%s/blobs", srv->data_dir);
+    int dfd = open(blobs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    px_log_info("fleet: blob %.16s... (%lld bytes) fetched from the store", hex, (long long)size);
     return PX_OK;
 }

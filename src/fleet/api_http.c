@@ -395,19 +395,46 @@ static void count(px_fleet_server *srv, int status, uint64_t t0)
     pthread_mutex_unlock(&srv->lock);
 }
 
+static bool is_blob_route(const char *method, const char *url)
+{
+    return (strcmp(method, "POST") == 0 && strcmp(url, "/v1/blobs") == 0) ||
+           (strcmp(method, "GET") == 0 && px_str_starts_with(url, "/v1/blobs/"));
+}
+
 /* What a replica that does not schedule serves from the database alone:
- * job submissions (inserted for the scheduling replica to claim) and every
- * read of jobs (state, explanation, logs, artifacts).  Nodes, blobs,
- * cancellations, uploads, agents and the dashboard need the scheduler's
+ * job submissions and cancellations (recorded for the scheduling replica
+ * to take), every read of jobs (state, explanation, logs, artifacts) and,
+ * where the store keeps blobs, users' uploads and downloads of blobs.
+ * Nodes, artifact uploads, agents and the dashboard need the scheduler's
  * memory (or its node credentials) and go to the replica that holds the
  * lease. */
-static bool standby_serves(const char *method, const char *url)
+static bool standby_serves(px_fleet_server *srv, const char *method, const char *url)
 {
+    if (is_blob_route(method, url))
+        return px__store_has_blobs(&srv->store);
     if (strcmp(method, "POST") == 0)
-        return strcmp(url, "/v1/jobs") == 0;
+        return strcmp(url, "/v1/jobs") == 0 ||
+               (srv->store.ops->version >= 9 && srv->store.ops->request_cancel &&
+                px_str_starts_with(url, "/v1/jobs/") && strlen(url) > strlen("/cancel") &&
+                strcmp(url + strlen(url) - strlen("/cancel"), "/cancel") == 0);
     if (strcmp(method, "GET") != 0)
         return false;
     return strcmp(url, "/v1/jobs") == 0 || px_str_starts_with(url, "/v1/jobs/");
+}
+
+/* 503: this replica stands by, or stopped serving for good. */
+static enum MHD_Result standby_reply(px_fleet_server *srv, struct MHD_Connection *conn, req_ctx *rc,
+                                     bool failed)
+{
+    px__api_resp rs = {.fd = -1};
+    px__api_json(&rs, 503,
+                 json_pack("{s:s, s:s}", "status", failed ? "failed" : "standby", "error",
+                           failed ? "this server replica stopped serving (it lost the "
+                                    "scheduler lease or its store); use another server URL"
+                                  : "this server replica is standing by (another holds "
+                                    "the scheduler lease); use another server URL"));
+    count(srv, 503, rc->t0);
+    return reply(conn, &rs);
 }
 
 /* The first call of a request: its headers are complete, its body (if
@@ -434,18 +461,21 @@ static enum MHD_Result begin(px_fleet_server *srv, struct MHD_Connection *conn, 
         failed = srv->failed[0] != '\0';
         pthread_mutex_unlock(&srv->lock);
     }
-    if (standby && strcmp(url, "/metrics") != 0 && (failed || !standby_serves(method, url))) {
-        px__api_json(&rs, 503,
-                     json_pack("{s:s, s:s}", "status", failed ? "failed" : "standby", "error",
-                               failed ? "this server replica stopped serving (it lost the "
-                                        "scheduler lease or its store); use another server URL"
-                                      : "this server replica is standing by (another holds "
-                                        "the scheduler lease); use another server URL"));
-        count(srv, 503, rc->t0);
-        return reply(conn, &rs);
-    }
+    if (standby && strcmp(url, "/metrics") != 0 && (failed || !standby_serves(srv, method, url)))
+        return standby_reply(srv, conn, rc, failed);
     auth_need need = need_of(method, url);
-    if (authorize(srv, conn, method, need, &rc->who, &rs) != 0) {
+    int refused = authorize(srv, conn, method, need, &rc->who, &rs);
+    /* A standby knows users alone (nodes' credentials are read with the
+     * lease): a node fetching a blob, or a token it cannot place, goes to
+     * the next URL. */
+    bool token = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization") != NULL;
+    if (standby && is_blob_route(method, url) &&
+        ((refused == 401 && token) || (!refused && rc->who.kind != PX__WHO_USER))) {
+        free(rs.body);
+        rs.body = NULL;
+        return standby_reply(srv, conn, rc, false);
+    }
+    if (refused) {
         count(srv, rs.status, rc->t0);
         return reply(conn, &rs);
     }
@@ -528,6 +558,16 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         enum MHD_Result ret = (enum MHD_Result)px__ui_serve(&rq, &status);
         count(srv, status, rc->t0);
         return ret;
+    } else if (rc->who.kind == PX__WHO_USER && px__serving_is_route(method, url)) {
+        /* A deployment's OpenAI API: streamed from its front end, without
+         * the server lock. */
+        enum MHD_Result ret = (enum MHD_Result)px__serving_route(
+            srv, conn, method, url, rc->body.buf, rc->body.len, &rc->who);
+        count(srv, 200, rc->t0);
+        return ret;
+    } else if (rc->who.kind != PX__WHO_NONE && strcmp(method, "GET") == 0 &&
+               px_str_starts_with(url, "/v1/blobs/") && px__api_blob_prepare(&rq, &rs) != 0) {
+        /* rs says why the blob cannot be had */
     } else {
         pthread_mutex_lock(&srv->lock);
         px_err err;

@@ -1,5 +1,6 @@
-/* Uploads streamed to disk: a model or input file (POST /v1/blobs) and a
- * job's artifact (PUT /v1/agent/jobs/<id>/artifacts/<name>).  The body is
+/* Uploads streamed to disk: a model or input file (POST /v1/blobs; then
+ * into the store too where it keeps blobs) and a job's artifact (PUT
+ * /v1/agent/jobs/<id>/artifacts/<name>).  The body is
  * written to a temporary file as it arrives and hashed on the way, so an
  * upload of any size takes constant memory; runs of zero bytes are left
  * as holes.  Writing and fsync happen in the connection's thread without
@@ -263,9 +264,25 @@ bool px__upload_data(px__upload *u, const char *data, size_t len)
 }
 
 /* The blob's final place: content-addressed, so an upload of a file the
- * server has already keeps the one there. */
+ * server has already keeps the one there.  A store that keeps blobs gets
+ * it first (committed before the reply), so that every replica serves
+ * it; DATA/blobs is then this replica's copy. */
 static void end_blob(px__api_req *rq, px__upload *u, const char *hex, px__api_resp *rs)
 {
+    px_fleet_server *srv = rq->srv;
+    if (px__store_has_blobs(&srv->store)) {
+        int fd = openat(u->dir_fd, u->tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        px_err err;
+        px_status st =
+            fd < 0 ? px_err_set(&err, PX_EIO, "%s", strerror(errno))
+                   : srv->store.ops->put_blob(srv->store.self, hex, fd, (int64_t)u->n, &err);
+        if (fd >= 0)
+            close(fd);
+        if (st != PX_OK) {
+            px__api_error(rs, 503, "cannot store the blob: %s; nothing was kept, retry", err.msg);
+            return;
+        }
+    }
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/blobs/%s", rq->srv->data_dir, hex);
     char tmp_path[PATH_MAX];

@@ -467,6 +467,54 @@ static void artifacts(px__api_req *rq, px__api_resp *rs, const char *id, const c
     rs->ctype = "application/octet-stream";
 }
 
+/* How long a replica that does not schedule waits for the scheduler to
+ * carry out a cancellation it recorded before it answers 202. */
+#define STANDBY_CANCEL_WAIT_NS 10000000000ull
+
+/* A cancellation on a replica that does not schedule: recorded in the
+ * store, which wakes the scheduler, then the row is read until the job
+ * has ended: 200 cancelled, 409 when it ended otherwise first, 202 with
+ * its state when the scheduler has not acted by the deadline. */
+static void cancel_by_request(px__api_req *rq, px__api_resp *rs, const char *id)
+{
+    px_fleet_server *srv = rq->srv;
+    uint64_t deadline = px_now_ns() + STANDBY_CANCEL_WAIT_NS;
+    bool asked = false;
+    for (;;) {
+        px__job_row row;
+        px_err err;
+        if (srv->store.ops->get_job(srv->store.self, id, &row, &err) != PX_OK) {
+            px__api_fail(rs, &err);
+            return;
+        }
+        px__job_state state = PX__JOB_QUEUED;
+        bool ended = !px__job_state_parse(row.state, &state) || state > PX__JOB_RUNNING;
+        if (ended && asked && state == PX__JOB_CANCELLED)
+            px__api_json(rs, 200, json_pack("{s:s, s:s}", "id", id, "state", "cancelled"));
+        else if (ended)
+            px__api_error(rs, 409, "job %s already ended (%s); nothing to cancel", id, row.state);
+        else if (asked && px_now_ns() >= deadline)
+            px__api_json(
+                rs, 202,
+                json_pack("{s:s, s:s, s:s}", "id", id, "state", row.state, "cancel", "requested"));
+        px__job_row_release(&row);
+        if (ended || rs->status)
+            return;
+        if (!asked && srv->store.ops->request_cancel(srv->store.self, id, &err) != PX_OK) {
+            px__api_fail(rs, &err);
+            return;
+        }
+        asked = true;
+        if (!px__srv_wait(srv, standby_deadline(srv, deadline)) && srv->stopping) {
+            px__api_error(rs, 503,
+                          "the server is stopping; the cancellation of job %s was "
+                          "recorded and is carried out by the scheduling replica",
+                          id);
+            return;
+        }
+    }
+}
+
 static void jobs_route(px__api_req *rq, px__api_resp *rs, const char *rest)
 {
     /* rest: "<id>", "<id>/cancel", "<id>/explain", "<id>/logs", "<id>/artifacts[/<name>]" */
@@ -496,7 +544,9 @@ static void jobs_route(px__api_req *rq, px__api_resp *rs, const char *rest)
             return;
         px__job_row_release(&row);
         px_err err;
-        if (px__srv_cancel(rq->srv, id, &err) != PX_OK)
+        if (!atomic_load(&rq->srv->active))
+            cancel_by_request(rq, rs, id);
+        else if (px__srv_cancel(rq->srv, id, &err) != PX_OK)
             px__api_fail(rs, &err);
         else
             px__api_json(rs, 200, json_pack("{s:s, s:s}", "id", id, "state", "cancelled"));
@@ -627,6 +677,26 @@ static bool node_needs_blob(px_fleet_server *srv, const char *node, const char *
                 return true;
     }
     return false;
+}
+
+int px__api_blob_prepare(px__api_req *rq, px__api_resp *rs)
+{
+    px_fleet_server *srv = rq->srv;
+    const char *hex = rq->url + strlen("/v1/blobs/");
+    if (rq->who.kind == PX__WHO_NODE) {
+        pthread_mutex_lock(&srv->lock);
+        bool allowed = node_needs_blob(srv, rq->who.name, hex);
+        pthread_mutex_unlock(&srv->lock);
+        if (!allowed)
+            return 0; /* refused by the route, under the lock */
+    }
+    px_err err;
+    if (px__blob_fetch(srv, hex, &err) != PX_OK && err.code != PX_ENOTFOUND &&
+        err.code != PX_EINVAL) {
+        px__api_fail(rs, &err);
+        return rs->status;
+    }
+    return 0; /* found, or the route says why not */
 }
 
 static void blobs_route(px__api_req *rq, px__api_resp *rs, const char *rest)

@@ -36,8 +36,12 @@ struct px_fleet_cache {
     uint64_t seq;
     cache_entry *entries;
     size_t n, cap;
+    json_t *evictions; /* recent evictions not yet taken, oldest first */
     pthread_mutex_t mu;
 };
+
+/* Evictions remembered until taken (px_fleet_cache_evictions_take). */
+#define EVICTIONS_MAX 64
 
 static bool is_hex_digest(const char *s)
 {
@@ -218,7 +222,8 @@ static px_status mkdir_p(const char *path, px_err *err)
 
 /* Evicts least recently used unpinned objects until `need` more bytes fit.
  * Called with the lock held. */
-static px_status make_room(px_fleet_cache *c, uint64_t need, const char *keep, px_err *err)
+static px_status make_room(px_fleet_cache *c, uint64_t need, const char *keep, const char *incoming,
+                           px_err *err)
 {
     while (c->used + need > c->budget) {
         size_t victim = SIZE_MAX;
@@ -241,6 +246,16 @@ static px_status make_room(px_fleet_cache *c, uint64_t need, const char *keep, p
         free(op);
         px_log_info("cache: evicted %s (%llu bytes)", c->entries[victim].digest,
                     (unsigned long long)c->entries[victim].size);
+        if (!c->evictions)
+            c->evictions = json_array();
+        if (json_array_size(c->evictions) >= EVICTIONS_MAX)
+            json_array_remove(c->evictions, 0);
+        json_array_append_new(c->evictions,
+                              json_pack("{s:s, s:s?, s:I, s:s?, s:I, s:I, s:I}", "digest",
+                                        c->entries[victim].digest, "name", c->entries[victim].name,
+                                        "size", (json_int_t)c->entries[victim].size, "for",
+                                        incoming, "incoming_size", (json_int_t)need, "budget",
+                                        (json_int_t)c->budget, "at", (json_int_t)px_wall_time()));
         remove_at(c, victim);
     }
     return PX_OK;
@@ -271,7 +286,7 @@ px_status px_fleet_cache_open(const char *dir, uint64_t budget_bytes, px_fleet_c
     load_index(c);
     scan_objects(c);
     /* A smaller budget than last time applies at once. */
-    if ((st = make_room(c, 0, NULL, err)) != PX_OK)
+    if ((st = make_room(c, 0, NULL, NULL, err)) != PX_OK)
         goto fail;
     if ((st = save_index(c, err)) != PX_OK)
         goto fail;
@@ -291,8 +306,18 @@ void px_fleet_cache_free(px_fleet_cache *c)
     free(c->entries);
     free(c->dir);
     free(c->objects);
+    json_decref(c->evictions);
     pthread_mutex_destroy(&c->mu);
     free(c);
+}
+
+json_t *px_fleet_cache_evictions_take(px_fleet_cache *c)
+{
+    pthread_mutex_lock(&c->mu);
+    json_t *e = c->evictions ? c->evictions : json_array();
+    c->evictions = NULL;
+    pthread_mutex_unlock(&c->mu);
+    return e;
 }
 
 /* Copies src to a temporary file in the objects folder while hashing. */
@@ -392,7 +417,7 @@ px_status px_fleet_cache_put_file(px_fleet_cache *c, const char *src_path, const
                             src_path, (unsigned long long)size, (unsigned long long)c->budget);
             goto fail_locked;
         }
-        if ((st = make_room(c, size, NULL, err)) != PX_OK)
+        if ((st = make_room(c, size, NULL, hex, err)) != PX_OK)
             goto fail_locked;
         char *op = object_path(c, hex);
         if (!op || rename(tmp, op) != 0) {

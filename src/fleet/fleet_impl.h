@@ -8,6 +8,7 @@
 
 #include "base/common.h"
 #include "plexus/fleet.h"
+#include "plexus/rt.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -410,6 +411,23 @@ typedef struct px__store_ops {
     px_status (*list_deploy_records)(void *self, const char *deployment, const char *kind,
                                      int64_t after, int limit, px__deploy_record_cb cb, void *ud,
                                      px_err *err);
+    /* Version 9.  (optional: NULL, blobs live in DATA/blobs alone) Blobs
+     * in the store, so that replicas share them without a shared folder;
+     * each call streams (constant memory) on a connection of its own,
+     * never under the store's lock.  put_blob stores the size bytes of fd
+     * from offset 0, whose SHA-256 must be hex (64 lowercase hex digits),
+     * committed before it returns; a blob already stored is kept.
+     * get_blob writes the blob to fd (from its current offset) and checks
+     * its size and SHA-256 against what was stored: PX_ENOTFOUND when there
+     * is none, PX_EIO when it differs (then fd holds garbage to drop). */
+    px_status (*put_blob)(void *self, const char *hex, int fd, int64_t size, px_err *err);
+    px_status (*get_blob)(void *self, const char *hex, int fd, int64_t *size, px_err *err);
+    /* (optional: NULL, only the scheduling replica cancels) A cancellation
+     * a replica that does not schedule accepted: recorded (once however
+     * often asked) and the scheduler woken as for a job (wait_jobs);
+     * take_cancels hands over, and forgets, up to max of them. */
+    px_status (*request_cancel)(void *self, const char *job, px_err *err);
+    px_status (*take_cancels)(void *self, int max, px__name_cb cb, void *ud, px_err *err);
 } px__store_ops;
 
 typedef struct px__store {
@@ -582,7 +600,51 @@ struct px_fleet_server {
      * "incidents": seq}, the latest stored since the server started. */
     json_t *deploy_reported;
     int incident_seq;
+    /* server_stages.c: stage workers of deployments ordered from agents,
+     * and each node's assignments polls (a node without one is lost). */
+    struct px__stage_order *stage_orders;
+    struct px__stage_poll *stage_polls;
+    uint64_t stage_seq;
+    /* The server's address as the agents reach it (the local end of their
+     * polls), where the last stage of a front end connects back. */
+    char stage_host[48];
+    /* server_serving.c: the serving front end of each deployment. */
+    struct px__serving *serving;
+    /* server_deploy.c: each node's recent cache evictions (node -> array). */
+    json_t *evictions;
+    pthread_t serving_thread;
+    bool serving_thread_started;
 };
+
+/* ---- server_stages.c: stage workers on agents (server lock held unless
+ * said otherwise) ---- */
+
+typedef struct px__stage_order px__stage_order;
+typedef struct px__fleet_launcher px__fleet_launcher;
+/* A launcher (px_rt_launcher) whose workers run on the agents of the
+ * nodes holding their devices (inventory: the fleet's plexus.inventory/1
+ * document, borrowed).  Its calls take the server lock themselves. */
+px_status px__fleet_launcher_new(px_fleet_server *srv, const char *deployment, const char *digest,
+                                 const json_t *inventory, px__fleet_launcher **out, px_err *err);
+const px_rt_launcher *px__fleet_launcher_iface(px__fleet_launcher *l);
+void px__fleet_launcher_free(px__fleet_launcher *l);
+/* Orders for node's agent (start and stop), marked sent; new reference. */
+json_t *px__srv_stages_for(px_fleet_server *srv, const char *node);
+/* Whether node has orders not yet sent. */
+bool px__srv_stages_pending(px_fleet_server *srv, const char *node);
+/* Whether node runs stage workers (its polls are then watched). */
+bool px__srv_stages_watch(px_fleet_server *srv, const char *node);
+/* An assignments poll of node opened or ended. */
+void px__srv_stages_poll(px_fleet_server *srv, const char *node, bool open);
+/* Whether the peer closed the connection fd (no lock needed). */
+bool px__srv_stages_conn_closed(int fd);
+/* Every worker of node is taken as killed (its agent is gone). */
+void px__srv_stages_node_lost(px_fleet_server *srv, const char *node, const char *why);
+/* The agent's reports on its stage workers (borrowed array). */
+void px__srv_stages_report(px_fleet_server *srv, const char *node, const json_t *reports);
+/* [{"stage", "node", "state", "address", "detail"}] of a deployment. */
+json_t *px__srv_stages_json(px_fleet_server *srv, const char *deployment);
+void px__srv_stages_free(px_fleet_server *srv);
 
 /* server_jobs.c: state transitions.  All take the server lock held.
  * Each one writes the new state to the store before it changes anything
@@ -676,6 +738,34 @@ json_t *px__srv_deploy_models(px_fleet_server *srv, const char *node);
 bool px__srv_deploy_wants(px_fleet_server *srv, const char *node, const char *digest);
 /* Forgets what px__srv_deploy_models read: a deployment came or went. */
 void px__srv_deploy_changed(px_fleet_server *srv);
+/* Records the cache evictions a node's heartbeat reports (borrowed). */
+void px__srv_deploy_evictions(px_fleet_server *srv, const char *node, const json_t *evictions);
+/* The online nodes as a plexus.inventory/1 document, joined by the
+ * assumed links of the planner's inventory (server lock held; new
+ * reference, NULL when out of memory). */
+json_t *px__srv_fleet_inventory(px_fleet_server *srv);
+/* A deployment's "contract" (a built-in's name, a plexus.contract/1
+ * document, or NULL: *out NULL, the planner's implied one). */
+struct px_contract;
+px_status px__srv_open_contract(const json_t *spec, struct px_contract **out, px_err *err);
+
+/* server_serving.c: the deployments' front ends.  start and stop run
+ * without the server lock; px__serving_json with it. */
+typedef struct px__serving px__serving;
+void px__serving_start(px_fleet_server *srv);
+void px__serving_stop(px_fleet_server *srv);
+/* {"state", "detail", "replicas", "stage_workers"} of a deployment's
+ * front end, or NULL when it has none. */
+json_t *px__serving_json(px_fleet_server *srv, const char *name);
+/* Whether method and url are the OpenAI API the server routes. */
+bool px__serving_is_route(const char *method, const char *url);
+/* Answers it (without the server lock) for an authenticated user: GET
+ * /v1/models lists the caller's deployments; POST /v1/chat/completions
+ * and /v1/completions go to the front end of the deployment the body's
+ * "model" names, if it is the caller's (or the caller is an admin).
+ * Returns the MHD result (int: enum MHD_Result). */
+int px__serving_route(px_fleet_server *srv, void *conn, const char *method, const char *url,
+                      const char *body, size_t len, const px__who *who);
 
 /* server_deploy_records.c: what a deployment's front end reports. */
 #define PX__DEPLOY_OBSERVATIONS_KEPT 720 /* an hour at one report each 5 s */
@@ -788,6 +878,12 @@ void px__api_fail(px__api_resp *rs, const px_err *err);
 json_t *px__api_body_json(const px__api_req *rq, px__api_resp *rs);
 /* api_user.c / api_agent.c: route a request, server lock held. */
 bool px__api_user_route(px__api_req *rq, px__api_resp *rs);
+/* GET /v1/blobs/<digest>, before the server lock is taken for the route:
+ * a node's right to the blob is checked (under the lock, briefly), then
+ * the blob is fetched from the store into DATA/blobs where it is not
+ * there yet, without the lock.  0 when the route goes on, else the status
+ * of the reply set in rs. */
+int px__api_blob_prepare(px__api_req *rq, px__api_resp *rs);
 bool px__api_agent_route(px__api_req *rq, px__api_resp *rs);
 /* api_deploy.c: /v1/deployments, server lock held. */
 bool px__api_deploy_route(px__api_req *rq, px__api_resp *rs);
@@ -833,6 +929,13 @@ px_status px__artifact_dir(const char *data_dir, const char *job, const char *na
 px_status px__write_all(int fd, const void *data, size_t len, px_err *err);
 px_status px__blob_path(const char *data_dir, const char *hex, char *out, size_t n, px_err *err);
 px_status px__open_read(const char *path, int *fd, size_t *size, px_err *err);
+/* Makes DATA/blobs/<hex> hold the blob: there already, or fetched from a
+ * store that keeps blobs (ops put_blob/get_blob), checked against its
+ * digest, made durable and renamed into place.  PX_ENOTFOUND when neither
+ * has it.  Without the server lock (it may take long). */
+px_status px__blob_fetch(px_fleet_server *srv, const char *hex, px_err *err);
+/* Whether the store keeps blobs (so that replicas share them). */
+bool px__store_has_blobs(const px__store *store);
 /* Waits on srv->changed until the deadline (monotonic ns); false when it
  * passed or the server is stopping. */
 bool px__srv_wait(px_fleet_server *srv, uint64_t deadline_ns);

@@ -232,9 +232,28 @@ static void *listen_main(void *arg)
     return NULL;
 }
 
+/* A cancellation another replica recorded.  Taken only after a claim
+ * that left no job behind, so that a job cancelled as soon as it was
+ * accepted is in memory by then; one that has ended has nothing to stop.
+ * A write the store refuses is said in the log (the user's replica
+ * answered "requested", and the user may ask again). */
+static void take_cancel(const char *id, void *ud)
+{
+    px_fleet_server *srv = ud;
+    if (!px__srv_find_job(srv, id))
+        return;
+    px_err err;
+    if (px__srv_cancel(srv, id, &err) != PX_OK)
+        px_log_error("fleet: job %s: cancellation requested through another replica: %s", id,
+                     err.msg);
+    else
+        px_log_info("fleet: job %s: cancelled (requested through another replica)", id);
+}
+
 /* Takes in the jobs other replicas accepted: when the listener says there
  * are some, else on every tick while nobody listens, and every
- * CLAIM_BACKSTOP_NS in any case.  Server lock held. */
+ * CLAIM_BACKSTOP_NS in any case; then the cancellations they recorded.
+ * Server lock held. */
 static void claim_tick(px_fleet_server *srv)
 {
     if (!srv->store.ops->claim_jobs)
@@ -253,8 +272,15 @@ static void claim_tick(px_fleet_server *srv)
     }
     /* A full hand: there may be more; the next round takes them after
      * this pass has placed these. */
-    if (srv->metrics.claimed - before >= CLAIM_MAX)
+    if (srv->metrics.claimed - before >= CLAIM_MAX) {
         srv->claim_due = true;
+        return;
+    }
+    if (srv->store.ops->version >= 9 && srv->store.ops->take_cancels &&
+        srv->store.ops->take_cancels(srv->store.self, CLAIM_MAX, take_cancel, srv, &err) != PX_OK) {
+        px_log_warn("server: %s", err.msg);
+        srv->claim_due = true;
+    }
 }
 
 /* ---- the scheduler thread ---- */
@@ -488,6 +514,7 @@ px_status px_fleet_server_start(const px_fleet_server_options *opt, px_fleet_ser
         }
         srv->listen_thread_started = true;
     }
+    px__serving_start(srv);
     *out = srv;
     return PX_OK;
 fail:
@@ -530,6 +557,8 @@ void px_fleet_server_stop(px_fleet_server *srv)
     /* Long polls wake on `changed` and see `stopping`; then the daemon can
      * join its connection threads. */
     px__api_stop(srv);
+    px__serving_stop(srv);
+    px__srv_stages_free(srv);
     if (srv->sched_thread_started)
         pthread_join(srv->sched_thread, NULL);
     if (srv->listen_thread_started)
@@ -537,6 +566,7 @@ void px_fleet_server_stop(px_fleet_server *srv)
     px__srv_free_jobs(srv);
     px__incidents_free(srv);
     px__srv_deploy_changed(srv);
+    json_decref(srv->evictions);
     json_decref(srv->deploy_reported);
     px_fleet_sched_free(srv->sched);
     if (srv->store.ops)

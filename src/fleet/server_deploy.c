@@ -290,6 +290,43 @@ json_t *px__srv_deploy_json(px_fleet_server *srv, const px__deploy_row *row, boo
         json_object_set(o, "plan", plan);
         json_object_set_new(o, "incidents",
                             row->incidents ? parse_or_null(row->incidents) : json_array());
+        /* What the nodes of the plan evicted from their caches to make
+         * room for this model, and why. */
+        json_t *ev = json_array();
+        for (size_t k = 0; ev && k < json_array_size(nodes); k++) {
+            const char *node = json_string_value(json_array_get(nodes, k));
+            size_t e;
+            json_t *x;
+            json_array_foreach(json_object_get(srv->evictions, node), e, x)
+            {
+                const char *incoming = json_string_value(json_object_get(x, "for"));
+                if (!incoming || strcmp(incoming, row->model) != 0)
+                    continue;
+                char why[320];
+                snprintf(why, sizeof why,
+                         "node %s evicted %s (%lld bytes, least recently used, held by no job "
+                         "or deployment) so that this model (%lld bytes) fits its cache budget "
+                         "of %lld bytes",
+                         node,
+                         json_string_value(json_object_get(x, "name"))
+                             ? json_string_value(json_object_get(x, "name"))
+                             : json_string_value(json_object_get(x, "digest")),
+                         (long long)json_integer_value(json_object_get(x, "size")),
+                         (long long)json_integer_value(json_object_get(x, "incoming_size")),
+                         (long long)json_integer_value(json_object_get(x, "budget")));
+                json_t *copy = json_deep_copy(x);
+                if (copy) {
+                    json_object_set_new(copy, "node", json_string(node));
+                    json_object_set_new(copy, "why", json_string(why));
+                    json_array_append_new(ev, copy);
+                }
+            }
+        }
+        json_object_set_new(o, "evictions", ev ? ev : json_array());
+        /* The front end and the stage workers as they run now. */
+        json_t *serving = px__serving_json(srv, row->name);
+        if (serving)
+            json_object_set_new(o, "serving", serving);
     }
     json_decref(plan);
     json_decref(spec);
@@ -365,4 +402,41 @@ void px__srv_deploy_changed(px_fleet_server *srv)
 {
     json_decref(srv->deploy_models);
     srv->deploy_models = NULL;
+}
+
+#define EVICTIONS_PER_NODE 32
+
+void px__srv_deploy_evictions(px_fleet_server *srv, const char *node, const json_t *evictions)
+{
+    if (!json_array_size(evictions) || !node)
+        return;
+    if (!srv->evictions && !(srv->evictions = json_object()))
+        return;
+    json_t *list = json_object_get(srv->evictions, node);
+    if (!list) {
+        list = json_array();
+        if (!list || json_object_set_new(srv->evictions, node, list) != 0)
+            return;
+    }
+    size_t i;
+    json_t *x;
+    json_array_foreach(evictions, i, x)
+    {
+        /* Untrusted: only the members shown, of the types shown. */
+        const char *digest = json_string_value(json_object_get(x, "digest"));
+        const char *name = json_string_value(json_object_get(x, "name"));
+        const char *incoming = json_string_value(json_object_get(x, "for"));
+        if (!is_digest(digest) || (incoming && !is_digest(incoming)) ||
+            (name && strlen(name) > 255))
+            continue;
+        if (json_array_size(list) >= EVICTIONS_PER_NODE)
+            json_array_remove(list, 0);
+        json_array_append_new(
+            list,
+            json_pack("{s:s, s:s?, s:I, s:s?, s:I, s:I, s:I}", "digest", digest, "name", name,
+                      "size", json_integer_value(json_object_get(x, "size")), "for", incoming,
+                      "incoming_size", json_integer_value(json_object_get(x, "incoming_size")),
+                      "budget", json_integer_value(json_object_get(x, "budget")), "at",
+                      json_integer_value(json_object_get(x, "at"))));
+    }
 }

@@ -65,7 +65,7 @@ static json_t *unavailable(const char *fmt, ...)
 }
 
 /* The contract a request names: a built-in by name, or a document. */
-static px_status open_contract(const json_t *spec, px_contract **out, px_err *err)
+px_status px__srv_open_contract(const json_t *spec, px_contract **out, px_err *err)
 {
     *out = NULL;
     if (!spec || json_is_null(spec))
@@ -195,7 +195,7 @@ static json_t *plan_over(const char *path, const json_t *spec, const json_t *nod
         req.policy = policy;
     if (objective && px_plan_objective_parse(objective, &req.objective, &err) != PX_OK)
         out = unavailable("objective: %s", err.msg);
-    else if (open_contract(json_object_get(spec, "contract"), &r->contract, &err) != PX_OK)
+    else if (px__srv_open_contract(json_object_get(spec, "contract"), &r->contract, &err) != PX_OK)
         out = unavailable("contract: %s", err.msg);
     else if (px_hw_graph_from_value(doc, "fleet inventory", NULL, &r->graph, NULL, &err) != PX_OK)
         out = unavailable("the fleet's registered nodes are not a valid inventory: %s", err.msg);
@@ -332,10 +332,25 @@ static json_t *plan_deployment(px_fleet_server *srv, const char *path, const cha
     return NULL;
 }
 
+json_t *px__srv_fleet_inventory(px_fleet_server *srv)
+{
+    json_t *nodes = online_nodes(srv, NULL);
+    if (!nodes)
+        return NULL;
+    return json_pack("{s:s, s:s, s:o*, s:o}", "schema", "plexus.inventory/1", "name", "fleet",
+                     "links", assumed_network(nodes), "nodes", nodes);
+}
+
 json_t *px__srv_plan_model(px_fleet_server *srv, const char *digest, const json_t *spec)
 {
     char path[PATH_MAX];
     px_err err;
+    /* With replicas, the model may have been uploaded to another: fetched
+     * from the store once (under the server lock: the pass is walking
+     * the jobs), then read here. */
+    if (digest && px__store_has_blobs(&srv->store) && px__blob_fetch(srv, digest, &err) != PX_OK &&
+        err.code != PX_ENOTFOUND)
+        px_log_warn("fleet: model %.16s...: %s", digest, err.msg);
     if (!digest || px__blob_path(srv->data_dir, digest, path, sizeof path, &err) != PX_OK ||
         access(path, R_OK) != 0)
         return unavailable("the model %.64s is not on the server; upload it with POST /v1/blobs "

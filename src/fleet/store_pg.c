@@ -67,7 +67,16 @@ static const char *const migrations[] = {
     "  spec TEXT NOT NULL, state TEXT NOT NULL, plan TEXT, incidents TEXT,"
     "  created BIGINT NOT NULL, updated BIGINT NOT NULL);"
     "CREATE INDEX deployments_owner ON deployments(owner, name);",
-    /* 5: what a deployment's front end reports (serving figures and
+    /* 5: blobs, in chunks, so that replicas share them (a SQLite server
+     * keeps them as files in DATA/blobs, and has no such table). */
+    "CREATE TABLE blobs(digest TEXT PRIMARY KEY, size BIGINT NOT NULL,"
+    "  chunks INTEGER NOT NULL, created BIGINT NOT NULL);"
+    "CREATE TABLE blob_chunks(digest TEXT NOT NULL, n INTEGER NOT NULL, data BYTEA NOT NULL,"
+    "  PRIMARY KEY(digest, n));"
+    /* and cancellations a replica that does not schedule accepted, until
+     * the scheduler takes them. */
+    "CREATE TABLE cancel_requests(job TEXT PRIMARY KEY, at BIGINT NOT NULL);",
+    /* 6: what a deployment's front end reports (serving figures and
      * incidents), a ring per deployment and kind, gone with the deployment. */
     "CREATE TABLE deployment_records(deployment TEXT NOT NULL"
     "  REFERENCES deployments(name) ON DELETE CASCADE, kind TEXT NOT NULL,"
@@ -143,13 +152,52 @@ px_status px__pg_run(px__pg *st, const char *sql, const px__pgq *q, PGresult **r
     return rc;
 }
 
+static void forget_prepared(px__pg *st)
+{
+    for (int i = 0; i < st->n_prepared; i++)
+        free(st->prepared[i].sql);
+    st->n_prepared = 0;
+}
+
+/* The prepared statement of sql: its index, with *parse set when its Parse
+ * must go into this pipeline first; -1 (sent unprepared) when the table is
+ * full or out of memory. */
+static int prepared_slot(px__pg *st, const char *sql, bool *parse)
+{
+    *parse = false;
+    for (int i = 0; i < st->n_prepared; i++)
+        if (strcmp(st->prepared[i].sql, sql) == 0) {
+            *parse = st->prepared[i].state == 0;
+            st->prepared[i].state = PX_MAX(st->prepared[i].state, 1);
+            return i;
+        }
+    if (st->n_prepared == (int)PX_ARRAY_LEN(st->prepared))
+        return -1;
+    char *copy = px_strdup(sql);
+    if (!copy)
+        return -1;
+    st->prepared[st->n_prepared] = (struct px__pg_prepared){copy, 1};
+    *parse = true;
+    return st->n_prepared++;
+}
+
+/* After a pipeline: a Parse that failed (or was skipped after a failure,
+ * or never answered) left no statement behind; it is sent again the next
+ * time. */
+static void settle_prepared(px__pg *st, int slot, bool ok)
+{
+    st->prepared[slot].state = ok ? 2 : 0;
+}
+
 /* The lost connection of a replica that does not schedule is made again;
  * PX_EIO when it stays lost (or holds the lease: lost for good). */
 static px_status check_conn(px__pg *st, const char *what, px_err *err)
 {
     if (st->lost && !st->lease_held) {
-        /* A replica that does not schedule may simply reconnect. */
+        /* A replica that does not schedule may simply reconnect (a new
+         * session, without the statements prepared on the old). */
         PQreset(st->conn);
+        forget_prepared(st);
         if (PQstatus(st->conn) == CONNECTION_OK)
             st->lost = false;
     }
@@ -189,19 +237,38 @@ px_status px__pg_pipeline(px__pg *st, const px__pg_stmt *s, int n, int keep, PGr
             rc = run_one(st, s[i].sql, s[i].q, i == keep ? res : NULL, what, err);
         return rc;
     }
-    int sent = 0;
+    /* What was sent, in order: a statement (its index), or the Parse of a
+     * prepared statement (-1 - its slot). */
+    int *ops = malloc(sizeof *ops * (size_t)n * 2);
+    if (!ops) {
+        PQexitPipelineMode(st->conn);
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    }
+    int sent = 0, n_ops = 0;
     for (; sent < n; sent++) {
         const px__pgq *q = s[sent].q;
-        if (!PQsendQueryParams(st->conn, s[sent].sql, q ? q->n : 0, NULL, q ? q->v : NULL,
-                               q ? q->len : NULL, q ? q->fmt : NULL, 0))
+        bool parse = false;
+        int slot = q ? prepared_slot(st, s[sent].sql, &parse) : -1;
+        char name[16];
+        snprintf(name, sizeof name, "px_%d", slot);
+        if (parse) {
+            if (!PQsendPrepare(st->conn, name, s[sent].sql, 0, NULL))
+                break;
+            ops[n_ops++] = -1 - slot;
+        }
+        if (slot >= 0
+                ? !PQsendQueryPrepared(st->conn, name, q->n, q->v, q->len, q->fmt, 0)
+                : !PQsendQueryParams(st->conn, s[sent].sql, q ? q->n : 0, NULL, q ? q->v : NULL,
+                                     q ? q->len : NULL, q ? q->fmt : NULL, 0))
             break;
+        ops[n_ops++] = sent;
     }
     bool synced = PQpipelineSync(st->conn) == 1;
     if (sent < n || !synced)
         rc = result_error(st, NULL, what, err);
     /* Each statement's result, then NULL; after the first failure the
      * server skips the rest (PGRES_PIPELINE_ABORTED) until the sync. */
-    for (int i = 0; i < sent && synced; i++) {
+    for (int i = 0; i < n_ops && synced; i++) {
         PGresult *r = PQgetResult(st->conn);
         if (!r) {
             if (rc == PX_OK)
@@ -212,13 +279,20 @@ px_status px__pg_pipeline(px__pg *st, const px__pg_stmt *s, int n, int keep, PGr
         bool ok = t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK;
         if (!ok && rc == PX_OK)
             rc = result_error(st, r, what, err);
-        if (ok && i == keep && res)
+        if (ops[i] < 0)
+            settle_prepared(st, -1 - ops[i], ok);
+        if (ok && ops[i] >= 0 && ops[i] == keep && res)
             *res = r;
         else
             PQclear(r);
         while ((r = PQgetResult(st->conn)))
             PQclear(r);
     }
+    /* Parses whose answer never came. */
+    for (int i = 0; i < st->n_prepared; i++)
+        if (st->prepared[i].state == 1)
+            st->prepared[i].state = 0;
+    free(ops);
     if (synced) {
         PGresult *r = PQgetResult(st->conn);
         if (PQresultStatus(r) != PGRES_PIPELINE_SYNC && rc == PX_OK)
@@ -360,6 +434,7 @@ static void pg_close(void *self)
         return;
     PQfinish(st->conn);
     PQfinish(st->listen);
+    forget_prepared(st);
     pthread_mutex_destroy(&st->mu);
     free(st->where);
     free(st->spec);
@@ -542,11 +617,23 @@ static px_status run_group(px__pg *st, px__pg_stmt *s, int n, const char *what, 
     bool batch = st->batch;
     px__pg_stmt open = {batch ? "SAVEPOINT px_g" : "BEGIN", NULL};
     px__pg_stmt close = {batch ? "RELEASE SAVEPOINT px_g" : "COMMIT", NULL};
-    px_status rc = px__pg_pipeline(st, &open, 1, -1, NULL, what, err);
-    for (int at = 0; rc == PX_OK && at < n; at += PIPELINE_MAX)
-        rc = px__pg_pipeline(st, s + at, PX_MIN(PIPELINE_MAX, n - at), -1, NULL, what, err);
-    if (rc == PX_OK)
-        rc = px__pg_pipeline(st, &close, 1, -1, NULL, what, err);
+    /* The opening goes with the first pipeline and the closing with the
+     * last: a group of up to PIPELINE_MAX rows is one round trip. */
+    px__pg_stmt *part = malloc(sizeof *part * (PIPELINE_MAX + 2));
+    if (!part)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    px_status rc = PX_OK;
+    for (int at = 0; rc == PX_OK && (at < n || at == 0); at += PIPELINE_MAX) {
+        int k = 0, m = PX_MIN(PIPELINE_MAX, n - at);
+        if (at == 0)
+            part[k++] = open;
+        memcpy(part + k, s + at, sizeof *part * (size_t)m);
+        k += m;
+        if (at + m >= n)
+            part[k++] = close;
+        rc = px__pg_pipeline(st, part, k, -1, NULL, what, err);
+    }
+    free(part);
     if (rc != PX_OK && !st->lost)
         run(st, batch ? "ROLLBACK TO SAVEPOINT px_g; RELEASE SAVEPOINT px_g" : "ROLLBACK", NULL,
             NULL, "rollback", NULL);
@@ -752,6 +839,42 @@ fail_unlock:
     return err ? err->code : PX_EIO;
 }
 
+/* The row and its notification in one statement, as insert_job: a
+ * notification always means a committed request. */
+static px_status request_cancel(void *self, const char *job, px_err *err)
+{
+    px__pg *st = self;
+    px__pgq q = {0};
+    text(&q, job);
+    i64(&q, px_wall_time());
+    pthread_mutex_lock(&st->mu);
+    px_status rc = run(st,
+                       "WITH c AS (INSERT INTO cancel_requests(job, at) VALUES($1, $2)"
+                       " ON CONFLICT (job) DO NOTHING RETURNING job)"
+                       " SELECT pg_notify('plexus_jobs', job) FROM c",
+                       &q, NULL, "request cancellation", err);
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+static px_status take_cancels(void *self, int max, px__name_cb cb, void *ud, px_err *err)
+{
+    px__pg *st = self;
+    px__pgq q = {0};
+    i64(&q, max);
+    PGresult *r = NULL;
+    pthread_mutex_lock(&st->mu);
+    px_status rc = run(st,
+                       "DELETE FROM cancel_requests WHERE job IN (SELECT job FROM cancel_requests"
+                       " ORDER BY at, job LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING job",
+                       &q, &r, "take cancellations", err);
+    pthread_mutex_unlock(&st->mu);
+    for (int i = 0; rc == PX_OK && i < PQntuples(r); i++)
+        cb(PQgetvalue(r, i, 0), ud);
+    PQclear(r);
+    return rc;
+}
+
 /* A batch: one transaction for the writes of a scheduling pass, so that
  * its decisions cost one commit (one flush of the log) rather than one
  * each.  The server lock is held from batch_begin to batch_end, so no
@@ -782,6 +905,29 @@ static px_status batch_end(void *self, px_err *err)
     }
     pthread_mutex_unlock(&st->mu);
     return rc;
+}
+
+PGconn *px__pg_connect(px__pg *st, const char *what, px_err *err)
+{
+    PGconn *c = PQconnectdb(st->spec);
+    if (!c || PQstatus(c) != CONNECTION_OK) {
+        char line[200];
+        px_err_set(err, PX_EIO, "PostgreSQL %s: %s: cannot connect: %s", st->where, what,
+                   one_line(c ? PQerrorMessage(c) : "out of memory", line, sizeof line));
+        PQfinish(c);
+        return NULL;
+    }
+    PGresult *r = PQexec(c, "SET synchronous_commit = on");
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    if (!ok) {
+        char line[200];
+        px_err_set(err, PX_EIO, "PostgreSQL %s: %s: %s", st->where, what,
+                   one_line(PQerrorMessage(c), line, sizeof line));
+        PQfinish(c);
+        return NULL;
+    }
+    return c;
 }
 
 /* ---- wake-ups: jobs other replicas accepted ---- */
@@ -838,7 +984,7 @@ static px_status wait_jobs(void *self, int timeout_ms, bool *woken, px_err *err)
 }
 
 static px__store_ops pg_ops = {
-    .version = 7,
+    .version = 9,
     .close = pg_close,
     .insert_job = insert_job,
     .update_job = update_job,
@@ -852,6 +998,8 @@ static px__store_ops pg_ops = {
     .wait_jobs = wait_jobs,
     .update_jobs = update_jobs,
     .put_explanations = put_explanations,
+    .request_cancel = request_cancel,
+    .take_cancels = take_cancels,
 };
 static pthread_once_t pg_ops_once = PTHREAD_ONCE_INIT;
 
@@ -859,6 +1007,7 @@ static void fill_ops(void)
 {
     px__pg_fill_record_ops(&pg_ops);
     px__pg_fill_deploy_ops(&pg_ops);
+    px__pg_fill_blob_ops(&pg_ops);
 }
 
 bool px__store_is_pg(const char *spec)

@@ -27,6 +27,14 @@ typedef struct px__pg {
     bool lost;  /* the connection broke: the lease (if held) is gone */
     bool batch; /* a batch is open (batch_begin): writes become savepoints */
     int depth;  /* savepoints open inside the batch */
+    /* Statements of pipelines prepared on `conn` (named "px_<i>"), so that
+     * the server parses and plans each text once per session rather than
+     * once per row; forgotten when the connection is made again. */
+    struct px__pg_prepared {
+        char *sql;
+        int state; /* 1: its Parse is in the pipeline being sent, 2: ready */
+    } prepared[32];
+    int n_prepared;
 } px__pg;
 
 /* Parameters of one statement, all sent as text except blobs. */
@@ -78,5 +86,10 @@ int64_t px__pg_int(const PGresult *r, int row, int col);
 void px__pg_fill_record_ops(px__store_ops *ops);
 /* store_pg_deploy.c: the deployments. */
 void px__pg_fill_deploy_ops(px__store_ops *ops);
+/* store_pg_blobs.c: blobs in chunks. */
+void px__pg_fill_blob_ops(px__store_ops *ops);
+/* A new connection to the store's database, configured as the store's own
+ * (NULL with err set when it cannot connect). */
+PGconn *px__pg_connect(px__pg *st, const char *what, px_err *err);
 
 #endif

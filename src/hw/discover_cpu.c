@@ -4,6 +4,8 @@
 #include "hw/discover_impl.h"
 
 #include <hwloc.h>
+#include <sched.h>
+#include <unistd.h>
 
 /* What /proc/cpuinfo says about the first processor. */
 typedef struct cpuinfo {
@@ -144,6 +146,62 @@ typedef struct cache_level {
     uint64_t size;  /* one instance */
     unsigned count; /* instances */
 } cache_level;
+
+/* The CPUs a cgroup (v2) quota allows, from cpu.max ("max PERIOD" or
+ * "QUOTA PERIOD"): 0 when there is no quota or the file is unreadable. */
+static double cgroup_cpus(const px__disc *d)
+{
+    char *text = NULL;
+    size_t len = 0;
+    if (px__disc_read(d, "/sys/fs/cgroup/cpu.max", 4096, &text, &len, NULL) != PX_OK)
+        return 0;
+    double quota = 0, period = 0;
+    char word[16] = "";
+    double cpus = 0;
+    if (sscanf(text, "%15s %lf", word, &period) == 2 && strcmp(word, "max") != 0 &&
+        sscanf(word, "%lf", &quota) == 1 && quota > 0 && period > 0 && isfinite(quota / period))
+        cpus = quota / period;
+    free(text);
+    return cpus;
+}
+
+/* The host's processors for work run on them (node "cpu"): the cores and
+ * threads found, each cut to what this process may use: the running
+ * system's online CPUs and affinity mask, and a cgroup quota rounded up
+ * (a quota of 1.5 CPUs keeps two threads busy part of the time). */
+static px_status add_host_cpu(px__disc *d, unsigned cores, unsigned threads)
+{
+    double usable = threads;
+    char source[160] = "hwloc, /proc/cpuinfo";
+    if (!d->sysroot[0]) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        int mask = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+        if (online > 0 && (usable <= 0 || online < usable))
+            usable = (double)online;
+        if (mask > 0 && (usable <= 0 || mask < usable))
+            usable = mask;
+        px_strlcpy(source, "sysconf(_SC_NPROCESSORS_ONLN), sched_getaffinity", sizeof source);
+    }
+    double quota = cgroup_cpus(d);
+    if (quota > 0 && (usable <= 0 || ceil(quota) < usable)) {
+        usable = ceil(quota);
+        snprintf(source + strlen(source), sizeof source - strlen(source),
+                 ", cgroup cpu.max (%.3g CPUs)", quota);
+    }
+    if (usable < 1)
+        return PX_OK;
+    double c = cores ? PX_MIN((double)cores, usable) : usable;
+    json_t *o = json_object();
+    if (px_json_set(d->node, "cpu", o) != PX_OK ||
+        px_json_set(o, "cores", px__disc_qty(d, c, PX_DIM_NONE, PX_PROV_DISCOVERED, source, 0)) !=
+            PX_OK ||
+        px_json_set(o, "threads",
+                    px__disc_qty(d, usable, PX_DIM_NONE, PX_PROV_DISCOVERED, source, 0)) != PX_OK)
+        return PX_ENOMEM;
+    return PX_OK;
+}
 
 /* Adds the peak estimate: cores x clock x FLOP per cycle, marked assumed
  * with an interval that covers cores with one or two FMA units and
@@ -311,6 +369,9 @@ px_status px__disc_probe_cpu(px__disc *d)
                                            0)) != PX_OK)
         return PX_ENOMEM;
     if (add_estimate(d, dev, &ci, cores, hz) != PX_OK)
+        return PX_ENOMEM;
+
+    if (add_host_cpu(d, cores, threads) != PX_OK)
         return PX_ENOMEM;
 
     px__probe_status st = hwloc_problem[0] ? PX__PROBE_PARTIAL : PX__PROBE_OK;

@@ -81,6 +81,16 @@ static void write_pair(px__jw *w, const char *key, const char *k1, const px_qty 
     px__jw_end_object(w);
 }
 
+/* A count of processors (a plain number, PX_DIM_NONE), with its
+ * provenance as every quantity; absent when 0. */
+static void write_count(px__jw *w, const char *key, const px_qty *q)
+{
+    if (q->value <= 0)
+        return;
+    px__jw_key(w, key);
+    px__jw_qty(w, q);
+}
+
 /* Whether sorted index list a holds x. */
 static bool has_index(const uint32_t *a, size_t n, uint32_t x)
 {
@@ -207,6 +217,13 @@ static void write_link(px__jw *w, const px_hw_link *l, const char *from, const c
 static void write_node(px__jw *w, const px_hw_view *v, const px_hw_node *n)
 {
     px__jw_begin_object(w);
+    if (n->cpu_cores.value > 0 || n->cpu_threads.value > 0) {
+        px__jw_key(w, "cpu");
+        px__jw_begin_object(w);
+        write_count(w, "cores", &n->cpu_cores);
+        write_count(w, "threads", &n->cpu_threads);
+        px__jw_end_object(w);
+    }
     px__jw_key(w, "devices");
     px__jw_begin_array(w);
     for (size_t i = 0; i < n->n_devices; i++) {

@@ -17,10 +17,13 @@ static const char *const top_members[] = {"schema",  "name",  "description", "em
 static const char *const domain_members[] = {"id", "kind", "parent", "mtbf", NULL};
 static const char *const node_members[] = {"id",      "hostname", "emulated",   "domains",
                                            "devices", "memory",   "frameworks", "python",
-                                           "os",      "live",     NULL};
+                                           "os",      "live",     "cpu",        NULL};
 static const char *const framework_members[] = {"name", "version", "python", NULL};
 static const char *const python_members[] = {"path", "version", NULL};
 static const char *const os_members[] = {"kernel", "distro", NULL};
+static const char *const cpu_members[] = {"cores", "threads", NULL};
+/* More processors than any one host offers: a typo or a generator gone wrong. */
+#define MAX_HOST_CPUS 65536
 static const char *const link_members[] = {"id",
                                            "from",
                                            "to",
@@ -134,6 +137,46 @@ static void read_frameworks(px__hw_reader *r, const json_t *v, const char *where
     n->n_frameworks = k;
 }
 
+/* A count of processors: a whole number from 1 to MAX_HOST_CPUS, plain or
+ * as a quantity object with provenance. */
+static void read_count(px__hw_reader *r, const json_t *obj, const char *where, const char *key,
+                       px_qty *out)
+{
+    px_qty q;
+    memset(&q, 0, sizeof q);
+    if (!json_object_get(obj, key) || !px__hw_read_qty(r, obj, where, key, PX_DIM_NONE, true, &q))
+        return;
+    if (q.value != floor(q.value) || q.value > MAX_HOST_CPUS) {
+        px__hw_error_at(r, where, key, NULL,
+                        "give a whole number of processors from 1 to 65536, as nproc counts them",
+                        "\"%s\" is %g, not a whole number of processors from 1 to %d", key, q.value,
+                        MAX_HOST_CPUS);
+        return;
+    }
+    *out = q;
+}
+
+/* "cpu": {"cores", "threads"}: the host's processors for work run on them. */
+static void read_host_cpu(px__hw_reader *r, const json_t *v, const char *where, px_hw_node *n)
+{
+    json_t *jc = json_object_get(v, "cpu");
+    if (!jc)
+        return;
+    const char *p = px__hw_ptr(r, where, "cpu");
+    if (!px__hw_expect_object(r, jc, p, "\"cpu\""))
+        return;
+    px__hw_check_members(r, jc, p, "\"cpu\"", cpu_members);
+    read_count(r, jc, p, "cores", &n->cpu_cores);
+    read_count(r, jc, p, "threads", &n->cpu_threads);
+    if (n->cpu_cores.value > 0 && n->cpu_threads.value > 0 &&
+        n->cpu_threads.value < n->cpu_cores.value)
+        px__hw_error_at(r, p, "threads", NULL,
+                        "count every hardware thread (at least one per core), or leave "
+                        "\"threads\" out",
+                        "%g threads on %g cores: a core runs at least one thread",
+                        n->cpu_threads.value, n->cpu_cores.value);
+}
+
 static void read_node(px__hw_reader *r, px__hw_build *b, const json_t *v, const char *where,
                       size_t node_index)
 {
@@ -175,6 +218,7 @@ static void read_node(px__hw_reader *r, px__hw_build *b, const json_t *v, const 
         }
     }
     px__hw_read_live(r, v, where, false, &rec->n.live);
+    read_host_cpu(r, v, where, &rec->n);
 
     const json_t *devs =
         get_array(r, v, where, "devices", "write [{\"id\": \"gpu0\", \"class\": \"gpu\", ...}]");

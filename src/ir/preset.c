@@ -272,6 +272,11 @@ px_status px_ir_preset_new(const char *name, px_dtype weight_dtype, const px_ir_
     if (st != PX_OK)
         return st;
     m->hp = p->hp;
+    /* The KV cache is kept in the weights' dtype when they are 16-bit, as
+     * the deployments the presets' sources describe keep it (their
+     * torch_dtype); opts->kv_dtype still chooses another. */
+    if (weight_dtype == PX_DTYPE_BF16 || weight_dtype == PX_DTYPE_F16)
+        m->kv_dtype = weight_dtype;
     px_strlcpy(m->hp.arch_name, px_ir_arch_name(m->hp.arch), sizeof m->hp.arch_name);
     px_strlcpy(m->hp.name, p->info.title, sizeof m->hp.name);
     m->hp.rope_style = m->hp.arch == PX_IR_ARCH_DIT     ? PX_IR_ROPE_NONE

@@ -339,6 +339,8 @@ static void fill_cand(px__plan_ctx *ctx, const px_cost_pipeline *p, const px_cos
     c->usd_per_hour = e->usd_per_hour;
     c->tokens_per_usd = e->tokens_per_usd;
     c->transfer_s = e->transfer_s;
+    c->host_node = e->host_node;
+    c->host_use = e->step_s > 0 ? e->host_cores_s / e->step_s : 0;
     c->score = px__plan_score(ctx, e, p);
     c->prec_index = prec_index;
     c->key = key;

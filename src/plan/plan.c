@@ -391,6 +391,24 @@ static bool fresh_replica(px__plan_ctx *ctx, const bool *used, const px__plan_la
     return found;
 }
 
+/* Whether replica c still adds throughput on a host whose cores the
+ * replicas placed so far use (use[n], their throughput thr[n] before
+ * sharing): replicas on one host share its cores (px_cost_host_shares).
+ * Takes its share when it does. */
+static bool cores_help(const px__plan_cand *c, double *use, double *thr)
+{
+    uint32_t n = c->host_node;
+    if (n == PX_HW_NONE)
+        return true;
+    double before = thr[n] / PX_MAX(1.0, use[n]);
+    double after = (thr[n] + c->throughput) / PX_MAX(1.0, use[n] + c->host_use);
+    if (after <= before * 1.0001)
+        return false;
+    use[n] += c->host_use;
+    thr[n] += c->throughput;
+    return true;
+}
+
 /* Adds replicas while they help the objective: clones of the first for
  * every objective (they keep its latency and batch), fresh searches on
  * what is left for throughput, tokens per dollar and energy, each at the
@@ -403,11 +421,14 @@ static px_status add_replicas(px__plan_ctx *ctx, px__plan_layout *l, px_err *err
     size_t n_nodes = px_hw_graph_view(ctx->fleet->graph)->n_nodes;
     bool *used = calloc(nd, sizeof *used);
     double *node_used = calloc(n_nodes ? n_nodes : 1, sizeof *node_used);
-    if (!used || !node_used) {
+    double *core_use = calloc(n_nodes ? 2 * n_nodes : 1, sizeof *core_use);
+    if (!used || !node_used || !core_use) {
         free(used);
         free(node_used);
+        free(core_use);
         return px_err_set(err, PX_ENOMEM, "out of memory placing replicas");
     }
+    double *core_thr = core_use + n_nodes;
     for (size_t i = 0; i < nd; i++)
         used[i] = req->excluded && req->excluded[i];
     mark_used(used, &l->replicas[0]);
@@ -416,8 +437,10 @@ static px_status add_replicas(px__plan_ctx *ctx, px__plan_layout *l, px_err *err
         !host_take(ctx, &l->replicas[0], &l->wl, node_used)) {
         free(used);
         free(node_used);
+        free(core_use);
         return PX_OK;
     }
+    cores_help(&first, core_use, core_thr);
     double thr = first.throughput, usd = first.usd_per_hour;
     double watts = first.joules_per_token * first.throughput;
     bool fresh_ok = req->objective == PX_PLAN_OBJ_THROUGHPUT ||
@@ -433,7 +456,7 @@ static px_status add_replicas(px__plan_ctx *ctx, px__plan_layout *l, px_err *err
              * memory, keeps its devices out of further clones. */
             if (!px__plan_evaluate(ctx, &next, &l->wl, l->prec_index, &c) ||
                 c.tpot_s > first.tpot_s * 1.0001 || c.ttft_s > first.ttft_s * 1.0001 ||
-                !host_take(ctx, &next, &l->wl, node_used))
+                !cores_help(&c, core_use, core_thr) || !host_take(ctx, &next, &l->wl, node_used))
                 continue;
         } else if (fresh_ok && fresh < 8) {
             fresh++;
@@ -441,7 +464,7 @@ static px_status add_replicas(px__plan_ctx *ctx, px__plan_layout *l, px_err *err
                 break;
             next = c.pipe;
             mark_used(used, &next);
-            if (!host_take(ctx, &next, &c.wl, node_used))
+            if (!cores_help(&c, core_use, core_thr) || !host_take(ctx, &next, &c.wl, node_used))
                 break;
         } else {
             break;
@@ -462,18 +485,31 @@ static px_status add_replicas(px__plan_ctx *ctx, px__plan_layout *l, px_err *err
     }
     free(used);
     free(node_used);
+    free(core_use);
     return st;
 }
 
 /* The layout's total throughput under its replicas' own batches. */
 static double layout_throughput(px__plan_ctx *ctx, const px__plan_layout *l)
 {
+    size_t n_nodes = px_hw_graph_view(ctx->fleet->graph)->n_nodes;
+    double *use = calloc(n_nodes ? 2 * n_nodes : 1, sizeof *use);
     double thr = 0;
     for (uint32_t i = 0; i < l->n_replicas; i++) {
         px__plan_cand c;
-        if (px__plan_evaluate(ctx, &l->replicas[i], &l->wls[i], l->prec_index, &c))
+        if (!px__plan_evaluate(ctx, &l->replicas[i], &l->wls[i], l->prec_index, &c))
+            continue;
+        if (c.host_node == PX_HW_NONE || !use) {
             thr += c.throughput;
+        } else {
+            use[c.host_node] += c.host_use;
+            use[n_nodes + c.host_node] += c.throughput;
+        }
     }
+    /* Replicas on one host share its cores. */
+    for (size_t j = 0; use && j < n_nodes; j++)
+        thr += use[n_nodes + j] / PX_MAX(1.0, use[j]);
+    free(use);
     return thr;
 }
 
@@ -533,6 +569,35 @@ static px_status best_layout(px__plan_ctx *ctx, px__plan_layout *l, px_err *err)
  * them sets the time per token, as the rest are clones or alike). */
 #define MC_REPLICAS 64
 
+/* Replicas on one host share its cores (px_cost_host_shares): each one's
+ * step stretches and its throughput drops by the factor. */
+static px_status share_host_cores(px_cost_estimate *est, uint32_t n, px_err *err)
+{
+    uint32_t *node = malloc((n ? n : 1) * sizeof *node);
+    double *use = malloc((n ? n : 1) * 2 * sizeof *use);
+    if (!node || !use) {
+        free(node);
+        free(use);
+        return px_err_set(err, PX_ENOMEM, "out of memory evaluating the plan");
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        node[i] = est[i].host_node;
+        use[i] = est[i].step_s > 0 ? est[i].host_cores_s / est[i].step_s : 0;
+    }
+    double *k = use + n;
+    px_cost_host_shares(node, use, n, k);
+    for (uint32_t i = 0; i < n; i++) {
+        est[i].step_s *= k[i];
+        est[i].tpot_s *= k[i];
+        est[i].throughput /= k[i];
+        est[i].usd_per_token *= k[i];
+        est[i].tokens_per_usd /= k[i];
+    }
+    free(node);
+    free(use);
+    return PX_OK;
+}
+
 static px_status evaluate_layout(px__plan_ctx *ctx, px__plan_result *r, px_err *err)
 {
     px__plan_layout *l = &r->layout;
@@ -549,6 +614,11 @@ static px_status evaluate_layout(px__plan_ctx *ctx, px__plan_result *r, px_err *
             return px_err_set(err, PX_EINFEASIBLE, "%s placement does not fit (%s in stage %u)",
                               r->policy, px_cost_infeasible_name(r->est[i].why),
                               r->est[i].why_stage);
+    }
+    px_status hs = share_host_cores(r->est, l->n_replicas, err);
+    if (hs != PX_OK)
+        return hs;
+    for (uint32_t i = 0; i < l->n_replicas; i++) {
         r->throughput += r->est[i].throughput;
         r->usd_per_hour += r->est[i].usd_per_hour;
         r->power_w += r->est[i].power_w;
@@ -616,6 +686,17 @@ static bool cost_baseline(px__plan_ctx *ctx, const px__plan_layout *lay, const p
     b->tpot_s = b->ttft_s = b->throughput = b->usd_per_hour = b->joules_per_token = 0;
     px_cost_params own = *ctx->cp;
     own.headroom = 0;
+    /* Per replica: its host node's use, time per token, throughput, J/token. */
+    uint32_t n = lay->n_replicas;
+    uint32_t *node = malloc((n ? n : 1) * sizeof *node);
+    double *fig = malloc((n ? n : 1) * 5 * sizeof *fig);
+    if (!node || !fig) {
+        free(node);
+        free(fig);
+        snprintf(b->why, sizeof b->why, "out of memory costing it");
+        return false;
+    }
+    double *use = fig, *k = fig + n, *tpot = fig + 2 * n, *thr = fig + 3 * n, *jpt = fig + 4 * n;
     for (uint32_t i = 0; i < lay->n_replicas; i++) {
         px_cost_estimate *e = ctx->scratch;
         if (px_cost_eval_pipeline(ctx->fleet, ctx->model, &own, w, &lay->replicas[i], NULL, e,
@@ -633,14 +714,27 @@ static bool cost_baseline(px__plan_ctx *ctx, const px__plan_layout *lay, const p
                 snprintf(b->why, sizeof b->why, "its placement is infeasible (%s)",
                          px_cost_infeasible_name(e->why));
             }
+            free(node);
+            free(fig);
             return false;
         }
-        b->tpot_s = PX_MAX(b->tpot_s, e->tpot_s);
+        node[i] = e->host_node;
+        use[i] = e->step_s > 0 ? e->host_cores_s / e->step_s : 0;
+        tpot[i] = e->tpot_s;
+        thr[i] = e->throughput;
+        jpt[i] = e->joules_per_token;
         b->ttft_s = PX_MAX(b->ttft_s, e->ttft_s);
-        b->throughput += e->throughput;
         b->usd_per_hour += e->usd_per_hour;
-        b->joules_per_token += e->joules_per_token * e->throughput;
     }
+    /* Its replicas share hosts' cores as plexus's do. */
+    px_cost_host_shares(node, use, n, k);
+    for (uint32_t i = 0; i < n; i++) {
+        b->tpot_s = PX_MAX(b->tpot_s, tpot[i] * k[i]);
+        b->throughput += thr[i] / k[i];
+        b->joules_per_token += jpt[i] * thr[i] / k[i];
+    }
+    free(node);
+    free(fig);
     if (b->throughput > 0)
         b->joules_per_token /= b->throughput;
     return true;

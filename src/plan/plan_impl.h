@@ -46,6 +46,8 @@ typedef struct px__plan_cand {
     px_cost_workload wl;
     double tpot_s, ttft_s, throughput, joules_per_token, usd_per_hour, tokens_per_usd;
     double transfer_s, score;
+    double host_use;    /* the share of host_node's cores it keeps busy (0..1) */
+    uint32_t host_node; /* the node whose cores it uses most; PX_HW_NONE: none declared */
     bool meets_slo, within_budget;
     uint32_t prec_index;
     uint64_t key;

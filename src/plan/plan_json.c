@@ -180,7 +180,9 @@ static json_t *stage_json(const px__plan_ctx *ctx, const px_cost_pipeline *p, ui
     }
     if (px_json_set(pred, "decode_s_per_token", interval(dec)) ||
         px_json_set(pred, "prefill_s", interval(pf)) ||
-        px_json_set(pred, "transfer_s_per_token", num(se->xfer_s)))
+        px_json_set(pred, "transfer_s_per_token", num(se->xfer_s)) ||
+        (se->host_core_s > 0 &&
+         px_json_set(pred, "host_core_s_per_micro_batch", num(se->host_core_s))))
         goto fail;
     bool offload = d0->cls == PX_HW_CLASS_CPU && any_accel(ctx, p);
     if (px_json_set(o, "index", json_integer(i)) || px_json_set(o, "devices", device_ids(ctx, s)) ||
@@ -331,6 +333,21 @@ static json_t *binding_json(px__plan_ctx *ctx, const px__plan_result *r)
                           num(e->stages[s].decode_s));
     if (px_json_push(arr, o))
         goto fail;
+    /* Host cores: the replicas' stages on one host's cores (cpu and
+     * emulated devices, the executor) ask for most of them. */
+    for (uint32_t i = 0; i < r->layout.n_replicas; i++) {
+        const px_cost_estimate *ei = &r->est[i];
+        if (ei->host_node == PX_HW_NONE || ei->host_cores_s < 0.8 * ei->step_s)
+            continue;
+        const px_hw_view *v = px_hw_graph_view(ctx->fleet->graph);
+        if (px_json_push(arr,
+                         json_pack("{s:s, s:s, s:i, s:o, s:o, s:o}", "kind", "host-cores", "node",
+                                   v->nodes[ei->host_node].id, "replica", (json_int_t)i, "cores",
+                                   num(v->nodes[ei->host_node].cpu_cores.value), "floor_s",
+                                   num(ei->host_cores_s), "step_s", num(ei->step_s))))
+            goto fail;
+        break;
+    }
     const px_plan_slo *slo = &ctx->req->slo;
     if (slo->tpot_s > 0 && r->tpot_p99 >= 0.8 * slo->tpot_s &&
         px_json_push(arr, json_pack("{s:s, s:o, s:o}", "kind", "slo-tpot", "p99", num(r->tpot_p99),
@@ -526,11 +543,13 @@ static json_t *replicas_json(const px__plan_ctx *ctx, const px__plan_result *r)
         const px_cost_pipeline *p = &r->layout.replicas[i];
         json_t *stages = json_array();
         for (uint32_t s = 0; stages && s < p->n_stages; s++) {
+            const px_cost_device *d0 = &ctx->fleet->devices[p->stages[s].devices[0]];
             json_t *st =
-                json_pack("{s:i, s:o, s:{s:i, s:i}, s:i}", "index", (json_int_t)s, "devices",
+                json_pack("{s:i, s:o, s:{s:i, s:i}, s:i, s:o}", "index", (json_int_t)s, "devices",
                           device_ids(ctx, &p->stages[s]), "layers", "first",
                           (json_int_t)p->stages[s].first, "last", (json_int_t)p->stages[s].last,
-                          "tensor_parallel", (json_int_t)p->stages[s].tp);
+                          "tensor_parallel", (json_int_t)p->stages[s].tp, "memory_per_device",
+                          mem_json(&r->est[i].stages[s].mem, d0->mem_capacity));
             if (px_json_push(stages, st)) {
                 json_decref(stages);
                 stages = NULL;

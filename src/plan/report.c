@@ -1,5 +1,5 @@
-/* Human-facing views of a plan, both drawn from its document: a short text
- * report and an SVG of the stages on the devices and links. */
+/* The human-facing text report of a plan, drawn from its document (the
+ * picture is plan_svg.c). */
 #include "base/common.h"
 
 #include "plan/plan_impl.h"
@@ -170,6 +170,10 @@ px_status px_plan_report(const px_plan *p, px_strbuf *sb)
             px_strbuf_addf(sb, " memory of %s (%s of %s);", getstr(bind, "device"), a, b);
         } else if (!strcmp(kind, "decode-term")) {
             px_strbuf_addf(sb, " %s on %s;", getstr(bind, "term"), getstr(bind, "device"));
+        } else if (!strcmp(kind, "host-cores")) {
+            px_strbuf_addf(sb, " the %g host cores of %s (a step asks %.3g ms of them);",
+                           getnum(bind, "cores"), getstr(bind, "node"),
+                           getnum(bind, "floor_s") * 1e3);
         } else {
             px_strbuf_addf(sb, " %s;", kind);
         }
@@ -248,146 +252,4 @@ px_status px_plan_report(const px_plan *p, px_strbuf *sb)
         }
     }
     return sb->len ? PX_OK : PX_ENOMEM;
-}
-
-/* ------------------------------------------------------------------ */
-/* SVG                                                                 */
-/* ------------------------------------------------------------------ */
-
-static void xml_text(px_strbuf *sb, const char *s)
-{
-    for (; *s; s++) {
-        switch (*s) {
-        case '<':
-            px_strbuf_adds(sb, "&lt;");
-            break;
-        case '>':
-            px_strbuf_adds(sb, "&gt;");
-            break;
-        case '&':
-            px_strbuf_adds(sb, "&amp;");
-            break;
-        case '"':
-            px_strbuf_adds(sb, "&quot;");
-            break;
-        default:
-            px_strbuf_addch(sb, *s);
-            break;
-        }
-    }
-}
-
-static const char *const palette[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
-                                      "#76b7b2", "#edc948", "#b07aa1", "#9c755f"};
-
-px_status px_plan_svg(const px_plan *p, px_strbuf *sb)
-{
-    const px_cost_fleet *f = p->fleet;
-    const px_hw_view *v = px_hw_graph_view(f->graph);
-    const px_cost_pipeline *pipe = &p->layout.replicas[0];
-    /* Only nodes that hold a stage, and at most 64 devices per node. */
-    size_t n_nodes = v->n_nodes;
-    int *col = malloc((n_nodes ? n_nodes : 1) * sizeof *col);
-    int *dev_row = malloc(f->n_devices * sizeof *dev_row);
-    int *dev_stage = malloc(f->n_devices * sizeof *dev_stage);
-    if (!col || !dev_row || !dev_stage) {
-        free(col);
-        free(dev_row);
-        free(dev_stage);
-        return PX_ENOMEM;
-    }
-    for (size_t i = 0; i < f->n_devices; i++)
-        dev_stage[i] = -1;
-    for (uint32_t s = 0; s < pipe->n_stages; s++)
-        for (uint32_t k = 0; k < pipe->stages[s].tp; k++)
-            dev_stage[pipe->stages[s].devices[k]] = (int)s;
-    int n_cols = 0, max_rows = 0;
-    for (size_t j = 0; j < n_nodes; j++) {
-        col[j] = -1;
-        int rows = 0;
-        bool used = false;
-        for (size_t i = 0; i < f->n_devices; i++)
-            if (f->devices[i].node == j) {
-                used |= dev_stage[i] >= 0;
-                rows++;
-            }
-        if (used && n_cols < 16)
-            col[j] = n_cols++;
-        if (used && rows > max_rows)
-            max_rows = PX_MIN(rows, 64);
-    }
-    for (size_t j = 0; j < n_nodes; j++) {
-        int r = 0;
-        for (size_t i = 0; i < f->n_devices; i++)
-            if (f->devices[i].node == j)
-                dev_row[i] = r++;
-    }
-    const int cw = 230, rh = 54, top = 70;
-    int width = 40 + n_cols * cw, height = top + 40 + max_rows * rh + 40;
-    px_strbuf_addf(sb,
-                   "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-                   "font-family=\"sans-serif\" font-size=\"12\">\n"
-                   "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-                   width, height);
-    px_strbuf_adds(sb, "<text x=\"20\" y=\"24\" font-size=\"15\">plan ");
-    xml_text(sb, p->id);
-    px_strbuf_adds(sb, " (");
-    xml_text(sb, p->policy);
-    px_strbuf_addf(sb, ")%s</text>\n", f->emulated ? " EMULATED DEVICES" : "");
-    for (size_t j = 0; j < n_nodes; j++) {
-        if (col[j] < 0)
-            continue;
-        int x = 20 + col[j] * cw;
-        px_strbuf_addf(sb,
-                       "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#f4f4f4\" "
-                       "stroke=\"#999\"/>\n<text x=\"%d\" y=\"%d\">node ",
-                       x, top - 20, cw - 20, max_rows * rh + 30, x + 6, top - 6);
-        xml_text(sb, v->nodes[j].id);
-        px_strbuf_adds(sb, "</text>\n");
-    }
-    for (size_t i = 0; i < f->n_devices; i++) {
-        const px_cost_device *d = &f->devices[i];
-        if (d->node >= n_nodes || col[d->node] < 0 || dev_row[i] >= 64)
-            continue;
-        int x = 30 + col[d->node] * cw, y = top + dev_row[i] * rh;
-        int s = dev_stage[i];
-        const char *fill = s >= 0 ? palette[s % 8] : "#dddddd";
-        px_strbuf_addf(sb,
-                       "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"4\" "
-                       "fill=\"%s\" stroke=\"#333\"/>\n<text x=\"%d\" y=\"%d\">",
-                       x, y, cw - 40, rh - 12, fill, x + 6, y + 16);
-        xml_text(sb, d->id);
-        px_strbuf_adds(sb, " ");
-        xml_text(sb, d->model);
-        px_strbuf_adds(sb, "</text>\n");
-        if (s >= 0) {
-            const px_cost_stage *st = &pipe->stages[s];
-            px_strbuf_addf(sb, "<text x=\"%d\" y=\"%d\">stage %d: layers %d-%d%s%s%s</text>\n",
-                           x + 6, y + 33, s, st->first, st->last, st->embedding ? " +emb" : "",
-                           st->head ? " +head" : "", st->tp > 1 ? " (TP)" : "");
-        }
-    }
-    /* Arrows between consecutive stages, labelled with the link kind. */
-    for (uint32_t s = 0; s + 1 < pipe->n_stages; s++) {
-        uint32_t a = pipe->stages[s].devices[0], b = pipe->stages[s + 1].devices[0];
-        const px_cost_device *da = &f->devices[a], *db = &f->devices[b];
-        if (col[da->node] < 0 || col[db->node] < 0 || dev_row[a] >= 64 || dev_row[b] >= 64)
-            continue;
-        int x1 = 30 + col[da->node] * cw + (cw - 40) / 2, y1 = top + dev_row[a] * rh + rh - 12;
-        int x2 = 30 + col[db->node] * cw + (cw - 40) / 2, y2 = top + dev_row[b] * rh;
-        px_cost_path pa = px_cost_fleet_path((px_cost_fleet *)f, a, b);
-        px_strbuf_addf(sb,
-                       "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#c00\" "
-                       "stroke-width=\"2\"/>\n<text x=\"%d\" y=\"%d\" fill=\"#c00\">%s</text>\n",
-                       x1, y1, x2, y2, (x1 + x2) / 2 + 4, (y1 + y2) / 2,
-                       px_hw_link_kind_name(pa.kind));
-    }
-    px_strbuf_addf(sb,
-                   "<text x=\"20\" y=\"%d\">%u stage(s), %u replica(s); colours mark "
-                   "stages, grey devices are unused</text>\n</svg>\n",
-                   height - 12, pipe->n_stages, p->layout.n_replicas);
-    free(col);
-    free(dev_row);
-    free(dev_stage);
-    return PX_OK;
 }

@@ -406,11 +406,19 @@ px_status px__plan_search_plexus(px__plan_ctx *ctx, px__plan_layout *out, px_err
     if (ctx->n_pool == 0)
         return px_err_set(err, PX_EINFEASIBLE, "no candidate fits");
     /* Rank the finalists by Monte Carlo: the probability of meeting the SLO
-     * first, then the pessimistic (p99) value of the objective. */
+     * first, then, among those whose point value of the objective is the
+     * best (to 0.01%), the pessimistic (p99) value.  A finalist worse at
+     * the point never wins on its spread alone: the point is what plexus
+     * and the baselines are compared on. */
     size_t n_final = PX_MIN(ctx->n_pool, (size_t)5);
     size_t best = 0;
     double best_meet = -1, best_val = INFINITY;
+    bool best_near = false;
     const px_plan_request *req = ctx->req;
+    double best_score = INFINITY;
+    for (size_t i = 0; i < n_final; i++)
+        if (ctx->pool[i].within_budget)
+            best_score = PX_MIN(best_score, ctx->pool[i].score);
     for (size_t i = 0; i < n_final; i++) {
         px__plan_cand *c = &ctx->pool[i];
         if (!c->within_budget)
@@ -439,9 +447,13 @@ px_status px__plan_search_plexus(px__plan_ctx *ctx, px__plan_layout *out, px_err
         }
         bool slo = req->slo.tpot_s > 0 || req->slo.ttft_s > 0;
         double meet = slo ? u.p_meet_slo : 1.0;
-        if (meet > best_meet + 1e-12 || (fabs(meet - best_meet) <= 1e-12 && val < best_val)) {
+        bool near = c->score <= best_score + 1e-4 * fabs(best_score);
+        bool tie = fabs(meet - best_meet) <= 1e-12;
+        if (meet > best_meet + 1e-12 ||
+            (tie && ((near && !best_near) || (near == best_near && val < best_val)))) {
             best_meet = meet;
             best_val = val;
+            best_near = near;
             best = i;
         }
     }

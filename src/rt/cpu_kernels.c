@@ -137,7 +137,7 @@ static void matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint
                    uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
 {
     if (px__rt_quant_handles(t)) {
-        px__rt_quant_matmul(px__rt_quant_dot_portable, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y,
+        px__rt_quant_matmul(px__rt_quant_dotn_portable, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y,
                             ldy);
         return;
     }
@@ -208,10 +208,19 @@ static void matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_t i0
     }
 }
 
+static void matmul_quant(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                         uint32_t i1, const uint8_t *xq, size_t ldxq, uint32_t n_x, float *y,
+                         size_t ldy)
+{
+    px__rt_quant_gemm(px__rt_quant_dotn_portable, t, w, row_bytes, k, i0, i1, xq, ldxq, n_x, y,
+                      ldy);
+}
+
 const px__rt_kernels px__rt_kernels_portable = {
     .name = "portable",
     .matmul = matmul,
     .matmul_q8_0 = matmul_q8_0,
+    .matmul_quant = matmul_quant,
     .dequant = px__rt_dequant_row,
     .dot_f32 = dot_f32,
     .axpy_f32 = axpy_f32,

@@ -222,7 +222,8 @@ static void matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint
                    uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
 {
     if (px__rt_quant_handles(t)) {
-        px__rt_quant_matmul(px__rt_quant_dot_x512, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
+        px__rt_quant_matmul(px__rt_quant_dotn_x512, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y,
+                            ldy);
         return;
     }
     if (n_x <= PX_RT_SMALL_BATCH || !dtype_plain(t)) {
@@ -370,10 +371,20 @@ void px__rt_avx2_dequant(px_dtype t, const void *row, float *dst, uint32_t k);
 float px__rt_avx2_dot_f32(const float *a, const float *b, uint32_t n);
 void px__rt_avx2_axpy_f32(float a, const float *x, float *y, uint32_t n);
 
+static void matmul_quant(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                         uint32_t i1, const uint8_t *xq, size_t ldxq, uint32_t n_x, float *y,
+                         size_t ldy)
+{
+    if (n_x == 1 && px__rt_quant_matvec_x512(t, w, row_bytes, k, i0, i1, xq, y))
+        return;
+    px__rt_quant_gemm(px__rt_quant_dotn_x512, t, w, row_bytes, k, i0, i1, xq, ldxq, n_x, y, ldy);
+}
+
 static const px__rt_kernels kernels_avx512 = {
     .name = "avx512",
     .matmul = matmul,
     .matmul_q8_0 = matmul_q8_0,
+    .matmul_quant = matmul_quant,
     .dequant = px__rt_avx2_dequant,
     .dot_f32 = px__rt_avx2_dot_f32,
     .axpy_f32 = px__rt_avx2_axpy_f32,

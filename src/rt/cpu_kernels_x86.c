@@ -260,7 +260,7 @@ void px__rt_avx2_matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k,
                         uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
 {
     if (px__rt_quant_handles(t)) {
-        px__rt_quant_matmul(px__rt_quant_dot_x86, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
+        px__rt_quant_matmul(px__rt_quant_dotn_x86, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
         return;
     }
     uint32_t tile = px__rt_tile_rows(row_bytes, n_x);
@@ -329,10 +329,18 @@ TGT void px__rt_avx2_axpy_f32(float a, const float *x, float *y, uint32_t n)
         y[j] += a * x[j];
 }
 
+static void matmul_quant(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                         uint32_t i1, const uint8_t *xq, size_t ldxq, uint32_t n_x, float *y,
+                         size_t ldy)
+{
+    px__rt_quant_gemm(px__rt_quant_dotn_x86, t, w, row_bytes, k, i0, i1, xq, ldxq, n_x, y, ldy);
+}
+
 static const px__rt_kernels kernels_avx2 = {
     .name = "avx2",
     .matmul = px__rt_avx2_matmul,
     .matmul_q8_0 = px__rt_avx2_matmul_q8_0,
+    .matmul_quant = matmul_quant,
     .dequant = px__rt_avx2_dequant,
     .dot_f32 = px__rt_avx2_dot_f32,
     .axpy_f32 = px__rt_avx2_axpy_f32,

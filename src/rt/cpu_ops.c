@@ -10,10 +10,12 @@
  * from memory once per step, and a row's result is the same whatever the
  * rows beside it (the serving engine relies on it) and whatever the
  * thread count.  With q8_0 weights the activation rows are quantized to
- * q8_0 first, once per op, for the integer dot products.
+ * q8_0 first, once per op, for the integer dot products; with the other
+ * block formats to their activation blocks (Q8_0 or Q8_K), once per op.
  */
 #include "base/common.h"
 
+#include "rt/quant_impl.h"
 #include "rt/rt_impl.h"
 
 /* Weight rows are shared among threads in units of this many, a multiple
@@ -76,7 +78,8 @@ static size_t cache_row(const px_rt_rows *rows, size_t block, int32_t slot, int3
 }
 
 /* Matmul scratch: gathered rows (with a selection), then for q8_0
- * weights the quantized rows (block scales, then values). */
+ * weights the quantized rows (block scales, then values), for the other
+ * block formats the rows quantized for them (px__rt_quant_act). */
 static size_t gather_bytes(const px_rt_op *op)
 {
     return op->select ? (size_t)op->n_select * (size_t)op->src[1]->ne[0] * sizeof(float) : 0;
@@ -85,9 +88,11 @@ static size_t gather_bytes(const px_rt_op *op)
 static size_t quant_bytes(const px_rt_op *op, uint32_t rows)
 {
     const px_rt_tensor *w = op->src[1];
+    size_t k = (size_t)w->ne[0];
+    if (px__rt_quant_handles(w->dtype))
+        return (size_t)rows * px__rt_quant_act_bytes(w->dtype, (uint32_t)k);
     if (w->dtype != PX_DTYPE_Q8_0)
         return 0;
-    size_t k = (size_t)w->ne[0];
     return (size_t)rows * (k / PX__RT_Q8_0_ELEMS * sizeof(float) + k);
 }
 
@@ -240,6 +245,8 @@ typedef struct task {
     const float *x; /* matmul input rows (gathered when selected) */
     int8_t *xq;     /* ... quantized for q8_0 weights, and their block scales */
     float *xd;
+    uint8_t *xb; /* ... quantized for the other block formats, xb_stride apart */
+    size_t xb_stride;
     uint32_t rows;
     float *scratch; /* per-thread scratch, stride `scratch_stride` floats */
     size_t scratch_stride;
@@ -296,8 +303,13 @@ static void quantize_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_t t
     task *t = arg;
     size_t k = (size_t)t->op->src[1]->ne[0], nb = k / PX__RT_Q8_0_ELEMS, r0, r1;
     px__rt_split(t->rows, part, n_parts, &r0, &r1);
-    for (size_t r = r0; r < r1; r++)
-        px__rt_quantize_q8_act(t->x + r * k, (uint32_t)k, t->xq + r * k, t->xd + r * nb);
+    px_dtype wt = t->op->src[1]->dtype;
+    for (size_t r = r0; r < r1; r++) {
+        if (t->xb)
+            px__rt_quant_act(wt, t->x + r * k, t->xb + r * t->xb_stride, (uint32_t)k);
+        else
+            px__rt_quantize_q8_act(t->x + r * k, (uint32_t)k, t->xq + r * k, t->xd + r * nb);
+    }
 }
 
 static void matmul_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_t thread)
@@ -317,6 +329,8 @@ static void matmul_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_t thr
         return;
     if (w->dtype == PX_DTYPE_Q8_0)
         t->k->matmul_q8_0(wd, w->nb[1], k, i0, i1, t->xq, t->xd, t->rows, y, n);
+    else if (t->xb)
+        t->k->matmul_quant(w->dtype, wd, w->nb[1], k, i0, i1, t->xb, t->xb_stride, t->rows, y, n);
     else
         t->k->matmul(w->dtype, wd, w->nb[1], k, i0, i1, t->x, k, t->rows, y, n);
 }
@@ -340,6 +354,10 @@ static void matmul(const px__rt_cpu_exec *ex, const px_rt_op *op)
     if (w->dtype == PX_DTYPE_Q8_0) {
         t.xd = (float *)(void *)work;
         t.xq = (int8_t *)(work + (size_t)t.rows * (k / PX__RT_Q8_0_ELEMS) * sizeof(float));
+        run_split(ex, quantize_rows, &t, t.rows, (size_t)t.rows * k * 4);
+    } else if (px__rt_quant_handles(w->dtype)) {
+        t.xb = work;
+        t.xb_stride = px__rt_quant_act_bytes(w->dtype, k);
         run_split(ex, quantize_rows, &t, t.rows, (size_t)t.rows * k * 4);
     }
     run_split(ex, matmul_rows, &t, (n + PX__RT_ROW_UNIT - 1) / PX__RT_ROW_UNIT,

@@ -80,40 +80,63 @@ float px__rt_quant_dot_portable(px_dtype t, const uint8_t *w, const uint8_t *xq,
     return dot_k(t, w, xq, n);
 }
 
-void px__rt_quant_matvec(px__rt_quant_dot_fn dot, px_dtype t, const void *w, size_t row_bytes,
-                         uint32_t k, uint32_t i0, uint32_t i1, const float *x, size_t ldx,
-                         uint32_t n_x, float *y, size_t ldy)
+void px__rt_quant_dotn_loop(px__rt_quant_dot_fn dot, px_dtype t, const uint8_t *w,
+                            const uint8_t *xq, size_t ldxq, uint32_t n_x, uint32_t n, float *out)
 {
-    uint8_t xq[PX_RT_SMALL_BATCH][PX__RT_QCHUNK_BYTES];
+    for (uint32_t r = 0; r < n_x; r++)
+        out[r] = dot(t, w, xq + r * ldxq, n);
+}
+
+static void dotn_portable(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
+                          uint32_t n_x, uint32_t n, float *out)
+{
+    px__rt_quant_dotn_loop(px__rt_quant_dot_portable, t, w, xq, ldxq, n_x, n, out);
+}
+
+const px__rt_quant_dotn_fn px__rt_quant_dotn_portable = dotn_portable;
+
+void px__rt_quant_gemm(px__rt_quant_dotn_fn dotn, px_dtype t, const void *w, size_t row_bytes,
+                       uint32_t k, uint32_t i0, uint32_t i1, const uint8_t *xq, size_t ldxq,
+                       uint32_t n_x, float *y, size_t ldy)
+{
     size_t be = px_dtype_block_elems(t), bb = px_dtype_block_bytes(t);
-    PX_ASSERT(n_x <= PX_RT_SMALL_BATCH);
-    for (uint32_t c0 = 0; c0 < k; c0 += PX__RT_QCHUNK) {
-        uint32_t n = PX_MIN(PX__RT_QCHUNK, k - c0);
-        for (uint32_t r = 0; r < n_x; r++)
-            px__rt_quant_act(t, x + r * ldx + c0, xq[r], n);
-        const uint8_t *wc = (const uint8_t *)w + c0 / be * bb;
-        for (uint32_t i = i0; i < i1; i++) {
-            const uint8_t *row = wc + (size_t)i * row_bytes;
-            for (uint32_t r = 0; r < n_x; r++) {
-                float v = dot(t, row, xq[r], n);
-                float *out = &y[r * ldy + i];
-                *out = c0 == 0 ? v : *out + v;
+    /* Tiles of weight rows that stay in the second-level cache while
+     * every group of activation rows passes over them
+     * (px__rt_tile_rows); each weight block is decoded once per group. */
+    uint32_t tile = px__rt_tile_rows(row_bytes, n_x);
+    for (uint32_t b = i0; b < i1; b += PX_MIN(tile, i1 - b)) {
+        uint32_t e = b + PX_MIN(tile, i1 - b);
+        for (uint32_t r = 0; r < n_x; r += PX__RT_QDOT_ROWS) {
+            uint32_t nr = PX_MIN(n_x - r, PX__RT_QDOT_ROWS);
+            for (uint32_t c0 = 0; c0 < k; c0 += PX__RT_QCHUNK) {
+                uint32_t n = PX_MIN(PX__RT_QCHUNK, k - c0);
+                const uint8_t *wc = (const uint8_t *)w + c0 / be * bb;
+                const uint8_t *xc = xq + r * ldxq + px__rt_quant_act_bytes(t, c0);
+                float *yr = y + (size_t)r * ldy;
+                for (uint32_t i = b; i < e; i++) {
+                    float v[PX__RT_QDOT_ROWS];
+                    dotn(t, wc + (size_t)i * row_bytes, xc, ldxq, nr, n, v);
+                    for (uint32_t q = 0; q < nr; q++)
+                        yr[q * ldy + i] = c0 == 0 ? v[q] : yr[q * ldy + i] + v[q];
+                }
             }
         }
     }
 }
 
-void px__rt_quant_matmul(px__rt_quant_dot_fn dot, px_dtype t, const void *w, size_t row_bytes,
+void px__rt_quant_matmul(px__rt_quant_dotn_fn dotn, px_dtype t, const void *w, size_t row_bytes,
                          uint32_t k, uint32_t i0, uint32_t i1, const float *x, size_t ldx,
                          uint32_t n_x, float *y, size_t ldy)
 {
-    /* Tiles of weight rows (px__rt_tile_rows); each group of activation
-     * rows is quantized again per tile, a small cost beside the tile's
-     * products. */
-    uint32_t tile = px__rt_tile_rows(row_bytes, n_x);
-    for (uint32_t b = i0; b < i1; b += PX_MIN(tile, i1 - b))
-        for (uint32_t r = 0; r < n_x; r += PX_RT_SMALL_BATCH)
-            px__rt_quant_matvec(dot, t, w, row_bytes, k, b, b + PX_MIN(tile, i1 - b),
-                                x + (size_t)r * ldx, ldx, PX_MIN(n_x - r, PX_RT_SMALL_BATCH),
-                                y + (size_t)r * ldy, ldy);
+    /* Every activation row quantized once, then the products: on the
+     * stack for a few short rows, else on the heap. */
+    size_t ab = px__rt_quant_act_bytes(t, k);
+    uint8_t stack[PX__RT_QDOT_ROWS * PX__RT_QCHUNK_BYTES];
+    uint8_t *xq = ab * n_x <= sizeof stack ? stack : malloc(ab * n_x);
+    PX_ASSERT(xq);
+    for (uint32_t r = 0; r < n_x; r++)
+        px__rt_quant_act(t, x + (size_t)r * ldx, xq + r * ab, k);
+    px__rt_quant_gemm(dotn, t, w, row_bytes, k, i0, i1, xq, ab, n_x, y, ldy);
+    if (xq != stack)
+        free(xq);
 }

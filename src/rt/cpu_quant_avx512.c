@@ -1,12 +1,18 @@
 /*
- * AVX-512 (BW, VL) dot products of Q4_K and Q6_K weights with Q8_K
- * activations, chosen at run time with the avx512 kernels; the other
- * block formats run the AVX2 dots (cpu_quant_x86.c).  They reproduce
- * cpu_quant.c's results bit for bit: 64 values per step, the integer sums
- * per 16 values scaled and added in int32 (exact whatever their
- * grouping: unsigned values <= 63 times int8 activations in int16 pairs,
- * times scales of at most 128 in magnitude), then the super-block's float
- * expression in scalar code, in the definition's order.
+ * AVX-512 (BW, VL) dot products of the k-quants (Q2_K .. Q6_K) with Q8_K
+ * activations, chosen at run time with the avx512 kernels; Q4_0 and Q5_0
+ * run the AVX2 dots (cpu_quant_x86.c).  They reproduce cpu_quant.c's
+ * results bit for bit: 64 values per step, the integer sums per 16 (or
+ * 32) values scaled and added in int32 (exact whatever their grouping:
+ * unsigned values <= 63 times int8 activations in int16 pairs, times
+ * scales of at most 128 in magnitude), then the super-block's float
+ * expression in the definition's order.
+ *
+ * Two shapes share one weight decode among several dots: up to four
+ * activation rows per weight row (prefill: dotn_k), and for one
+ * activation row four weight rows at a time (decode: dotw_k), whose
+ * float steps run in four lanes, one per weight row, each lane the
+ * scalar expression's operations in its order.
  */
 #include "base/common.h"
 
@@ -41,13 +47,50 @@ INLINE __m512i join(__m256i lo, __m256i hi)
 
 /* Values 64s .. 64s + 63 of a super-block as unsigned bytes (Q6_K's
  * before its offset of 32). */
+/* Bit `bits` + 1 of bytes of v in the upper half, bit `bits` in the
+ * lower, as 0 or 1 per byte (bits + 1 <= 7). */
+INLINE __m512i bit_pairs(__m256i v, uint32_t bits)
+{
+    __m512i j = join(v, _mm256_srli_epi16(v, 1));
+    return _mm512_and_si512(_mm512_srl_epi16(j, _mm_cvtsi32_si128((int)bits)), _mm512_set1_epi8(1));
+}
+
+/* Two-bit fields at 4 * (s % 2) (lower half) and two above (upper) of 32
+ * bytes. */
+INLINE __m512i crumbs(__m256i raw, uint32_t s)
+{
+    __m512i j = join(raw, _mm256_srli_epi16(raw, 2));
+    return _mm512_and_si512(_mm512_srl_epi16(j, _mm_cvtsi32_si128((int)(4 * (s % 2)))),
+                            _mm512_set1_epi8(3));
+}
+
 INLINE __m512i values64(px_dtype t, const uint8_t *blk, uint32_t s)
 {
     const __m512i m4 = _mm512_set1_epi8(0xF);
-    if (t == PX_DTYPE_Q4_K) {
+    switch (t) {
+    case PX_DTYPE_Q4_K: {
         /* Values 64s.. are the low nibbles of 32 bytes, then the high. */
         __m256i raw = load256(blk + 16 + 32 * s);
         return _mm512_and_si512(join(raw, _mm256_srli_epi16(raw, 4)), m4);
+    }
+    case PX_DTYPE_Q5_K: {
+        /* Q4_K's nibbles (from byte 48), and bit c of qh (bytes 16..47)
+         * as the fifth bit of 32-value chunk c = 2s, 2s + 1. */
+        __m256i raw = load256(blk + 48 + 32 * s);
+        __m512i lo = _mm512_and_si512(join(raw, _mm256_srli_epi16(raw, 4)), m4);
+        return _mm512_or_si512(lo, _mm512_slli_epi16(bit_pairs(load256(blk + 16), 2 * s), 4));
+    }
+    case PX_DTYPE_Q2_K:
+        /* 32-value chunk c is the bits 2 (c % 4) of qs[32 (c / 4) ..]. */
+        return crumbs(load256(blk + 16 + 32 * (s / 2)), s);
+    case PX_DTYPE_Q3_K: {
+        /* Q2_K's layout from byte 32, and bit c of hmask (bytes 0..31)
+         * as the third bit; the offset of 4 is taken apart. */
+        __m512i lo = crumbs(load256(blk + 32 + 32 * (s / 2)), s);
+        return _mm512_or_si512(lo, _mm512_slli_epi16(bit_pairs(load256(blk), 2 * s), 2));
+    }
+    default:
+        break;
     }
     /* Q6_K: half h = s / 2 of the super-block; its low four bits are the
      * nibbles of ql[64h .. 64h + 63] (low ones for s even, high for odd),
@@ -68,98 +111,319 @@ INLINE float f16_at(const uint8_t *p)
     return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(p[0] | p[1] << 8)));
 }
 
-/* Q4_K's eight six-bit scales and mins (one per 32 values) from its 12
- * scale bytes, as cpu_quant.c's decoding: scale j < 4 is the low six bits
- * of byte j and min j of byte j + 4; j >= 4 takes the nibbles of byte
- * j + 4 and the top two bits of bytes j - 4 (scale) and j (min). */
-INLINE void q4_k_scales(const uint8_t *s12, uint64_t *scales, uint64_t *mins)
+/* Lane l of the pair sums of values 64s .. 64s + 63 (int16 lanes, two
+ * values each) takes the scale of 32-value group 2s + GROUP_Q4_K[l]
+ * (Q4_K), or of 16-value group 4s + GROUP_Q6_K[l] (Q6_K). */
+static const int16_t GROUP_Q4_K[32] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                       1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+static const int16_t GROUP_Q6_K[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                       2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+
+/* Q4_K, Q5_K: a scale and a min per 32 values; the others per 16. */
+INLINE bool per32(px_dtype t)
 {
-    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
-    uint32_t u[3];
-    memcpy(u, s12, sizeof u);
-    uint32_t sc_hi = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
-    uint32_t m_hi = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
-    *scales = (uint64_t)sc_hi << 32 | (u[0] & k1);
-    *mins = (uint64_t)m_hi << 32 | (u[1] & k1);
+    return t == PX_DTYPE_Q4_K || t == PX_DTYPE_Q5_K;
 }
 
-INLINE float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
+INLINE bool has_min(px_dtype t)
+{
+    return per32(t) || t == PX_DTYPE_Q2_K;
+}
+
+/* The scale indices of the four 64-value steps (GROUP_Q4_K, GROUP_Q6_K). */
+INLINE void k_groups(px_dtype t, __m512i group[4])
+{
+    __m512i base = _mm512_loadu_si512(per32(t) ? GROUP_Q4_K : GROUP_Q6_K);
+    for (uint32_t s = 0; s < 4; s++)
+        group[s] = _mm512_add_epi16(base, _mm512_set1_epi16((short)(per32(t) ? 2 * s : 4 * s)));
+}
+
+/* Where a super-block's f16 d lies; dmin follows it (formats with mins). */
+INLINE uint32_t d_offset(px_dtype t)
+{
+    switch (t) {
+    case PX_DTYPE_Q2_K:
+        return 80;
+    case PX_DTYPE_Q3_K:
+        return 108;
+    case PX_DTYPE_Q6_K:
+        return 208;
+    default:
+        return 0;
+    }
+}
+
+/* A super-block's scales (int16, indexed by k_groups) and per16: per 16 values, against the
+ * activations' sums of 16, the mins (Q4_K, Q5_K: each twice; Q2_K), or the scales times minus the
+ * offset (Q3_K: 4, Q6_K: 32), which add to the sum.  Exact in int16 and int32. */
+INLINE void k_scales(px_dtype t, const uint8_t *blk, __m512i *scales, __m256i *per16)
+{
+    if (per32(t)) {
+        uint64_t sc8, m8;
+        px__rt_q4_k_scales(blk + 4, &sc8, &m8);
+        *scales = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_cvtsi64_si128((long long)sc8)));
+        __m128i m = _mm_cvtsi64_si128((long long)m8);
+        *per16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
+    } else if (t == PX_DTYPE_Q2_K) {
+        /* Byte j: scale j in its low nibble, min j in the high. */
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)blk);
+        __m128i m4 = _mm_set1_epi8(0xF);
+        *scales = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(b, m4)));
+        *per16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(b, 4), m4));
+    } else if (t == PX_DTYPE_Q3_K) {
+        px__rt_qblock b;
+        px__rt_quant_scales(t, blk, &b);
+        __m256i sc16 = load256((const uint8_t *)b.sc);
+        *scales = _mm512_castsi256_si512(sc16);
+        *per16 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 2));
+    } else {
+        __m256i sc16 =
+            _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));
+        *scales = _mm512_castsi256_si512(sc16);
+        *per16 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5));
+    }
+}
+
+/* The dots of one weight row with nx activation rows (xq, ldxq bytes
+ * apart): each super-block's values and scales are decoded once for all
+ * of them; each row's integers and float steps are the single dot's. */
+INLINE void dotn_k(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq, uint32_t nx,
+                   uint32_t n, float *out)
 {
     size_t bb = px_dtype_block_bytes(t);
-    float acc = 0;
-    /* Q4_K: the pair sums of values 64s + 2l, 64s + 2l + 1 (int16 lane l)
-     * take the scale of 32-value group 2s + l / 16; Q6_K: of 16-value
-     * group 4s + l / 8. */
+    float acc[PX__RT_QDOT_ROWS] = {0};
     __m512i group[4];
-    for (uint32_t s = 0; s < 4; s++) {
-        int16_t idx[32];
-        for (uint32_t l = 0; l < 32; l++)
-            idx[l] = (int16_t)(t == PX_DTYPE_Q4_K ? 2 * s + l / 16 : 4 * s + l / 8);
-        group[s] = _mm512_loadu_si512(idx);
-    }
+    k_groups(t, group);
     for (uint32_t i = 0; i < n / PX__RT_QK; i++) {
         const uint8_t *blk = w + i * bb, *xb = xq + (size_t)i * PX__RT_Q8_K_BYTES;
-        __m256i bsums = load256(xb + 260);
         __m512i scales;
-        int32_t sumi = 0, summ = 0;
-        float d, dmin = 0;
-        if (t == PX_DTYPE_Q4_K) {
-            uint64_t sc8, m8;
-            q4_k_scales(blk + 4, &sc8, &m8);
-            scales =
-                _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_cvtsi64_si128((long long)sc8)));
-            /* Mins times the activations' sums over each 32 values. */
-            __m256i sums32 = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
-            __m256i m32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8));
-            summ = hsum256_i32(_mm256_mullo_epi32(sums32, m32));
-            d = f16_at(blk);
-            dmin = f16_at(blk + 2);
-        } else {
-            __m256i sc16 =
-                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));
-            scales = _mm512_castsi256_si512(sc16);
-            /* The offset of 32, against each group's activation sum. */
-            sumi = -32 * hsum256_i32(_mm256_madd_epi16(bsums, sc16));
-            d = f16_at(blk + 208);
-        }
-        __m512i sum = _mm512_setzero_si512();
+        __m256i per16;
+        k_scales(t, blk, &scales, &per16);
+        float d = f16_at(blk + d_offset(t)), dmin = has_min(t) ? f16_at(blk + d_offset(t) + 2) : 0;
+        __m512i sum[PX__RT_QDOT_ROWS];
+        for (uint32_t r = 0; r < nx; r++)
+            sum[r] = _mm512_setzero_si512();
         for (uint32_t s = 0; s < 4; s++) {
-            __m512i p16 =
-                _mm512_maddubs_epi16(values64(t, blk, s), _mm512_loadu_si512(xb + 4 + 64 * s));
+            __m512i v = values64(t, blk, s);
             __m512i sc = _mm512_permutexvar_epi16(group[s], scales);
-            sum = _mm512_add_epi32(sum, _mm512_madd_epi16(p16, sc));
+            for (uint32_t r = 0; r < nx; r++) {
+                __m512i p16 =
+                    _mm512_maddubs_epi16(v, _mm512_loadu_si512(xb + r * ldxq + 4 + 64 * s));
+                sum[r] = _mm512_add_epi32(sum[r], _mm512_madd_epi16(p16, sc));
+            }
         }
-        sumi += _mm512_reduce_add_epi32(sum);
+        for (uint32_t r = 0; r < nx; r++) {
+            const uint8_t *xr = xb + r * ldxq;
+            __m256i m = _mm256_madd_epi16(load256(xr + 260), per16);
+            int32_t sumi, summ = 0;
+            if (has_min(t)) {
+                sumi = _mm512_reduce_add_epi32(sum[r]);
+                summ = hsum256_i32(m);
+            } else {
+                sumi = _mm512_reduce_add_epi32(_mm512_add_epi32(sum[r], _mm512_castsi256_si512(m)));
+            }
+            float dx;
+            memcpy(&dx, xr, sizeof dx);
+            float v = (dx * d) * (float)sumi;
+            if (has_min(t))
+                v = v - (dx * dmin) * (float)summ;
+            acc[r] = acc[r] + v;
+        }
+    }
+    for (uint32_t r = 0; r < nx; r++)
+        out[r] = acc[r];
+}
+
+/* Four lanes' sums of four int32 vectors: lane r of the result is the
+ * sum of v[r]'s lanes (exact). */
+INLINE __m128i sums4(const __m128i v[4])
+{
+    return _mm_hadd_epi32(_mm_hadd_epi32(v[0], v[1]), _mm_hadd_epi32(v[2], v[3]));
+}
+
+/* Four f16 as floats (exact, as f16_at). */
+INLINE __m128 halves4(const uint16_t h[4])
+{
+    uint64_t u;
+    memcpy(&u, h, sizeof u);
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)u));
+}
+
+INLINE __m128i fold512(__m512i v)
+{
+    __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+INLINE __m128i fold256(__m256i v)
+{
+    return _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+}
+
+/* The dots of four weight rows (rb bytes apart) with one activation row,
+ * each the single dot's bits: the same integers, and the super-block's
+ * float steps done in four lanes at once, one per row, in the single
+ * dot's order (separate roundings, no fused operations). */
+INLINE void dotw_k(px_dtype t, const uint8_t *w, size_t rb, const uint8_t *xq, uint32_t n,
+                   float *out)
+{
+    size_t bb = px_dtype_block_bytes(t);
+    __m128 acc = _mm_setzero_ps();
+    __m512i group[4];
+    k_groups(t, group);
+    for (uint32_t i = 0; i < n / PX__RT_QK; i++) {
+        const uint8_t *xb = xq + (size_t)i * PX__RT_Q8_K_BYTES;
+        __m512i x[4];
+        for (uint32_t s = 0; s < 4; s++)
+            x[s] = _mm512_loadu_si512(xb + 4 + 64 * s);
+        __m256i bsums = load256(xb + 260);
+        __m128i isum[4], imin[4];
+        uint16_t dh[4], mh[4] = {0};
+        for (uint32_t r = 0; r < 4; r++) {
+            const uint8_t *blk = w + r * rb + i * bb;
+            __m512i scales;
+            __m256i per16;
+            k_scales(t, blk, &scales, &per16);
+            memcpy(&dh[r], blk + d_offset(t), 2);
+            if (has_min(t))
+                memcpy(&mh[r], blk + d_offset(t) + 2, 2);
+            __m512i sum = _mm512_setzero_si512();
+            for (uint32_t s = 0; s < 4; s++) {
+                __m512i p16 = _mm512_maddubs_epi16(values64(t, blk, s), x[s]);
+                sum = _mm512_add_epi32(
+                    sum, _mm512_madd_epi16(p16, _mm512_permutexvar_epi16(group[s], scales)));
+            }
+            __m256i m = _mm256_madd_epi16(bsums, per16);
+            if (has_min(t)) {
+                isum[r] = fold512(sum);
+                imin[r] = fold256(m);
+            } else {
+                isum[r] = fold512(_mm512_add_epi32(sum, _mm512_castsi256_si512(m)));
+            }
+        }
         float dx;
         memcpy(&dx, xb, sizeof dx);
-        float v = (dx * d) * (float)sumi;
-        if (t == PX_DTYPE_Q4_K)
-            v = v - (dx * dmin) * (float)summ;
-        acc = acc + v;
+        __m128 vdx = _mm_set1_ps(dx);
+        __m128 v = _mm_mul_ps(_mm_mul_ps(vdx, halves4(dh)), _mm_cvtepi32_ps(sums4(isum)));
+        if (has_min(t))
+            v = _mm_sub_ps(v,
+                           _mm_mul_ps(_mm_mul_ps(vdx, halves4(mh)), _mm_cvtepi32_ps(sums4(imin))));
+        acc = _mm_add_ps(acc, v);
     }
-    return acc;
+    _mm_storeu_ps(out, acc);
 }
 
-static TGT float dot_q4_k(const uint8_t *w, const uint8_t *xq, uint32_t n)
+#define DOTW(name, fmt)                                                                          \
+    static TGT void name(const uint8_t *w, size_t rb, const uint8_t *xq, uint32_t n, float *out) \
+    {                                                                                            \
+        dotw_k(fmt, w, rb, xq, n, out);                                                          \
+    }
+DOTW(dotw_q2_k, PX_DTYPE_Q2_K)
+DOTW(dotw_q3_k, PX_DTYPE_Q3_K)
+DOTW(dotw_q4_k, PX_DTYPE_Q4_K)
+DOTW(dotw_q5_k, PX_DTYPE_Q5_K)
+DOTW(dotw_q6_k, PX_DTYPE_Q6_K)
+#undef DOTW
+
+bool px__rt_quant_matvec_x512(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                              uint32_t i1, const uint8_t *xq, float *y)
 {
-    return dot_k(PX_DTYPE_Q4_K, w, xq, n);
+    void (*dotw)(const uint8_t *, size_t, const uint8_t *, uint32_t, float *);
+    switch (t) {
+    case PX_DTYPE_Q2_K:
+        dotw = dotw_q2_k;
+        break;
+    case PX_DTYPE_Q3_K:
+        dotw = dotw_q3_k;
+        break;
+    case PX_DTYPE_Q4_K:
+        dotw = dotw_q4_k;
+        break;
+    case PX_DTYPE_Q5_K:
+        dotw = dotw_q5_k;
+        break;
+    case PX_DTYPE_Q6_K:
+        dotw = dotw_q6_k;
+        break;
+    default:
+        return false;
+    }
+    for (uint32_t c0 = 0; c0 < k; c0 += PX__RT_QCHUNK) {
+        uint32_t n = PX_MIN(PX__RT_QCHUNK, k - c0);
+        const uint8_t *wc = (const uint8_t *)w + c0 / PX__RT_QK * px_dtype_block_bytes(t);
+        const uint8_t *xc = xq + px__rt_quant_act_bytes(t, c0);
+        for (uint32_t i = i0; i < i1; i += 4) {
+            float v[4];
+            uint32_t nr = PX_MIN(i1 - i, 4);
+            if (nr == 4)
+                dotw(wc + (size_t)i * row_bytes, row_bytes, xc, n, v);
+            else
+                for (uint32_t r = 0; r < nr; r++)
+                    px__rt_quant_dotn_x512(t, wc + (size_t)(i + r) * row_bytes, xc, 0, 1, n, &v[r]);
+            for (uint32_t r = 0; r < nr; r++)
+                y[i + r] = c0 == 0 ? v[r] : y[i + r] + v[r];
+        }
+    }
+    return true;
 }
 
-static TGT float dot_q6_k(const uint8_t *w, const uint8_t *xq, uint32_t n)
+/* dotn_k with nx a constant, for each format. */
+#define DOTN(name, fmt)                                                                 \
+    static TGT void name(const uint8_t *w, const uint8_t *xq, size_t ldxq, uint32_t nx, \
+                         uint32_t n, float *out)                                        \
+    {                                                                                   \
+        switch (nx) {                                                                   \
+        case 1:                                                                         \
+            dotn_k(fmt, w, xq, ldxq, 1, n, out);                                        \
+            break;                                                                      \
+        case 2:                                                                         \
+            dotn_k(fmt, w, xq, ldxq, 2, n, out);                                        \
+            break;                                                                      \
+        case 3:                                                                         \
+            dotn_k(fmt, w, xq, ldxq, 3, n, out);                                        \
+            break;                                                                      \
+        default:                                                                        \
+            dotn_k(fmt, w, xq, ldxq, 4, n, out);                                        \
+            break;                                                                      \
+        }                                                                               \
+    }
+DOTN(dotn_q2_k, PX_DTYPE_Q2_K)
+DOTN(dotn_q3_k, PX_DTYPE_Q3_K)
+DOTN(dotn_q4_k, PX_DTYPE_Q4_K)
+DOTN(dotn_q5_k, PX_DTYPE_Q5_K)
+DOTN(dotn_q6_k, PX_DTYPE_Q6_K)
+#undef DOTN
+
+void px__rt_quant_dotn_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
+                            uint32_t n_x, uint32_t n, float *out)
 {
-    return dot_k(PX_DTYPE_Q6_K, w, xq, n);
+    PX_ASSERT(n_x >= 1 && n_x <= PX__RT_QDOT_ROWS);
+    switch (t) {
+    case PX_DTYPE_Q2_K:
+        dotn_q2_k(w, xq, ldxq, n_x, n, out);
+        break;
+    case PX_DTYPE_Q3_K:
+        dotn_q3_k(w, xq, ldxq, n_x, n, out);
+        break;
+    case PX_DTYPE_Q4_K:
+        dotn_q4_k(w, xq, ldxq, n_x, n, out);
+        break;
+    case PX_DTYPE_Q5_K:
+        dotn_q5_k(w, xq, ldxq, n_x, n, out);
+        break;
+    case PX_DTYPE_Q6_K:
+        dotn_q6_k(w, xq, ldxq, n_x, n, out);
+        break;
+    default:
+        px__rt_quant_dotn_x86(t, w, xq, ldxq, n_x, n, out);
+    }
 }
 
 float px__rt_quant_dot_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
 {
-    switch (t) {
-    case PX_DTYPE_Q4_K:
-        return dot_q4_k(w, xq, n);
-    case PX_DTYPE_Q6_K:
-        return dot_q6_k(w, xq, n);
-    default:
-        return px__rt_quant_dot_x86(t, w, xq, n);
-    }
+    float v;
+    px__rt_quant_dotn_x512(t, w, xq, 0, 1, n, &v);
+    return v;
 }
 
 px__rt_quant_dot_fn px__rt_quant_dot_avx512(void)

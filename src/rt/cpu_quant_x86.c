@@ -121,7 +121,7 @@ INLINE __m256i k_values(px_dtype t, const uint8_t *blk, uint32_t c)
     }
 }
 
-static TGT float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
+INLINE float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
 {
     size_t bb = px_dtype_block_bytes(t);
     int32_t offset = t == PX_DTYPE_Q3_K ? 4 : t == PX_DTYPE_Q6_K ? 32 : 0;
@@ -129,7 +129,22 @@ static TGT float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t
     px__rt_qblock b;
     for (uint32_t i = 0; i < n / PX__RT_QK; i++) {
         const uint8_t *blk = w + i * bb, *xb = xq + (size_t)i * PX__RT_Q8_K_BYTES;
-        px__rt_quant_scales(t, blk, &b);
+        if (t == PX_DTYPE_Q4_K || t == PX_DTYPE_Q5_K) {
+            /* px__rt_quant_scales's values, each scale and min twice
+             * (one per 16 values), without its loop. */
+            uint64_t sc8, m8;
+            px__rt_q4_k_scales(blk + 4, &sc8, &m8);
+            __m128i sc = _mm_cvtsi64_si128((long long)sc8), m = _mm_cvtsi64_si128((long long)m8);
+            _mm256_storeu_si256((__m256i *)(void *)b.sc,
+                                _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc, sc)));
+            _mm256_storeu_si256((__m256i *)(void *)b.m,
+                                _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m)));
+            b.d = f16_at(blk);
+            b.dmin = f16_at(blk + 2);
+            b.has_min = true;
+        } else {
+            px__rt_quant_scales(t, blk, &b);
+        }
         __m256i sum = _mm256_setzero_si256();
         for (uint32_t c = 0; c < 8; c++) {
             __m256i q = k_values(t, blk, c);
@@ -157,11 +172,42 @@ static TGT float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t
     return acc;
 }
 
+/* dot_k with the format a constant, so that its value decoding is the
+ * format's alone. */
+#define DOT_K(name, fmt)                                                   \
+    static TGT float name(const uint8_t *w, const uint8_t *xq, uint32_t n) \
+    {                                                                      \
+        return dot_k(fmt, w, xq, n);                                       \
+    }
+DOT_K(dot_q2_k, PX_DTYPE_Q2_K)
+DOT_K(dot_q3_k, PX_DTYPE_Q3_K)
+DOT_K(dot_q4_k, PX_DTYPE_Q4_K)
+DOT_K(dot_q5_k, PX_DTYPE_Q5_K)
+DOT_K(dot_q6_k, PX_DTYPE_Q6_K)
+#undef DOT_K
+
 TGT float px__rt_quant_dot_x86(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
 {
-    if (px__rt_quant_act_dtype(t) == PX_DTYPE_Q8_0)
+    switch (t) {
+    case PX_DTYPE_Q2_K:
+        return dot_q2_k(w, xq, n);
+    case PX_DTYPE_Q3_K:
+        return dot_q3_k(w, xq, n);
+    case PX_DTYPE_Q4_K:
+        return dot_q4_k(w, xq, n);
+    case PX_DTYPE_Q5_K:
+        return dot_q5_k(w, xq, n);
+    case PX_DTYPE_Q6_K:
+        return dot_q6_k(w, xq, n);
+    default:
         return dot_legacy(t, w, xq, n);
-    return dot_k(t, w, xq, n);
+    }
+}
+
+void px__rt_quant_dotn_x86(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
+                           uint32_t n_x, uint32_t n, float *out)
+{
+    px__rt_quant_dotn_loop(px__rt_quant_dot_x86, t, w, xq, ldxq, n_x, n, out);
 }
 
 px__rt_quant_dot_fn px__rt_quant_dot_avx2(void)

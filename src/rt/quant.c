@@ -48,21 +48,6 @@ bool px__rt_quant_handles(px_dtype t)
     }
 }
 
-/* Scale and min j (of 8) of a q4_k/q5_k block: six bits each, the first
- * four in the low six bits of bytes 0..3 (scales) and 4..7 (mins), the
- * last four in the nibbles of bytes 8..11 with their top two bits in the
- * top bits of bytes 0..7. */
-static void scale_min_k4(uint32_t j, const uint8_t *s, int16_t *sc, int16_t *m)
-{
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (int16_t)((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
-        *m = (int16_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-    }
-}
-
 /* Six-bit scale i (of 16) of a q3_k block: the low four bits in the
  * nibbles of bytes 0..7 (i < 8: low nibble of byte i; else the high
  * nibble of byte i - 8), the high two bits in bytes 8..11 (bits 2*(i/4)
@@ -104,10 +89,11 @@ void px__rt_quant_scales(px_dtype t, const uint8_t *blk, px__rt_qblock *o)
         o->d = px__rt_f16(u16_at(blk));
         o->dmin = px__rt_f16(u16_at(blk + 2));
         o->has_min = true;
+        uint64_t sc8, m8;
+        px__rt_q4_k_scales(blk + 4, &sc8, &m8);
         for (uint32_t s = 0; s < 8; s++) {
-            scale_min_k4(s, blk + 4, &o->sc[2 * s], &o->m[2 * s]);
-            o->sc[2 * s + 1] = o->sc[2 * s];
-            o->m[2 * s + 1] = o->m[2 * s];
+            o->sc[2 * s] = o->sc[2 * s + 1] = (int16_t)(sc8 >> 8 * s & 0xff);
+            o->m[2 * s] = o->m[2 * s + 1] = (int16_t)(m8 >> 8 * s & 0xff);
         }
         break;
     case PX_DTYPE_Q6_K:

@@ -49,10 +49,9 @@
 #define PX__RT_Q8_0_ACT_BYTES 34u
 #define PX__RT_Q8_K_BYTES     292u
 
-/* Values quantized at a time: a matrix-vector product quantizes its
- * activation rows in chunks of this many values (a multiple of 256), so
- * that the buffers stay on the stack.  A row's result is the sum, in
- * order, of its chunks' results. */
+/* Values per dot: a row longer than this is the sum, in order, of its
+ * chunks' dots (a multiple of 256), so that a caller may quantize its
+ * activations a chunk at a time into a buffer on the stack. */
 #define PX__RT_QCHUNK       4096u
 #define PX__RT_QCHUNK_BYTES (PX__RT_QCHUNK / PX__RT_QK * PX__RT_Q8_K_BYTES)
 
@@ -66,6 +65,22 @@ typedef struct px__rt_qblock {
     float d, dmin;
     bool has_min;
 } px__rt_qblock;
+
+/* Q4_K's (and Q5_K's) eight six-bit scales and mins (one per 32 values)
+ * from its 12 scale bytes, byte j of *scales and *mins: scale j < 4 is the
+ * low six bits of byte j and min j of byte j + 4; j >= 4 takes the
+ * nibbles of byte j + 4 and the top two bits of bytes j - 4 (scale) and j
+ * (min).  Word-wide masks, no loop. */
+static inline void px__rt_q4_k_scales(const uint8_t *s12, uint64_t *scales, uint64_t *mins)
+{
+    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+    uint32_t u[3];
+    memcpy(u, s12, sizeof u);
+    uint32_t sc_hi = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+    uint32_t m_hi = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+    *scales = (uint64_t)sc_hi << 32 | (u[0] & k1);
+    *mins = (uint64_t)m_hi << 32 | (u[1] & k1);
+}
 
 /* Decodes the scales (d, dmin, sc, m, has_min) of the block at blk. */
 void px__rt_quant_scales(px_dtype t, const uint8_t *blk, px__rt_qblock *out);
@@ -98,7 +113,7 @@ typedef float (*px__rt_quant_dot_fn)(px_dtype t, const uint8_t *w, const uint8_t
 /* The AVX2 variant of px__rt_quant_dot_portable, or NULL when the build
  * or the processor lacks AVX2 (cpu_quant_x86.c). */
 px__rt_quant_dot_fn px__rt_quant_dot_avx2(void);
-/* The AVX-512 variant (Q4_K and Q6_K its own, the rest the AVX2 one's),
+/* The AVX-512 variant (the k-quants its own, Q4_0/Q5_0 the AVX2 one's),
  * or NULL when the build or the processor lacks the avx512 kernels
  * (cpu_quant_avx512.c). */
 px__rt_quant_dot_fn px__rt_quant_dot_avx512(void);
@@ -109,15 +124,41 @@ float px__rt_quant_dot_x86(px_dtype t, const uint8_t *w, const uint8_t *xq, uint
 float px__rt_quant_dot_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n);
 #endif
 
-/* y[r*ldy + i] = dot(row i of w, x + r*ldx) for i in [i0, i1), r < n_x
- * (at most PX_RT_SMALL_BATCH), weights of dtype t (px__rt_quant_handles)
- * and k values per row, with the given dot. */
-void px__rt_quant_matvec(px__rt_quant_dot_fn dot, px_dtype t, const void *w, size_t row_bytes,
-                         uint32_t k, uint32_t i0, uint32_t i1, const float *x, size_t ldx,
-                         uint32_t n_x, float *y, size_t ldy);
-/* The same for any number of activation rows, PX_RT_SMALL_BATCH at a
- * time (a row's result is the same in every group). */
-void px__rt_quant_matmul(px__rt_quant_dot_fn dot, px_dtype t, const void *w, size_t row_bytes,
+/* Activation rows a weight row's blocks are decoded for at once. */
+#define PX__RT_QDOT_ROWS 4u
+
+/* out[r] = dot(w, xq + r * ldxq, n) for r < n_x (1 .. PX__RT_QDOT_ROWS):
+ * each result bit for bit the single dot's; a variant decodes each weight
+ * block once for all the rows. */
+typedef void (*px__rt_quant_dotn_fn)(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
+                                     uint32_t n_x, uint32_t n, float *out);
+/* dotn as one dot per activation row. */
+void px__rt_quant_dotn_loop(px__rt_quant_dot_fn dot, px_dtype t, const uint8_t *w,
+                            const uint8_t *xq, size_t ldxq, uint32_t n_x, uint32_t n, float *out);
+extern const px__rt_quant_dotn_fn px__rt_quant_dotn_portable;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* The avx2 and avx512 dotn: callable where px__rt_quant_dot_avx2()
+ * (px__rt_quant_dot_avx512()) returns a dot. */
+void px__rt_quant_dotn_x86(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
+                           uint32_t n_x, uint32_t n, float *out);
+void px__rt_quant_dotn_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
+                            uint32_t n_x, uint32_t n, float *out);
+/* px__rt_quant_gemm for one activation row with the avx512 dots, four
+ * weight rows at a time; false (nothing done) for formats it lacks. */
+bool px__rt_quant_matvec_x512(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                              uint32_t i1, const uint8_t *xq, float *y);
+#endif
+
+/* y[r*ldy + i] = dot(row i of w, activation row r) for i in [i0, i1) and
+ * r < n_x (any number), weights of dtype t (px__rt_quant_handles) with k
+ * values per row, activation row r quantized for t (px__rt_quant_act
+ * over all k values) at xq + r * ldxq.  A row longer than PX__RT_QCHUNK
+ * values is the sum, in order, of its chunks' dots. */
+void px__rt_quant_gemm(px__rt_quant_dotn_fn dotn, px_dtype t, const void *w, size_t row_bytes,
+                       uint32_t k, uint32_t i0, uint32_t i1, const uint8_t *xq, size_t ldxq,
+                       uint32_t n_x, float *y, size_t ldy);
+/* The same from f32 activation rows (x + r * ldx), quantized here once. */
+void px__rt_quant_matmul(px__rt_quant_dotn_fn dotn, px_dtype t, const void *w, size_t row_bytes,
                          uint32_t k, uint32_t i0, uint32_t i1, const float *x, size_t ldx,
                          uint32_t n_x, float *y, size_t ldy);
 

@@ -112,6 +112,12 @@ typedef struct px__rt_kernels {
      * its block scales at xd + r*(k/32). */
     void (*matmul_q8_0)(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
                         const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy);
+    /* The same for weights of a block format (px__rt_quant_handles) and
+     * activation rows quantized for it by px__rt_quant_act over all k
+     * values, row r at xq + r*ldxq (px__rt_quant_gemm). */
+    void (*matmul_quant)(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                         uint32_t i1, const uint8_t *xq, size_t ldxq, uint32_t n_x, float *y,
+                         size_t ldy);
     /* Converts k values of a row of dtype t to f32. */
     void (*dequant)(px_dtype t, const void *row, float *dst, uint32_t k);
     float (*dot_f32)(const float *a, const float *b, uint32_t n);

@@ -2,6 +2,7 @@
  * scenario: plain SVG written by hand, deterministic to the byte. */
 #include "base/common.h"
 
+#include "base/svg.h"
 #include "sim/compare_impl.h"
 
 #define WIDTH    760
@@ -12,30 +13,12 @@
 #define HEADER_H 34
 #define AXIS_H   34
 
-static void add_escaped(px_strbuf *sb, const char *s)
+/* A tick step of 1, 2 or 5 times a power of ten giving about five ticks
+ * over range (> 0). */
+static double nice_step(double range)
 {
-    for (; s && *s; s++) {
-        switch (*s) {
-        case '&':
-            px_strbuf_adds(sb, "&amp;");
-            break;
-        case '<':
-            px_strbuf_adds(sb, "&lt;");
-            break;
-        case '>':
-            px_strbuf_adds(sb, "&gt;");
-            break;
-        case '"':
-            px_strbuf_adds(sb, "&quot;");
-            break;
-        case '\'':
-            px_strbuf_adds(sb, "&apos;");
-            break;
-        default:
-            /* Control characters are not allowed in XML 1.0 text. */
-            px_strbuf_addch(sb, (unsigned char)*s < 0x20 ? '?' : *s);
-        }
-    }
+    double raw = range / 5, mag = pow(10, floor(log10(raw))), norm = raw / mag;
+    return (norm < 1.5 ? 1 : norm < 3 ? 2 : norm < 7 ? 5 : 10) * mag;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -83,19 +66,28 @@ static void panel(const px_sim_comparison *c, const px_sim_scenario_outcome *so,
         hi = 1;
     }
     double pad = hi > lo ? 0.05 * (hi - lo) : (lo != 0 ? 0.05 * fabs(lo) : 1);
-    lo -= pad;
-    hi += pad;
+    /* The axis runs between ticks at round values, all written with the
+     * same number of decimals, in the unit the header names. */
+    double step = nice_step(hi - lo + 2 * pad);
+    lo = floor((lo - pad) / step) * step;
+    hi = ceil((hi + pad) / step) * step;
+    int decimals = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
 #define X(v) (PLOT_X0 + ((v)-lo) / (hi - lo) * (PLOT_X1 - PLOT_X0))
     px_strbuf_addf(sb, "<text x=\"10\" y=\"%.1f\" font-weight=\"bold\">", y0 + 20);
-    add_escaped(sb, so->name);
-    px_strbuf_addf(sb, ": %s (%s), %u seeds</text>\n", px_sim_cmp_metric_name(m), unit_of(m),
-                   c->seeds);
+    px_svg_escape(sb, so->name);
+    /* The metric's name without the unit its JSON key carries ("_s"):
+     * the picture draws it in the unit said here. */
+    const char *mname = px_sim_cmp_metric_name(m);
+    size_t mlen = strlen(mname);
+    if (!strcmp(unit_of(m), "ms") && mlen > 2 && !strcmp(mname + mlen - 2, "_s"))
+        mlen -= 2;
+    px_strbuf_addf(sb, ": %.*s (%s), %u seeds</text>\n", (int)mlen, mname, unit_of(m), c->seeds);
     double rows_y = y0 + HEADER_H;
     for (size_t p = 0; p < c->n_policies; p++) {
         const px_sim_policy_outcome *o = &so->policies[p];
         double cy = rows_y + (double)p * ROW_H + ROW_H / 2.0;
         px_strbuf_addf(sb, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">", LABEL_W, cy + 4);
-        add_escaped(sb, o->policy);
+        px_svg_escape(sb, o->policy);
         px_strbuf_adds(sb, "</text>\n");
         size_t n = 0;
         for (size_t s = 0; o->feasible && s < c->seeds; s++) {
@@ -137,13 +129,23 @@ static void panel(const px_sim_comparison *c, const px_sim_scenario_outcome *so,
     double ay = rows_y + (double)c->n_policies * ROW_H + 6;
     px_strbuf_addf(sb, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#000\"/>\n",
                    PLOT_X0, ay, PLOT_X1, ay);
-    for (int t = 0; t <= 4; t++) {
-        double v = lo + (hi - lo) * t / 4.0;
+    int n_ticks = (int)lround((hi - lo) / step);
+    for (int t = 0; t <= n_ticks; t++) {
+        double v = lo + step * t;
+        if (fabs(v) < step * 1e-9)
+            v = 0; /* no "-0" */
         px_strbuf_addf(sb,
                        "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#000\"/>\n"
-                       "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%.4g</text>\n",
-                       X(v), ay, X(v), ay + 4, X(v), ay + 16, v);
+                       "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%.*f</text>\n",
+                       X(v), ay, X(v), ay + 4, X(v), ay + 16, decimals, v);
     }
+    /* The unit left of the first tick's label (centred on the axis' start). */
+    char first[32];
+    snprintf(first, sizeof first, "%.*f", decimals, fabs(lo) < step * 1e-9 ? 0 : lo);
+    px_strbuf_addf(sb, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">",
+                   PLOT_X0 - 6 - px_svg_text_width(first, 12) / 2, ay + 16);
+    px_svg_escape(sb, unit_of(m));
+    px_strbuf_adds(sb, "</text>\n");
 #undef X
 }
 
@@ -159,9 +161,9 @@ px_status px_sim_comparison_svg(const px_sim_comparison *c, px_sim_cmp_metric m,
     px_strbuf_addf(sb,
                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                    "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%.0f\" "
-                   "viewBox=\"0 0 %d %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n"
+                   "viewBox=\"0 0 %d %.0f\" font-family=\"%s\" font-size=\"12\">\n"
                    "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n",
-                   WIDTH, height, WIDTH, height);
+                   WIDTH, height, WIDTH, height, PX_SVG_FONT);
     for (size_t i = 0; i < c->n_scenarios; i++)
         panel(c, &c->scenarios[i], m, 10 + (double)i * panel_h, vals, sb);
     px_strbuf_adds(sb, "</svg>\n");

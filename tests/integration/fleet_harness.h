@@ -57,6 +57,7 @@ typedef struct fh_fleet {
     char shared[600]; /* a folder every job may write (1777), for files the test reads */
     char ca[600];     /* with TLS: the CA clients and agents trust ("" without) */
     const char *extra_server_args[12]; /* more `plexus server` options, NULL-ended */
+    char listen_host[32];              /* the server's listen address ("" : 127.0.0.1) */
     char url[64];
     char servers[256]; /* several servers (URL,URL,...) clients use instead of url; or "" */
     int port;
@@ -68,6 +69,12 @@ typedef struct fh_fleet {
 
 static pid_t fh_all_pids[64];
 static int fh_n_pids;
+
+/* Run in each child fh_spawn starts, between fork and exec (NULL: none),
+ * for example to enter a network namespace (tests/support/netns.h); a
+ * nonzero return ends the child with status 126. */
+static int (*fh_child_setup)(void *arg);
+static void *fh_child_setup_arg;
 
 static inline void fh_kill_all(void)
 {
@@ -129,6 +136,8 @@ static inline pid_t fh_spawn(char *const argv[], const char *log, const char *co
             dup2(fd, 2);
             close(fd);
         }
+        if (fh_child_setup && fh_child_setup(fh_child_setup_arg) != 0)
+            _exit(126);
         for (int i = 0; env && env[i]; i += 2) {
             if (env[i + 1])
                 setenv(env[i], env[i + 1], 1);
@@ -210,7 +219,8 @@ static inline void fh_start_server(fh_fleet *f)
 {
     char lease[32], listen[64];
     snprintf(lease, sizeof lease, "%g", f->lease_s);
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", f->port);
+    snprintf(listen, sizeof listen, "%s:%d", f->listen_host[0] ? f->listen_host : "127.0.0.1",
+             f->port);
     char *argv[32] = {(char *)px_test_plexus_bin(),
                       "server",
                       "--listen",
@@ -273,9 +283,12 @@ static inline void fh_fleet_prepare(fh_fleet *f, const char *name, double lease_
 {
     fh_install_cleanup();
     const char *extra[12];
+    char host[sizeof f->listen_host];
     memcpy(extra, f->extra_server_args, sizeof extra);
+    memcpy(host, f->listen_host, sizeof host);
     memset(f, 0, sizeof *f);
     memcpy(f->extra_server_args, extra, sizeof extra);
+    memcpy(f->listen_host, host, sizeof host);
     /* Jobs run as nobody must be able to walk to their folders. */
     chmod(px_test_tmpdir(), 0755);
     snprintf(f->dir, sizeof f->dir, "%s/%s", px_test_tmpdir(), name);

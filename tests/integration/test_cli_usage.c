@@ -88,6 +88,22 @@ static void test_cli_reads_attached_values(void **state)
     px_assert_contains(out, "\"replications\": 2");
     free(out);
     free(err);
+    /* Every duration reads the same way: with a unit or bare seconds (the
+     * command then fails only at the missing server). */
+    char *times[] = {"90s", "2min", "60", "0.5"};
+    for (size_t i = 0; i < PX_ARRAY_LEN(times); i++) {
+        assert_int_equal(RUN(&out, &err, "submit", "--wait", "--timeout", times[i], "--server",
+                             "http://127.0.0.1:9", "--", "true"),
+                         1);
+        assert_null(strstr(err, "--timeout"));
+        free(out);
+        free(err);
+    }
+    assert_int_equal(RUN(&out, &err, "submit", "--wait", "--timeout", "60x", "--", "true"), 2);
+    px_assert_contains(err,
+                       "--timeout takes a time such as 90s, 2min or 30 (seconds), not \"60x\"");
+    free(out);
+    free(err);
     free(opt_inv);
     free(plan);
     free(inv);
@@ -215,6 +231,12 @@ static void test_cli_names_a_file_of_the_wrong_kind(void **state)
     px_assert_contains(err, "llama-3-70b");
     free(out);
     free(err);
+    /* model inspect too. */
+    assert_int_equal(RUN(&out, &err, "model", "inspect", "llama-3-8bb"), 1);
+    px_assert_contains(err, "llama-3-8bb: no such file, and no preset of that name; did you mean "
+                            "llama-3-8b?");
+    free(out);
+    free(err);
     free(inv);
     free(model);
 }
@@ -284,25 +306,11 @@ static void test_cli_every_command_reads_a_table(void **state)
 {
     (void)state;
     static const char *const cmds[][2] = {
-        {"run", NULL},
-        {"generate", NULL},
-        {"compare", NULL},
-        {"contract", "check"},
-        {"inventory", "show"},
-        {"model", "inspect"},
-        {"serve", NULL},
-        {"server", NULL},
-        {"agent", NULL},
-        {"up", NULL},
-        {"submit", NULL},
-        {"jobs", NULL},
-        {"logs", NULL},
-        {"cancel", NULL},
-        {"nodes", NULL},
-        {"explain", NULL},
-        {"artifacts", NULL},
-        {"replay", NULL},
-        {"config", "use-context"},
+        {"run", NULL},         {"generate", NULL},   {"compare", NULL}, {"contract", "check"},
+        {"inventory", "show"}, {"model", "inspect"}, {"serve", NULL},   {"server", NULL},
+        {"agent", NULL},       {"up", NULL},         {"submit", NULL},  {"jobs", NULL},
+        {"logs", NULL},        {"cancel", NULL},     {"delete", NULL},  {"nodes", NULL},
+        {"explain", NULL},     {"artifacts", NULL},  {"replay", NULL},  {"config", "use-context"},
     };
     for (size_t i = 0; i < PX_ARRAY_LEN(cmds); i++) {
         char *out, *err;

@@ -14,9 +14,10 @@
 /* An emulated accelerator; llama.cpp's split (the llamacpp policy) puts
  * layers on every device in proportion to its memory, so two nodes give
  * a plan of two stages, one on each. */
-#define SMALL_GPU(id)                                                                        \
-    "{\"id\": \"" id "\", \"class\": \"gpu\", \"vendor\": \"nvidia\", \"model\": \"tiny\", " \
-    "\"backend\": \"emu\", \"compute\": {\"f32\": \"10 TFLOP/s\"}, \"memory\": [{\"id\": "   \
+#define SMALL_GPU(id)                                                                             \
+    "{\"id\": \"" id "\", \"class\": \"gpu\", \"vendor\": \"nvidia\", \"model\": \"tiny\", "      \
+    "\"backend\": \"emu\", \"emu\": {\"compute_slowdown\": 1, \"memory_slowdown\": 1, "           \
+    "\"jitter\": 0, \"seed\": 1}, \"compute\": {\"f32\": \"10 TFLOP/s\"}, \"memory\": [{\"id\": " \
     "\"hbm\", \"kind\": \"hbm\", \"capacity\": \"512 MiB\", \"bandwidth\": \"100 GB/s\"}]}"
 
 /* The server's message of the last refused call. */
@@ -123,6 +124,9 @@ static void test_deploy_plans_lists_explains_and_undeploys(void **state)
     px_assert_contains(out, "deployment chat planned: 2 stages on 2 nodes, 1 replica; its nodes "
                             "fetch the model from the server");
     px_assert_contains(out, "policy llamacpp");
+    /* No terminal: the upload is not reported as it goes. */
+    assert_null(strstr(err, "uploading the model"));
+    assert_null(strstr(err, "\033[K"));
     free(out);
     free(err);
 
@@ -154,19 +158,20 @@ static void test_deploy_plans_lists_explains_and_undeploys(void **state)
     char *digest = px_strdup(json_string_value(json_object_get(d, "model")));
     json_decref(d);
 
-    /* Both agents fetch the model (digest verified) and report it. */
-    d = wait_state(&f, "chat", "resident", 60);
+    /* Both agents fetch the model (digest verified) and report it; then
+     * the server starts its front end over stage workers on them. */
+    d = wait_state(&f, "chat", "serving", 60);
     assert_int_equal(json_array_size(json_object_get(d, "model_resident_on")), 2);
     json_decref(d);
     wait_log(&f.agents[0], "fetched into the cache for a deployment", 5);
 
     assert_int_equal(fh_plexus(&out, &err, "deployments", NULL), 0);
     px_assert_contains(out, "chat");
-    px_assert_contains(out, "resident");
+    px_assert_contains(out, "serving");
     free(out);
     free(err);
     assert_int_equal(fh_plexus(&out, &err, "explain", "chat", NULL), 0);
-    px_assert_contains(out, "deployment chat, state resident, owner tester");
+    px_assert_contains(out, "deployment chat, state serving, owner tester");
     px_assert_contains(out, "model resident on: n1,n2 (of n1,n2)");
     px_assert_contains(out, "replica 0 stage 1");
     px_assert_contains(out, "n2");
@@ -230,9 +235,32 @@ static void test_deploy_plans_lists_explains_and_undeploys(void **state)
     px_assert_contains(out, "model resident on: n1,n2 (of n1,n2)");
     free(out);
     free(err);
-    assert_int_equal(fh_plexus(&out, &err, "undeploy", "chat2", NULL), 0);
+    /* delete asks first: without a terminal it wants --yes. */
+    assert_int_equal(fh_plexus(&out, &err, "delete", "deployment", "chat2", NULL), 2);
+    px_assert_contains(err, "pass --yes to delete deployment chat2");
     free(out);
     free(err);
+    assert_int_equal(call(&f, FH_USER_TOKEN, "GET", "/v1/deployments/chat2", NULL, NULL), 200);
+    assert_int_equal(fh_plexus(&out, &err, "delete", "deployment/chat2", "--yes", NULL), 0);
+    px_assert_contains(out, "deployment chat2 undeployed");
+    free(out);
+    free(err);
+    assert_int_equal(call(&f, FH_USER_TOKEN, "GET", "/v1/deployments/chat2", NULL, NULL), 404);
+
+    /* On a terminal, an upload says how far it is; delete asks and takes y. */
+    char *argv[] = {
+        (char *)px_test_plexus_bin(), "deploy", "--model", model, "--name", "chat3", NULL};
+    rc = px_test_run_pty(argv, NULL, NULL, 120, &out);
+    if (rc != 0)
+        fail_msg("deploy on a terminal: exit %d: %s", rc, out);
+    px_assert_contains(out, "plexus deploy: uploading the model: ");
+    px_assert_contains(out, "(100%)");
+    free(out);
+    char *del[] = {(char *)px_test_plexus_bin(), "delete", "deploy", "chat3", NULL};
+    assert_int_equal(px_test_run_pty(del, "[y/N] ", "y\n", 60, &out), 0);
+    px_assert_contains(out, "delete deployment chat3? [y/N] ");
+    px_assert_contains(out, "deployment chat3 undeployed");
+    free(out);
 
     /* The deployment outlives the server. */
     fh_kill_server(&f);
@@ -251,6 +279,23 @@ static void test_deploy_plans_lists_explains_and_undeploys(void **state)
     wait_log(&f.agents[0], "released: no deployment here needs it", 30);
     /* The name is free again; the model is named by its digest. */
     assert_int_equal(fh_plexus(&out, &err, "deploy", "--model", digest, "--name", "chat", NULL), 0);
+    free(out);
+    free(err);
+
+    /* A job planned by the server (--plan auto): `jobs JOB` shows the plan. */
+    assert_int_equal(fh_plexus(&out, &err, "submit", "--model", digest, "--plan", "auto", "--",
+                               "/bin/true", NULL),
+                     0);
+    const char *sub = strstr(out, "submitted ");
+    assert_non_null(sub);
+    char job_id[64];
+    assert_int_equal(sscanf(sub, "submitted %63s", job_id), 1);
+    free(out);
+    free(err);
+    assert_int_equal(fh_plexus(&out, &err, "jobs", job_id, NULL), 0);
+    px_assert_contains(out, "\nplan      ");
+    px_assert_contains(out, "replica 0 stage 0: layers 0-");
+    assert_null(strstr(out, "(policy ?"));
     free(out);
     free(err);
     free(digest);

@@ -204,8 +204,20 @@ static void test_explain_lists_every_failing_requirement(void **state)
     px_assert_contains(out, "    failing:\n      - reason: ");
     free(out);
     free(err);
-    assert_int_equal(fh_plexus(&out, NULL, "cancel", id, NULL), 0);
+    /* delete job, as kubectl users write it, cancels the job. */
+    char *kind_id = px_asprintf("jobs/%s", id), *want = px_asprintf("job %s cancelled", id);
+    assert_int_equal(fh_plexus(&out, NULL, "delete", kind_id, "--yes", NULL), 0);
+    px_assert_contains(out, want);
     free(out);
+    json_t *job = fh_job(&fleet, id);
+    assert_string_equal(json_string_value(json_object_get(job, "state")), "cancelled");
+    json_decref(job);
+    /* It ended: deleting it again is refused. */
+    assert_int_equal(fh_plexus(&out, &err, "delete", "job", id, "--yes", NULL), 1);
+    free(out);
+    free(err);
+    free(kind_id);
+    free(want);
     free(id);
 }
 

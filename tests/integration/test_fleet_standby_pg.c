@@ -6,7 +6,11 @@
  * each user seeing only their own, while what needs the scheduler's memory
  * still answers 503 "standby".  The scheduling replica learns of the
  * standby's jobs from the database's notification (LISTEN/NOTIFY), which
- * its /metrics count, and runs them.  Skips where PostgreSQL cannot run.
+ * its /metrics count, and runs them.  Blobs live in the database: one
+ * uploaded to either replica is served by the other, whose data folder
+ * never saw it, byte for byte.  A cancellation sent to the standby is
+ * carried out by the scheduler, and the standby answers once it has
+ * been.  Skips where PostgreSQL cannot run.
  */
 #include "fleet_harness.h"
 
@@ -215,8 +219,11 @@ static void test_standby_serves_submissions_and_reads_from_the_database(void **s
     /* What needs the scheduler's memory sends the caller on. */
     assert_int_equal(call(standby_url, FH_USER_TOKEN, "GET", "/v1/nodes", NULL, NULL), 503);
     assert_non_null(strstr(last_error, "standing by"));
+    /* A cancellation of a job that has ended is refused, as on the
+     * scheduler. */
     snprintf(path, sizeof path, "/v1/jobs/%s/cancel", id);
-    assert_int_equal(call(standby_url, FH_USER_TOKEN, "POST", path, NULL, NULL), 503);
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "POST", path, NULL, NULL), 409);
+    assert_non_null(strstr(last_error, "already ended"));
     assert_int_equal(call(standby_url, FH_USER_TOKEN, "GET", "/v1/health", NULL, NULL), 503);
     free(id);
 }
@@ -260,11 +267,139 @@ static void test_scheduler_woken_by_the_databases_notification(void **state)
     }
 }
 
+/* Uploads n bytes of a pattern to one replica; the digest it answers. */
+static char *upload(const char *url, size_t n, const char *name)
+{
+    char file[700];
+    snprintf(file, sizeof file, "%s/%s", fleet.dir, name);
+    FILE *f = fopen(file, "wb");
+    assert_non_null(f);
+    for (size_t i = 0; i < n; i++)
+        fputc((int)((i * 2654435761u) >> 11 & 0xff), f);
+    fclose(f);
+    px_fleet_client *c = client_of(url, FH_USER_TOKEN);
+    long code = 0;
+    json_t *r = NULL;
+    px_err err;
+    px_assert_ok(px_fleet_client_send_file(c, "POST", "/v1/blobs", file, &code, &r, &err), &err);
+    assert_int_equal(code, 201);
+    assert_int_equal(json_integer_value(json_object_get(r, "size")), (json_int_t)n);
+    char *digest = px_strdup(json_string_value(json_object_get(r, "digest")));
+    json_decref(r);
+    px_fleet_client_free(c);
+    return digest;
+}
+
+/* Downloads a blob from one replica and compares it with the file sent. */
+static void download_same(const char *url, const char *digest, const char *name)
+{
+    char path[128], dest[700], sent[700];
+    snprintf(path, sizeof path, "/v1/blobs/%s", digest);
+    snprintf(dest, sizeof dest, "%s/%s.back", fleet.dir, name);
+    snprintf(sent, sizeof sent, "%s/%s", fleet.dir, name);
+    px_fleet_client *c = client_of(url, FH_USER_TOKEN);
+    long code = 0;
+    px_err err;
+    px_assert_ok(px_fleet_client_download(c, path, dest, &code, &err), &err);
+    assert_int_equal(code, 200);
+    px_fleet_client_free(c);
+    char *a, *b;
+    size_t na, nb;
+    px_assert_ok(px_read_file(sent, 16 << 20, &a, &na, &err), &err);
+    px_assert_ok(px_read_file(dest, 16 << 20, &b, &nb, &err), &err);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, na);
+    free(a);
+    free(b);
+}
+
+static void test_blobs_uploaded_to_one_replica_are_served_by_the_other(void **state)
+{
+    (void)state;
+    if (!store_uri)
+        skip();
+    /* Several chunks in the database, to the standby; back from the
+     * scheduling replica, which fetches it from the database. */
+    char *d1 = upload(standby_url, (5u << 20) / 2 + 7, "to-standby.bin");
+    char local[800];
+    snprintf(local, sizeof local, "%s/blobs/%s", fleet.data, d1);
+    assert_int_not_equal(access(local, F_OK), 0);
+    download_same(fleet.url, d1, "to-standby.bin");
+    assert_int_equal(access(local, F_OK), 0);
+    /* And the other way. */
+    char *d2 = upload(fleet.url, 1000, "to-scheduler.bin");
+    download_same(standby_url, d2, "to-scheduler.bin");
+    /* Unknown blobs are unknown on both; a malformed name is refused. */
+    char path[128];
+    snprintf(path, sizeof path, "/v1/blobs/%064d", 0);
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "GET", path, NULL, NULL), 404);
+    assert_int_equal(call(fleet.url, FH_USER_TOKEN, "GET", path, NULL, NULL), 404);
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "GET", "/v1/blobs/xyz", NULL, NULL), 400);
+    /* No token, no blob; a token the standby cannot place (a node's, whose
+     * credentials only the scheduling replica reads) goes on to the next
+     * URL. */
+    snprintf(path, sizeof path, "/v1/blobs/%s", d1);
+    assert_int_equal(call(standby_url, NULL, "GET", path, NULL, NULL), 401);
+    assert_int_equal(call(standby_url, "not-a-token-of-this-fleet", "GET", path, NULL, NULL), 503);
+    free(d1);
+    free(d2);
+}
+
+static void test_standby_cancellation_is_carried_out_by_the_scheduler(void **state)
+{
+    (void)state;
+    if (!store_uri)
+        skip();
+    json_t *spec = json_pack("{s:[s,s]}", "command", "/bin/sleep", "300");
+    json_t *r = NULL;
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "POST", "/v1/jobs", spec, &r), 201);
+    json_decref(spec);
+    char *id = px_strdup(json_string_value(json_object_get(r, "id")));
+    json_decref(r);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    const char *st = NULL;
+    for (int t = 0; t < 1200; t++) {
+        json_t *j = NULL;
+        assert_int_equal(call(standby_url, FH_USER_TOKEN, "GET", path, NULL, &j), 200);
+        bool running = strcmp(json_string_value(json_object_get(j, "state")), "running") == 0;
+        json_decref(j);
+        if (running) {
+            st = "running";
+            break;
+        }
+        fh_sleep_ms(50);
+    }
+    assert_non_null(st);
+    /* Another user's job is not theirs to cancel, on the standby too. */
+    snprintf(path, sizeof path, "/v1/jobs/%s/cancel", id);
+    assert_int_equal(call(standby_url, FH_OTHER_TOKEN, "POST", path, NULL, NULL), 404);
+    /* The standby records it, the scheduler stops the job, the standby
+     * answers (202 only if the scheduler has not acted within 10 s: then
+     * wait for it here, nothing is timed). */
+    long code = call(standby_url, FH_USER_TOKEN, "POST", path, NULL, &r);
+    if (code != 200)
+        fh_print_log(fleet.server.log);
+    assert_true(code == 200 || code == 202);
+    json_decref(r);
+    char *final = wait_done_on_standby(id);
+    assert_string_equal(final, "cancelled");
+    free(final);
+    json_t *j = fh_job(&fleet, id);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), "cancelled");
+    json_decref(j);
+    /* Asked again: it has ended. */
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "POST", path, NULL, NULL), 409);
+    free(id);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_standby_serves_submissions_and_reads_from_the_database),
         cmocka_unit_test(test_scheduler_woken_by_the_databases_notification),
+        cmocka_unit_test(test_blobs_uploaded_to_one_replica_are_served_by_the_other),
+        cmocka_unit_test(test_standby_cancellation_is_carried_out_by_the_scheduler),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

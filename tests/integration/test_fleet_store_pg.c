@@ -6,7 +6,9 @@
  * the connection is closed and opened again, newer schemas and passwords
  * in the URI are refused, and the scheduler lease: one holder at a time,
  * taken over when its holder's connection goes, and jobs accepted by a
- * replica that does not schedule are claimed once. */
+ * replica that does not schedule are claimed once; blobs in chunks, read
+ * back whole, checked against their digest on the way in and out;
+ * cancellations recorded by any replica, taken once. */
 #include "px_test.h"
 
 #include "fleet/fleet_impl.h"
@@ -523,6 +525,193 @@ static void test_pg_many_jobs_and_explanations_in_one_call(void **state)
     free(uri);
 }
 
+/* A temporary file holding n bytes of a pattern (n may be 0); its digest
+ * in hex.  The file is unlinked: only the descriptor remains. */
+static int pattern_file(size_t n, char hex[65])
+{
+    char path[] = "/tmp/px-blob-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    px_sha256_ctx *h;
+    px_err err;
+    px_assert_ok(px_sha256_new(&h, &err), &err);
+    char buf[4096];
+    for (size_t done = 0; done < n;) {
+        size_t k = PX_MIN(sizeof buf, n - done);
+        for (size_t i = 0; i < k; i++)
+            buf[i] = (char)((done + i) * 2654435761u >> 13);
+        px_sha256_update(h, buf, k);
+        assert_int_equal(write(fd, buf, k), (ssize_t)k);
+        done += k;
+    }
+    px_digest d;
+    px_sha256_final(h, &d);
+    px_digest_hex(&d, hex);
+    return fd;
+}
+
+/* Whether the file behind fd holds what pattern_file(n) wrote. */
+static bool same_bytes(int a, int b, size_t n)
+{
+    char x[4096], y[4096];
+    for (size_t at = 0; at < n;) {
+        size_t k = PX_MIN(sizeof x, n - at);
+        if (pread(a, x, k, (off_t)at) != (ssize_t)k || pread(b, y, k, (off_t)at) != (ssize_t)k ||
+            memcmp(x, y, k) != 0)
+            return false;
+        at += k;
+    }
+    char extra;
+    return pread(b, &extra, 1, (off_t)n) == 0;
+}
+
+static int empty_file(void)
+{
+    char path[] = "/tmp/px-blob-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    return fd;
+}
+
+static void test_pg_blobs_in_chunks_checked_both_ways(void **state)
+{
+    (void)state;
+    char *uri = fresh("blobs");
+    if (!uri)
+        skip();
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    /* Two chunks and a bit, stored once however often it is put. */
+    size_t n = (5u << 19) + 3;
+    char hex[65];
+    int src = pattern_file(n, hex);
+    px_assert_ok(st.ops->put_blob(st.self, hex, src, (int64_t)n, &err), &err);
+    px_assert_ok(st.ops->put_blob(st.self, hex, src, (int64_t)n, &err), &err);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM blobs"), 1);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM blob_chunks"), 3);
+    int dst = empty_file();
+    int64_t size = -1;
+    px_assert_ok(st.ops->get_blob(st.self, hex, dst, &size, &err), &err);
+    assert_int_equal(size, (int64_t)n);
+    assert_true(same_bytes(src, dst, n));
+    close(dst);
+    /* An empty blob is a blob. */
+    char empty_hex[65];
+    int e = pattern_file(0, empty_hex);
+    px_assert_ok(st.ops->put_blob(st.self, empty_hex, e, 0, &err), &err);
+    dst = empty_file();
+    px_assert_ok(st.ops->get_blob(st.self, empty_hex, dst, &size, &err), &err);
+    assert_int_equal(size, 0);
+    close(dst);
+    close(e);
+    /* None of that name. */
+    const char *none = "0000000000000000000000000000000000000000000000000000000000000000";
+    dst = empty_file();
+    assert_int_equal(st.ops->get_blob(st.self, none, dst, &size, &err), PX_ENOTFOUND);
+    /* Bytes that are not those of the name are refused, and nothing is
+     * kept of them. */
+    assert_int_equal(st.ops->put_blob(st.self, none, src, (int64_t)n, &err), PX_EIO);
+    assert_non_null(strstr(err.msg, "upload it again"));
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM blobs"), 2);
+    /* A file shorter than it says. */
+    assert_int_equal(st.ops->put_blob(st.self, none, src, (int64_t)n + 10, &err), PX_EIO);
+    assert_non_null(strstr(err.msg, "shorter"));
+    /* A chunk damaged in the database: the read says so, the blob is
+     * removed, and the next upload stores it afresh. */
+    PGconn *c = PQconnectdb(uri);
+    PGresult *r = PQexec(c, "UPDATE blob_chunks SET data = set_byte(data, 100, "
+                            "(get_byte(data, 100) + 1) % 256) WHERE n = 1");
+    assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    PQfinish(c);
+    assert_int_equal(st.ops->get_blob(st.self, hex, dst, &size, &err), PX_EIO);
+    assert_non_null(strstr(err.msg, "damaged"));
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM blob_chunks WHERE n = 1"), 0);
+    px_assert_ok(st.ops->put_blob(st.self, hex, src, (int64_t)n, &err), &err);
+    close(dst);
+    dst = empty_file();
+    px_assert_ok(st.ops->get_blob(st.self, hex, dst, &size, &err), &err);
+    assert_true(same_bytes(src, dst, n));
+    /* A chunk gone missing. */
+    assert_int_equal(query_int(uri, "WITH d AS (DELETE FROM blob_chunks WHERE n = 2 RETURNING 1) "
+                                    "SELECT COUNT(*) FROM d"),
+                     1);
+    close(dst);
+    dst = empty_file();
+    assert_int_equal(st.ops->get_blob(st.self, hex, dst, &size, &err), PX_EIO);
+    assert_non_null(strstr(err.msg, "missing"));
+    close(dst);
+    close(src);
+    st.ops->close(st.self);
+    free(uri);
+}
+
+static void collect_name(const char *name, void *ud)
+{
+    char *out = ud;
+    size_t n = strlen(out);
+    snprintf(out + n, 256 - n, "%s;", name);
+}
+
+static void test_pg_cancel_requests_taken_once(void **state)
+{
+    (void)state;
+    char *uri = fresh("cancels");
+    if (!uri)
+        skip();
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    px_assert_ok(st.ops->request_cancel(st.self, "j-000007", &err), &err);
+    px_assert_ok(st.ops->request_cancel(st.self, "j-000007", &err), &err);
+    px_assert_ok(st.ops->request_cancel(st.self, "j-000009", &err), &err);
+    char got[256] = "";
+    px_assert_ok(st.ops->take_cancels(st.self, 1, collect_name, got, &err), &err);
+    assert_string_equal(got, "j-000007;");
+    px_assert_ok(st.ops->take_cancels(st.self, 10, collect_name, got, &err), &err);
+    assert_string_equal(got, "j-000007;j-000009;");
+    px_assert_ok(st.ops->take_cancels(st.self, 10, collect_name, got, &err), &err);
+    assert_string_equal(got, "j-000007;j-000009;");
+    st.ops->close(st.self);
+    free(uri);
+}
+
+/* Statements are prepared once per session as a pipeline first sends
+ * them; one whose preparation the database skipped (after an earlier
+ * statement failed) is prepared again next time. */
+static void test_pg_statements_prepared_again_after_a_failed_pipeline(void **state)
+{
+    (void)state;
+    char *uri = fresh("prepared");
+    if (!uri)
+        skip();
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    px__job_row rows[2];
+    for (int i = 0; i < 2; i++) {
+        rows[i] = (px__job_row){
+            .state = "queued", .attempt = 1, .spec = "{}", .members = "[]", .exit_code = INT_MIN};
+        px_assert_ok(st.ops->insert_job(st.self, &rows[i], &err), &err);
+    }
+    /* The first row fails before the members' statement is first sent. */
+    rows[0].error = "\xff";
+    rows[1].state = "assigned";
+    rows[1].members = "[{\"node\":\"n1\",\"devices\":[],\"state\":\"assigned\"}]";
+    assert_int_equal(st.ops->update_jobs(st.self, rows, 2, &err), PX_EIO);
+    rows[0].error = NULL;
+    px_assert_ok(st.ops->update_jobs(st.self, rows, 2, &err), &err);
+    px_assert_ok(st.ops->update_jobs(st.self, rows, 2, &err), &err);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM members WHERE node = 'n1'"), 1);
+    for (int i = 0; i < 2; i++)
+        free(rows[i].id);
+    st.ops->close(st.self);
+    free(uri);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -534,6 +723,9 @@ int main(void)
         cmocka_unit_test(test_pg_batch_commits_together_and_survives_a_failed_write),
         cmocka_unit_test(test_pg_store_keeps_deployments_by_name),
         cmocka_unit_test(test_pg_many_jobs_and_explanations_in_one_call),
+        cmocka_unit_test(test_pg_blobs_in_chunks_checked_both_ways),
+        cmocka_unit_test(test_pg_cancel_requests_taken_once),
+        cmocka_unit_test(test_pg_statements_prepared_again_after_a_failed_pipeline),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

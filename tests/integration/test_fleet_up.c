@@ -23,10 +23,25 @@ static void run_up(bool tls)
     snprintf(f.dir, sizeof f.dir, "%s", dir);
     char *inv =
         fh_inventory(&f, "local", FH_L4("gpu0"), "{\"name\": \"torch\", \"version\": \"2.3.1\"}");
-    char *argv[] = {
-        (char *)px_test_plexus_bin(), "up", "--data", data, "--listen", listen, "--inventory", inv,
-        tls ? "--tls" : NULL,         NULL};
+    /* Without TLS the data folder is given relative to where up starts
+     * (as `up --data ./plexus-data` in the README): what a job gets
+     * must still be absolute. */
+    char *argv[] = {(char *)px_test_plexus_bin(),
+                    "up",
+                    "--data",
+                    tls ? data : "./data",
+                    "--listen",
+                    listen,
+                    "--inventory",
+                    inv,
+                    tls ? "--tls" : NULL,
+                    NULL};
+    char *cwd = getcwd(NULL, 0);
+    assert_non_null(cwd);
+    assert_int_equal(chdir(dir), 0);
     pid_t pid = fh_spawn(argv, log, NULL);
+    assert_int_equal(chdir(cwd), 0);
+    free(cwd);
     /* The tokens appear in the data folder; the user token drives the CLI. */
     char *tokens = px_asprintf("%s/tokens", data);
     char *user = NULL;
@@ -90,6 +105,30 @@ static void run_up(bool tls)
     px_assert_contains(out, "succeeded");
     free(out);
     free(err);
+    /* $PLEXUS_MODEL is an absolute path the job can read from its folder. */
+    char *model = px_test_shared_model("stories260K.gguf");
+    if (model) {
+        rc = fh_plexus(&out, &err, "submit", "--model", model, "--wait", "--timeout", "60", "--",
+                       "/bin/sh", "-c",
+                       "case \"$PLEXUS_MODEL\" in /*) head -c 4 \"$PLEXUS_MODEL\";; *) echo "
+                       "\"relative: $PLEXUS_MODEL\"; exit 1;; esac",
+                       NULL);
+        if (rc != 0) {
+            fh_print_log(log);
+            fail_msg("a model job on plexus up failed (%d): %s %s", rc, out, err);
+        }
+        char id[64] = "";
+        const char *sub = strstr(out, "submitted ");
+        assert_non_null(sub);
+        assert_int_equal(sscanf(sub, "submitted %63s", id), 1);
+        free(out);
+        free(err);
+        assert_int_equal(fh_plexus(&out, &err, "logs", id, NULL), 0);
+        px_assert_contains(out, "GGUF");
+        free(out);
+        free(err);
+        free(model);
+    }
     /* SIGTERM stops the agent and the server; the process exits 0. */
     kill(pid, SIGTERM);
     int status = -1;

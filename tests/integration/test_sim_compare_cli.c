@@ -3,6 +3,8 @@
  * none, and refusals of bad usage and bad packs. */
 #include "px_test.h"
 
+#include <math.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +77,43 @@ static char *slurp(const char *path)
 /* The first run's JSON, kept for the tests after it. */
 static char *plexus_vs_llamacpp;
 
+/* Each axis' tick labels step by one round amount (1, 2 or 5 times a
+ * power of ten), every label with the same number of decimals. */
+static void check_round_ticks(const char *svg)
+{
+    const char *key = "text-anchor=\"middle\">";
+    int axes = 0;
+    const char *p = strstr(svg, key);
+    while (p) {
+        double v[32];
+        int n = 0, decimals = -1;
+        /* One axis: consecutive labels until a line that is not a tick. */
+        for (; p && n < 32; p = strstr(p + 1, key)) {
+            const char *t = p + strlen(key), *dot = strchr(t, '.'), *end = strchr(t, '<');
+            int d = dot && dot < end ? (int)(end - dot - 1) : 0;
+            if (decimals >= 0 && d != decimals)
+                fail_msg("tick labels with %d and %d decimals", decimals, d);
+            decimals = d;
+            v[n++] = atof(t);
+            const char *next = strstr(p + 1, key), *axis_end = strstr(p, "text-anchor=\"end\"");
+            if (!next || (axis_end && axis_end < next)) {
+                p = next;
+                break;
+            }
+        }
+        assert_true(n >= 3);
+        double step = v[1] - v[0];
+        double mag = pow(10, floor(log10(step))), norm = step / mag;
+        if (!(fabs(norm - 1) < 1e-6 || fabs(norm - 2) < 1e-6 || fabs(norm - 5) < 1e-6))
+            fail_msg("tick step %g is not round", step);
+        for (int i = 1; i < n; i++)
+            if (fabs(v[i] - v[i - 1] - step) > 1e-6 * step)
+                fail_msg("uneven ticks %g, %g, %g", v[0], v[1], v[i]);
+        axes++;
+    }
+    assert_true(axes >= 2);
+}
+
 static void test_compare_reruns_are_byte_identical(void **state)
 {
     (void)state;
@@ -100,7 +139,11 @@ static void test_compare_reruns_are_byte_identical(void **state)
     px_assert_contains(a, "<svg xmlns=\"http://www.w3.org/2000/svg\"");
     assert_true(px_str_ends_with(a, "</svg>\n"));
     assert_null(strstr(strstr(a, "<svg") + 1, "<svg"));
-    px_assert_contains(a, "hetero-pair-h100-l4: tpot_p50_s (ms), 4 seeds");
+    /* The axis in the unit the header names, ticks at round steps. */
+    px_assert_contains(a, "hetero-pair-h100-l4: tpot_p50 (ms), 4 seeds");
+    assert_null(strstr(a, "tpot_p50_s"));
+    px_assert_contains(a, "text-anchor=\"end\">ms</text>");
+    check_round_ticks(a);
     json_t *doc = parse_doc(ja);
     assert_string_equal(json_string_value(json_object_get(doc, "schema")), "plexus.compare/1");
     assert_int_equal(json_array_size(json_object_get(doc, "scenarios")), 2);

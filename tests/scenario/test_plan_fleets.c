@@ -248,8 +248,11 @@ static void test_plan_fleets_no_layout_beats_the_search(void **state)
     static const struct {
         const char *fleet;
         uint32_t max_devices;
-    } cases[] = {{"home-lab-2x4090", 2}, {"m2ultra-2x4090-10gbe", 3}, {"hetero-pair-h100-l4", 2},
-                 {"irregular-4dev", 4},  {"a100-l4-100gbe", 3},       {"h100x2-l4x8", 4}};
+    } cases[] = {{"home-lab-2x4090", 2},        {"m2ultra-2x4090-10gbe", 3},
+                 {"hetero-pair-h100-l4", 2},    {"irregular-4dev", 4},
+                 {"a100-l4-100gbe", 3},         {"h100x2-l4x8", 4},
+                 {"mi300x2-h100x2-100gbe", 4},  {"gaudi3-h200-epyc-400gbe", 3},
+                 {"3090x4-pcie3-l4x2-10gbe", 3}};
     static const char *const names[] = {"llama-3-8b", "llama-3-70b"};
     size_t checked = 0;
     for (size_t c = 0; c < PX_ARRAY_LEN(cases); c++) {
@@ -318,8 +321,10 @@ static void test_plan_fleets_judges_baselines_by_their_own_rules(void **state)
     px_hw_graph_free(g);
 }
 
-static const char *const fleets[] = {"home-lab-2x4090",      "a100-l4-100gbe",  "h100x2-l4x8",
-                                     "m2ultra-2x4090-10gbe", "sixteen-4-types", "v100x8-h200"};
+static const char *const fleets[] = {
+    "home-lab-2x4090",       "a100-l4-100gbe",          "h100x2-l4x8",
+    "m2ultra-2x4090-10gbe",  "sixteen-4-types",         "v100x8-h200",
+    "mi300x2-h100x2-100gbe", "3090x4-pcie3-l4x2-10gbe", "gaudi3-h200-epyc-400gbe"};
 static const char *const models[] = {"llama-3-8b", "llama-3-70b", "qwen2.5-7b", "mixtral-8x7b"};
 
 /* On every new fleet, model and objective, plexus is at least as good as

@@ -3,10 +3,12 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -191,4 +193,67 @@ int px_test_run_input(char *const argv[], const char *input, int timeout_s, char
 int px_test_run(char *const argv[], int timeout_s, char **out, char **err)
 {
     return px_test_run_input(argv, NULL, timeout_s, out, err);
+}
+
+int px_test_run_pty(char *const argv[], const char *wait_for, const char *input, int timeout_s,
+                    char **out)
+{
+    int master = -1;
+    struct winsize ws = {.ws_row = 24, .ws_col = 120};
+    pid_t pid = forkpty(&master, NULL, NULL, &ws);
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        execvp(argv[0], argv);
+        fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    px_strbuf sout = PX_STRBUF_INIT;
+    uint64_t deadline = px_now_ns() + (uint64_t)timeout_s * 1000000000ull;
+    bool timed_out = false, sent = input == NULL;
+    for (;;) {
+        if (!sent && (!wait_for || strstr(sout.buf, wait_for))) {
+            size_t left = strlen(input);
+            const char *p = input;
+            while (left) {
+                ssize_t w = write(master, p, left);
+                if (w <= 0)
+                    break;
+                p += w;
+                left -= (size_t)w;
+            }
+            sent = true;
+        }
+        uint64_t now = px_now_ns();
+        if (now >= deadline) {
+            timed_out = true;
+            break;
+        }
+        struct pollfd fd = {master, POLLIN, 0};
+        int ms = (int)((deadline - now) / 1000000) + 1;
+        int r = poll(&fd, 1, ms > 1000 ? 1000 : ms);
+        if (r < 0 && errno != EINTR)
+            break;
+        if (r > 0) {
+            size_t before = sout.len;
+            drain(master, &sout);
+            /* EIO or end of file: every process holding the terminal left. */
+            if (sout.len == before)
+                break;
+        }
+    }
+    close(master);
+    int status = 0;
+    if (timed_out)
+        kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    if (out)
+        *out = px_strbuf_detach(&sout, NULL);
+    else
+        px_strbuf_release(&sout);
+    if (timed_out)
+        return -2;
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return WEXITSTATUS(status);
 }

@@ -33,6 +33,13 @@ const char *px_test_plexus_bin(void);
 int px_test_run(char *const argv[], int timeout_s, char **out, char **err);
 /* Like px_test_run, with stdin fed from `input` (may be NULL). */
 int px_test_run_input(char *const argv[], const char *input, int timeout_s, char **out, char **err);
+/* Runs argv on a new pseudo-terminal (stdin, stdout and stderr all on it, as
+ * for a person at a terminal), capturing what it writes there (malloc'd,
+ * NUL-terminated; the terminal turns "\n" into "\r\n").  When input is
+ * given it is typed once the output holds wait_for (at once for NULL).
+ * Returns as px_test_run does. */
+int px_test_run_pty(char *const argv[], const char *wait_for, const char *input, int timeout_s,
+                    char **out);
 
 static inline const char *px__test_err_msg(const px_err *e)
 {

@@ -327,6 +327,101 @@ static void test_cost_layout_uncertainty_sums_replicas(void **state)
     teardown_fixture(&fx);
 }
 
+/* One host: a cpu device and two emulated ones (compute slowdown 4, memory
+ * slowdown 2), with `cpu` as the node's cpu member ("" for none). */
+static px_hw_graph *host_json(const char *cpu)
+{
+    static const char *emu =
+        "{\"id\":\"%s\",\"class\":\"gpu\",\"model\":\"emu\",\"emulated\":true,"
+        "\"backend\":\"emu\",\"compute\":{\"f32\":\"500 GFLOP/s\"},\"memory\":[{\"id\":"
+        "\"m\",\"kind\":\"hbm\",\"capacity\":\"64 GiB\",\"bandwidth\":\"50 GB/s\"}],"
+        "\"emu\":{\"compute_slowdown\":4,\"memory_slowdown\":2}}";
+    char *e0 = px_asprintf(emu, "emu0"), *e1 = px_asprintf(emu, "emu1");
+    char *doc = px_asprintf(
+        "{\"schema\":\"plexus.inventory/1\",\"name\":\"h\",\"nodes\":[{\"id\":\"n1\"%s%s,"
+        "\"memory\":[{\"id\":\"ddr0\",\"kind\":\"ddr\",\"capacity\":\"256 GiB\","
+        "\"bandwidth\":\"100 GB/s\"}],\"devices\":[{\"id\":\"cpu0\",\"class\":\"cpu\","
+        "\"backend\":\"cpu\",\"compute\":{\"f32\":\"1 TFLOP/s\"}},%s,%s]}],\"links\":["
+        "{\"from\":\"n1.cpu0\",\"to\":\"n1.emu0\",\"kind\":\"loopback\",\"bandwidth\":"
+        "\"10 GB/s\",\"latency\":\"5 us\"},{\"from\":\"n1.emu0\",\"to\":\"n1.emu1\","
+        "\"kind\":\"loopback\",\"bandwidth\":\"10 GB/s\",\"latency\":\"5 us\"}]}",
+        cpu[0] ? ",\"cpu\":" : "", cpu, e0, e1);
+    px_hw_graph *g = load(doc);
+    free(e0);
+    free(e1);
+    free(doc);
+    return g;
+}
+
+static px_cost_pipeline three_on_host(const fixture *fx)
+{
+    px_cost_pipeline p = two_stages(fx, dev(fx, "n1.cpu0"), dev(fx, "n1.emu0"), 10);
+    p.n_stages = 3;
+    p.stages[2] = p.stages[1];
+    p.stages[1].last = 19;
+    p.stages[1].head = false;
+    p.stages[2].devices[0] = dev(fx, "n1.emu1");
+    p.stages[2].first = 20;
+    return p;
+}
+
+/* Stages on one host's cores: a step lasts at least the core-seconds its
+ * micro-batches ask of them (a cpu device all its time, an emulated one
+ * 1/slowdown of it) over the node's cores; without cores declared, no
+ * floor; with many, the same step as without. */
+static void test_cost_host_cores_floor_the_step(void **state)
+{
+    (void)state;
+    px_cost_estimate none, many, one;
+    const char *cpus[] = {"", "{\"cores\":512}", "{\"cores\":1}"};
+    px_cost_estimate *out[] = {&none, &many, &one};
+    for (int k = 0; k < 3; k++) {
+        fixture fx;
+        setup_fixture(&fx, host_json(cpus[k]), "llama-3-8b", PX_DTYPE_COUNT_);
+        fx.wl.batch = 6;
+        fx.wl.micro_batches = 3;
+        px_cost_pipeline p = three_on_host(&fx);
+        *out[k] = *eval(&fx, &p);
+        assert_int_equal(out[k]->why, PX_COST_OK);
+        if (k == 2) {
+            double want = 0;
+            for (uint32_t i = 0; i < 3; i++) {
+                const px_cost_stage_est *e = &one.stages[i];
+                bool cpu = i == 0;
+                double slow = e->compute_s > e->mem_s ? 4.0 : 2.0;
+                want += 3 * e->serve_s * (cpu ? 1.0 : 1.0 / slow);
+                assert_true(fabs(e->host_core_s - e->serve_s * (cpu ? 1.0 : 1.0 / slow)) <=
+                            1e-12 * e->serve_s);
+            }
+            assert_true(fabs(one.host_cores_s - want) <= 1e-9 * want);
+            assert_int_equal(one.host_node, fx.fleet->devices[dev(&fx, "n1.cpu0")].node);
+        }
+        teardown_fixture(&fx);
+    }
+    assert_true(none.host_cores_s == 0);
+    assert_int_equal(none.host_node, PX_HW_NONE);
+    assert_true(many.host_cores_s > 0 && many.host_cores_s < many.step_s);
+    assert_true(many.step_s == none.step_s && many.tpot_s == none.tpot_s);
+    /* One core: the floor binds the step, the time per token and the
+     * throughput (batch over the step). */
+    assert_true(one.step_s == one.host_cores_s && one.step_s > none.step_s);
+    assert_true(one.tpot_s >= one.host_cores_s);
+    assert_true(fabs(one.throughput - 6 / one.step_s) <= 1e-9 * one.throughput);
+}
+
+/* Replicas on one host share its cores: where their uses add up past 1,
+ * each slows by the sum; other hosts and undeclared ones are untouched. */
+static void test_cost_replicas_share_a_hosts_cores(void **state)
+{
+    (void)state;
+    const uint32_t node[] = {0, 0, PX_HW_NONE, 1, 2, 2};
+    const double use[] = {0.7, 0.6, 0.9, 0.5, 0.5, 0.4};
+    double k[6];
+    px_cost_host_shares(node, use, 6, k);
+    assert_true(fabs(k[0] - 1.3) < 1e-12 && fabs(k[1] - 1.3) < 1e-12);
+    assert_true(k[2] == 1 && k[3] == 1 && k[4] == 1 && k[5] == 1);
+}
+
 /* A device that names no backend is planned for its vendor's stack. */
 static void test_cost_default_backend_follows_the_vendor(void **state)
 {
@@ -599,6 +694,8 @@ int main(void)
         cmocka_unit_test(test_cost_stage_quick_matches_pipeline_eval),
         cmocka_unit_test(test_cost_block_quantized_weights_run_int8_products),
         cmocka_unit_test(test_cost_refuses_bad_parameters_and_layouts),
+        cmocka_unit_test(test_cost_host_cores_floor_the_step),
+        cmocka_unit_test(test_cost_replicas_share_a_hosts_cores),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

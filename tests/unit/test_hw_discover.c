@@ -628,11 +628,54 @@ static void test_this_machine_is_discovered(void **state)
     json_t *free_ = json_object_get(json_object_get(node0(doc), "live"), "memory_free");
     assert_true(qty_value(free_, PX_DIM_BYTES) > 0);
     assert_string_equal(probe_status(doc, "cpu"), "ok");
+    /* The processors usable here: at least one, at most what hwloc counts. */
+    json_t *host = json_object_get(node0(doc), "cpu");
+    double cores = qty_value(json_object_get(host, "cores"), PX_DIM_NONE);
+    assert_true(cores >= 1 && cores <= (double)json_integer_value(json_object_get(x, "cores")));
+    assert_true(qty_value(json_object_get(host, "threads"), PX_DIM_NONE) >= cores);
     /* Any GPUs it found become devices with links. */
     size_t n_gpus = json_array_size(json_object_get(node0(doc), "devices")) - 1;
     if (n_gpus)
         assert_true(json_array_size(json_object_get(doc, "links")) <= n_gpus);
     assert_validates(doc);
+    json_decref(doc);
+    px_diags_release(&report);
+}
+
+/* The node's usable processors: hwloc's counts cut to a cgroup quota
+ * (half a CPU keeps one thread busy part of the time), with provenance. */
+static void test_host_cpu_follows_the_cgroup_quota(void **state)
+{
+    (void)state;
+    const char *root = make_sysroot("root-quota", false);
+    char *p;
+    make_dirs((p = px_asprintf("%s/sys/fs/cgroup", root)));
+    free(p);
+    write_text((p = px_asprintf("%s/sys/fs/cgroup/cpu.max", root)), "50000 100000\n");
+    free(p);
+    px_hw_discover_options opt = {.python = "", .nvidia_smi = "", .sysroot = root};
+    json_t *doc = NULL;
+    px_diags report;
+    px_diags_init(&report);
+    px_err err;
+    px_assert_ok(px_hw_discover(&opt, &doc, &report, &err), &err);
+    json_t *cpu = json_object_get(node0(doc), "cpu");
+    assert_non_null(cpu);
+    assert_true(qty_value(json_object_get(cpu, "cores"), PX_DIM_NONE) == 1);
+    assert_true(qty_value(json_object_get(cpu, "threads"), PX_DIM_NONE) == 1);
+    json_t *th = json_object_get(cpu, "threads");
+    assert_string_equal(json_string_value(json_object_get(th, "provenance")), "discovered");
+    assert_non_null(strstr(json_string_value(json_object_get(th, "source")), "cgroup cpu.max"));
+    assert_validates(doc);
+    json_decref(doc);
+    /* No quota ("max"): the counts as found. */
+    write_text((p = px_asprintf("%s/sys/fs/cgroup/cpu.max", root)), "max 100000\n");
+    free(p);
+    px_assert_ok(px_hw_discover(&opt, &doc, &report, &err), &err);
+    cpu = json_object_get(node0(doc), "cpu");
+    json_t *x = json_object_get(device(doc, "cpu0"), "x-cpu");
+    assert_true(qty_value(json_object_get(cpu, "threads"), PX_DIM_NONE) ==
+                (double)json_integer_value(json_object_get(x, "threads")));
     json_decref(doc);
     px_diags_release(&report);
 }
@@ -683,6 +726,7 @@ int main(void)
         cmocka_unit_test(test_unreported_fields_leave_members_out),
         cmocka_unit_test(test_this_machine_is_discovered),
         cmocka_unit_test(test_measure_records_bandwidth_and_throughput),
+        cmocka_unit_test(test_host_cpu_follows_the_cgroup_quota),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -168,6 +168,31 @@ static void test_export_read_export_is_a_fixed_point(void **state)
     }
 }
 
+/* A node's cpu counts come back with their provenance, and read again
+ * to the same figures. */
+static void test_export_keeps_host_cpu_counts(void **state)
+{
+    (void)state;
+    px_hw_graph *g = from_text(
+        "{\"schema\": \"plexus.inventory/1\", \"nodes\": [{\"id\": \"n1\", \"devices\": [], "
+        "\"cpu\": {\"threads\": 16, \"cores\": {\"value\": 8, \"provenance\": \"discovered\", "
+        "\"source\": \"sysconf\"}}}]}");
+    char *text = export_text(g);
+    json_t *doc = json_loads(text, 0, NULL);
+    json_t *cpu = json_object_get(json_array_get(json_object_get(doc, "nodes"), 0), "cpu");
+    json_t *cores = json_object_get(cpu, "cores");
+    assert_string_equal(json_string_value(json_object_get(cores, "provenance")), "discovered");
+    assert_string_equal(json_string_value(json_object_get(cores, "source")), "sysconf");
+    px_hw_graph *h = from_text(text);
+    const px_hw_node *n = &px_hw_graph_view(h)->nodes[0];
+    assert_true(n->cpu_cores.value == 8 && n->cpu_threads.value == 16);
+    assert_int_equal(n->cpu_cores.prov.kind, PX_PROV_DISCOVERED);
+    json_decref(doc);
+    free(text);
+    px_hw_graph_free(h);
+    px_hw_graph_free(g);
+}
+
 static void test_export_writes_catalogue_values_with_sources(void **state)
 {
     (void)state;
@@ -342,6 +367,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_export_is_byte_identical_for_shuffled_equal_inputs),
         cmocka_unit_test(test_export_read_export_is_a_fixed_point),
+        cmocka_unit_test(test_export_keeps_host_cpu_counts),
         cmocka_unit_test(test_export_writes_catalogue_values_with_sources),
         cmocka_unit_test(test_export_digest_changes_with_any_figure),
         cmocka_unit_test(test_export_writes_inherited_values_once),

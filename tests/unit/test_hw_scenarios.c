@@ -23,6 +23,9 @@ static const char *const good[] = {
     "sixteen-4-types.json",
     "v100x8-h200.json",
     "h200-local.json",
+    "mi300x2-h100x2-100gbe.json",
+    "3090x4-pcie3-l4x2-10gbe.json",
+    "gaudi3-h200-epyc-400gbe.json",
 };
 
 typedef struct refusal {

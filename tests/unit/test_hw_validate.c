@@ -159,6 +159,39 @@ static void test_validate_quantities(void **state)
 #undef TIER
 }
 
+/* A node's cpu: whole counts of processors, threads at least the cores,
+ * each refusal at its member with a fix; provenance kept. */
+static void test_validate_host_cpu(void **state)
+{
+    (void)state;
+#define CPU(x) HEAD "\"nodes\": [{\"id\": \"n1\", \"cpu\": " x ", \"devices\": []}]}"
+    refuse(CPU("{\"cores\": 0}"), 1, "/nodes/0/cpu/cores", "is zero");
+    refuse(CPU("{\"cores\": -2}"), 1, "/nodes/0/cpu/cores", "negative");
+    refuse(CPU("{\"cores\": 2.5}"), 1, "/nodes/0/cpu/cores", "not a whole number");
+    refuse(CPU("{\"cores\": 1e9}"), 1, "/nodes/0/cpu/cores", "not a whole number");
+    refuse(CPU("{\"cores\": \"2 GB\"}"), 1, "/nodes/0/cpu/cores", "");
+    refuse(CPU("{\"cores\": 8, \"threads\": 4}"), 1, "/nodes/0/cpu/threads",
+           "a core runs at least one thread");
+    refuse(CPU("{\"core\": 8}"), 1, "/nodes/0/cpu/core", "unknown");
+    refuse(CPU("[8]"), 1, "/nodes/0/cpu", "object");
+    refuse(CPU("{\"cores\": {\"value\": 2, \"provenance\": \"rumour\"}}"), 1, "/nodes/0/cpu/cores",
+           "provenance");
+    result r = run(CPU("{\"cores\": {\"value\": 2, \"provenance\": \"discovered\", "
+                       "\"source\": \"sysconf\"}, \"threads\": 4}"),
+                   true);
+    assert_int_equal(r.st, PX_OK);
+    const px_hw_node *n = &px_hw_graph_view(r.g)->nodes[0];
+    assert_true(n->cpu_cores.value == 2 && n->cpu_threads.value == 4);
+    assert_int_equal(n->cpu_cores.prov.kind, PX_PROV_DISCOVERED);
+    assert_string_equal(n->cpu_cores.prov.source, "sysconf");
+    done(&r);
+    r = run(CPU("{}"), true);
+    assert_int_equal(r.st, PX_OK);
+    assert_true(px_hw_graph_view(r.g)->nodes[0].cpu_cores.value == 0);
+    done(&r);
+#undef CPU
+}
+
 static void test_validate_duplicate_ids(void **state)
 {
     (void)state;
@@ -491,6 +524,7 @@ int main(void)
         cmocka_unit_test(test_validate_warnings_and_strict_mode),
         cmocka_unit_test(test_validate_size_limits),
         cmocka_unit_test(test_validate_graph_again_against_a_catalogue),
+        cmocka_unit_test(test_validate_host_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -248,9 +248,10 @@ static void test_attention_bytes_read_the_whole_cache(void **state)
     px_assert_ok(px_ir_op_cost(m, id, d, &c, &err), &err);
     uint64_t qd = 4096, kvd = 1024;
     /* q, new k and v in f32 activations; the cache of all T positions of K
-     * and V (f32 by default); written: the output and the appended K, V. */
-    assert_int_equal(c.bytes_read, 2 * 1 * (qd + 2 * kvd) * 4 + 2 * 1000 * 2 * kvd * 4);
-    assert_int_equal(c.bytes_written, 2 * 1 * (qd * 4 + 2 * kvd * 4));
+     * and V (bf16, the preset's weights' dtype); written: the output and
+     * the appended K, V. */
+    assert_int_equal(c.bytes_read, 2 * 1 * (qd + 2 * kvd) * 4 + 2 * 1000 * 2 * kvd * 2);
+    assert_int_equal(c.bytes_written, 2 * 1 * (qd * 4 + 2 * kvd * 2));
     assert_int_equal(c.flops, 2 * 1000 * 32 * (4 * 128 + 5));
     assert_true(att->rewrites & PX_IR_RW_PAGE);
     assert_true(att->rewrites & PX_IR_RW_QUANTIZE_KV);
@@ -415,6 +416,37 @@ static void test_annotations_mark_sensitive_and_observable_ops(void **state)
     px_ir_model_free(m);
 }
 
+/* A preset keeps its KV cache in its 16-bit weights' dtype, as the
+ * deployments of its source do; f32 weights keep an f32 cache. */
+static void test_preset_kv_cache_takes_the_weights_dtype(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"llama-3-8b", "llama-3-70b", "mistral-7b", "mixtral-8x7b",
+                                        "qwen2.5-7b"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        px_ir_model *m = preset(names[i], PX_DTYPE_COUNT_, NULL);
+        assert_int_equal(px_ir_model_kv(m, 0)->dtype, PX_DTYPE_BF16);
+        px_ir_totals t;
+        px_ir_model_totals(m, &t);
+        assert_int_equal(t.kv_bytes_token, px_ir_model_kv_bytes_per_token(m, PX_DTYPE_BF16));
+        px_ir_model_free(m);
+    }
+    px_ir_model *m = preset("llama-3-8b", PX_DTYPE_COUNT_, NULL);
+    px_ir_totals t;
+    px_ir_model_totals(m, &t);
+    /* 2 * 32 layers * 8 kv heads * 128 * 2 bytes. */
+    assert_int_equal(t.kv_bytes_token, 131072);
+    px_ir_model_free(m);
+    m = preset("llama-3-8b", PX_DTYPE_F16, NULL);
+    assert_int_equal(px_ir_model_kv(m, 0)->dtype, PX_DTYPE_F16);
+    px_ir_model_free(m);
+    m = preset("llama-3-8b", PX_DTYPE_F32, NULL);
+    assert_int_equal(px_ir_model_kv(m, 0)->dtype, PX_DTYPE_F32);
+    px_ir_model_totals(m, &t);
+    assert_int_equal(t.kv_bytes_token, 2 * 131072);
+    px_ir_model_free(m);
+}
+
 static void test_kv_dtype_and_sliding_window(void **state)
 {
     (void)state;
@@ -457,6 +489,7 @@ int main(void)
         cmocka_unit_test(test_dit_is_bidirectional_without_kv_cache),
         cmocka_unit_test(test_annotations_mark_sensitive_and_observable_ops),
         cmocka_unit_test(test_kv_dtype_and_sliding_window),
+        cmocka_unit_test(test_preset_kv_cache_takes_the_weights_dtype),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

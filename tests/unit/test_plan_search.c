@@ -365,7 +365,8 @@ static void test_plan_bounded_relaxation_lowers_only_allowed_regions(void **stat
     assert_string_equal(json_string_value(json_object_get(prec, "ffn_weights")), "fp8_e4m3");
     assert_string_equal(json_string_value(json_object_get(prec, "weights")), "bf16");
     assert_string_equal(json_string_value(json_object_get(prec, "activations")), "f32");
-    assert_string_equal(json_string_value(json_object_get(prec, "kv")), "f32");
+    /* The KV cache keeps its stored dtype (the preset's bf16). */
+    assert_string_equal(json_string_value(json_object_get(prec, "kv")), "bf16");
     const json_t *cj = json_object_get(doc, "contract");
     assert_string_equal(json_string_value(json_object_get(cj, "verdict")),
                         "allowed-after-validation");

@@ -261,6 +261,82 @@ static void test_quant_matvec_independent_of_rows_and_batch(void **state)
     free(x);
 }
 
+/* Products of more activation rows than a group (PX__RT_QDOT_ROWS) over
+ * more weight rows than a tile (px__rt_tile_rows), neither a multiple of
+ * its unit, and a row range starting and ending inside tiles: every
+ * output equals the portable single dot (chunk by chunk past
+ * PX__RT_QCHUNK values), and no output outside the range is written. */
+static void test_quant_products_cross_tile_boundaries(void **state)
+{
+    (void)state;
+    const px__rt_kernels *variants[3] = {&px__rt_kernels_portable, px__rt_kernels_avx2(),
+                                         px__rt_kernels_avx512()};
+    enum { NX = 7 };
+    static const uint32_t ks[] = {512, PX__RT_QCHUNK + 256};
+    px_rng r;
+    px_rng_seed(&r, 13);
+    for (size_t f = 0; f < PX_ARRAY_LEN(k_formats); f++) {
+        px_dtype t = k_formats[f];
+        for (size_t kk = 0; kk < PX_ARRAY_LEN(ks); kk++) {
+            uint32_t k = ks[kk];
+            size_t rb = (size_t)k / px_dtype_block_elems(t) * px_dtype_block_bytes(t);
+            uint32_t tile = px__rt_tile_rows(rb, NX);
+            assert_true(tile < 4096);
+            uint32_t rows = tile + tile / 2 + 3, i0 = 3, i1 = rows - 2;
+            size_t ab = px__rt_quant_act_bytes(t, k);
+            uint8_t *w = malloc(rows * rb), *xq = malloc(NX * ab);
+            float *x = malloc((size_t)NX * k * sizeof(float));
+            float *want = malloc((size_t)NX * rows * sizeof(float));
+            float *got = malloc((size_t)NX * rows * sizeof(float));
+            assert_true(w && xq && x && want && got);
+            for (uint32_t i = 0; i < rows; i++)
+                random_blocks(&r, t, w + i * rb, k);
+            random_floats(&r, x, (size_t)NX * k);
+            for (uint32_t q = 0; q < NX; q++)
+                px__rt_quant_act(t, x + (size_t)q * k, xq + q * ab, k);
+            for (uint32_t q = 0; q < NX; q++)
+                for (uint32_t i = 0; i < rows; i++) {
+                    float v = NAN;
+                    for (uint32_t c0 = 0; c0 < k && i >= i0 && i < i1; c0 += PX__RT_QCHUNK) {
+                        uint32_t n = PX_MIN(PX__RT_QCHUNK, k - c0);
+                        float d = px__rt_quant_dot_portable(
+                            t, w + i * rb + c0 / px_dtype_block_elems(t) * px_dtype_block_bytes(t),
+                            xq + q * ab + px__rt_quant_act_bytes(t, c0), n);
+                        v = c0 == 0 ? d : v + d;
+                    }
+                    want[(size_t)q * rows + i] = v;
+                }
+            for (size_t v = 0; v < 3 && variants[v]; v++)
+                for (int path = 0; path < 3; path++) {
+                    for (size_t j = 0; j < (size_t)NX * rows; j++)
+                        got[j] = NAN;
+                    if (path == 0)
+                        variants[v]->matmul_quant(t, w, rb, k, i0, i1, xq, ab, NX, got, rows);
+                    else if (path == 1)
+                        variants[v]->matmul(t, w, rb, k, i0, i1, x, k, NX, got, rows);
+                    else /* one activation row at a time (decode) */
+                        for (uint32_t q = 0; q < NX; q++)
+                            variants[v]->matmul_quant(t, w, rb, k, i0, i1, xq + q * ab, ab, 1,
+                                                      got + (size_t)q * rows, rows);
+                    for (size_t j = 0; j < (size_t)NX * rows; j++)
+                        if (memcmp(&got[j], &want[j], sizeof(float)) != 0)
+                            fail_msg("%s, k %u, %s %s: activation row %zu, weight row %zu of "
+                                     "[%u, %u): %.9g, the single dot %.9g",
+                                     px_dtype_name(t), k, variants[v]->name,
+                                     path == 1 ? "matmul"
+                                     : path    ? "matmul_quant, one row"
+                                               : "matmul_quant",
+                                     j / rows, j % rows, i0, i1, (double)got[j], (double)want[j]);
+                }
+            free(w);
+            free(xq);
+            free(x);
+            free(want);
+            free(got);
+        }
+    }
+}
+
 /* Hostile blocks: NaN and infinite scales, and activations holding NaN,
  * give NaN (never a crash nor a plausible number). */
 static void test_quant_non_finite_inputs_give_nan(void **state)
@@ -471,6 +547,7 @@ int main(void)
         cmocka_unit_test(test_quant_avx2_and_avx512_dots_equal_portable_bit_for_bit),
         cmocka_unit_test(test_quant_dot_close_to_float_dot),
         cmocka_unit_test(test_quant_matvec_independent_of_rows_and_batch),
+        cmocka_unit_test(test_quant_products_cross_tile_boundaries),
         cmocka_unit_test(test_quant_non_finite_inputs_give_nan),
         cmocka_unit_test(test_quant_models_generate_the_same_for_any_threads_and_batch),
         cmocka_unit_test(test_quant_models_same_on_portable_avx2_and_emu),
