@@ -325,7 +325,7 @@ static void tick(px_fleet_server *srv)
                         start->name, start->addr, (double)(px_now_ns() - t0) / 1e9);
         } else {
             px_strlcpy(start->state, "failed", sizeof start->state);
-            snprintf(start->detail, sizeof start->detail, "%s", err.msg);
+            px_textf(start->detail, sizeof start->detail, "%s", err.msg);
             start->retry_ns = px_now_ns() + RETRY_NS;
             px_log_warn("fleet: deployment %s: the front end did not start: %s", start->name,
                         err.msg);
