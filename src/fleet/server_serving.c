@@ -56,8 +56,9 @@ struct px__serving {
     px_contract *contract;
     json_t *incidents; /* the front end's, last read */
     json_t *stages;    /* the front end's replicas, last read */
-    uint64_t retry_ns, status_ns;
-    int refs; /* requests being routed to it */
+    uint64_t retry_ns, status_ns, observed_ns;
+    size_t incidents_recorded; /* the front end's incidents already stored as records */
+    int refs;                  /* requests being routed to it */
     bool gone;
     bool busy;    /* its front end is being started */
     bool polling; /* its figures are being read */
@@ -221,6 +222,47 @@ static void read_status(px__serving *s, json_t **status, json_t **incidents)
     px_fleet_client_free(c);
 }
 
+/* Stores what the front end reported as the deployment's records (the
+ * dashboard's): each new incident, and every OBSERVE_NS the running batch
+ * and the queue of each replica.  Server lock held. */
+#define OBSERVE_NS 5000000000ull
+static void report_records(px_fleet_server *srv, px__serving *s)
+{
+    px__who self = {.kind = PX__WHO_USER};
+    px_strlcpy(self.name, "plexus-server", sizeof self.name);
+    px_err err;
+    int64_t seq;
+    for (; s->incidents_recorded < json_array_size(s->incidents); s->incidents_recorded++) {
+        json_t *inc = json_deep_copy(json_array_get(s->incidents, s->incidents_recorded));
+        json_object_del(inc, "replica"); /* the front end's numbering, not the record's */
+        json_t *checked = inc ? px__deploy_incident_check(inc, &err) : NULL;
+        if (!checked || px__srv_deploy_record(srv, s->name, PX__RECORD_INCIDENT, checked, &self,
+                                              &seq, &err) != PX_OK)
+            px_log_warn("fleet: deployment %s: incident not recorded: %s", s->name, err.msg);
+        json_decref(checked);
+        json_decref(inc);
+    }
+    if (px_now_ns() < s->observed_ns)
+        return;
+    s->observed_ns = px_now_ns() + OBSERVE_NS;
+    size_t i;
+    json_t *r;
+    json_array_foreach(s->stages, i, r)
+    {
+        json_t *obs = json_pack("{s:I, s:f, s:I, s:I}", "replica",
+                                json_integer_value(json_object_get(r, "index")), "window_s",
+                                (double)OBSERVE_NS / 1e9, "running",
+                                json_integer_value(json_object_get(r, "running")), "queued",
+                                json_integer_value(json_object_get(r, "waiting")));
+        json_t *checked = obs ? px__deploy_observation_check(obs, &err) : NULL;
+        if (!checked || px__srv_deploy_record(srv, s->name, PX__RECORD_OBSERVATION, checked, &self,
+                                              &seq, &err) != PX_OK)
+            px_log_warn("fleet: deployment %s: observation not recorded: %s", s->name, err.msg);
+        json_decref(checked);
+        json_decref(obs);
+    }
+}
+
 static void tick(px_fleet_server *srv)
 {
     wanted w = {json_array()};
@@ -357,8 +399,10 @@ static void tick(px_fleet_server *srv)
             json_decref(s->incidents);
             s->incidents = json_incref(json_object_get(incidents, "data"));
         }
-        if (!s->gone)
+        if (!s->gone) {
             store_state(srv, s);
+            report_records(srv, s);
+        }
         pthread_mutex_unlock(&srv->lock);
         json_decref(status);
         json_decref(incidents);
