@@ -57,6 +57,8 @@ struct px__serving {
     json_t *incidents; /* the front end's, last read */
     json_t *stages;    /* the front end's replicas, last read */
     uint64_t retry_ns, status_ns, observed_ns;
+    px_serve_figures served;   /* the front end's figures at the last observation */
+    uint64_t served_ns;        /* when they were read; 0 not yet */
     size_t incidents_recorded; /* the front end's incidents already stored as records */
     int refs;                  /* requests being routed to it */
     bool gone;
@@ -222,6 +224,60 @@ static void read_status(px__serving *s, json_t **status, json_t **incidents)
     px_fleet_client_free(c);
 }
 
+static json_t *quantiles(const px_serve_figures *now, const uint64_t *was, const uint64_t *is)
+{
+    uint64_t d[PX_SERVE_BUCKETS + 1];
+    for (size_t i = 0; i <= PX_SERVE_BUCKETS; i++)
+        d[i] = is[i] - was[i];
+    double p50 = px_serve_figures_quantile(now->bounds, d, 0.50);
+    double p99 = px_serve_figures_quantile(now->bounds, d, 0.99);
+    return isnan(p50) ? NULL : json_pack("{s:f, s:f}", "p50", p50, "p99", p99);
+}
+
+/* The whole front end's figures over the window since the last reading:
+ * tokens/s, and TTFT and TPOT of the requests that finished in it (from
+ * /metrics' histograms, so quantiles within a bucket are interpolated). */
+static void report_served(px_fleet_server *srv, px__serving *s, const px__who *self)
+{
+    if (!s->serve)
+        return;
+    px_serve_figures now;
+    px_serve_figures_get(s->serve, &now);
+    uint64_t t = px_now_ns();
+    px_serve_figures was = s->served;
+    uint64_t since = s->served_ns;
+    s->served = now;
+    s->served_ns = t;
+    bool fresh = now.completion_tokens < was.completion_tokens || now.completions < was.completions;
+    for (size_t i = 0; i <= PX_SERVE_BUCKETS; i++)
+        fresh = fresh || now.ttft[i] < was.ttft[i] || now.tpot[i] < was.tpot[i];
+    if (!since || t <= since || fresh) /* a first reading, or a front end started again */
+        return;
+    double window = (double)(t - since) / 1e9;
+    json_t *obs = json_pack("{s:f, s:f, s:I}", "window_s", window, "tokens_per_s",
+                            (double)(now.completion_tokens - was.completion_tokens) / window,
+                            "requests", (json_int_t)(now.completions - was.completions));
+    json_t *ttft = quantiles(&now, was.ttft, now.ttft);
+    json_t *tpot = quantiles(&now, was.tpot, now.tpot);
+    if (obs && ttft)
+        json_object_set_new(obs, "ttft_s", ttft);
+    else
+        json_decref(ttft);
+    if (obs && tpot)
+        json_object_set_new(obs, "tpot_s", tpot);
+    else
+        json_decref(tpot);
+    px_err err;
+    int64_t seq;
+    json_t *checked = obs ? px__deploy_observation_check(obs, &err) : NULL;
+    if (!checked || px__srv_deploy_record(srv, s->name, PX__RECORD_OBSERVATION, checked, self, &seq,
+                                          &err) != PX_OK)
+        px_log_warn("fleet: deployment %s: observation not recorded: %s", s->name,
+                    obs ? err.msg : "out of memory");
+    json_decref(checked);
+    json_decref(obs);
+}
+
 /* Stores what the front end reported as the deployment's records (the
  * dashboard's): each new incident, and every OBSERVE_NS the running batch
  * and the queue of each replica.  Server lock held. */
@@ -245,6 +301,7 @@ static void report_records(px_fleet_server *srv, px__serving *s)
     if (px_now_ns() < s->observed_ns)
         return;
     s->observed_ns = px_now_ns() + OBSERVE_NS;
+    report_served(srv, s, &self);
     size_t i;
     json_t *r;
     json_array_foreach(s->stages, i, r)
