@@ -19,7 +19,22 @@ static void kill_node(void *ud, const char *node)
     fh_netns_fleet *nf = ud;
     int i = fhn_node(nf, node);
     assert_true(i >= 0);
-    assert_true(fhn_kill_node(nf, i) > 0);
+    /* Each stage worker listens on the veth address of its own node. */
+    json_t *d = deployment(&nf->fleet, "chat");
+    size_t k;
+    json_t *w;
+    json_array_foreach(json_object_get(json_object_get(d, "serving"), "stage_workers"), k, w)
+    {
+        int on = fhn_node(nf, json_string_value(json_object_get(w, "node")));
+        const char *addr = json_string_value(json_object_get(w, "address"));
+        char want[40];
+        snprintf(want, sizeof want, "tcp:%s:", on >= 0 ? nf->net.addr[on] : "?");
+        if (on < 0 || !addr || !px_str_starts_with(addr, want))
+            fail_msg("a stage worker of node %d is at %s, not on %s", on, addr ? addr : "?", want);
+    }
+    json_decref(d);
+    /* Its agent and the stage worker it started, at least. */
+    assert_true(fhn_kill_node(nf, i) >= 2);
 }
 
 static void test_deployment_across_namespaces_heals_a_lost_node(void **state)
