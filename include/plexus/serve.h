@@ -463,6 +463,27 @@ PX_NODISCARD px_status px_serve_new(const px_serve_opts *o, px_serve **out, px_e
 const char *px_serve_address(const px_serve *s);
 /* Stops taking connections (thread-safe); free finishes the job. */
 void px_serve_stop(px_serve *s);
+
+/* What the server has served since it started, as counters that only
+ * grow, so that a reporter takes the difference of two readings over its
+ * window.  The latency histograms are those of /metrics, per bucket (not
+ * cumulative): counts[i] for values up to bounds[i] (seconds) and above
+ * bounds[i-1], counts[PX_SERVE_BUCKETS] above the last bound. */
+#define PX_SERVE_BUCKETS 14
+typedef struct px_serve_figures {
+    uint64_t completions;       /* requests answered 2xx */
+    uint64_t completion_tokens; /* tokens generated */
+    double bounds[PX_SERVE_BUCKETS];
+    uint64_t ttft[PX_SERVE_BUCKETS + 1]; /* arrival to first token */
+    uint64_t tpot[PX_SERVE_BUCKETS + 1]; /* mean time between a request's later tokens */
+} px_serve_figures;
+/* Reads them (thread-safe). */
+void px_serve_figures_get(px_serve *s, px_serve_figures *out);
+/* The q-quantile (0 < q < 1) of a histogram's counts (a difference of two
+ * readings may be given), interpolated within its bucket; NAN when it is
+ * empty, the last bound when the quantile lies above it. */
+double px_serve_figures_quantile(const double bounds[PX_SERVE_BUCKETS],
+                                 const uint64_t counts[PX_SERVE_BUCKETS + 1], double q);
 /* Stops listening, ends every request and every replica (workers shut
  * down).  NULL is a no-op. */
 void px_serve_free(px_serve *s);

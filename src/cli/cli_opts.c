@@ -458,6 +458,13 @@ const px_cli_spec *px__cli_action(const char *cmd, const px_cli_spec *const *spe
             width = PX_MAX(width, (int)strlen(names[i]));
         for (size_t i = 0; specs[i]; i++)
             printf("  %-*s  %s\n", width, names[i], specs[i]->summary ? specs[i]->summary : "");
+        /* The first example of each action. */
+        printf("\nexamples:\n");
+        for (size_t i = 0; specs[i]; i++) {
+            const char *ex = specs[i]->examples;
+            if (ex && *ex)
+                printf("  %.*s\n", (int)strcspn(ex, "\n"), ex);
+        }
         printf("\nrun 'plexus %s ACTION --help' for an action's options.\n", cmd);
         *rc = PX_EXIT_OK;
         return NULL;

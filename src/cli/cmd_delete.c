@@ -104,6 +104,11 @@ static int delete_one(px_fleet_client *c, const target *t)
     int rc = PX_EXIT_OK;
     if (o.format != PX_CLI_TEXT)
         rc = px__fleet_cli_print(&o, reply);
+    else if (json_object_get(reply, "cancel"))
+        /* A replica that does not schedule took it; the scheduler had not
+         * stopped the job yet when it answered (as for plexus cancel). */
+        printf("job %s %s (cancellation requested)\n", t->name,
+               px__fleet_cli_str(reply, "state", "?"));
     else
         printf("%s %s %s\n", t->k == KIND_JOB ? "job" : "deployment", t->name,
                px__fleet_cli_str(reply, "state", "deleted"));

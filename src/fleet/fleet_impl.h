@@ -628,6 +628,12 @@ px_status px__fleet_launcher_new(px_fleet_server *srv, const char *deployment, c
                                  const json_t *inventory, px__fleet_launcher **out, px_err *err);
 const px_rt_launcher *px__fleet_launcher_iface(px__fleet_launcher *l);
 void px__fleet_launcher_free(px__fleet_launcher *l);
+/* Queues an order to start stage `stage` of deployment on node (argv:
+ * the worker's command line, borrowed; the secret as hex).  NULL when out
+ * of memory. */
+px__stage_order *px__srv_stages_queue(px_fleet_server *srv, const char *node,
+                                      const char *deployment, const char *digest, uint32_t stage,
+                                      json_t *argv, const char *secret_hex);
 /* Orders for node's agent (start and stop), marked sent; new reference. */
 json_t *px__srv_stages_for(px_fleet_server *srv, const char *node);
 /* Whether node has orders not yet sent. */

@@ -56,8 +56,11 @@ struct px__serving {
     px_contract *contract;
     json_t *incidents; /* the front end's, last read */
     json_t *stages;    /* the front end's replicas, last read */
-    uint64_t retry_ns, status_ns;
-    int refs; /* requests being routed to it */
+    uint64_t retry_ns, status_ns, observed_ns;
+    px_serve_figures served;   /* the front end's figures at the last observation */
+    uint64_t served_ns;        /* when they were read; 0 not yet */
+    size_t incidents_recorded; /* the front end's incidents already stored as records */
+    int refs;                  /* requests being routed to it */
     bool gone;
     bool busy;    /* its front end is being started */
     bool polling; /* its figures are being read */
@@ -221,6 +224,102 @@ static void read_status(px__serving *s, json_t **status, json_t **incidents)
     px_fleet_client_free(c);
 }
 
+static json_t *quantiles(const px_serve_figures *now, const uint64_t *was, const uint64_t *is)
+{
+    uint64_t d[PX_SERVE_BUCKETS + 1];
+    for (size_t i = 0; i <= PX_SERVE_BUCKETS; i++)
+        d[i] = is[i] - was[i];
+    double p50 = px_serve_figures_quantile(now->bounds, d, 0.50);
+    double p99 = px_serve_figures_quantile(now->bounds, d, 0.99);
+    return isnan(p50) ? NULL : json_pack("{s:f, s:f}", "p50", p50, "p99", p99);
+}
+
+/* The whole front end's figures over the window since the last reading:
+ * tokens/s, and TTFT and TPOT of the requests that finished in it (from
+ * /metrics' histograms, so quantiles within a bucket are interpolated). */
+static void report_served(px_fleet_server *srv, px__serving *s, const px__who *self)
+{
+    if (!s->serve)
+        return;
+    px_serve_figures now;
+    px_serve_figures_get(s->serve, &now);
+    uint64_t t = px_now_ns();
+    px_serve_figures was = s->served;
+    uint64_t since = s->served_ns;
+    s->served = now;
+    s->served_ns = t;
+    bool fresh = now.completion_tokens < was.completion_tokens || now.completions < was.completions;
+    for (size_t i = 0; i <= PX_SERVE_BUCKETS; i++)
+        fresh = fresh || now.ttft[i] < was.ttft[i] || now.tpot[i] < was.tpot[i];
+    if (!since || t <= since || fresh) /* a first reading, or a front end started again */
+        return;
+    double window = (double)(t - since) / 1e9;
+    json_t *obs = json_pack("{s:f, s:f, s:I}", "window_s", window, "tokens_per_s",
+                            (double)(now.completion_tokens - was.completion_tokens) / window,
+                            "requests", (json_int_t)(now.completions - was.completions));
+    json_t *ttft = quantiles(&now, was.ttft, now.ttft);
+    json_t *tpot = quantiles(&now, was.tpot, now.tpot);
+    if (obs && ttft)
+        json_object_set_new(obs, "ttft_s", ttft);
+    else
+        json_decref(ttft);
+    if (obs && tpot)
+        json_object_set_new(obs, "tpot_s", tpot);
+    else
+        json_decref(tpot);
+    px_err err;
+    int64_t seq;
+    json_t *checked = obs ? px__deploy_observation_check(obs, &err) : NULL;
+    if (!checked || px__srv_deploy_record(srv, s->name, PX__RECORD_OBSERVATION, checked, self, &seq,
+                                          &err) != PX_OK)
+        px_log_warn("fleet: deployment %s: observation not recorded: %s", s->name,
+                    obs ? err.msg : "out of memory");
+    json_decref(checked);
+    json_decref(obs);
+}
+
+/* Stores what the front end reported as the deployment's records (the
+ * dashboard's): each new incident, and every OBSERVE_NS the running batch
+ * and the queue of each replica.  Server lock held. */
+#define OBSERVE_NS 5000000000ull
+static void report_records(px_fleet_server *srv, px__serving *s)
+{
+    px__who self = {.kind = PX__WHO_USER};
+    px_strlcpy(self.name, "plexus-server", sizeof self.name);
+    px_err err;
+    int64_t seq;
+    for (; s->incidents_recorded < json_array_size(s->incidents); s->incidents_recorded++) {
+        json_t *inc = json_deep_copy(json_array_get(s->incidents, s->incidents_recorded));
+        json_object_del(inc, "replica"); /* the front end's numbering, not the record's */
+        json_t *checked = inc ? px__deploy_incident_check(inc, &err) : NULL;
+        if (!checked || px__srv_deploy_record(srv, s->name, PX__RECORD_INCIDENT, checked, &self,
+                                              &seq, &err) != PX_OK)
+            px_log_warn("fleet: deployment %s: incident not recorded: %s", s->name, err.msg);
+        json_decref(checked);
+        json_decref(inc);
+    }
+    if (px_now_ns() < s->observed_ns)
+        return;
+    s->observed_ns = px_now_ns() + OBSERVE_NS;
+    report_served(srv, s, &self);
+    size_t i;
+    json_t *r;
+    json_array_foreach(s->stages, i, r)
+    {
+        json_t *obs = json_pack("{s:I, s:f, s:I, s:I}", "replica",
+                                json_integer_value(json_object_get(r, "index")), "window_s",
+                                (double)OBSERVE_NS / 1e9, "running",
+                                json_integer_value(json_object_get(r, "running")), "queued",
+                                json_integer_value(json_object_get(r, "waiting")));
+        json_t *checked = obs ? px__deploy_observation_check(obs, &err) : NULL;
+        if (!checked || px__srv_deploy_record(srv, s->name, PX__RECORD_OBSERVATION, checked, &self,
+                                              &seq, &err) != PX_OK)
+            px_log_warn("fleet: deployment %s: observation not recorded: %s", s->name, err.msg);
+        json_decref(checked);
+        json_decref(obs);
+    }
+}
+
 static void tick(px_fleet_server *srv)
 {
     wanted w = {json_array()};
@@ -325,7 +424,7 @@ static void tick(px_fleet_server *srv)
                         start->name, start->addr, (double)(px_now_ns() - t0) / 1e9);
         } else {
             px_strlcpy(start->state, "failed", sizeof start->state);
-            px_strlcpy(start->detail, err.msg, sizeof start->detail);
+            px_textf(start->detail, sizeof start->detail, "%s", err.msg);
             start->retry_ns = px_now_ns() + RETRY_NS;
             px_log_warn("fleet: deployment %s: the front end did not start: %s", start->name,
                         err.msg);
@@ -357,8 +456,10 @@ static void tick(px_fleet_server *srv)
             json_decref(s->incidents);
             s->incidents = json_incref(json_object_get(incidents, "data"));
         }
-        if (!s->gone)
+        if (!s->gone) {
             store_state(srv, s);
+            report_records(srv, s);
+        }
         pthread_mutex_unlock(&srv->lock);
         json_decref(status);
         json_decref(incidents);

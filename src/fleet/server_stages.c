@@ -266,6 +266,25 @@ void px__srv_stages_report(px_fleet_server *srv, const char *node, const json_t 
     }
 }
 
+px__stage_order *px__srv_stages_queue(px_fleet_server *srv, const char *node,
+                                      const char *deployment, const char *digest, uint32_t stage,
+                                      json_t *argv, const char *secret_hex)
+{
+    px__stage_order *o = calloc(1, sizeof *o);
+    if (!o)
+        return NULL;
+    px_strlcpy(o->node, node, sizeof o->node);
+    px_strlcpy(o->deployment, deployment, sizeof o->deployment);
+    px_strlcpy(o->digest, digest, sizeof o->digest);
+    px_strlcpy(o->secret, secret_hex, sizeof o->secret);
+    o->stage = stage;
+    o->argv = json_incref(argv);
+    o->id = ++srv->stage_seq;
+    o->next = srv->stage_orders;
+    srv->stage_orders = o;
+    return o;
+}
+
 /* ---- the launcher (px_rt_launcher) ---- */
 
 struct px__fleet_launcher {
@@ -303,25 +322,20 @@ static px_status fl_start(void *ctx, uint32_t stage, const px_rt_worker_argv *ar
                           "deployment %s: stage workers need the deployment's "
                           "secret",
                           l->deployment);
-    px__stage_order *o = calloc(1, sizeof *o);
     json_t *av = json_array();
     for (int k = 0; av && k < argv->argc; k++)
         json_array_append_new(av, json_string(argv->argv[k]));
-    if (!o || !av) {
-        free(o);
-        json_decref(av);
+    char hex[2 * PX_RT_SECRET_MAX + 1];
+    px_rt_secret_hex(secret, secret_len, hex);
+    pthread_mutex_lock(&srv->lock);
+    px__stage_order *o =
+        av ? px__srv_stages_queue(srv, node, l->deployment, l->digest, stage, av, hex) : NULL;
+    OPENSSL_cleanse(hex, sizeof hex);
+    json_decref(av);
+    if (!o) {
+        pthread_mutex_unlock(&srv->lock);
         return px_err_set(err, PX_ENOMEM, "out of memory");
     }
-    px_strlcpy(o->node, node, sizeof o->node);
-    px_strlcpy(o->deployment, l->deployment, sizeof o->deployment);
-    px_strlcpy(o->digest, l->digest, sizeof o->digest);
-    o->stage = stage;
-    o->argv = av;
-    px_rt_secret_hex(secret, secret_len, o->secret);
-    pthread_mutex_lock(&srv->lock);
-    o->id = ++srv->stage_seq;
-    o->next = srv->stage_orders;
-    srv->stage_orders = o;
     check_node(srv, node);
     pthread_cond_broadcast(&srv->changed);
     uint64_t deadline = px_now_ns() + START_WAIT_NS;

@@ -8,11 +8,11 @@
  * scales of at most 128 in magnitude), then the super-block's float
  * expression in the definition's order.
  *
- * Two shapes share one weight decode among several dots: up to four
- * activation rows per weight row (prefill: dotn_k), and for one
- * activation row four weight rows at a time (decode: dotw_k), whose
- * float steps run in four lanes, one per weight row, each lane the
- * scalar expression's operations in its order.
+ * Up to four activation rows share one decode of each weight super-block
+ * (prefill: dotn_k).  Decode takes one weight row at a time: its rows lie
+ * one after the other, so the weights stream from memory in order (four
+ * rows interleaved measured twice as slow on a model whose weights come
+ * from memory, for all their sharing of the activations).
  */
 #include "base/common.h"
 
@@ -232,139 +232,6 @@ INLINE void dotn_k(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
     }
     for (uint32_t r = 0; r < nx; r++)
         out[r] = acc[r];
-}
-
-/* Four lanes' sums of four int32 vectors: lane r of the result is the
- * sum of v[r]'s lanes (exact). */
-INLINE __m128i sums4(const __m128i v[4])
-{
-    return _mm_hadd_epi32(_mm_hadd_epi32(v[0], v[1]), _mm_hadd_epi32(v[2], v[3]));
-}
-
-/* Four f16 as floats (exact, as f16_at). */
-INLINE __m128 halves4(const uint16_t h[4])
-{
-    uint64_t u;
-    memcpy(&u, h, sizeof u);
-    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)u));
-}
-
-INLINE __m128i fold512(__m512i v)
-{
-    __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-}
-
-INLINE __m128i fold256(__m256i v)
-{
-    return _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-}
-
-/* The dots of four weight rows (rb bytes apart) with one activation row,
- * each the single dot's bits: the same integers, and the super-block's
- * float steps done in four lanes at once, one per row, in the single
- * dot's order (separate roundings, no fused operations). */
-INLINE void dotw_k(px_dtype t, const uint8_t *w, size_t rb, const uint8_t *xq, uint32_t n,
-                   float *out)
-{
-    size_t bb = px_dtype_block_bytes(t);
-    __m128 acc = _mm_setzero_ps();
-    __m512i group[4];
-    k_groups(t, group);
-    for (uint32_t i = 0; i < n / PX__RT_QK; i++) {
-        const uint8_t *xb = xq + (size_t)i * PX__RT_Q8_K_BYTES;
-        __m512i x[4];
-        for (uint32_t s = 0; s < 4; s++)
-            x[s] = _mm512_loadu_si512(xb + 4 + 64 * s);
-        __m256i bsums = load256(xb + 260);
-        __m128i isum[4], imin[4];
-        uint16_t dh[4], mh[4] = {0};
-        for (uint32_t r = 0; r < 4; r++) {
-            const uint8_t *blk = w + r * rb + i * bb;
-            __m512i scales;
-            __m256i per16;
-            k_scales(t, blk, &scales, &per16);
-            memcpy(&dh[r], blk + d_offset(t), 2);
-            if (has_min(t))
-                memcpy(&mh[r], blk + d_offset(t) + 2, 2);
-            __m512i sum = _mm512_setzero_si512();
-            for (uint32_t s = 0; s < 4; s++) {
-                __m512i p16 = _mm512_maddubs_epi16(values64(t, blk, s), x[s]);
-                sum = _mm512_add_epi32(
-                    sum, _mm512_madd_epi16(p16, _mm512_permutexvar_epi16(group[s], scales)));
-            }
-            __m256i m = _mm256_madd_epi16(bsums, per16);
-            if (has_min(t)) {
-                isum[r] = fold512(sum);
-                imin[r] = fold256(m);
-            } else {
-                isum[r] = fold512(_mm512_add_epi32(sum, _mm512_castsi256_si512(m)));
-            }
-        }
-        float dx;
-        memcpy(&dx, xb, sizeof dx);
-        __m128 vdx = _mm_set1_ps(dx);
-        __m128 v = _mm_mul_ps(_mm_mul_ps(vdx, halves4(dh)), _mm_cvtepi32_ps(sums4(isum)));
-        if (has_min(t))
-            v = _mm_sub_ps(v,
-                           _mm_mul_ps(_mm_mul_ps(vdx, halves4(mh)), _mm_cvtepi32_ps(sums4(imin))));
-        acc = _mm_add_ps(acc, v);
-    }
-    _mm_storeu_ps(out, acc);
-}
-
-#define DOTW(name, fmt)                                                                          \
-    static TGT void name(const uint8_t *w, size_t rb, const uint8_t *xq, uint32_t n, float *out) \
-    {                                                                                            \
-        dotw_k(fmt, w, rb, xq, n, out);                                                          \
-    }
-DOTW(dotw_q2_k, PX_DTYPE_Q2_K)
-DOTW(dotw_q3_k, PX_DTYPE_Q3_K)
-DOTW(dotw_q4_k, PX_DTYPE_Q4_K)
-DOTW(dotw_q5_k, PX_DTYPE_Q5_K)
-DOTW(dotw_q6_k, PX_DTYPE_Q6_K)
-#undef DOTW
-
-bool px__rt_quant_matvec_x512(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
-                              uint32_t i1, const uint8_t *xq, float *y)
-{
-    void (*dotw)(const uint8_t *, size_t, const uint8_t *, uint32_t, float *);
-    switch (t) {
-    case PX_DTYPE_Q2_K:
-        dotw = dotw_q2_k;
-        break;
-    case PX_DTYPE_Q3_K:
-        dotw = dotw_q3_k;
-        break;
-    case PX_DTYPE_Q4_K:
-        dotw = dotw_q4_k;
-        break;
-    case PX_DTYPE_Q5_K:
-        dotw = dotw_q5_k;
-        break;
-    case PX_DTYPE_Q6_K:
-        dotw = dotw_q6_k;
-        break;
-    default:
-        return false;
-    }
-    for (uint32_t c0 = 0; c0 < k; c0 += PX__RT_QCHUNK) {
-        uint32_t n = PX_MIN(PX__RT_QCHUNK, k - c0);
-        const uint8_t *wc = (const uint8_t *)w + c0 / PX__RT_QK * px_dtype_block_bytes(t);
-        const uint8_t *xc = xq + px__rt_quant_act_bytes(t, c0);
-        for (uint32_t i = i0; i < i1; i += 4) {
-            float v[4];
-            uint32_t nr = PX_MIN(i1 - i, 4);
-            if (nr == 4)
-                dotw(wc + (size_t)i * row_bytes, row_bytes, xc, n, v);
-            else
-                for (uint32_t r = 0; r < nr; r++)
-                    px__rt_quant_dotn_x512(t, wc + (size_t)(i + r) * row_bytes, xc, 0, 1, n, &v[r]);
-            for (uint32_t r = 0; r < nr; r++)
-                y[i + r] = c0 == 0 ? v[r] : y[i + r] + v[r];
-        }
-    }
-    return true;
 }
 
 /* dotn_k with nx a constant, for each format. */

@@ -143,10 +143,6 @@ void px__rt_quant_dotn_x86(px_dtype t, const uint8_t *w, const uint8_t *xq, size
                            uint32_t n_x, uint32_t n, float *out);
 void px__rt_quant_dotn_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
                             uint32_t n_x, uint32_t n, float *out);
-/* px__rt_quant_gemm for one activation row with the avx512 dots, four
- * weight rows at a time; false (nothing done) for formats it lacks. */
-bool px__rt_quant_matvec_x512(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
-                              uint32_t i1, const uint8_t *xq, float *y);
 #endif
 
 /* y[r*ldy + i] = dot(row i of w, activation row r) for i in [i0, i1) and

@@ -19,6 +19,40 @@ void px__srv_hist_add(px__srv_hist *h, double v)
     h->n++;
 }
 
+void px_serve_figures_get(px_serve *s, px_serve_figures *out)
+{
+    _Static_assert(PX_SERVE_BUCKETS == PX__SRV_N_BUCKETS, "the public histogram is /metrics'");
+    memset(out, 0, sizeof *out);
+    memcpy(out->bounds, px__srv_buckets, sizeof out->bounds);
+    pthread_mutex_lock(&s->mu);
+    for (size_t api = 0; api < PX_ARRAY_LEN(s->m.requests); api++)
+        out->completions += s->m.requests[api][0];
+    out->completion_tokens = s->m.completion_tokens;
+    memcpy(out->ttft, s->m.ttft.counts, sizeof out->ttft);
+    memcpy(out->tpot, s->m.tpot.counts, sizeof out->tpot);
+    pthread_mutex_unlock(&s->mu);
+}
+
+double px_serve_figures_quantile(const double bounds[PX_SERVE_BUCKETS],
+                                 const uint64_t counts[PX_SERVE_BUCKETS + 1], double q)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i <= PX_SERVE_BUCKETS; i++)
+        n += counts[i];
+    if (n == 0)
+        return NAN;
+    double want = q * (double)n, below = 0;
+    for (size_t i = 0; i < PX_SERVE_BUCKETS; i++) {
+        double c = (double)counts[i];
+        if (c > 0 && below + c >= want) {
+            double lo = i ? bounds[i - 1] : 0;
+            return lo + (bounds[i] - lo) * (want - below) / c;
+        }
+        below += c;
+    }
+    return bounds[PX_SERVE_BUCKETS - 1];
+}
+
 static void hist(px_strbuf *sb, const char *name, const char *help, const px__srv_hist *h)
 {
     px_strbuf_addf(sb, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);

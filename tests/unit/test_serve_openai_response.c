@@ -407,6 +407,26 @@ static void test_misuse_is_refused(void **state)
     px_serve_response_free(NULL);
 }
 
+/* Quantiles of a histogram's counts, as a front end's reporter takes them
+ * over a window: interpolated within the bucket, NAN when empty. */
+static void test_figures_quantiles(void **state)
+{
+    (void)state;
+    double b[PX_SERVE_BUCKETS];
+    for (size_t i = 0; i < PX_SERVE_BUCKETS; i++)
+        b[i] = 0.01 * (double)(i + 1); /* 10 ms, 20 ms, ... */
+    uint64_t c[PX_SERVE_BUCKETS + 1] = {0};
+    assert_true(isnan(px_serve_figures_quantile(b, c, 0.5)));
+    c[1] = 4; /* four values in (10 ms, 20 ms] */
+    assert_float_equal(px_serve_figures_quantile(b, c, 0.5), 0.015, 1e-12);
+    assert_float_equal(px_serve_figures_quantile(b, c, 0.99), 0.0199, 1e-12);
+    c[3] = 4; /* and four in (30 ms, 40 ms] */
+    assert_float_equal(px_serve_figures_quantile(b, c, 0.5), 0.020, 1e-12);
+    assert_float_equal(px_serve_figures_quantile(b, c, 0.75), 0.035, 1e-12);
+    c[PX_SERVE_BUCKETS] = 100; /* most above the last bound */
+    assert_float_equal(px_serve_figures_quantile(b, c, 0.99), b[PX_SERVE_BUCKETS - 1], 1e-12);
+}
+
 static void test_ids_and_model_list(void **state)
 {
     (void)state;
@@ -437,6 +457,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_completion_body),
+        cmocka_unit_test(test_figures_quantiles),
         cmocka_unit_test(test_chat_logprobs_layout),
         cmocka_unit_test(test_completion_logprobs_layout),
         cmocka_unit_test(test_chat_stream_events),

@@ -553,7 +553,8 @@ function fetchReports(sum) {
                     last: all.length ? all[all.length - 1].seq : after, incidents: i.incidents || [] };
       render();
     })
-    .catch((e) => { S.reportsKey = ''; toast(e.message); });
+    // Said once; the next report (a new key) asks again.
+    .catch((e) => toast('Reports of ' + sum.name + ': ' + e.message));
 }
 
 const fig = (v, digits) => (v === null || v === undefined) ? '—' : Number(v).toFixed(digits === undefined ? 1 : digits);
