@@ -3,7 +3,8 @@
 #   make demo        install what is missing, build, run the main job
 #   make check       install what is missing, build, run the fast tests
 #   make check-asan  the fast tests under AddressSanitizer + UBSan
-#   make check-tsan  the fast tests under ThreadSanitizer (label notsan skipped)
+#   make check-tsan  the concurrency suites under ThreadSanitizer (label tsan)
+#   make check-tsan-full  every fast test under it (label notsan skipped)
 #   make check-slow  the tests labelled slow
 #   make check-gpu   the tests labelled gpu (an NVIDIA GPU; skipped without one)
 #   make bench       benchmarks, with figures and ratios against baselines
@@ -22,7 +23,7 @@ WERROR     ?= 0
 CMAKE_FLAGS = -DPX_WERROR=$(if $(filter 1,$(WERROR)),ON,OFF)
 PREFIX     ?= /usr/local
 
-.PHONY: all deps build install demo check check-asan check-tsan check-slow check-gpu bench fuzz format format-check clean
+.PHONY: all deps build install demo check check-asan check-tsan check-tsan-full tsan-build check-slow check-gpu bench fuzz format format-check clean
 
 all: build
 
@@ -44,13 +45,20 @@ demo: build
 check: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE 'slow|gpu'
 
-# Tests labelled notsan run too long under ThreadSanitizer's slowdown (5-15x)
-# to fit the CI budget; they still run in check and check-asan.
-check-tsan: deps
+# ThreadSanitizer: CI runs the suites that drive threads (label tsan);
+# check-tsan-full runs every fast test but those too long under its
+# slowdown (label notsan), which still run in check and check-asan.
+TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+
+tsan-build: deps
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPX_TSAN=ON $(CMAKE_FLAGS)
 	cmake --build $(TSAN_BUILD) -j $(JOBS)
-	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-	  ctest --output-on-failure -j $(JOBS) -LE 'slow|notsan|gpu'
+
+check-tsan: tsan-build
+	cd $(TSAN_BUILD) && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS) -L '^tsan$$' -LE 'slow|gpu'
+
+check-tsan-full: tsan-build
+	cd $(TSAN_BUILD) && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS) -LE 'slow|notsan|gpu'
 
 check-slow: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L slow

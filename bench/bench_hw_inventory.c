@@ -6,7 +6,14 @@
  * racks under 25 power domains, 5 zones and a region.  Reported: the
  * median of several runs of each step, the graph's own memory (its
  * arena) and the process's peak resident set.  Aims: under 1 s for read,
- * validate and export together, under 200 MB peak. */
+ * validate and export together, under 200 MB peak.
+ *
+ * Then a chain of domains, each the parent of the next, 5,000 and 50,000
+ * long: validation checks every domain for cycles, and the longer chain
+ * must not take a hundred times as long as the shorter (a walk to the
+ * root from every domain, quadratic).  Aim: a ratio under 50 (29 to 33
+ * measured in cpu time: more than linear, well under quadratic). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +87,19 @@ static char *generate(size_t *len)
     return px_strbuf_detach(&sb, len);
 }
 
+/* An inventory of `n` domains in a chain, the last one a node's. */
+static char *domain_chain(int n, size_t *len)
+{
+    px_strbuf sb = PX_STRBUF_INIT;
+    px_strbuf_adds(&sb, "{\"schema\": \"plexus.inventory/1\", \"name\": \"chain\","
+                        " \"domains\": [{\"id\": \"d0\", \"kind\": \"zone\"}");
+    for (int i = 1; i < n; i++)
+        px_strbuf_addf(&sb, ",{\"id\": \"d%d\", \"kind\": \"zone\", \"parent\": \"d%d\"}", i,
+                       i - 1);
+    px_strbuf_addf(&sb, "], \"nodes\": [{\"id\": \"n1\", \"domains\": [\"d%d\"]}]}", n - 1);
+    return px_strbuf_detach(&sb, len);
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -98,6 +118,38 @@ static double cpu_seconds(void)
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* Median cpu seconds to read and validate a chain of `n` domains (cpu
+ * time: the ratio must not depend on how busy the machine is); negative
+ * when it cannot be read. */
+static double chain_seconds(int n)
+{
+    size_t len;
+    char *text = domain_chain(n, &len);
+    if (!text) {
+        fprintf(stderr, "bench_hw_inventory: out of memory generating a chain\n");
+        return -1;
+    }
+    double s[RUNS];
+    for (int run = 0; run < RUNS; run++) {
+        px_diags diags;
+        px_diags_init(&diags);
+        px_hw_graph *g;
+        px_err err;
+        double c0 = cpu_seconds();
+        px_status st = px_hw_graph_from_json(text, len, "chain.json", NULL, &g, &diags, &err);
+        s[run] = cpu_seconds() - c0;
+        px_diags_release(&diags);
+        if (st != PX_OK) {
+            fprintf(stderr, "bench_hw_inventory: a chain of %d domains: %s\n", n, err.msg);
+            free(text);
+            return -1;
+        }
+        px_hw_graph_free(g);
+    }
+    free(text);
+    return median(s, RUNS);
 }
 
 static double peak_rss_mb(void)
@@ -166,5 +218,12 @@ int main(void)
     printf("  peak RSS          %.1f MB (%.1f MB of it the generated input)   aim < 200 MB: %s\n",
            first_peak, base_rss, first_peak < 200 ? "met" : "NOT met");
     free(text);
+    double short_s = chain_seconds(5000), long_s = chain_seconds(50000);
+    if (short_s < 0 || long_s < 0)
+        return 1;
+    double ratio = long_s / fmax(short_s, 1e-6);
+    printf("  domain chain      5,000: median %.4f s cpu, 50,000: %.4f s, ratio %.1f"
+           "   aim < 50 (quadratic: 100): %s\n",
+           short_s, long_s, ratio, ratio < 50 ? "met" : "NOT met");
     return 0;
 }

@@ -392,6 +392,236 @@ static int finish_heal(const run_opts *o, run_heal *rh, run_out *ro, bool print,
     return PX_EXIT_OK;
 }
 
+/* Everything one run holds; run_release frees it. */
+typedef struct run_ctx {
+    run_opts o;
+    px_err err;
+    px_hw_graph *graph;
+    px_ir_model *ir;
+    px_arena *arena;
+    px_ir_vocab file_vocab;
+    px_rt_tokenizer *tok;
+    json_t *plan;
+    px_rt_pipeline_spec spec;
+    px_rt_executor_opts xo;
+    char ret_addr[96];
+    px_rt_local_launcher *launcher;
+    px_rt_executor *ex;
+    px_rt_pipeline_stats stats;
+    run_out ro;
+    run_heal rh;
+} run_ctx;
+
+/* The inventory (and its document, for a supervised run), the model, its
+ * tokenizer and the trace. */
+static int run_load(run_ctx *c)
+{
+    const run_opts *o = &c->o;
+    if (o->inventory) {
+        px_diags diags;
+        px_diags_init(&diags);
+        if (px_hw_graph_load(o->inventory, NULL, &c->graph, &diags, &c->err) != PX_OK) {
+            char *report = px_diags_format(&diags, o->inventory);
+            fprintf(stderr, "plexus run: refusing the inventory %s:\n%s", o->inventory,
+                    report ? report : c->err.msg);
+            free(report);
+            px_diags_release(&diags);
+            return PX_EXIT_FAIL;
+        }
+        px_diags_release(&diags);
+        if (c->rh.on &&
+            px_json_load_file(o->inventory, NULL, &c->rh.inventory_doc, &c->err) != PX_OK)
+            return px__cli_fail("run", &c->err);
+    }
+    if (c->rh.on && !o->inventory && (o->n_injects || o->audit_every) && !o->no_heal)
+        fprintf(stderr, "plexus run: healing needs --inventory FILE to plan alternatives; "
+                        "without it faults are injected, detected and reported, and only a "
+                        "crashed or hung worker is restarted\n");
+    const px_ir_vocab *vocab = NULL;
+    if (px_ir_model_open_any(o->model, NULL, &c->ir, &c->err) != PX_OK ||
+        px_arena_new(0, &c->arena, &c->err) != PX_OK ||
+        px__cli_find_vocab(o->model, o->tokenizer, c->ir, c->arena, &c->file_vocab, &vocab,
+                           &c->err) != PX_OK ||
+        px_rt_tokenizer_new(vocab, &c->tok, &c->err) != PX_OK)
+        return px__cli_fail("run", &c->err);
+    if (o->trace && px_trace_writer_open(o->trace, "run", &c->rh.trace, &c->err) != PX_OK)
+        return px__cli_fail("run", &c->err);
+    return PX_EXIT_OK;
+}
+
+/* The plan (given, or made for the longest prompt) and its pipeline. */
+static int run_prepare_plan(run_ctx *c)
+{
+    const run_opts *o = &c->o;
+    size_t longest = 1;
+    for (uint32_t i = 0; i < o->n_prompts; i++) {
+        size_t n = 0;
+        int32_t ids[1];
+        (void)px_rt_tokenizer_encode(c->tok, o->prompts[i], strlen(o->prompts[i]), PX_RT_ENCODE_BOS,
+                                     ids, 1, &n, NULL);
+        longest = PX_MAX(longest, n);
+    }
+    if ((!o->plan || (c->rh.on && c->graph)) &&
+        run_request(o, c->graph, c->ir, (uint32_t)PX_MIN(longest, (size_t)1 << 24), &c->rh.req,
+                    &c->rh.contract, &c->err) != PX_OK)
+        return px__cli_fail("run", &c->err);
+    if (o->plan) {
+        if (px_json_load_file(o->plan, NULL, &c->plan, &c->err) != PX_OK)
+            return px__cli_fail("run", &c->err);
+        if (c->rh.on && c->graph)
+            request_from_plan(c->plan, &c->rh.req);
+    } else if (make_plan(o, &c->rh.req, c->rh.trace, c->rh.inventory_doc, &c->plan, &c->err) !=
+               PX_OK) {
+        return px__cli_fail("run", &c->err);
+    }
+    if (px_rt_pipeline_spec_from_plan(c->plan, c->graph, o->plan ? o->plan : "plan", &c->spec,
+                                      &c->err) != PX_OK)
+        return px__cli_fail("run", &c->err);
+    if (c->spec.emulated && o->format == PX_CLI_TEXT)
+        fprintf(stderr, "plexus run: the plan uses EMULATED devices: their speed comes from "
+                        "emulation profiles on this machine, not from real hardware\n");
+    return PX_EXIT_OK;
+}
+
+/* The stage workers: an executor, or a supervised run that owns one. */
+static int run_start(run_ctx *c)
+{
+    const run_opts *o = &c->o;
+    c->xo = (px_rt_executor_opts){.model_path = o->model,
+                                  .transport = o->transport,
+                                  .n_threads = o->threads,
+                                  .timeout_ms = (int)o->timeout_ms,
+                                  .max_seqs = o->n_prompts};
+    if (o->stage_host) {
+        if (px_rt_local_launcher_new(NULL, o->stage_host, (int)o->timeout_ms, &c->launcher,
+                                     &c->err) != PX_OK)
+            return px__cli_fail("run", &c->err);
+        snprintf(c->ret_addr, sizeof c->ret_addr, "tcp:%s:0", o->stage_host);
+        c->xo.launcher = px_rt_local_launcher_iface(c->launcher);
+        c->xo.listen = c->ret_addr;
+    }
+    px_status st = c->rh.on
+                       ? start_heal(o, &c->rh, c->graph, c->ir, c->plan, &c->xo, &c->ro, &c->err)
+                       : px_rt_executor_new(&c->spec, &c->xo, &c->ex, &c->err);
+    return st == PX_OK ? PX_EXIT_OK : px__cli_fail("run", &c->err);
+}
+
+/* Generates every prompt's text; on failure, the incidents so far. */
+static int run_generate(run_ctx *c)
+{
+    const run_opts *o = &c->o;
+    px_heal_run *run = c->rh.run;
+    px_rt_generate_opts go = {
+        .prompts = o->prompts,
+        .n_prompts = o->n_prompts,
+        .max_new_tokens = o->n_new,
+        .sampling = {.temperature = (float)o->temp, .top_p = (float)o->top_p, .seed = o->seed},
+        .on_token = on_token,
+        .ud = &c->ro,
+        .supervisor = run ? px_heal_run_supervisor(run) : NULL,
+    };
+    if (px_rt_executor_generate(run ? px_heal_run_executor(run) : c->ex, c->tok, &go, &c->stats,
+                                &c->err) == PX_OK)
+        return PX_EXIT_OK;
+    if (c->ro.echoed)
+        printf("\n");
+    fflush(stdout);
+    int rc = px__cli_fail("run", &c->err);
+    if (run) {
+        px_err e2;
+        finish_heal(o, &c->rh, &c->ro, false, &e2);
+        px_strbuf sb = PX_STRBUF_INIT;
+        if (px_heal_run_report(run, &sb) == PX_OK && sb.len)
+            fprintf(stderr, "incidents:%s", sb.buf);
+        px_strbuf_release(&sb);
+    }
+    return rc;
+}
+
+/* -o json: the pipeline's report, every prompt's text and tokens, and the
+ * incidents of a supervised run. */
+static int run_print_json(run_ctx *c, const px_rt_executor *last,
+                          const px_rt_pipeline_spec *last_spec)
+{
+    const run_opts *o = &c->o;
+    json_t *doc = px_rt_pipeline_report_json(last_spec, last, &c->stats);
+    json_t *results = json_array();
+    for (uint32_t i = 0; i < o->n_prompts; i++)
+        px_json_push(results, json_pack("{s:s, s:s%, s:O}", "prompt", o->prompts[i], "text",
+                                        c->ro.text[i].buf ? c->ro.text[i].buf : "",
+                                        c->ro.text[i].len, "tokens", c->ro.ids[i]));
+    px_json_set(doc, "schema", json_string("plexus.run/1"));
+    px_json_set(doc, "model", json_string(o->model));
+    px_json_set(doc, "results", results);
+    if (c->rh.run) {
+        int rc = finish_heal(o, &c->rh, &c->ro, false, &c->err);
+        if (rc != PX_EXIT_OK) {
+            json_decref(doc);
+            return rc;
+        }
+        px_json_set(doc, "incidents", px_heal_run_incidents(c->rh.run));
+    }
+    int rc = px__cli_print_json(doc);
+    json_decref(doc);
+    return rc;
+}
+
+/* The texts, the pipeline's report, and the incidents. */
+static int run_print(run_ctx *c)
+{
+    const run_opts *o = &c->o;
+    const run_out *ro = &c->ro;
+    const px_rt_executor *last = c->rh.run ? px_heal_run_executor(c->rh.run) : c->ex;
+    const px_rt_pipeline_spec *last_spec = c->rh.run ? px_rt_executor_spec(last) : &c->spec;
+    if (o->format == PX_CLI_JSON)
+        return run_print_json(c, last, last_spec);
+    if (o->n_prompts == 1) {
+        if (!ro->echoed)
+            printf("%s%s", o->prompts[0],
+                   ro->stream ? "" : (ro->text[0].buf ? ro->text[0].buf : ""));
+        printf("\n");
+    } else {
+        for (uint32_t i = 0; i < o->n_prompts; i++)
+            printf("--- prompt %u ---\n%s%s\n", i + 1, o->prompts[i],
+                   ro->text[i].buf ? ro->text[i].buf : "");
+    }
+    px_strbuf sb = PX_STRBUF_INIT;
+    if (px_rt_pipeline_report(last_spec, last, &c->stats, &sb) != PX_OK) {
+        px_strbuf_release(&sb);
+        px_err_set(&c->err, PX_ENOMEM, "the run report cannot be written: out of memory");
+        return px__cli_fail("run", &c->err);
+    }
+    printf("\n%s", sb.buf);
+    px_strbuf_release(&sb);
+    return c->rh.run ? finish_heal(o, &c->rh, &c->ro, true, &c->err) : PX_EXIT_OK;
+}
+
+/* Frees what the run holds; a trace that cannot be closed fails it. */
+static int run_release(run_ctx *c, int rc)
+{
+    fflush(stdout);
+    px_rt_pipeline_stats_release(&c->stats);
+    px_rt_executor_free(c->ex);
+    px_heal_run_free(c->rh.run);
+    px_rt_local_launcher_free(c->launcher);
+    if (c->rh.trace && px_trace_writer_close(c->rh.trace, &c->err) != PX_OK && rc == PX_EXIT_OK)
+        rc = px__cli_fail("run", &c->err);
+    px_contract_free(c->rh.contract);
+    json_decref(c->rh.inventory_doc);
+    json_decref(c->plan);
+    px_rt_tokenizer_free(c->tok);
+    px_arena_free(c->arena);
+    px_ir_model_free(c->ir);
+    px_hw_graph_free(c->graph);
+    for (uint32_t i = 0; i < c->o.n_prompts; i++) {
+        px_strbuf_release(&c->ro.text[i]);
+        json_decref(c->ro.ids[i]);
+        free(c->ro.ends[i]);
+    }
+    free(c->o.file_text);
+    return rc;
+}
+
 int px__cmd_run(int argc, char **argv)
 {
     run_opts o;
@@ -402,208 +632,26 @@ int px__cmd_run(int argc, char **argv)
         free(o.file_text);
         return rc;
     }
-    px_err err;
-    px_err_clear(&err);
-    px_hw_graph *graph = NULL;
-    px_ir_model *ir = NULL;
-    px_arena *arena = NULL;
-    px_rt_tokenizer *tok = NULL;
-    json_t *plan = NULL;
-    px_rt_executor *ex = NULL;
-    px_rt_local_launcher *launcher = NULL;
-    px_rt_pipeline_spec spec;
-    px_rt_pipeline_stats stats;
-    memset(&stats, 0, sizeof stats);
-    run_out ro = {.o = &o};
-    run_heal rh = {.on = o.n_injects || o.audit_every || o.trace || o.incidents};
-    command_line(argc, argv, rh.command, sizeof rh.command);
+    run_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        free(o.file_text);
+        fprintf(stderr, "plexus run: out of memory\n");
+        return PX_EXIT_FAIL;
+    }
+    c->o = o;
+    c->ro.o = &c->o;
+    c->rh.on = o.n_injects || o.audit_every || o.trace || o.incidents;
+    command_line(argc, argv, c->rh.command, sizeof c->rh.command);
     for (uint32_t i = 0; i < o.n_prompts; i++) {
-        px_strbuf_init(&ro.text[i]);
-        ro.ids[i] = json_array();
+        px_strbuf_init(&c->ro.text[i]);
+        c->ro.ids[i] = json_array();
     }
     /* Tokens may be taken back after an audit: print the text at the end. */
-    ro.stream = o.format == PX_CLI_TEXT && o.n_prompts == 1 && !o.audit_every;
-    px_ir_vocab file_vocab;
-    const px_ir_vocab *vocab = NULL;
-    rc = PX_EXIT_FAIL;
-    if (o.inventory) {
-        px_diags diags;
-        px_diags_init(&diags);
-        if (px_hw_graph_load(o.inventory, NULL, &graph, &diags, &err) != PX_OK) {
-            char *report = px_diags_format(&diags, o.inventory);
-            fprintf(stderr, "plexus run: refusing the inventory %s:\n%s", o.inventory,
-                    report ? report : err.msg);
-            free(report);
-            px_diags_release(&diags);
-            goto done;
-        }
-        px_diags_release(&diags);
-        if (rh.on && px_json_load_file(o.inventory, NULL, &rh.inventory_doc, &err) != PX_OK) {
-            px__cli_fail("run", &err);
-            goto done;
-        }
-    }
-    if (rh.on && !o.inventory && (o.n_injects || o.audit_every) && !o.no_heal)
-        fprintf(stderr, "plexus run: healing needs --inventory FILE to plan alternatives; "
-                        "without it faults are injected, detected and reported, and only a "
-                        "crashed or hung worker is restarted\n");
-    if (px_ir_model_open_any(o.model, NULL, &ir, &err) != PX_OK ||
-        px_arena_new(0, &arena, &err) != PX_OK ||
-        px__cli_find_vocab(o.model, o.tokenizer, ir, arena, &file_vocab, &vocab, &err) != PX_OK ||
-        px_rt_tokenizer_new(vocab, &tok, &err) != PX_OK) {
-        px__cli_fail("run", &err);
-        goto done;
-    }
-    if (o.trace && px_trace_writer_open(o.trace, "run", &rh.trace, &err) != PX_OK) {
-        px__cli_fail("run", &err);
-        goto done;
-    }
-    /* Plan for the longest prompt of this run. */
-    size_t longest = 1;
-    for (uint32_t i = 0; i < o.n_prompts; i++) {
-        size_t n = 0;
-        int32_t ids[1];
-        (void)px_rt_tokenizer_encode(tok, o.prompts[i], strlen(o.prompts[i]), PX_RT_ENCODE_BOS, ids,
-                                     1, &n, NULL);
-        longest = PX_MAX(longest, n);
-    }
-    if ((!o.plan || (rh.on && graph)) &&
-        run_request(&o, graph, ir, (uint32_t)PX_MIN(longest, (size_t)1 << 24), &rh.req,
-                    &rh.contract, &err) != PX_OK) {
-        px__cli_fail("run", &err);
-        goto done;
-    }
-    if (o.plan) {
-        if (px_json_load_file(o.plan, NULL, &plan, &err) != PX_OK) {
-            px__cli_fail("run", &err);
-            goto done;
-        }
-        if (rh.on && graph)
-            request_from_plan(plan, &rh.req);
-    } else if (make_plan(&o, &rh.req, rh.trace, rh.inventory_doc, &plan, &err) != PX_OK) {
-        px__cli_fail("run", &err);
-        goto done;
-    }
-    if (px_rt_pipeline_spec_from_plan(plan, graph, o.plan ? o.plan : "plan", &spec, &err) !=
-        PX_OK) {
-        px__cli_fail("run", &err);
-        goto done;
-    }
-    if (spec.emulated && o.format == PX_CLI_TEXT)
-        fprintf(stderr, "plexus run: the plan uses EMULATED devices: their speed comes from "
-                        "emulation profiles on this machine, not from real hardware\n");
-    px_rt_executor_opts xo = {.model_path = o.model,
-                              .transport = o.transport,
-                              .n_threads = o.threads,
-                              .timeout_ms = (int)o.timeout_ms,
-                              .max_seqs = o.n_prompts};
-    char ret_addr[96];
-    if (o.stage_host) {
-        if (px_rt_local_launcher_new(NULL, o.stage_host, (int)o.timeout_ms, &launcher, &err) !=
-            PX_OK) {
-            px__cli_fail("run", &err);
-            goto done;
-        }
-        snprintf(ret_addr, sizeof ret_addr, "tcp:%s:0", o.stage_host);
-        xo.launcher = px_rt_local_launcher_iface(launcher);
-        xo.listen = ret_addr;
-    }
-    if (rh.on) {
-        if (start_heal(&o, &rh, graph, ir, plan, &xo, &ro, &err) != PX_OK) {
-            px__cli_fail("run", &err);
-            goto done;
-        }
-    } else if (px_rt_executor_new(&spec, &xo, &ex, &err) != PX_OK) {
-        px__cli_fail("run", &err);
-        goto done;
-    }
-    px_rt_generate_opts go = {
-        .prompts = o.prompts,
-        .n_prompts = o.n_prompts,
-        .max_new_tokens = o.n_new,
-        .sampling = {.temperature = (float)o.temp, .top_p = (float)o.top_p, .seed = o.seed},
-        .on_token = on_token,
-        .ud = &ro,
-        .supervisor = rh.run ? px_heal_run_supervisor(rh.run) : NULL,
-    };
-    if (px_rt_executor_generate(rh.run ? px_heal_run_executor(rh.run) : ex, tok, &go, &stats,
-                                &err) != PX_OK) {
-        if (ro.echoed)
-            printf("\n");
-        fflush(stdout);
-        px__cli_fail("run", &err);
-        if (rh.run) {
-            px_err e2;
-            finish_heal(&o, &rh, &ro, false, &e2);
-            px_strbuf sb = PX_STRBUF_INIT;
-            if (px_heal_run_report(rh.run, &sb) == PX_OK && sb.len)
-                fprintf(stderr, "incidents:%s", sb.buf);
-            px_strbuf_release(&sb);
-        }
-        goto done;
-    }
-    const px_rt_executor *last = rh.run ? px_heal_run_executor(rh.run) : ex;
-    const px_rt_pipeline_spec *last_spec = rh.run ? px_rt_executor_spec(last) : &spec;
-    if (o.format == PX_CLI_JSON) {
-        json_t *doc = px_rt_pipeline_report_json(last_spec, last, &stats);
-        json_t *results = json_array();
-        for (uint32_t i = 0; i < o.n_prompts; i++)
-            px_json_push(results, json_pack("{s:s, s:s%, s:O}", "prompt", o.prompts[i], "text",
-                                            ro.text[i].buf ? ro.text[i].buf : "", ro.text[i].len,
-                                            "tokens", ro.ids[i]));
-        px_json_set(doc, "schema", json_string("plexus.run/1"));
-        px_json_set(doc, "model", json_string(o.model));
-        px_json_set(doc, "results", results);
-        if (rh.run) {
-            if ((rc = finish_heal(&o, &rh, &ro, false, &err)) != PX_EXIT_OK) {
-                json_decref(doc);
-                goto done;
-            }
-            px_json_set(doc, "incidents", px_heal_run_incidents(rh.run));
-        }
-        rc = px__cli_print_json(doc);
-        json_decref(doc);
-        goto done;
-    }
-    if (o.n_prompts == 1) {
-        if (!ro.echoed)
-            printf("%s%s", o.prompts[0], ro.stream ? "" : (ro.text[0].buf ? ro.text[0].buf : ""));
-        printf("\n");
-    } else {
-        for (uint32_t i = 0; i < o.n_prompts; i++)
-            printf("--- prompt %u ---\n%s%s\n", i + 1, o.prompts[i],
-                   ro.text[i].buf ? ro.text[i].buf : "");
-    }
-    px_strbuf sb = PX_STRBUF_INIT;
-    if (px_rt_pipeline_report(last_spec, last, &stats, &sb) != PX_OK) {
-        px_strbuf_release(&sb);
-        px_err_set(&err, PX_ENOMEM, "the run report cannot be written: out of memory");
-        rc = px__cli_fail("run", &err);
-        goto done;
-    }
-    printf("\n%s", sb.buf);
-    px_strbuf_release(&sb);
-    rc = rh.run ? finish_heal(&o, &rh, &ro, true, &err) : PX_EXIT_OK;
-done:
-    fflush(stdout);
-    px_rt_pipeline_stats_release(&stats);
-    px_rt_executor_free(ex);
-    px_heal_run_free(rh.run);
-    px_rt_local_launcher_free(launcher);
-    if (rh.trace && px_trace_writer_close(rh.trace, &err) != PX_OK && rc == PX_EXIT_OK)
-        rc = px__cli_fail("run", &err);
-    px_contract_free(rh.contract);
-    json_decref(rh.inventory_doc);
-    json_decref(plan);
-    px_rt_tokenizer_free(tok);
-    px_arena_free(arena);
-    px_ir_model_free(ir);
-    px_hw_graph_free(graph);
-    for (uint32_t i = 0; i < o.n_prompts; i++) {
-        px_strbuf_release(&ro.text[i]);
-        json_decref(ro.ids[i]);
-        free(ro.ends[i]);
-    }
-    free(o.file_text);
+    c->ro.stream = o.format == PX_CLI_TEXT && o.n_prompts == 1 && !o.audit_every;
+    if ((rc = run_load(c)) == PX_EXIT_OK && (rc = run_prepare_plan(c)) == PX_EXIT_OK &&
+        (rc = run_start(c)) == PX_EXIT_OK && (rc = run_generate(c)) == PX_EXIT_OK)
+        rc = run_print(c);
+    rc = run_release(c, rc);
+    free(c);
     return rc;
 }

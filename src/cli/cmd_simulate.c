@@ -183,121 +183,218 @@ static px_status add_warning(json_t *doc, const char *warning)
     return arr ? px_json_set(doc, "warnings", arr) : PX_ENOMEM;
 }
 
-/* --heal: the run with the healer, its incidents, and its trace. */
-static int run_healed(const char *plan_path, const char *load_spec, const char *faults_path,
-                      const char *inv_path, const char *trace_path, const char *model_spec,
-                      px_cli_format fmt, const px_sim_options *opt, px_heal_sim_opts *ho)
-{
-    int rc = PX_EXIT_FAIL;
+/* Everything one simulation holds; sim_release frees it. */
+typedef struct sim_run {
+    const sim_args *a;
+    px_sim_options opt;
     px_err err;
-    px_err_clear(&err);
-    json_t *plan_doc = NULL, *inv_doc = NULL, *doc = NULL;
-    px_hw_graph *graph = NULL;
-    px_ir_model *model = NULL;
-    px_heal_sim *h = NULL;
-    px_trace_writer *w = NULL;
-    px_sim_load load = {0};
-    px_sim_faults faults = {0};
-    px_sim_result res = {0};
-    px_diags diags;
-    px_diags_init(&diags);
-    if (px_json_load_file(plan_path, NULL, &plan_doc, &err) != PX_OK ||
-        px_json_load_file(inv_path, NULL, &inv_doc, &err) != PX_OK)
-        goto fail;
-    if (px_hw_graph_from_value(inv_doc, inv_path, NULL, &graph, &diags, &err) != PX_OK) {
-        char *text = px_diags_format(&diags, inv_path);
-        if (text && text[0])
-            fputs(text, stderr);
-        free(text);
-        goto fail;
-    }
-    if (px_sim_plan_check_inventory(plan_doc, graph, inv_path, &err) != PX_OK) {
-        px_err_prefix(&err, err.code, "%s: ", plan_path);
-        goto fail;
-    }
-    char ref[512];
-    const char *from_plan = plan_model(plan_doc);
-    if (!model_spec && !from_plan) {
-        px_err_set(&err, PX_EINVAL,
-                   "%s: the plan's model is not a preset; give it with --model FILE", plan_path);
-        goto fail;
-    }
-    if (model_spec)
-        snprintf(ref, sizeof ref, "%s", model_spec);
-    else
-        snprintf(ref, sizeof ref, "%s", from_plan);
-    if (px_ir_model_open_any(!strncmp(ref, "preset:", 7) ? ref + 7 : ref, NULL, &model, &err) !=
-        PX_OK)
-        goto fail;
-    ho->ctx.graph = graph;
-    ho->ctx.model = model;
-    ho->ctx.request.graph = graph;
-    ho->ctx.request.model = model;
-    ho->plan = plan_doc;
-    ho->model_ref = ref;
-    if (trace_path) {
-        if (px_trace_writer_open(trace_path, "simulate", &w, &err) != PX_OK)
-            goto fail;
-        ho->trace = w;
-    }
-    if (px_sim_load_parse(load_spec, &load, &err) != PX_OK ||
-        (faults_path && px_sim_faults_load(faults_path, &faults, &err) != PX_OK) ||
-        px_heal_sim_new(ho, &h, &err) != PX_OK)
-        goto fail;
+    json_t *plan_doc, *inv_doc, *doc;
+    px_hw_graph *graph;
+    px_sim_load load;
+    px_sim_faults faults;
+    const px_sim_faults *fp; /* &faults when --faults was given */
+    px_sim_result res;
     char warning[400];
-    const char *warn = overload_warning(&load, plan_doc, warning, sizeof warning) ? warning : NULL;
-    const px_sim_faults *fp = faults_path ? &faults : NULL;
-    if ((w && px_heal_sim_trace_begin(h, w, inv_doc, &load, fp, opt, &err) != PX_OK) ||
-        px_heal_sim_run(h, &load, fp, opt, &res, &err) != PX_OK ||
-        (w && px_heal_sim_trace_end(h, w, &res, &err) != PX_OK))
-        goto fail;
-    if (w) {
-        px_status cst = px_trace_writer_close(w, &err);
-        w = NULL;
-        if (cst != PX_OK)
-            goto fail;
+    const char *warn; /* the overload warning, or NULL */
+    px_sim_plan plan; /* without --heal */
+    /* With --heal: */
+    px_ir_model *model;
+    char ref[512];
+    px_heal_sim_opts ho;
+    px_heal_sim *h;
+    px_trace_writer *w;
+} sim_run;
+
+/* The plan and, when given, the inventory, checked against each other;
+ * false (with r->err set or the diagnostics printed) when one is refused. */
+static bool load_plan(sim_run *r)
+{
+    const sim_args *a = r->a;
+    if (px_json_load_file(a->plan_path, NULL, &r->plan_doc, &r->err) != PX_OK)
+        return false;
+    if (a->inv_path) {
+        px_diags diags;
+        px_diags_init(&diags);
+        if (px_json_load_file(a->inv_path, NULL, &r->inv_doc, &r->err) != PX_OK ||
+            px_hw_graph_from_value(r->inv_doc, a->inv_path, NULL, &r->graph, &diags, &r->err) !=
+                PX_OK) {
+            char *text = px_diags_format(&diags, a->inv_path);
+            if (text && text[0])
+                fputs(text, stderr);
+            free(text);
+            px_diags_release(&diags);
+            return false;
+        }
+        px_diags_release(&diags);
     }
-    if (fmt == PX_CLI_JSON) {
-        doc = px_sim_result_to_json(&res, px_heal_sim_plan(h));
-        if (!doc || px_json_set(doc, "incidents", px_heal_sim_incidents(h)) != PX_OK ||
-            add_warning(doc, warn) != PX_OK) {
-            px_err_set(&err, PX_ENOMEM, "out of memory");
-            goto fail;
-        }
-        rc = px__cli_print_json(doc);
-    } else {
-        px_strbuf sb = PX_STRBUF_INIT;
-        px_heal_sim_summary sum;
-        px_heal_sim_get_summary(h, &sum);
-        if ((warn && px_strbuf_addf(&sb, "%s\n", warn) != PX_OK) ||
-            px_sim_result_report(&res, px_heal_sim_plan(h), &sb) != PX_OK ||
-            px_strbuf_addf(&sb, "\nincidents: %u (%u mitigated, %u rolled back)\n", sum.incidents,
-                           sum.mitigated, sum.rollbacks) != PX_OK ||
-            px_heal_sim_report(h, &sb) != PX_OK) {
-            px_strbuf_release(&sb);
-            px_err_set(&err, PX_ENOMEM, "out of memory");
-            goto fail;
-        }
-        fputs(sb.buf, stdout);
+    if (px_sim_plan_check_inventory(r->plan_doc, r->graph, a->inv_path, &r->err) != PX_OK) {
+        px_err_prefix(&r->err, r->err.code, "%s: ", a->plan_path);
+        return false;
+    }
+    return true;
+}
+
+/* The load, the faults and the overload warning. */
+static bool load_load(sim_run *r)
+{
+    const sim_args *a = r->a;
+    if (px_sim_load_parse(a->load_spec, &r->load, &r->err) != PX_OK ||
+        (a->faults_path && px_sim_faults_load(a->faults_path, &r->faults, &r->err) != PX_OK))
+        return false;
+    r->fp = a->faults_path ? &r->faults : NULL;
+    r->warn =
+        overload_warning(&r->load, r->plan_doc, r->warning, sizeof r->warning) ? r->warning : NULL;
+    return true;
+}
+
+/* Prints a text report built by `build`, with the warning first. */
+static bool print_text(sim_run *r, bool (*build)(sim_run *, px_strbuf *))
+{
+    px_strbuf sb = PX_STRBUF_INIT;
+    if ((r->warn && px_strbuf_addf(&sb, "%s\n", r->warn) != PX_OK) || !build(r, &sb)) {
         px_strbuf_release(&sb);
-        rc = PX_EXIT_OK;
+        px_err_set(&r->err, PX_ENOMEM, "out of memory");
+        return false;
     }
-    goto done;
-fail:
-    rc = px__cli_fail("simulate", &err);
-done:
-    if (w && px_trace_writer_close(w, &err) != PX_OK && rc == PX_EXIT_OK)
-        rc = px__cli_fail("simulate", &err);
-    json_decref(doc);
-    px_sim_result_release(&res);
-    px_heal_sim_free(h);
-    px_sim_faults_release(&faults);
-    px_sim_load_release(&load);
-    px_ir_model_free(model);
-    px_hw_graph_free(graph);
-    json_decref(inv_doc);
-    json_decref(plan_doc);
-    px_diags_release(&diags);
+    fputs(sb.buf, stdout);
+    px_strbuf_release(&sb);
+    return true;
+}
+
+/* Prints r->doc with the warning; false when out of memory. */
+static bool print_json(sim_run *r, int *rc)
+{
+    if (add_warning(r->doc, r->warn) != PX_OK) {
+        px_err_set(&r->err, PX_ENOMEM, "out of memory");
+        return false;
+    }
+    *rc = px__cli_print_json(r->doc);
+    return true;
+}
+
+/* --heal: the model the plan was made for, the trace and the healer. */
+static bool heal_prepare(sim_run *r)
+{
+    const sim_args *a = r->a;
+    const char *from_plan = plan_model(r->plan_doc);
+    if (!a->model_spec && !from_plan) {
+        px_err_set(&r->err, PX_EINVAL,
+                   "%s: the plan's model is not a preset; give it with --model FILE", a->plan_path);
+        return false;
+    }
+    snprintf(r->ref, sizeof r->ref, "%s", a->model_spec ? a->model_spec : from_plan);
+    const char *ref = r->ref;
+    if (px_ir_model_open_any(!strncmp(ref, "preset:", 7) ? ref + 7 : ref, NULL, &r->model,
+                             &r->err) != PX_OK)
+        return false;
+    px_heal_sim_opts *ho = &r->ho;
+    ho->ctx.graph = r->graph;
+    ho->ctx.model = r->model;
+    ho->ctx.request.graph = r->graph;
+    ho->ctx.request.model = r->model;
+    ho->plan = r->plan_doc;
+    ho->model_ref = r->ref;
+    if (a->trace_path) {
+        if (px_trace_writer_open(a->trace_path, "simulate", &r->w, &r->err) != PX_OK)
+            return false;
+        ho->trace = r->w;
+    }
+    return load_load(r) && px_heal_sim_new(ho, &r->h, &r->err) == PX_OK;
+}
+
+/* --heal: the run, recorded in the trace. */
+static bool heal_start(sim_run *r)
+{
+    if ((r->w && px_heal_sim_trace_begin(r->h, r->w, r->inv_doc, &r->load, r->fp, &r->opt,
+                                         &r->err) != PX_OK) ||
+        px_heal_sim_run(r->h, &r->load, r->fp, &r->opt, &r->res, &r->err) != PX_OK ||
+        (r->w && px_heal_sim_trace_end(r->h, r->w, &r->res, &r->err) != PX_OK))
+        return false;
+    if (r->w) {
+        px_status cst = px_trace_writer_close(r->w, &r->err);
+        r->w = NULL;
+        if (cst != PX_OK)
+            return false;
+    }
+    return true;
+}
+
+static bool heal_report(sim_run *r, px_strbuf *sb)
+{
+    px_heal_sim_summary sum;
+    px_heal_sim_get_summary(r->h, &sum);
+    return px_sim_result_report(&r->res, px_heal_sim_plan(r->h), sb) == PX_OK &&
+           px_strbuf_addf(sb, "\nincidents: %u (%u mitigated, %u rolled back)\n", sum.incidents,
+                          sum.mitigated, sum.rollbacks) == PX_OK &&
+           px_heal_sim_report(r->h, sb) == PX_OK;
+}
+
+/* --heal: the result, the incidents and the healer's report. */
+static bool heal_print(sim_run *r, int *rc)
+{
+    if (r->a->fmt != PX_CLI_JSON) {
+        *rc = PX_EXIT_OK;
+        return print_text(r, heal_report);
+    }
+    r->doc = px_sim_result_to_json(&r->res, px_heal_sim_plan(r->h));
+    if (!r->doc || px_json_set(r->doc, "incidents", px_heal_sim_incidents(r->h)) != PX_OK) {
+        px_err_set(&r->err, PX_ENOMEM, "out of memory");
+        return false;
+    }
+    return print_json(r, rc);
+}
+
+/* Without --heal: the simulator's plan, the run and its result. */
+static bool sim_start(sim_run *r)
+{
+    if (px_sim_plan_from_json(r->plan_doc, r->graph, &r->plan, &r->err) != PX_OK) {
+        px_err_prefix(&r->err, r->err.code, "%s: ", r->a->plan_path);
+        return false;
+    }
+    if (!load_load(r) || px_sim_run(&r->plan, &r->load, r->fp, &r->opt, &r->res, &r->err) != PX_OK)
+        return false;
+    r->doc = px_sim_result_to_json(&r->res, &r->plan);
+    if (!r->doc) {
+        px_err_set(&r->err, PX_ENOMEM, "out of memory");
+        return false;
+    }
+    const char *trace = r->a->trace_path;
+    if (trace && write_trace(trace, r->plan_doc, r->inv_doc, &r->load, r->fp, &r->opt, r->doc,
+                             &r->err) != PX_OK)
+        return false;
+    if (trace)
+        px__cli_wrote("simulate", trace, "the trace");
+    return true;
+}
+
+static bool sim_report(sim_run *r, px_strbuf *sb)
+{
+    return px_sim_result_report(&r->res, &r->plan, sb) == PX_OK;
+}
+
+static bool sim_print(sim_run *r, int *rc)
+{
+    if (r->a->fmt == PX_CLI_JSON)
+        return print_json(r, rc);
+    *rc = PX_EXIT_OK;
+    return print_text(r, sim_report);
+}
+
+/* Frees what the simulation holds; a trace that cannot be closed fails it. */
+static int sim_release(sim_run *r, int rc)
+{
+    if (r->w && px_trace_writer_close(r->w, &r->err) != PX_OK && rc == PX_EXIT_OK)
+        rc = px__cli_fail("simulate", &r->err);
+    json_decref(r->doc);
+    px_sim_result_release(&r->res);
+    px_heal_sim_free(r->h);
+    px_sim_faults_release(&r->faults);
+    px_sim_load_release(&r->load);
+    px_sim_plan_release(&r->plan);
+    px_ir_model_free(r->model);
+    px_hw_graph_free(r->graph);
+    json_decref(r->inv_doc);
+    json_decref(r->plan_doc);
     return rc;
 }
 
@@ -306,111 +403,39 @@ int px__cmd_simulate(int argc, char **argv)
     memset(&A, 0, sizeof A);
     px_sim_options_default(&A.opt);
     px_cli_args args;
-    int prc;
-    if (!px__cli_parse(&spec, argc, argv, &args, &prc))
-        return prc;
-    const char *plan_path = A.plan_path, *load_spec = A.load_spec, *faults_path = A.faults_path,
-               *inv_path = A.inv_path, *trace_path = A.trace_path, *model_spec = A.model_spec;
-    bool heal = A.heal, hysteresis = !A.no_hysteresis, predictive = !A.reactive_thermal;
-    px_plan_slo slo = A.slo;
-    px_cli_format fmt = A.fmt;
-    px_sim_options opt = A.opt;
-    opt.random_failures = !A.no_random_failures;
-    opt.progress = show_progress;
-    if (!plan_path || !load_spec)
+    int rc;
+    if (!px__cli_parse(&spec, argc, argv, &args, &rc))
+        return rc;
+    if (!A.plan_path || !A.load_spec)
         return px__cli_usage_error("simulate", "--plan FILE and --load SPEC are required");
-    if (heal && !inv_path)
+    if (A.heal && !A.inv_path)
         return px__cli_usage_error("simulate",
                                    "--heal needs --inventory FILE: candidates are planned on it");
-    if (!heal && (model_spec || !hysteresis || !predictive || slo.tpot_s > 0 || slo.ttft_s > 0))
+    if (!A.heal && (A.model_spec || A.no_hysteresis || A.reactive_thermal || A.slo.tpot_s > 0 ||
+                    A.slo.ttft_s > 0))
         return px__cli_usage_error("simulate",
                                    "--model, --slo, --no-hysteresis and --reactive-thermal go "
                                    "with --heal");
-    if (heal) {
-        px_heal_sim_opts ho;
-        px_heal_sim_opts_default(&ho);
-        ho.hysteresis = hysteresis;
-        ho.thermal_predictive = predictive;
-        ho.ctx.slo = slo;
-        return run_healed(plan_path, load_spec, faults_path, inv_path, trace_path, model_spec, fmt,
-                          &opt, &ho);
+    sim_run *r = calloc(1, sizeof *r);
+    if (!r) {
+        fprintf(stderr, "plexus simulate: out of memory\n");
+        return PX_EXIT_FAIL;
     }
-
-    int rc = PX_EXIT_FAIL;
-    px_err err;
-    px_err_clear(&err);
-    json_t *plan_doc = NULL, *inv_doc = NULL, *result = NULL;
-    px_hw_graph *graph = NULL;
-    px_sim_plan plan = {0};
-    px_sim_load load = {0};
-    px_sim_faults faults = {0};
-    px_sim_result res = {0};
-    px_diags diags;
-    px_diags_init(&diags);
-    if (px_json_load_file(plan_path, NULL, &plan_doc, &err) != PX_OK)
-        goto fail;
-    if (inv_path) {
-        if (px_json_load_file(inv_path, NULL, &inv_doc, &err) != PX_OK)
-            goto fail;
-        if (px_hw_graph_from_value(inv_doc, inv_path, NULL, &graph, &diags, &err) != PX_OK) {
-            char *text = px_diags_format(&diags, inv_path);
-            if (text && text[0])
-                fputs(text, stderr);
-            free(text);
-            goto fail;
-        }
-    }
-    if (px_sim_plan_check_inventory(plan_doc, graph, inv_path, &err) != PX_OK ||
-        px_sim_plan_from_json(plan_doc, graph, &plan, &err) != PX_OK) {
-        px_err_prefix(&err, err.code, "%s: ", plan_path);
-        goto fail;
-    }
-    if (px_sim_load_parse(load_spec, &load, &err) != PX_OK ||
-        (faults_path && px_sim_faults_load(faults_path, &faults, &err) != PX_OK) ||
-        px_sim_run(&plan, &load, faults_path ? &faults : NULL, &opt, &res, &err) != PX_OK)
-        goto fail;
-    char warning[400];
-    const char *warn = overload_warning(&load, plan_doc, warning, sizeof warning) ? warning : NULL;
-    result = px_sim_result_to_json(&res, &plan);
-    if (!result) {
-        px_err_set(&err, PX_ENOMEM, "out of memory");
-        goto fail;
-    }
-    if (trace_path && write_trace(trace_path, plan_doc, inv_doc, &load,
-                                  faults_path ? &faults : NULL, &opt, result, &err) != PX_OK)
-        goto fail;
-    if (trace_path)
-        px__cli_wrote("simulate", trace_path, "the trace");
-    if (fmt == PX_CLI_JSON) {
-        if (add_warning(result, warn) != PX_OK) {
-            px_err_set(&err, PX_ENOMEM, "out of memory");
-            goto fail;
-        }
-        rc = px__cli_print_json(result);
-    } else {
-        px_strbuf sb = PX_STRBUF_INIT;
-        if ((warn && px_strbuf_addf(&sb, "%s\n", warn) != PX_OK) ||
-            px_sim_result_report(&res, &plan, &sb) != PX_OK) {
-            px_strbuf_release(&sb);
-            px_err_set(&err, PX_ENOMEM, "out of memory");
-            goto fail;
-        }
-        fputs(sb.buf, stdout);
-        px_strbuf_release(&sb);
-        rc = PX_EXIT_OK;
-    }
-    goto done;
-fail:
-    rc = px__cli_fail("simulate", &err);
-done:
-    json_decref(result);
-    px_sim_result_release(&res);
-    px_sim_faults_release(&faults);
-    px_sim_load_release(&load);
-    px_sim_plan_release(&plan);
-    px_hw_graph_free(graph);
-    json_decref(inv_doc);
-    json_decref(plan_doc);
-    px_diags_release(&diags);
+    r->a = &A;
+    r->opt = A.opt;
+    r->opt.random_failures = !A.no_random_failures;
+    r->opt.progress = show_progress;
+    px_err_clear(&r->err);
+    px_heal_sim_opts_default(&r->ho);
+    r->ho.hysteresis = !A.no_hysteresis;
+    r->ho.thermal_predictive = !A.reactive_thermal;
+    r->ho.ctx.slo = A.slo;
+    rc = PX_EXIT_FAIL;
+    bool ok = load_plan(r) && (A.heal ? heal_prepare(r) && heal_start(r) && heal_print(r, &rc)
+                                      : sim_start(r) && sim_print(r, &rc));
+    if (!ok)
+        rc = px__cli_fail("simulate", &r->err);
+    rc = sim_release(r, rc);
+    free(r);
     return rc;
 }

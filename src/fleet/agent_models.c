@@ -86,9 +86,18 @@ void *px__agent_models_main(void *arg)
         }
         seen = now_gen;
         retry_at = UINT64_MAX;
+        /* A copy of this thread's own, not a reference: jansson reads a
+         * reference count without an atomic before it drops one, so a
+         * document must not be released on two threads at once. */
         pthread_mutex_lock(&a->mu);
-        json_t *wanted = json_incref(a->models_wanted);
+        json_t *wanted = a->models_wanted ? json_deep_copy(a->models_wanted) : NULL;
+        bool lost = a->models_wanted && !wanted;
         pthread_mutex_unlock(&a->mu);
+        if (lost) {
+            px_log_warn("agent: deployment models: out of memory; trying again in 2 s");
+            retry_at = px_now_ns() + 2000000000ull;
+            continue;
+        }
         px__agent_sync(a, c, &gen);
         size_t i;
         json_t *m;

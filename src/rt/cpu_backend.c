@@ -10,10 +10,7 @@
 
 #include "rt/rt_impl.h"
 
-typedef struct cpu_device {
-    uint32_t n_threads;
-    const px__rt_kernels *kernels;
-} cpu_device;
+typedef px__rt_host_device cpu_device;
 
 typedef struct cpu_buffer {
     void *data;
@@ -166,15 +163,15 @@ static void device_props(void *dev, px_rt_device_props *out)
     out->emulated = false;
 }
 
-static bool device_supports_op(void *dev, px_ir_op_kind op, px_dtype dtype)
+bool px__rt_host_supports_op(void *dev, px_ir_op_kind op, px_dtype dtype)
 {
     (void)dev;
     return px__rt_cpu_supports(op, dtype);
 }
 
-static size_t device_work_size(void *dev, const px_rt_op *op)
+size_t px__rt_host_work_size(void *dev, const px_rt_op *op)
 {
-    return px__rt_cpu_work_size(((cpu_device *)dev)->n_threads, op);
+    return px__rt_cpu_work_size(((const px__rt_host_device *)dev)->n_threads, op);
 }
 
 static const px_rt_device_iface cpu_device_iface = {
@@ -182,15 +179,15 @@ static const px_rt_device_iface cpu_device_iface = {
     .size = sizeof(px_rt_device_iface),
     .free = device_free,
     .props = device_props,
-    .supports_op = device_supports_op,
+    .supports_op = px__rt_host_supports_op,
     .buffer_alloc = buffer_alloc,
     .stream_new = stream_new,
     .buffer_from_host = buffer_from_host,
-    .work_size = device_work_size,
+    .work_size = px__rt_host_work_size,
 };
 
-static px_status device_open(const px_rt_device_opts *opts, const px_rt_device_iface **iface,
-                             void **dev, px_err *err)
+px_status px__rt_host_device_init(px__rt_host_device *h, const char *name,
+                                  const px_rt_device_opts *opts, px_err *err)
 {
     uint32_t n = opts->n_threads;
     if (n == 0) {
@@ -198,14 +195,25 @@ static px_status device_open(const px_rt_device_opts *opts, const px_rt_device_i
         n = online > 0 ? (uint32_t)PX_MIN(online, 256) : 1;
     }
     if (n > 1024)
-        return px_err_set(err, PX_EINVAL, "cpu: %u threads requested (at most 1024)", n);
-    cpu_device *d = calloc(1, sizeof *d);
+        return px_err_set(err, PX_EINVAL, "%s: %u threads requested (at most 1024)", name, n);
+    h->n_threads = n;
+    h->kernels = opts->portable_kernels ? NULL : px__rt_kernels_native();
+    if (!h->kernels)
+        h->kernels = &px__rt_kernels_portable;
+    return PX_OK;
+}
+
+static px_status device_open(const px_rt_device_opts *opts, const px_rt_device_iface **iface,
+                             void **dev, px_err *err)
+{
+    cpu_device host;
+    px_status st = px__rt_host_device_init(&host, "cpu", opts, err);
+    if (st)
+        return st;
+    cpu_device *d = malloc(sizeof *d);
     if (!d)
         return px_err_set(err, PX_ENOMEM, "cpu: out of memory");
-    d->n_threads = n;
-    d->kernels = opts->portable_kernels ? NULL : px__rt_kernels_native();
-    if (!d->kernels)
-        d->kernels = &px__rt_kernels_portable;
+    *d = host;
     *iface = &cpu_device_iface;
     *dev = d;
     return PX_OK;

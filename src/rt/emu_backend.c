@@ -31,9 +31,8 @@
 static _Thread_local bool slack_set;
 
 typedef struct emu_device {
+    px__rt_host_device host; /* first: px__rt_host_supports_op and _work_size read it */
     px_rt_emu_profile prof;
-    uint32_t n_threads;
-    const px__rt_kernels *kernels;
     pthread_mutex_t lock;
     uint64_t used; /* bytes of live buffers */
 } emu_device;
@@ -343,9 +342,9 @@ static px_status stream_new(void *dev, const px_rt_stream_iface **iface, void **
     if (!es)
         return px_err_set(err, PX_ENOMEM, "emu: out of memory");
     es->dev = d;
-    es->exec.k = d->kernels;
+    es->exec.k = d->host.kernels;
     px_rng_seed(&es->rng, d->prof.seed);
-    px_status st = px__rt_pool_new(d->n_threads, &es->exec.pool, err);
+    px_status st = px__rt_pool_new(d->host.n_threads, &es->exec.pool, err);
     if (st) {
         free(es);
         return st;
@@ -373,7 +372,7 @@ static void device_props(void *dev, px_rt_device_props *out)
     snprintf(out->description, sizeof out->description,
              "%.40s (emulated): compute x%.3g, memory x%.3g of the host cpu, %u thread%s",
              d->prof.name[0] ? d->prof.name : "emu", d->prof.compute_slowdown,
-             d->prof.memory_slowdown, d->n_threads, d->n_threads == 1 ? "" : "s");
+             d->prof.memory_slowdown, d->host.n_threads, d->host.n_threads == 1 ? "" : "s");
     out->kind = PX_RT_DEVICE_ACCEL;
     pthread_mutex_lock(&d->lock);
     out->memory_total = d->prof.memory_bytes;
@@ -382,19 +381,8 @@ static void device_props(void *dev, px_rt_device_props *out)
     out->memory_used = d->used;
     pthread_mutex_unlock(&d->lock);
     out->caps = PX_RT_CAP_HOST_MEMORY | PX_RT_CAP_HOST_PTR;
-    out->n_threads = d->n_threads;
+    out->n_threads = d->host.n_threads;
     out->emulated = true;
-}
-
-static bool device_supports_op(void *dev, px_ir_op_kind op, px_dtype dtype)
-{
-    (void)dev;
-    return px__rt_cpu_supports(op, dtype);
-}
-
-static size_t device_work_size(void *dev, const px_rt_op *op)
-{
-    return px__rt_cpu_work_size(((emu_device *)dev)->n_threads, op);
 }
 
 static const px_rt_device_iface emu_device_iface = {
@@ -402,11 +390,11 @@ static const px_rt_device_iface emu_device_iface = {
     .size = sizeof(px_rt_device_iface),
     .free = device_free,
     .props = device_props,
-    .supports_op = device_supports_op,
+    .supports_op = px__rt_host_supports_op,
     .buffer_alloc = buffer_alloc,
     .stream_new = stream_new,
     .buffer_from_host = buffer_from_host,
-    .work_size = device_work_size,
+    .work_size = px__rt_host_work_size,
 };
 
 static px_status device_open(const px_rt_device_opts *opts, const px_rt_device_iface **iface,
@@ -416,22 +404,17 @@ static px_status device_open(const px_rt_device_opts *opts, const px_rt_device_i
     px_status st = px_rt_emu_profile_parse(opts->profile, &prof, err);
     if (st)
         return st;
-    uint32_t n = opts->n_threads;
-    if (n == 0) {
-        long online = sysconf(_SC_NPROCESSORS_ONLN);
-        n = online > 0 ? (uint32_t)PX_MIN(online, 256) : 1;
-    }
-    if (n > 1024)
-        return px_err_set(err, PX_EINVAL, "emu: %u threads requested (at most 1024)", n);
+    /* The same threads and kernels the cpu backend picks, so that results
+     * match it. */
+    px__rt_host_device host;
+    st = px__rt_host_device_init(&host, "emu", opts, err);
+    if (st)
+        return st;
     emu_device *d = calloc(1, sizeof *d);
     if (!d)
         return px_err_set(err, PX_ENOMEM, "emu: out of memory");
+    d->host = host;
     d->prof = prof;
-    d->n_threads = n;
-    /* The same kernels the cpu backend picks, so that results match it. */
-    d->kernels = opts->portable_kernels ? NULL : px__rt_kernels_native();
-    if (!d->kernels)
-        d->kernels = &px__rt_kernels_portable;
     pthread_mutex_init(&d->lock, NULL);
     *iface = &emu_device_iface;
     *dev = d;

@@ -178,6 +178,23 @@ typedef struct px__rt_cpu_exec {
 bool px__rt_cpu_supports(px_ir_op_kind op, px_dtype t);
 /* Scratch bytes op needs with n_threads threads. */
 size_t px__rt_cpu_work_size(uint32_t n_threads, const px_rt_op *op);
+/* What a device that runs the cpu kernels on host threads holds first
+ * (the cpu device, and the emulated one, whose struct begins with it):
+ * the threads of its streams' pools and the kernels they run. */
+typedef struct px__rt_host_device {
+    uint32_t n_threads;
+    const px__rt_kernels *kernels;
+} px__rt_host_device;
+/* Fills h from opts for the backend called `name`: opts->n_threads (0:
+ * the online processors, at most 256) and the native kernels unless
+ * opts->portable_kernels asks for the portable ones.  Errors: PX_EINVAL
+ * (more than 1024 threads), naming the backend. */
+PX_NODISCARD px_status px__rt_host_device_init(px__rt_host_device *h, const char *name,
+                                               const px_rt_device_opts *opts, px_err *err);
+/* A device table's supports_op and work_size, for any device whose struct
+ * begins with a px__rt_host_device. */
+bool px__rt_host_supports_op(void *dev, px_ir_op_kind op, px_dtype dtype);
+size_t px__rt_host_work_size(void *dev, const px_rt_op *op);
 /* Checks op's shapes and runs it; host-visible tensors only.  Errors:
  * PX_EUNSUPPORTED, PX_EINVAL (shapes, ids, positions, naming them). */
 px_status px__rt_cpu_run_op(const px__rt_cpu_exec *x, const px_rt_op *op, px_err *err);

@@ -42,6 +42,9 @@
  * slowed agents' heartbeats on loaded cores and the agents would fence
  * their work, a path these suites do not mean to take. */
 #define FH_LEASE_SCALE PX_TEST_SLOWDOWN
+/* A limit of s seconds on what the slowed processes do (a job to finish,
+ * nodes to come online, a whole suite's alarm), scaled the same way. */
+#define FH_SECONDS(s) ((s)*PX_TEST_SLOWDOWN)
 
 typedef struct fh_proc {
     pid_t pid;
@@ -187,7 +190,7 @@ static inline px_fleet_client *fh_client(fh_fleet *f, const char *token)
     px_assert_ok(px_fleet_client_new(f->servers[0] ? f->servers : f->url, token, &c, &err), &err);
     if (f->ca[0])
         px_assert_ok(px_fleet_client_set_ca(c, f->ca, &err), &err);
-    px_fleet_client_set_timeout(c, 20000);
+    px_fleet_client_set_timeout(c, FH_SECONDS(20000));
     return c;
 }
 
@@ -483,7 +486,7 @@ static inline json_t *fh_node(fh_fleet *f, const char *name)
 /* Waits until the named nodes are online. */
 static inline void fh_wait_nodes_online(fh_fleet *f, const char *const *names, int n, int timeout_s)
 {
-    uint64_t deadline = px_now_ns() + (uint64_t)timeout_s * 1000000000ull;
+    uint64_t deadline = px_now_ns() + (uint64_t)FH_SECONDS(timeout_s) * 1000000000ull;
     for (;;) {
         int online = 0;
         for (int i = 0; i < n; i++) {
@@ -542,7 +545,7 @@ static inline bool fh_state_in(const char *state, const char *states)
  * the job (new reference).  Fails the test on timeout. */
 static inline json_t *fh_wait_job(fh_fleet *f, const char *id, const char *states, int timeout_s)
 {
-    uint64_t deadline = px_now_ns() + (uint64_t)timeout_s * 1000000000ull;
+    uint64_t deadline = px_now_ns() + (uint64_t)FH_SECONDS(timeout_s) * 1000000000ull;
     for (;;) {
         json_t *j = fh_job(f, id);
         const char *st = json_string_value(json_object_get(j, "state"));
@@ -658,7 +661,7 @@ static inline char *fh_logs(fh_fleet *f, const char *id)
 /* Waits until the job's logs hold needle; returns them (owned). */
 static inline char *fh_wait_logs(fh_fleet *f, const char *id, const char *needle, int timeout_s)
 {
-    uint64_t deadline = px_now_ns() + (uint64_t)timeout_s * 1000000000ull;
+    uint64_t deadline = px_now_ns() + (uint64_t)FH_SECONDS(timeout_s) * 1000000000ull;
     for (;;) {
         char *text = fh_logs(f, id);
         if (text && strstr(text, needle))
@@ -694,7 +697,7 @@ static inline bool fh_pid_gone(pid_t pid)
 /* Waits until every pid is gone; fails naming the first that stays. */
 static inline void fh_wait_pids_gone(const pid_t *pids, int n, int timeout_s)
 {
-    uint64_t deadline = px_now_ns() + (uint64_t)timeout_s * 1000000000ull;
+    uint64_t deadline = px_now_ns() + (uint64_t)FH_SECONDS(timeout_s) * 1000000000ull;
     for (int i = 0; i < n; i++)
         while (!fh_pid_gone(pids[i])) {
             if (px_now_ns() > deadline)

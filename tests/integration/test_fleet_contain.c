@@ -193,7 +193,7 @@ int main(void)
         cmocka_unit_test(test_killed_agent_ends_its_jobs_and_a_restart_finds_none),
         cmocka_unit_test(test_partitioned_agent_stops_its_job_before_it_moves),
     };
-    alarm(240);
+    alarm(FH_SECONDS(240));
     if (getenv("PX_TEST_FILTER"))
         cmocka_set_test_filter(getenv("PX_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

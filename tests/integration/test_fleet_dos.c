@@ -159,7 +159,7 @@ int main(void)
         cmocka_unit_test(test_half_open_connections_of_one_address_leave_room_for_others),
     };
     signal(SIGPIPE, SIG_IGN);
-    alarm(200);
+    alarm(FH_SECONDS(200));
     if (getenv("PX_TEST_FILTER"))
         cmocka_set_test_filter(getenv("PX_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -348,7 +348,7 @@ int main(void)
         cmocka_unit_test(test_large_upload_streams_in_constant_memory),
         cmocka_unit_test(test_full_disk_is_never_acknowledged_and_heals),
     };
-    alarm(240);
+    alarm(FH_SECONDS(240));
     if (getenv("PX_TEST_FILTER"))
         cmocka_set_test_filter(getenv("PX_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

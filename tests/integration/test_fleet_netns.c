@@ -274,7 +274,7 @@ int main(void)
         cmocka_unit_test(test_deployment_is_fetched_over_the_links),
         cmocka_unit_test(test_cut_off_agent_is_lost_and_rejoins),
     };
-    alarm(280);
+    alarm(FH_SECONDS(280));
     if (getenv("PX_TEST_FILTER"))
         cmocka_set_test_filter(getenv("PX_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -467,7 +467,7 @@ int main(void)
         cmocka_unit_test(test_cancel_kills_the_running_process_group),
         cmocka_unit_test(test_cached_model_attracts_the_next_job),
     };
-    alarm(150);
+    alarm(FH_SECONDS(150));
     if (getenv("PX_TEST_FILTER"))
         cmocka_set_test_filter(getenv("PX_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

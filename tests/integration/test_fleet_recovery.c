@@ -129,7 +129,7 @@ static void test_crashed_service_is_restarted(void **state)
         "\"health_command\": [\"/bin/true\"]}}",
         port);
     char *id = fh_submit(&fleet, spec);
-    uint64_t deadline = px_now_ns() + 25ull * 1000000000ull;
+    uint64_t deadline = px_now_ns() + FH_SECONDS(25ull) * 1000000000ull;
     long restarts = 0;
     const char *state_text = "";
     json_t *job = NULL;
@@ -170,7 +170,7 @@ static void test_unhealthy_service_is_stopped_and_restarted(void **state)
                              "\"health_path\": \"/healthz\"}}",
                              port);
     char *id = fh_submit(&fleet, spec);
-    uint64_t deadline = px_now_ns() + 25ull * 1000000000ull;
+    uint64_t deadline = px_now_ns() + FH_SECONDS(25ull) * 1000000000ull;
     long restarts = 0;
     while (px_now_ns() < deadline && restarts < 1) {
         json_t *job = fh_job(&fleet, id);
@@ -298,7 +298,7 @@ int main(void)
         cmocka_unit_test(test_killed_agents_job_finishes_elsewhere),
         cmocka_unit_test(test_server_kill9_loses_no_acknowledged_job),
     };
-    alarm(170);
+    alarm(FH_SECONDS(170));
     if (getenv("PX_TEST_FILTER"))
         cmocka_set_test_filter(getenv("PX_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

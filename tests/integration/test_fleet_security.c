@@ -238,7 +238,7 @@ int main(void)
         cmocka_unit_test(test_submit_options_become_the_job_spec),
         cmocka_unit_test(test_submit_wait_timeout_names_the_state),
     };
-    alarm(90);
+    alarm(FH_SECONDS(90));
     if (getenv("PX_TEST_FILTER"))
         cmocka_set_test_filter(getenv("PX_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -342,7 +342,7 @@ int main(void)
         cmocka_unit_test(test_state_is_private_and_loose_secrets_are_refused),
         cmocka_unit_test(test_tls_with_the_pinned_ca_and_not_without),
     };
-    alarm(200);
+    alarm(FH_SECONDS(200));
     if (getenv("PX_TEST_FILTER"))
         cmocka_set_test_filter(getenv("PX_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

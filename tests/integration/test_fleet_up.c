@@ -178,6 +178,6 @@ int main(void)
         cmocka_unit_test(test_up_runs_jobs_and_stops_cleanly),
         cmocka_unit_test(test_up_tls_serves_https_with_its_local_ca),
     };
-    alarm(90);
+    alarm(FH_SECONDS(90));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

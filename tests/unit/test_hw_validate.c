@@ -285,7 +285,8 @@ static void test_validate_domain_cycles(void **state)
     refuse(HEAD "\"domains\": [{\"id\": \"a\", \"kind\": \"rack\", \"parent\": \"a\"}],"
                 " \"nodes\": [{\"id\": \"n1\"}]}",
            1, "/domains/0/parent", "its own ancestor");
-    /* A long chain is fine and takes linear time. */
+    /* A long chain is fine (its time, linear, is measured in
+     * bench_hw_inventory, not here). */
     px_strbuf sb = PX_STRBUF_INIT;
     px_strbuf_adds(&sb, HEAD "\"domains\": [");
     px_strbuf_adds(&sb, "{\"id\": \"d0\", \"kind\": \"zone\"}");
@@ -293,9 +294,7 @@ static void test_validate_domain_cycles(void **state)
         px_strbuf_addf(&sb, ",{\"id\": \"d%d\", \"kind\": \"zone\", \"parent\": \"d%d\"}", i,
                        i - 1);
     px_strbuf_adds(&sb, "], \"nodes\": [{\"id\": \"n1\", \"domains\": [\"d49999\"]}]}");
-    uint64_t t0 = px_now_ns();
     accept(sb.buf);
-    assert_true(px_now_ns() - t0 < 20000000000ull);
     px_strbuf_release(&sb);
 }
 
