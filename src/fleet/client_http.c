@@ -17,8 +17,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define REPLY_MAX_BYTES    (64u << 20)
-#define DOWNLOAD_MAX_BYTES (1ull << 40) /* models are gigabytes; the disk is the bound */
+#define REPLY_MAX_BYTES      (64u << 20)
+#define DOWNLOAD_MAX_BYTES   (1ull << 40) /* models are gigabytes; the disk is the bound */
+#define EXPECT_CONTINUE_FROM (1u << 20)   /* body bytes that wait for "100 Continue" */
 
 #define MAX_SERVERS 16
 
@@ -371,8 +372,14 @@ static px_status perform_one(px_fleet_client *c, const request *rq, long *http_s
     snprintf(ct, sizeof ct, "Content-Type: %s",
              rq->content_type ? rq->content_type : "application/json");
     hdrs = curl_slist_append(hdrs, ct);
-    /* No "100 continue" round trip for uploads on loopback. */
-    hdrs = curl_slist_append(hdrs, "Expect:");
+    /* A small body goes at once; a large one waits for the server's "100
+     * Continue", so that a refusal (413 over the limit, 401) arrives as an
+     * answer instead of a reset in the middle of the body. */
+    size_t body_len = rq->upload_fd >= 0 ? (size_t)rq->upload_len : rq->data ? rq->len : 0;
+    if (body_len < EXPECT_CONTINUE_FROM)
+        hdrs = curl_slist_append(hdrs, "Expect:");
+    else
+        hdrs = curl_slist_append(hdrs, "Expect: 100-continue");
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);

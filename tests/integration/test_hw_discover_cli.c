@@ -273,8 +273,8 @@ static void test_discover_refuses_bad_usage(void **state)
     } cases[] = {
         {{"--bogus"}, "unknown option \"--bogus\""},
         {{"-o", "xml"}, "-o/--output takes json, text or yaml, not \"xml\""},
-        {{"--timeout", "-1"}, "--timeout takes a number from"},
-        {{"--measure-seconds", "abc"}, "--measure-seconds takes a number from"},
+        {{"--timeout", "-1"}, "--timeout takes a time such as 90s"},
+        {{"--measure-seconds", "abc"}, "--measure-seconds takes a time such as 90s"},
         {{"--python"}, "--python needs a value"},
         {{"--python", ""}, "--python needs a folder"},
         {{"--node", "bad/id"}, "node id \"bad/id\""},
