@@ -37,7 +37,7 @@ static long raw(const char *token, const char *method, const char *path, const c
     /* The caller judges the outcome by the HTTP code and the message. */
     (void)px_fleet_client_send(c, method, path, body, len, &code, NULL, &err);
     px_fleet_client_free(c);
-    snprintf(text, sizeof text, "%s", err.msg);
+    px_textf(text, sizeof text, "%s", err.msg);
     if (error)
         *error = text;
     return code;
