@@ -8,6 +8,7 @@
 #include "base/common.h"
 
 #include "plexus/fleet.h"
+#include "bench_util.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -147,12 +148,6 @@ static void *agent_main(void *arg)
     return NULL;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void submit_to_start(void)
 {
     client cl;
@@ -179,7 +174,7 @@ static void submit_to_start(void)
         if (submitted_at[i] && started_at[i] >= submitted_at[i])
             lat[n++] = (double)(started_at[i] - submitted_at[i]) / 1e6;
     pthread_mutex_unlock(&mu);
-    qsort(lat, (size_t)n, sizeof *lat, cmp_double);
+    qsort(lat, (size_t)n, sizeof *lat, bench_cmp_double);
     if (n > 0)
         printf("submit-to-start (%d agents, %d jobs, simulated agents over HTTP long polls): "
                "p50 %.1f ms  p99 %.1f ms  max %.1f ms  (aim: p50 < 50 ms)\n",
@@ -258,7 +253,7 @@ static void paced_load(void)
             all[m++] = th[k].lat[i];
         free(th[k].lat);
     }
-    qsort(all, (size_t)m, sizeof *all, cmp_double);
+    qsort(all, (size_t)m, sizeof *all, bench_cmp_double);
     if (m > 0)
         printf("API under load: %d requests in %.2f s (%.0f/s; mix: job GETs, job lists, node "
                "lists, heartbeats)  p50 %.2f ms  p99 %.2f ms  max %.2f ms  errors %d\n",
@@ -310,7 +305,7 @@ static void run_legit(const char *what, int held)
         errors += th[k].errors;
         free(th[k].lat);
     }
-    qsort(all, (size_t)m, sizeof *all, cmp_double);
+    qsort(all, (size_t)m, sizeof *all, bench_cmp_double);
     if (m > 0)
         printf("%s: %d legitimate clients, %d requests: p50 %.2f ms  p99 %.2f ms  max %.2f ms  "
                "errors %d",

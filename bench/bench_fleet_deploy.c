@@ -35,25 +35,6 @@
 #define N_AGENTS 3
 #define LIMIT_S  60
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    remove(path);
-    return 0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static void nap_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* The deployment's state, polled until `want` (ms waited) or -1. */
 static double wait_state(px_fleet_client *c, const char *name, const char *want, uint64_t t0)
 {
@@ -68,7 +49,7 @@ static double wait_state(px_fleet_client *c, const char *name, const char *want,
             if (done)
                 return (double)(px_now_ns() - t0) / 1e6;
         }
-        nap_ms(5);
+        bench_sleep_ms(5);
     }
     return -1;
 }
@@ -89,7 +70,7 @@ static double first_token(px_fleet_client *c, const char *name, uint64_t t0)
             ms = (double)(px_now_ns() - t0) / 1e6;
             break;
         }
-        nap_ms(5);
+        bench_sleep_ms(5);
     }
     json_decref(body);
     return ms;
@@ -210,7 +191,7 @@ int main(int argc, char **argv)
         px_fleet_client_new(px_fleet_server_url(srv), utok, &c, &err) != PX_OK)
         goto done;
     for (int i = 0; i < 600 && online(c) < N_AGENTS; i++)
-        nap_ms(50);
+        bench_sleep_ms(50);
     if (online(c) < N_AGENTS) {
         fprintf(stderr, "bench_fleet_deploy: the agents did not come online\n");
         goto done;
@@ -264,8 +245,8 @@ int main(int argc, char **argv)
            "reports it at once when held)\n",
            plan_ms[0], ready_ms[0]);
     if (n > 1) {
-        qsort(plan_ms + 1, (size_t)(n - 1), sizeof *plan_ms, cmp_double);
-        qsort(ready_ms + 1, (size_t)(n - 1), sizeof *ready_ms, cmp_double);
+        qsort(plan_ms + 1, (size_t)(n - 1), sizeof *plan_ms, bench_cmp_double);
+        qsort(ready_ms + 1, (size_t)(n - 1), sizeof *ready_ms, bench_cmp_double);
         printf("  warm, %ld deployments: request p50 %.2f ms (max %.2f), resident p50 %.2f ms "
                "(max %.2f)\n",
                n - 1, plan_ms[1 + (n - 1) / 2], plan_ms[n - 1], ready_ms[1 + (n - 1) / 2],
@@ -276,7 +257,7 @@ int main(int argc, char **argv)
            "through the server's route): cold %.1f ms",
            token_ms[0]);
     if (n > 1) {
-        qsort(token_ms + 1, (size_t)(n - 1), sizeof *token_ms, cmp_double);
+        qsort(token_ms + 1, (size_t)(n - 1), sizeof *token_ms, bench_cmp_double);
         printf(", warm p50 %.1f ms (max %.1f)", token_ms[1 + (n - 1) / 2], token_ms[n - 1]);
     }
     printf("\n");
@@ -303,7 +284,7 @@ int main(int argc, char **argv)
         long_call l = {c2, last, PX_OK, 0};
         pthread_t th;
         if (pthread_create(&th, NULL, long_main, &l) == 0) {
-            nap_ms(30);
+            bench_sleep_ms(30);
             uint64_t t_kill = px_now_ns();
             kill(agents[vi], SIGKILL);
             waitpid(agents[vi], NULL, 0);
@@ -322,7 +303,7 @@ int main(int argc, char **argv)
                 }
                 json_decref(d2);
                 if (rto < 0)
-                    nap_ms(50);
+                    bench_sleep_ms(50);
             }
             if (l.st == PX_OK && rto >= 0)
                 printf("  node loss (%s killed %s): RTO %.1f ms (the incident's: detection to "
@@ -350,11 +331,11 @@ done:
     for (int i = 0; i < N_AGENTS; i++)
         if (agents[i] > 0) {
             for (int k = 0; k < 100 && waitpid(agents[i], NULL, WNOHANG) == 0; k++)
-                nap_ms(20);
+                bench_sleep_ms(20);
             kill(-agents[i], SIGKILL);
             waitpid(agents[i], NULL, WNOHANG);
         }
     px_fleet_server_stop(srv);
-    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    bench_rm_tree(dir);
     return rc;
 }

@@ -38,19 +38,6 @@ static void must(px_status st, const char *what)
     }
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    remove(path);
-    return 0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static double pct(const double *sorted, size_t n, double p)
 {
     size_t i = (size_t)(p * (double)(n - 1) + 0.5);
@@ -184,8 +171,8 @@ static double run(const char *plexus, long jobs, bool tls)
     }
     json_decref(spec);
     if (n > 0) {
-        qsort(lat, n, sizeof *lat, cmp_double);
-        qsort(ack, n, sizeof *ack, cmp_double);
+        qsort(lat, n, sizeof *lat, bench_cmp_double);
+        qsort(ack, n, sizeof *ack, bench_cmp_double);
         double sum = 0;
         for (size_t i = 0; i < n; i++)
             sum += lat[i];
@@ -216,7 +203,7 @@ done:
     px_fleet_server_stop(srv);
     close(rfd);
     close(keep);
-    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    bench_rm_tree(dir);
     return p50;
 }
 

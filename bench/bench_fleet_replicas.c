@@ -40,25 +40,6 @@
 static pg_harness pg;
 static char plexus[600];
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    remove(path);
-    return 0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 static bool exec_ok(PGconn *c, const char *sql)
 {
     PGresult *r = PQexec(c, sql);
@@ -92,7 +73,7 @@ static int start_replicas(const char *uri, const char *dir, px_fleet_server **sr
         for (int i = 0; i < N_REPLICAS; i++)
             if (px_fleet_server_serving(srv[i]))
                 return i;
-        sleep_ms(25);
+        bench_sleep_ms(25);
     }
     return -1;
 }
@@ -164,7 +145,7 @@ static int bench_decisions(long jobs)
     ok = exec_ok(c, sql);
     uint64_t done = 0;
     while (ok && done < (uint64_t)jobs && px_now_ns() - t0 < 60000000000ull) {
-        sleep_ms(5);
+        bench_sleep_ms(5);
         pthread_mutex_lock(&srv[active]->lock);
         done = srv[active]->metrics.decisions - d0;
         pthread_mutex_unlock(&srv[active]->lock);
@@ -184,7 +165,7 @@ static int bench_decisions(long jobs)
            " kube-scheduler 680-1,100/s; Slurm ~500/s\n");
     stop_replicas(srv);
     PQfinish(c);
-    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    bench_rm_tree(dir);
     free(uri);
     return done == (uint64_t)jobs ? 0 : 1;
 }
@@ -215,7 +196,7 @@ static void stop_pid(pid_t pid)
         return;
     kill(-pid, SIGTERM);
     for (int w = 0; waitpid(pid, NULL, WNOHANG) == 0 && w < 100; w++)
-        sleep_ms(20);
+        bench_sleep_ms(20);
     kill(-pid, SIGKILL);
     waitpid(pid, NULL, WNOHANG);
 }
@@ -274,7 +255,7 @@ static int bench_latency(void)
             }
         }
         json_decref(r);
-        sleep_ms(50);
+        bench_sleep_ms(50);
     }
     double lat[LAT_JOBS];
     size_t n = 0;
@@ -303,7 +284,7 @@ static int bench_latency(void)
         json_decref(spec);
     }
     if (n > 0) {
-        qsort(lat, n, sizeof *lat, cmp_double);
+        qsort(lat, n, sizeof *lat, bench_cmp_double);
         printf("submit-to-start, %d replicas on PostgreSQL, %d agents given all URLs, %zu jobs one"
                " at a time:\n  p50 %.2f ms  p90 %.2f ms  max %.2f ms  (SQLite, one server: p50"
                " 22 ms)\n",
@@ -316,7 +297,7 @@ static int bench_latency(void)
     stop_replicas(srv);
     close(rfd);
     close(keep);
-    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    bench_rm_tree(dir);
     free(uri);
     return n == LAT_JOBS ? 0 : 1;
 }
@@ -371,7 +352,7 @@ static int bench_failover(void)
                 if (pids[i] > 0 && health(url[i]) == 200)
                     active = i;
             if (active < 0)
-                sleep_ms(25);
+                bench_sleep_ms(25);
         }
         if (active < 0)
             break;
@@ -385,7 +366,7 @@ static int bench_failover(void)
                 if (pids[i] > 0 && health(url[i]) == 200)
                     next = i;
             if (next < 0)
-                sleep_ms(10);
+                bench_sleep_ms(10);
         }
         if (next < 0)
             break;
@@ -400,14 +381,14 @@ static int bench_failover(void)
         pids[active] = spawn(argv, log);
     }
     if (rounds > 0) {
-        qsort(took, (size_t)rounds, sizeof *took, cmp_double);
+        qsort(took, (size_t)rounds, sizeof *took, bench_cmp_double);
         printf("scheduler failover after kill -9 of the lease holder, %d replicas, %d rounds:\n"
                "  median %.2f s  max %.2f s  (goal < 5 s)\n",
                N_REPLICAS, rounds, took[rounds / 2], took[rounds - 1]);
     }
     for (int i = 0; i < N_REPLICAS; i++)
         stop_pid(pids[i]);
-    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    bench_rm_tree(dir);
     free(uri);
     return rounds == ROUNDS ? 0 : 1;
 }

@@ -5,6 +5,7 @@
 #include "base/common.h"
 
 #include "plexus/fleet.h"
+#include "bench_util.h"
 
 #include <time.h>
 
@@ -93,12 +94,6 @@ static double cpu_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static int run(size_t n_nodes)
 {
     px_err err;
@@ -165,7 +160,7 @@ static int run(size_t n_nodes)
     }
     double secs = (double)(px_now_ns() - t0) / 1e9;
     double cpu = cpu_seconds() - c0;
-    qsort(lat, N_JOBS, sizeof *lat, cmp_double);
+    qsort(lat, N_JOBS, sizeof *lat, bench_cmp_double);
     /* Turning a kept explanation into JSON (what `plexus explain` asks for). */
     uint64_t e0 = px_now_ns();
     json_t *ex = px_fleet_explanation_to_json(kept[N_JOBS - 1], s);

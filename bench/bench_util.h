@@ -6,14 +6,43 @@
 #define PX_BENCH_UTIL_H
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "plexus/base.h"
+
+/* qsort's order of doubles, for the percentiles the benchmarks print. */
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static inline void bench_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static inline int bench__rm_entry(const char *path, const struct stat *sb, int flag,
+                                  struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* Removes the folder dir and everything under it (a benchmark's scratch). */
+static inline void bench_rm_tree(const char *dir)
+{
+    nftw(dir, bench__rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 /* The plexus binary the benchmark starts: $PLEXUS_BIN, or `plexus`
  * beside this benchmark's binary.  False when neither can be named (the
