@@ -1,5 +1,6 @@
-/* What a plan says about its calibration: the overlay it used and, for
- * each correction, whether it applies to the fleet and model or why not. */
+/* What a plan states it assumed: the sourced figures and parameters it
+ * used, and its calibration overlay with, for each correction, whether it
+ * applies to the fleet and model or why not. */
 #include "base/common.h"
 
 #include "cost/cost_impl.h"
@@ -44,24 +45,40 @@ static double step_size(const px_cost_model *m)
     return px_cost_step_size(m, &wl);
 }
 
-static px_status add_entry(json_t *arr, const char *name, const char *value, const char *source)
+static px_status add_assumption(json_t *arr, const char *name, const char *value,
+                                const char *source)
 {
-    return px_json_push(
-        arr, json_pack("{s:s, s:s, s:s}", "name", name, "value", value, "source", source));
+    json_t *o = json_object();
+    if (!o)
+        return PX_ENOMEM;
+    if (px_json_set(o, "name", json_string(name)) || px_json_set(o, "value", json_string(value)) ||
+        px_json_set(o, "source", json_string(source))) {
+        json_decref(o);
+        return PX_ENOMEM;
+    }
+    return px_json_push(arr, o);
 }
 
-px_status px__cost_calib_assumptions(json_t *arr, const px_cost_fleet *f, const px_cost_model *m,
-                                     const px_cost_params *p)
+static void fmt_qty(double v, px_dim dim, char *buf, size_t n)
+{
+    px_qty_format(v, dim, buf, n);
+}
+
+/* Appends to arr (a plan's assumptions) the calibration overlay and, for
+ * each correction, whether it applies to this fleet and model (at the
+ * stored precision) or why it is refused.  PX_ENOMEM. */
+static px_status calib_assumptions(json_t *arr, const px_cost_fleet *f, const px_cost_model *m,
+                                   const px_cost_params *p)
 {
     const px_cost_calibration *cal = p->calibration;
     char name[160], value[160], source[800];
     size_t n = px_cost_calibration_count(cal);
     snprintf(value, sizeof value, "sha256:%s, %zu correction%s", px_cost_calibration_digest(cal), n,
              n == 1 ? "" : "s");
-    if (add_entry(arr, "calibration overlay (mode calibrated)", value,
-                  "plexus.calibration/1: measured corrections on top of the sourced figures, "
-                  "which are unchanged; a correction applies only inside its validity range "
-                  "and for its dtype"))
+    if (add_assumption(arr, "calibration overlay (mode calibrated)", value,
+                       "plexus.calibration/1: measured corrections on top of the sourced figures, "
+                       "which are unchanged; a correction applies only inside its validity range "
+                       "and for its dtype"))
         return PX_ENOMEM;
     double blo, bhi;
     block_bytes(m, &blo, &bhi);
@@ -120,8 +137,106 @@ px_status px__cost_calib_assumptions(json_t *arr, const px_cost_fleet *f, const 
         }
         snprintf(source, sizeof source, "%s, %s; %s", c->dataset[0] ? c->dataset : "unnamed data",
                  c->timestamp, why);
-        if (add_entry(arr, name, value, source))
+        if (add_assumption(arr, name, value, source))
             return PX_ENOMEM;
     }
     return PX_OK;
+}
+
+json_t *px_cost_assumptions_json(const px_cost_fleet *f, const px_cost_model *m,
+                                 const px_cost_params *p)
+{
+    json_t *arr = json_array();
+    char v[96];
+    if (!arr)
+        return NULL;
+    snprintf(v, sizeof v, "%.2f (range %.2f..%.2f)", p->eff_mem, p->eff_mem_lo, p->eff_mem_hi);
+    if (add_assumption(arr, "decode memory-bandwidth efficiency", v,
+                       "well-tuned engines reach 70-85% of attainable bandwidth in decode"))
+        goto fail;
+    snprintf(v, sizeof v, "%.2f (range %.2f..%.2f)", p->eff_compute, p->eff_compute_lo,
+             p->eff_compute_hi);
+    if (add_assumption(arr, "matrix-product compute efficiency", v,
+                       "assumed: typical utilisation of large matrix products"))
+        goto fail;
+    snprintf(v, sizeof v, "%.2f", p->eff_link);
+    if (add_assumption(arr, "link efficiency", v, "assumed: protocol overhead of one transfer"))
+        goto fail;
+    snprintf(v, sizeof v, "%.2f", p->headroom);
+    if (add_assumption(arr, "memory headroom", v, "planner parameter"))
+        goto fail;
+    fmt_qty(p->runtime_cuda, PX_DIM_BYTES, v, sizeof v);
+    if (add_assumption(arr, "runtime footprint (cuda)", v, "assumed: CUDA context and libraries"))
+        goto fail;
+    fmt_qty(p->workspace_gpu, PX_DIM_BYTES, v, sizeof v);
+    if (add_assumption(arr, "kernel workspace per accelerator", v, "assumed"))
+        goto fail;
+    snprintf(v, sizeof v, "%.2f", p->default_rel_unc);
+    if (add_assumption(arr, "relative uncertainty of figures stating none", v, "assumed"))
+        goto fail;
+    snprintf(v, sizeof v, "%u samples, seed %" PRIu64, p->mc_samples, p->seed);
+    if (add_assumption(arr, "uncertainty propagation", v,
+                       "seeded Monte Carlo; a relative uncertainty is a 2-sigma half-width "
+                       "of a normal truncated at 2 sigma, an interval is uniform"))
+        goto fail;
+    if (f) {
+        unsigned any = 0;
+        for (size_t i = 0; i < f->n_devices; i++)
+            any |= f->devices[i].assumed;
+        if (any & PX_COST_ASSUMED_POWER) {
+            snprintf(v, sizeof v, "%.0f W accelerator, %.0f W CPU, idle %.0f%%",
+                     p->default_power_gpu, p->default_power_cpu, p->idle_fraction * 100);
+            if (add_assumption(arr, "device power where the inventory gives none", v, "assumed"))
+                goto fail;
+        }
+        if (any & PX_COST_ASSUMED_MTBF) {
+            fmt_qty(p->default_mtbf_s, PX_DIM_TIME, v, sizeof v);
+            if (add_assumption(arr, "device MTBF where the inventory gives none", v, "assumed"))
+                goto fail;
+        }
+        if (any & PX_COST_ASSUMED_HOST_LINK) {
+            fmt_qty(p->host_link_bw, PX_DIM_BANDWIDTH, v, sizeof v);
+            if (add_assumption(arr, "device-to-host link where none is declared", v,
+                               "assumed: PCIe 4.0 x16"))
+                goto fail;
+        }
+        bool cores = false;
+        for (size_t i = 0; i < f->n_devices; i++)
+            cores |= f->devices[i].host_cores > 0 &&
+                     (f->devices[i].host_busy_mem > 0 || f->devices[i].host_busy_compute > 0);
+        if (cores &&
+            add_assumption(arr, "host cores shared by the stages run on them",
+                           "one thread per stage worker; an emulated device keeps a core busy "
+                           "for 1/slowdown of its time; the executor's round trip is host work",
+                           "the inventory's node cpu cores; a step lasts at least the core-seconds "
+                           "it asks of a node over its cores"))
+            goto fail;
+        if (any & PX_COST_ASSUMED_MEM_BW) {
+            if (add_assumption(arr, "memory bandwidth of devices stating none", "20 GB/s",
+                               "assumed"))
+                goto fail;
+        }
+    }
+    if (p->mode == PX_COST_CALIBRATED && p->calibration && calib_assumptions(arr, f, m, p) != PX_OK)
+        goto fail;
+    if (m && m->ir && !m->dit) {
+        /* The cache's dtype decides its size: say where it comes from. */
+        bool preset = px_ir_model_source(m->ir) == PX_IR_SOURCE_PRESET;
+        if (add_assumption(arr, "KV-cache dtype", px_dtype_name(m->kv_dtype),
+                           preset ? "model preset: the cache is kept in the weights' dtype when "
+                                    "they are 16-bit, as the deployments of the preset's source "
+                                    "keep it (--kv-dtype chooses another)"
+                                  : "the model file as opened: the dtype the plexus runtime keeps "
+                                    "the cache in (--kv-dtype chooses another)"))
+            goto fail;
+    }
+    if (m && m->ir && m->n_layers > 0 && m->layers[0].n_experts > 0) {
+        if (add_assumption(arr, "MoE expert traffic", "uniform routing",
+                           "model IR: E*(1-(1-k/E)^n) distinct experts per step"))
+            goto fail;
+    }
+    return arr;
+fail:
+    json_decref(arr);
+    return NULL;
 }
