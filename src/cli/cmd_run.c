@@ -546,20 +546,32 @@ static int run_print_json(run_ctx *c, const px_rt_executor *last,
     const run_opts *o = &c->o;
     json_t *doc = px_rt_pipeline_report_json(last_spec, last, &c->stats);
     json_t *results = json_array();
-    for (uint32_t i = 0; i < o->n_prompts; i++)
-        px_json_push(results, json_pack("{s:s, s:s%, s:O}", "prompt", o->prompts[i], "text",
-                                        c->ro.text[i].buf ? c->ro.text[i].buf : "",
-                                        c->ro.text[i].len, "tokens", c->ro.ids[i]));
-    px_json_set(doc, "schema", json_string("plexus.run/1"));
-    px_json_set(doc, "model", json_string(o->model));
-    px_json_set(doc, "results", results);
-    if (c->rh.run) {
+    /* A member that cannot be added fails the command: a report missing
+     * part of the run must not print as if it were whole. */
+    px_status st = doc ? PX_OK : PX_ENOMEM;
+    for (uint32_t i = 0; st == PX_OK && i < o->n_prompts; i++)
+        st = px_json_push(results, json_pack("{s:s, s:s%, s:O}", "prompt", o->prompts[i], "text",
+                                             c->ro.text[i].buf ? c->ro.text[i].buf : "",
+                                             c->ro.text[i].len, "tokens", c->ro.ids[i]));
+    if (st == PX_OK)
+        st = px_json_set(doc, "schema", json_string("plexus.run/1"));
+    if (st == PX_OK)
+        st = px_json_set(doc, "model", json_string(o->model));
+    if (st == PX_OK)
+        st = px_json_set(doc, "results", json_incref(results));
+    json_decref(results);
+    if (st == PX_OK && c->rh.run) {
         int rc = finish_heal(o, &c->rh, &c->ro, false, &c->err);
         if (rc != PX_EXIT_OK) {
             json_decref(doc);
             return rc;
         }
-        px_json_set(doc, "incidents", px_heal_run_incidents(c->rh.run));
+        st = px_json_set(doc, "incidents", px_heal_run_incidents(c->rh.run));
+    }
+    if (st != PX_OK) {
+        json_decref(doc);
+        px_err_set(&c->err, PX_ENOMEM, "the run report (-o json) cannot be written: out of memory");
+        return px__cli_fail("run", &c->err);
     }
     int rc = px__cli_print_json(doc);
     json_decref(doc);
