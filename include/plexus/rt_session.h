@@ -301,8 +301,15 @@ typedef void (*px_rt_token_fn)(uint32_t prompt, int32_t token, const char *piece
 typedef struct px_rt_supervisor px_rt_supervisor; /* below, with the executor */
 
 typedef struct px_rt_generate_opts {
-    const char *const *prompts;  /* borrowed */
-    uint32_t n_prompts;          /* at most the session's max_seqs */
+    const char *const *prompts; /* borrowed */
+    uint32_t n_prompts;         /* at most the session's max_seqs */
+    /* The prompts already encoded (BOS first, as px_rt_tokenizer_encode
+     * with PX_RT_ENCODE_BOS gives them), n_prompts arrays of
+     * n_prompt_tokens[i] ids, borrowed; NULL: the prompts are encoded here.
+     * A caller that has encoded them already (to size a plan) passes them
+     * so that no prompt is encoded twice. */
+    const int32_t *const *prompt_tokens;
+    const size_t *n_prompt_tokens;
     uint32_t max_new_tokens;     /* per prompt */
     px_rt_sampler_opts sampling; /* prompt i samples with seed + i */
     bool ignore_eos;             /* keep going after BOS/EOS */

@@ -401,6 +401,10 @@ typedef struct run_ctx {
     px_arena *arena;
     px_ir_vocab file_vocab;
     px_rt_tokenizer *tok;
+    /* Each prompt encoded once (BOS first): its length sizes the plan, and
+     * the executor generates from it. */
+    int32_t *prompt_ids[MAX_PROMPTS];
+    size_t n_prompt_ids[MAX_PROMPTS];
     json_t *plan;
     px_rt_pipeline_spec spec;
     px_rt_executor_opts xo;
@@ -449,17 +453,35 @@ static int run_load(run_ctx *c)
     return PX_EXIT_OK;
 }
 
+/* Encodes prompt i (BOS first) into *ids (owned: free()).  A byte-level
+ * fallback gives at most one token a byte, so the first guess fits all
+ * but vocabularies with a dummy prefix; PX_ELIMIT then says how many. */
+static px_status encode_prompt(const px_rt_tokenizer *t, const char *text, uint32_t i,
+                               int32_t **ids, size_t *n, px_err *err)
+{
+    size_t len = strlen(text), cap = len + 2;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        free(*ids);
+        if (!(*ids = malloc(cap * sizeof **ids)))
+            return px_err_set(err, PX_ENOMEM, "prompt %u: out of memory", i + 1);
+        px_status st = px_rt_tokenizer_encode(t, text, len, PX_RT_ENCODE_BOS, *ids, cap, n, err);
+        if (st != PX_ELIMIT || *n <= cap)
+            return st == PX_OK ? PX_OK : px_err_prefix(err, st, "prompt %u: ", i + 1);
+        cap = *n;
+    }
+    return px_err_set(err, PX_EINTERNAL, "prompt %u: the tokenizer's count changed", i + 1);
+}
+
 /* The plan (given, or made for the longest prompt) and its pipeline. */
 static int run_prepare_plan(run_ctx *c)
 {
     const run_opts *o = &c->o;
     size_t longest = 1;
     for (uint32_t i = 0; i < o->n_prompts; i++) {
-        size_t n = 0;
-        int32_t ids[1];
-        (void)px_rt_tokenizer_encode(c->tok, o->prompts[i], strlen(o->prompts[i]), PX_RT_ENCODE_BOS,
-                                     ids, 1, &n, NULL);
-        longest = PX_MAX(longest, n);
+        if (encode_prompt(c->tok, o->prompts[i], i, &c->prompt_ids[i], &c->n_prompt_ids[i],
+                          &c->err) != PX_OK)
+            return px__cli_fail("run", &c->err);
+        longest = PX_MAX(longest, c->n_prompt_ids[i]);
     }
     if ((!o->plan || (c->rh.on && c->graph)) &&
         run_request(o, c->graph, c->ir, (uint32_t)PX_MIN(longest, (size_t)1 << 24), &c->rh.req,
@@ -514,6 +536,8 @@ static int run_generate(run_ctx *c)
     px_rt_generate_opts go = {
         .prompts = o->prompts,
         .n_prompts = o->n_prompts,
+        .prompt_tokens = (const int32_t *const *)c->prompt_ids,
+        .n_prompt_tokens = c->n_prompt_ids,
         .max_new_tokens = o->n_new,
         .sampling = {.temperature = (float)o->temp, .top_p = (float)o->top_p, .seed = o->seed},
         .on_token = on_token,
@@ -629,6 +653,7 @@ static int run_release(run_ctx *c, int rc)
         px_strbuf_release(&c->ro.text[i]);
         json_decref(c->ro.ids[i]);
         free(c->ro.ends[i]);
+        free(c->prompt_ids[i]);
     }
     free(c->o.file_text);
     return rc;
