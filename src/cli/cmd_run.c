@@ -555,7 +555,9 @@ static int run_generate(run_ctx *c)
         px_err e2;
         finish_heal(o, &c->rh, &c->ro, false, &e2);
         px_strbuf sb = PX_STRBUF_INIT;
-        if (px_heal_run_report(run, &sb) == PX_OK && sb.len)
+        if (px_heal_run_report(run, &sb) != PX_OK)
+            fprintf(stderr, "plexus run: the incident report cannot be written: out of memory\n");
+        else if (sb.len)
             fprintf(stderr, "incidents:%s", sb.buf);
         px_strbuf_release(&sb);
     }
