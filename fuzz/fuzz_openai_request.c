@@ -61,7 +61,7 @@ static void respond(const px_serve_request *req, const uint8_t *data, size_t siz
     px_strbuf out = PX_STRBUF_INIT;
     bool stopped = false;
     for (size_t i = 0; i < size && !stopped;) {
-        size_t n = PX_MIN(size - i, 1 + data[i] % 4);
+        size_t n = PX_MIN(size - i, (size_t)1 + data[i] % 4);
         px_serve_token_alt alt = {1, (const char *)data + i, n, -1.0f};
         px_serve_token_event ev = {(int32_t)i, (const char *)data + i, n, -0.5f, &alt, 1};
         if (px_serve_response_token(r, &ev, &out, &stopped, NULL) != PX_OK)

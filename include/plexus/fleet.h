@@ -416,7 +416,8 @@ json_t *px_fleet_cache_evictions_take(px_fleet_cache *c);
  * used and returns its path (owned: free()).  PX_ENOTFOUND if absent. */
 PX_NODISCARD px_status px_fleet_cache_acquire(px_fleet_cache *c, const char *digest, char **path,
                                               px_err *err);
-/* Ends one hold of px_fleet_cache_acquire. */
+/* Ends one hold of px_fleet_cache_acquire.  A NULL digest, one not held
+ * or not resident is a no-op; c must not be NULL. */
 void px_fleet_cache_release(px_fleet_cache *c, const char *digest);
 bool px_fleet_cache_contains(px_fleet_cache *c, const char *digest);
 /* [{"digest","name","size"}] of every resident object (new reference). */

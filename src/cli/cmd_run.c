@@ -401,6 +401,10 @@ typedef struct run_ctx {
     px_arena *arena;
     px_ir_vocab file_vocab;
     px_rt_tokenizer *tok;
+    /* Each prompt encoded once (BOS first): its length sizes the plan, and
+     * the executor generates from it. */
+    int32_t *prompt_ids[MAX_PROMPTS];
+    size_t n_prompt_ids[MAX_PROMPTS];
     json_t *plan;
     px_rt_pipeline_spec spec;
     px_rt_executor_opts xo;
@@ -449,17 +453,35 @@ static int run_load(run_ctx *c)
     return PX_EXIT_OK;
 }
 
+/* Encodes prompt i (BOS first) into *ids (owned: free()).  A byte-level
+ * fallback gives at most one token a byte, so the first guess fits all
+ * but vocabularies with a dummy prefix; PX_ELIMIT then says how many. */
+static px_status encode_prompt(const px_rt_tokenizer *t, const char *text, uint32_t i,
+                               int32_t **ids, size_t *n, px_err *err)
+{
+    size_t len = strlen(text), cap = len + 2;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        free(*ids);
+        if (!(*ids = malloc(cap * sizeof **ids)))
+            return px_err_set(err, PX_ENOMEM, "prompt %u: out of memory", i + 1);
+        px_status st = px_rt_tokenizer_encode(t, text, len, PX_RT_ENCODE_BOS, *ids, cap, n, err);
+        if (st != PX_ELIMIT || *n <= cap)
+            return st == PX_OK ? PX_OK : px_err_prefix(err, st, "prompt %u: ", i + 1);
+        cap = *n;
+    }
+    return px_err_set(err, PX_EINTERNAL, "prompt %u: the tokenizer's count changed", i + 1);
+}
+
 /* The plan (given, or made for the longest prompt) and its pipeline. */
 static int run_prepare_plan(run_ctx *c)
 {
     const run_opts *o = &c->o;
     size_t longest = 1;
     for (uint32_t i = 0; i < o->n_prompts; i++) {
-        size_t n = 0;
-        int32_t ids[1];
-        (void)px_rt_tokenizer_encode(c->tok, o->prompts[i], strlen(o->prompts[i]), PX_RT_ENCODE_BOS,
-                                     ids, 1, &n, NULL);
-        longest = PX_MAX(longest, n);
+        if (encode_prompt(c->tok, o->prompts[i], i, &c->prompt_ids[i], &c->n_prompt_ids[i],
+                          &c->err) != PX_OK)
+            return px__cli_fail("run", &c->err);
+        longest = PX_MAX(longest, c->n_prompt_ids[i]);
     }
     if ((!o->plan || (c->rh.on && c->graph)) &&
         run_request(o, c->graph, c->ir, (uint32_t)PX_MIN(longest, (size_t)1 << 24), &c->rh.req,
@@ -514,6 +536,8 @@ static int run_generate(run_ctx *c)
     px_rt_generate_opts go = {
         .prompts = o->prompts,
         .n_prompts = o->n_prompts,
+        .prompt_tokens = (const int32_t *const *)c->prompt_ids,
+        .n_prompt_tokens = c->n_prompt_ids,
         .max_new_tokens = o->n_new,
         .sampling = {.temperature = (float)o->temp, .top_p = (float)o->top_p, .seed = o->seed},
         .on_token = on_token,
@@ -531,7 +555,9 @@ static int run_generate(run_ctx *c)
         px_err e2;
         finish_heal(o, &c->rh, &c->ro, false, &e2);
         px_strbuf sb = PX_STRBUF_INIT;
-        if (px_heal_run_report(run, &sb) == PX_OK && sb.len)
+        if (px_heal_run_report(run, &sb) != PX_OK)
+            fprintf(stderr, "plexus run: the incident report cannot be written: out of memory\n");
+        else if (sb.len)
             fprintf(stderr, "incidents:%s", sb.buf);
         px_strbuf_release(&sb);
     }
@@ -546,20 +572,32 @@ static int run_print_json(run_ctx *c, const px_rt_executor *last,
     const run_opts *o = &c->o;
     json_t *doc = px_rt_pipeline_report_json(last_spec, last, &c->stats);
     json_t *results = json_array();
-    for (uint32_t i = 0; i < o->n_prompts; i++)
-        px_json_push(results, json_pack("{s:s, s:s%, s:O}", "prompt", o->prompts[i], "text",
-                                        c->ro.text[i].buf ? c->ro.text[i].buf : "",
-                                        c->ro.text[i].len, "tokens", c->ro.ids[i]));
-    px_json_set(doc, "schema", json_string("plexus.run/1"));
-    px_json_set(doc, "model", json_string(o->model));
-    px_json_set(doc, "results", results);
-    if (c->rh.run) {
+    /* A member that cannot be added fails the command: a report missing
+     * part of the run must not print as if it were whole. */
+    px_status st = doc ? PX_OK : PX_ENOMEM;
+    for (uint32_t i = 0; st == PX_OK && i < o->n_prompts; i++)
+        st = px_json_push(results, json_pack("{s:s, s:s%, s:O}", "prompt", o->prompts[i], "text",
+                                             c->ro.text[i].buf ? c->ro.text[i].buf : "",
+                                             c->ro.text[i].len, "tokens", c->ro.ids[i]));
+    if (st == PX_OK)
+        st = px_json_set(doc, "schema", json_string("plexus.run/1"));
+    if (st == PX_OK)
+        st = px_json_set(doc, "model", json_string(o->model));
+    if (st == PX_OK)
+        st = px_json_set(doc, "results", json_incref(results));
+    json_decref(results);
+    if (st == PX_OK && c->rh.run) {
         int rc = finish_heal(o, &c->rh, &c->ro, false, &c->err);
         if (rc != PX_EXIT_OK) {
             json_decref(doc);
             return rc;
         }
-        px_json_set(doc, "incidents", px_heal_run_incidents(c->rh.run));
+        st = px_json_set(doc, "incidents", px_heal_run_incidents(c->rh.run));
+    }
+    if (st != PX_OK) {
+        json_decref(doc);
+        px_err_set(&c->err, PX_ENOMEM, "the run report (-o json) cannot be written: out of memory");
+        return px__cli_fail("run", &c->err);
     }
     int rc = px__cli_print_json(doc);
     json_decref(doc);
@@ -617,6 +655,7 @@ static int run_release(run_ctx *c, int rc)
         px_strbuf_release(&c->ro.text[i]);
         json_decref(c->ro.ids[i]);
         free(c->ro.ends[i]);
+        free(c->prompt_ids[i]);
     }
     free(c->o.file_text);
     return rc;

@@ -11,10 +11,4 @@ double px__cost_qty_rel(const px_qty *q, double fallback);
  * the fallback. */
 double px__cost_bpe(px_dtype dt, double fallback);
 
-/* Appends to arr (a plan's assumptions) the calibration overlay and, for
- * each correction, whether it applies to this fleet and model (at the
- * stored precision) or why it is refused.  PX_ENOMEM. */
-px_status px__cost_calib_assumptions(json_t *arr, const px_cost_fleet *f, const px_cost_model *m,
-                                     const px_cost_params *p);
-
 #endif

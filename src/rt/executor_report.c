@@ -2,7 +2,8 @@
  * The pipeline's report: each stage's observed decode time per token and
  * prefill time against the plan's predicted intervals, end to end, and
  * throughput; text for people, JSON for tools.  Emulated devices say so
- * on every line that names them.
+ * on every line that names them.  The statistics it reads are released
+ * here too (px_rt_pipeline_stats_release).
  */
 #include "base/common.h"
 
@@ -219,4 +220,15 @@ json_t *px_rt_pipeline_report_json(const px_rt_pipeline_spec *sp, const px_rt_ex
                 json_pack("{s:I, s:f}", "tokens", (json_int_t)st->gen.decode_tokens, "seconds",
                           (double)st->gen.decode_ns / 1e9));
     return doc;
+}
+
+void px_rt_pipeline_stats_release(px_rt_pipeline_stats *st)
+{
+    if (!st)
+        return;
+    for (uint32_t i = 0; i < PX_RT_MAX_STAGES; i++) {
+        free(st->stages[i].ops);
+        st->stages[i].ops = NULL;
+        st->stages[i].n_ops = 0;
+    }
 }

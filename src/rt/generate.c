@@ -1,7 +1,8 @@
 /*
  * Text generation for a list of prompts, in one process (px_rt_generate)
  * or through a pipeline (px_rt_executor_generate): both tokenize the
- * prompts and hand them to the generation engine as requests, which
+ * prompts (unless the caller has) and hand them to the generation engine
+ * as requests, which
  * batches them continuously (engine*.c).  Prompt i samples with seed + i.
  */
 #include "base/common.h"
@@ -14,8 +15,9 @@ typedef struct gen gen;
 typedef struct gen_prompt {
     gen *g;
     uint32_t index;
-    int32_t *ids;
+    const int32_t *ids; /* owned by `owned`, or borrowed from the options */
     size_t n_ids;
+    int32_t *owned;
 } gen_prompt;
 
 struct gen {
@@ -49,8 +51,8 @@ static void on_finish(void *ud, uint64_t id, px_rt_finish why, const px_rt_reque
     }
 }
 
-/* Tokenizes every prompt (BOS first) and refuses one longer than the
- * context. */
+/* Tokenizes every prompt (BOS first), unless the options carry them
+ * tokenized, and refuses one longer than the context. */
 static px_status encode_all(gen *g, const px_rt_tokenizer *t, uint32_t context, px_err *err)
 {
     const px_rt_generate_opts *o = g->o;
@@ -61,14 +63,23 @@ static px_status encode_all(gen *g, const px_rt_tokenizer *t, uint32_t context, 
         gen_prompt *p = &g->p[i];
         p->g = g;
         p->index = i;
-        const char *text = o->prompts[i] ? o->prompts[i] : "";
-        size_t cap = (size_t)context + 1;
-        if (!(p->ids = malloc(cap * sizeof *p->ids)))
-            return px_err_set(err, PX_ENOMEM, "generate: out of memory");
-        px_status st = px_rt_tokenizer_encode(t, text, strlen(text), PX_RT_ENCODE_BOS, p->ids, cap,
-                                              &p->n_ids, err);
-        if (st == PX_OK && p->n_ids > context)
-            st = PX_ELIMIT;
+        px_status st = PX_OK;
+        if (o->prompt_tokens) {
+            p->ids = o->prompt_tokens[i];
+            p->n_ids = o->n_prompt_tokens[i];
+            if (p->n_ids > context)
+                st = PX_ELIMIT;
+        } else {
+            const char *text = o->prompts[i] ? o->prompts[i] : "";
+            size_t cap = (size_t)context + 1;
+            if (!(p->owned = malloc(cap * sizeof *p->owned)))
+                return px_err_set(err, PX_ENOMEM, "generate: out of memory");
+            p->ids = p->owned;
+            st = px_rt_tokenizer_encode(t, text, strlen(text), PX_RT_ENCODE_BOS, p->owned, cap,
+                                        &p->n_ids, err);
+            if (st == PX_OK && p->n_ids > context)
+                st = PX_ELIMIT;
+        }
         if (st == PX_ELIMIT && p->n_ids > 0)
             return px_err_set(err, PX_ELIMIT,
                               "prompt %u is %zu tokens long (BOS included); the context holds "
@@ -84,7 +95,7 @@ static void release(gen *g)
 {
     if (g->p)
         for (uint32_t i = 0; i < g->o->n_prompts; i++)
-            free(g->p[i].ids);
+            free(g->p[i].owned);
     free(g->p);
 }
 
@@ -119,8 +130,11 @@ static px_status run_all(gen *g, px_rt_engine *e, px_err *err)
 
 static px_status check_prompts(const px_rt_generate_opts *o, px_err *err)
 {
-    if (!o || o->n_prompts == 0 || !o->prompts)
+    if (!o || o->n_prompts == 0 || (!o->prompts && !o->prompt_tokens))
         return px_err_set(err, PX_EINVAL, "generate: no prompt");
+    if (o->prompt_tokens && !o->n_prompt_tokens)
+        return px_err_set(err, PX_EINVAL,
+                          "generate: prompt_tokens given without n_prompt_tokens: pass both");
     return PX_OK;
 }
 
@@ -183,15 +197,4 @@ px_status px_rt_executor_generate(px_rt_executor *ex, const px_rt_tokenizer *t,
     if (st || !stats)
         px_rt_pipeline_stats_release(out);
     return st;
-}
-
-void px_rt_pipeline_stats_release(px_rt_pipeline_stats *st)
-{
-    if (!st)
-        return;
-    for (uint32_t i = 0; i < PX_RT_MAX_STAGES; i++) {
-        free(st->stages[i].ops);
-        st->stages[i].ops = NULL;
-        st->stages[i].n_ops = 0;
-    }
 }

@@ -335,6 +335,64 @@ static void test_generate_packs_prompts_into_micro_batches(void **state)
     px_rt_model_free(m);
 }
 
+/* Prompts the caller has encoded are generated from as given, not encoded
+ * again: the texts beside them here say something else. */
+static void test_generate_uses_the_prompt_tokens_given(void **state)
+{
+    (void)state;
+    px_rt_model *m = small_llama();
+    produced from_text;
+    px_rt_generate_stats st;
+    generate_with(m, 512, &from_text, &st);
+    px_err err;
+    px_rt_tokenizer *t;
+    px_assert_ok(px_rt_tokenizer_new(px_ir_model_vocab(px_rt_model_ir(m)), &t, &err), &err);
+    static const char *const texts[] = {"hello there", "a", "the quick brown fox"};
+    static const char *const other[] = {"zzz", "q", "not this one"};
+    int32_t ids[3][32];
+    size_t n_ids[3];
+    const int32_t *tokens[3];
+    for (int i = 0; i < 3; i++) {
+        px_assert_ok(px_rt_tokenizer_encode(t, texts[i], strlen(texts[i]), PX_RT_ENCODE_BOS, ids[i],
+                                            32, &n_ids[i], &err),
+                     &err);
+        tokens[i] = ids[i];
+    }
+    px_rt_session *s;
+    px_rt_session_opts so = {.n_threads = 2, .max_seqs = 3, .context = 64};
+    px_assert_ok(px_rt_session_new(m, &so, &s, &err), &err);
+    produced p = {0};
+    px_rt_generate_opts go = {.prompts = other,
+                              .n_prompts = 3,
+                              .prompt_tokens = tokens,
+                              .n_prompt_tokens = n_ids,
+                              .max_new_tokens = 12,
+                              .ignore_eos = true,
+                              .on_token = record,
+                              .ud = &p};
+    px_rt_generate_stats sg;
+    px_assert_ok(px_rt_generate(s, t, &go, &sg, &err), &err);
+    assert_int_equal(sg.prompt_tokens, st.prompt_tokens);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(p.n[i], 12);
+        assert_memory_equal(p.ids[i], from_text.ids[i], 12 * sizeof(int32_t));
+    }
+    /* Given tokens longer than the context are refused as text is. */
+    px_rt_session_free(s);
+    px_assert_ok(px_rt_session_new(m, &(px_rt_session_opts){.max_seqs = 3, .context = 8}, &s, &err),
+                 &err);
+    go.on_token = NULL;
+    assert_int_equal(px_rt_generate(s, t, &go, NULL, &err), PX_ELIMIT);
+    px_assert_contains(err.msg, "the context holds 8");
+    /* Tokens without their counts are refused, naming both fields. */
+    go.n_prompt_tokens = NULL;
+    assert_int_equal(px_rt_generate(s, t, &go, NULL, &err), PX_EINVAL);
+    px_assert_contains(err.msg, "n_prompt_tokens");
+    px_rt_session_free(s);
+    px_rt_tokenizer_free(t);
+    px_rt_model_free(m);
+}
+
 /* ------------------------------------------------------------------ */
 /* Hostile input                                                       */
 /* ------------------------------------------------------------------ */
@@ -542,6 +600,7 @@ int main(void)
         cmocka_unit_test(test_forward_layer_ranges_compose_bit_for_bit),
         cmocka_unit_test(test_forward_rewinding_recomputes_the_same_logits),
         cmocka_unit_test(test_generate_packs_prompts_into_micro_batches),
+        cmocka_unit_test(test_generate_uses_the_prompt_tokens_given),
         cmocka_unit_test(test_forward_rejects_bad_batches_with_clear_errors),
         cmocka_unit_test(test_session_rejects_presets_unsupported_models_and_bad_options),
         cmocka_unit_test(test_forward_allocates_nothing),
