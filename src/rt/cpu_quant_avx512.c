@@ -297,6 +297,15 @@ INLINE __m512i legacy_values64(px_dtype t, const uint8_t *blk)
     return v;
 }
 
+/* The f16 values at a and b as floats (exact), in lanes 0 and 1. */
+INLINE __m128 f16_pair(const uint8_t *a, const uint8_t *b)
+{
+    uint16_t ha, hb;
+    memcpy(&ha, a, sizeof ha);
+    memcpy(&hb, b, sizeof hb);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)hb << 16 | ha)));
+}
+
 /* ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), as cpu_quant.c. */
 INLINE float lanes_sum(__m256 v)
 {
@@ -316,6 +325,7 @@ INLINE void dotn_legacy(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t 
 {
     const size_t bb = legacy_bytes(t), xbb = PX__RT_Q8_0_ACT_BYTES;
     const __m512i off = _mm512_set1_epi8((char)legacy_offset(t));
+    const __m512i spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     __m256 acc[PX__RT_QDOT_ROWS];
     for (uint32_t r = 0; r < nx; r++)
         acc[r] = _mm256_setzero_ps();
@@ -323,7 +333,7 @@ INLINE void dotn_legacy(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t 
     for (; i + 2 <= nb; i += 2) {
         const uint8_t *blk = w + i * bb;
         __m512i v = legacy_values64(t, blk);
-        float d0 = f16_at(blk), d1 = f16_at(blk + bb);
+        __m128 dw = f16_pair(blk, blk + bb);
         for (uint32_t r = 0; r < nx; r++) {
             const uint8_t *xb = xq + r * ldxq + i * xbb;
             __m512i x = join(load256(xb + 2), load256(xb + xbb + 2));
@@ -331,8 +341,9 @@ INLINE void dotn_legacy(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t 
              * the sum of the four x. */
             __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v, x),
                                          _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, x));
-            __m512 s = _mm512_insertf32x8(_mm512_set1_ps(d0 * f16_at(xb)),
-                                          _mm256_set1_ps(d1 * f16_at(xb + xbb)), 1);
+            /* d_w * d_x of each block, the first block's in lanes 0..7. */
+            __m512 s = _mm512_permutexvar_ps(
+                spread, _mm512_castps128_ps512(_mm_mul_ps(dw, f16_pair(xb, xb + xbb))));
             __m512 prod = _mm512_mul_ps(_mm512_cvtepi32_ps(p), s);
             acc[r] = _mm256_add_ps(acc[r], _mm512_castps512_ps256(prod));
             acc[r] = _mm256_add_ps(acc[r], _mm512_extractf32x8_ps(prod, 1));
