@@ -10,16 +10,18 @@
  *    --dim 1024 --hidden 2816 --layers 12 --heads 16 --kv-heads 4 --vocab
  *    512 --context 512 --seed 1 --dtype D` writes (the same library call),
  *    in f32, f16 and q8_0, and the f32 file quantized by `plexus model
- *    quantize --type q4_k_m` (the same library call), into bench-models/
- *    beside this program (the build folder), once: later runs reuse the
- *    files.
+ *    quantize --type T` (the same library call) for q4_k_m, q4_0, q5_k_m
+ *    and q6_k, into bench-models/ beside this program (the build folder),
+ *    once: later runs reuse the files.
  * 3. For each, with 1 and 2 threads: prefill of a 65-token prompt in one
  *    step (tokens/s, best of 2 after a warm-up step that faults the mapped
  *    weights in), then greedy decode of 32 tokens (tokens/s), the bytes a
  *    decode step reads (every weight but the embedding table, one row of
  *    it, and the KV cache), the bandwidth that reaches and its fraction of
  *    the measured read bandwidth, and the ratios to llama.cpp's figures
- *    on the same file (LLAMA_CPP below).
+ *    on the same file (LLAMA_CPP below; "no anchor" where none was
+ *    measured).  PX_BENCH_DTYPES=q4_0,q4_K_M (names as the table prints
+ *    them, any case, comma-separated) runs those rows alone.
  * 4. Runs step 3 again in a child process whose environment lacks every
  *    OPENBLAS_* variable, when this one has some: the figures must not
  *    depend on them.
@@ -35,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -158,12 +161,25 @@ static double decode_bytes(const px_rt_model *m, uint32_t context)
     return bytes + 2.0 * hp->n_layers * hp->n_kv_heads * hp->head_dim * 4.0 * context;
 }
 
-/* The model file of dtype t in dir, written unless already there;
- * q4_k stands for the q4_K_M mix, quantized from the f32 file. */
-static int synth_model(const char *dir, px_dtype t, char *path, size_t cap)
+/* A row of the table: a file written by synth (recipe NULL) or quantized
+ * from the f32 file with a recipe of `plexus model quantize`. */
+typedef struct bench_format {
+    const char *name; /* as the table prints it */
+    px_dtype dtype;   /* synth's dtype, or the recipe's main format (anchors) */
+    const char *recipe;
+} bench_format;
+
+static const bench_format FORMATS[] = {
+    {"f32", PX_DTYPE_F32, NULL},     {"f16", PX_DTYPE_F16, NULL},
+    {"q8_0", PX_DTYPE_Q8_0, NULL},   {"q4_K_M", PX_DTYPE_Q4_K, "q4_k_m"},
+    {"q4_0", PX_DTYPE_Q4_0, "q4_0"}, {"q5_K_M", PX_DTYPE_Q5_K, "q5_k_m"},
+    {"q6_K", PX_DTYPE_Q6_K, "q6_k"},
+};
+
+/* The model file of format f in dir, written unless already there. */
+static int synth_model(const char *dir, const bench_format *f, char *path, size_t cap)
 {
-    snprintf(path, cap, "%s/synth136m-%s.gguf", dir,
-             t == PX_DTYPE_Q4_K ? "q4_k_m" : px_dtype_name(t));
+    snprintf(path, cap, "%s/synth136m-%s.gguf", dir, f->recipe ? f->recipe : f->name);
     struct stat sb;
     if (stat(path, &sb) == 0 && sb.st_size > 50000000)
         return 0;
@@ -171,11 +187,11 @@ static int synth_model(const char *dir, px_dtype t, char *path, size_t cap)
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     px_err err;
     uint64_t t0 = px_now_ns();
-    if (t == PX_DTYPE_Q4_K) {
+    if (f->recipe) {
         char src[1200];
-        if (synth_model(dir, PX_DTYPE_F32, src, sizeof src))
+        if (synth_model(dir, &FORMATS[0], src, sizeof src))
             return 1;
-        if (px_rt_quantize_file(src, tmp, "q4_k_m", NULL, &err) != PX_OK ||
+        if (px_rt_quantize_file(src, tmp, f->recipe, NULL, &err) != PX_OK ||
             rename(tmp, path) != 0) {
             fprintf(stderr, "bench_rt_decode: quantizing %s: %s\n", path, err.msg);
             remove(tmp);
@@ -194,7 +210,7 @@ static int synth_model(const char *dir, px_dtype t, char *path, size_t cap)
     o.vocab_size = 512;
     o.context_length = 512;
     o.seed = 1;
-    o.dtype = t;
+    o.dtype = f->dtype;
     if (px_ir_synth_write(&o, tmp, &err) != PX_OK || rename(tmp, path) != 0) {
         fprintf(stderr, "bench_rt_decode: writing %s: %s\n", path, err.msg);
         remove(tmp);
@@ -202,6 +218,23 @@ static int synth_model(const char *dir, px_dtype t, char *path, size_t cap)
     }
     printf("(wrote %s in %.1f s)\n", path, (double)(px_now_ns() - t0) / 1e9);
     return 0;
+}
+
+/* Whether PX_BENCH_DTYPES (unset: every row) names the row `name`. */
+static bool selected(const char *name)
+{
+    const char *list = getenv("PX_BENCH_DTYPES");
+    if (!list || !list[0])
+        return true;
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncasecmp(p, name, n) == 0)
+            return true;
+        p += len + (e ? 1 : 0);
+    }
+    return false;
 }
 
 typedef struct figures {
@@ -267,18 +300,31 @@ static const struct anchor *anchor_for(px_dtype t, uint32_t threads)
     return NULL;
 }
 
-/* Step 3 for every dtype: returns nonzero on failure. */
+/* The ratio column: plexus / llama.cpp, or "no anchor". */
+static void ratio(char *out, size_t cap, double plexus, double anchor)
+{
+    if (anchor > 0)
+        snprintf(out, cap, "%.2f", plexus / anchor);
+    else
+        snprintf(out, cap, "no anchor");
+}
+
+/* Step 3 for every selected format: returns nonzero on failure. */
 static int model_figures(const char *dir, const double bw[3])
 {
-    static const px_dtype types[] = {PX_DTYPE_F32, PX_DTYPE_F16, PX_DTYPE_Q8_0, PX_DTYPE_Q4_K};
     printf("136 M synthetic llama (dim 1024, hidden 2816, 12 layers, 16 heads, 4 kv heads, "
            "vocab 512): prefill of %d tokens, greedy decode of %d\n",
            PROMPT, DECODE_STEPS);
-    printf("%-6s %3s %9s %7s %9s %7s %8s %8s %6s\n", "dtype", "thr", "prefill/s", "x l.cpp",
+    printf("%-6s %3s %9s %9s %9s %9s %8s %8s %6s\n", "dtype", "thr", "prefill/s", "x l.cpp",
            "decode/s", "x l.cpp", "MB/token", "GB/s", "of bw");
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+    size_t n_run = 0;
+    for (size_t fi = 0; fi < sizeof FORMATS / sizeof FORMATS[0]; fi++) {
+        const bench_format *bf = &FORMATS[fi];
+        if (!selected(bf->name))
+            continue;
+        n_run++;
         char path[1200];
-        if (synth_model(dir, types[ti], path, sizeof path))
+        if (synth_model(dir, bf, path, sizeof path))
             return 1;
         px_err err;
         px_rt_model *m = NULL;
@@ -292,18 +338,27 @@ static int model_figures(const char *dir, const double bw[3])
                 px_rt_model_free(m);
                 return 1;
             }
-            const struct anchor *a = anchor_for(types[ti], threads);
+            const struct anchor *a = anchor_for(bf->dtype, threads);
             double reached = f.bytes_per_token * f.decode_tps;
-            printf("%-6s %3u %9.1f %7.2f %9.1f %7.2f %8.1f %8.2f %5.0f%%\n",
-                   types[ti] == PX_DTYPE_Q4_K ? "q4_K_M" : px_dtype_name(types[ti]), threads,
-                   f.prefill_tps, f.prefill_tps / a->prefill, f.decode_tps,
-                   f.decode_tps / a->decode, f.bytes_per_token / 1e6, reached / 1e9,
+            char rp[16], rd[16];
+            ratio(rp, sizeof rp, f.prefill_tps, a ? a->prefill : 0);
+            ratio(rd, sizeof rd, f.decode_tps, a ? a->decode : 0);
+            printf("%-6s %3u %9.1f %9s %9.1f %9s %8.1f %8.2f %5.0f%%\n", bf->name, threads,
+                   f.prefill_tps, rp, f.decode_tps, rd, f.bytes_per_token / 1e6, reached / 1e9,
                    100.0 * reached / bw[threads]);
         }
         px_rt_model_free(m);
     }
-    printf("(x l.cpp: plexus / llama.cpp on the same file; of bw: the bytes a decode step reads "
-           "times tokens/s, over the measured read bandwidth at the same thread count)\n");
+    if (n_run == 0) {
+        fprintf(stderr,
+                "bench_rt_decode: PX_BENCH_DTYPES=%s names no row; the rows are f32, "
+                "f16, q8_0, q4_K_M, q4_0, q5_K_M, q6_K\n",
+                getenv("PX_BENCH_DTYPES"));
+        return 1;
+    }
+    printf("(x l.cpp: plexus / llama.cpp on the same file, \"no anchor\" where llama.cpp's "
+           "figure was not measured; of bw: the bytes a decode step reads times tokens/s, over "
+           "the measured read bandwidth at the same thread count)\n");
     return 0;
 }
 

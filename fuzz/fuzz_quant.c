@@ -4,8 +4,8 @@
  * from the same bytes, NaN and infinities included) go through the
  * activation quantizer.  Dequantisation, single-value reads and every dot
  * product variant must run without a crash, an over-read or undefined
- * behaviour, and the AVX2 and AVX-512 dots must equal the portable one bit
- * for bit (or all be NaN).
+ * behaviour, and the AVX2 and AVX-512 dots (single and several-row) must
+ * equal the portable one bit for bit (or all be NaN).
  */
 #include <math.h>
 #include <stddef.h>
@@ -26,8 +26,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     px_dtype t = formats[data[0] % (sizeof formats / sizeof formats[0])];
     data++, size--;
     uint32_t be = px_dtype_block_elems(t), bb = px_dtype_block_bytes(t);
-    /* Whole 256-value groups (the activation blocks), within one chunk. */
-    uint32_t n = (uint32_t)(size / bb) * be / 256 * 256;
+    /* Whole activation blocks (256 values for the k-quants, 32 for Q4_0
+     * and Q5_0: any number of them, odd ones too), within one chunk. */
+    uint32_t ab = be == 32 ? 32 : 256;
+    uint32_t n = (uint32_t)(size / bb) * be / ab * ab;
     if (n > PX__RT_QCHUNK)
         n = PX__RT_QCHUNK;
     if (n == 0)
@@ -62,6 +64,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!(isnan(a) && isnan(b)) && memcmp(&a, &b, sizeof a) != 0)
             abort();
     }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    /* The several-row dots (prefill), here over one activation row taken
+     * PX__RT_QDOT_ROWS times: each result the single dot's. */
+    if (variants[1]) {
+        float outs[PX__RT_QDOT_ROWS];
+        px__rt_quant_dotn_x512(t, w, xq, 0, PX__RT_QDOT_ROWS, n, outs);
+        for (uint32_t r = 0; r < PX__RT_QDOT_ROWS; r++)
+            if (!(isnan(a) && isnan(outs[r])) && memcmp(&a, &outs[r], sizeof a) != 0)
+                abort();
+    }
+#endif
 done:
     free(w);
     free(x);

@@ -390,7 +390,7 @@ typedef struct px_rt_emu_profile {
 
 /* Ops with at least this many FLOPs per byte moved are compute-bound;
  * the rest (matrix-vector products, elementwise ops, decode attention)
- * are memory-bound. */
+ * are memory-bound.  Block-quantized weights count one byte per value. */
 #define PX_RT_EMU_COMPUTE_INTENSITY 4.0
 
 /* Parses a profile from JSON text (the inventory's "emu" member, plus the

@@ -410,7 +410,9 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
         const px_cost_device *d = &f->devices[di];
         px_hw_dtype cd;
         bool fb;
-        if (!px_cost_compute_dtype(d, st->prec.ffn_weights, st->prec.activations, &cd, &fb)) {
+        /* The weights as stored when the stage keeps them (a q4_K_M file
+         * multiplies in int8 as much as a stage re-stored to Q4_K). */
+        if (!px_cost_compute_dtype(d, weights_dtype(m, st), st->prec.activations, &cd, &fb)) {
             est->why = PX_COST_NO_CAPABILITY;
             est->why_stage = si;
             return;

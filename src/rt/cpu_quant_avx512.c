@@ -1,18 +1,25 @@
 /*
- * AVX-512 (BW, VL) dot products of the k-quants (Q2_K .. Q6_K) with Q8_K
- * activations, chosen at run time with the avx512 kernels; Q4_0 and Q5_0
- * run the AVX2 dots (cpu_quant_x86.c).  They reproduce cpu_quant.c's
- * results bit for bit: 64 values per step, the integer sums per 16 (or
- * 32) values scaled and added in int32 (exact whatever their grouping:
- * unsigned values <= 63 times int8 activations in int16 pairs, times
- * scales of at most 128 in magnitude), then the super-block's float
- * expression in the definition's order.
+ * AVX-512 (BW, DQ, VL, VNNI) dot products of block-quantized weights with
+ * quantized activations, chosen at run time with the avx512 kernels.  They
+ * reproduce cpu_quant.c's results bit for bit:
+ *
+ * - the k-quants (Q2_K .. Q6_K) with Q8_K activations: 64 values per
+ *   step, the integer sums per 16 (or 32) values scaled and added in
+ *   int32 (exact whatever their grouping: unsigned values <= 63 times
+ *   int8 activations in int16 pairs, times scales of at most 128 in
+ *   magnitude), then the super-block's float expression in the
+ *   definition's order;
+ * - Q4_0 and Q5_0 with Q8_0 activations: two blocks per step, each four
+ *   values' products summed exactly in int32 by VNNI (the values unsigned,
+ *   their offset of 8 or 16 taken against the activations' sums of four),
+ *   times each block's scale in sixteen float lanes, then added to the
+ *   definition's eight lanes block by block, in order.
  *
  * Up to four activation rows share one decode of each weight super-block
- * (prefill: dotn_k).  Decode takes one weight row at a time: its rows lie
- * one after the other, so the weights stream from memory in order (four
- * rows interleaved measured twice as slow on a model whose weights come
- * from memory, for all their sharing of the activations).
+ * or pair of blocks (prefill: dotn_k, dotn_legacy).  Decode takes one weight row at a time: its
+ * rows lie one after the other, so the weights stream from memory in order (four rows interleaved
+ * measured twice as slow on a model whose weights come from memory, for all their sharing of the
+ * activations).
  */
 #include "base/common.h"
 
@@ -234,31 +241,159 @@ INLINE void dotn_k(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
         out[r] = acc[r];
 }
 
+/* Q4_0 and Q5_0: bytes of a block and where its 16 bytes of nibbles lie
+ * (after the f16 scale, and Q5_0's 32 fifth bits). */
+INLINE size_t legacy_bytes(px_dtype t)
+{
+    return t == PX_DTYPE_Q5_0 ? 22 : 18;
+}
+
+INLINE size_t legacy_nibbles(px_dtype t)
+{
+    return t == PX_DTYPE_Q5_0 ? 6 : 2;
+}
+
+/* The offset a Q4_0 (8) or Q5_0 (16) value is stored above its own. */
+INLINE int legacy_offset(px_dtype t)
+{
+    return t == PX_DTYPE_Q5_0 ? 16 : 8;
+}
+
+/* The 32 values of the block at blk, unsigned (value + offset), in order:
+ * the low nibbles of its 16 bytes, then the high ones. */
+INLINE __m256i legacy_values32(px_dtype t, const uint8_t *blk)
+{
+    __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)(blk + legacy_nibbles(t)));
+    __m128i m4 = _mm_set1_epi8(0xF);
+    __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(raw, m4)),
+                                        _mm_and_si128(_mm_srli_epi16(raw, 4), m4), 1);
+    if (t == PX_DTYPE_Q5_0) {
+        /* Bit j of qh is the fifth bit of value j: a byte mask as is. */
+        uint32_t qh;
+        memcpy(&qh, blk + 2, sizeof qh);
+        v = _mm256_mask_add_epi8(v, (__mmask32)qh, v, _mm256_set1_epi8(16));
+    }
+    return v;
+}
+
+/* The 64 values of the blocks at blk and blk + legacy_bytes(t), unsigned,
+ * in order: [low nibbles 0, high 0, low 1, high 1]. */
+INLINE __m512i legacy_values64(px_dtype t, const uint8_t *blk)
+{
+    size_t nb = legacy_nibbles(t), bb = legacy_bytes(t);
+    __m256i raw = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(blk + nb))),
+        _mm_loadu_si128((const __m128i *)(const void *)(blk + bb + nb)), 1);
+    __m256i m4 = _mm256_set1_epi8(0xF);
+    __m512i v = join(_mm256_and_si256(raw, m4), _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+    /* [low 0, low 1, high 0, high 1] in 128-bit lanes, to block order. */
+    v = _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0));
+    if (t == PX_DTYPE_Q5_0) {
+        uint32_t h0, h1;
+        memcpy(&h0, blk + 2, sizeof h0);
+        memcpy(&h1, blk + bb + 2, sizeof h1);
+        v = _mm512_mask_add_epi8(v, (__mmask64)h1 << 32 | h0, v, _mm512_set1_epi8(16));
+    }
+    return v;
+}
+
+/* The f16 values at a and b as floats (exact), in lanes 0 and 1. */
+INLINE __m128 f16_pair(const uint8_t *a, const uint8_t *b)
+{
+    uint16_t ha, hb;
+    memcpy(&ha, a, sizeof ha);
+    memcpy(&hb, b, sizeof hb);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)hb << 16 | ha)));
+}
+
+/* ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), as cpu_quant.c. */
+INLINE float lanes_sum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* The dots of one Q4_0/Q5_0 weight row with nx activation rows of Q8_0
+ * blocks (xq, ldxq bytes apart): each pair of weight blocks is decoded
+ * once for all of them.  Per block, lane l of a row adds p_l * (d_w *
+ * d_x): the lanes of the first block of a pair before those of the
+ * second, as the definition takes the blocks in order. */
+INLINE void dotn_legacy(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq, uint32_t nx,
+                        uint32_t n, float *out)
+{
+    const size_t bb = legacy_bytes(t), xbb = PX__RT_Q8_0_ACT_BYTES;
+    const __m512i off = _mm512_set1_epi8((char)legacy_offset(t));
+    const __m512i spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m256 acc[PX__RT_QDOT_ROWS];
+    for (uint32_t r = 0; r < nx; r++)
+        acc[r] = _mm256_setzero_ps();
+    uint32_t nb = n / PX__RT_QK0, i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const uint8_t *blk = w + i * bb;
+        __m512i v = legacy_values64(t, blk);
+        __m128 dw = f16_pair(blk, blk + bb);
+        for (uint32_t r = 0; r < nx; r++) {
+            const uint8_t *xb = xq + r * ldxq + i * xbb;
+            __m512i x = join(load256(xb + 2), load256(xb + xbb + 2));
+            /* Exact: sum of four (value + offset) * x, less offset times
+             * the sum of the four x. */
+            __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v, x),
+                                         _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, x));
+            /* d_w * d_x of each block, the first block's in lanes 0..7. */
+            __m512 s = _mm512_permutexvar_ps(
+                spread, _mm512_castps128_ps512(_mm_mul_ps(dw, f16_pair(xb, xb + xbb))));
+            __m512 prod = _mm512_mul_ps(_mm512_cvtepi32_ps(p), s);
+            acc[r] = _mm256_add_ps(acc[r], _mm512_castps512_ps256(prod));
+            acc[r] = _mm256_add_ps(acc[r], _mm512_extractf32x8_ps(prod, 1));
+        }
+    }
+    if (i < nb) {
+        const uint8_t *blk = w + i * bb;
+        __m256i v = legacy_values32(t, blk);
+        float d0 = f16_at(blk);
+        for (uint32_t r = 0; r < nx; r++) {
+            const uint8_t *xb = xq + r * ldxq + i * xbb;
+            __m256i x = load256(xb + 2);
+            __m256i p = _mm256_sub_epi32(
+                _mm256_dpbusd_epi32(_mm256_setzero_si256(), v, x),
+                _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm512_castsi512_si256(off), x));
+            __m256 prod = _mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d0 * f16_at(xb)));
+            acc[r] = _mm256_add_ps(acc[r], prod);
+        }
+    }
+    for (uint32_t r = 0; r < nx; r++)
+        out[r] = lanes_sum(acc[r]);
+}
+
 /* dotn_k with nx a constant, for each format. */
-#define DOTN(name, fmt)                                                                 \
+#define DOTN(name, body, fmt)                                                           \
     static TGT void name(const uint8_t *w, const uint8_t *xq, size_t ldxq, uint32_t nx, \
                          uint32_t n, float *out)                                        \
     {                                                                                   \
         switch (nx) {                                                                   \
         case 1:                                                                         \
-            dotn_k(fmt, w, xq, ldxq, 1, n, out);                                        \
+            body(fmt, w, xq, ldxq, 1, n, out);                                          \
             break;                                                                      \
         case 2:                                                                         \
-            dotn_k(fmt, w, xq, ldxq, 2, n, out);                                        \
+            body(fmt, w, xq, ldxq, 2, n, out);                                          \
             break;                                                                      \
         case 3:                                                                         \
-            dotn_k(fmt, w, xq, ldxq, 3, n, out);                                        \
+            body(fmt, w, xq, ldxq, 3, n, out);                                          \
             break;                                                                      \
         default:                                                                        \
-            dotn_k(fmt, w, xq, ldxq, 4, n, out);                                        \
+            body(fmt, w, xq, ldxq, 4, n, out);                                          \
             break;                                                                      \
         }                                                                               \
     }
-DOTN(dotn_q2_k, PX_DTYPE_Q2_K)
-DOTN(dotn_q3_k, PX_DTYPE_Q3_K)
-DOTN(dotn_q4_k, PX_DTYPE_Q4_K)
-DOTN(dotn_q5_k, PX_DTYPE_Q5_K)
-DOTN(dotn_q6_k, PX_DTYPE_Q6_K)
+DOTN(dotn_q4_0, dotn_legacy, PX_DTYPE_Q4_0)
+DOTN(dotn_q5_0, dotn_legacy, PX_DTYPE_Q5_0)
+DOTN(dotn_q2_k, dotn_k, PX_DTYPE_Q2_K)
+DOTN(dotn_q3_k, dotn_k, PX_DTYPE_Q3_K)
+DOTN(dotn_q4_k, dotn_k, PX_DTYPE_Q4_K)
+DOTN(dotn_q5_k, dotn_k, PX_DTYPE_Q5_K)
+DOTN(dotn_q6_k, dotn_k, PX_DTYPE_Q6_K)
 #undef DOTN
 
 void px__rt_quant_dotn_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
@@ -266,6 +401,12 @@ void px__rt_quant_dotn_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, siz
 {
     PX_ASSERT(n_x >= 1 && n_x <= PX__RT_QDOT_ROWS);
     switch (t) {
+    case PX_DTYPE_Q4_0:
+        dotn_q4_0(w, xq, ldxq, n_x, n, out);
+        break;
+    case PX_DTYPE_Q5_0:
+        dotn_q5_0(w, xq, ldxq, n_x, n, out);
+        break;
     case PX_DTYPE_Q2_K:
         dotn_q2_k(w, xq, ldxq, n_x, n, out);
         break;
@@ -282,7 +423,7 @@ void px__rt_quant_dotn_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, siz
         dotn_q6_k(w, xq, ldxq, n_x, n, out);
         break;
     default:
-        px__rt_quant_dotn_x86(t, w, xq, ldxq, n_x, n, out);
+        PX_ASSERT(!"px__rt_quant_dotn_x512: not a block format");
     }
 }
 

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rt/quant_impl.h"
 #include "rt/rt_impl.h"
 
 /* The last stretch of a wait is spun, not slept: a sleep overshoots by
@@ -162,6 +163,21 @@ bool px_rt_emu_op_compute_bound(const px_rt_op *op)
 {
     uint64_t flops = 0, bytes = 0;
     px_rt_op_cost(op, &flops, &bytes);
+    /* A matrix product's weights count at no less than one byte per value.
+     * The block formats below 8 bits (Q4_0 .. Q6_K) multiply as 8-bit
+     * integers against 8-bit activations (ADR 0009), at a device's int8
+     * rate, not its float rate: at their stored size a one-row product of
+     * Q2_K weights (2.6 bits a value) would count 6 FLOPs per byte and pass
+     * for compute-bound, when, like every matrix-vector product, what it
+     * costs is the reading of its weights. */
+    const px_rt_tensor *w = op->src[1];
+    if ((op->kind == PX_IR_OP_MATMUL || op->kind == PX_IR_OP_CLASSIFIER) && w &&
+        px__rt_quant_handles(w->dtype)) {
+        uint64_t values = (uint64_t)(w->ne[0] * w->ne[1]);
+        uint64_t stored = (uint64_t)w->nb[1] * (uint64_t)w->ne[1];
+        if (values > stored)
+            bytes += values - stored;
+    }
     return bytes > 0 && (double)flops >= PX_RT_EMU_COMPUTE_INTENSITY * (double)bytes;
 }
 

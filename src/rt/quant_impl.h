@@ -113,8 +113,7 @@ typedef float (*px__rt_quant_dot_fn)(px_dtype t, const uint8_t *w, const uint8_t
 /* The AVX2 variant of px__rt_quant_dot_portable, or NULL when the build
  * or the processor lacks AVX2 (cpu_quant_x86.c). */
 px__rt_quant_dot_fn px__rt_quant_dot_avx2(void);
-/* The AVX-512 variant (the k-quants its own, Q4_0/Q5_0 the AVX2 one's),
- * or NULL when the build or the processor lacks the avx512 kernels
+/* The AVX-512 (VNNI) variant, or NULL when the build or the processor lacks the avx512 kernels
  * (cpu_quant_avx512.c). */
 px__rt_quant_dot_fn px__rt_quant_dot_avx512(void);
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

@@ -630,6 +630,78 @@ static void test_cost_block_quantized_weights_run_int8_products(void **state)
     assert_int_equal(cd, PX_HW_DTYPE_F32);
 }
 
+/* The cost follows the weights' format: on a bandwidth-bound device a
+ * decode step reads each format's own bytes (q4_K_M and the other 4-bit
+ * files faster than q8_0, q8_0 than f16), stays memory-bound at batch one
+ * whatever the format (Q2_K's few bits included), and takes as long as
+ * its bytes over the bandwidth; a prefill of block-quantized weights runs
+ * at the device's int8 rate where it has one. */
+static void test_cost_follows_the_weight_format(void **state)
+{
+    (void)state;
+    static const px_dtype formats[] = {PX_DTYPE_F16,  PX_DTYPE_Q8_0, PX_DTYPE_Q6_K, PX_DTYPE_Q5_K,
+                                       PX_DTYPE_Q4_K, PX_DTYPE_Q4_0, PX_DTYPE_Q3_K, PX_DTYPE_Q2_K};
+    double prev_tpot = INFINITY, prev_bytes = INFINITY;
+    for (size_t i = 0; i < PX_ARRAY_LEN(formats); i++) {
+        fixture fx;
+        setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b", formats[i]);
+        px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.cpu0"));
+        px_cost_estimate *e = eval(&fx, &p);
+        assert_int_equal(e->why, PX_COST_OK);
+        if (e->stages[0].bind != PX_COST_BIND_MEMORY_BW)
+            fail_msg("%s: decode at batch one bound by %d, not memory bandwidth",
+                     px_dtype_name(formats[i]), (int)e->stages[0].bind);
+        /* Every format's bytes per weight, from its blocks. */
+        double bpw = fx.model->total_bytes / fx.model->total_params;
+        double want = px_dtype_bytes_per_elem(formats[i]);
+        if (fabs(bpw - want) > 0.02 * want)
+            fail_msg("%s: %.4f bytes per weight, the format holds %.4f", px_dtype_name(formats[i]),
+                     bpw, want);
+        /* Q4_0 and Q4_K hold 4.5 bits a weight alike: the same time. */
+        bool same = fx.model->total_bytes == prev_bytes;
+        if (same ? fabs(e->tpot_s - prev_tpot) > 1e-9 * prev_tpot
+                 : !(e->tpot_s < prev_tpot) || !(fx.model->total_bytes < prev_bytes))
+            fail_msg("%s: decode %g s (%g bytes), not faster than the wider format's %g s",
+                     px_dtype_name(formats[i]), e->tpot_s, fx.model->total_bytes, prev_tpot);
+        double kv = 0;
+        for (uint32_t l = 0; l < fx.model->n_layers; l++)
+            kv += fx.model->layers[l].kv_bytes_token;
+        double bytes = fx.model->total_bytes - fx.model->embedding.attn_bytes + kv * fx.wl.context;
+        double ddr = 200e9 * fx.params.eff_mem;
+        if (fabs(e->tpot_s - bytes / ddr) > 0.1 * bytes / ddr)
+            fail_msg("%s: decode %g s, its bytes over the bandwidth %g s",
+                     px_dtype_name(formats[i]), e->tpot_s, bytes / ddr);
+        prev_tpot = e->tpot_s;
+        prev_bytes = fx.model->total_bytes;
+        teardown_fixture(&fx);
+    }
+
+    /* A device with int8 products: the prefill of Q4_K weights runs at
+     * its int8 rate, eight times its float rate here; q8_0's at f32. */
+    const char *inv =
+        "{\"schema\":\"plexus.inventory/1\",\"name\":\"t\",\"nodes\":[{\"id\":\"n1\","
+        "\"devices\":[{\"id\":\"npu0\",\"class\":\"npu\",\"model\":\"m\","
+        "\"backend\":\"cpu\",\"compute\":{\"f32\":\"10 TFLOP/s\",\"int8\":\"80 TOP/s\"},"
+        "\"memory\":[{\"id\":\"hbm\",\"kind\":\"hbm\",\"capacity\":\"64 GiB\","
+        "\"bandwidth\":\"1 TB/s\"}]}]}]}";
+    double pf[2];
+    static const px_dtype pair[2] = {PX_DTYPE_Q8_0, PX_DTYPE_Q4_K};
+    for (int i = 0; i < 2; i++) {
+        fixture fx;
+        setup_fixture(&fx, load(inv), "llama-3-8b", pair[i]);
+        fx.wl.prompt_tokens = 2048;
+        px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.npu0"));
+        px_cost_estimate *e = eval(&fx, &p);
+        assert_int_equal(e->why, PX_COST_OK);
+        assert_int_equal(e->stages[0].compute_dtype, i ? PX_HW_DTYPE_INT8 : PX_HW_DTYPE_F32);
+        pf[i] = e->stages[0].prefill_s;
+        teardown_fixture(&fx);
+    }
+    if (!(pf[1] < pf[0] / 4))
+        fail_msg("prefill of 2048 tokens: q4_K %g s, q8_0 %g s: int8 products not priced", pf[1],
+                 pf[0]);
+}
+
 static void test_cost_refuses_bad_parameters_and_layouts(void **state)
 {
     (void)state;
@@ -693,6 +765,7 @@ int main(void)
         cmocka_unit_test(test_cost_lower_bound_is_below_every_prediction),
         cmocka_unit_test(test_cost_stage_quick_matches_pipeline_eval),
         cmocka_unit_test(test_cost_block_quantized_weights_run_int8_products),
+        cmocka_unit_test(test_cost_follows_the_weight_format),
         cmocka_unit_test(test_cost_refuses_bad_parameters_and_layouts),
         cmocka_unit_test(test_cost_host_cores_floor_the_step),
         cmocka_unit_test(test_cost_replicas_share_a_hosts_cores),

@@ -96,6 +96,37 @@ static void test_ops_are_classified_by_flops_per_byte(void **state)
     assert_false(px_rt_emu_op_compute_bound(&add));
 }
 
+/* Matrix products of every weight format: one activation row (decode) is
+ * memory-bound, however few bits a weight takes (Q2_K's 2.6 would make 6
+ * FLOPs per stored byte); many rows (prefill) are compute-bound. */
+static void test_small_row_products_are_memory_bound_in_every_format(void **state)
+{
+    (void)state;
+    static const px_dtype formats[] = {PX_DTYPE_F32,  PX_DTYPE_F16,  PX_DTYPE_BF16, PX_DTYPE_Q8_0,
+                                       PX_DTYPE_Q4_0, PX_DTYPE_Q5_0, PX_DTYPE_Q2_K, PX_DTYPE_Q3_K,
+                                       PX_DTYPE_Q4_K, PX_DTYPE_Q5_K, PX_DTYPE_Q6_K};
+    int64_t wne[2] = {1024, 1024}, one[2] = {1024, 1}, many[2] = {1024, 64};
+    px_rt_tensor x1, x64, y1, y64;
+    px_err err;
+    px_assert_ok(px_rt_tensor_init(&x1, PX_DTYPE_F32, 2, one, &err), &err);
+    px_assert_ok(px_rt_tensor_init(&y1, PX_DTYPE_F32, 2, one, &err), &err);
+    px_assert_ok(px_rt_tensor_init(&x64, PX_DTYPE_F32, 2, many, &err), &err);
+    px_assert_ok(px_rt_tensor_init(&y64, PX_DTYPE_F32, 2, many, &err), &err);
+    for (size_t i = 0; i < PX_ARRAY_LEN(formats); i++) {
+        px_rt_tensor w;
+        px_assert_ok(px_rt_tensor_init(&w, formats[i], 2, wne, &err), &err);
+        for (int kind = 0; kind < 2; kind++) {
+            px_ir_op_kind k = kind ? PX_IR_OP_CLASSIFIER : PX_IR_OP_MATMUL;
+            px_rt_op mv = {.kind = k, .src = {&x1, &w}, .dst = &y1};
+            px_rt_op mm = {.kind = k, .src = {&x64, &w}, .dst = &y64};
+            if (px_rt_emu_op_compute_bound(&mv))
+                fail_msg("%s: a one-row product counted compute-bound", px_dtype_name(formats[i]));
+            if (!px_rt_emu_op_compute_bound(&mm))
+                fail_msg("%s: a 64-row product counted memory-bound", px_dtype_name(formats[i]));
+        }
+    }
+}
+
 static px_rt_session *open_session(const char *backend, const char *profile, px_err *err,
                                    px_status *st)
 {
@@ -325,6 +356,7 @@ int main(void)
     };
     (void)test_profile_refuses_speedups_and_bad_jitter;
     (void)test_ops_are_classified_by_flops_per_byte;
+    (void)test_small_row_products_are_memory_bound_in_every_format;
     (void)test_results_match_the_cpu_bit_for_bit;
     (void)test_memory_capacity_is_enforced;
     (void)test_inventory_emu_member_is_read_and_checked;
@@ -332,6 +364,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_profile_refuses_speedups_and_bad_jitter),
         cmocka_unit_test(test_ops_are_classified_by_flops_per_byte),
+        cmocka_unit_test(test_small_row_products_are_memory_bound_in_every_format),
         cmocka_unit_test(test_results_match_the_cpu_bit_for_bit),
         cmocka_unit_test(test_memory_capacity_is_enforced),
         cmocka_unit_test(test_inventory_emu_member_is_read_and_checked),
