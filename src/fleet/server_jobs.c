@@ -392,11 +392,11 @@ static void place(px_fleet_server *srv, px__job *job)
     px_fleet_explanation *e;
     px_err err;
     if (job->req->plan_auto && !job->row.plan) {
-        /* Asked once per job; the answer (a plan or why there is none) is
-         * kept with the job and shown by explain. */
-        json_t *plan = px__srv_plan(srv, job);
-        job->row.plan = plan ? json_dumps(plan, JSON_COMPACT) : NULL;
-        json_decref(plan);
+        /* Planned before a pass, with the lock released (plan_queued); a
+         * job that came in while others were planned waits for the next
+         * pass, which follows at once. */
+        srv->dirty = true;
+        return;
     }
     if (px_fleet_sched_place(srv->sched, job->req, job->row.id, &e, &err) != PX_OK) {
         px_log_error("fleet: job %s: %s", job->row.id, err.msg);
@@ -504,11 +504,56 @@ static void flush_deferred(px_fleet_server *srv)
         pthread_cond_broadcast(&srv->changed);
 }
 
+/* The planner's record kept when even "out of memory" cannot be kept. */
+static const char PLAN_NO_MEMORY[] =
+    "{\"status\":\"planner unavailable\",\"detail\":\"out of memory\"}";
+
+/* Asks the planner for the queued `plan: "auto"` jobs that are due and
+ * have no plan yet, before the pass decides anything: each asked once per
+ * job, with the server lock released meanwhile (px__srv_plan), so that
+ * the API, agents' reports and heartbeats go on while a model is fetched
+ * and planned.  The answer (a plan or why there is none) is kept with the
+ * job and shown by explain; a job that ended meanwhile is found gone by
+ * its id.  Server lock held on entry and on return. */
+static void plan_queued(px_fleet_server *srv, double now)
+{
+    size_t n = 0;
+    for (px__job *j = srv->jobs; j; j = j->next)
+        n += j->state == PX__JOB_QUEUED && j->req->plan_auto && !j->row.plan &&
+             j->not_before_ns <= now;
+    if (n == 0)
+        return;
+    char **ids = calloc(n, sizeof *ids);
+    if (!ids)
+        return;
+    size_t k = 0;
+    for (px__job *j = srv->jobs; j && k < n; j = j->next)
+        if (j->state == PX__JOB_QUEUED && j->req->plan_auto && !j->row.plan &&
+            j->not_before_ns <= now && (ids[k] = px_strdup(j->row.id)))
+            k++;
+    for (size_t i = 0; i < k; i++) {
+        px__job *job = srv->stopping ? NULL : px__srv_find_job(srv, ids[i]);
+        if (job && job->state == PX__JOB_QUEUED && !job->row.plan) {
+            json_t *plan = px__srv_plan(srv, job);
+            char *text = plan ? json_dumps(plan, JSON_COMPACT) : NULL;
+            json_decref(plan);
+            job = px__srv_find_job(srv, ids[i]);
+            if (job && job->state == PX__JOB_QUEUED && !job->row.plan)
+                job->row.plan = text ? text : px_strdup(PLAN_NO_MEMORY);
+            else
+                free(text);
+        }
+        free(ids[i]);
+    }
+    free(ids);
+}
+
 void px__srv_schedule_pass(px_fleet_server *srv)
 {
     uint64_t t0 = px_now_ns();
     srv->dirty = false;
     double now = (double)t0;
+    plan_queued(srv, now);
     /* The pass's assignments commit together (one flush of the store's
      * log, not one per decision) before the lock is let go; a store
      * without batches commits each on its own. */
