@@ -537,6 +537,10 @@ typedef struct px__job {
     bool store_failed;      /* the last write of this job failed: retried on the tick */
     json_t *explain;        /* latest explanation, full JSON; NULL before the first */
     struct px__job *next;   /* in the active list, oldest first */
+    /* Monotonic: when this attempt entered this replica's queue (accepted,
+     * claimed, loaded or requeued), and when its assignment was written;
+     * for the submit-to-start figures of /metrics. */
+    uint64_t queued_ns, assigned_ns;
 } px__job;
 
 typedef struct px__metrics {
@@ -549,6 +553,16 @@ typedef struct px__metrics {
     uint64_t pass_hist[16];
     double pass_sum;
     uint64_t pass_count;
+    /* Submit-to-start in two parts: in the queue until the assignment is
+     * written (the server's), then until every member reported its start
+     * (the agents': the long poll's answer, the process's start, the
+     * report). */
+    uint64_t queue_hist[16];
+    double queue_sum;
+    uint64_t queue_count;
+    uint64_t dispatch_hist[16];
+    double dispatch_sum;
+    uint64_t dispatch_count;
 } px__metrics;
 
 struct px_fleet_server {

@@ -183,6 +183,7 @@ px__job *px__srv_job_new(px_fleet_server *srv, px__job_row *row, px_fleet_reques
         job->members[m].node = -1;
     job->master_port = 20000 + (int)(row->seq * 7 % 10000);
     job->time_limit_s = effective_limit(srv, req);
+    job->queued_ns = px_now_ns();
     return job;
 }
 
@@ -387,6 +388,16 @@ static void unplace(px_fleet_server *srv, px__job *job, double not_before)
     job->store_failed = true;
 }
 
+/* The assignment is written: the end of the job's wait in the queue. */
+static void assigned(px_fleet_server *srv, px__job *job)
+{
+    job->assigned_ns = px_now_ns();
+    if (job->queued_ns && job->assigned_ns >= job->queued_ns)
+        px__metrics_observe(srv->metrics.queue_hist, &srv->metrics.queue_sum,
+                            &srv->metrics.queue_count,
+                            (double)(job->assigned_ns - job->queued_ns) / 1e9);
+}
+
 static void place(px_fleet_server *srv, px__job *job)
 {
     px_fleet_explanation *e;
@@ -432,6 +443,7 @@ static void place(px_fleet_server *srv, px__job *job)
             unplace(srv, job, nb);
         } else {
             srv->metrics.placements++;
+            assigned(srv, job);
             job->not_before_ns = 0;
             job->store_failed = false;
             pthread_cond_broadcast(&srv->changed);
@@ -483,6 +495,7 @@ static void flush_deferred(px_fleet_server *srv)
             job->row.updated = now;
             d->members = d->state = NULL;
             srv->metrics.placements++;
+            assigned(srv, job);
             job->not_before_ns = 0;
             job->store_failed = false;
         } else {
@@ -604,6 +617,8 @@ px_status px__srv_requeue(px_fleet_server *srv, px__job *job, double delay_s, co
     px__srv_reset_members(job);
     job->explained_this_attempt = false;
     job->not_before_ns = delay_s > 0 ? (double)px_now_ns() + delay_s * 1e9 : 0;
+    job->queued_ns = delay_s > 0 ? 0 : px_now_ns(); /* a delayed restart is not a wait */
+    job->assigned_ns = 0;
     srv->metrics.requeues++;
     srv->dirty = true;
     pthread_cond_broadcast(&srv->changed);
@@ -695,6 +710,12 @@ px_status px__srv_member_start(px_fleet_server *srv, px__job *job, int attempt, 
         m->started = 0;
         job->state = old_state;
         return st;
+    }
+    if (job->state == PX__JOB_RUNNING && old_state == PX__JOB_ASSIGNED && job->assigned_ns) {
+        uint64_t now = px_now_ns();
+        px__metrics_observe(srv->metrics.dispatch_hist, &srv->metrics.dispatch_sum,
+                            &srv->metrics.dispatch_count,
+                            (double)(now - job->assigned_ns) / 1e9);
     }
     pthread_cond_broadcast(&srv->changed);
     return PX_OK;
