@@ -300,12 +300,13 @@ static int bench_latency(void)
             pthread_mutex_lock(&srv[i]->lock);
             px__metrics m = srv[i]->metrics;
             pthread_mutex_unlock(&srv[i]->lock);
-            printf("  of which: in the queue until the assignment is written %.2f ms (mean of %llu),"
-                   " then until the agent reports the start %.2f ms (mean of %llu)\n",
-                   m.queue_count ? m.queue_sum / (double)m.queue_count * 1e3 : 0.0,
-                   (unsigned long long)m.queue_count,
-                   m.dispatch_count ? m.dispatch_sum / (double)m.dispatch_count * 1e3 : 0.0,
-                   (unsigned long long)m.dispatch_count);
+            printf(
+                "  of which: in the queue until the assignment is written %.2f ms (mean of %llu),"
+                " then until the agent reports the start %.2f ms (mean of %llu)\n",
+                m.queue_count ? m.queue_sum / (double)m.queue_count * 1e3 : 0.0,
+                (unsigned long long)m.queue_count,
+                m.dispatch_count ? m.dispatch_sum / (double)m.dispatch_count * 1e3 : 0.0,
+                (unsigned long long)m.dispatch_count);
         }
     } else
         fprintf(stderr, "bench_fleet_replicas: no job started (agents online: %d)\n", online);

@@ -714,8 +714,7 @@ px_status px__srv_member_start(px_fleet_server *srv, px__job *job, int attempt, 
     if (job->state == PX__JOB_RUNNING && old_state == PX__JOB_ASSIGNED && job->assigned_ns) {
         uint64_t now = px_now_ns();
         px__metrics_observe(srv->metrics.dispatch_hist, &srv->metrics.dispatch_sum,
-                            &srv->metrics.dispatch_count,
-                            (double)(now - job->assigned_ns) / 1e9);
+                            &srv->metrics.dispatch_count, (double)(now - job->assigned_ns) / 1e9);
     }
     pthread_cond_broadcast(&srv->changed);
     return PX_OK;
