@@ -118,7 +118,11 @@ static int setup(void **state)
     if (code != 503)
         fh_print_log(standby.log);
     assert_int_equal(code, 503);
-    fh_start_agent(&fleet, "a", NULL);
+    /* The agent is given the standby first: it finds the scheduler by
+     * itself. */
+    static char urls[200];
+    snprintf(urls, sizeof urls, "%s,%s", standby_url, fleet.url);
+    fh_start_agent_via(&fleet, "a", NULL, urls, NULL);
     const char *names[] = {"a"};
     fh_wait_nodes_online(&fleet, names, 1, 60);
     return 0;
@@ -290,6 +294,37 @@ static void test_scheduler_woken_by_the_databases_notification(void **state)
      * now. */
     assert_int_equal(metric(fleet.url, "plexus_store_notifications_total"), before);
     assert_int_equal(metric(fleet.url, "plexus_jobs_claimed_total"), claimed);
+}
+
+/* A labelled counter of a replica's /metrics (-1 when absent). */
+static long long metric_5xx(const char *url)
+{
+    return metric(url, "plexus_http_requests_total{code=\"5xx\"}");
+}
+
+static void test_agent_reports_go_straight_to_the_scheduler(void **state)
+{
+    (void)state;
+    if (!store_uri)
+        skip();
+    /* The agent was given the standby's URL first.  Once its poll found
+     * the scheduler, each job's reports (start, logs, finish) go there at
+     * once: the standby sends nobody on (503) meanwhile. */
+    long long before = metric_5xx(standby_url);
+    assert_true(before >= 0);
+    for (int i = 0; i < 3; i++) {
+        json_t *spec = json_pack("{s:[s,s,s]}", "command", "/bin/sh", "-c", "echo straight");
+        json_t *r = NULL;
+        assert_int_equal(call(fleet.url, FH_USER_TOKEN, "POST", "/v1/jobs", spec, &r), 201);
+        char *id = px_strdup(json_string_value(json_object_get(r, "id")));
+        json_decref(r);
+        json_decref(spec);
+        char *st = wait_done_on_standby(id);
+        assert_string_equal(st, "succeeded");
+        free(st);
+        free(id);
+    }
+    assert_int_equal(metric_5xx(standby_url), before);
 }
 
 /* Uploads n bytes of a pattern to one replica; the digest it answers. */
@@ -481,6 +516,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_standby_serves_submissions_and_reads_from_the_database),
         cmocka_unit_test(test_scheduler_woken_by_the_databases_notification),
+        cmocka_unit_test(test_agent_reports_go_straight_to_the_scheduler),
         cmocka_unit_test(test_blobs_uploaded_to_one_replica_are_served_by_the_other),
         cmocka_unit_test(test_artifacts_are_served_by_every_replica_from_the_database),
         cmocka_unit_test(test_standby_cancellation_is_carried_out_by_the_scheduler),
