@@ -567,6 +567,12 @@ void px__srv_schedule_pass(px_fleet_server *srv)
     srv->dirty = false;
     double now = (double)t0;
     plan_queued(srv, now);
+    /* The lock was let go while plans were made: this replica may have
+     * stopped, or stopped scheduling, meanwhile. */
+    if (srv->stopping || !atomic_load(&srv->active)) {
+        srv->dirty = true;
+        return;
+    }
     /* The pass's assignments commit together (one flush of the store's
      * log, not one per decision) before the lock is let go; a store
      * without batches commits each on its own. */
