@@ -541,6 +541,15 @@ int px__api_artifact_prepare(px__api_req *rq, px__api_resp *rs)
         return rs->status;
     if (!f.found)
         return 0; /* the route says there is none */
+    int64_t room = px__srv_disk_headroom(srv);
+    if (room < 0 || f.size > room) {
+        px__api_error(rs, 507,
+                      "artifact %.64s of job %s: this server's data folder has too little free "
+                      "space for its %lld bytes beyond its reserve; free space there (or lower "
+                      "plexus server --disk-reserve), or download it through another server",
+                      f.name, id, (long long)f.size);
+        return 507;
+    }
     int fd = -1;
     int64_t size = 0;
     px_status st = fetch_artifact(srv, id, f.name, f.sha256, &fd, &size, &err);
