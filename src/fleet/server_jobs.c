@@ -517,6 +517,9 @@ static void flush_deferred(px_fleet_server *srv)
         pthread_cond_broadcast(&srv->changed);
 }
 
+/* How long the plans before one pass may take, in all. */
+#define PLAN_BUDGET_NS 1000000000ull
+
 /* The planner's record kept when even "out of memory" cannot be kept. */
 static const char PLAN_NO_MEMORY[] =
     "{\"status\":\"planner unavailable\",\"detail\":\"out of memory\"}";
@@ -544,8 +547,12 @@ static void plan_queued(px_fleet_server *srv, double now)
         if (j->state == PX__JOB_QUEUED && j->req->plan_auto && !j->row.plan &&
             j->not_before_ns <= now && (ids[k] = px_strdup(j->row.id)))
             k++;
+    uint64_t t0 = px_now_ns();
     for (size_t i = 0; i < k; i++) {
-        px__job *job = srv->stopping ? NULL : px__srv_find_job(srv, ids[i]);
+        /* Past the budget the pass places what it can, and the next pass
+         * plans the rest: jobs that need no plan do not wait for them all. */
+        bool over = px_now_ns() - t0 > PLAN_BUDGET_NS;
+        px__job *job = srv->stopping || over ? NULL : px__srv_find_job(srv, ids[i]);
         if (job && job->state == PX__JOB_QUEUED && !job->row.plan) {
             json_t *plan = px__srv_plan(srv, job);
             char *text = plan ? json_dumps(plan, JSON_COMPACT) : NULL;
