@@ -289,6 +289,25 @@ static int bench_latency(void)
                " at a time:\n  p50 %.2f ms  p90 %.2f ms  max %.2f ms  (SQLite, one server: p50"
                " 22 ms)\n",
                N_REPLICAS, N_AGENTS, n, lat[n / 2], lat[n * 9 / 10], lat[n - 1]);
+        /* Where the time goes, from the scheduling replica's own figures:
+         * in its queue until the assignment is written (the server), then
+         * until the start is reported (the agent: the long poll's answer,
+         * fork and exec, the report); the rest is the submission's round
+         * trip and the job's shell writing to the FIFO. */
+        for (int i = 0; i < N_REPLICAS; i++) {
+            if (!atomic_load(&srv[i]->active))
+                continue;
+            pthread_mutex_lock(&srv[i]->lock);
+            px__metrics m = srv[i]->metrics;
+            pthread_mutex_unlock(&srv[i]->lock);
+            printf(
+                "  of which: in the queue until the assignment is written %.2f ms (mean of %llu),"
+                " then until the agent reports the start %.2f ms (mean of %llu)\n",
+                m.queue_count ? m.queue_sum / (double)m.queue_count * 1e3 : 0.0,
+                (unsigned long long)m.queue_count,
+                m.dispatch_count ? m.dispatch_sum / (double)m.dispatch_count * 1e3 : 0.0,
+                (unsigned long long)m.dispatch_count);
+        }
     } else
         fprintf(stderr, "bench_fleet_replicas: no job started (agents online: %d)\n", online);
     px_fleet_client_free(c);

@@ -96,6 +96,8 @@ px_status px__agent_client(px__agent *a, px_fleet_client **out, unsigned *gen, p
     pthread_mutex_lock(&a->cred_mu);
     const char *token = a->cred[0] ? a->cred : a->cfg->token;
     px_status st = px_fleet_client_new(a->cfg->server, token, out, err);
+    if (st == PX_OK && a->server_hint[0])
+        px__client_start_at(*out, a->server_hint);
     *gen = atomic_load(&a->cred_gen);
     pthread_mutex_unlock(&a->cred_mu);
     if (st == PX_OK && a->cfg->ca_file &&

@@ -209,6 +209,10 @@ struct px__agent {
     pthread_mutex_t cred_mu;
     char cred[320];
     atomic_uint cred_gen;
+    /* The server that last answered the assignments poll (under cred_mu):
+     * a job's client starts there rather than at the first URL, which
+     * may be a standby that would only send it on. */
+    char server_hint[256];
     /* The job user (agent_contain.c). */
     bool set_user;
     uid_t uid;
@@ -321,6 +325,9 @@ bool px__agent_health_check(const json_t *service, const px__proc_spec *as, char
 
 /* ---- client_http.c, for the agent ---- */
 
+/* Makes url (one of the servers the client was given) the one it uses
+ * first; any other url changes nothing. */
+void px__client_start_at(px_fleet_client *c, const char *url);
 /* Sends the open file fd (len bytes from its start) as the body. */
 px_status px__client_send_fd(px_fleet_client *c, const char *method, const char *path, int fd,
                              uint64_t len, long *http_status, json_t **reply, px_err *err);

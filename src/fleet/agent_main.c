@@ -391,6 +391,9 @@ px_status px_fleet_agent_run(const px_fleet_agent_config *cfg, px_err *err)
         free(path);
         if (st == PX_OK) {
             delay = 100;
+            pthread_mutex_lock(&a->cred_mu);
+            px_strlcpy(a->server_hint, px_fleet_client_server(c), sizeof a->server_hint);
+            pthread_mutex_unlock(&a->cred_mu);
             size_t i, n_new = 0;
             json_t *as, *list = json_object_get(reply, "assignments");
             json_array_foreach(list, i, as) n_new += take(a, as);

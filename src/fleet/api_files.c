@@ -168,6 +168,12 @@ bool px__store_has_blobs(const px__store *store)
     return store->ops->version >= 9 && store->ops->put_blob && store->ops->get_blob;
 }
 
+bool px__store_has_artifacts(const px__store *store)
+{
+    return store->ops->version >= 10 && store->ops->put_artifact_data &&
+           store->ops->get_artifact_data;
+}
+
 px_status px__blob_fetch(px_fleet_server *srv, const char *hex, px_err *err)
 {
     char path[PATH_MAX];

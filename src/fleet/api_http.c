@@ -568,6 +568,9 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
     } else if (rc->who.kind != PX__WHO_NONE && strcmp(method, "GET") == 0 &&
                px_str_starts_with(url, "/v1/blobs/") && px__api_blob_prepare(&rq, &rs) != 0) {
         /* rs says why the blob cannot be had */
+    } else if (rc->who.kind == PX__WHO_USER && px_str_starts_with(url, "/v1/jobs/") &&
+               px__api_artifact_prepare(&rq, &rs) != 0) {
+        /* rs holds the artifact's bytes, copied from the store, or why not */
     } else {
         pthread_mutex_lock(&srv->lock);
         px_err err;

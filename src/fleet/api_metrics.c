@@ -74,6 +74,13 @@ char *px__metrics_render(px_fleet_server *srv)
               m->http_sum, m->http_count);
     histogram(&sb, "plexus_scheduler_pass_seconds", "Time of one scheduling pass.", m->pass_hist,
               m->pass_sum, m->pass_count);
+    histogram(&sb, "plexus_job_queue_seconds",
+              "Time from a job's arrival in this replica's queue (accepted, claimed from "
+              "another replica, or requeued) to its assignment written.",
+              m->queue_hist, m->queue_sum, m->queue_count);
+    histogram(&sb, "plexus_job_dispatch_seconds",
+              "Time from a job's assignment written to every member reported started.",
+              m->dispatch_hist, m->dispatch_sum, m->dispatch_count);
     if (sb.len == 0)
         return NULL;
     return px_strbuf_detach(&sb, NULL);

@@ -307,13 +307,30 @@ static void end_blob(px__api_req *rq, px__upload *u, const char *hex, px__api_re
 static void end_artifact(px__api_req *rq, px__upload *u, const char *hex, px__api_resp *rs)
 {
     px_fleet_server *srv = rq->srv;
+    px_err err;
+    /* A store that keeps artifacts' bytes gets them first, committed on a
+     * connection of the call's own and without the server lock, so that
+     * every replica serves the artifact once its row is written. */
+    if (px__store_has_artifacts(&srv->store)) {
+        int fd = openat(u->dir_fd, u->tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        px_status st = fd < 0 ? px_err_set(&err, PX_EIO, "%s", strerror(errno))
+                              : srv->store.ops->put_artifact_data(srv->store.self, hex, fd,
+                                                                  (int64_t)u->n, &err);
+        if (fd >= 0)
+            close(fd);
+        if (st != PX_OK) {
+            px__api_error(rs, 503,
+                          "cannot store artifact %.64s of job %s: %s; nothing was kept, retry",
+                          u->name, u->job, err.msg);
+            return;
+        }
+    }
     pthread_mutex_lock(&srv->lock);
     /* The job may have moved on while the bytes arrived. */
     if (check_artifact(rq, u, u->n, rs) != 0) {
         pthread_mutex_unlock(&srv->lock);
         return;
     }
-    px_err err;
     if (renameat(u->dir_fd, u->tmp, u->dir_fd, u->base) != 0) {
         px__api_error(rs, 503, "cannot store artifact %.64s: %s", u->name, strerror(errno));
         pthread_mutex_unlock(&srv->lock);

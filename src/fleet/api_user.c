@@ -8,7 +8,9 @@
 
 #include "fleet/fleet_impl.h"
 
+#include <fcntl.h>
 #include <microhttpd.h>
+#include <stdatomic.h>
 #include <strings.h>
 #include <unistd.h>
 
@@ -465,6 +467,105 @@ static void artifacts(px__api_req *rq, px__api_resp *rs, const char *id, const c
     rs->fd = fd;
     rs->len = size;
     rs->ctype = "application/octet-stream";
+}
+
+typedef struct art_find {
+    const char *name;
+    char sha256[65];
+    int64_t size;
+    bool found;
+} art_find;
+
+static void art_match(const px__artifact_row *a, void *ud)
+{
+    art_find *f = ud;
+    if (!f->found && !strcmp(a->name, f->name) && strlen(a->sha256) == 64) {
+        f->found = true;
+        f->size = a->size;
+        px_strlcpy(f->sha256, a->sha256, sizeof f->sha256);
+    }
+}
+
+/* Copies an artifact's bytes out of the store into a file of this
+ * replica's that is already unlinked (gone when the reply closes it). */
+static px_status fetch_artifact(px_fleet_server *srv, const char *job, const char *name,
+                                const char *hex, int *out_fd, int64_t *size, px_err *err)
+{
+    static atomic_uint seq;
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s/upload-artifact-%ld-%u", srv->tmp_dir, (long)getpid(),
+             atomic_fetch_add(&seq, 1));
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return px_err_set(err, PX_EIO, "artifact %.64s of job %s: %s: %s", name, job, tmp,
+                          strerror(errno));
+    unlink(tmp);
+    px_status st = srv->store.ops->get_artifact_data(srv->store.self, hex, fd, size, err);
+    if (st == PX_OK && lseek(fd, 0, SEEK_SET) != 0)
+        st = px_err_set(err, PX_EIO, "artifact %.64s of job %s: %s", name, job, strerror(errno));
+    if (st != PX_OK) {
+        close(fd);
+        return st;
+    }
+    *out_fd = fd;
+    return PX_OK;
+}
+
+int px__api_artifact_prepare(px__api_req *rq, px__api_resp *rs)
+{
+    px_fleet_server *srv = rq->srv;
+    const char *rest = rq->url + strlen("/v1/jobs/");
+    const char *slash = strchr(rest, '/');
+    char id[64];
+    size_t n = slash ? (size_t)(slash - rest) : 0;
+    if (strcmp(rq->method, "GET") != 0 || !px__store_has_artifacts(&srv->store) || n == 0 ||
+        n >= sizeof id || !px_str_starts_with(slash, "/artifacts/"))
+        return 0;
+    memcpy(id, rest, n);
+    id[n] = '\0';
+    art_find f = {.name = slash + strlen("/artifacts/")};
+    px_err err;
+    /* Who may see the job, and which bytes the name stands for, under the
+     * lock (briefly); the bytes themselves are copied without it. */
+    pthread_mutex_lock(&srv->lock);
+    px__job_row row;
+    px__job *live;
+    bool seen = job_row(rq, rs, id, &row, &live);
+    if (seen) {
+        px__job_row_release(&row);
+        if (srv->store.ops->list_artifacts(srv->store.self, id, art_match, &f, &err) != PX_OK)
+            px__api_fail(rs, &err);
+    }
+    pthread_mutex_unlock(&srv->lock);
+    if (rs->status)
+        return rs->status;
+    if (!f.found)
+        return 0; /* the route says there is none */
+    int64_t room = px__srv_disk_headroom(srv);
+    if (room < 0 || f.size > room) {
+        px__api_error(rs, 507,
+                      "artifact %.64s of job %s: this server's data folder has too little free "
+                      "space for its %lld bytes beyond its reserve; free space there (or lower "
+                      "plexus server --disk-reserve), or download it through another server",
+                      f.name, id, (long long)f.size);
+        return 507;
+    }
+    int fd = -1;
+    int64_t size = 0;
+    px_status st = fetch_artifact(srv, id, f.name, f.sha256, &fd, &size, &err);
+    /* An artifact stored before the store kept artifacts' bytes is read
+     * from DATA/artifacts by the route. */
+    if (st == PX_ENOTFOUND)
+        return 0;
+    if (st != PX_OK) {
+        px__api_fail(rs, &err);
+        return rs->status;
+    }
+    rs->status = 200;
+    rs->fd = fd;
+    rs->len = (size_t)size;
+    rs->ctype = "application/octet-stream";
+    return 200;
 }
 
 /* How long a replica that does not schedule waits for the scheduler to

@@ -256,6 +256,16 @@ const char *px_fleet_client_server(const px_fleet_client *c)
     return c->base;
 }
 
+void px__client_start_at(px_fleet_client *c, const char *url)
+{
+    for (int i = 0; url && i < c->n_servers; i++)
+        if (!strcmp(c->servers[i], url)) {
+            c->cur = i;
+            c->base = c->servers[i];
+            return;
+        }
+}
+
 typedef struct sink {
     px_strbuf body;
     int fd; /* download target, or -1 */

@@ -428,6 +428,14 @@ typedef struct px__store_ops {
      * take_cancels hands over, and forgets, up to max of them. */
     px_status (*request_cancel)(void *self, const char *job, px_err *err);
     px_status (*take_cancels)(void *self, int max, px__name_cb cb, void *ud, px_err *err);
+    /* Version 10.  (optional: NULL, artifacts live in DATA/artifacts alone)
+     * The bytes of jobs' artifacts in the store, by their SHA-256, so that
+     * every replica serves them without a shared folder; the contract of
+     * put_blob and get_blob, in a space of their own (an artifact is never
+     * served as a blob).  put_artifact_data is committed before the
+     * artifact's row (put_artifact) is written. */
+    px_status (*put_artifact_data)(void *self, const char *hex, int fd, int64_t size, px_err *err);
+    px_status (*get_artifact_data)(void *self, const char *hex, int fd, int64_t *size, px_err *err);
 } px__store_ops;
 
 typedef struct px__store {
@@ -529,6 +537,10 @@ typedef struct px__job {
     bool store_failed;      /* the last write of this job failed: retried on the tick */
     json_t *explain;        /* latest explanation, full JSON; NULL before the first */
     struct px__job *next;   /* in the active list, oldest first */
+    /* Monotonic: when this attempt entered this replica's queue (accepted,
+     * claimed, loaded or requeued), and when its assignment was written;
+     * for the submit-to-start figures of /metrics. */
+    uint64_t queued_ns, assigned_ns;
 } px__job;
 
 typedef struct px__metrics {
@@ -541,6 +553,16 @@ typedef struct px__metrics {
     uint64_t pass_hist[16];
     double pass_sum;
     uint64_t pass_count;
+    /* Submit-to-start in two parts: in the queue until the assignment is
+     * written (the server's), then until every member reported its start
+     * (the agents': the long poll's answer, the process's start, the
+     * report). */
+    uint64_t queue_hist[16];
+    double queue_sum;
+    uint64_t queue_count;
+    uint64_t dispatch_hist[16];
+    double dispatch_sum;
+    uint64_t dispatch_count;
 } px__metrics;
 
 struct px_fleet_server {
@@ -697,16 +719,22 @@ px_status px__srv_member_finish(px_fleet_server *srv, px__job *job, int attempt,
 px_status px__srv_load(px_fleet_server *srv, px_err *err);
 /* server_plan.c: the plan for a plan "auto" job, or why there is none
  * ({"status": "planned", "plan": ...} or {"status": "planner unavailable",
- * "detail": ...}); new reference. */
+ * "detail": ...}); new reference.  Called with the server lock held, it
+ * releases the lock while the model is fetched and the planner runs, and
+ * takes it again before it returns: the caller must look up again
+ * whatever it holds of the server's memory (job may be gone by then). */
 json_t *px__srv_plan(px_fleet_server *srv, const px__job *job);
 /* The same for a model blob (SHA-256 hex) with a request's "objective"
  * (a name) and "contract" (a built-in name or a document) from spec (may
  * be NULL: the defaults).  With spec, a plan also carries "report" (the
  * text `plexus plan` prints) and "assignment" (per replica and stage: the
  * node, its devices and layers) and "residency" (warm nodes preferred);
- * the server lock (held by the caller) is then released while the
- * planner runs.  New reference. */
+ * the server lock is released as for px__srv_plan.  New reference. */
 json_t *px__srv_plan_model(px_fleet_server *srv, const char *digest, const json_t *spec);
+/* For tests: called (when not NULL) by the thread that plans, with the
+ * server lock released, as each plan begins.  Set it before the server
+ * starts and clear it after it stops. */
+extern void (*px__srv_plan_hook)(px_fleet_server *srv);
 void px__srv_free_jobs(px_fleet_server *srv);
 /* The job's JSON; with detail, the spec too, its "env" values replaced
  * by "(hidden)" unless `viewer` is the job's owner. */
@@ -890,6 +918,14 @@ bool px__api_user_route(px__api_req *rq, px__api_resp *rs);
  * there yet, without the lock.  0 when the route goes on, else the status
  * of the reply set in rs. */
 int px__api_blob_prepare(px__api_req *rq, px__api_resp *rs);
+/* GET /v1/jobs/<id>/artifacts/<name> on a store that keeps artifacts'
+ * bytes, before the server lock is taken for the route: the caller's right
+ * to the job and the artifact's digest are read under the lock (briefly),
+ * then the bytes are copied out of the store without it into a file of
+ * this replica's, which rs then sends.  Non-zero when rs holds the reply;
+ * 0 when the route answers (another request, no such artifact, or one
+ * stored before the store kept artifacts, read from DATA/artifacts). */
+int px__api_artifact_prepare(px__api_req *rq, px__api_resp *rs);
 bool px__api_agent_route(px__api_req *rq, px__api_resp *rs);
 /* api_deploy.c: /v1/deployments, server lock held. */
 bool px__api_deploy_route(px__api_req *rq, px__api_resp *rs);
@@ -942,6 +978,8 @@ px_status px__open_read(const char *path, int *fd, size_t *size, px_err *err);
 px_status px__blob_fetch(px_fleet_server *srv, const char *hex, px_err *err);
 /* Whether the store keeps blobs (so that replicas share them). */
 bool px__store_has_blobs(const px__store *store);
+/* Whether the store keeps artifacts' bytes (so that replicas share them). */
+bool px__store_has_artifacts(const px__store *store);
 /* Waits on srv->changed until the deadline (monotonic ns); false when it
  * passed or the server is stopping. */
 bool px__srv_wait(px_fleet_server *srv, uint64_t deadline_ns);

@@ -183,6 +183,7 @@ px__job *px__srv_job_new(px_fleet_server *srv, px__job_row *row, px_fleet_reques
         job->members[m].node = -1;
     job->master_port = 20000 + (int)(row->seq * 7 % 10000);
     job->time_limit_s = effective_limit(srv, req);
+    job->queued_ns = px_now_ns();
     return job;
 }
 
@@ -387,16 +388,26 @@ static void unplace(px_fleet_server *srv, px__job *job, double not_before)
     job->store_failed = true;
 }
 
+/* The assignment is written: the end of the job's wait in the queue. */
+static void assigned(px_fleet_server *srv, px__job *job)
+{
+    job->assigned_ns = px_now_ns();
+    if (job->queued_ns && job->assigned_ns >= job->queued_ns)
+        px__metrics_observe(srv->metrics.queue_hist, &srv->metrics.queue_sum,
+                            &srv->metrics.queue_count,
+                            (double)(job->assigned_ns - job->queued_ns) / 1e9);
+}
+
 static void place(px_fleet_server *srv, px__job *job)
 {
     px_fleet_explanation *e;
     px_err err;
     if (job->req->plan_auto && !job->row.plan) {
-        /* Asked once per job; the answer (a plan or why there is none) is
-         * kept with the job and shown by explain. */
-        json_t *plan = px__srv_plan(srv, job);
-        job->row.plan = plan ? json_dumps(plan, JSON_COMPACT) : NULL;
-        json_decref(plan);
+        /* Planned before a pass, with the lock released (plan_queued); a
+         * job that came in while others were planned waits for the next
+         * pass, which follows at once. */
+        srv->dirty = true;
+        return;
     }
     if (px_fleet_sched_place(srv->sched, job->req, job->row.id, &e, &err) != PX_OK) {
         px_log_error("fleet: job %s: %s", job->row.id, err.msg);
@@ -432,6 +443,7 @@ static void place(px_fleet_server *srv, px__job *job)
             unplace(srv, job, nb);
         } else {
             srv->metrics.placements++;
+            assigned(srv, job);
             job->not_before_ns = 0;
             job->store_failed = false;
             pthread_cond_broadcast(&srv->changed);
@@ -483,6 +495,7 @@ static void flush_deferred(px_fleet_server *srv)
             job->row.updated = now;
             d->members = d->state = NULL;
             srv->metrics.placements++;
+            assigned(srv, job);
             job->not_before_ns = 0;
             job->store_failed = false;
         } else {
@@ -504,11 +517,69 @@ static void flush_deferred(px_fleet_server *srv)
         pthread_cond_broadcast(&srv->changed);
 }
 
+/* How long the plans before one pass may take, in all. */
+#define PLAN_BUDGET_NS 1000000000ull
+
+/* The planner's record kept when even "out of memory" cannot be kept. */
+static const char PLAN_NO_MEMORY[] =
+    "{\"status\":\"planner unavailable\",\"detail\":\"out of memory\"}";
+
+/* Asks the planner for the queued `plan: "auto"` jobs that are due and
+ * have no plan yet, before the pass decides anything: each asked once per
+ * job, with the server lock released meanwhile (px__srv_plan), so that
+ * the API, agents' reports and heartbeats go on while a model is fetched
+ * and planned.  The answer (a plan or why there is none) is kept with the
+ * job and shown by explain; a job that ended meanwhile is found gone by
+ * its id.  Server lock held on entry and on return. */
+static void plan_queued(px_fleet_server *srv, double now)
+{
+    size_t n = 0;
+    for (px__job *j = srv->jobs; j; j = j->next)
+        n += j->state == PX__JOB_QUEUED && j->req->plan_auto && !j->row.plan &&
+             j->not_before_ns <= now;
+    if (n == 0)
+        return;
+    char **ids = calloc(n, sizeof *ids);
+    if (!ids)
+        return;
+    size_t k = 0;
+    for (px__job *j = srv->jobs; j && k < n; j = j->next)
+        if (j->state == PX__JOB_QUEUED && j->req->plan_auto && !j->row.plan &&
+            j->not_before_ns <= now && (ids[k] = px_strdup(j->row.id)))
+            k++;
+    uint64_t t0 = px_now_ns();
+    for (size_t i = 0; i < k; i++) {
+        /* Past the budget the pass places what it can, and the next pass
+         * plans the rest: jobs that need no plan do not wait for them all. */
+        bool over = px_now_ns() - t0 > PLAN_BUDGET_NS;
+        px__job *job = srv->stopping || over ? NULL : px__srv_find_job(srv, ids[i]);
+        if (job && job->state == PX__JOB_QUEUED && !job->row.plan) {
+            json_t *plan = px__srv_plan(srv, job);
+            char *text = plan ? json_dumps(plan, JSON_COMPACT) : NULL;
+            json_decref(plan);
+            job = px__srv_find_job(srv, ids[i]);
+            if (job && job->state == PX__JOB_QUEUED && !job->row.plan)
+                job->row.plan = text ? text : px_strdup(PLAN_NO_MEMORY);
+            else
+                free(text);
+        }
+        free(ids[i]);
+    }
+    free(ids);
+}
+
 void px__srv_schedule_pass(px_fleet_server *srv)
 {
     uint64_t t0 = px_now_ns();
     srv->dirty = false;
     double now = (double)t0;
+    plan_queued(srv, now);
+    /* The lock was let go while plans were made: this replica may have
+     * stopped, or stopped scheduling, meanwhile. */
+    if (srv->stopping || !atomic_load(&srv->active)) {
+        srv->dirty = true;
+        return;
+    }
     /* The pass's assignments commit together (one flush of the store's
      * log, not one per decision) before the lock is let go; a store
      * without batches commits each on its own. */
@@ -559,6 +630,8 @@ px_status px__srv_requeue(px_fleet_server *srv, px__job *job, double delay_s, co
     px__srv_reset_members(job);
     job->explained_this_attempt = false;
     job->not_before_ns = delay_s > 0 ? (double)px_now_ns() + delay_s * 1e9 : 0;
+    job->queued_ns = delay_s > 0 ? 0 : px_now_ns(); /* a delayed restart is not a wait */
+    job->assigned_ns = 0;
     srv->metrics.requeues++;
     srv->dirty = true;
     pthread_cond_broadcast(&srv->changed);
@@ -650,6 +723,11 @@ px_status px__srv_member_start(px_fleet_server *srv, px__job *job, int attempt, 
         m->started = 0;
         job->state = old_state;
         return st;
+    }
+    if (job->state == PX__JOB_RUNNING && old_state == PX__JOB_ASSIGNED && job->assigned_ns) {
+        uint64_t now = px_now_ns();
+        px__metrics_observe(srv->metrics.dispatch_hist, &srv->metrics.dispatch_sum,
+                            &srv->metrics.dispatch_count, (double)(now - job->assigned_ns) / 1e9);
     }
     pthread_cond_broadcast(&srv->changed);
     return PX_OK;

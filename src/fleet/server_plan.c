@@ -256,30 +256,20 @@ static json_t *warm_nodes(px_fleet_server *srv, const px_digest *d, size_t *n_on
     return arr;
 }
 
-/* Plans a deployment: over every online node, and over the warm ones
- * alone when some but not all are; keeps the warm plan when it is within
- * WARM_SLACK of the other.  *choice gets the residency record.  The
- * nodes are read under the server lock, which is released while the
- * planner runs (it may take long on a large fleet, and heartbeats must
- * not wait for it). */
-static json_t *plan_deployment(px_fleet_server *srv, const char *path, const char *digest,
-                               const json_t *spec, plan_run *chosen, json_t **choice)
+/* Plans a deployment: over every online node (every), and over the warm
+ * ones alone (warm_inv; warm: their names, n_online: how many are online)
+ * when some but not all are; keeps the warm plan when it is within
+ * WARM_SLACK of the other.  *choice gets the residency record (it takes
+ * warm).  Runs without the server lock. */
+static json_t *plan_deployment(const char *path, const json_t *spec, const json_t *every,
+                               json_t *warm, const json_t *warm_inv, size_t n_online,
+                               plan_run *chosen, json_t **choice)
 {
-    px_digest d;
-    size_t n_online = 0;
-    bool digest_ok = px_digest_parse(digest, &d) == PX_OK;
-    json_t *warm = digest_ok ? warm_nodes(srv, &d, &n_online) : json_array();
-    json_t *every = online_nodes(srv, NULL);
-    json_t *warm_inv = digest_ok && json_array_size(warm) ? online_nodes(srv, &d) : json_array();
-    pthread_mutex_unlock(&srv->lock);
     char why[400];
     plan_run all;
     json_t *failed = plan_over(path, spec, every, &all);
     if (failed) {
-        pthread_mutex_lock(&srv->lock);
         json_decref(warm);
-        json_decref(every);
-        json_decref(warm_inv);
         return failed;
     }
     size_t n_warm = json_array_size(warm);
@@ -324,9 +314,6 @@ static json_t *plan_deployment(px_fleet_server *srv, const char *path, const cha
             }
         }
     }
-    pthread_mutex_lock(&srv->lock);
-    json_decref(every);
-    json_decref(warm_inv);
     *chosen = all;
     *choice = json_pack("{s:o, s:s, s:s}", "warm_nodes", warm, "placed_on", placed, "why", why);
     return NULL;
@@ -341,27 +328,20 @@ json_t *px__srv_fleet_inventory(px_fleet_server *srv)
                      "links", assumed_network(nodes), "nodes", nodes);
 }
 
-json_t *px__srv_plan_model(px_fleet_server *srv, const char *digest, const json_t *spec)
+void (*px__srv_plan_hook)(px_fleet_server *srv);
+
+/* The plan, from the model file at path over the nodes gathered under the
+ * lock; runs without it.  New reference. */
+static json_t *plan_unlocked(const json_t *spec, const json_t *every, json_t *warm,
+                             const json_t *warm_inv, size_t n_online, const char *path)
 {
-    char path[PATH_MAX];
-    px_err err;
-    /* With replicas, the model may have been uploaded to another: fetched
-     * from the store once (under the server lock: the pass is walking
-     * the jobs), then read here. */
-    if (digest && px__store_has_blobs(&srv->store) && px__blob_fetch(srv, digest, &err) != PX_OK &&
-        err.code != PX_ENOTFOUND)
-        px_log_warn("fleet: model %.16s...: %s", digest, err.msg);
-    if (!digest || px__blob_path(srv->data_dir, digest, path, sizeof path, &err) != PX_OK ||
-        access(path, R_OK) != 0)
-        return unavailable("the model %.64s is not on the server; upload it with POST /v1/blobs "
-                           "(plexus submit --model FILE does) to get a plan",
-                           digest ? digest : "?");
     plan_run r;
     json_t *residency = NULL;
-    json_t *nodes = spec ? NULL : online_nodes(srv, NULL);
-    json_t *failed = spec ? plan_deployment(srv, path, digest, spec, &r, &residency)
-                          : plan_over(path, NULL, nodes, &r);
-    json_decref(nodes);
+    json_t *failed =
+        spec ? plan_deployment(path, spec, every, warm, warm_inv, n_online, &r, &residency)
+             : plan_over(path, NULL, every, &r);
+    if (!spec)
+        json_decref(warm);
     if (failed)
         return failed;
     json_t *p = px_plan_to_json(r.plan);
@@ -381,6 +361,49 @@ json_t *px__srv_plan_model(px_fleet_server *srv, const char *digest, const json_
     json_decref(residency);
     run_release(&r);
     return out ? out : unavailable("out of memory");
+}
+
+json_t *px__srv_plan_model(px_fleet_server *srv, const char *digest, const json_t *spec)
+{
+    /* What the planner needs of the server's memory is copied under the
+     * lock; the lock is then released while the model is fetched (with
+     * replicas it may have been uploaded to another, and is copied from
+     * the store once) and while the planner runs (it may take long on a
+     * large fleet, and the API and heartbeats must not wait for it). */
+    char digest_copy[80]; /* digest may live in a job that ends meanwhile */
+    if (digest) {
+        px_strlcpy(digest_copy, digest, sizeof digest_copy);
+        digest = digest_copy;
+    }
+    px_digest d;
+    size_t n_online = 0;
+    bool digest_ok = digest && px_digest_parse(digest, &d) == PX_OK;
+    json_t *every = online_nodes(srv, NULL), *warm = NULL, *warm_inv = NULL;
+    if (spec) {
+        warm = digest_ok ? warm_nodes(srv, &d, &n_online) : json_array();
+        warm_inv = digest_ok && json_array_size(warm) ? online_nodes(srv, &d) : json_array();
+    }
+    pthread_mutex_unlock(&srv->lock);
+    if (px__srv_plan_hook)
+        px__srv_plan_hook(srv);
+    char path[PATH_MAX];
+    px_err err;
+    if (digest && px__store_has_blobs(&srv->store) && px__blob_fetch(srv, digest, &err) != PX_OK &&
+        err.code != PX_ENOTFOUND)
+        px_log_warn("fleet: model %.16s...: %s", digest, err.msg);
+    json_t *out;
+    if (!digest || px__blob_path(srv->data_dir, digest, path, sizeof path, &err) != PX_OK ||
+        access(path, R_OK) != 0) {
+        json_decref(warm);
+        out = unavailable("the model %.64s is not on the server; upload it with POST /v1/blobs "
+                          "(plexus submit --model FILE does) to get a plan",
+                          digest ? digest : "?");
+    } else
+        out = plan_unlocked(spec, every, warm, warm_inv, n_online, path);
+    pthread_mutex_lock(&srv->lock);
+    json_decref(every);
+    json_decref(warm_inv);
+    return out;
 }
 
 json_t *px__srv_plan(px_fleet_server *srv, const px__job *job)

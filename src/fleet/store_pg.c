@@ -515,14 +515,19 @@ static px_status insert_job(void *self, px__job_row *row, px_err *err)
     }
     px__pgq q = {0};
     bind_job(&q, row);
-    text(&q, st->lease_held ? "t" : "f");
-    /* One statement, so one transaction: the row and the wake-up of the
-     * scheduling replica commit together. */
-    rc = run(st,
-             "WITH j AS (INSERT INTO jobs(" JOB_COLS ", adopted) VALUES(" JOB_PARAMS ", $19)"
-             " RETURNING id)"
-             " SELECT pg_notify('plexus_jobs', id) FROM j",
-             &q, NULL, "insert job", err);
+    /* The scheduling replica inserts the job adopted and wakes nobody: it
+     * has the job in hand, and its own listener would only wake it to
+     * claim nothing.  Another replica's insert and the wake-up of the
+     * scheduling replica commit together, in one statement. */
+    if (st->lease_held)
+        rc = run(st, "INSERT INTO jobs(" JOB_COLS ", adopted) VALUES(" JOB_PARAMS ", true)", &q,
+                 NULL, "insert job", err);
+    else
+        rc = run(st,
+                 "WITH j AS (INSERT INTO jobs(" JOB_COLS ", adopted) VALUES(" JOB_PARAMS ", false)"
+                 " RETURNING id)"
+                 " SELECT pg_notify('plexus_jobs', id) FROM j",
+                 &q, NULL, "insert job", err);
     if (rc == PX_EEXIST && row->idem_key)
         px_err_set(err, PX_EEXIST, "Idempotency-Key \"%.64s\" is already used", row->idem_key);
 out:
@@ -984,7 +989,7 @@ static px_status wait_jobs(void *self, int timeout_ms, bool *woken, px_err *err)
 }
 
 static px__store_ops pg_ops = {
-    .version = 9,
+    .version = 10,
     .close = pg_close,
     .insert_job = insert_job,
     .update_job = update_job,

@@ -1,6 +1,8 @@
 /* Blobs in PostgreSQL: a row per blob (its size and number of chunks) and
  * its bytes in chunks of CHUNK bytes, so that every replica on the
- * database serves every blob without a shared folder.  Each call runs on a
+ * database serves every blob without a shared folder.  Jobs' artifacts
+ * use the same tables under the key "artifact/<sha256>", a space of their
+ * own: an artifact is never served as a blob, nor a blob as an artifact.  Each call runs on a
  * connection of its own, never under the store's lock: an upload of
  * gigabytes does not stall the scheduler's writes.  Writes stream from a
  * file and reads to one, in constant memory; the SHA-256 is checked on
@@ -10,6 +12,15 @@
 #include <unistd.h>
 
 #define CHUNK ((size_t)1 << 20)
+
+/* The stored key of an artifact's bytes (a blob's is its hex). */
+#define ARTIFACT_KEY "artifact/"
+
+/* What a key names, for messages. */
+static const char *noun_of(const char *key)
+{
+    return px_str_starts_with(key, ARTIFACT_KEY) ? "artifact" : "blob";
+}
 
 /* The message of a failed result (or of the connection), one line. */
 static px_status fail(px__pg *st, PGconn *c, const PGresult *r, const char *what, px_err *err)
@@ -74,8 +85,8 @@ static px_status read_full(int fd, void *buf, size_t n, off_t at, px_err *err)
 
 /* The chunks of fd, hashed on the way: a file that changed since its
  * digest was taken is refused rather than stored under a false name. */
-static px_status put_chunks(px__pg *st, PGconn *c, const char *hex, int fd, int64_t size, char *buf,
-                            px_err *err)
+static px_status put_chunks(px__pg *st, PGconn *c, const char *key, const char *hex, int fd,
+                            int64_t size, char *buf, px_err *err)
 {
     px_sha256_ctx *h;
     if (px_sha256_new(&h, err) != PX_OK)
@@ -89,7 +100,7 @@ static px_status put_chunks(px__pg *st, PGconn *c, const char *hex, int fd, int6
         px_sha256_update(h, buf, len);
         char num[16];
         snprintf(num, sizeof num, "%d", n);
-        const char *v[] = {hex, num};
+        const char *v[] = {key, num};
         rc = exec(st, c, "INSERT INTO blob_chunks(digest, n, data) VALUES($1, $2, $3)", v, 2, buf,
                   len, false, NULL, "store blob", err);
         done += (int64_t)len;
@@ -100,15 +111,15 @@ static px_status put_chunks(px__pg *st, PGconn *c, const char *hex, int fd, int6
     px_digest_hex(&d, got);
     if (rc == PX_OK && strcmp(got, hex) != 0)
         rc = px_err_set(err, PX_EIO,
-                        "blob %.16s...: the file changed while it was stored (its "
+                        "%s %.16s...: the file changed while it was stored (its "
                         "SHA-256 is now %.16s...); upload it again",
-                        hex, got);
+                        noun_of(key), hex, got);
     return rc;
 }
 
-static px_status put_blob(void *self, const char *hex, int fd, int64_t size, px_err *err)
+static px_status put_keyed(px__pg *st, const char *key, const char *hex, int fd, int64_t size,
+                           px_err *err)
 {
-    px__pg *st = self;
     PGconn *c = px__pg_connect(st, "store blob", err);
     if (!c)
         return PX_EIO;
@@ -117,7 +128,7 @@ static px_status put_blob(void *self, const char *hex, int fd, int64_t size, px_
     snprintf(sz, sizeof sz, "%" PRId64, size);
     snprintf(chunks, sizeof chunks, "%" PRId64, (size + (int64_t)CHUNK - 1) / (int64_t)CHUNK);
     snprintf(now, sizeof now, "%" PRId64, (int64_t)px_wall_time());
-    const char *v[] = {hex, sz, chunks, now};
+    const char *v[] = {key, sz, chunks, now};
     PGresult *r = NULL;
     px_status rc = exec(st, c, "BEGIN", NULL, 0, NULL, 0, false, NULL, "store blob", err);
     /* The row first: a replica storing the same blob at once waits here
@@ -132,7 +143,7 @@ static px_status put_blob(void *self, const char *hex, int fd, int64_t size, px_
     if (fresh && !(buf = malloc(CHUNK)))
         rc = px_err_set(err, PX_ENOMEM, "out of memory");
     if (fresh && rc == PX_OK)
-        rc = put_chunks(st, c, hex, fd, size, buf, err);
+        rc = put_chunks(st, c, key, hex, fd, size, buf, err);
     if (rc == PX_OK)
         rc = exec(st, c, "COMMIT", NULL, 0, NULL, 0, false, NULL, "store blob", err);
     else
@@ -140,6 +151,18 @@ static px_status put_blob(void *self, const char *hex, int fd, int64_t size, px_
     free(buf);
     PQfinish(c);
     return rc;
+}
+
+static px_status put_blob(void *self, const char *hex, int fd, int64_t size, px_err *err)
+{
+    return put_keyed(self, hex, hex, fd, size, err);
+}
+
+static px_status put_artifact_data(void *self, const char *hex, int fd, int64_t size, px_err *err)
+{
+    char key[80];
+    snprintf(key, sizeof key, ARTIFACT_KEY "%.64s", hex);
+    return put_keyed(self, key, hex, fd, size, err);
 }
 
 static px_status write_full(int fd, const char *p, size_t n, px_err *err)
@@ -159,8 +182,8 @@ static px_status write_full(int fd, const char *p, size_t n, px_err *err)
 
 /* Chunk by chunk, each checked against what is left of the size, the
  * whole against the digest. */
-static px_status get_chunks(px__pg *st, PGconn *c, const char *hex, int fd, int64_t size,
-                            int64_t chunks, bool *damaged, px_err *err)
+static px_status get_chunks(px__pg *st, PGconn *c, const char *key, const char *hex, int fd,
+                            int64_t size, int64_t chunks, bool *damaged, px_err *err)
 {
     px_sha256_ctx *h;
     if (px_sha256_new(&h, err) != PX_OK)
@@ -170,7 +193,7 @@ static px_status get_chunks(px__pg *st, PGconn *c, const char *hex, int fd, int6
     for (int64_t n = 0; rc == PX_OK && n < chunks; n++) {
         char num[24];
         snprintf(num, sizeof num, "%" PRId64, n);
-        const char *v[] = {hex, num};
+        const char *v[] = {key, num};
         PGresult *r = NULL;
         rc = exec(st, c, "SELECT data FROM blob_chunks WHERE digest = $1 AND n = $2", v, 2, NULL, 0,
                   true, &r, "read blob", err);
@@ -180,9 +203,9 @@ static px_status get_chunks(px__pg *st, PGconn *c, const char *hex, int fd, int6
         if (len < 0 || len > (int64_t)CHUNK || len > size - done) {
             *damaged = true;
             rc = px_err_set(err, PX_EIO,
-                            "PostgreSQL %s: blob %.16s...: chunk %" PRId64
-                            " is missing or too long; it was removed, upload the blob again",
-                            st->where, hex, n);
+                            "PostgreSQL %s: %s %.16s...: chunk %" PRId64
+                            " is missing or too long; it was removed, upload it again",
+                            st->where, noun_of(key), hex, n);
         } else {
             px_sha256_update(h, PQgetvalue(r, 0, 0), (size_t)len);
             rc = write_full(fd, PQgetvalue(r, 0, 0), (size_t)len, err);
@@ -197,16 +220,16 @@ static px_status get_chunks(px__pg *st, PGconn *c, const char *hex, int fd, int6
     if (rc == PX_OK && (done != size || strcmp(got, hex) != 0)) {
         *damaged = true;
         rc = px_err_set(err, PX_EIO,
-                        "PostgreSQL %s: blob %.16s... is damaged (%" PRId64 " of %" PRId64
+                        "PostgreSQL %s: %s %.16s... is damaged (%" PRId64 " of %" PRId64
                         " bytes, SHA-256 %.16s...); it was removed, upload it again",
-                        st->where, hex, done, size, got);
+                        st->where, noun_of(key), hex, done, size, got);
     }
     return rc;
 }
 
-static void drop(px__pg *st, PGconn *c, const char *hex)
+static void drop(px__pg *st, PGconn *c, const char *key, const char *hex)
 {
-    const char *v[] = {hex};
+    const char *v[] = {key};
     px_err e;
     if (exec(st, c, "BEGIN", NULL, 0, NULL, 0, false, NULL, "remove blob", &e) != PX_OK)
         return;
@@ -216,24 +239,24 @@ static void drop(px__pg *st, PGconn *c, const char *hex)
              "remove blob", &e) != PX_OK ||
         exec(st, c, "COMMIT", NULL, 0, NULL, 0, false, NULL, "remove blob", &e) != PX_OK) {
         PQclear(PQexec(c, "ROLLBACK"));
-        px_log_warn("blob %.16s...: %s", hex, e.msg);
+        px_log_warn("%s %.16s...: %s", noun_of(key), hex, e.msg);
     }
 }
 
-static px_status get_blob(void *self, const char *hex, int fd, int64_t *size, px_err *err)
+static px_status get_keyed(px__pg *st, const char *key, const char *hex, int fd, int64_t *size,
+                           px_err *err)
 {
-    px__pg *st = self;
     *size = 0;
     PGconn *c = px__pg_connect(st, "read blob", err);
     if (!c)
         return PX_EIO;
     PGresult *r = NULL;
-    const char *v[] = {hex};
+    const char *v[] = {key};
     bool damaged = false;
     px_status rc = exec(st, c, "SELECT size, chunks FROM blobs WHERE digest = $1", v, 1, NULL, 0,
                         false, &r, "read blob", err);
     if (rc == PX_OK && PQntuples(r) != 1)
-        rc = px_err_set(err, PX_ENOTFOUND, "no blob %.64s", hex);
+        rc = px_err_set(err, PX_ENOTFOUND, "no %s %.64s", noun_of(key), hex);
     int64_t sz = 0, chunks = 0;
     if (rc == PX_OK) {
         sz = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
@@ -241,27 +264,41 @@ static px_status get_blob(void *self, const char *hex, int fd, int64_t *size, px
         if (sz < 0 || chunks != (sz + (int64_t)CHUNK - 1) / (int64_t)CHUNK) {
             damaged = true;
             rc = px_err_set(err, PX_EIO,
-                            "PostgreSQL %s: blob %.16s...: %" PRId64 " chunks for %" PRId64
-                            " bytes; it was removed, upload the blob again",
-                            st->where, hex, chunks, sz);
+                            "PostgreSQL %s: %s %.16s...: %" PRId64 " chunks for %" PRId64
+                            " bytes; it was removed, upload it again",
+                            st->where, noun_of(key), hex, chunks, sz);
         }
     }
     PQclear(r);
     if (rc == PX_OK)
-        rc = get_chunks(st, c, hex, fd, sz, chunks, &damaged, err);
+        rc = get_chunks(st, c, key, hex, fd, sz, chunks, &damaged, err);
     /* A blob whose bytes are not those of its name is of no use to
      * anyone: removed, so that the next upload of it stores it afresh
      * (an upload of a blob already stored keeps the one there). */
     if (damaged)
-        drop(st, c, hex);
+        drop(st, c, key, hex);
     if (rc == PX_OK)
         *size = sz;
     PQfinish(c);
     return rc;
 }
 
+static px_status get_blob(void *self, const char *hex, int fd, int64_t *size, px_err *err)
+{
+    return get_keyed(self, hex, hex, fd, size, err);
+}
+
+static px_status get_artifact_data(void *self, const char *hex, int fd, int64_t *size, px_err *err)
+{
+    char key[80];
+    snprintf(key, sizeof key, ARTIFACT_KEY "%.64s", hex);
+    return get_keyed(self, key, hex, fd, size, err);
+}
+
 void px__pg_fill_blob_ops(px__store_ops *ops)
 {
     ops->put_blob = put_blob;
     ops->get_blob = get_blob;
+    ops->put_artifact_data = put_artifact_data;
+    ops->get_artifact_data = get_artifact_data;
 }

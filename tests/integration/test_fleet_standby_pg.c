@@ -8,7 +8,8 @@
  * standby's jobs from the database's notification (LISTEN/NOTIFY), which
  * its /metrics count, and runs them.  Blobs live in the database: one
  * uploaded to either replica is served by the other, whose data folder
- * never saw it, byte for byte.  A cancellation sent to the standby is
+ * never saw it, byte for byte; so are jobs' artifacts, which the agent
+ * uploads to the scheduling replica.  A cancellation sent to the standby is
  * carried out by the scheduler, and the standby answers once it has
  * been.  Skips where PostgreSQL cannot run.
  */
@@ -117,7 +118,11 @@ static int setup(void **state)
     if (code != 503)
         fh_print_log(standby.log);
     assert_int_equal(code, 503);
-    fh_start_agent(&fleet, "a", NULL);
+    /* The agent is given the standby first: it finds the scheduler by
+     * itself. */
+    static char urls[200];
+    snprintf(urls, sizeof urls, "%s,%s", standby_url, fleet.url);
+    fh_start_agent_via(&fleet, "a", NULL, urls, NULL);
     const char *names[] = {"a"};
     fh_wait_nodes_online(&fleet, names, 1, 60);
     return 0;
@@ -265,6 +270,61 @@ static void test_scheduler_woken_by_the_databases_notification(void **state)
         free(st);
         free(ids[i]);
     }
+    /* Jobs submitted to the scheduling replica itself wake nobody: it has
+     * them in hand, and its own notifications would only wake it to claim
+     * nothing. */
+    before = metric(fleet.url, "plexus_store_notifications_total");
+    claimed = metric(fleet.url, "plexus_jobs_claimed_total");
+    for (int i = 0; i < 3; i++) {
+        json_t *spec = json_pack("{s:[s], s:s}", "command", "/bin/true", "name", "in-hand");
+        json_t *r = NULL;
+        assert_int_equal(call(fleet.url, FH_USER_TOKEN, "POST", "/v1/jobs", spec, &r), 201);
+        ids[i] = px_strdup(json_string_value(json_object_get(r, "id")));
+        json_decref(r);
+        json_decref(spec);
+    }
+    for (int i = 0; i < 3; i++) {
+        char *st = wait_done_on_standby(ids[i]);
+        assert_string_equal(st, "succeeded");
+        free(st);
+        free(ids[i]);
+    }
+    /* A notification is delivered before the row's job can run (it is
+     * sent at the insert's commit): had one been sent, it is counted by
+     * now. */
+    assert_int_equal(metric(fleet.url, "plexus_store_notifications_total"), before);
+    assert_int_equal(metric(fleet.url, "plexus_jobs_claimed_total"), claimed);
+}
+
+/* A labelled counter of a replica's /metrics (-1 when absent). */
+static long long metric_5xx(const char *url)
+{
+    return metric(url, "plexus_http_requests_total{code=\"5xx\"}");
+}
+
+static void test_agent_reports_go_straight_to_the_scheduler(void **state)
+{
+    (void)state;
+    if (!store_uri)
+        skip();
+    /* The agent was given the standby's URL first.  Once its poll found
+     * the scheduler, each job's reports (start, logs, finish) go there at
+     * once: the standby sends nobody on (503) meanwhile. */
+    long long before = metric_5xx(standby_url);
+    assert_true(before >= 0);
+    for (int i = 0; i < 3; i++) {
+        json_t *spec = json_pack("{s:[s,s,s]}", "command", "/bin/sh", "-c", "echo straight");
+        json_t *r = NULL;
+        assert_int_equal(call(fleet.url, FH_USER_TOKEN, "POST", "/v1/jobs", spec, &r), 201);
+        char *id = px_strdup(json_string_value(json_object_get(r, "id")));
+        json_decref(r);
+        json_decref(spec);
+        char *st = wait_done_on_standby(id);
+        assert_string_equal(st, "succeeded");
+        free(st);
+        free(id);
+    }
+    assert_int_equal(metric_5xx(standby_url), before);
 }
 
 /* Uploads n bytes of a pattern to one replica; the digest it answers. */
@@ -345,6 +405,64 @@ static void test_blobs_uploaded_to_one_replica_are_served_by_the_other(void **st
     free(d2);
 }
 
+/* The lines 1..n, as `seq` writes them. */
+static char *seq_text(int n, size_t *len)
+{
+    px_strbuf sb = PX_STRBUF_INIT;
+    for (int i = 1; i <= n; i++)
+        px_strbuf_addf(&sb, "%d\n", i);
+    return px_strbuf_detach(&sb, len);
+}
+
+static void test_artifacts_are_served_by_every_replica_from_the_database(void **state)
+{
+    (void)state;
+    if (!store_uri)
+        skip();
+    /* Uploaded by the agent to the scheduling replica; about 2.5 MiB, so
+     * in several chunks of the database. */
+    json_t *spec = json_pack("{s:[s,s,s], s:[s]}", "command", "/bin/sh", "-c",
+                             "seq 1 400000 > big.txt", "artifacts", "big.txt");
+    json_t *r = NULL;
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "POST", "/v1/jobs", spec, &r), 201);
+    json_decref(spec);
+    char *id = px_strdup(json_string_value(json_object_get(r, "id")));
+    json_decref(r);
+    char *st = wait_done_on_standby(id);
+    assert_string_equal(st, "succeeded");
+    free(st);
+    /* Listed and served by the standby, whose data folder never saw it. */
+    char path[200], dest[700], local[800];
+    snprintf(path, sizeof path, "/v1/jobs/%s/artifacts", id);
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "GET", path, NULL, &r), 200);
+    json_t *a = json_array_get(json_object_get(r, "artifacts"), 0);
+    assert_string_equal(json_string_value(json_object_get(a, "name")), "big.txt");
+    json_decref(r);
+    snprintf(path, sizeof path, "/v1/jobs/%s/artifacts/big.txt", id);
+    snprintf(dest, sizeof dest, "%s/big.txt.back", fleet.dir);
+    px_fleet_client *c = client_of(standby_url, FH_USER_TOKEN);
+    long code = 0;
+    px_err err;
+    px_assert_ok(px_fleet_client_download(c, path, dest, &code, &err), &err);
+    px_fleet_client_free(c);
+    assert_int_equal(code, 200);
+    size_t n_want, n_got;
+    char *want = seq_text(400000, &n_want), *got;
+    px_assert_ok(px_read_file(dest, 16 << 20, &got, &n_got, &err), &err);
+    assert_true(n_want > (2u << 20));
+    assert_int_equal(n_got, n_want);
+    assert_memory_equal(got, want, n_want);
+    free(want);
+    free(got);
+    snprintf(local, sizeof local, "%s/data-standby/artifacts/%s", fleet.dir, id);
+    assert_int_not_equal(access(local, F_OK), 0);
+    /* Another user does not see it; an unknown name is unknown. */
+    assert_int_equal(call(standby_url, FH_OTHER_TOKEN, "GET", path, NULL, NULL), 404);
+    snprintf(path, sizeof path, "/v1/jobs/%s/artifacts/none.txt", id);
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "GET", path, NULL, NULL), 404);
+    free(id);
+}
+
 static void test_standby_cancellation_is_carried_out_by_the_scheduler(void **state)
 {
     (void)state;
@@ -398,7 +516,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_standby_serves_submissions_and_reads_from_the_database),
         cmocka_unit_test(test_scheduler_woken_by_the_databases_notification),
+        cmocka_unit_test(test_agent_reports_go_straight_to_the_scheduler),
         cmocka_unit_test(test_blobs_uploaded_to_one_replica_are_served_by_the_other),
+        cmocka_unit_test(test_artifacts_are_served_by_every_replica_from_the_database),
         cmocka_unit_test(test_standby_cancellation_is_carried_out_by_the_scheduler),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

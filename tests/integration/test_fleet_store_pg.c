@@ -649,6 +649,59 @@ static void test_pg_blobs_in_chunks_checked_both_ways(void **state)
     free(uri);
 }
 
+static void test_pg_artifact_bytes_kept_apart_from_blobs(void **state)
+{
+    (void)state;
+    char *uri = fresh("artifact_bytes");
+    if (!uri)
+        skip();
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    assert_true(st.ops->version >= 10);
+    size_t n = (3u << 19) + 11;
+    char hex[65];
+    int src = pattern_file(n, hex);
+    px_assert_ok(st.ops->put_artifact_data(st.self, hex, src, (int64_t)n, &err), &err);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM blobs WHERE digest LIKE 'artifact/%'"),
+                     1);
+    assert_int_equal(
+        query_int(uri, "SELECT COUNT(*) FROM blob_chunks WHERE digest LIKE 'artifact/%'"), 2);
+    /* An artifact's bytes are never served as a blob, nor a blob's as an
+     * artifact. */
+    int dst = empty_file();
+    int64_t size = -1;
+    assert_int_equal(st.ops->get_blob(st.self, hex, dst, &size, &err), PX_ENOTFOUND);
+    char other[65];
+    int b = pattern_file(1000, other);
+    px_assert_ok(st.ops->put_blob(st.self, other, b, 1000, &err), &err);
+    assert_int_equal(st.ops->get_artifact_data(st.self, other, dst, &size, &err), PX_ENOTFOUND);
+    assert_non_null(strstr(err.msg, "no artifact"));
+    px_assert_ok(st.ops->get_artifact_data(st.self, hex, dst, &size, &err), &err);
+    assert_int_equal(size, (int64_t)n);
+    assert_true(same_bytes(src, dst, n));
+    close(dst);
+    /* Bytes that are not those of the digest are refused. */
+    assert_int_equal(st.ops->put_artifact_data(st.self, other, src, (int64_t)n, &err), PX_EIO);
+    assert_non_null(strstr(err.msg, "artifact"));
+    /* Damaged in the database: refused on the way out, and removed. */
+    assert_int_equal(query_int(uri, "WITH u AS (UPDATE blob_chunks SET data = set_byte(data, 7,"
+                                    " (get_byte(data, 7) + 1) % 256) WHERE digest LIKE"
+                                    " 'artifact/%' AND n = 0 RETURNING 1) SELECT COUNT(*) FROM u"),
+                     1);
+    dst = empty_file();
+    assert_int_equal(st.ops->get_artifact_data(st.self, hex, dst, &size, &err), PX_EIO);
+    assert_non_null(strstr(err.msg, "artifact"));
+    assert_non_null(strstr(err.msg, "damaged"));
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM blobs WHERE digest LIKE 'artifact/%'"),
+                     0);
+    close(dst);
+    close(b);
+    close(src);
+    st.ops->close(st.self);
+    free(uri);
+}
+
 static void collect_name(const char *name, void *ud)
 {
     char *out = ud;
@@ -724,6 +777,7 @@ int main(void)
         cmocka_unit_test(test_pg_store_keeps_deployments_by_name),
         cmocka_unit_test(test_pg_many_jobs_and_explanations_in_one_call),
         cmocka_unit_test(test_pg_blobs_in_chunks_checked_both_ways),
+        cmocka_unit_test(test_pg_artifact_bytes_kept_apart_from_blobs),
         cmocka_unit_test(test_pg_cancel_requests_taken_once),
         cmocka_unit_test(test_pg_statements_prepared_again_after_a_failed_pipeline),
     };

@@ -9,6 +9,7 @@
 
 #include <curl/curl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -602,6 +603,74 @@ static void test_api_plan_auto_plans_or_says_why(void **state)
     free(d);
 }
 
+/* What the planning hook saw: how often it ran, and the answer to
+ * GET /v1/jobs it asked for while the plan was being made. */
+static atomic_int hook_calls;
+static long hook_status;
+static char hook_body[4096];
+
+static size_t hook_data(char *p, size_t size, size_t n, void *ud)
+{
+    (void)ud;
+    size_t have = strlen(hook_body);
+    size_t take = PX_MIN(size * n, sizeof hook_body - 1 - have);
+    memcpy(hook_body + have, p, take);
+    hook_body[have + take] = '\0';
+    return size * n;
+}
+
+/* Runs on the scheduler's thread as a plan begins: asks the API for the
+ * jobs.  Were the server lock held, the request could not be answered
+ * until the hook returned, and it would time out (status 0). */
+static void plan_hook(px_fleet_server *srv)
+{
+    (void)srv;
+    if (atomic_fetch_add(&hook_calls, 1) != 0)
+        return;
+    CURL *c = curl_easy_init();
+    if (!c)
+        return;
+    char url[256], auth[128];
+    snprintf(url, sizeof url, "%s/v1/jobs", base_url);
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", USER_TOKEN);
+    struct curl_slist *h = curl_slist_append(NULL, auth);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, hook_data);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+    if (curl_easy_perform(c) == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &hook_status);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+}
+
+static void test_api_answers_while_a_job_is_planned(void **state)
+{
+    (void)state;
+    char *d = fresh_dir("planlock");
+    atomic_store(&hook_calls, 0);
+    hook_status = 0;
+    hook_body[0] = '\0';
+    px__srv_plan_hook = plan_hook;
+    px_fleet_server *srv = start(d, 5);
+    register_node("q1", NULL);
+    char *id = submit(
+        "{\"command\": [\"serve\"], \"plan\": \"auto\", \"model\": "
+        "{\"digest\": \"0000000000000000000000000000000000000000000000000000000000000000\"}}");
+    json_t *a = assignments("q1", 5);
+    assert_int_equal(json_array_size(a), 1);
+    json_decref(a);
+    px_fleet_server_stop(srv);
+    px__srv_plan_hook = NULL;
+    /* The plan was asked once, and the API answered meanwhile, listing
+     * the very job being planned. */
+    assert_int_equal(atomic_load(&hook_calls), 1);
+    assert_int_equal(hook_status, 200);
+    px_assert_contains(hook_body, id);
+    free(id);
+    free(d);
+}
+
 /* A node with one CPU device of the given compute and bandwidth. */
 static void register_cpu_node(const char *name, const char *flops, const char *bandwidth)
 {
@@ -886,6 +955,7 @@ int main(void)
         cmocka_unit_test(test_api_keeps_jobs_across_a_restart),
         cmocka_unit_test(test_api_artifacts_refuse_symlinked_folders),
         cmocka_unit_test(test_api_plan_auto_plans_or_says_why),
+        cmocka_unit_test(test_api_answers_while_a_job_is_planned),
         cmocka_unit_test(test_api_deployment_prefers_warm_nodes_unless_they_cost_too_much),
         cmocka_unit_test(test_api_drain_group_restart_and_log_long_poll),
         cmocka_unit_test(test_api_never_acknowledges_a_write_the_store_refused),
