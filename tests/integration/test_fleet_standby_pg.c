@@ -10,7 +10,9 @@
  * uploaded to either replica is served by the other, whose data folder
  * never saw it, byte for byte.  A cancellation sent to the standby is
  * carried out by the scheduler, and the standby answers once it has
- * been.  Skips where PostgreSQL cannot run.
+ * been.  An agent that lists the standby first is served by it: the
+ * database carries its calls to the scheduler.  Skips where PostgreSQL
+ * cannot run.
  */
 #include "fleet_harness.h"
 
@@ -393,6 +395,71 @@ static void test_standby_cancellation_is_carried_out_by_the_scheduler(void **sta
     free(id);
 }
 
+/* An agent whose list of server URLs puts the standby first: after it
+ * has joined (through the scheduling replica: joining needs its memory),
+ * it registers, heartbeats, polls for work and reports through the
+ * standby alone, which answers from the database; the scheduler reads
+ * the node from the database, places a job only this node can run on it,
+ * and the job runs, its output read back through the standby. */
+static void test_agent_listing_the_standby_first_is_served_by_it(void **state)
+{
+    (void)state;
+    if (!store_uri)
+        skip();
+    char *inv = fh_inventory(&fleet, "b", "", "{\"name\": \"onlyb\", \"version\": \"1.0\"}");
+    int k = fh_start_agent(&fleet, "b", inv);
+    const char *names[] = {"b"};
+    fh_wait_nodes_online(&fleet, names, 1, 60);
+    kill(-fleet.agents[k].pid, SIGKILL);
+    waitpid(fleet.agents[k].pid, NULL, 0);
+    fh_forget(fleet.agents[k].pid);
+    long long before = metric(standby_url, "plexus_agent_calls_stored_total");
+    assert_true(before >= 0);
+    char urls[200];
+    snprintf(urls, sizeof urls, "%s,%s", standby_url, fleet.url);
+    fleet.agents[k].pid = fh_spawn_agent(&fleet, &fleet.agents[k], "b", inv, urls, NULL);
+    free(inv);
+
+    /* The registration and heartbeats reach the standby... */
+    long long now = before;
+    for (int t = 0; t < 600 && now < before + 3; t++) {
+        fh_sleep_ms(50);
+        now = metric(standby_url, "plexus_agent_calls_stored_total");
+    }
+    if (now < before + 3)
+        fh_print_log(fleet.agents[k].log);
+    assert_true(now >= before + 3);
+    /* ...and the scheduler hears of them through the database. */
+    fh_wait_nodes_online(&fleet, names, 1, 60);
+
+    char *id =
+        fh_submit(&fleet, "{\"command\": [\"/bin/sh\", \"-c\", \"echo served-by-the-standby\"],"
+                          " \"frameworks\": [\"onlyb\"]}");
+    json_t *job = fh_wait_job(&fleet, id, "succeeded,failed,cancelled", 60);
+    if (strcmp(json_string_value(json_object_get(job, "state")), "succeeded") != 0) {
+        fh_print_log(fleet.server.log);
+        fh_print_log(standby.log);
+        fh_print_log(fleet.agents[k].log);
+    }
+    assert_string_equal(json_string_value(json_object_get(job, "state")), "succeeded");
+    assert_string_equal(fh_member_node(job, 0), "b");
+    json_decref(job);
+    char path[160];
+    json_t *r = NULL;
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs?after=0", id);
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "GET", path, NULL, &r), 200);
+    char *text = json_dumps(r, 0);
+    assert_non_null(strstr(text, "served-by-the-standby"));
+    free(text);
+    json_decref(r);
+    /* Its poll, start, output and finish went through the standby too. */
+    assert_true(metric(standby_url, "plexus_agent_calls_stored_total") >= now + 4);
+    /* What the standby cannot answer names the scheduler's URL. */
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "GET", "/v1/nodes", NULL, NULL), 503);
+    assert_non_null(strstr(last_error, fleet.url));
+    free(id);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -400,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_scheduler_woken_by_the_databases_notification),
         cmocka_unit_test(test_blobs_uploaded_to_one_replica_are_served_by_the_other),
         cmocka_unit_test(test_standby_cancellation_is_carried_out_by_the_scheduler),
+        cmocka_unit_test(test_agent_listing_the_standby_first_is_served_by_it),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
