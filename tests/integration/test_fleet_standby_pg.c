@@ -395,6 +395,59 @@ static void test_standby_cancellation_is_carried_out_by_the_scheduler(void **sta
     free(id);
 }
 
+/* The node credential the agent of `node` keeps in its work folder. */
+static char *node_credential(const char *node)
+{
+    char path[700], cred[200] = "";
+    snprintf(path, sizeof path, "%s/work-%s/state/credential", fleet.dir, node);
+    char *text = NULL;
+    size_t len;
+    px_err err;
+    px_assert_ok(px_read_file(path, 1 << 16, &text, &len, &err), &err);
+    assert_int_equal(sscanf(text, "%*s %*s %199s", cred), 1);
+    free(text);
+    return px_strdup(cred);
+}
+
+/* What a node may not do through the standby, which checks it against
+ * the database as the scheduler checks it against memory. */
+static void standby_refuses_hostile_agent_calls(const char *node, const char *done_id)
+{
+    char *cred = node_credential(node);
+    char path[160];
+    /* A node speaks only for itself. */
+    json_t *b = json_pack("{s:s, s:[]}", "node", "a", "running");
+    assert_int_equal(call(standby_url, cred, "POST", "/v1/agent/heartbeat", b, NULL), 403);
+    json_decref(b);
+    assert_int_equal(
+        call(standby_url, cred, "GET", "/v1/agent/assignments?wait=0&node=a", NULL, NULL), 403);
+    /* Reports for work that is not its current attempt change nothing. */
+    b = json_pack("{s:i, s:i}", "attempt", 7, "rank", 0);
+    snprintf(path, sizeof path, "/v1/agent/jobs/%s/start", done_id);
+    assert_int_equal(call(standby_url, cred, "POST", path, b, NULL), 409);
+    json_decref(b);
+    b = json_pack("{s:s, s:i}", "attempt", "1; DROP TABLE jobs", "rank", 0);
+    assert_int_equal(call(standby_url, cred, "POST", path, b, NULL), 400);
+    json_decref(b);
+    snprintf(path, sizeof path, "/v1/agent/jobs/%s/logs?attempt=1&rank=0&stream=stdout", done_id);
+    assert_int_equal(call(standby_url, cred, "POST", path, NULL, NULL), 409);
+    /* A "running" list of junk is read as far as it is well formed. */
+    b = json_pack("{s:[{s:s, s:s}, i, {s:s, s:i, s:i}]}", "running", "job", "x", "attempt", "y", 7,
+                  "job", "no-such-job", "attempt", 1, "rank", 0);
+    json_t *r = NULL;
+    assert_int_equal(call(standby_url, cred, "POST", "/v1/agent/heartbeat", b, &r), 200);
+    assert_int_equal(json_array_size(json_object_get(r, "stop")), 1);
+    json_decref(r);
+    json_decref(b);
+    /* Joining and rotating need the scheduler; an unknown secret is
+     * unknown. */
+    assert_int_equal(call(standby_url, cred, "POST", "/v1/agent/credential", NULL, NULL), 503);
+    assert_int_equal(call(standby_url, "not-a-credential-of-this-fleet-at-all-0123456789", "POST",
+                          "/v1/agent/heartbeat", NULL, NULL),
+                     401);
+    free(cred);
+}
+
 /* An agent whose list of server URLs puts the standby first: after it
  * has joined (through the scheduling replica: joining needs its memory),
  * it registers, heartbeats, polls for work and reports through the
@@ -457,6 +510,7 @@ static void test_agent_listing_the_standby_first_is_served_by_it(void **state)
     /* What the standby cannot answer names the scheduler's URL. */
     assert_int_equal(call(standby_url, FH_USER_TOKEN, "GET", "/v1/nodes", NULL, NULL), 503);
     assert_non_null(strstr(last_error, fleet.url));
+    standby_refuses_hostile_agent_calls("b", id);
     free(id);
 }
 
