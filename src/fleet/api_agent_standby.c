@@ -14,7 +14,6 @@
 
 #define MAX_WAIT_S     30
 #define POLL_READ_NS   250000000ull /* a poll reads the database this often */
-#define RUNNING_MAX    4096         /* entries of a "running" list looked at */
 #define JOB_ID_MAX     63
 #define REPORT_INT_MAX 1000000
 
@@ -53,19 +52,18 @@ bool px__auth_identify_stored(px_fleet_server *srv, const char *h, px__who *who)
     return true;
 }
 
-/* The well-formed entries of an agent's "running" list, as the store's
- * node_stops takes them (owned JSON text). */
-static char *running_text(const json_t *running)
+char *px__standby_running_text(const json_t *running)
 {
     json_t *arr = json_array();
     for (size_t k = 0;
-         arr && json_is_array(running) && k < json_array_size(running) && k < RUNNING_MAX; k++) {
+         arr && json_is_array(running) && k < json_array_size(running) && k < PX__RUNNING_MAX;
+         k++) {
         const json_t *r = json_array_get(running, k);
         const char *id = json_string_value(json_object_get(r, "job"));
         const json_t *att = json_object_get(r, "attempt");
         const json_t *rank = json_object_get(r, "rank");
         json_int_t rk = json_is_integer(rank) ? json_integer_value(rank) : 0;
-        if (!id || strlen(id) > JOB_ID_MAX || !json_is_integer(att) ||
+        if (!id || !id[0] || strlen(id) > JOB_ID_MAX || !json_is_integer(att) ||
             json_integer_value(att) < 0 || json_integer_value(att) > REPORT_INT_MAX || rk < 0 ||
             rk > REPORT_INT_MAX)
             continue;
@@ -82,7 +80,7 @@ static char *running_text(const json_t *running)
 static json_t *stops(px__api_req *rq, px__api_resp *rs, const json_t *running)
 {
     px_fleet_server *srv = rq->srv;
-    char *text = running_text(running), *out = NULL;
+    char *text = px__standby_running_text(running), *out = NULL;
     px_err err;
     px_status st = text
                        ? srv->store.ops->node_stops(srv->store.self, rq->who.name, text, &out, &err)

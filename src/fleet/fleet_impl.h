@@ -1041,6 +1041,12 @@ const char *px__srv_holder_url(px_fleet_server *srv);
 /* api_agent_standby.c: an agent's call to a replica that does not
  * schedule, answered from the store; false when the route is not one. */
 bool px__api_agent_standby_route(px__api_req *rq, px__api_resp *rs);
+/* The well-formed entries of an agent's "running" list (any JSON; at most
+ * PX__RUNNING_MAX looked at), each {"job": id of 1 to 63 bytes,
+ * "attempt", "rank": 0..1000000}, as the store's node_stops takes them:
+ * owned JSON text, NULL when out of memory. */
+#define PX__RUNNING_MAX 4096
+char *px__standby_running_text(const json_t *running);
 /* Whether a replica that does not schedule serves this agent route. */
 bool px__api_agent_standby_serves(const char *method, const char *url);
 /* Identifies a node by a credential the store knows (a replica that does
