@@ -552,6 +552,9 @@ bool px__api_agent_route(px__api_req *rq, px__api_resp *rs)
 {
     const char *u = rq->url;
     bool post = strcmp(rq->method, "POST") == 0;
+    /* Another replica schedules: what the store answers, from it. */
+    if (!atomic_load(&rq->srv->active))
+        return px__api_agent_standby_route(rq, rs);
     if (strcmp(u, "/v1/agent/join") == 0 && post)
         do_join(rq, rs);
     else if (strcmp(u, "/v1/agent/register") == 0 && post)

@@ -317,7 +317,10 @@ static int authorize(px_fleet_server *srv, struct MHD_Connection *conn, const ch
                       "PLEXUS_TOKEN)");
         return 401;
     }
-    if (!px__auth_identify(srv, h, who)) {
+    /* A replica that does not schedule holds no node credentials: the
+     * store knows them. */
+    if (!px__auth_identify(srv, h, who) && !(need == AUTH_NODE && !atomic_load(&srv->active) &&
+                                             px__auth_identify_stored(srv, h, who))) {
         px__api_error(rs, 401,
                       need == AUTH_NODE
                           ? "unknown node credential: the node was revoked or the server does not "
@@ -410,6 +413,8 @@ static bool is_blob_route(const char *method, const char *url)
  * lease. */
 static bool standby_serves(px_fleet_server *srv, const char *method, const char *url)
 {
+    if (px_str_starts_with(url, "/v1/agent/"))
+        return px__store_serves_agents(&srv->store) && px__api_agent_standby_serves(method, url);
     if (is_blob_route(method, url))
         return px__store_has_blobs(&srv->store);
     if (strcmp(method, "POST") == 0)
@@ -427,12 +432,25 @@ static enum MHD_Result standby_reply(px_fleet_server *srv, struct MHD_Connection
                                      bool failed)
 {
     px__api_resp rs = {.fd = -1};
-    px__api_json(&rs, 503,
-                 json_pack("{s:s, s:s}", "status", failed ? "failed" : "standby", "error",
-                           failed ? "this server replica stopped serving (it lost the "
-                                    "scheduler lease or its store); use another server URL"
-                                  : "this server replica is standing by (another holds "
-                                    "the scheduler lease); use another server URL"));
+    char holder[256];
+    pthread_mutex_lock(&srv->lock);
+    px_strlcpy(holder, failed ? "" : px__srv_holder_url(srv), sizeof holder);
+    pthread_mutex_unlock(&srv->lock);
+    char msg[512];
+    if (failed)
+        px_textf(msg, sizeof msg,
+                 "this server replica stopped serving (it lost the scheduler lease or its "
+                 "store); use another server URL");
+    else
+        px_textf(msg, sizeof msg,
+                 "this server replica is standing by (another holds the scheduler lease); use "
+                 "another server URL%s%s",
+                 holder[0] ? ": the scheduler is at " : "", holder);
+    json_t *o = json_pack("{s:s, s:s}", "status", failed ? "failed" : "standby", "error", msg);
+    /* Where the scheduler is, when it said (clients may go there). */
+    if (o && holder[0])
+        json_object_set_new(o, "scheduler", json_string(holder));
+    px__api_json(&rs, 503, o);
     count(srv, 503, rc->t0);
     return reply(conn, &rs);
 }

@@ -60,6 +60,9 @@ char *px__metrics_render(px_fleet_server *srv)
             "Jobs other replicas accepted that this one took in to schedule.", m->claimed);
     counter(&sb, "plexus_store_notifications_total",
             "Wake-ups by the database: another replica accepted jobs.", m->notifications);
+    counter(&sb, "plexus_agent_calls_stored_total",
+            "Agents' calls this replica answered from the database while another scheduled.",
+            m->agent_calls_stored);
     counter(&sb, "plexus_scheduling_decisions_total", "Placement attempts.", m->decisions);
     counter(&sb, "plexus_placements_total", "Placement attempts that placed the job.",
             m->placements);

@@ -377,7 +377,8 @@ static bool still_running(px_fleet_server *srv, const char *id)
 
 static uint64_t standby_deadline(px_fleet_server *srv, uint64_t deadline)
 {
-    if (atomic_load(&srv->active))
+    /* Agents may send output to any replica: followers read it again. */
+    if (atomic_load(&srv->active) && !px__store_serves_agents(&srv->store))
         return deadline;
     return PX_MIN(deadline, px_now_ns() + STANDBY_LOG_POLL_NS);
 }

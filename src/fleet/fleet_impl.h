@@ -241,6 +241,11 @@ typedef struct px__job_row {
     char *owner;              /* the submitting user's name; NULL for jobs older than users */
     char *idem_key;           /* the submission's Idempotency-Key, or NULL */
     char *idem_hash;          /* SHA-256 (hex) of the submitted spec, with idem_key */
+    /* A JSON array text, one element per member: the assignment its agent
+     * is sent while it waits to start (px__srv_assignment_json), else
+     * null.  Written with the members by a store that serves agents
+     * through every replica (px__store_serves_agents); never read back. */
+    char *assignments;
 } px__job_row;
 
 void px__job_row_release(px__job_row *r);
@@ -296,6 +301,25 @@ typedef void (*px__credential_cb)(const char *node, const char *sha256_hex, void
 typedef void (*px__name_cb)(const char *name, void *ud);
 typedef void (*px__log_cb)(const px__log_chunk *c, void *ud);
 typedef void (*px__artifact_cb)(const px__artifact_row *a, void *ud);
+/* A node whose record changed (changed_nodes): its change number, its
+ * registration (JSON text, NULL when it never registered), whether it
+ * registered since the caller's mark, and its last call taken by a
+ * replica that does not schedule: kind ("register", "heartbeat" or
+ * "poll") and body (JSON text as the agent sent it, NULL for a poll). */
+typedef struct px__node_change {
+    int64_t change;
+    const char *name;
+    const char *registration;
+    bool registered;
+    const char *kind;
+    const char *body;
+} px__node_change;
+typedef void (*px__node_change_cb)(const px__node_change *c, void *ud);
+/* A member's report (take_member_reports): the node that sent it, its
+ * job, "start" or "finish", and the body (JSON text) as the agent sent
+ * it. */
+typedef void (*px__member_report_cb)(const char *node, const char *job, const char *kind,
+                                     const char *body, void *ud);
 
 /* The store behind the server: a table of operations so that another
  * database (PostgreSQL for several servers) can follow.  Version 2 (1 held
@@ -436,6 +460,54 @@ typedef struct px__store_ops {
      * artifact's row (put_artifact) is written. */
     px_status (*put_artifact_data)(void *self, const char *hex, int fd, int64_t size, px_err *err);
     px_status (*get_artifact_data)(void *self, const char *hex, int fd, int64_t *size, px_err *err);
+    /* Version 11.  (optional: NULL, agents speak to the scheduling replica
+     * alone; all ten come together) Nodes through every replica: the
+     * database keeps what agents said to a replica that does not schedule,
+     * and what each waiting member is to run, so that such a replica
+     * serves agents and the scheduler reads their calls from it.
+     *
+     * The node a credential (SHA-256 hex) belongs to, into name (at least
+     * 65 bytes); PX_ENOTFOUND when none, or when the node is revoked. */
+    px_status (*node_of_credential)(void *self, const char *sha256_hex, char *name, px_err *err);
+    /* Records a node's call: kind "register" (body: the registration with
+     * its "running" list; stored as the node's registration, the node
+     * online, the scheduler woken as for a job), "heartbeat" (body as
+     * sent) or "poll" (body NULL).  The node's last_seen becomes now and
+     * its change number the next one.  PX_ENOTFOUND for a heartbeat or a
+     * poll of a node that never registered. */
+    px_status (*note_node)(void *self, const char *name, const char *kind, const char *body,
+                           px_err *err);
+    /* The highest change number yet: where a scheduler that has just read
+     * every node starts following changes. */
+    px_status (*node_mark)(void *self, int64_t *mark, px_err *err);
+    /* Nodes whose change number is above after, in that order, at most
+     * max. */
+    px_status (*changed_nodes)(void *self, int64_t after, int max, px__node_change_cb cb, void *ud,
+                               px_err *err);
+    /* The assignments (px__job_row.assignments' elements, JSON texts) of
+     * the node's members waiting to start in active jobs' current
+     * attempts. */
+    px_status (*node_assignments)(void *self, const char *node, px__name_cb cb, void *ud,
+                                  px_err *err);
+    /* Of running (a JSON array text of {"job", "attempt", "rank"} with
+     * integer attempt and rank), the entries the node must stop (an ended
+     * or unknown job, another attempt, a member not on this node, a job
+     * back in the queue): a JSON array text into *out (owned). */
+    px_status (*node_stops)(void *self, const char *node, const char *running, char **out,
+                            px_err *err);
+    /* A member's report (kind "start" or "finish") a replica that does not
+     * schedule accepted, the scheduler woken as for a job;
+     * take_member_reports hands over, and forgets, up to max of them,
+     * oldest first. */
+    px_status (*put_member_report)(void *self, const char *node, const char *job, const char *kind,
+                                   const char *body, px_err *err);
+    px_status (*take_member_reports)(void *self, int max, px__member_report_cb cb, void *ud,
+                                     px_err *err);
+    /* The scheduling replica's URL as it announced itself (set_holder, on
+     * taking the lease; "" when it gave none), for replies that send a
+     * caller on; get_holder: "" when unknown.  url holds 256 bytes. */
+    px_status (*set_holder)(void *self, const char *url, px_err *err);
+    px_status (*get_holder)(void *self, char *url, px_err *err);
 } px__store_ops;
 
 typedef struct px__store {
@@ -546,6 +618,7 @@ typedef struct px__job {
 typedef struct px__metrics {
     uint64_t submitted, decisions, placements, requeues;
     uint64_t notifications, claimed; /* jobs other replicas accepted */
+    uint64_t agent_calls_stored;     /* agents' calls a replica that does not schedule stored */
     uint64_t http_by_class[6];       /* 1xx..5xx by first digit */
     uint64_t http_hist[16];          /* cumulative buckets, see api_metrics.c */
     double http_sum;
@@ -607,6 +680,15 @@ struct px_fleet_server {
     bool claim_due;
     bool listening;
     uint64_t claimed_ns;
+    /* Agents through other replicas (server_node_calls.c): whether this
+     * replica follows their calls, the highest node change applied, when
+     * changes were last read, and a standby's copy of the scheduler's
+     * URL. */
+    bool node_calls_on;
+    int64_t node_mark;
+    uint64_t node_read_ns;
+    char holder_url[256];
+    uint64_t holder_read_ns;
     /* A scheduling pass on a store that writes many at once: its
      * assignments and explanations, written together at its end
      * (server_jobs.c). */
@@ -980,6 +1062,34 @@ px_status px__blob_fetch(px_fleet_server *srv, const char *hex, px_err *err);
 bool px__store_has_blobs(const px__store *store);
 /* Whether the store keeps artifacts' bytes (so that replicas share them). */
 bool px__store_has_artifacts(const px__store *store);
+/* server_node_calls.c: agents through every replica. */
+/* Whether the store serves agents through every replica (version 11's
+ * node slots). */
+bool px__store_serves_agents(const px__store *store);
+/* On taking the lease, before the nodes are read: where the changes to
+ * follow start, and this replica's URL announced.  Server lock held. */
+px_status px__srv_node_calls_begin(px_fleet_server *srv, px_err *err);
+/* Applies what agents told other replicas (their nodes' calls, then
+ * their members' reports): when due (a notification) or every 250 ms.
+ * Server lock held, never inside a pass. */
+void px__srv_node_calls_tick(px_fleet_server *srv, bool due);
+/* The scheduling replica's URL as the store knows it (read at most once
+ * a second), "" when unknown.  Server lock held. */
+const char *px__srv_holder_url(px_fleet_server *srv);
+/* api_agent_standby.c: an agent's call to a replica that does not
+ * schedule, answered from the store; false when the route is not one. */
+bool px__api_agent_standby_route(px__api_req *rq, px__api_resp *rs);
+/* The well-formed entries of an agent's "running" list (any JSON; at most
+ * PX__RUNNING_MAX looked at), each {"job": id of 1 to 63 bytes,
+ * "attempt", "rank": 0..1000000}, as the store's node_stops takes them:
+ * owned JSON text, NULL when out of memory. */
+#define PX__RUNNING_MAX 4096
+char *px__standby_running_text(const json_t *running);
+/* Whether a replica that does not schedule serves this agent route. */
+bool px__api_agent_standby_serves(const char *method, const char *url);
+/* Identifies a node by a credential the store knows (a replica that does
+ * not schedule holds no node credentials in memory). */
+bool px__auth_identify_stored(px_fleet_server *srv, const char *authorization, px__who *who);
 /* Waits on srv->changed until the deadline (monotonic ns); false when it
  * passed or the server is stopping. */
 bool px__srv_wait(px_fleet_server *srv, uint64_t deadline_ns);

@@ -107,6 +107,8 @@ static px_status take_over(px_fleet_server *srv, px_err *err)
     px_status st = px__auth_load_store(srv, err);
     pthread_rwlock_unlock(&srv->auth_lock);
     if (st == PX_OK)
+        st = px__srv_node_calls_begin(srv, err);
+    if (st == PX_OK)
         st = srv->store.ops->list_nodes(srv->store.self, load_node, srv, err);
     if (st == PX_OK)
         st = px__srv_load(srv, err);
@@ -258,6 +260,9 @@ static void claim_tick(px_fleet_server *srv)
 {
     if (!srv->store.ops->claim_jobs)
         return;
+    /* What agents told other replicas: on a notification, else on a
+     * timer of its own (heartbeats notify nobody). */
+    px__srv_node_calls_tick(srv, srv->claim_due || !srv->listening);
     uint64_t now = px_now_ns();
     if (!srv->claim_due && srv->listening && now - srv->claimed_ns < CLAIM_BACKSTOP_NS)
         return;

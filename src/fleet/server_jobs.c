@@ -78,6 +78,27 @@ static json_t *waiting_members(const px__job *job)
     return arr;
 }
 
+/* What each member waiting to start is to run (null for the others), as
+ * JSON text, where the store serves agents through every replica (a
+ * replica that does not schedule answers their polls with it); else
+ * NULL. */
+static char *assignments_text(px_fleet_server *srv, px__job *job)
+{
+    if (!px__store_serves_agents(&srv->store) ||
+        (job->state != PX__JOB_ASSIGNED && job->state != PX__JOB_RUNNING))
+        return NULL;
+    json_t *arr = json_array();
+    bool any = false;
+    for (int m = 0; arr && m < job->n_members; m++) {
+        bool waiting = job->members[m].node >= 0 && job->members[m].state == PX__MEM_PENDING;
+        any = any || waiting;
+        json_array_append_new(arr, waiting ? px__srv_assignment_json(srv, job, m) : json_null());
+    }
+    char *text = any && arr ? json_dumps(arr, JSON_COMPACT) : NULL;
+    json_decref(arr);
+    return text;
+}
+
 /* Writes the job's row as it stands (its members as they are, or all
  * waiting); only on success are the row's members, state and update time
  * replaced in memory. */
@@ -97,7 +118,9 @@ static px_status write_job(px_fleet_server *srv, px__job *job, const char *reaso
     row.members = text;
     row.state = state;
     row.updated = px_wall_time();
+    row.assignments = waiting ? NULL : assignments_text(srv, job);
     px_status st = srv->store.ops->update_job(srv->store.self, &row, reason, err);
+    free(row.assignments);
     if (st != PX_OK) {
         free(text);
         free(state);
@@ -333,6 +356,7 @@ typedef struct px__deferred {
     bool assigned;     /* placed: the row's members and state to write (owned) */
     char *members;
     char *state;
+    char *assignments; /* px__job_row.assignments, or NULL (owned) */
     double not_before; /* the row's, before the decision */
 } px__deferred;
 
@@ -433,6 +457,7 @@ static void place(px_fleet_server *srv, px__job *job)
             d->members = m ? json_dumps(m, JSON_COMPACT) : NULL;
             json_decref(m);
             d->state = px_strdup(px__job_state_name(job->state));
+            d->assignments = assignments_text(srv, job);
             d->not_before = nb;
             d->assigned = true;
             px_fleet_explanation_free(e);
@@ -469,6 +494,7 @@ static void flush_deferred(px_fleet_server *srv)
             rows[n_rows] = d->job->row;
             rows[n_rows].members = d->members;
             rows[n_rows].state = d->state;
+            rows[n_rows].assignments = d->assignments;
             rows[n_rows].updated = now;
             n_rows++;
         }
@@ -509,6 +535,7 @@ static void flush_deferred(px_fleet_server *srv)
         free(d->explanation);
         free(d->members);
         free(d->state);
+        free(d->assignments);
     }
     srv->n_deferred = 0;
     free(ex);

@@ -82,6 +82,23 @@ static const char *const migrations[] = {
     "  REFERENCES deployments(name) ON DELETE CASCADE, kind TEXT NOT NULL,"
     "  seq BIGINT NOT NULL, at BIGINT NOT NULL, body TEXT NOT NULL,"
     "  PRIMARY KEY(deployment, kind, seq));",
+    /* 7: agents through every replica.  Each node's last call to a replica
+     * that does not schedule, numbered from node_changes so that the
+     * scheduler reads only what changed (registered: the number of its
+     * last registration); what each waiting member is to run; members'
+     * reports for the scheduler; the scheduling replica's URL. */
+    "CREATE SEQUENCE node_changes;"
+    "ALTER TABLE nodes ADD COLUMN changed BIGINT NOT NULL DEFAULT 0;"
+    "ALTER TABLE nodes ADD COLUMN registered BIGINT NOT NULL DEFAULT 0;"
+    "ALTER TABLE nodes ADD COLUMN call_kind TEXT;"
+    "ALTER TABLE nodes ADD COLUMN call_body TEXT;"
+    "CREATE INDEX nodes_changed ON nodes(changed);"
+    "ALTER TABLE members ADD COLUMN assignment TEXT;"
+    "CREATE INDEX members_waiting ON members(node) WHERE state = 'assigned';"
+    "CREATE TABLE member_reports(seq BIGSERIAL PRIMARY KEY, node TEXT NOT NULL,"
+    "  job TEXT NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL, at BIGINT NOT NULL);"
+    "CREATE TABLE scheduler_holder(one INTEGER PRIMARY KEY CHECK (one = 1), url TEXT NOT NULL,"
+    "  at BIGINT NOT NULL);",
 };
 
 int px__store_pg_schema_version(void)
@@ -475,6 +492,7 @@ static void bind_job(px__pgq *q, const px__job_row *r)
 
 static void read_job(const PGresult *r, int i, px__job_row *o)
 {
+    o->assignments = NULL; /* written, never read back */
     o->seq = px__pg_int(r, i, 0);
     o->id = px__pg_text(r, i, 1);
     o->name = px__pg_text(r, i, 2);
@@ -540,20 +558,23 @@ out:
 }
 
 /* Every member of the job in one statement, from the row's JSON array
- * (rank = position). */
+ * (rank = position), with its assignment (the element of the same rank
+ * of $4, NULL when $4 is). */
 #define WRITE_MEMBERS                                                                             \
-    "INSERT INTO members(job, rank, attempt, node, devices, state, exit_code, started, finished)" \
+    "INSERT INTO members(job, rank, attempt, node, devices, state, exit_code, started, finished," \
+    " assignment)"                                                                                \
     " SELECT $1, m.ord - 1, $2, m.v->>'node', (m.v->'devices')::text, m.v->>'state',"             \
     " CASE WHEN json_typeof(m.v->'exit_code') = 'number' THEN (m.v->>'exit_code')::int END,"      \
     " CASE WHEN json_typeof(m.v->'started') = 'number'"                                           \
     "  THEN (m.v->>'started')::numeric::bigint ELSE 0 END,"                                       \
     " CASE WHEN json_typeof(m.v->'finished') = 'number'"                                          \
-    "  THEN (m.v->>'finished')::numeric::bigint ELSE 0 END"                                       \
+    "  THEN (m.v->>'finished')::numeric::bigint ELSE 0 END,"                                      \
+    " NULLIF(($4::json -> (m.ord - 1)::int)::text, 'null')"                                       \
     " FROM json_array_elements($3::json) WITH ORDINALITY AS m(v, ord)"                            \
     " ON CONFLICT(job, rank) DO UPDATE SET attempt = EXCLUDED.attempt,"                           \
     " node = EXCLUDED.node, devices = EXCLUDED.devices, state = EXCLUDED.state,"                  \
     " exit_code = EXCLUDED.exit_code, started = EXCLUDED.started,"                                \
-    " finished = EXCLUDED.finished"
+    " finished = EXCLUDED.finished, assignment = EXCLUDED.assignment"
 
 #define UPSERT_JOB                                                                         \
     "INSERT INTO jobs(" JOB_COLS ") VALUES(" JOB_PARAMS ") ON CONFLICT(seq) DO UPDATE SET" \
@@ -584,6 +605,7 @@ static px_status update_job(void *self, const px__job_row *row, const char *reas
     text(&m, row->id);
     i64(&m, row->attempt);
     text(&m, row->members);
+    text(&m, row->assignments);
     text(&a, row->id);
     i64(&a, row->attempt);
     text(&a, reason);
@@ -666,6 +688,7 @@ static px_status update_jobs(void *self, const px__job_row *rows, int n, px_err 
             text(m, rows[i].id);
             i64(m, rows[i].attempt);
             text(m, rows[i].members);
+            text(m, rows[i].assignments);
             s[k++] = (px__pg_stmt){WRITE_MEMBERS, m};
         }
     }
@@ -989,7 +1012,7 @@ static px_status wait_jobs(void *self, int timeout_ms, bool *woken, px_err *err)
 }
 
 static px__store_ops pg_ops = {
-    .version = 10,
+    .version = 11,
     .close = pg_close,
     .insert_job = insert_job,
     .update_job = update_job,
@@ -1013,6 +1036,7 @@ static void fill_ops(void)
     px__pg_fill_record_ops(&pg_ops);
     px__pg_fill_deploy_ops(&pg_ops);
     px__pg_fill_blob_ops(&pg_ops);
+    px__pg_fill_node_ops(&pg_ops);
 }
 
 bool px__store_is_pg(const char *spec)

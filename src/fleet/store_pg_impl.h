@@ -88,6 +88,8 @@ void px__pg_fill_record_ops(px__store_ops *ops);
 void px__pg_fill_deploy_ops(px__store_ops *ops);
 /* store_pg_blobs.c: blobs in chunks. */
 void px__pg_fill_blob_ops(px__store_ops *ops);
+/* store_pg_nodes.c: agents through every replica (version 11). */
+void px__pg_fill_node_ops(px__store_ops *ops);
 /* A new connection to the store's database, configured as the store's own
  * (NULL with err set when it cannot connect). */
 PGconn *px__pg_connect(px__pg *st, const char *what, px_err *err);

@@ -169,15 +169,16 @@ void px__job_row_release(px__job_row *r)
     free(r->owner);
     free(r->idem_key);
     free(r->idem_hash);
+    free(r->assignments);
     memset(r, 0, sizeof *r);
 }
 
 px_status px__job_row_copy(const px__job_row *in, px__job_row *out, px_err *err)
 {
     *out = *in;
-    char **fields[] = {&out->id,      &out->name,     &out->state,    &out->spec,
-                       &out->members, &out->result,   &out->error,    &out->plan,
-                       &out->owner,   &out->idem_key, &out->idem_hash};
+    char **fields[] = {&out->id,      &out->name,     &out->state,     &out->spec,
+                       &out->members, &out->result,   &out->error,     &out->plan,
+                       &out->owner,   &out->idem_key, &out->idem_hash, &out->assignments};
     bool ok = true;
     for (size_t i = 0; i < PX_ARRAY_LEN(fields); i++)
         if (*fields[i] && !(*fields[i] = px_strdup(*fields[i])))
@@ -185,9 +186,9 @@ px_status px__job_row_copy(const px__job_row *in, px__job_row *out, px_err *err)
     if (ok)
         return PX_OK;
     /* Free only what was duplicated: a field equal to the input's was not. */
-    const char *const orig[] = {in->id,      in->name,     in->state,    in->spec,
-                                in->members, in->result,   in->error,    in->plan,
-                                in->owner,   in->idem_key, in->idem_hash};
+    const char *const orig[] = {in->id,      in->name,     in->state,     in->spec,
+                                in->members, in->result,   in->error,     in->plan,
+                                in->owner,   in->idem_key, in->idem_hash, in->assignments};
     for (size_t i = 0; i < PX_ARRAY_LEN(fields); i++)
         if (*fields[i] != orig[i])
             free(*fields[i]);
@@ -227,6 +228,7 @@ static void bind_job(sqlite3_stmt *s, const px__job_row *r)
 
 static void read_job(sqlite3_stmt *s, px__job_row *r)
 {
+    r->assignments = NULL; /* written, never read back */
     r->seq = sqlite3_column_int64(s, 0);
     r->id = col_text(s, 1);
     r->name = col_text(s, 2);

@@ -11,7 +11,9 @@
  * never saw it, byte for byte; so are jobs' artifacts, which the agent
  * uploads to the scheduling replica.  A cancellation sent to the standby is
  * carried out by the scheduler, and the standby answers once it has
- * been.  Skips where PostgreSQL cannot run.
+ * been.  An agent that lists the standby first is served by it: the
+ * database carries its calls to the scheduler.  Skips where PostgreSQL
+ * cannot run.
  */
 #include "fleet_harness.h"
 
@@ -511,6 +513,125 @@ static void test_standby_cancellation_is_carried_out_by_the_scheduler(void **sta
     free(id);
 }
 
+/* The node credential the agent of `node` keeps in its work folder. */
+static char *node_credential(const char *node)
+{
+    char path[700], cred[200] = "";
+    snprintf(path, sizeof path, "%s/work-%s/state/credential", fleet.dir, node);
+    char *text = NULL;
+    size_t len;
+    px_err err;
+    px_assert_ok(px_read_file(path, 1 << 16, &text, &len, &err), &err);
+    assert_int_equal(sscanf(text, "%*s %*s %199s", cred), 1);
+    free(text);
+    return px_strdup(cred);
+}
+
+/* What a node may not do through the standby, which checks it against
+ * the database as the scheduler checks it against memory. */
+static void standby_refuses_hostile_agent_calls(const char *node, const char *done_id)
+{
+    char *cred = node_credential(node);
+    char path[160];
+    /* A node speaks only for itself. */
+    json_t *b = json_pack("{s:s, s:[]}", "node", "a", "running");
+    assert_int_equal(call(standby_url, cred, "POST", "/v1/agent/heartbeat", b, NULL), 403);
+    json_decref(b);
+    assert_int_equal(
+        call(standby_url, cred, "GET", "/v1/agent/assignments?wait=0&node=a", NULL, NULL), 403);
+    /* Reports for work that is not its current attempt change nothing. */
+    b = json_pack("{s:i, s:i}", "attempt", 7, "rank", 0);
+    snprintf(path, sizeof path, "/v1/agent/jobs/%s/start", done_id);
+    assert_int_equal(call(standby_url, cred, "POST", path, b, NULL), 409);
+    json_decref(b);
+    b = json_pack("{s:s, s:i}", "attempt", "1; DROP TABLE jobs", "rank", 0);
+    assert_int_equal(call(standby_url, cred, "POST", path, b, NULL), 400);
+    json_decref(b);
+    snprintf(path, sizeof path, "/v1/agent/jobs/%s/logs?attempt=1&rank=0&stream=stdout", done_id);
+    assert_int_equal(call(standby_url, cred, "POST", path, NULL, NULL), 409);
+    /* A "running" list of junk is read as far as it is well formed. */
+    b = json_pack("{s:[{s:s, s:s}, i, {s:s, s:i, s:i}]}", "running", "job", "x", "attempt", "y", 7,
+                  "job", "no-such-job", "attempt", 1, "rank", 0);
+    json_t *r = NULL;
+    assert_int_equal(call(standby_url, cred, "POST", "/v1/agent/heartbeat", b, &r), 200);
+    assert_int_equal(json_array_size(json_object_get(r, "stop")), 1);
+    json_decref(r);
+    json_decref(b);
+    /* Joining and rotating need the scheduler; an unknown secret is
+     * unknown. */
+    assert_int_equal(call(standby_url, cred, "POST", "/v1/agent/credential", NULL, NULL), 503);
+    assert_int_equal(call(standby_url, "not-a-credential-of-this-fleet-at-all-0123456789", "POST",
+                          "/v1/agent/heartbeat", NULL, NULL),
+                     401);
+    free(cred);
+}
+
+/* An agent whose list of server URLs puts the standby first: after it
+ * has joined (through the scheduling replica: joining needs its memory),
+ * it registers, heartbeats, polls for work and reports through the
+ * standby alone, which answers from the database; the scheduler reads
+ * the node from the database, places a job only this node can run on it,
+ * and the job runs, its output read back through the standby. */
+static void test_agent_listing_the_standby_first_is_served_by_it(void **state)
+{
+    (void)state;
+    if (!store_uri)
+        skip();
+    char *inv = fh_inventory(&fleet, "b", "", "{\"name\": \"onlyb\", \"version\": \"1.0\"}");
+    int k = fh_start_agent(&fleet, "b", inv);
+    const char *names[] = {"b"};
+    fh_wait_nodes_online(&fleet, names, 1, 60);
+    kill(-fleet.agents[k].pid, SIGKILL);
+    waitpid(fleet.agents[k].pid, NULL, 0);
+    fh_forget(fleet.agents[k].pid);
+    long long before = metric(standby_url, "plexus_agent_calls_stored_total");
+    assert_true(before >= 0);
+    char urls[200];
+    snprintf(urls, sizeof urls, "%s,%s", standby_url, fleet.url);
+    fleet.agents[k].pid = fh_spawn_agent(&fleet, &fleet.agents[k], "b", inv, urls, NULL);
+    free(inv);
+
+    /* The registration and heartbeats reach the standby... */
+    long long now = before;
+    for (int t = 0; t < 600 && now < before + 3; t++) {
+        fh_sleep_ms(50);
+        now = metric(standby_url, "plexus_agent_calls_stored_total");
+    }
+    if (now < before + 3)
+        fh_print_log(fleet.agents[k].log);
+    assert_true(now >= before + 3);
+    /* ...and the scheduler hears of them through the database. */
+    fh_wait_nodes_online(&fleet, names, 1, 60);
+
+    char *id =
+        fh_submit(&fleet, "{\"command\": [\"/bin/sh\", \"-c\", \"echo served-by-the-standby\"],"
+                          " \"frameworks\": [\"onlyb\"]}");
+    json_t *job = fh_wait_job(&fleet, id, "succeeded,failed,cancelled", 60);
+    if (strcmp(json_string_value(json_object_get(job, "state")), "succeeded") != 0) {
+        fh_print_log(fleet.server.log);
+        fh_print_log(standby.log);
+        fh_print_log(fleet.agents[k].log);
+    }
+    assert_string_equal(json_string_value(json_object_get(job, "state")), "succeeded");
+    assert_string_equal(fh_member_node(job, 0), "b");
+    json_decref(job);
+    char path[160];
+    json_t *r = NULL;
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs?after=0", id);
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "GET", path, NULL, &r), 200);
+    char *text = json_dumps(r, 0);
+    assert_non_null(strstr(text, "served-by-the-standby"));
+    free(text);
+    json_decref(r);
+    /* Its poll, start, output and finish went through the standby too. */
+    assert_true(metric(standby_url, "plexus_agent_calls_stored_total") >= now + 4);
+    /* What the standby cannot answer names the scheduler's URL. */
+    assert_int_equal(call(standby_url, FH_USER_TOKEN, "GET", "/v1/nodes", NULL, NULL), 503);
+    assert_non_null(strstr(last_error, fleet.url));
+    standby_refuses_hostile_agent_calls("b", id);
+    free(id);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -520,6 +641,7 @@ int main(void)
         cmocka_unit_test(test_blobs_uploaded_to_one_replica_are_served_by_the_other),
         cmocka_unit_test(test_artifacts_are_served_by_every_replica_from_the_database),
         cmocka_unit_test(test_standby_cancellation_is_carried_out_by_the_scheduler),
+        cmocka_unit_test(test_agent_listing_the_standby_first_is_served_by_it),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -8,7 +8,8 @@
  * taken over when its holder's connection goes, and jobs accepted by a
  * replica that does not schedule are claimed once; blobs in chunks, read
  * back whole, checked against their digest on the way in and out;
- * cancellations recorded by any replica, taken once. */
+ * cancellations recorded by any replica, taken once; agents' calls
+ * recorded by any replica and read back by change number. */
 #include "px_test.h"
 
 #include "fleet/fleet_impl.h"
@@ -765,6 +766,150 @@ static void test_pg_statements_prepared_again_after_a_failed_pipeline(void **sta
     free(uri);
 }
 
+typedef struct changes_seen {
+    char text[512];
+    int64_t last;
+} changes_seen;
+
+static void change_seen(const px__node_change *c, void *ud)
+{
+    changes_seen *x = ud;
+    size_t n = strlen(x->text);
+    snprintf(x->text + n, sizeof x->text - n, "%s:%s:%s;", c->name, c->kind,
+             c->registered ? "reg" : "-");
+    assert_true(c->change > x->last);
+    x->last = c->change;
+}
+
+static void report_seen(const char *node, const char *job, const char *kind, const char *body,
+                        void *ud)
+{
+    (void)body;
+    char *out = ud;
+    size_t n = strlen(out);
+    snprintf(out + n, 256 - n, "%s/%s/%s;", node, job, kind);
+}
+
+/* Agents through any replica: a credential found by its hash (not once
+ * revoked), calls of unregistered nodes refused, only changes above the
+ * reader's mark handed over and in order, a poll keeping the last
+ * registration's body, assignments written with the members and read per
+ * node, the stop list from the rows, members' reports taken once in
+ * order, and the scheduler's URL. */
+static void test_pg_nodes_through_any_replica(void **state)
+{
+    (void)state;
+    char *uri = fresh("nodecalls");
+    if (!uri)
+        skip();
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    assert_true(px__store_serves_agents(&st));
+    char name[65] = "";
+    const char *hash = "ab01ab01ab01ab01ab01ab01ab01ab01ab01ab01ab01ab01ab01ab01ab01ab01";
+    assert_int_equal(st.ops->node_of_credential(st.self, hash, name, &err), PX_ENOTFOUND);
+    px_assert_ok(st.ops->put_credential(st.self, "n1", hash, &err), &err);
+    px_assert_ok(st.ops->node_of_credential(st.self, hash, name, &err), &err);
+    assert_string_equal(name, "n1");
+    px_assert_ok(st.ops->set_revoked(st.self, "n1", true, &err), &err);
+    assert_int_equal(st.ops->node_of_credential(st.self, hash, name, &err), PX_ENOTFOUND);
+
+    int64_t mark = -1;
+    px_assert_ok(st.ops->node_mark(st.self, &mark, &err), &err);
+    assert_int_equal(mark, 0);
+    assert_int_equal(st.ops->note_node(st.self, "n1", "heartbeat", "{}", &err), PX_ENOTFOUND);
+    assert_int_equal(st.ops->note_node(st.self, "n1", "register", "[1", &err), PX_EINVAL);
+    px_assert_ok(st.ops->note_node(st.self, "n1", "register",
+                                   "{\"name\":\"n1\",\"running\":[{\"job\":\"j-000001\"}]}", &err),
+                 &err);
+    px_assert_ok(st.ops->note_node(st.self, "n2", "register", "{\"name\":\"n2\"}", &err), &err);
+    px_assert_ok(st.ops->note_node(st.self, "n1", "poll", NULL, &err), &err);
+    /* The registration is kept without its running list; the poll kept
+     * the registration's body. */
+    assert_int_equal(
+        query_int(uri, "SELECT COUNT(*) FROM nodes WHERE name = 'n1' AND registration NOT LIKE "
+                       "'%running%' AND call_body LIKE '%running%' AND state = 'online'"),
+        1);
+    changes_seen x = {"", mark};
+    px_assert_ok(st.ops->changed_nodes(st.self, mark, 100, change_seen, &x, &err), &err);
+    assert_string_equal(x.text, "n2:register:reg;n1:register:reg;");
+    /* Only what changed since. */
+    int64_t seen = x.last;
+    px_assert_ok(st.ops->note_node(st.self, "n2", "heartbeat", "{\"live\":{}}", &err), &err);
+    x = (changes_seen){"", seen};
+    px_assert_ok(st.ops->changed_nodes(st.self, seen, 100, change_seen, &x, &err), &err);
+    assert_string_equal(x.text, "n2:heartbeat:-;");
+    x = (changes_seen){"", x.last};
+    px_assert_ok(st.ops->changed_nodes(st.self, x.last, 100, change_seen, &x, &err), &err);
+    assert_string_equal(x.text, "");
+
+    /* Assignments go with the members and are read by node. */
+    px__job_row row = {
+        .state = "queued", .attempt = 1, .spec = "{}", .members = "[]", .exit_code = INT_MIN};
+    px_assert_ok(st.ops->insert_job(st.self, &row, &err), &err);
+    row.state = "assigned";
+    row.members = "[{\"node\":\"n1\",\"devices\":[],\"state\":\"assigned\"},"
+                  "{\"node\":\"n2\",\"devices\":[],\"state\":\"running\"}]";
+    row.assignments = "[{\"job\":\"j-000001\",\"rank\":0},null]";
+    px_assert_ok(st.ops->update_jobs(st.self, &row, 1, &err), &err);
+    row.assignments = NULL;
+    char got[256] = "";
+    px_assert_ok(st.ops->node_assignments(st.self, "n1", collect_name, got, &err), &err);
+    assert_string_equal(got, "{\"job\":\"j-000001\",\"rank\":0};");
+    got[0] = '\0';
+    px_assert_ok(st.ops->node_assignments(st.self, "n2", collect_name, got, &err), &err);
+    assert_string_equal(got, "");
+    char *stop = NULL;
+    px_assert_ok(st.ops->node_stops(st.self, "n1",
+                                    "[{\"job\":\"j-000001\",\"attempt\":1,\"rank\":0},"
+                                    "{\"job\":\"j-000001\",\"attempt\":2,\"rank\":0},"
+                                    "{\"job\":\"j-000001\",\"attempt\":1,\"rank\":1},"
+                                    "{\"job\":\"j-000404\",\"attempt\":1,\"rank\":0}]",
+                                    &stop, &err),
+                 &err);
+    /* The other attempt, the other rank and the unknown job; not the
+     * node's current work. */
+    json_t *arr = json_loads(stop, 0, NULL);
+    assert_int_equal(json_array_size(arr), 3);
+    char seen_stops[256] = "";
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        json_t *e = json_array_get(arr, i);
+        size_t n = strlen(seen_stops);
+        snprintf(seen_stops + n, sizeof seen_stops - n, "%s/%lld/%lld;",
+                 json_string_value(json_object_get(e, "job")),
+                 (long long)json_integer_value(json_object_get(e, "attempt")),
+                 (long long)json_integer_value(json_object_get(e, "rank")));
+    }
+    assert_string_equal(seen_stops, "j-000001/2/0;j-000001/1/1;j-000404/1/0;");
+    json_decref(arr);
+    free(stop);
+    /* Once a job is requeued its member is no longer waiting anywhere. */
+    row.state = "queued";
+    row.members = "[]";
+    px_assert_ok(st.ops->update_job(st.self, &row, NULL, &err), &err);
+    px_assert_ok(st.ops->node_assignments(st.self, "n1", collect_name, got, &err), &err);
+    assert_string_equal(got, "");
+    free(row.id);
+
+    /* Reports: taken once, in the order they came. */
+    px_assert_ok(st.ops->put_member_report(st.self, "n1", "j-000001", "start", "{}", &err), &err);
+    px_assert_ok(st.ops->put_member_report(st.self, "n1", "j-000001", "finish", "{}", &err), &err);
+    px_assert_ok(st.ops->take_member_reports(st.self, 10, report_seen, got, &err), &err);
+    assert_string_equal(got, "n1/j-000001/start;n1/j-000001/finish;");
+    px_assert_ok(st.ops->take_member_reports(st.self, 10, report_seen, got, &err), &err);
+    assert_string_equal(got, "n1/j-000001/start;n1/j-000001/finish;");
+
+    char url[256] = "x";
+    px_assert_ok(st.ops->get_holder(st.self, url, &err), &err);
+    assert_string_equal(url, "");
+    px_assert_ok(st.ops->set_holder(st.self, "https://sched-1:7070", &err), &err);
+    px_assert_ok(st.ops->get_holder(st.self, url, &err), &err);
+    assert_string_equal(url, "https://sched-1:7070");
+    st.ops->close(st.self);
+    free(uri);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -779,6 +924,7 @@ int main(void)
         cmocka_unit_test(test_pg_blobs_in_chunks_checked_both_ways),
         cmocka_unit_test(test_pg_artifact_bytes_kept_apart_from_blobs),
         cmocka_unit_test(test_pg_cancel_requests_taken_once),
+        cmocka_unit_test(test_pg_nodes_through_any_replica),
         cmocka_unit_test(test_pg_statements_prepared_again_after_a_failed_pipeline),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,7 +1,8 @@
 /*
  * Three `plexus server` replicas on one PostgreSQL database (started by
  * the test, tests/support/pg_harness.h), three agents and four clients
- * given all three URLs.  300 jobs are submitted (each with its own
+ * given all three URLs (the agents with the standbys first, so that they
+ * are served through the database).  300 jobs are submitted (each with its own
  * Idempotency-Key, retried until acknowledged) and the replica holding
  * the scheduler lease is killed with SIGKILL half-way: every acknowledged
  * job succeeds, none runs twice (each run appends its id to a file the
@@ -69,6 +70,28 @@ static long health(int i)
     return code;
 }
 
+/* A counter of one replica's /metrics (-1 when absent or unreachable). */
+static long long metric(int i, const char *name)
+{
+    px_fleet_client *c;
+    px_err err;
+    px_assert_ok(px_fleet_client_new(replica_url[i], NULL, &c, &err), &err);
+    char dest[700];
+    snprintf(dest, sizeof dest, "%s/metrics-%d.txt", fleet.dir, i);
+    px_status st = px_fleet_client_download(c, "/metrics", dest, NULL, &err);
+    px_fleet_client_free(c);
+    char *text = NULL;
+    size_t len;
+    if (st != PX_OK || px_read_file(dest, 1 << 20, &text, &len, &err) != PX_OK)
+        return -1;
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *at = strstr(text, key);
+    long long v = at ? strtoll(at + strlen(key), NULL, 10) : -1;
+    free(text);
+    return v;
+}
+
 /* The replica that serves (holds the lease), waiting up to timeout_s. */
 static int wait_active(int skip_i, int timeout_s)
 {
@@ -107,9 +130,14 @@ static int setup(void **state)
     snprintf(fleet.servers, sizeof fleet.servers, "%s,%s,%s", replica_url[0], replica_url[1],
              replica_url[2]);
     setenv("PLEXUS_SERVER", fleet.servers, 1);
-    fh_start_agent_via(&fleet, "a", NULL, fleet.servers, NULL);
-    fh_start_agent_via(&fleet, "b", NULL, fleet.servers, NULL);
-    fh_start_agent_via(&fleet, "c", NULL, fleet.servers, NULL);
+    /* The agents list the standbys first: until the kill they are served
+     * through the database by a replica that does not schedule. */
+    static char agent_servers[200];
+    snprintf(agent_servers, sizeof agent_servers, "%s,%s,%s", replica_url[2], replica_url[1],
+             replica_url[0]);
+    fh_start_agent_via(&fleet, "a", NULL, agent_servers, NULL);
+    fh_start_agent_via(&fleet, "b", NULL, agent_servers, NULL);
+    fh_start_agent_via(&fleet, "c", NULL, agent_servers, NULL);
     const char *names[] = {"a", "b", "c"};
     fh_wait_nodes_online(&fleet, names, 3, 60);
     return 0;
@@ -198,6 +226,9 @@ test_three_replicas_kill9_of_the_scheduler_loses_nothing_runs_nothing_twice(void
     while (atomic_load(&total_acked) < N_JOBS / 2)
         fh_sleep_ms(10);
     int old = wait_active(-1, 5);
+    /* The standby the agents list first has been serving them. */
+    assert_int_equal(old, 0);
+    assert_true(metric(2, "plexus_agent_calls_stored_total") > 0);
     uint64_t t0 = px_now_ns();
     kill(-replicas[old].pid, SIGKILL);
     waitpid(replicas[old].pid, NULL, 0);
