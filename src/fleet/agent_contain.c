@@ -20,6 +20,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <pwd.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -93,6 +94,82 @@ static px_status check_reach(const px__agent *a, const char *dir, px_err *err)
         p = slash;
     }
     free(real);
+    return st;
+}
+
+/* The first folder on the way to path (every component but the last,
+ * through the links as given) that the job user cannot search, or the
+ * file itself when it cannot execute it; false when none.  *sb gets that
+ * one's status, bad its name. */
+static bool blocked_on_way(const px__agent *a, const char *path, struct stat *sb, char *bad,
+                           size_t n)
+{
+    char *p = px_strdup(path);
+    if (!p)
+        return false;
+    bool blocked = false;
+    for (char *s = p + 1; !blocked; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char keep = *s;
+        *s = '\0';
+        if (stat(p, sb) == 0 && !user_may_enter(a, sb)) {
+            px_strlcpy(bad, p, n);
+            blocked = true;
+        }
+        if (!keep)
+            break;
+        *s = keep;
+    }
+    free(p);
+    return blocked;
+}
+
+px_status px__agent_job_user_may_run(const px__agent *a, const char *program, const char *what,
+                                     px_err *err)
+{
+    if (!a->set_user || !program || !program[0])
+        return PX_OK;
+    /* A bare name is found on the PATH the job gets (the agent's). */
+    char *path = NULL;
+    if (strchr(program, '/')) {
+        path = px_strdup(program);
+    } else {
+        const char *env = getenv("PATH");
+        char *dirs = px_strdup(env && env[0] ? env : "/usr/local/bin:/usr/bin:/bin");
+        for (char *save = NULL, *d = dirs ? strtok_r(dirs, ":", &save) : NULL; d && !path;
+             d = strtok_r(NULL, ":", &save)) {
+            char *c = px_asprintf("%s/%s", d, program);
+            if (c && access(c, X_OK) == 0)
+                path = c;
+            else
+                free(c);
+        }
+        free(dirs);
+        if (!path)
+            return PX_OK; /* not found at all: the start says so */
+    }
+    if (!path)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    /* As given (each link is read from its folder), then as resolved. */
+    struct stat sb;
+    char bad[PATH_MAX];
+    char *real = realpath(path, NULL);
+    bool blocked = blocked_on_way(a, path, &sb, bad, sizeof bad) ||
+                   (real && blocked_on_way(a, real, &sb, bad, sizeof bad));
+    px_status st = PX_OK;
+    if (blocked)
+        st = px_err_set(err, PX_EINVAL,
+                        "%s %s%s%s cannot be run by the job user (uid %u): it cannot %s %s "
+                        "(mode %04o, owner %u); install it where every user can run it (a "
+                        "system python3, /usr/bin/python3) and name that path in the node's "
+                        "inventory (python.path), or open the way with chmod o+x %s",
+                        what, path, real && strcmp(real, path) ? " -> " : "",
+                        real && strcmp(real, path) ? real : "", (unsigned)a->uid,
+                        S_ISDIR(sb.st_mode) ? "enter" : "execute", bad,
+                        (unsigned)(sb.st_mode & 07777), (unsigned)sb.st_uid, bad);
+    free(real);
+    free(path);
     return st;
 }
 

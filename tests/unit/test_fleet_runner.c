@@ -498,6 +498,59 @@ static void test_runner_runs_jobs_as_the_job_user(void **state)
     free(secret);
 }
 
+/* An interpreter under a folder the job user cannot enter (python3 of
+ * root's pyenv for a job run as nobody) is named with the folder in the
+ * way and the fix, whether it is given as is or through a link; once the
+ * way is open, or when jobs run as the agent's own user, it passes. */
+static void test_job_user_must_reach_the_python_interpreter(void **state)
+{
+    (void)state;
+    const char *dir = px_test_tmpdir();
+    char *home = px_asprintf("%s/root-home", dir);
+    char *bin = px_asprintf("%s/root-home/bin", dir);
+    char *python = px_asprintf("%s/root-home/bin/python3", dir);
+    char *link = px_asprintf("%s/python3-link", dir);
+    assert_int_equal(chmod(dir, 0755), 0);
+    assert_int_equal(mkdir(home, 0700), 0);
+    assert_int_equal(mkdir(bin, 0755), 0);
+    int fd = open(python, O_WRONLY | O_CREAT | O_TRUNC, 0755);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(symlink(python, link), 0);
+    px__agent a;
+    memset(&a, 0, sizeof a);
+    a.set_user = true;
+    a.uid = 65534;
+    a.gid = 65534;
+    px_err err;
+    assert_int_equal(px__agent_job_user_may_run(&a, python, "the Python interpreter", &err),
+                     PX_EINVAL);
+    px_assert_contains(err.msg, "the Python interpreter");
+    px_assert_contains(err.msg, python);
+    px_assert_contains(err.msg, "uid 65534");
+    px_assert_contains(err.msg, "cannot enter");
+    px_assert_contains(err.msg, "chmod o+x");
+    px_assert_contains(err.msg, home);
+    assert_int_equal(px__agent_job_user_may_run(&a, link, "the Python interpreter", &err),
+                     PX_EINVAL);
+    px_assert_contains(err.msg, home);
+    /* A file it may not execute. */
+    assert_int_equal(chmod(home, 0711), 0);
+    assert_int_equal(chmod(python, 0700), 0);
+    assert_int_equal(px__agent_job_user_may_run(&a, link, "the Python interpreter", &err),
+                     PX_EINVAL);
+    px_assert_contains(err.msg, "cannot execute");
+    assert_int_equal(chmod(python, 0755), 0);
+    px_assert_ok(px__agent_job_user_may_run(&a, link, "the Python interpreter", &err), &err);
+    assert_int_equal(chmod(home, 0700), 0);
+    a.set_user = false;
+    px_assert_ok(px__agent_job_user_may_run(&a, python, "the Python interpreter", &err), &err);
+    free(home);
+    free(bin);
+    free(python);
+    free(link);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -515,6 +568,7 @@ int main(void)
         cmocka_unit_test(test_runner_ends_descendants_that_left_the_group),
         cmocka_unit_test(test_runner_in_a_cgroup_ends_everything_and_removes_it),
         cmocka_unit_test(test_runner_runs_jobs_as_the_job_user),
+        cmocka_unit_test(test_job_user_must_reach_the_python_interpreter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
