@@ -125,33 +125,11 @@ static bool blocked_on_way(const px__agent *a, const char *path, struct stat *sb
     return blocked;
 }
 
-px_status px__agent_job_user_may_run(const px__agent *a, const char *program, const char *what,
-                                     px_err *err)
+/* A path the job user must be able to run: searchable folders on the way,
+ * as given (each link is read from its folder) and as resolved, and an
+ * executable file. */
+static px_status check_path(const px__agent *a, const char *path, const char *what, px_err *err)
 {
-    if (!a->set_user || !program || !program[0])
-        return PX_OK;
-    /* A bare name is found on the PATH the job gets (the agent's). */
-    char *path = NULL;
-    if (strchr(program, '/')) {
-        path = px_strdup(program);
-    } else {
-        const char *env = getenv("PATH");
-        char *dirs = px_strdup(env && env[0] ? env : "/usr/local/bin:/usr/bin:/bin");
-        for (char *save = NULL, *d = dirs ? strtok_r(dirs, ":", &save) : NULL; d && !path;
-             d = strtok_r(NULL, ":", &save)) {
-            char *c = px_asprintf("%s/%s", d, program);
-            if (c && access(c, X_OK) == 0)
-                path = c;
-            else
-                free(c);
-        }
-        free(dirs);
-        if (!path)
-            return PX_OK; /* not found at all: the start says so */
-    }
-    if (!path)
-        return px_err_set(err, PX_ENOMEM, "out of memory");
-    /* As given (each link is read from its folder), then as resolved. */
     struct stat sb;
     char bad[PATH_MAX];
     char *real = realpath(path, NULL);
@@ -169,8 +147,52 @@ px_status px__agent_job_user_may_run(const px__agent *a, const char *program, co
                         S_ISDIR(sb.st_mode) ? "enter" : "execute", bad,
                         (unsigned)(sb.st_mode & 07777), (unsigned)sb.st_uid, bad);
     free(real);
-    free(path);
     return st;
+}
+
+px_status px__agent_job_user_may_run(const px__agent *a, const char *program, const char *what,
+                                     char **resolved, px_err *err)
+{
+    if (resolved)
+        *resolved = NULL;
+    if (!a->set_user || !program || !program[0])
+        return PX_OK;
+    if (strchr(program, '/'))
+        return check_path(a, program, what, err);
+    /* A bare name is looked up on the PATH the job gets (the agent's), as
+     * the job user's own lookup would: past entries it cannot run. */
+    const char *env = getenv("PATH");
+    char *dirs = px_strdup(env && env[0] ? env : "/usr/local/bin:/usr/bin:/bin");
+    if (!dirs)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    px_status first = PX_OK;
+    px_err first_err = {0};
+    for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        char *c = px_asprintf("%s/%s", d, program);
+        if (!c || access(c, X_OK) != 0) {
+            free(c);
+            continue;
+        }
+        px_err e;
+        px_status st = check_path(a, c, what, &e);
+        if (st == PX_OK) {
+            free(dirs);
+            if (resolved)
+                *resolved = c;
+            else
+                free(c);
+            return PX_OK;
+        }
+        if (first == PX_OK) {
+            first = st;
+            first_err = e;
+        }
+        free(c);
+    }
+    free(dirs);
+    if (first != PX_OK && err)
+        *err = first_err;
+    return first; /* PX_OK when not found at all: the start says so */
 }
 
 static px_status make_dir(const char *path, mode_t mode, px_err *err)

@@ -283,14 +283,17 @@ bool px__agent_fence_passed(px__agent *a);
 /* The job user, the cgroup folder (leftovers of an earlier run killed),
  * the agent not dumpable and the subreaper of what its jobs leave. */
 px_status px__agent_contain_setup(px__agent *a, px_err *err);
-/* Whether the job user can run program (a path, or a name looked up on
- * the agent's PATH): it must search every folder on the way, as given and
- * as resolved, and execute the file.  PX_OK when jobs run as the agent's
- * own user, or when program is not found (starting it says so); else
- * PX_EINVAL naming what (e.g. "the Python interpreter"), the path, the
- * folder or file in the way and the fix. */
+/* Whether the job user can run program: it must search every folder on
+ * the way, as given and as resolved, and execute the file.  A bare name
+ * is looked up on the agent's PATH as the job user's own lookup would,
+ * past the entries it cannot run (pyenv's shims under /root first, then
+ * /usr/bin/python3); *resolved (may be NULL) then gets the path found
+ * (owned, free it), NULL otherwise.  PX_OK when jobs run as the agent's
+ * own user, or when program is not found at all (starting it says so);
+ * else PX_EINVAL naming what (e.g. "the Python interpreter"), the path,
+ * the folder or file in the way and the fix. */
 px_status px__agent_job_user_may_run(const px__agent *a, const char *program, const char *what,
-                                     px_err *err);
+                                     char **resolved, px_err *err);
 /* Makes the cgroup of one job ("JOB-aA-rR"); *path is owned (NULL when
  * the agent has no cgroups). */
 px_status px__agent_job_cgroup(px__agent *a, const char *key, char **path, px_err *err);

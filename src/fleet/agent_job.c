@@ -403,14 +403,19 @@ static px_status prepare(job_run *r, argv_list *argv, argv_list *env, char **she
             free(text);
         }
         /* A python3 under root's home (pyenv) is the agent's, not the
-         * job user's: say so rather than fail with "permission denied". */
+         * job user's: the one the job user reaches on PATH, or an error
+         * that says so, rather than "permission denied". */
+        char *interp = NULL;
         if (st == PX_OK)
-            st = px__agent_job_user_may_run(r->a, r->a->python, "the Python interpreter", err);
+            st = px__agent_job_user_may_run(r->a, r->a->python, "the Python interpreter", &interp,
+                                            err);
         const char *pv[8];
-        px__python_argv(r->a->python, script, function, has_args ? args_path : "-", pv);
+        px__python_argv(interp ? interp : r->a->python, script, function,
+                        has_args ? args_path : "-", pv);
         for (int n = 0; st == PX_OK && pv[n]; n++)
             if (!argv_push(argv, pv[n]))
                 st = px_err_set(err, PX_ENOMEM, "out of memory");
+        free(interp);
         free(script);
         free(args_path);
         return st;

@@ -320,9 +320,17 @@ static px_status setup(px__agent *a, const px_fleet_agent_config *cfg, px_err *e
         return px_err_set(err, PX_ENOMEM, "out of memory");
     if ((st = px__agent_contain_setup(a, err)) != PX_OK)
         return st;
+    /* Say at once when Python jobs cannot run, or run another python3
+     * than the one the node's frameworks were read from. */
     px_err py_err;
-    if (px__agent_job_user_may_run(a, a->python, "the Python interpreter", &py_err) != PX_OK)
+    char *interp = NULL;
+    if (px__agent_job_user_may_run(a, a->python, "the Python interpreter", &interp, &py_err) !=
+        PX_OK)
         px_log_warn("agent: %s; Python jobs (plexus submit --python) fail until then", py_err.msg);
+    else if (interp && strcmp(interp, a->python) != 0)
+        px_log_info("agent: Python jobs run %s, the first %s on PATH the job user can run", interp,
+                    a->python);
+    free(interp);
     if ((st = px__agent_cred_setup(a, err)) != PX_OK)
         return st;
     char *cache_dir =
