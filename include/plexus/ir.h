@@ -345,9 +345,14 @@ typedef struct px_ir_open_opts {
     /* llama2.c checkpoints: the tokenizer file to attach (NULL: none). */
     const char *tokenizer_path;
     /* Dtype of activations and of the KV cache in the graph (F32 when 0
-     * is left in place: both default to f32, the runtime's compute type). */
+     * is left in place: both default to f32, the runtime's compute type,
+     * and a preset keeps its cache in its 16-bit weights' dtype).  A
+     * kv_dtype other than F32 always applies; F32 applies only with
+     * kv_dtype_given, since 0 also means "not given".  A given dtype that
+     * is not a px_dtype is refused (PX_EINVAL). */
     px_dtype act_dtype;
     px_dtype kv_dtype;
+    bool kv_dtype_given;
     /* Skip checking tensor shapes against the hyper-parameters (for tools
      * that only list a file's contents).  Bounds are always checked. */
     bool no_shape_check;
@@ -409,6 +414,9 @@ px_ir_source px_ir_model_source(const px_ir_model *m);
 const char *px_ir_model_path(const px_ir_model *m);
 /* False for presets: there is nothing to execute. */
 bool px_ir_model_has_weights(const px_ir_model *m);
+/* True when the KV cache's dtype came from px_ir_open_opts (--kv-dtype),
+ * not from the file or the preset. */
+bool px_ir_model_kv_dtype_given(const px_ir_model *m);
 /* GGUF version (2 or 3), 0 for other sources. */
 uint32_t px_ir_model_gguf_version(const px_ir_model *m);
 

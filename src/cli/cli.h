@@ -206,8 +206,13 @@ void px__cli_wrote(const char *cmd, const char *path, const char *what);
  * every diagnostic (or the error) on stderr.  opt may be NULL. */
 px_status px__cli_load_inventory(const char *cmd, const char *path, const px_hw_read_options *opt,
                                  px_hw_graph **out, px_diags *diags, px_err *err);
-/* Opens a model file or preset; prints the error on failure. */
-px_status px__cli_open_model(const char *cmd, const char *spec, px_ir_model **out, px_err *err);
+/* Opens a model file or preset with opts (may be NULL); prints the error
+ * on failure. */
+px_status px__cli_open_model(const char *cmd, const char *spec, const px_ir_open_opts *opts,
+                             px_ir_model **out, px_err *err);
+/* PX_CLI_CALL parser of --kv-dtype into a px_ir_open_opts (dest): sets
+ * kv_dtype and kv_dtype_given, so that f32 overrides a preset's cache. */
+px_status px__cli_parse_kv_dtype(const char *v, void *dest, px_err *err);
 /* Progress of long work on stderr, only when stderr is a terminal: a
  * line rewritten in place ("plexus simulate: replication 3/200"), ended
  * by px__cli_progress_done. */

@@ -24,11 +24,21 @@ px_status px__cli_load_inventory(const char *cmd, const char *path, const px_hw_
     return st;
 }
 
-px_status px__cli_open_model(const char *cmd, const char *spec, px_ir_model **out, px_err *err)
+px_status px__cli_open_model(const char *cmd, const char *spec, const px_ir_open_opts *opts,
+                             px_ir_model **out, px_err *err)
 {
-    px_status st = px_ir_model_open_any(spec, NULL, out, err);
+    px_status st = px_ir_model_open_any(spec, opts, out, err);
     if (st != PX_OK)
         px__cli_fail(cmd, err);
+    return st;
+}
+
+px_status px__cli_parse_kv_dtype(const char *v, void *dest, px_err *err)
+{
+    px_ir_open_opts *opts = dest;
+    px_status st = px_dtype_parse(v, &opts->kv_dtype, err);
+    if (st == PX_OK)
+        opts->kv_dtype_given = true;
     return st;
 }
 

@@ -50,8 +50,10 @@ static const px_cli_opt inspect_opts[] = {
                .lo = 1, .hi = 1u << 20),
     PX_CLI_OPT("tokenizer", 0, PX_CLI_STR, &M.open.tokenizer_path, "FILE",
                "attach a llama2.c tokenizer to a llama2.c checkpoint"),
-    PX_CLI_OPT("kv-dtype", 0, PX_CLI_CALL, &M.open.kv_dtype, "DTYPE",
-               "cost the KV cache in another dtype", .parse = parse_dtype),
+    PX_CLI_OPT("kv-dtype", 0, PX_CLI_CALL, &M.open, "DTYPE",
+               "cost the KV cache in another dtype (default: f32 for\n"
+               "files, the weights' 16-bit dtype for presets)",
+               .parse = px__cli_parse_kv_dtype),
     PX_CLI_OPT("dtype", 0, PX_CLI_CALL, &M.preset_dtype, "DTYPE",
                "store a preset's matrices in another dtype (default\nbf16)", .parse = parse_dtype),
     PX_CLI_OPT("ops", 0, PX_CLI_FLAG, &M.describe.with_ops, NULL,
@@ -194,7 +196,7 @@ static bool same_row(const px_ir_layer_cost *a, const px_ir_layer_cost *b)
            a->act_bytes_token == b->act_bytes_token;
 }
 
-static void print_text(const px_ir_model *m, uint64_t T, uint64_t B, px_dtype kv_dtype)
+static void print_text(const px_ir_model *m, uint64_t T, uint64_t B)
 {
     const px_ir_hparams *hp = px_ir_model_hparams(m);
     bool dit = hp->arch == PX_IR_ARCH_DIT;
@@ -256,6 +258,9 @@ static void print_text(const px_ir_model *m, uint64_t T, uint64_t B, px_dtype kv
                "per sample (%u steps), batch 1\n",
                a, S, b, hp->dit_steps);
     } else {
+        /* The dtype the model keeps its cache in: --kv-dtype when given,
+         * else the file's or the preset's own. */
+        px_dtype kv_dtype = px_ir_model_n_kv(m) ? px_ir_model_kv(m, 0)->dtype : PX_DTYPE_F32;
         uint64_t kv = px_ir_model_kv_bytes_per_token(m, kv_dtype);
         bytes(kv, a, sizeof a);
         bytes(kv == UINT64_MAX ? kv : kv * T * B, b, sizeof b);
@@ -346,7 +351,7 @@ static int cmd_inspect(const char *spec)
             json_decref(j);
         }
     } else {
-        print_text(m, T, B, opts.kv_dtype);
+        print_text(m, T, B);
     }
     px_ir_model_free(m);
     return rc;

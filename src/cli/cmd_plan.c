@@ -17,6 +17,7 @@ typedef struct plan_args {
     bool compare_baselines, no_fallbacks;
     px_cli_format fmt;
     px_plan_request req;
+    px_ir_open_opts open;
 } plan_args;
 
 static plan_args A;
@@ -65,6 +66,10 @@ static const px_cli_opt opts[] = {
     PX_CLI_OPT("gen-tokens", 0, PX_CLI_U32, &A.req.workload.gen_tokens, "N",
                "tokens generated per request (default 256, at most what\nthe context leaves)",
                .lo = 1, .hi = 1u << 24),
+    PX_CLI_OPT("kv-dtype", 0, PX_CLI_CALL, &A.open, "DTYPE",
+               "cost the KV cache in another dtype (default: f32 for\n"
+               "files, the weights' 16-bit dtype for presets)",
+               .parse = px__cli_parse_kv_dtype),
     PX_CLI_OPT("compare-baselines", 0, PX_CLI_FLAG, &A.compare_baselines, NULL,
                "cost every baseline policy on the same inputs"),
     PX_CLI_OPT("no-fallbacks", 0, PX_CLI_FLAG, &A.no_fallbacks, NULL,
@@ -220,6 +225,10 @@ static int plan_prepare(plan_args *a, plan_run *r)
     if (calibrated && a->trace_path)
         return px__cli_usage_error("plan", "--trace records sourced plans only; drop --trace or "
                                            "plan in the sourced mode");
+    if (a->open.kv_dtype_given && a->trace_path)
+        return px__cli_usage_error("plan", "--trace records plans of the model's own KV-cache "
+                                           "dtype, which replay re-opens; drop --kv-dtype or "
+                                           "--trace");
     px_cost_workload *w = &a->req.workload;
     if (w->context && w->prompt_tokens > w->context)
         return px__cli_usage_error("plan", "--prompt-tokens (%u) exceeds --context (%u)",
@@ -230,7 +239,7 @@ static int plan_prepare(plan_args *a, plan_run *r)
     a->req.fallbacks = !a->no_fallbacks;
     if (px__cli_load_inventory("plan", a->inv_path, NULL, &r->graph, &r->diags, &err) != PX_OK)
         return PX_EXIT_FAIL;
-    if (px__cli_open_model("plan", a->model_spec, &r->model, &err) != PX_OK)
+    if (px__cli_open_model("plan", a->model_spec, &a->open, &r->model, &err) != PX_OK)
         return PX_EXIT_FAIL;
     if (check_workload(a->model_spec, r->model, w, &err) != PX_OK)
         return px__cli_usage_error("plan", "%s", err.msg);

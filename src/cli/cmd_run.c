@@ -27,7 +27,8 @@ typedef struct run_opts {
     px_rt_transport transport;
     const char *stage_host; /* --transport tcp:A.B.C.D */
     px_cli_format format;
-    char *file_text; /* --prompts contents; prompts point into it */
+    px_ir_open_opts open; /* --kv-dtype */
+    char *file_text;      /* --prompts contents; prompts point into it */
 } run_opts;
 
 static int read_prompts(run_opts *o)
@@ -72,6 +73,10 @@ static const px_cli_opt opts[] = {
                "planner objective (default latency)"),
     PX_CLI_OPT("contract", 0, PX_CLI_STR, &RO.contract, "FILE|NAME",
                "numerical contract for the planner"),
+    PX_CLI_OPT("kv-dtype", 0, PX_CLI_CALL, &RO.open, "DTYPE",
+               "the KV cache's dtype for the planner: f32, the one the\n"
+               "stage workers keep (plexus plan --kv-dtype costs others)",
+               .parse = px__cli_parse_kv_dtype),
     PX__CLI_SAMPLING_OPTS(R),
     PX_CLI_OPT("prompts", 0, PX_CLI_STR, &RO.prompts_file, "FILE", "one prompt per line"),
     PX_CLI_OPT("threads", 0, PX_CLI_U32, &RO.threads, "N", "threads per worker (default 1)",
@@ -153,6 +158,15 @@ static int parse_args(int argc, char **argv, run_opts *o)
         return PX_EXIT_USAGE;
     o->transport = transport.kind;
     o->stage_host = transport.host;
+    /* The workers keep the cache in f32 whatever the plan says: a plan
+     * costed in another dtype would predict memory and time for a cache
+     * that does not run. */
+    if (o->open.kv_dtype_given && o->open.kv_dtype != PX_DTYPE_F32)
+        return px__cli_usage_error("run",
+                                   "--kv-dtype %s: the stage workers keep the KV cache in f32, "
+                                   "so a plan for another dtype would not be what runs; pass "
+                                   "f32 here, and cost others with plexus plan --kv-dtype",
+                                   px_dtype_name(o->open.kv_dtype));
     if (!o->plan && !o->inventory)
         return px__cli_usage_error("run", "give --plan FILE, or --inventory FILE for the planner "
                                           "to make one");
@@ -442,7 +456,7 @@ static int run_load(run_ctx *c)
                         "without it faults are injected, detected and reported, and only a "
                         "crashed or hung worker is restarted\n");
     const px_ir_vocab *vocab = NULL;
-    if (px_ir_model_open_any(o->model, NULL, &c->ir, &c->err) != PX_OK ||
+    if (px_ir_model_open_any(o->model, &o->open, &c->ir, &c->err) != PX_OK ||
         px_arena_new(0, &c->arena, &c->err) != PX_OK ||
         px__cli_find_vocab(o->model, o->tokenizer, c->ir, c->arena, &c->file_vocab, &vocab,
                            &c->err) != PX_OK ||

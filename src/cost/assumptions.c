@@ -223,11 +223,14 @@ json_t *px_cost_assumptions_json(const px_cost_fleet *f, const px_cost_model *m,
         /* The cache's dtype decides its size: say where it comes from. */
         bool preset = px_ir_model_source(m->ir) == PX_IR_SOURCE_PRESET;
         if (add_assumption(arr, "KV-cache dtype", px_dtype_name(m->kv_dtype),
-                           preset ? "model preset: the cache is kept in the weights' dtype when "
-                                    "they are 16-bit, as the deployments of the preset's source "
-                                    "keep it (--kv-dtype chooses another)"
-                                  : "the model file as opened: the dtype the plexus runtime keeps "
-                                    "the cache in (--kv-dtype chooses another)"))
+                           px_ir_model_kv_dtype_given(m->ir)
+                               ? "--kv-dtype, as given: the cache is costed in that dtype"
+                           : preset
+                               ? "model preset: the cache is kept in the weights' dtype when "
+                                 "they are 16-bit, as the deployments of the preset's source "
+                                 "keep it (--kv-dtype chooses another)"
+                               : "the model file as opened: the dtype the plexus runtime keeps "
+                                 "the cache in (--kv-dtype chooses another)"))
             goto fail;
     }
     if (m && m->ir && m->n_layers > 0 && m->layers[0].n_experts > 0) {

@@ -20,6 +20,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <pwd.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -94,6 +95,104 @@ static px_status check_reach(const px__agent *a, const char *dir, px_err *err)
     }
     free(real);
     return st;
+}
+
+/* The first folder on the way to path (every component but the last,
+ * through the links as given) that the job user cannot search, or the
+ * file itself when it cannot execute it; false when none.  *sb gets that
+ * one's status, bad its name. */
+static bool blocked_on_way(const px__agent *a, const char *path, struct stat *sb, char *bad,
+                           size_t n)
+{
+    char *p = px_strdup(path);
+    if (!p)
+        return false;
+    bool blocked = false;
+    for (char *s = p + 1; !blocked; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char keep = *s;
+        *s = '\0';
+        if (stat(p, sb) == 0 && !user_may_enter(a, sb)) {
+            px_strlcpy(bad, p, n);
+            blocked = true;
+        }
+        if (!keep)
+            break;
+        *s = keep;
+    }
+    free(p);
+    return blocked;
+}
+
+/* A path the job user must be able to run: searchable folders on the way,
+ * as given (each link is read from its folder) and as resolved, and an
+ * executable file. */
+static px_status check_path(const px__agent *a, const char *path, const char *what, px_err *err)
+{
+    struct stat sb;
+    char bad[PATH_MAX];
+    char *real = realpath(path, NULL);
+    bool blocked = blocked_on_way(a, path, &sb, bad, sizeof bad) ||
+                   (real && blocked_on_way(a, real, &sb, bad, sizeof bad));
+    px_status st = PX_OK;
+    if (blocked)
+        st = px_err_set(err, PX_EINVAL,
+                        "%s %s%s%s cannot be run by the job user (uid %u): it cannot %s %s "
+                        "(mode %04o, owner %u); install it where every user can run it (a "
+                        "system python3, /usr/bin/python3) and name that path in the node's "
+                        "inventory (python.path), or open the way with chmod o+x %s",
+                        what, path, real && strcmp(real, path) ? " -> " : "",
+                        real && strcmp(real, path) ? real : "", (unsigned)a->uid,
+                        S_ISDIR(sb.st_mode) ? "enter" : "execute", bad,
+                        (unsigned)(sb.st_mode & 07777), (unsigned)sb.st_uid, bad);
+    free(real);
+    return st;
+}
+
+px_status px__agent_job_user_may_run(const px__agent *a, const char *program, const char *what,
+                                     char **resolved, px_err *err)
+{
+    if (resolved)
+        *resolved = NULL;
+    if (!a->set_user || !program || !program[0])
+        return PX_OK;
+    if (strchr(program, '/'))
+        return check_path(a, program, what, err);
+    /* A bare name is looked up on the PATH the job gets (the agent's), as
+     * the job user's own lookup would: past entries it cannot run. */
+    const char *env = getenv("PATH");
+    char *dirs = px_strdup(env && env[0] ? env : "/usr/local/bin:/usr/bin:/bin");
+    if (!dirs)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    px_status first = PX_OK;
+    px_err first_err = {0};
+    for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        char *c = px_asprintf("%s/%s", d, program);
+        if (!c || access(c, X_OK) != 0) {
+            free(c);
+            continue;
+        }
+        px_err e;
+        px_status st = check_path(a, c, what, &e);
+        if (st == PX_OK) {
+            free(dirs);
+            if (resolved)
+                *resolved = c;
+            else
+                free(c);
+            return PX_OK;
+        }
+        if (first == PX_OK) {
+            first = st;
+            first_err = e;
+        }
+        free(c);
+    }
+    free(dirs);
+    if (first != PX_OK && err)
+        *err = first_err;
+    return first; /* PX_OK when not found at all: the start says so */
 }
 
 static px_status make_dir(const char *path, mode_t mode, px_err *err)

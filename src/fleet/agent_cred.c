@@ -161,7 +161,7 @@ static px_status send_registration(px__agent *a, px_fleet_client *c, const char 
     if (!body)
         return px_err_set(err, PX_ENOMEM, "out of memory");
     json_object_set_new(body, "resident", px__agent_resident(a));
-    json_object_set_new(body, "running", px__agent_running(a));
+    json_object_set_new(body, "running", px__agent_running(a, NULL));
     if (with_credential)
         json_object_set_new(body, "credential", json_string(a->cred));
     px_status st = px_fleet_client_set_token(c, token, err);

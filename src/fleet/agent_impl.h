@@ -172,6 +172,7 @@ typedef struct px__agent_job {
     atomic_int stop_requested; /* the server said stop: cancelled or stale */
     atomic_int done;           /* the thread has finished; join and drop */
     bool started;              /* the server accepted the start report */
+    int64_t listed;            /* the running list's number when it joined it */
 } px__agent_job;
 
 /* How many (job, attempt, rank) keys of finished work are remembered, so
@@ -200,8 +201,11 @@ struct px__agent {
      * job, so that the agent registers again once it reaches the server. */
     _Atomic uint64_t fence_ns;
     atomic_int fenced;
-    pthread_mutex_t mu; /* guards jobs, recent and registration */
+    pthread_mutex_t mu; /* guards jobs, recent, running_seq and registration */
     px__agent_job *jobs;
+    /* The running list's number, raised each time a job joins it; starts
+     * from the wall clock in ms so that it keeps growing across restarts. */
+    int64_t running_seq;
     char recent[PX__AGENT_RECENT][160];
     size_t n_recent;
     /* The node credential (agent_cred.c): every client takes the current
@@ -283,6 +287,17 @@ bool px__agent_fence_passed(px__agent *a);
 /* The job user, the cgroup folder (leftovers of an earlier run killed),
  * the agent not dumpable and the subreaper of what its jobs leave. */
 px_status px__agent_contain_setup(px__agent *a, px_err *err);
+/* Whether the job user can run program: it must search every folder on
+ * the way, as given and as resolved, and execute the file.  A bare name
+ * is looked up on the agent's PATH as the job user's own lookup would,
+ * past the entries it cannot run (pyenv's shims under /root first, then
+ * /usr/bin/python3); *resolved (may be NULL) then gets the path found
+ * (owned, free it), NULL otherwise.  PX_OK when jobs run as the agent's
+ * own user, or when program is not found at all (starting it says so);
+ * else PX_EINVAL naming what (e.g. "the Python interpreter"), the path,
+ * the folder or file in the way and the fix. */
+px_status px__agent_job_user_may_run(const px__agent *a, const char *program, const char *what,
+                                     char **resolved, px_err *err);
 /* Makes the cgroup of one job ("JOB-aA-rR"); *path is owned (NULL when
  * the agent has no cgroups). */
 px_status px__agent_job_cgroup(px__agent *a, const char *key, char **path, px_err *err);
@@ -300,8 +315,12 @@ px_status px__agent_describe(px__agent *a, px_err *err);
 json_t *px__agent_live(px__agent *a);
 /* The digests the cache holds, for register and heartbeat (new reference). */
 json_t *px__agent_resident(px__agent *a);
-/* The "running" array for register and heartbeat (new reference). */
-json_t *px__agent_running(px__agent *a);
+/* The "running" array for register and heartbeat (new reference): every
+ * job taken and not stopped whose thread has not finished, which lists it
+ * until the server has acknowledged its end.  seq (may be NULL) gets the
+ * list's number: each job's start report names the number from which it
+ * is listed, so the server can tell a list taken before it. */
+json_t *px__agent_running(px__agent *a, int64_t *seq);
 /* Marks work named in a stop list for stopping. */
 void px__agent_apply_stop(px__agent *a, const json_t *stop);
 /* Runs one assignment in the calling thread: prepares the folder, starts

@@ -402,11 +402,20 @@ static px_status prepare(job_run *r, argv_list *argv, argv_list *env, char **she
                       : px_err_set(err, PX_ENOMEM, "out of memory");
             free(text);
         }
+        /* A python3 under root's home (pyenv) is the agent's, not the
+         * job user's: the one the job user reaches on PATH, or an error
+         * that says so, rather than "permission denied". */
+        char *interp = NULL;
+        if (st == PX_OK)
+            st = px__agent_job_user_may_run(r->a, r->a->python, "the Python interpreter", &interp,
+                                            err);
         const char *pv[8];
-        px__python_argv(r->a->python, script, function, has_args ? args_path : "-", pv);
+        px__python_argv(interp ? interp : r->a->python, script, function,
+                        has_args ? args_path : "-", pv);
         for (int n = 0; st == PX_OK && pv[n]; n++)
             if (!argv_push(argv, pv[n]))
                 st = px_err_set(err, PX_ENOMEM, "out of memory");
+        free(interp);
         free(script);
         free(args_path);
         return st;
@@ -729,8 +738,9 @@ static void run(job_run *r)
     px__agent_as_job_user(a, &spec);
     if ((st = px__proc_spawn(&spec, &p, &err)) != PX_OK)
         goto fail_start;
-    body = json_pack("{s:s, s:i, s:i, s:I}", "node", a->node_id, "attempt", r->j->attempt, "rank",
-                     r->j->rank, "pid", (json_int_t)px__proc_pid(p));
+    body = json_pack("{s:s, s:i, s:i, s:I, s:I}", "node", a->node_id, "attempt", r->j->attempt,
+                     "rank", r->j->rank, "pid", (json_int_t)px__proc_pid(p), "listed",
+                     (json_int_t)r->j->listed);
     path = px_asprintf("/v1/agent/jobs/%s/start", r->j->job);
     st = body && path ? report(r, path, body, &err) : PX_ENOMEM;
     free(path);
@@ -760,8 +770,8 @@ fail_start:
      * a start report so that the server counts the attempt. */
     snprintf(r->error, sizeof r->error, "%s", err.msg);
     note(r, "cannot start the job: %s", err.msg);
-    body = json_pack("{s:s, s:i, s:i, s:i}", "node", a->node_id, "attempt", r->j->attempt, "rank",
-                     r->j->rank, "pid", 0);
+    body = json_pack("{s:s, s:i, s:i, s:i, s:I}", "node", a->node_id, "attempt", r->j->attempt,
+                     "rank", r->j->rank, "pid", 0, "listed", (json_int_t)r->j->listed);
     path = px_asprintf("/v1/agent/jobs/%s/start", r->j->job);
     st = body && path ? report(r, path, body, &err) : PX_ENOMEM;
     free(path);

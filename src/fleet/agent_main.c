@@ -38,12 +38,14 @@ static void nap(px__agent *a, int ms)
     }
 }
 
-json_t *px__agent_running(px__agent *a)
+json_t *px__agent_running(px__agent *a, int64_t *seq)
 {
     json_t *arr = json_array();
     if (!arr)
         return NULL;
     pthread_mutex_lock(&a->mu);
+    if (seq)
+        *seq = a->running_seq;
     for (px__agent_job *j = a->jobs; j; j = j->next)
         if (!atomic_load(&j->done) && !atomic_load(&j->stop_requested))
             json_array_append_new(arr, json_pack("{s:s, s:i, s:i}", "job", j->job, "attempt",
@@ -148,10 +150,13 @@ static void *heartbeat_main(void *arg)
             continue;
         }
         json_t *ended = px__agent_stages_ended(a);
-        json_t *body = json_pack("{s:s, s:o, s:o, s:o, s:O, s:o}", "node", a->node_id, "live",
-                                 px__agent_live(a), "resident", px__agent_resident(a), "running",
-                                 px__agent_running(a), "stages", ended, "evictions",
-                                 a->cache ? px_fleet_cache_evictions_take(a->cache) : json_array());
+        int64_t seq = 0;
+        json_t *running = px__agent_running(a, &seq);
+        json_t *body =
+            json_pack("{s:s, s:o, s:o, s:o, s:I, s:O, s:o}", "node", a->node_id, "live",
+                      px__agent_live(a), "resident", px__agent_resident(a), "running", running,
+                      "running_seq", (json_int_t)seq, "stages", ended, "evictions",
+                      a->cache ? px_fleet_cache_evictions_take(a->cache) : json_array());
         /* A heartbeat waits at most a quarter of the lease: one stuck on a
          * dead connection must not hold back the next. */
         px_fleet_client_set_timeout(c, (int)(PX_MAX(a->lease_s / 4, 0.5) * 1000));
@@ -259,6 +264,7 @@ static bool take(px__agent *a, const json_t *as)
     pthread_mutex_lock(&a->mu);
     j->next = a->jobs;
     a->jobs = j;
+    j->listed = ++a->running_seq;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 1u << 20);
@@ -295,6 +301,7 @@ static px_status setup(px__agent *a, const px_fleet_agent_config *cfg, px_err *e
     a->cfg = cfg;
     a->heartbeat_s = 2;
     a->lease_s = 10;
+    a->running_seq = px_wall_time() * 1000;
     pthread_mutex_init(&a->mu, NULL);
     pthread_mutex_init(&a->cred_mu, NULL);
     if (cfg->token && !px__token_valid(cfg->token))
@@ -313,6 +320,17 @@ static px_status setup(px__agent *a, const px_fleet_agent_config *cfg, px_err *e
         return px_err_set(err, PX_ENOMEM, "out of memory");
     if ((st = px__agent_contain_setup(a, err)) != PX_OK)
         return st;
+    /* Say at once when Python jobs cannot run, or run another python3
+     * than the one the node's frameworks were read from. */
+    px_err py_err;
+    char *interp = NULL;
+    if (px__agent_job_user_may_run(a, a->python, "the Python interpreter", &interp, &py_err) !=
+        PX_OK)
+        px_log_warn("agent: %s; Python jobs (plexus submit --python) fail until then", py_err.msg);
+    else if (interp && strcmp(interp, a->python) != 0)
+        px_log_info("agent: Python jobs run %s, the first %s on PATH the job user can run", interp,
+                    a->python);
+    free(interp);
     if ((st = px__agent_cred_setup(a, err)) != PX_OK)
         return st;
     char *cache_dir =

@@ -38,7 +38,10 @@ static bool read_meminfo(px_hw_meminfo *mi)
     return ok;
 }
 
-/* Links between two devices of the node, by local device ids. */
+/* Links between two devices of the node, by local device ids, with
+ * their kind, per-direction bandwidth, latency when known and whether
+ * the declaration goes both ways: what the server's planner needs to
+ * place stages on the node's devices. */
 static json_t *node_links(const px_hw_view *v, uint32_t node_index)
 {
     json_t *links = json_array();
@@ -51,10 +54,16 @@ static json_t *node_links(const px_hw_view *v, uint32_t node_index)
         const px_hw_device *a = &v->devices[l->from], *b = &v->devices[l->to];
         if (a->node != node_index || b->node != node_index)
             continue;
-        char bw[64];
+        char bw[64], lat[64];
         px_qty_format(l->bandwidth.value, PX_DIM_BANDWIDTH, bw, sizeof bw);
-        json_array_append_new(
-            links, json_pack("{s:s, s:s, s:s}", "from", a->id, "to", b->id, "bandwidth", bw));
+        json_t *link = json_pack("{s:s, s:s, s:s, s:s, s:b}", "from", a->id, "to", b->id, "kind",
+                                 px_hw_link_kind_name(l->kind), "bandwidth", bw, "bidirectional",
+                                 l->bidirectional);
+        if (link && px_hw_has(l->latency)) {
+            px_qty_format(l->latency.value, PX_DIM_TIME, lat, sizeof lat);
+            json_object_set_new(link, "latency", json_string(lat));
+        }
+        json_array_append_new(links, link);
     }
     return links;
 }

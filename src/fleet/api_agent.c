@@ -121,7 +121,7 @@ static void accept_registration(px__api_req *rq, px__api_resp *rs, json_t *body)
         return;
     }
     free(text);
-    if (px__srv_reconcile_node(srv, i, json_object_get(body, "running"), &err) != PX_OK) {
+    if (px__srv_reconcile_node(srv, i, json_object_get(body, "running"), -1, &err) != PX_OK) {
         px__api_error(rs, 503, "node registered, its lost work not yet requeued: %s; retry",
                       err.msg);
         return;
@@ -221,6 +221,18 @@ static void heartbeat(px__api_req *rq, px__api_resp *rs)
                 px_log_warn("fleet: node %s: live report not stored: %s", rq->who.name, err.msg);
             free(live);
         }
+        /* A numbered list (agents that keep listing work until its end is
+         * acknowledged) loses the members it no longer holds at once.  Not
+         * where standbys serve agents: a finish report a standby queued may
+         * not be applied yet, and the member would be run twice. */
+        const json_t *seq = json_object_get(body, "running_seq");
+        px_err err;
+        if (!srv->node_calls_on && json_is_integer(seq) && json_integer_value(seq) >= 0 &&
+            json_is_array(json_object_get(body, "running")) &&
+            px__srv_reconcile_node(srv, i, json_object_get(body, "running"),
+                                   json_integer_value(seq), &err) != PX_OK)
+            px_log_warn("fleet: node %s: work it no longer runs not yet requeued: %s", rq->who.name,
+                        err.msg);
         bool queued = false;
         for (px__job *j = srv->jobs; j && !queued; j = j->next)
             queued = j->state == PX__JOB_QUEUED;
@@ -419,9 +431,15 @@ static void report(px__api_req *rq, px__api_resp *rs, px__job *job, const char *
     px__srv_touch_node(srv, node);
     px_err err;
     px_status st;
-    if (strcmp(what, "start") == 0)
+    if (strcmp(what, "start") == 0) {
         st = px__srv_member_start(srv, job, attempt, rank, (int)node, &err);
-    else {
+        /* From which of its running lists the agent lists this member (0:
+         * it does not say, and its heartbeats never lose the member). */
+        const json_t *l = json_object_get(body, "listed");
+        if (st == PX_OK)
+            job->members[rank].listed =
+                json_is_integer(l) && json_integer_value(l) > 0 ? json_integer_value(l) : 0;
+    } else {
         int code = -1, sig = 0;
         const json_t *c = json_object_get(body, "exit_code");
         const json_t *s = json_object_get(body, "signal");

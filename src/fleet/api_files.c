@@ -5,7 +5,9 @@
 
 #include "fleet/fleet_impl.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -174,6 +176,89 @@ bool px__store_has_artifacts(const px__store *store)
            store->ops->get_artifact_data;
 }
 
+/* The store writes a blob to the pipe's end from its own thread, while
+ * the fetching thread copies it to the file, up to the room it has. */
+typedef struct blob_pipe {
+    const px__store *store;
+    const char *hex;
+    int fd; /* the write end; closed when the store is done */
+    int64_t size;
+    px_status st;
+    px_err err;
+} blob_pipe;
+
+static void *blob_pipe_run(void *arg)
+{
+    blob_pipe *bp = arg;
+    bp->st = bp->store->ops->get_blob(bp->store->self, bp->hex, bp->fd, &bp->size, &bp->err);
+    close(bp->fd);
+    return NULL;
+}
+
+/* Copies the store's blob into fd, refusing it (PX_ELIMIT, nothing past
+ * room written) when it is larger than room: the size is known only once
+ * the store has sent it, so the rest is read and dropped, never written
+ * to the disk the reserve protects. */
+static px_status get_blob_bounded(px_fleet_server *srv, const char *hex, int fd, int64_t room,
+                                  int64_t *size, px_err *err)
+{
+    int p[2];
+    char *buf = malloc(1u << 16);
+    if (!buf || pipe2(p, O_CLOEXEC) != 0) {
+        free(buf);
+        return px_err_set(err, PX_EIO, "blob %.16s...: cannot fetch it: %s", hex,
+                          buf ? strerror(errno) : "out of memory");
+    }
+    blob_pipe bp = {.store = &srv->store, .hex = hex, .fd = p[1]};
+    pthread_t th;
+    if (pthread_create(&th, NULL, blob_pipe_run, &bp) != 0) {
+        close(p[0]);
+        close(p[1]);
+        free(buf);
+        return px_err_set(err, PX_EIO, "blob %.16s...: cannot start its fetch", hex);
+    }
+    int64_t got = 0;
+    px_status wst = PX_OK;
+    for (;;) {
+        ssize_t n = read(p[0], buf, 1u << 16);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        if (wst == PX_OK && got + n > room)
+            wst = PX_ELIMIT;
+        for (ssize_t off = 0; wst == PX_OK && off < n;) {
+            ssize_t w = write(fd, buf + off, (size_t)(n - off));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                wst = px_err_set(err, PX_EIO, "blob %.16s...: cannot write it: %s", hex,
+                                 w < 0 ? strerror(errno) : "short write");
+            else
+                off += w;
+        }
+        got += n;
+    }
+    close(p[0]);
+    pthread_join(th, NULL);
+    free(buf);
+    *size = got;
+    if (bp.st != PX_OK) {
+        if (err)
+            *err = bp.err;
+        return bp.st;
+    }
+    if (wst == PX_ELIMIT)
+        return px_err_set(err, PX_ELIMIT,
+                          "blob %.16s...: its %lld bytes would leave less free space in the "
+                          "server's data folder than its reserve of %llu bytes (%lld left above "
+                          "it); free space there (or lower plexus server --disk-reserve) and "
+                          "retry",
+                          hex, (long long)got, (unsigned long long)srv->opt.disk_reserve,
+                          (long long)PX_MAX(room, 0));
+    return wst;
+}
+
 px_status px__blob_fetch(px_fleet_server *srv, const char *hex, px_err *err)
 {
     char path[PATH_MAX];
@@ -194,7 +279,8 @@ px_status px__blob_fetch(px_fleet_server *srv, const char *hex, px_err *err)
     if (fd < 0)
         return px_err_set(err, PX_EIO, "blob %.16s...: %s: %s", hex, tmp, strerror(errno));
     int64_t size = 0;
-    st = srv->store.ops->get_blob(srv->store.self, path + strlen(path) - 64, fd, &size, err);
+    st =
+        get_blob_bounded(srv, path + strlen(path) - 64, fd, px__srv_disk_headroom(srv), &size, err);
     if (st == PX_OK && fsync(fd) != 0)
         st = px_err_set(err, PX_EIO, "blob %.16s...: fsync failed: %s", hex, strerror(errno));
     close(fd);

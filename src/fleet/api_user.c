@@ -795,7 +795,10 @@ int px__api_blob_prepare(px__api_req *rq, px__api_resp *rs)
     px_err err;
     if (px__blob_fetch(srv, hex, &err) != PX_OK && err.code != PX_ENOTFOUND &&
         err.code != PX_EINVAL) {
-        px__api_fail(rs, &err);
+        if (err.code == PX_ELIMIT) /* the disk reserve, as for an upload */
+            px__api_error(rs, 507, "%s", err.msg);
+        else
+            px__api_fail(rs, &err);
         return rs->status;
     }
     return 0; /* found, or the route says why not */

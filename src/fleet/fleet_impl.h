@@ -590,6 +590,10 @@ typedef struct px__member {
     px__member_state state;
     int exit_code;
     int64_t started, finished;
+    /* The number of the agent's running list from which it lists this
+     * member (its start report's "listed"); 0 when unknown (an agent that
+     * does not number its lists, or a server restarted since). */
+    int64_t listed;
 } px__member;
 
 /* A job that has not ended, kept in memory; ended jobs live in the store. */
@@ -771,9 +775,13 @@ void px__srv_schedule_pass(px_fleet_server *srv);
 /* Lost nodes, their work requeued; writes that failed before, retried;
  * jobs past their time limit, failed. */
 void px__srv_check_leases(px_fleet_server *srv);
-/* Requeues work a re-registering agent no longer runs (running: its list). */
+/* Requeues work a re-registering agent no longer runs (running: its list;
+ * seq < 0: every running member of the node counts).  With seq >= 0, a
+ * heartbeat's list numbered seq: only members the agent lists from a
+ * number at most seq (px__member.listed) count, so that a list taken
+ * before a member started never loses it. */
 px_status px__srv_reconcile_node(px_fleet_server *srv, size_t node, const json_t *running,
-                                 px_err *err);
+                                 int64_t seq, px_err *err);
 /* Requeues (or fails) every active job with a member on node, at once. */
 px_status px__srv_evict_node(px_fleet_server *srv, size_t node, const char *reason, px_err *err);
 px_status px__srv_cancel(px_fleet_server *srv, const char *id, px_err *err);

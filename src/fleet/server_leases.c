@@ -116,28 +116,39 @@ static bool listed(const json_t *running, const char *id, int attempt, int rank)
 }
 
 px_status px__srv_reconcile_node(px_fleet_server *srv, size_t node, const json_t *running,
-                                 px_err *err)
+                                 int64_t seq, px_err *err)
 {
     /* An agent that registers again (it restarted, or it stopped its work
      * when it could not renew its lease) without a member it had started
      * has lost that work: requeue it now rather than wait for a report
-     * that will never come. */
+     * that will never come.  A live agent's heartbeat says the same of a
+     * member it no longer lists: the agent lists its work until the
+     * server has acknowledged its end, so a member missing from a list
+     * taken after the member was listed has ended unreported. */
     for (px__job *j = srv->jobs, *next; j; j = next) {
         next = j->next;
         if (j->state != PX__JOB_ASSIGNED && j->state != PX__JOB_RUNNING)
             continue;
         int lost = -1;
-        for (int m = 0; m < j->n_members && lost < 0; m++)
-            if (j->members[m].node == (int)node && j->members[m].state == PX__MEM_RUNNING &&
+        for (int m = 0; m < j->n_members && lost < 0; m++) {
+            const px__member *x = &j->members[m];
+            if (x->node == (int)node && x->state == PX__MEM_RUNNING &&
+                (seq < 0 || (x->listed > 0 && x->listed <= seq)) &&
                 !listed(running, j->row.id, j->row.attempt, m))
                 lost = m;
+        }
         if (lost < 0)
             continue;
         char reason[200];
-        snprintf(reason, sizeof reason,
-                 "the agent on %s registered again without rank %d (it restarted or stopped "
-                 "its work)",
-                 px_fleet_sched_node_name(srv->sched, node), lost);
+        if (seq < 0)
+            snprintf(reason, sizeof reason,
+                     "the agent on %s registered again without rank %d (it restarted or stopped "
+                     "its work)",
+                     px_fleet_sched_node_name(srv->sched, node), lost);
+        else
+            snprintf(reason, sizeof reason,
+                     "the agent on %s no longer lists rank %d (its work ended without a report)",
+                     px_fleet_sched_node_name(srv->sched, node), lost);
         px_status st = move_or_fail(srv, j, reason, err);
         if (st != PX_OK)
             return st;

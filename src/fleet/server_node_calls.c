@@ -83,7 +83,7 @@ static void apply_change(const px__node_change *c, void *ud)
             return;
         }
         px__srv_touch_node(srv, i);
-        if (px__srv_reconcile_node(srv, i, json_object_get(body, "running"), &err) != PX_OK)
+        if (px__srv_reconcile_node(srv, i, json_object_get(body, "running"), -1, &err) != PX_OK)
             px_log_error("fleet: node %s: its lost work not yet requeued: %s", c->name, err.msg);
         px_log_info("fleet: node %s registered (through another replica)", c->name);
         srv->dirty = true;
@@ -150,6 +150,12 @@ void px__srv_node_calls_tick(px_fleet_server *srv, bool due)
     srv->node_read_ns = now;
     px_err err;
     changes_ctx x = {srv, 0};
+    /* Reports first: an agent's finish report is queued before any later
+     * call of its that no longer lists the work, so a registration read
+     * after it never requeues work that has ended. */
+    if (srv->store.ops->take_member_reports(srv->store.self, REPORTS_MAX, apply_report, srv,
+                                            &err) != PX_OK)
+        px_log_warn("server: %s", err.msg);
     if (srv->store.ops->changed_nodes(srv->store.self, srv->node_mark, CHANGES_MAX, apply_change,
                                       &x, &err) != PX_OK) {
         px_log_warn("server: %s", err.msg);
@@ -158,9 +164,6 @@ void px__srv_node_calls_tick(px_fleet_server *srv, bool due)
     /* A full hand: there may be more, read on the next tick. */
     if (x.n >= CHANGES_MAX)
         srv->node_read_ns = 0;
-    if (srv->store.ops->take_member_reports(srv->store.self, REPORTS_MAX, apply_report, srv,
-                                            &err) != PX_OK)
-        px_log_warn("server: %s", err.msg);
     pthread_cond_broadcast(&srv->changed);
 }
 

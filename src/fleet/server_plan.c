@@ -28,8 +28,66 @@
 typedef struct inv_ctx {
     px_fleet_server *srv;
     json_t *nodes;
+    json_t *links;              /* the links inside each node, as inventory links */
     const px_digest *warm_only; /* only the nodes where this model is resident; NULL: all */
 } inv_ctx;
+
+/* The device of node (its description) that a registered link end names:
+ * its local id, or the node's id as the agent knew it, a dot and the
+ * local id.  NULL when it names none (the host, another node). */
+static const char *local_device(const json_t *node, const char *orig_id, const char *end)
+{
+    if (!end)
+        return NULL;
+    size_t n = orig_id ? strlen(orig_id) : 0;
+    const char *local = n && !strncmp(end, orig_id, n) && end[n] == '.' ? end + n + 1 : end;
+    size_t i;
+    const json_t *d;
+    json_array_foreach(json_object_get(node, "devices"), i, d)
+    {
+        const char *id = json_string_value(json_object_get(d, "id"));
+        if (id && !strcmp(id, local))
+            return id;
+    }
+    return NULL;
+}
+
+/* The links an agent registered between its node's devices, as inventory
+ * links between "NAME.DEVICE" ends (the node is known by its registered
+ * name).  The agent says what it measured or read: bandwidth, and from
+ * newer agents the kind, the latency and whether the link goes both
+ * ways; a link without a kind is "other".  Links to the host or to
+ * devices the node does not describe join no devices and are left out. */
+static void add_node_links(json_t *out, const char *name, const json_t *node, const char *orig_id,
+                           const json_t *links)
+{
+    size_t i;
+    const json_t *l;
+    json_array_foreach(links, i, l)
+    {
+        const char *a = local_device(node, orig_id, json_string_value(json_object_get(l, "from")));
+        const char *b = local_device(node, orig_id, json_string_value(json_object_get(l, "to")));
+        const json_t *bw = json_object_get(l, "bandwidth");
+        if (!a || !b || !strcmp(a, b) || !json_is_string(bw))
+            continue;
+        const char *kind = json_string_value(json_object_get(l, "kind"));
+        char *from = px_asprintf("%s.%s", name, a), *to = px_asprintf("%s.%s", name, b);
+        json_t *link = from && to ? json_pack("{s:s, s:s, s:s, s:O}", "from", from, "to", to,
+                                              "kind", kind ? kind : "other", "bandwidth", bw)
+                                  : NULL;
+        free(from);
+        free(to);
+        if (!link)
+            continue;
+        const json_t *lat = json_object_get(l, "latency"),
+                     *bidi = json_object_get(l, "bidirectional");
+        if (json_is_string(lat))
+            json_object_set(link, "latency", (json_t *)lat);
+        if (json_is_boolean(bidi))
+            json_object_set(link, "bidirectional", (json_t *)bidi);
+        json_array_append_new(out, link);
+    }
+}
 
 static void add_node(const char *name, const char *reg, const char *state, int64_t last_seen,
                      void *ud)
@@ -47,6 +105,8 @@ static void add_node(const char *name, const char *reg, const char *state, int64
     json_t *node = json_object_get(r, "node");
     if (json_is_object(node)) {
         json_t *copy = json_deep_copy(node);
+        add_node_links(c->links, name, node, json_string_value(json_object_get(node, "id")),
+                       json_object_get(r, "links"));
         json_object_set_new(copy, "id", json_string(name));
         json_array_append_new(c->nodes, copy);
     }
@@ -164,28 +224,39 @@ static void run_release(plan_run *r)
     memset(r, 0, sizeof *r);
 }
 
-/* The online nodes' descriptions (only those where the model is resident
- * with warm_only), for an inventory; new reference.  Server lock held. */
+/* The inventory of the online nodes (only those where the model is
+ * resident with warm_only): their descriptions, the links inside each
+ * and the assumed network between them; new reference, NULL when out of
+ * memory.  Server lock held. */
 static json_t *online_nodes(px_fleet_server *srv, const px_digest *warm_only)
 {
-    inv_ctx c = {srv, json_array(), warm_only};
-    srv->store.ops->list_nodes(srv->store.self, add_node, &c, NULL);
-    return c.nodes;
+    inv_ctx c = {srv, json_array(), json_array(), warm_only};
+    if (c.nodes && c.links)
+        srv->store.ops->list_nodes(srv->store.self, add_node, &c, NULL);
+    json_t *net = c.nodes ? assumed_network(c.nodes) : NULL;
+    json_t *doc = NULL;
+    if (net && c.links && json_array_extend(net, c.links) == 0)
+        doc = json_pack("{s:s, s:s, s:O, s:O}", "schema", "plexus.inventory/1", "name", "fleet",
+                        "links", net, "nodes", c.nodes);
+    json_decref(net);
+    json_decref(c.links);
+    json_decref(c.nodes);
+    return doc;
 }
 
-/* Plans the model file over nodes (borrowed: online_nodes' array); reads
- * nothing of the server, so it may run without its lock.  On failure
- * returns the "planner unavailable" record (new reference) and leaves r
- * empty; on success NULL. */
-static json_t *plan_over(const char *path, const json_t *spec, const json_t *nodes, plan_run *r)
+/* Plans the model file over doc (borrowed: online_nodes' inventory);
+ * reads nothing of the server, so it may run without its lock.  On
+ * failure returns the "planner unavailable" record (new reference) and
+ * leaves r empty; on success NULL. */
+static json_t *plan_over(const char *path, const json_t *spec, const json_t *doc, plan_run *r)
 {
     memset(r, 0, sizeof *r);
     px_err err;
-    r->n_nodes = json_array_size(nodes);
+    if (!doc)
+        return unavailable("out of memory describing the fleet's nodes");
+    r->n_nodes = json_array_size(json_object_get(doc, "nodes"));
     if (r->n_nodes == 0)
         return unavailable("no online node describes its devices");
-    json_t *doc = json_pack("{s:s, s:s, s:o*, s:O}", "schema", "plexus.inventory/1", "name",
-                            "fleet", "links", assumed_network(nodes), "nodes", nodes);
     json_t *out = NULL;
     px_plan_request req;
     px_plan_request_default(&req);
@@ -208,7 +279,6 @@ static json_t *plan_over(const char *path, const json_t *spec, const json_t *nod
         if (px_plan_search(&req, &r->plan, &err) != PX_OK)
             out = unavailable("the planner found no plan: %s", err.msg);
     }
-    json_decref(doc);
     if (out) {
         size_t n = r->n_nodes;
         run_release(r);
@@ -321,11 +391,7 @@ static json_t *plan_deployment(const char *path, const json_t *spec, const json_
 
 json_t *px__srv_fleet_inventory(px_fleet_server *srv)
 {
-    json_t *nodes = online_nodes(srv, NULL);
-    if (!nodes)
-        return NULL;
-    return json_pack("{s:s, s:s, s:o*, s:o}", "schema", "plexus.inventory/1", "name", "fleet",
-                     "links", assumed_network(nodes), "nodes", nodes);
+    return online_nodes(srv, NULL);
 }
 
 void (*px__srv_plan_hook)(px_fleet_server *srv);

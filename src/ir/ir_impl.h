@@ -120,6 +120,7 @@ struct px_ir_model {
 
     px_ir_hparams hp;
     px_dtype act_dtype, kv_dtype;
+    bool kv_dtype_given; /* kv_dtype came from px_ir_open_opts */
     /* (n_layers + 1) * PX_IR_ROLE_COUNT_ tensor ids; row 0 holds the
      * global roles, row 1 + i layer i's. */
     uint32_t *roles;

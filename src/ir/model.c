@@ -472,8 +472,18 @@ px_status px__ir_finish(px_ir_model *m, const px_ir_open_opts *opts, px_err *err
     if (opts) {
         if (opts->act_dtype != PX_DTYPE_F32 && (unsigned)opts->act_dtype < PX_DTYPE_COUNT_)
             m->act_dtype = opts->act_dtype;
-        if (opts->kv_dtype != PX_DTYPE_F32 && (unsigned)opts->kv_dtype < PX_DTYPE_COUNT_)
+        if (opts->kv_dtype_given && (unsigned)opts->kv_dtype >= PX_DTYPE_COUNT_)
+            return px_err_set(err, PX_EINVAL,
+                              "%s: KV-cache dtype %d is not a known dtype; pass one that "
+                              "px_dtype_parse accepts (f32, f16, bf16, q8_0, ...)",
+                              m->path, (int)opts->kv_dtype);
+        /* F32 is also the zero of an unset field: it overrides (a preset's
+         * 16-bit cache) only when the caller says it was given. */
+        if ((opts->kv_dtype_given || opts->kv_dtype != PX_DTYPE_F32) &&
+            (unsigned)opts->kv_dtype < PX_DTYPE_COUNT_) {
             m->kv_dtype = opts->kv_dtype;
+            m->kv_dtype_given = true;
+        }
     }
     if ((st = px__ir_check_hparams(m, err)) != PX_OK ||
         (st = check_block_numbers(m, err)) != PX_OK || (st = bind_roles(m, opts, err)) != PX_OK)
@@ -682,6 +692,11 @@ const char *px_ir_model_path(const px_ir_model *m)
 bool px_ir_model_has_weights(const px_ir_model *m)
 {
     return m->has_weights;
+}
+
+bool px_ir_model_kv_dtype_given(const px_ir_model *m)
+{
+    return m->kv_dtype_given;
 }
 
 uint32_t px_ir_model_gguf_version(const px_ir_model *m)

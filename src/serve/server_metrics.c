@@ -116,7 +116,9 @@ char *px__srv_metrics_text(px_serve *s)
         {"plexus_serve_steps_total", "counter", "engine steps"},
         {"plexus_serve_engine_generated_tokens_total", "counter", "tokens the engine produced"},
         {"plexus_serve_busy_seconds_total", "counter", "time the engine spent in steps"},
-        {"plexus_serve_incidents_total", "counter", "incidents the healing loop recorded"},
+        {"plexus_serve_incidents_total", "counter",
+         "incidents the healing loop opened (faults detected; each is in /incidents once "
+         "closed)"},
         {"plexus_serve_recoveries_total", "counter",
          "times the engine moved to another executor and rebuilt its KV caches"},
         {"plexus_serve_replica_up", "gauge", "1 while the replica serves"},

@@ -133,12 +133,47 @@ static void test_model_inspect_presets_and_real_file(void **state)
     free(path);
 }
 
+/* A preset keeps its cache in bf16 unless --kv-dtype says otherwise, f32
+ * included (f32 is also what an unset option holds). */
+static void test_model_inspect_kv_dtype_default_and_f32_override(void **state)
+{
+    (void)state;
+    const char *px = px_test_plexus_bin();
+    char *out, *err;
+    char *plain[] = {(char *)px, "model", "inspect", "llama-3-8b", NULL};
+    assert_int_equal(run(plain, &out, &err), 0);
+    px_assert_contains(out, "kv cache  131 kB per token in bf16 (32 layers)");
+    free(out);
+    free(err);
+    char *f32[] = {(char *)px, "model", "inspect", "llama-3-8b", "--kv-dtype", "f32", NULL};
+    assert_int_equal(run(f32, &out, &err), 0);
+    px_assert_contains(out, "kv cache  262 kB per token in f32 (32 layers)");
+    free(out);
+    free(err);
+    char *js[] = {(char *)px, "model", "inspect", "llama-3-8b", "--kv-dtype",
+                  "f32",      "-o",    "json",    NULL};
+    assert_int_equal(run(js, &out, &err), 0);
+    json_t *j = parse(out);
+    json_t *kv = json_object_get(j, "kv_cache");
+    assert_string_equal(json_string_value(json_object_get(kv, "dtype")), "f32");
+    assert_int_equal(json_integer_value(json_object_get(kv, "bytes_per_token")), 262144);
+    json_decref(j);
+    free(out);
+    free(err);
+    char *bad[] = {(char *)px, "model", "inspect", "llama-3-8b", "--kv-dtype", "f33", NULL};
+    assert_int_equal(run(bad, &out, &err), 2);
+    px_assert_contains(err, "--kv-dtype");
+    free(out);
+    free(err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_help_and_usage_errors),
         cmocka_unit_test(test_model_synth_then_inspect_json),
         cmocka_unit_test(test_model_inspect_presets_and_real_file),
+        cmocka_unit_test(test_model_inspect_kv_dtype_default_and_f32_override),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

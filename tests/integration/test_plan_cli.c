@@ -213,6 +213,75 @@ static void test_plan_cli_refuses_lengths_beyond_the_context(void **state)
     free(model);
 }
 
+/* The KV-cache dtype the plan assumes for a preset: bf16 by default, f32
+ * when --kv-dtype f32 says so (an f32 that used to read as "not given").
+ * A trace, which replay re-opens without the option, refuses it; so does
+ * plexus run for a dtype its workers do not keep. */
+static const char *kv_assumption(json_t *plan, const char **source)
+{
+    size_t i;
+    json_t *a;
+    json_array_foreach(json_object_get(plan, "assumptions"), i, a)
+    {
+        if (!strcmp(json_string_value(json_object_get(a, "name")), "KV-cache dtype")) {
+            *source = json_string_value(json_object_get(a, "source"));
+            return json_string_value(json_object_get(a, "value"));
+        }
+    }
+    fail_msg("the plan states no KV-cache dtype");
+    return NULL;
+}
+
+static void test_plan_cli_kv_dtype_overrides_the_presets_cache(void **state)
+{
+    (void)state;
+    char *inv = px_test_source_path("data/scenarios/hetero-pair-h100-l4.json");
+    char *out = NULL, *err = NULL;
+    const char *source;
+    int rc = run(&out, &err, "-m", "llama-3-8b", "-i", inv, "-o", "json", NULL, NULL);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    json_t *plan = json_loads(out, 0, NULL);
+    assert_non_null(plan);
+    assert_string_equal(kv_assumption(plan, &source), "bf16");
+    px_assert_contains(source, "model preset");
+    json_decref(plan);
+    free(out);
+    free(err);
+    rc = run(&out, &err, "-m", "llama-3-8b", "-i", inv, "-o", "json", "--kv-dtype", "f32");
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    plan = json_loads(out, 0, NULL);
+    assert_non_null(plan);
+    assert_string_equal(kv_assumption(plan, &source), "f32");
+    px_assert_contains(source, "--kv-dtype");
+    json_decref(plan);
+    free(out);
+    free(err);
+    assert_int_equal(
+        run(&out, &err, "-m", "llama-3-8b", "-i", inv, "--kv-dtype", "f32", "--trace", "/dev/null"),
+        2);
+    px_assert_contains(err, "drop --kv-dtype or --trace");
+    free(out);
+    free(err);
+    char *rv[] = {(char *)px_test_plexus_bin(),
+                  "run",
+                  "-m",
+                  "llama-3-8b",
+                  "-i",
+                  inv,
+                  "--prompt",
+                  "hi",
+                  "--kv-dtype",
+                  "bf16",
+                  NULL};
+    assert_int_equal(px_test_run(rv, 60, &out, &err), 2);
+    px_assert_contains(err, "the stage workers keep the KV cache in f32");
+    free(out);
+    free(err);
+    free(inv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -223,6 +292,7 @@ int main(void)
         cmocka_unit_test(test_plan_cli_refuses_bad_usage),
         cmocka_unit_test(test_plan_cli_plans_a_real_model_on_emulated_devices),
         cmocka_unit_test(test_plan_cli_refuses_lengths_beyond_the_context),
+        cmocka_unit_test(test_plan_cli_kv_dtype_overrides_the_presets_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -352,6 +352,9 @@ static void test_full_queue_answers_429_with_retry_after(void **state)
     assert_true(sh_metric(m, "plexus_serve_rejected_total") >= 1);
     px_assert_contains(m, "plexus_serve_time_to_first_token_seconds_bucket");
     px_assert_contains(m, "plexus_serve_kv_blocks_free{replica=\"0\"}");
+    /* The incident counter counts what the healing loop opened, and says
+     * so: their records appear only when they close. */
+    px_assert_contains(m, "# HELP plexus_serve_incidents_total incidents the healing loop opened");
     free(m);
     assert_int_equal(sh_stop(&small), 0);
 }

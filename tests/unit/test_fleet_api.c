@@ -6,8 +6,11 @@
 
 #include "fleet/fleet_impl.h"
 #include "plexus/fleet.h"
+#include "plexus/hw.h"
 
 #include <curl/curl.h>
+#include <dirent.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -135,7 +138,7 @@ static char *fresh_dir(const char *name)
  * of its own) or registers it again with that credential. */
 static void register_node(const char *name, const char *extra)
 {
-    char body[1024];
+    char body[2048];
     bool joined = false;
     for (int i = 0; i < n_creds; i++)
         joined = joined || !strcmp(creds[i].name, name);
@@ -394,6 +397,45 @@ static void test_api_requeues_work_of_a_lost_node_with_next_attempt(void **state
     st = job_state(id);
     assert_string_equal(st, "succeeded");
     free(st);
+    free(id);
+    px_fleet_server_stop(srv);
+    free(d);
+}
+
+/* A heartbeat whose numbered running list no longer holds a member the
+ * server thinks running requeues it at once; a list taken before the
+ * member was listed, or one without a number, loses nothing. */
+static void test_api_heartbeat_requeues_work_the_agent_no_longer_lists(void **state)
+{
+    (void)state;
+    char *d = fresh_dir("reconcile");
+    px_fleet_server *srv = start(d, 30);
+    register_node("h1", NULL);
+    char *id = submit("{\"command\": [\"sleep\", \"100\"]}");
+    json_t *as = assignments("h1", 5);
+    assert_int_equal(json_array_size(as), 1);
+    json_decref(as);
+    report(id, "start", "h1", 1, 0, ", \"listed\": 1000", 200);
+    char jp[64], listed[200], body[400];
+    snprintf(jp, sizeof jp, "/v1/jobs/%s", id);
+    snprintf(listed, sizeof listed, "[{\"job\": \"%s\", \"attempt\": 1, \"rank\": 0}]", id);
+    /* Listed: kept. */
+    snprintf(body, sizeof body, "{\"node\": \"h1\", \"running\": %s, \"running_seq\": 1000}",
+             listed);
+    expect("POST", "/v1/agent/heartbeat", cred_of("h1"), body, 200, NULL);
+    /* A list from before the member joined it, and an unnumbered one:
+     * they say nothing of it. */
+    expect("POST", "/v1/agent/heartbeat", cred_of("h1"),
+           "{\"node\": \"h1\", \"running\": [], \"running_seq\": 999}", 200, NULL);
+    heartbeat("h1", "[]");
+    char *st = job_state(id);
+    assert_string_equal(st, "running");
+    free(st);
+    expect("GET", jp, USER_TOKEN, NULL, 200, "\"attempt\":1");
+    /* A later list without it: the work ended unreported; attempt 2. */
+    expect("POST", "/v1/agent/heartbeat", cred_of("h1"),
+           "{\"node\": \"h1\", \"running\": [], \"running_seq\": 1001}", 200, NULL);
+    expect("GET", jp, USER_TOKEN, NULL, 200, "\"attempt\":2");
     free(id);
     px_fleet_server_stop(srv);
     free(d);
@@ -668,6 +710,134 @@ static void test_api_answers_while_a_job_is_planned(void **state)
     assert_int_equal(hook_status, 200);
     px_assert_contains(hook_body, id);
     free(id);
+    free(d);
+}
+
+/* The inventory the planner gets for `plan: "auto"` jobs and deployments
+ * keeps the links inside each node (named by the node's registered name)
+ * next to the assumed network between nodes, and leaves out the ends it
+ * cannot name. */
+static void test_api_planner_inventory_keeps_links_inside_nodes(void **state)
+{
+    (void)state;
+    char *d = fresh_dir("links");
+    px_fleet_server *srv = start(d, 5);
+#define DEV(id)                                                                    \
+    "{\"id\": \"" id "\", \"class\": \"cpu\", \"backend\": \"cpu\", \"compute\": " \
+    "{\"f32\": \"1 TFLOP/s\"}, \"memory\": [{\"id\": \"ddr\", \"kind\": \"ddr\", " \
+    "\"capacity\": \"16 GiB\", \"bandwidth\": \"50 GB/s\"}]}"
+    register_node("k1",
+                  ", \"node\": {\"id\": \"host-a\", \"devices\": [" DEV("d0") ", " DEV(
+                      "d1") "]}, \"links\": [{\"from\": \"d0\", \"to\": \"host-a.d1\", "
+                            "\"kind\": \"pcie5\", \"bandwidth\": \"32 GB/s\", "
+                            "\"latency\": \"2 us\", \"bidirectional\": true}, "
+                            "{\"from\": \"d0\", \"to\": \"host\", \"bandwidth\": \"1 GB/s\"}]");
+    register_node("k2", ", \"node\": {\"devices\": [" DEV("d0") "]}");
+#undef DEV
+    pthread_mutex_lock(&srv->lock);
+    json_t *inv = px__srv_fleet_inventory(srv);
+    pthread_mutex_unlock(&srv->lock);
+    assert_non_null(inv);
+    json_t *links = json_object_get(inv, "links");
+    bool inside = false, to_host = false;
+    size_t i;
+    json_t *l;
+    json_array_foreach(links, i, l)
+    {
+        const char *from = json_string_value(json_object_get(l, "from"));
+        const char *to = json_string_value(json_object_get(l, "to"));
+        if (!strcmp(from, "k1.d0") && !strcmp(to, "k1.d1")) {
+            inside = true;
+            assert_string_equal(json_string_value(json_object_get(l, "kind")), "pcie5");
+            assert_string_equal(json_string_value(json_object_get(l, "bandwidth")), "32 GB/s");
+            assert_string_equal(json_string_value(json_object_get(l, "latency")), "2 us");
+        }
+        to_host = to_host || strstr(to, "host");
+    }
+    assert_true(inside);
+    assert_false(to_host);
+    /* The planner reads it: the devices of k1 are joined by that link. */
+    px_hw_graph *g = NULL;
+    px_err err;
+    px_assert_ok(px_hw_graph_from_value(inv, "fleet inventory", NULL, &g, NULL, &err), &err);
+    const px_hw_view *v = px_hw_graph_view(g);
+    bool pcie = false;
+    for (size_t k = 0; k < v->n_links; k++)
+        pcie = pcie || v->links[k].kind == PX_HW_LINK_PCIE5;
+    assert_true(pcie);
+    px_hw_graph_free(g);
+    json_decref(inv);
+    px_fleet_server_stop(srv);
+    free(d);
+}
+
+/* A store that keeps blobs, holding one of FAKE_BLOB_SIZE bytes. */
+#define FAKE_BLOB_SIZE (4 << 20)
+static px_status fake_put_blob(void *self, const char *hex, int fd, int64_t size, px_err *err)
+{
+    (void)self, (void)hex, (void)fd, (void)size;
+    return px_err_set(err, PX_EIO, "not used");
+}
+
+static px_status fake_get_blob(void *self, const char *hex, int fd, int64_t *size, px_err *err)
+{
+    (void)self, (void)hex, (void)err;
+    static char chunk[1 << 16];
+    for (int64_t done = 0; done < FAKE_BLOB_SIZE; done += (int64_t)sizeof chunk)
+        if (write(fd, chunk, sizeof chunk) != (ssize_t)sizeof chunk)
+            return px_err_set(err, PX_EIO, "short write");
+    *size = FAKE_BLOB_SIZE;
+    return PX_OK;
+}
+
+/* A blob the server fetches from its store into DATA/blobs (for an agent
+ * that asks for it) respects --disk-reserve as an upload does: refused,
+ * with nothing kept and no bytes past the room written, when it would
+ * leave less free than the reserve. */
+static void test_blob_fetch_refuses_to_cross_the_disk_reserve(void **state)
+{
+    (void)state;
+    char *d = fresh_dir("reserve");
+    px_fleet_server srv;
+    memset(&srv, 0, sizeof srv);
+    srv.data_dir = d;
+    srv.tmp_dir = px_asprintf("%s/tmp", d);
+    char *blobs = px_asprintf("%s/blobs", d);
+    assert_int_equal(mkdir(d, 0700), 0);
+    assert_int_equal(mkdir(srv.tmp_dir, 0700), 0);
+    assert_int_equal(mkdir(blobs, 0700), 0);
+    static const px__store_ops ops = {
+        .version = 9, .put_blob = fake_put_blob, .get_blob = fake_get_blob};
+    srv.store.ops = &ops;
+    const char *hex = "047bf46455a544931cff6fef14d7910154c56afbc23ab1c5e56a72e69912c04b";
+    char path[PATH_MAX];
+    px_err err;
+    px_assert_ok(px__blob_path(d, hex, path, sizeof path, &err), &err);
+
+    /* 1 MiB of room above the reserve: the 4 MiB blob is refused. */
+    srv.opt.disk_reserve = 0;
+    int64_t free_now = px__srv_disk_headroom(&srv);
+    assert_true(free_now > (16 << 20));
+    srv.opt.disk_reserve = (uint64_t)(free_now - (1 << 20));
+    assert_int_equal(px__blob_fetch(&srv, hex, &err), PX_ELIMIT);
+    px_assert_contains(err.msg, "--disk-reserve");
+    px_assert_contains(err.msg, "4194304 bytes");
+    assert_int_not_equal(access(path, F_OK), 0);
+    DIR *dir = opendir(srv.tmp_dir);
+    assert_non_null(dir);
+    for (struct dirent *e; (e = readdir(dir));)
+        if (e->d_name[0] != '.')
+            fail_msg("a refused fetch left %s in the tmp folder", e->d_name);
+    closedir(dir);
+
+    /* With the reserve met, the same blob is fetched and kept. */
+    srv.opt.disk_reserve = 1 << 20;
+    px_assert_ok(px__blob_fetch(&srv, hex, &err), &err);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, FAKE_BLOB_SIZE);
+    free(blobs);
+    free(srv.tmp_dir);
     free(d);
 }
 
@@ -950,12 +1120,15 @@ int main(void)
         cmocka_unit_test(test_api_refuses_malformed_and_oversized_requests),
         cmocka_unit_test(test_api_runs_a_job_through_its_life),
         cmocka_unit_test(test_api_requeues_work_of_a_lost_node_with_next_attempt),
+        cmocka_unit_test(test_api_heartbeat_requeues_work_the_agent_no_longer_lists),
         cmocka_unit_test(test_api_gang_and_member_failure_fail_the_group),
         cmocka_unit_test(test_api_service_restarts_after_exit),
         cmocka_unit_test(test_api_keeps_jobs_across_a_restart),
         cmocka_unit_test(test_api_artifacts_refuse_symlinked_folders),
         cmocka_unit_test(test_api_plan_auto_plans_or_says_why),
         cmocka_unit_test(test_api_answers_while_a_job_is_planned),
+        cmocka_unit_test(test_api_planner_inventory_keeps_links_inside_nodes),
+        cmocka_unit_test(test_blob_fetch_refuses_to_cross_the_disk_reserve),
         cmocka_unit_test(test_api_deployment_prefers_warm_nodes_unless_they_cost_too_much),
         cmocka_unit_test(test_api_drain_group_restart_and_log_long_poll),
         cmocka_unit_test(test_api_never_acknowledges_a_write_the_store_refused),

@@ -498,6 +498,86 @@ static void test_runner_runs_jobs_as_the_job_user(void **state)
     free(secret);
 }
 
+/* An interpreter under a folder the job user cannot enter (python3 of
+ * root's pyenv for a job run as nobody) is named with the folder in the
+ * way and the fix, whether it is given as is or through a link; once the
+ * way is open, or when jobs run as the agent's own user, it passes. */
+static void test_job_user_must_reach_the_python_interpreter(void **state)
+{
+    (void)state;
+    const char *dir = px_test_tmpdir();
+    char *home = px_asprintf("%s/root-home", dir);
+    char *bin = px_asprintf("%s/root-home/bin", dir);
+    char *python = px_asprintf("%s/root-home/bin/python3", dir);
+    char *link = px_asprintf("%s/python3-link", dir);
+    assert_int_equal(chmod(dir, 0755), 0);
+    assert_int_equal(mkdir(home, 0700), 0);
+    assert_int_equal(mkdir(bin, 0755), 0);
+    int fd = open(python, O_WRONLY | O_CREAT | O_TRUNC, 0755);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(symlink(python, link), 0);
+    px__agent a;
+    memset(&a, 0, sizeof a);
+    a.set_user = true;
+    a.uid = 65534;
+    a.gid = 65534;
+    px_err err;
+    assert_int_equal(px__agent_job_user_may_run(&a, python, "the Python interpreter", NULL, &err),
+                     PX_EINVAL);
+    px_assert_contains(err.msg, "the Python interpreter");
+    px_assert_contains(err.msg, python);
+    px_assert_contains(err.msg, "uid 65534");
+    px_assert_contains(err.msg, "cannot enter");
+    px_assert_contains(err.msg, "chmod o+x");
+    px_assert_contains(err.msg, home);
+    assert_int_equal(px__agent_job_user_may_run(&a, link, "the Python interpreter", NULL, &err),
+                     PX_EINVAL);
+    px_assert_contains(err.msg, home);
+    /* A file it may not execute. */
+    assert_int_equal(chmod(home, 0711), 0);
+    assert_int_equal(chmod(python, 0700), 0);
+    assert_int_equal(px__agent_job_user_may_run(&a, link, "the Python interpreter", NULL, &err),
+                     PX_EINVAL);
+    px_assert_contains(err.msg, "cannot execute");
+    assert_int_equal(chmod(python, 0755), 0);
+    px_assert_ok(px__agent_job_user_may_run(&a, link, "the Python interpreter", NULL, &err), &err);
+    /* A bare name: the first on PATH the job user can run, past one in
+     * a folder it cannot enter. */
+    assert_int_equal(chmod(home, 0700), 0);
+    char *open_bin = px_asprintf("%s/open-bin", dir);
+    char *open_python = px_asprintf("%s/open-bin/python3", dir);
+    assert_int_equal(mkdir(open_bin, 0755), 0);
+    assert_int_equal(symlink("/bin/sh", open_python), 0);
+    char *old_path = px_strdup(getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+    char *path = px_asprintf("%s:%s", bin, open_bin);
+    setenv("PATH", path, 1);
+    char *found = NULL;
+    px_err e2;
+    px_status st = px__agent_job_user_may_run(&a, "python3", "the Python interpreter", &found, &e2);
+    setenv("PATH", bin, 1);
+    px_status st_blocked =
+        px__agent_job_user_may_run(&a, "python3", "the Python interpreter", NULL, &err);
+    setenv("PATH", old_path, 1);
+    px_assert_ok(st, &e2);
+    assert_non_null(found);
+    assert_string_equal(found, open_python);
+    assert_int_equal(st_blocked, PX_EINVAL);
+    px_assert_contains(err.msg, python);
+    free(found);
+    free(path);
+    free(old_path);
+    free(open_bin);
+    free(open_python);
+    a.set_user = false;
+    px_assert_ok(px__agent_job_user_may_run(&a, python, "the Python interpreter", NULL, &err),
+                 &err);
+    free(home);
+    free(bin);
+    free(python);
+    free(link);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -515,6 +595,7 @@ int main(void)
         cmocka_unit_test(test_runner_ends_descendants_that_left_the_group),
         cmocka_unit_test(test_runner_in_a_cgroup_ends_everything_and_removes_it),
         cmocka_unit_test(test_runner_runs_jobs_as_the_job_user),
+        cmocka_unit_test(test_job_user_must_reach_the_python_interpreter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

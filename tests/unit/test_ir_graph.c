@@ -447,6 +447,32 @@ static void test_preset_kv_cache_takes_the_weights_dtype(void **state)
     px_ir_model_free(m);
 }
 
+/* f32 is also the zero of an unset field: given explicitly, it must still
+ * override a preset's bf16 cache, and left unset it must not. */
+static void test_kv_dtype_f32_given_overrides_preset_bf16(void **state)
+{
+    (void)state;
+    px_ir_model *m = preset("llama-3-8b", PX_DTYPE_COUNT_, NULL);
+    assert_int_equal(px_ir_model_kv(m, 0)->dtype, PX_DTYPE_BF16);
+    px_ir_model_free(m);
+    px_ir_open_opts o = {.kv_dtype = PX_DTYPE_F32};
+    m = preset("llama-3-8b", PX_DTYPE_COUNT_, &o);
+    assert_int_equal(px_ir_model_kv(m, 0)->dtype, PX_DTYPE_BF16);
+    px_ir_model_free(m);
+    o.kv_dtype_given = true;
+    m = preset("llama-3-8b", PX_DTYPE_COUNT_, &o);
+    assert_int_equal(px_ir_model_kv(m, 0)->dtype, PX_DTYPE_F32);
+    /* 2 * 32 layers * 8 kv heads * 128 * 4 bytes = 256 KiB per token. */
+    px_ir_totals t;
+    px_ir_model_totals(m, &t);
+    assert_int_equal(t.kv_bytes_token, 262144);
+    px_ir_model_free(m);
+    o.kv_dtype = (px_dtype)PX_DTYPE_COUNT_;
+    px_err err;
+    assert_int_equal(px_ir_preset_new("llama-3-8b", PX_DTYPE_COUNT_, &o, &m, &err), PX_EINVAL);
+    px_assert_contains(err.msg, "not a known dtype");
+}
+
 static void test_kv_dtype_and_sliding_window(void **state)
 {
     (void)state;
@@ -488,6 +514,7 @@ int main(void)
         cmocka_unit_test(test_moe_weight_traffic_under_uniform_routing),
         cmocka_unit_test(test_dit_is_bidirectional_without_kv_cache),
         cmocka_unit_test(test_annotations_mark_sensitive_and_observable_ops),
+        cmocka_unit_test(test_kv_dtype_f32_given_overrides_preset_bf16),
         cmocka_unit_test(test_kv_dtype_and_sliding_window),
         cmocka_unit_test(test_preset_kv_cache_takes_the_weights_dtype),
     };
