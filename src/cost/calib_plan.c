@@ -100,15 +100,16 @@ px_status px__cost_calib_assumptions(json_t *arr, const px_cost_fleet *f, const 
                    (step_size(m) > c->valid_hi || step_size(m) < c->valid_lo)) {
             snprintf(why, sizeof why,
                      "not applied: outside its validity range (valid for %.4g to %.4g bytes of "
-                     "logits per step; this model's are %.4g): no executor round trip is "
-                     "added",
+                     "logits per step; this model's are %.4g): the sourced host time per "
+                     "row is used",
                      c->valid_lo, c->valid_hi, step_size(m));
         } else if (c->cls == PX_COST_CLASS_STEP) {
             snprintf(why, sizeof why,
-                     "applied: %.4g s per step for the executor's round trip (tokens in, logits "
-                     "out) is added to the time per token of pipelines whose first stage runs "
-                     "on %s, where the logits per step lie in [%.4g, %.4g] bytes",
-                     c->offset_s, c->device, c->valid_lo, c->valid_hi);
+                     "applied: the host's work per step (the executor's round trip, sampling "
+                     "and token handling), %.4g s plus %.4g s per row, is added to the time per "
+                     "token of pipelines whose first stage runs on %s, where the logits per step "
+                     "lie in [%.4g, %.4g] bytes",
+                     c->offset_s, c->factor * p->host_row_s, c->device, c->valid_lo, c->valid_hi);
         } else {
             snprintf(why, sizeof why,
                      "applies where a stage's size lies in its validity range [%.4g, %.4g] %s",
