@@ -617,7 +617,7 @@ typedef enum px_cost_op_class {
     PX_COST_CLASS_ATTENTION,
     PX_COST_CLASS_MATMUL,
     PX_COST_CLASS_COPY,
-    PX_COST_CLASS_STEP, /* the executor's round trip per step (no sourced term) */
+    PX_COST_CLASS_STEP, /* the host's work per step (sourced: rows x host_row_s) */
     PX_COST_CLASS_COUNT_
 } px_cost_op_class;
 
@@ -702,13 +702,13 @@ double px_cost_step_size(const px_cost_model *m, const px_cost_workload *wl);
 
 /* One observation for fitting: the same work timed and predicted by the
  * sourced model (px_cost_stage_terms gives the predictions; for the step
- * class the sourced model has no term and predicted_s is 0). */
+ * class px_cost_step_sourced, or 0 for a sample fitted as a fixed time). */
 typedef struct px_cost_calib_sample {
     const char *device; /* borrowed; device id or link kind */
     px_cost_op_class cls;
     px_dtype dtype;     /* PX_DTYPE_COUNT_: any */
     double size;        /* the regime's size (class unit) */
-    double predicted_s; /* sourced prediction, > 0 (step class: 0, ignored) */
+    double predicted_s; /* sourced prediction, > 0 (step class: may be 0) */
     double observed_s;  /* > 0 */
 } px_cost_calib_sample;
 
@@ -724,8 +724,10 @@ typedef struct px_cost_fit_opts {
 } px_cost_fit_opts;
 
 /* Groups samples (borrowed) by device, class and dtype, splits each group
- * (a step group is fitted as a fixed time: offset_s the mean observed,
- * factor 1 and [lo, hi] the relative prediction interval around 1)
+ * (a step group whose samples have no sourced prediction (0) is fitted
+ * as a fixed time: offset_s the mean observed, factor 1 and [lo, hi] the
+ * relative prediction interval around 1; step samples with and without
+ * one are grouped apart)
  * into regimes where consecutive sizes differ by more than range_slack,
  * and adds one correction per regime to cal (replacing overlapping ones);
  * neighbouring regimes' validity ranges meet half way (geometrically)

@@ -20,10 +20,9 @@ double px_cost_step_sourced(const px_cost_model *m, const px_cost_workload *wl,
     return m->dit ? 0.0 : rows_of(wl) * p->host_row_s;
 }
 
-double px__cost_step_host_s(const px_cost_fleet *f, const px_cost_model *m,
-                            const px_cost_params *p, const px_cost_sample *s,
-                            const px_cost_pipeline *pipe, const px_cost_workload *wl,
-                            px_dtype dtype)
+double px__cost_step_host_s(const px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
+                            const px_cost_sample *s, const px_cost_pipeline *pipe,
+                            const px_cost_workload *wl, px_dtype dtype)
 {
     if (p->mode == PX_COST_CALIBRATED && p->calibration) {
         size_t idx;
