@@ -400,6 +400,14 @@ static void test_plan_link_fallbacks_cover_tensor_parallel_all_reduce(void **sta
     assert_int_equal(n_allreduce, groups);
     json_decref(doc);
     px_plan_free(p);
+    /* Capped at one device per stage (as plexus serve's stage workers
+     * run), the same request plans no group. */
+    req.max_tp = 1;
+    p = plan_ok(&req);
+    pipe = px_plan_pipeline(p, 0);
+    for (uint32_t k = 0; k < pipe->n_stages; k++)
+        assert_int_equal(pipe->stages[k].tp, 1);
+    px_plan_free(p);
     px_ir_model_free(m);
     px_hw_graph_free(g);
 }
