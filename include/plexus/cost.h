@@ -106,6 +106,13 @@ typedef struct px_cost_params {
     double reliability_window_s; /* window of the failure probability (24 h) */
     uint32_t mc_samples;         /* Monte Carlo samples for finalists (256) */
     uint64_t seed;               /* Monte Carlo seed (1) */
+    /* Host seconds per sequence (row) per decode step outside the stages'
+     * kernels: sampling over the vocabulary, token handling, the
+     * per-sequence work of the stage workers and the front end.  10 us,
+     * range 3..40 us (assumed; `plexus calibrate` measures it as the step
+     * class: a fixed time plus a time per row).  It is host-core work
+     * beside the first stage (see host_cores_s). */
+    double host_row_s, host_row_s_lo, host_row_s_hi;
 } px_cost_params;
 
 void px_cost_params_default(px_cost_params *p);
@@ -362,8 +369,10 @@ typedef struct px_cost_estimate {
     double usd_per_hour, usd_per_token, tokens_per_usd;
     double p_fail;     /* failure within the reliability window */
     double transfer_s; /* total inter-stage transfer per token */
-    /* The executor's own round trip per step (calibrated mode, a step
-     * correction applied; else 0): in step_s, not in transfer_s. */
+    /* The host's work per step of one micro-batch outside the stages'
+     * kernels: rows x host_row_s (sourced), or the step correction's
+     * fixed time plus its time per row (calibrated); in step_s, not in
+     * transfer_s.  0 for DiT in the sourced mode. */
     double executor_s;
     /* Host cores shared by the stages that run on them: the most
      * host-core seconds one step asks of a node over the cores it has
@@ -387,6 +396,7 @@ typedef struct px_cost_sample {
     /* Calibrated mode: per correction of the overlay (in its order), a
      * multiplicative draw of its factor; NULL means 1.0. */
     const double *calib;
+    double host_row_s; /* absolute; 0: params' host_row_s */
 } px_cost_sample;
 
 /* Evaluates one pipeline (borrowed) at point estimates (sample NULL) or
@@ -578,13 +588,15 @@ bool px_cost_compute_dtype(const px_cost_device *d, px_dtype weights, px_dtype a
  *   matmul     prefill (matrix-matrix products): rows per step;
  *   copy       transfers between stages, per link kind: bytes per
  *              transfer;
- *   step       the executor's own round trip per step (tokens to the
- *              first stage, logits back from the last, their handling),
- *              keyed by the first stage's device: logits bytes per step
- *              (px_cost_step_size).  The sourced model has no such term
- *              (its prediction is 0), so a step correction is a fixed
- *              time (offset_s, factor 1, [lo, hi] scaling it) added to
- *              the time per token in the calibrated mode only.
+ *   step       the host's work per step outside the stages' kernels (the
+ *              executor's round trip, sampling and token handling per
+ *              sequence), keyed by the first stage's device: logits bytes
+ *              per step (px_cost_step_size, rows x vocab x 4).  Its
+ *              sourced prediction is rows x host_row_s, so a correction
+ *              fitted over several batch sizes is a fixed time (offset_s)
+ *              plus a time per row (factor x host_row_s).  A correction
+ *              fitted from samples without a sourced prediction (0, older
+ *              overlays) is a fixed time: offset_s, factor 1.
  *
  * Epistemic uncertainty: a correction is fitted by least squares (an
  * offset only where its samples span different sizes, else the mean
@@ -605,7 +617,7 @@ typedef enum px_cost_op_class {
     PX_COST_CLASS_ATTENTION,
     PX_COST_CLASS_MATMUL,
     PX_COST_CLASS_COPY,
-    PX_COST_CLASS_STEP, /* the executor's round trip per step (no sourced term) */
+    PX_COST_CLASS_STEP, /* the host's work per step (sourced: rows x host_row_s) */
     PX_COST_CLASS_COUNT_
 } px_cost_op_class;
 
@@ -690,13 +702,13 @@ double px_cost_step_size(const px_cost_model *m, const px_cost_workload *wl);
 
 /* One observation for fitting: the same work timed and predicted by the
  * sourced model (px_cost_stage_terms gives the predictions; for the step
- * class the sourced model has no term and predicted_s is 0). */
+ * class px_cost_step_sourced, or 0 for a sample fitted as a fixed time). */
 typedef struct px_cost_calib_sample {
     const char *device; /* borrowed; device id or link kind */
     px_cost_op_class cls;
     px_dtype dtype;     /* PX_DTYPE_COUNT_: any */
     double size;        /* the regime's size (class unit) */
-    double predicted_s; /* sourced prediction, > 0 (step class: 0, ignored) */
+    double predicted_s; /* sourced prediction, > 0 (step class: may be 0) */
     double observed_s;  /* > 0 */
 } px_cost_calib_sample;
 
@@ -712,8 +724,10 @@ typedef struct px_cost_fit_opts {
 } px_cost_fit_opts;
 
 /* Groups samples (borrowed) by device, class and dtype, splits each group
- * (a step group is fitted as a fixed time: offset_s the mean observed,
- * factor 1 and [lo, hi] the relative prediction interval around 1)
+ * (a step group whose samples have no sourced prediction (0) is fitted
+ * as a fixed time: offset_s the mean observed, factor 1 and [lo, hi] the
+ * relative prediction interval around 1; step samples with and without
+ * one are grouped apart)
  * into regimes where consecutive sizes differ by more than range_slack,
  * and adds one correction per regime to cal (replacing overlapping ones);
  * neighbouring regimes' validity ranges meet half way (geometrically)
@@ -801,7 +815,8 @@ PX_NODISCARD px_status px_cost_run_samples(const px_cost_run *run, px_cost_fleet
                                            px_cost_calib_sample *samples, size_t *n, px_err *err);
 /* The step-class sample of a run (see px_cost_run_samples): its time per
  * token end to end less every stage's observed decode time and every
- * observed hop between stages, keyed by the first stage's device.  *has
+ * observed hop between stages, keyed by the first stage's device, with
+ * no sourced prediction (0: fitted as a fixed time).  *has
  * is false (no error) when the run did not observe its time per token or
  * a hop between stages, or when what is left is not positive.  The
  * device string borrows from run.  PX_ENOTFOUND for a device not in the
@@ -809,6 +824,23 @@ PX_NODISCARD px_status px_cost_run_samples(const px_cost_run *run, px_cost_fleet
 PX_NODISCARD px_status px_cost_run_step_sample(const px_cost_run *run, px_cost_fleet *f,
                                                const px_cost_model *m, px_cost_calib_sample *sample,
                                                bool *has, px_err *err);
+/* The sourced prediction of the step class for a model under a
+ * workload: rows of a micro-batch x p->host_row_s (0 for DiT). */
+double px_cost_step_sourced(const px_cost_model *m, const px_cost_workload *wl,
+                            const px_cost_params *p);
+/* The step-class sample of a run served at any batch: its time per token
+ * end to end less every stage's decode time as p predicts it (the
+ * overlay's corrections of the other classes applied in the calibrated
+ * mode) and every observed hop between stages, against the sourced
+ * prediction px_cost_step_sourced, so that runs at several batch sizes fit
+ * a fixed time plus a time per row.  *has is false (no error) when the
+ * run did not observe its time per token or a hop, or when what is left
+ * is not positive.  The device string borrows from run.  PX_ENOTFOUND for
+ * a device not in the fleet, PX_ENOMEM. */
+PX_NODISCARD px_status px_cost_run_host_sample(const px_cost_run *run, px_cost_fleet *f,
+                                               const px_cost_model *m, const px_cost_params *p,
+                                               px_cost_calib_sample *sample, bool *has,
+                                               px_err *err);
 /* Predicted against observed for each stage of a run holding blocks: the
  * decode time per step, sourced (p in the sourced mode) and calibrated
  * (cal), each with its Monte Carlo interval [lo, hi].  obs needs

@@ -235,6 +235,12 @@ void px_heal_detector_free(px_heal_detector *d); /* NULL is a no-op */
  * this and the following calls, in signal order (hops first, then
  * compute).  STALE_TOPOLOGY is reported when the baseline completes, for
  * the signal whose baseline exceeds the plan's hi the most.
+ * Stages share a host when their device ids ("node.device") name one
+ * node: a step in which two or more stages of one host depart is that
+ * host's contention (its cores shared), not a device or link fault, so
+ * neither its stages nor the hops between them (or to the executor)
+ * count it as a departure.  A host with one stage cannot tell the two
+ * apart: its departures count.
  * Deterministic: the same samples give the same findings. */
 bool px_heal_detector_observe(px_heal_detector *d, const px_heal_sample *s, px_heal_finding *f);
 /* Starts a new baseline (after a plan change) with a new envelope. */

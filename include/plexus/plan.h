@@ -104,6 +104,9 @@ typedef struct px_plan_request {
     /* Devices the plan may not use (fleet indices, borrowed; may be NULL).
      * Fallback planning uses it; so may a caller. */
     const bool *excluded;
+    /* The largest tensor-parallel degree a stage may have; 0: any.  The
+     * stage workers of `plexus serve` run one device per stage: 1. */
+    uint32_t max_tp;
 } px_plan_request;
 
 /* Defaults: latency objective, planner-chosen batch, context 4096, prompt

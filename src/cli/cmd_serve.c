@@ -167,6 +167,8 @@ static px_status get_plan(const serve_args *a, const px_hw_graph *g, const px_ir
 {
     px_plan_request_default(req);
     req->objective = PX_PLAN_OBJ_THROUGHPUT;
+    /* The stage workers run one device per stage. */
+    req->max_tp = 1;
     px_status st = PX_OK;
     if (a->objective && (st = px_plan_objective_parse(a->objective, &req->objective, err)))
         return st;

@@ -117,15 +117,16 @@ static px_status calib_assumptions(json_t *arr, const px_cost_fleet *f, const px
                    (step_size(m) > c->valid_hi || step_size(m) < c->valid_lo)) {
             snprintf(why, sizeof why,
                      "not applied: outside its validity range (valid for %.4g to %.4g bytes of "
-                     "logits per step; this model's are %.4g): no executor round trip is "
-                     "added",
+                     "logits per step; this model's are %.4g): the sourced host time per "
+                     "row is used",
                      c->valid_lo, c->valid_hi, step_size(m));
         } else if (c->cls == PX_COST_CLASS_STEP) {
             snprintf(why, sizeof why,
-                     "applied: %.4g s per step for the executor's round trip (tokens in, logits "
-                     "out) is added to the time per token of pipelines whose first stage runs "
-                     "on %s, where the logits per step lie in [%.4g, %.4g] bytes",
-                     c->offset_s, c->device, c->valid_lo, c->valid_hi);
+                     "applied: the host's work per step (the executor's round trip, sampling "
+                     "and token handling), %.4g s plus %.4g s per row, is added to the time per "
+                     "token of pipelines whose first stage runs on %s, where the logits per step "
+                     "lie in [%.4g, %.4g] bytes",
+                     c->offset_s, c->factor * p->host_row_s, c->device, c->valid_lo, c->valid_hi);
         } else {
             snprintf(why, sizeof why,
                      "applies where a stage's size lies in its validity range [%.4g, %.4g] %s",
@@ -161,6 +162,14 @@ json_t *px_cost_assumptions_json(const px_cost_fleet *f, const px_cost_model *m,
         goto fail;
     snprintf(v, sizeof v, "%.2f", p->eff_link);
     if (add_assumption(arr, "link efficiency", v, "assumed: protocol overhead of one transfer"))
+        goto fail;
+    snprintf(v, sizeof v, "%.3g us (range %.3g..%.3g us)", p->host_row_s * 1e6,
+             p->host_row_s_lo * 1e6, p->host_row_s_hi * 1e6);
+    if (m && !m->dit &&
+        add_assumption(arr, "host time per sequence per decode step", v,
+                       "assumed: sampling, token handling and per-sequence work outside the "
+                       "stages' kernels, on a host core; `plexus calibrate` measures it (step "
+                       "class: a fixed time plus a time per row)"))
         goto fail;
     snprintf(v, sizeof v, "%.2f", p->headroom);
     if (add_assumption(arr, "memory headroom", v, "planner parameter"))

@@ -6,7 +6,9 @@
 
 static bool same_group(const px_cost_calib_sample *a, const px_cost_calib_sample *b)
 {
-    return a->cls == b->cls && a->dtype == b->dtype && !strcmp(a->device, b->device);
+    /* Step samples with and without a sourced prediction fit apart. */
+    return a->cls == b->cls && a->dtype == b->dtype && !strcmp(a->device, b->device) &&
+           (a->cls != PX_COST_CLASS_STEP || (a->predicted_s > 0) == (b->predicted_s > 0));
 }
 
 static int cmp_size(const void *a, const void *b)
@@ -57,10 +59,11 @@ static void fill_correction(px_cost_correction *c, const fit_ctx *fc,
     px_strlcpy(c->timestamp, fc->stamp, sizeof c->timestamp);
 }
 
-/* The step class: the sourced model has no term for the executor's round
- * trip, so the correction is a fixed time, the mean observed, with factor
- * 1 and the relative prediction interval of one new observation around
- * it. */
+/* The step class from samples without a sourced prediction (0): the
+ * correction is a fixed time, the mean observed, with factor 1 and the
+ * relative prediction interval of one new observation around it.  Samples
+ * that carry the sourced per-row prediction are fitted like every other
+ * class (a fixed time plus a time per row). */
 static px_status fit_step(px_cost_calibration *cal, const fit_ctx *fc,
                           const px_cost_calib_sample *const *g, size_t k, double valid_lo,
                           double valid_hi, px_err *err)
@@ -96,7 +99,7 @@ static px_status fit_regime(px_cost_calibration *cal, const fit_ctx *fc,
                             const px_cost_calib_sample *const *g, size_t k, double valid_lo,
                             double valid_hi, px_err *err)
 {
-    if (g[0]->cls == PX_COST_CLASS_STEP)
+    if (g[0]->cls == PX_COST_CLASS_STEP && !(g[0]->predicted_s > 0))
         return fit_step(cal, fc, g, k, valid_lo, valid_hi, err);
     double xm = 0, ym = 0, xmin = INFINITY, xmax = 0;
     for (size_t j = 0; j < k; j++) {
@@ -177,7 +180,8 @@ px_status px_cost_calibration_fit(px_cost_calibration *cal, const px_cost_calib_
         const px_cost_calib_sample *s = &samples[i];
         if (!s->device || !s->device[0] || strlen(s->device) >= 64)
             return px_err_set(err, PX_EINVAL, "calibration sample %zu: no device (or too long)", i);
-        bool step = s->cls == PX_COST_CLASS_STEP; /* no sourced term: its prediction is 0 */
+        /* A step sample may come without a sourced prediction (0). */
+        bool step = s->cls == PX_COST_CLASS_STEP && s->predicted_s == 0;
         if (!isfinite(s->predicted_s) || !(step || s->predicted_s > 0) ||
             !isfinite(s->observed_s) || !(s->observed_s > 0) || !isfinite(s->size) || s->size < 0 ||
             (unsigned)s->cls >= PX_COST_CLASS_COUNT_ || (unsigned)s->dtype > PX_DTYPE_COUNT_)

@@ -11,4 +11,13 @@ double px__cost_qty_rel(const px_qty *q, double fallback);
  * the fallback. */
 double px__cost_bpe(px_dtype dt, double fallback);
 
+/* The host's work per step of one micro-batch outside the stages'
+ * kernels (px_cost_estimate.executor_s): rows x host_row_s (the sample's
+ * draw when s gives one), or in the calibrated mode the step correction
+ * for the first stage's device and dtype at the workload's step size,
+ * applied to the sourced point prediction.  Allocates nothing. */
+double px__cost_step_host_s(const px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
+                            const px_cost_sample *s, const px_cost_pipeline *pipe,
+                            const px_cost_workload *wl, px_dtype dtype);
+
 #endif

@@ -786,26 +786,23 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
     }
     sum += loop;
     est->transfer_s = xfer_sum + loop;
-    /* The executor's own round trip per step (tokens in, logits out): no
-     * sourced term, only what a step correction measured.  It is not a
-     * transfer between stages, so it stays out of transfer_s and bind. */
-    double exec = 0;
-    if (calibrated(p)) {
-        bool a;
-        double t =
-            calib_apply(p, s, f->devices[pipe->stages[0].devices[0]].id, PX_COST_CLASS_STEP,
-                        weights_dtype(m, &pipe->stages[0]), px_cost_step_size(m, wl), 0.0, &a);
-        if (a)
-            exec = t;
-    }
+    /* The host's work per step outside the stages' kernels (the
+     * executor's round trip, sampling and token handling per row).  It is
+     * not a transfer between stages, so it stays out of transfer_s and
+     * bind; the executor handles every micro-batch in turn, so it is a
+     * stage of the cycle too. */
+    double exec = px__cost_step_host_s(f, m, p, s, pipe, wl, weights_dtype(m, &pipe->stages[0]));
     sum += exec;
     est->executor_s = exec;
+    cycle = PX_MAX(cycle, exec);
+    cycle_thr = PX_MAX(cycle_thr, exec);
+    cycle_tpot = PX_MAX(cycle_tpot, exec);
     est->decode_step_s = PX_MAX(sum, mb * cycle);
     double step_tpot = PX_MAX(sum_tpot + loop + exec, mb * cycle_tpot);
     est->step_s = PX_MAX(sum_thr + loop + exec, mb * cycle_thr);
     /* Stages that run on one host's cores share them: a step cannot be
      * shorter than the core-seconds it asks of a node over its cores. */
-    host_cores_floor(f, pipe, mb, exec, est);
+    host_cores_floor(f, pipe, mb, mb * exec, est);
     est->decode_step_s = PX_MAX(est->decode_step_s, est->host_cores_s);
     step_tpot = PX_MAX(step_tpot, est->host_cores_s);
     est->step_s = PX_MAX(est->step_s, est->host_cores_s);

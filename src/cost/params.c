@@ -36,6 +36,12 @@ void px_cost_params_default(px_cost_params *p)
     p->reliability_window_s = 24.0 * 3600.0;
     p->mc_samples = 256;
     p->seed = 1;
+    /* Sampling over the vocabulary, token handling and per-sequence
+     * bookkeeping on a host core: tens of microseconds per sequence and
+     * step on the engines measured here (`plexus calibrate` replaces it). */
+    p->host_row_s = 10e-6;
+    p->host_row_s_lo = 3e-6;
+    p->host_row_s_hi = 40e-6;
 }
 
 static bool in_range(double v, double lo, double hi)
@@ -81,6 +87,12 @@ px_status px_cost_params_check(const px_cost_params *p, px_err *err)
     if (p->mc_samples < 8 || p->mc_samples > 100000)
         return px_err_set(err, PX_EINVAL, "cost model: %u Monte Carlo samples; use 8 to 100000",
                           p->mc_samples);
+    if (!in_range(p->host_row_s, 0.0, 1.0) || !in_range(p->host_row_s_lo, 0.0, p->host_row_s) ||
+        !in_range(p->host_row_s_hi, p->host_row_s, 1.0))
+        return px_err_set(err, PX_EINVAL,
+                          "cost model: host time per row %g s (range %g..%g) must lie in "
+                          "[0, 1] s with lo <= value <= hi",
+                          p->host_row_s, p->host_row_s_lo, p->host_row_s_hi);
     if (!(p->host_link_bw > 0) || !(p->reliability_window_s > 0) || !(p->default_mtbf_s > 0))
         return px_err_set(err, PX_EINVAL,
                           "cost model: host link bandwidth, reliability window and "

@@ -182,6 +182,7 @@ px_status px_cost_uncertainty_layout(px_cost_fleet *f, const px_cost_model *m,
             .link_bw = link,
             .eff_mem = draw_eff(&r, p->eff_mem, p->eff_mem_lo, p->eff_mem_hi),
             .eff_compute = draw_eff(&r, p->eff_compute, p->eff_compute_lo, p->eff_compute_hi)};
+        smp.host_row_s = draw_eff(&r, p->host_row_s, p->host_row_s_lo, p->host_row_s_hi);
         double t_tp = 0, t_tt = 0, t_thr = 0, t_watts = 0, t_usd_h = 0;
         double *use = rep, *k_host = rep + n_pipes, *r_tpot = rep + 2 * n_pipes,
                *r_thr = rep + 3 * n_pipes, *r_jpt = rep + 4 * n_pipes, *r_upt = rep + 5 * n_pipes;

@@ -364,6 +364,50 @@ static bool emit(px_heal_detector *d, px_heal_finding *f)
     return false;
 }
 
+/* Whether stages a and b run on one host: their device ids ("node.device",
+ * the inventory's global ids) share the node.  A stage without a device
+ * id, or whose id names no node, shares a host with none. */
+static bool same_host(const px_heal_detector *d, uint32_t a, uint32_t b)
+{
+    const char *x = d->env.device[a], *y = d->env.device[b];
+    const char *dx = strchr(x, '.'), *dy = strchr(y, '.');
+    return dx && dy && dx > x && dx - x == dy - y && !memcmp(x, y, (size_t)(dx - x));
+}
+
+/* Hosts whose cores are contended in this step: two or more of their
+ * stages depart at once.  A device fault slows its own stage; what slows
+ * several stages of one host together is the host (its cores shared by
+ * stage workers, emulated devices and the server), not a device or a
+ * link, so those departures confirm nothing.  busy[i] says whether stage
+ * i's host is contended. */
+static void contended_hosts(const px_heal_detector *d, const bool *departs, bool *busy)
+{
+    uint32_t n = d->env.n_stages;
+    for (uint32_t i = 0; i < n; i++) {
+        busy[i] = false;
+        for (uint32_t j = 0; j < n && !busy[i]; j++)
+            busy[i] = j != i && departs[i] && departs[j] && same_host(d, i, j);
+    }
+    /* Every stage of a contended host, departing now or not. */
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < n && !busy[i]; j++)
+            busy[i] = busy[j] && same_host(d, i, j);
+}
+
+/* Whether signal s lies on a contended host: a stage on it, or a hop whose
+ * ends are on it (the executor's end counts as the stage's host). */
+static bool on_busy_host(const px_heal_detector *d, uint32_t s, const bool *busy)
+{
+    uint32_t n = d->env.n_stages;
+    if (s > n)
+        return busy[s - n - 1];
+    if (s == 0)
+        return busy[0];
+    if (s == n)
+        return busy[n - 1];
+    return busy[s - 1] && busy[s];
+}
+
 bool px_heal_detector_observe(px_heal_detector *d, const px_heal_sample *smp, px_heal_finding *f)
 {
     if (!d || !smp || smp->n_stages != d->env.n_stages)
@@ -373,6 +417,9 @@ bool px_heal_detector_observe(px_heal_detector *d, const px_heal_sample *smp, px
         d->first_step = smp->step;
         d->first_t = smp->t_s;
     }
+    /* First every signal's departure in this step, then the hosts they
+     * show contended, then what confirms. */
+    bool seen[MAX_SIGNALS] = {false}, departs_now[MAX_SIGNALS] = {false};
     for (uint32_t s = 0; s < d->n_signals; s++) {
         signal *g = &d->sig[s];
         double v = s <= n ? smp->xfer_s[s] : smp->compute_s[s - n - 1];
@@ -386,7 +433,19 @@ bool px_heal_detector_observe(px_heal_detector *d, const px_heal_sample *smp, px
             }
             continue;
         }
-        bool departs = v > d->o.ratio * g->baseline && v - g->baseline > d->o.floor_s;
+        seen[s] = true;
+        departs_now[s] = v > d->o.ratio * g->baseline && v - g->baseline > d->o.floor_s;
+    }
+    bool busy[PX_RT_MAX_STAGES];
+    contended_hosts(d, departs_now + n + 1, busy);
+    for (uint32_t s = 0; s < d->n_signals; s++) {
+        if (!seen[s])
+            continue;
+        signal *g = &d->sig[s];
+        double v = s <= n ? smp->xfer_s[s] : smp->compute_s[s - n - 1];
+        /* A contended host's step is kept as a normal one: it must not
+         * add up to a confirmation later either. */
+        bool departs = departs_now[s] && !on_busy_host(d, s, busy);
         g->value[g->head] = v;
         g->departs[g->head] = departs;
         g->step[g->head] = smp->step;

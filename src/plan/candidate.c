@@ -355,9 +355,21 @@ static uint64_t cand_key(const px_cost_pipeline *p, const px_cost_workload *wl)
     return px__plan_pipe_key(p) ^ ((uint64_t)wl->batch << 40) ^ ((uint64_t)wl->micro_batches << 52);
 }
 
+/* Whether a stage of p has more devices than the request allows. */
+static bool over_max_tp(const px__plan_ctx *ctx, const px_cost_pipeline *p)
+{
+    uint32_t m = ctx->req ? ctx->req->max_tp : 0;
+    for (uint32_t i = 0; m && i < p->n_stages; i++)
+        if (p->stages[i].tp > m)
+            return true;
+    return false;
+}
+
 bool px__plan_evaluate(px__plan_ctx *ctx, const px_cost_pipeline *p, const px_cost_workload *wl,
                        uint32_t prec_index, px__plan_cand *out)
 {
+    if (over_max_tp(ctx, p))
+        return false;
     char msg[320];
     if (px__plan_check_structure(ctx, p, msg, sizeof msg) == PX_VERDICT_FORBIDDEN)
         return false;
@@ -373,6 +385,8 @@ bool px__plan_evaluate(px__plan_ctx *ctx, const px_cost_pipeline *p, const px_co
 bool px__plan_consider(px__plan_ctx *ctx, const px_cost_pipeline *p, const px_cost_workload *wl,
                        uint32_t prec_index, const char *origin)
 {
+    if (over_max_tp(ctx, p))
+        return false;
     uint64_t key = cand_key(p, wl);
     for (size_t i = 0; i < ctx->n_pool; i++)
         if (ctx->pool[i].key == key)

@@ -60,6 +60,13 @@ void px__plan_fill_unit(const px__plan_ctx *ctx, px__plan_unit *u)
         }
 }
 
+/* The largest group the request allows. */
+static uint32_t max_tp(const px__plan_ctx *ctx)
+{
+    uint32_t m = ctx->req ? ctx->req->max_tp : 0;
+    return m ? PX_MIN(m, (uint32_t)PX_COST_MAX_TP) : (uint32_t)PX_COST_MAX_TP;
+}
+
 /* Whether the contract lets this group split a reduction; asked once per
  * group on the first block's regions. */
 static bool split_allowed(px__plan_ctx *ctx, const uint32_t *devs, uint32_t p)
@@ -106,7 +113,7 @@ static size_t mixed_groups(px__plan_ctx *ctx, dev_order *ord, size_t m, px__plan
             ord[k++] = ord[i];
     qsort_r(ord, k, sizeof *ord, cmp_by_bandwidth, (void *)f);
     bool checked = false;
-    for (uint32_t p = 2; p <= PX_MIN((uint32_t)k, (uint32_t)PX_COST_MAX_TP); p *= 2) {
+    for (uint32_t p = 2; p <= PX_MIN((uint32_t)k, max_tp(ctx)); p *= 2) {
         if (!tp_divides(ctx->model, p))
             continue;
         for (size_t i = 0; i + p <= k && nu < cap; i += p) {
@@ -171,7 +178,7 @@ px_status px__plan_units(px__plan_ctx *ctx, const bool *excluded, px__plan_unit 
          * that divide the heads evenly.  Consecutive devices in the order
          * share an island or a node where they can. */
         bool checked = false, allowed = false;
-        for (uint32_t p = 2; p <= PX_MIN(c, (uint32_t)PX_COST_MAX_TP); p *= 2) {
+        for (uint32_t p = 2; p <= PX_MIN(c, max_tp(ctx)); p *= 2) {
             if (!tp_divides(ctx->model, p) || f->devices[ord[i].dev].cls == PX_HW_CLASS_CPU)
                 continue;
             if (!checked) {

@@ -112,6 +112,70 @@ static void axpy_f32(float a, const float *x, float *y, uint32_t n)
         y[j] += a * x[j];
 }
 
+static void attn_scores(const float *q, const float *base, size_t stride, const uint32_t *rows,
+                        size_t n, uint32_t hd, float scale, float *out)
+{
+    for (size_t p = 0; p < n; p++)
+        out[p] = dot_f32(q, base + (size_t)rows[p] * stride, hd) * scale;
+}
+
+static void attn_values(const float *w, const float *base, size_t stride, const uint32_t *rows,
+                        size_t n, uint32_t hd, float *out)
+{
+    for (size_t p = 0; p < n; p++)
+        axpy_f32(w[p], base + (size_t)rows[p] * stride, out, hd);
+}
+
+/* Cephes' expf constants: ln 2 split in two so that n * ln2_hi is exact,
+ * and the polynomial of exp(r) - 1 - r over r^2. */
+#define EXP_LOG2E  1.44269504088896341f
+#define EXP_LN2_HI 0.693359375f
+#define EXP_LN2_LO -2.12194440e-4f
+#define EXP_ROUND  12582912.0f /* 1.5 x 2^23: adding it rounds to a whole number */
+#define EXP_MIN    -87.0f
+
+static inline float exp_one(float x)
+{
+    x = x < EXP_MIN ? EXP_MIN : x;
+    float t = x * EXP_LOG2E + EXP_ROUND;
+    float k = t - EXP_ROUND;
+    float r = x - k * EXP_LN2_HI;
+    r = r - k * EXP_LN2_LO;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    /* 2^k from the rounded sum's low bits (k in [-126, 0]). */
+    int32_t tb, rb;
+    memcpy(&tb, &t, sizeof tb);
+    float round = EXP_ROUND;
+    memcpy(&rb, &round, sizeof rb);
+    uint32_t bits = (uint32_t)(tb - rb + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return y * scale;
+}
+
+float px__rt_exp_sum_ref(float *x, size_t n, float max)
+{
+    float acc[8] = {0};
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++) {
+            x[j + l] = exp_one(x[j + l] - max);
+            acc[l] += x[j + l];
+        }
+    float s = lanes_sum(acc);
+    for (; j < n; j++) {
+        x[j] = exp_one(x[j] - max);
+        s += x[j];
+    }
+    return s;
+}
+
 /* Dot of one weight row with x; the row is converted 8 values at a time
  * into a small buffer, so every dtype shares dot_f32's order. */
 static float dot_row(px_dtype t, const uint8_t *w, uint32_t k, const float *x)
@@ -224,6 +288,9 @@ const px__rt_kernels px__rt_kernels_portable = {
     .dequant = px__rt_dequant_row,
     .dot_f32 = dot_f32,
     .axpy_f32 = axpy_f32,
+    .attn_scores = attn_scores,
+    .attn_values = attn_values,
+    .exp_sum = px__rt_exp_sum_ref,
 };
 
 const px__rt_kernels *px__rt_kernels_native(void)

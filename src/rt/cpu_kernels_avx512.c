@@ -370,6 +370,11 @@ static TGT void matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_
 void px__rt_avx2_dequant(px_dtype t, const void *row, float *dst, uint32_t k);
 float px__rt_avx2_dot_f32(const float *a, const float *b, uint32_t n);
 void px__rt_avx2_axpy_f32(float a, const float *x, float *y, uint32_t n);
+void px__rt_avx2_attn_scores(const float *q, const float *base, size_t stride, const uint32_t *rows,
+                             size_t n, uint32_t hd, float scale, float *out);
+void px__rt_avx2_attn_values(const float *w, const float *base, size_t stride, const uint32_t *rows,
+                             size_t n, uint32_t hd, float *out);
+float px__rt_avx2_exp_sum(float *x, size_t n, float max);
 
 static void matmul_quant(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                          uint32_t i1, const uint8_t *xq, size_t ldxq, uint32_t n_x, float *y,
@@ -386,6 +391,9 @@ static const px__rt_kernels kernels_avx512 = {
     .dequant = px__rt_avx2_dequant,
     .dot_f32 = px__rt_avx2_dot_f32,
     .axpy_f32 = px__rt_avx2_axpy_f32,
+    .attn_scores = px__rt_avx2_attn_scores,
+    .attn_values = px__rt_avx2_attn_values,
+    .exp_sum = px__rt_avx2_exp_sum,
 };
 
 const px__rt_kernels *px__rt_kernels_avx512(void)

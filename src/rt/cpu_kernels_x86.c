@@ -280,6 +280,11 @@ void px__rt_avx2_matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32
 void px__rt_avx2_dequant(px_dtype t, const void *row, float *dst, uint32_t k);
 float px__rt_avx2_dot_f32(const float *a, const float *b, uint32_t n);
 void px__rt_avx2_axpy_f32(float a, const float *x, float *y, uint32_t n);
+void px__rt_avx2_attn_scores(const float *q, const float *base, size_t stride, const uint32_t *rows,
+                             size_t n, uint32_t hd, float scale, float *out);
+void px__rt_avx2_attn_values(const float *w, const float *base, size_t stride, const uint32_t *rows,
+                             size_t n, uint32_t hd, float *out);
+float px__rt_avx2_exp_sum(float *x, size_t n, float max);
 
 TGT void px__rt_avx2_dequant(px_dtype t, const void *row, float *dst, uint32_t k)
 {
@@ -329,6 +334,64 @@ TGT void px__rt_avx2_axpy_f32(float a, const float *x, float *y, uint32_t n)
         y[j] += a * x[j];
 }
 
+TGT void px__rt_avx2_attn_scores(const float *q, const float *base, size_t stride,
+                                 const uint32_t *rows, size_t n, uint32_t hd, float scale,
+                                 float *out)
+{
+    for (size_t p = 0; p < n; p++)
+        out[p] = px__rt_avx2_dot_f32(q, base + (size_t)rows[p] * stride, hd) * scale;
+}
+
+TGT void px__rt_avx2_attn_values(const float *w, const float *base, size_t stride,
+                                 const uint32_t *rows, size_t n, uint32_t hd, float *out)
+{
+    for (size_t p = 0; p < n; p++)
+        px__rt_avx2_axpy_f32(w[p], base + (size_t)rows[p] * stride, out, hd);
+}
+
+/* px__rt_exp_sum_ref eight values at a time: the same operations, unfused
+ * (no fused multiply-add), so the same bits. */
+TGT float px__rt_avx2_exp_sum(float *x, size_t n, float max)
+{
+    const __m256 vmax = _mm256_set1_ps(max), lo = _mm256_set1_ps(-87.0f);
+    const __m256 log2e = _mm256_set1_ps(1.44269504088896341f), round = _mm256_set1_ps(12582912.0f),
+                 hi_c = _mm256_set1_ps(0.693359375f), lo_c = _mm256_set1_ps(-2.12194440e-4f),
+                 one = _mm256_set1_ps(1.0f);
+    const __m256i round_bits = _mm256_castps_si256(round), bias = _mm256_set1_epi32(127);
+    __m256 acc = _mm256_setzero_ps();
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x + j), vmax);
+        v = _mm256_blendv_ps(v, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
+        __m256 t = _mm256_add_ps(_mm256_mul_ps(v, log2e), round);
+        __m256 k = _mm256_sub_ps(t, round);
+        __m256 r = _mm256_sub_ps(v, _mm256_mul_ps(k, hi_c));
+        r = _mm256_sub_ps(r, _mm256_mul_ps(k, lo_c));
+        __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
+        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
+        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
+        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
+        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
+        __m256 y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, r), r), r), one);
+        __m256i e = _mm256_slli_epi32(
+            _mm256_add_epi32(_mm256_sub_epi32(_mm256_castps_si256(t), round_bits), bias), 23);
+        y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+        _mm256_storeu_ps(x + j, y);
+        acc = _mm256_add_ps(acc, y);
+    }
+    float a[8];
+    _mm256_storeu_ps(a, acc);
+    float s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    /* Fewer than 8 left: their exps as the reference computes them, added
+     * in turn. */
+    if (j < n)
+        (void)px__rt_exp_sum_ref(x + j, n - j, max);
+    for (; j < n; j++)
+        s += x[j];
+    return s;
+}
+
 static void matmul_quant(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                          uint32_t i1, const uint8_t *xq, size_t ldxq, uint32_t n_x, float *y,
                          size_t ldy)
@@ -344,6 +407,9 @@ static const px__rt_kernels kernels_avx2 = {
     .dequant = px__rt_avx2_dequant,
     .dot_f32 = px__rt_avx2_dot_f32,
     .axpy_f32 = px__rt_avx2_axpy_f32,
+    .attn_scores = px__rt_avx2_attn_scores,
+    .attn_values = px__rt_avx2_attn_values,
+    .exp_sum = px__rt_avx2_exp_sum,
 };
 
 /* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports

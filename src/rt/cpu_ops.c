@@ -101,8 +101,10 @@ size_t px__rt_cpu_work_size(uint32_t n_threads, const px_rt_op *op)
     if (is_matmul(op))
         return gather_bytes(op) + quant_bytes(op, op_out_rows(op));
     if (op->kind == PX_IR_OP_ATTENTION && op->n_kv_heads) {
+        /* Per thread: the scores of a group of query heads, then the
+         * cache rows they attend (uint32_t, the size of a float). */
         size_t group = op->n_heads / op->n_kv_heads;
-        return (size_t)n_threads * group * attention_positions(op) * sizeof(float);
+        return (size_t)n_threads * (group + 1) * attention_positions(op) * sizeof(float);
     }
     return 0;
 }
@@ -407,6 +409,8 @@ static void attention_tasks(void *arg, uint32_t part, uint32_t n_parts, uint32_t
     const float *kc = px_rt_tensor_data(op->src[3]), *vc = px_rt_tensor_data(op->src[4]);
     float *out = px_rt_tensor_data(op->dst);
     float *scores = t->scratch + thread * t->scratch_stride;
+    /* The cache rows a row attends, found once for the group's heads. */
+    uint32_t *at = (uint32_t *)(void *)(scores + (size_t)group * ctx);
     float scale = 1.0f / sqrtf((float)hd);
     size_t j0, j1;
     px__rt_split((size_t)t->rows * op->n_kv_heads, part, n_parts, &j0, &j1);
@@ -417,29 +421,22 @@ static void attention_tasks(void *arg, uint32_t part, uint32_t n_parts, uint32_t
             op->window && (uint32_t)pos >= op->window ? pos - (int32_t)op->window + 1 : 0;
         size_t n_att = (size_t)(pos - first + 1);
         int32_t slot = op->rows->slot[r];
+        for (size_t p = 0; p < n_att; p++)
+            at[p] = (uint32_t)cache_row(op->rows, block, slot, first + (int32_t)p);
         for (uint32_t g = 0; g < group; g++) {
             size_t hq = h * group + g;
             const float *qh = q + r * q_dim + hq * hd;
             float *sc = scores + (size_t)g * ctx;
+            t->k->attn_scores(qh, kc + h * hd, kv_dim, at, n_att, hd, scale, sc);
             float max = -INFINITY;
-            for (size_t p = 0; p < n_att; p++) {
-                size_t at = cache_row(op->rows, block, slot, first + (int32_t)p) * kv_dim;
-                sc[p] = t->k->dot_f32(qh, kc + at + h * hd, hd) * scale;
-                if (sc[p] > max)
-                    max = sc[p];
-            }
-            float sum = 0;
-            for (size_t p = 0; p < n_att; p++) {
-                sc[p] = expf(sc[p] - max);
-                sum += sc[p];
-            }
-            float inv = 1.0f / sum;
+            for (size_t p = 0; p < n_att; p++)
+                max = sc[p] > max ? sc[p] : max;
+            float inv = 1.0f / t->k->exp_sum(sc, n_att, max);
+            for (size_t p = 0; p < n_att; p++)
+                sc[p] *= inv;
             float *oh = out + r * q_dim + hq * hd;
             memset(oh, 0, hd * sizeof(float));
-            for (size_t p = 0; p < n_att; p++) {
-                size_t at = cache_row(op->rows, block, slot, first + (int32_t)p) * kv_dim;
-                t->k->axpy_f32(sc[p] * inv, vc + at + h * hd, oh, hd);
-            }
+            t->k->attn_values(sc, vc + h * hd, kv_dim, at, n_att, hd, oh);
         }
     }
 }
@@ -465,7 +462,8 @@ static void attention(const px__rt_cpu_exec *ex, const px_rt_op *op)
               .k = ex->k,
               .rows = rows,
               .scratch = px_rt_tensor_data(op->work),
-              .scratch_stride = (size_t)(op->n_heads / op->n_kv_heads) * attention_positions(op)};
+              .scratch_stride =
+                  (size_t)(op->n_heads / op->n_kv_heads + 1) * attention_positions(op)};
     run_split(ex, attention_tasks, &t, (size_t)rows * op->n_kv_heads,
               pairs * op->n_heads * op->head_dim);
 }

@@ -123,7 +123,27 @@ typedef struct px__rt_kernels {
     float (*dot_f32)(const float *a, const float *b, uint32_t n);
     /* y += a * x */
     void (*axpy_f32)(float a, const float *x, float *y, uint32_t n);
+    /* Attention over cached rows, row p of n at base + rows[p] * stride
+     * (hd values each), one call per query head instead of one per
+     * position.  Scores: out[p] = dot_f32(q, row p) * scale, each in
+     * dot_f32's order. */
+    void (*attn_scores)(const float *q, const float *base, size_t stride, const uint32_t *rows,
+                        size_t n, uint32_t hd, float scale, float *out);
+    /* Values: out[0..hd) += w[p] * row p for p = 0, 1, ... n-1 in turn
+     * (axpy_f32's order). */
+    void (*attn_values)(const float *w, const float *base, size_t stride, const uint32_t *rows,
+                        size_t n, uint32_t hd, float *out);
+    /* x[p] = exp(x[p] - max) for p < n (x[p] <= max), and their sum: the
+     * same operations, unfused, in every variant (px__rt_exp_sum_ref), so
+     * the bits do not depend on the processor. */
+    float (*exp_sum)(float *x, size_t n, float max);
 } px__rt_kernels;
+
+/* The portable exp_sum: exp by range reduction to [-ln2/2, ln2/2] and a
+ * degree-5 polynomial (Cephes' expf, about 1 ulp), arguments below -87
+ * taken as -87; the sum in 8 lanes (value p into lane p % 8 for the
+ * multiples of 8), reduced pairwise, then the rest added in turn. */
+float px__rt_exp_sum_ref(float *x, size_t n, float max);
 
 /* Weight rows per tile of a product of n_x activation rows: more than
  * PX_RT_SMALL_BATCH rows run in tiles of about 128 KiB of weights, which

@@ -118,7 +118,13 @@ static bool on_token(void *ud, const px_rt_token_event *ev)
     px_status st = px_serve_response_token(c->resp, &sev, &c->out, &stopped, &err);
     if (stopped)
         c->string_stop = true;
-    pthread_cond_broadcast(&c->cv);
+    /* Only a stream has something to send per token; a whole response is
+     * sent when the request ends (on_finish wakes it), so its HTTP thread
+     * is not woken once per token of every row of every step. */
+    if (c->stream) {
+        atomic_fetch_add(&c->s->http_wakeups, 1);
+        pthread_cond_broadcast(&c->cv);
+    }
     pthread_mutex_unlock(&c->mu);
     if (st)
         px_log_warn("serve: request %" PRIu64 ": %s", c->id, err.msg);
@@ -171,6 +177,7 @@ static void on_finish(void *ud, uint64_t id, px_rt_finish why, const px_rt_reque
             px_log_warn("serve: request %" PRIu64 ": %s", c->id, e.msg);
     }
     c->done = true;
+    atomic_fetch_add(&c->s->http_wakeups, 1);
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     record(c->s, c, st);

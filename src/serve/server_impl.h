@@ -86,6 +86,9 @@ struct px_serve {
     atomic_bool closing;  /* requests end: the HTTP side is shutting down */
     atomic_bool stopping; /* the engine threads end */
     atomic_uint_fast64_t next_seq;
+    /* Times the engine woke a waiting HTTP thread: per token of a streamed
+     * request, once at the end of any request. */
+    atomic_uint_fast64_t http_wakeups;
     uint64_t salt;
     int64_t created;
     uint64_t t_start;

@@ -91,6 +91,11 @@ char *px__srv_metrics_text(px_serve *s)
     head(&sb, "plexus_serve_disconnects_total", "counter",
          "requests cancelled because the client went away");
     px_strbuf_addf(&sb, "plexus_serve_disconnects_total %" PRIu64 "\n", m.disconnects);
+    head(&sb, "plexus_serve_http_wakeups_total", "counter",
+         "times the engine woke a waiting HTTP thread (per token of a stream, once at the end "
+         "of a request)");
+    px_strbuf_addf(&sb, "plexus_serve_http_wakeups_total %" PRIu64 "\n",
+                   (uint64_t)atomic_load(&s->http_wakeups));
     head(&sb, "plexus_serve_prompt_tokens_total", "counter", "prompt tokens of finished requests");
     px_strbuf_addf(&sb, "plexus_serve_prompt_tokens_total %" PRIu64 "\n", m.prompt_tokens);
     head(&sb, "plexus_serve_generation_tokens_total", "counter",

@@ -208,6 +208,45 @@ static void test_completion_matches_generate_streamed_or_not(void **state)
     free(b);
 }
 
+static double wakeups(void)
+{
+    int st;
+    char *m = sh_curl(&srv, "GET", "/metrics", NULL, true, &st, NULL);
+    assert_int_equal(st, 200);
+    double v = sh_metric(m, "plexus_serve_http_wakeups_total");
+    free(m);
+    return v;
+}
+
+/* A whole response is sent when its request ends: the engine wakes its
+ * HTTP thread once, not once per token; a stream is woken per token. */
+static void test_whole_response_wakes_its_thread_once(void **state)
+{
+    (void)state;
+    REQUIRE_MODEL();
+    int st;
+    double before = wakeups();
+    char *b = sh_curl(&srv, "POST", "/v1/completions",
+                      "{\"prompt\": \"" PROMPT "\", \"max_tokens\": 24, \"temperature\": 0}", true,
+                      &st, NULL);
+    assert_int_equal(st, 200);
+    free(b);
+    double whole = wakeups() - before;
+    if (whole != 1)
+        fail_msg("a non-streamed request of 24 tokens woke its thread %g times, expected 1", whole);
+    before = wakeups();
+    b = sh_curl(&srv, "POST", "/v1/completions",
+                "{\"prompt\": \"" PROMPT "\", \"max_tokens\": 24, \"temperature\": 0, "
+                "\"stream\": true}",
+                true, &st, NULL);
+    assert_int_equal(st, 200);
+    free(b);
+    double streamed = wakeups() - before;
+    if (streamed < 24)
+        fail_msg("a streamed request of 24 tokens woke its thread %g times, expected >= 24",
+                 streamed);
+}
+
 static void test_openai_client_completions_and_chat(void **state)
 {
     (void)state;
@@ -364,6 +403,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_routes_key_and_errors),
         cmocka_unit_test(test_completion_matches_generate_streamed_or_not),
+        cmocka_unit_test(test_whole_response_wakes_its_thread_once),
         cmocka_unit_test(test_openai_client_completions_and_chat),
         cmocka_unit_test(test_concurrent_streams_match_each_alone),
         cmocka_unit_test(test_client_that_goes_away_frees_its_sequence),

@@ -1,10 +1,12 @@
-/* The step class of the calibration overlay: the executor's own round
- * trip per step (tokens in, logits out), which the sourced model has no
- * term for.  It is added to the time per token only in the calibrated
- * mode, only when a step correction for the first stage's device applies
- * (and the plan's assumptions say so), is drawn in the Monte Carlo, is
- * fitted as a fixed time from what run reports leave after their stages
- * and hops, and round-trips through the document. */
+/* The step class of the calibration overlay: the host's work per step
+ * outside the stages' kernels (the executor's round trip, sampling and
+ * token handling per row), sourced as rows x host_row_s.  A step
+ * correction applies only in the calibrated mode, only when it is for the
+ * first stage's device (and the plan's assumptions say so), is drawn in
+ * the Monte Carlo, is fitted as a fixed time from what run reports leave
+ * after their stages and hops, or as a fixed time plus a time per row
+ * from runs at several batch sizes, and round-trips through the
+ * document. */
 #include "px_test.h"
 
 #include <math.h>
@@ -191,6 +193,8 @@ static void test_step_term_applies_only_in_calibrated_mode_when_present(void **s
     px_assert_contains(text, "calibration: local.cpu0 step (any dtype)");
     px_assert_contains(text, "not applied: outside its validity range");
     free(text);
+    /* The sourced host time per row: one row here. */
+    assert_double_equal(sourced.executor_s, fx.params.host_row_s, 1e-18);
     /* Present and in range: the time per token grows by the fixed time,
      * and so does the first token; per-stage figures stay. */
     px_cost_correction c_in = step_corr("local.cpu0", 1e-3, size / 2, size * 2);
@@ -200,12 +204,12 @@ static void test_step_term_applies_only_in_calibrated_mode_when_present(void **s
     assert_double_equal(in.ttft_s, sourced.ttft_s + 1e-3, 1e-12);
     /* Not a transfer between stages: what binds stays. */
     assert_double_equal(in.transfer_s, sourced.transfer_s, 0);
-    assert_double_equal(in.executor_s, 1e-3, 1e-15);
-    assert_double_equal(sourced.executor_s, 0, 0);
+    assert_double_equal(in.executor_s, 1e-3 + sourced.executor_s, 1e-15);
     assert_int_equal(in.bind, sourced.bind);
     assert_memory_equal(in.stages, sourced.stages, sizeof sourced.stages);
     text = assumptions_with(cal_in);
-    px_assert_contains(text, "applied: 0.001 s per step for the executor's round trip");
+    px_assert_contains(text, "applied: the host's work per step");
+    px_assert_contains(text, "0.001 s plus 1e-05 s per row");
     free(text);
     /* The sourced mode is the same with or without any overlay around. */
     eval_with(NULL, &again);
@@ -298,6 +302,111 @@ static void test_fit_makes_step_a_fixed_time_with_an_interval(void **state)
     assert_int_equal(px_cost_calibration_fit(cal, s, 1, NULL, &err), PX_EINVAL);
     px_assert_contains(err.msg, "calibration sample 0");
     px_cost_calibration_free(cal);
+}
+
+/* Runs at 1 to 64 rows whose host work is 150 us + 25 us per row (with a
+ * spread of +-2%) fit that fixed time and time per row, with an interval
+ * from the spread alone; a plan at 128 rows is priced with them. */
+static void test_fit_over_batches_gives_a_fixed_time_and_a_time_per_row(void **state)
+{
+    (void)state;
+    px_err err;
+    px_cost_calib_sample s[21];
+    size_t n = 0;
+    double row = fx.params.host_row_s;
+    for (int rep = 0; rep < 3; rep++)
+        for (uint32_t r = 1; r <= 64; r *= 2) {
+            double noise = 1.0 + 0.02 * (double)((int)((n * 7) % 5) - 2) / 2.0;
+            s[n++] = (px_cost_calib_sample){"local.cpu0",    PX_COST_CLASS_STEP,
+                                            PX_DTYPE_COUNT_, r * 512 * 4.0,
+                                            r * row,         (150e-6 + 25e-6 * r) * noise};
+        }
+    px_cost_calibration *cal;
+    px_assert_ok(px_cost_calibration_new(&cal, &err), &err);
+    px_assert_ok(px_cost_calibration_fit(cal, s, n, NULL, &err), &err);
+    assert_int_equal(px_cost_calibration_count(cal), 1);
+    const px_cost_correction *c = px_cost_calibration_at(cal, 0);
+    assert_int_equal(c->cls, PX_COST_CLASS_STEP);
+    assert_int_equal(c->n_samples, 21);
+    if (!(fabs(c->offset_s - 150e-6) < 15e-6 && fabs(c->factor * row - 25e-6) < 1e-6))
+        fail_msg("fitted %g s + %g s per row, expected 150 us + 25 us", c->offset_s,
+                 c->factor * row);
+    /* The interval comes from the spread: a few percent, not the sourced
+     * range. */
+    assert_true(c->lo < c->factor && c->hi > c->factor);
+    assert_true(c->hi / c->factor - 1.0 < 0.06);
+    /* Valid from one row to twice the largest batch run. */
+    assert_true(c->valid_lo <= 512 * 4.0 && c->valid_hi >= 128 * 512 * 4.0);
+    /* A plan at 128 rows: sourced, 128 x host_row_s; calibrated, the
+     * fitted fixed time and time per row. */
+    px_cost_pipeline p = three_stages();
+    px_cost_workload wl = small_wl();
+    wl.batch = 128;
+    static px_cost_estimate src, cal_est;
+    px_assert_ok(px_cost_eval_pipeline(fx.fleet, fx.model, &fx.params, &wl, &p, NULL, &src, &err),
+                 &err);
+    assert_double_equal(src.executor_s, 128 * row, 1e-15);
+    px_cost_params pc = fx.params;
+    pc.mode = PX_COST_CALIBRATED;
+    pc.calibration = cal;
+    px_assert_ok(px_cost_eval_pipeline(fx.fleet, fx.model, &pc, &wl, &p, NULL, &cal_est, &err),
+                 &err);
+    assert_double_equal(cal_est.executor_s, c->offset_s + c->factor * 128 * row, 1e-15);
+    assert_true(cal_est.step_s >= src.step_s - src.executor_s + cal_est.executor_s - 1e-12);
+    px_cost_calibration_free(cal);
+}
+
+/* A run at 8 rows gives a step sample against the sourced per-row
+ * prediction: what its time per token leaves after the stages as
+ * predicted and the observed hop. */
+static void test_run_at_a_batch_gives_a_host_sample(void **state)
+{
+    (void)state;
+    px_err err;
+    px_cost_run run;
+    memset(&run, 0, sizeof run);
+    run.n_stages = 2;
+    px_strlcpy(run.stages[0].device, "local.cpu0", sizeof run.stages[0].device);
+    px_strlcpy(run.stages[1].device, "local.emu-a", sizeof run.stages[1].device);
+    run.stages[0].first = 0;
+    run.stages[0].last = 1;
+    run.stages[1].first = 2;
+    run.stages[1].last = 4;
+    run.stages[0].decode_s = run.stages[1].decode_s = 1e-3;
+    run.stages[0].xfer_in_s = NAN;
+    run.stages[1].xfer_in_s = 5e-5;
+    run.n_prompts = 8;
+    run.prompt_tokens = 40;
+    run.decode_tokens = 8 * 24;
+    run.tpot_s = 0.05;
+    px_cost_calib_sample smp;
+    bool has = false;
+    px_assert_ok(px_cost_run_host_sample(&run, fx.fleet, fx.model, &fx.params, &smp, &has, &err),
+                 &err);
+    assert_true(has);
+    px_cost_pipeline p;
+    px_cost_workload wl;
+    static px_cost_estimate est;
+    px_assert_ok(px_cost_run_pipeline(&run, fx.fleet, fx.model, &p, &wl, &err), &err);
+    assert_int_equal(wl.batch, 8);
+    px_assert_ok(px_cost_eval_pipeline(fx.fleet, fx.model, &fx.params, &wl, &p, NULL, &est, &err),
+                 &err);
+    assert_string_equal(smp.device, "local.cpu0");
+    assert_int_equal(smp.cls, PX_COST_CLASS_STEP);
+    assert_double_equal(smp.size, 8 * 512 * 4.0, 0);
+    assert_double_equal(smp.predicted_s, 8 * fx.params.host_row_s, 1e-18);
+    assert_double_equal(smp.observed_s,
+                        0.05 - est.stages[0].decode_s - est.stages[1].decode_s - 5e-5, 1e-12);
+    /* Nothing left (the stages take it all), or no hop observed: none. */
+    run.tpot_s = 1e-9;
+    px_assert_ok(px_cost_run_host_sample(&run, fx.fleet, fx.model, &fx.params, &smp, &has, &err),
+                 &err);
+    assert_false(has);
+    run.tpot_s = 0.05;
+    run.stages[1].xfer_in_s = NAN;
+    px_assert_ok(px_cost_run_host_sample(&run, fx.fleet, fx.model, &fx.params, &smp, &has, &err),
+                 &err);
+    assert_false(has);
 }
 
 static const char *run_doc =
@@ -398,6 +507,8 @@ int main(void)
         cmocka_unit_test(test_step_correction_round_trips_through_its_document),
         cmocka_unit_test(test_fit_makes_step_a_fixed_time_with_an_interval),
         cmocka_unit_test(test_run_reports_give_the_executor_round_trip),
+        cmocka_unit_test(test_fit_over_batches_gives_a_fixed_time_and_a_time_per_row),
+        cmocka_unit_test(test_run_at_a_batch_gives_a_host_sample),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -110,6 +110,70 @@ static void test_detector_tells_a_slow_link_from_a_slow_stage(void **state)
     px_heal_detector_free(d);
 }
 
+/* Four stages: two on host "a", one on "b", one on "c"; every hop 80 us,
+ * every stage 1 ms.  slow[i] multiplies stage i's compute from step 10. */
+static int run_hosts(const double *slow, bool slow_hops, px_heal_finding *first)
+{
+    px_heal_envelope env;
+    memset(&env, 0, sizeof env);
+    env.n_stages = 4;
+    for (uint32_t i = 0; i < PX_RT_MAX_STAGES; i++)
+        env.compute_p50[i] = env.compute_hi[i] = NAN;
+    for (uint32_t i = 0; i <= PX_RT_MAX_STAGES; i++)
+        env.xfer_p50[i] = env.xfer_hi[i] = NAN;
+    strcpy(env.device[0], "a.cpu0");
+    strcpy(env.device[1], "a.emu-a");
+    strcpy(env.device[2], "b.gpu0");
+    strcpy(env.device[3], "c.gpu0");
+    px_heal_detector *d = detector(&env);
+    int found = 0;
+    for (uint64_t step = 0; step < 60; step++) {
+        px_heal_sample s;
+        memset(&s, 0, sizeof s);
+        s.step = step;
+        s.t_s = (double)step * 0.005;
+        s.n_stages = 4;
+        for (uint32_t i = 0; i < 4; i++)
+            s.compute_s[i] = 0.001 * (step >= 10 ? slow[i] : 1.0);
+        for (uint32_t i = 0; i <= 4; i++)
+            s.xfer_s[i] = 0.00008;
+        if (slow_hops && step >= 10)
+            s.xfer_s[1] = s.xfer_s[0] = 0.004; /* into a.cpu0, and a.cpu0 > a.emu-a */
+        px_heal_finding f;
+        while (px_heal_detector_observe(d, &s, &f)) {
+            if (found++ == 0 && first)
+                *first = f;
+            s.n_stages = 0; /* drain the rest without feeding the step again */
+        }
+    }
+    px_heal_detector_free(d);
+    return found;
+}
+
+static void test_detector_groups_stages_by_host(void **state)
+{
+    (void)state;
+    px_heal_finding f;
+    /* Both stages of host a slow down together, and the hops on it: the
+     * host's cores are contended, no device or link is at fault. */
+    const double host_a[] = {3.0, 4.0, 1.0, 1.0};
+    assert_int_equal(run_hosts(host_a, true, NULL), 0);
+    /* One stage of host a slows alone: a fault of its device. */
+    const double one_a[] = {1.0, 4.0, 1.0, 1.0};
+    assert_int_equal(run_hosts(one_a, false, &f), 1);
+    assert_int_equal(f.cls, PX_HEAL_THERMAL);
+    assert_int_equal(f.locus.stage, 1);
+    assert_string_equal(f.locus.device, "a.emu-a");
+    /* Stages of different hosts slowing together are two faults. */
+    const double two_hosts[] = {1.0, 1.0, 4.0, 4.0};
+    assert_int_equal(run_hosts(two_hosts, false, &f), 2);
+    assert_int_equal(f.locus.stage, 2);
+    /* A host with one stage cannot tell contention from a fault. */
+    const double only_b[] = {1.0, 1.0, 4.0, 1.0};
+    assert_int_equal(run_hosts(only_b, false, &f), 1);
+    assert_string_equal(f.locus.device, "b.gpu0");
+}
+
 static void test_detector_ignores_jitter_below_the_floor(void **state)
 {
     (void)state;
@@ -305,6 +369,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_detector_tells_a_slow_link_from_a_slow_stage),
+        cmocka_unit_test(test_detector_groups_stages_by_host),
         cmocka_unit_test(test_detector_ignores_jitter_below_the_floor),
         cmocka_unit_test(test_detector_flags_intermittent_degradation),
         cmocka_unit_test(test_detector_reports_a_stale_topology_once),

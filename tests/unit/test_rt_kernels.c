@@ -196,6 +196,59 @@ static void test_q8_activation_quantization_rounds_and_keeps_nan(void **state)
     assert_true(isnan(d[0]));
 }
 
+/* Attention's kernels: exp_sum within a few ulp of exp in double, the same
+ * bits in every variant (tails of 0 to 7 values included), arguments far
+ * below the maximum near 0; scores and values are dot_f32 and axpy_f32
+ * over the listed cache rows, bit for bit. */
+static void test_attention_kernels_match_exp_and_every_variant(void **state)
+{
+    (void)state;
+    enum { N = 203, HD = 8 };
+    float x[N], ref[N], y[N];
+    for (int i = 0; i < N; i++)
+        x[i] = -(float)i * 0.37f + (i % 3 ? 0.0f : -60.0f);
+    x[7] = 0.0f;
+    x[9] = -500.0f;
+    for (size_t n = 1; n <= N; n += (n < 20 ? 1 : 23)) {
+        memcpy(ref, x, sizeof x);
+        float sref = px__rt_exp_sum_ref(ref, n, 0.0f);
+        double sd = 0;
+        for (size_t i = 0; i < n; i++) {
+            double e = exp((double)x[i]);
+            sd += ref[i];
+            if (!(fabs(ref[i] - e) <= 4e-7 * e + 1e-37))
+                fail_msg("exp(%g) = %.9g, expected %.9g", x[i], ref[i], e);
+        }
+        assert_true(fabs(sref - sd) <= 1e-6 * sd);
+        for (size_t v = 0; v < n_variants; v++) {
+            memcpy(y, x, sizeof x);
+            float sv = variants[v]->exp_sum(y, n, 0.0f);
+            if (memcmp(y, ref, n * sizeof(float)) != 0 || memcmp(&sv, &sref, sizeof sv) != 0)
+                fail_msg("%s: exp_sum of %zu values differs from the portable bits",
+                         variants[v]->name, n);
+        }
+    }
+    /* Scores and values over rows 3, 0, 5 of a cache of 6 rows of stride 12. */
+    float cache[6 * 12], q[HD], w[3] = {0.25f, 0.5f, 0.125f};
+    for (int i = 0; i < 6 * 12; i++)
+        cache[i] = (float)((i * 37) % 11) * 0.1f - 0.5f;
+    for (int i = 0; i < HD; i++)
+        q[i] = (float)i * 0.3f - 1.0f;
+    const uint32_t rows[3] = {3, 0, 5};
+    for (size_t v = 0; v < n_variants; v++) {
+        const px__rt_kernels *k = variants[v];
+        float sc[3], out[HD] = {0}, want_out[HD] = {0};
+        k->attn_scores(q, cache + 4, 12, rows, 3, HD, 0.5f, sc);
+        for (int p = 0; p < 3; p++) {
+            float want = k->dot_f32(q, cache + 4 + rows[p] * 12, HD) * 0.5f;
+            assert_memory_equal(&sc[p], &want, sizeof want);
+            k->axpy_f32(w[p], cache + 4 + rows[p] * 12, want_out, HD);
+        }
+        k->attn_values(w, cache + 4, 12, rows, 3, HD, out);
+        assert_memory_equal(out, want_out, sizeof out);
+    }
+}
+
 /* The batch-invariance contract of the matrix kernels: an activation
  * row's outputs are the same bits whatever the number of rows in the step
  * (1..N, the row at any place among them), whatever the split of weight
@@ -660,6 +713,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_matches_double_dot_for_every_variant_and_dtype),
         cmocka_unit_test(test_q8_activation_quantization_rounds_and_keeps_nan),
+        cmocka_unit_test(test_attention_kernels_match_exp_and_every_variant),
         cmocka_unit_test(test_matmul_row_is_identical_for_any_batch_thread_count_and_variant),
         cmocka_unit_test(test_ops_match_definitions_and_ignore_thread_count),
         cmocka_unit_test(test_ops_reject_shapes_ids_and_kinds_they_cannot_run),
