@@ -732,6 +732,14 @@ PX_NODISCARD px_status px_heal_run_report(const px_heal_run *h, px_strbuf *out);
 PX_NODISCARD px_status px_heal_run_finish(px_heal_run *h, const char *const *texts, size_t n_texts,
                                           px_err *err);
 
+/* The generation has nothing to run (a server between requests): the
+ * incident of a change that runs and whose canary has not judged it yet
+ * is closed and recorded ("mitigated; ... before the canary could
+ * judge") instead of staying open, and out of px_heal_run_incidents,
+ * until steps come.  A change handed to the generation and not switched
+ * to yet keeps its incident open.  Call it on the generation's thread. */
+void px_heal_run_idle(px_heal_run *h);
+
 /* Counters of the run, for tests and benchmarks. */
 typedef struct px_heal_run_summary {
     uint32_t injected, findings, incidents, switches, rollbacks, audits, audit_departures;

@@ -669,7 +669,10 @@ typedef struct px_rt_rebuild_info {
  * Every executor the generation leaves, the caller's included, comes back
  * through `switched` exactly once (one left during a rebuild comes back
  * when the next rebuild begins); when the generation fails, the ones not
- * handed back stay with whoever made them. */
+ * handed back stay with whoever made them.  A switch asked for (switch_to)
+ * and not made when a step fails is dropped before `recover` is called:
+ * that executor never comes back through `switched` and stays the
+ * supervisor's, which recover may free. */
 struct px_rt_supervisor {
     /* Before each step (obs has index, prefill, the entries and tokens;
      * no timings): inject faults, set deadlines.  Not called for replayed

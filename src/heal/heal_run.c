@@ -396,8 +396,24 @@ static px_status recover(void *ud, px_rt_executor *failed, px_status st, const p
     if (h->sum.incidents >= HR_MAX_RECOVERIES)
         return px_err_set(err, st, "%s (giving up after %u incidents)",
                           why ? why->msg : px_status_str(st), h->sum.incidents);
+    /* A change handed to the generation and not switched to yet (an
+     * adaptation whose new executor waited for the steps in flight) is
+     * superseded: the generation dropped it (px_rt_supervisor), and the
+     * recovery plans from what runs now, the lost device known.  Its
+     * workers may sit on the lost node too: they are killed, not asked
+     * to stop. */
+    if (h->pending && h->pending != failed && h->pending != h->ex) {
+        kill_workers(h->pending);
+        px_rt_executor_free(h->pending);
+        h->pending = NULL;
+        json_decref(h->pending_plan);
+        h->pending_plan = NULL;
+        if (h->incident)
+            px__hr_incident_event(h, "the new executor was dropped before the switch: a step "
+                                     "failed on the one that ran");
+    }
     if (h->incident)
-        px__hr_incident_close(h, "superseded by a failure during its canary", NAN);
+        px__hr_incident_close(h, "superseded by a failure before its canary ended", NAN);
     json_t *obs = px__hr_failure_json(failed, st, why);
     kill_workers(failed);
     if (!obs)

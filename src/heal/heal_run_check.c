@@ -85,7 +85,12 @@ static px_status rollback(px_heal_run *h, px_rt_step_verdict *v, px_err *err, do
     if (ex) {
         v->switch_to = ex;
         v->keep_steps = UINT64_MAX;
+        return PX_OK;
     }
+    /* Nothing will judge this change again: the incident is over, and
+     * recorded (left open, it never would be, and it would hold back
+     * every later adaptation). */
+    px__hr_incident_close(h, "kept: the canary failed and nothing better could be started", med);
     return PX_OK;
 }
 

@@ -340,6 +340,14 @@ void px__hr_incident_close(px_heal_run *h, const char *outcome, double realized_
     h->canary_on = false;
 }
 
+void px_heal_run_idle(px_heal_run *h)
+{
+    if (!h->incident || h->pending)
+        return;
+    px__hr_incident_close(h, "mitigated; the generation went idle before the canary could judge",
+                          NAN);
+}
+
 px_status px_heal_run_finish(px_heal_run *h, const char *const *texts, size_t n_texts, px_err *err)
 {
     if (h->incident) {

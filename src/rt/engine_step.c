@@ -196,6 +196,11 @@ static px_status recover(px_rt_engine *e, px_status st, px_err *err)
     e->fl_count = 0;
     if (!e->sup || !e->sup->recover)
         return fail_all(e, st, err);
+    /* A switch asked for and not made yet is superseded by the recovery:
+     * the supervisor decides anew, knowing what failed (the executor it
+     * asked for stays its own; px_rt_supervisor). */
+    e->switch_to = NULL;
+    e->keep_steps = UINT64_MAX;
     px_err why = {.code = st};
     if (err)
         why = *err;

@@ -17,6 +17,26 @@ void px__rt_conn_shutdown(px_rt_conn *c);
 /* The connection's secret (px_rt_conn_set_secret), NULL when none. */
 const uint8_t *px__rt_conn_secret(const px_rt_conn *c, size_t *len);
 
+/* The clock a connection reads its deadlines and its intermittent faults'
+ * phase from, and sleeps its injected latencies on: the monotonic clock
+ * and nanosleep unless a test puts its own in, so that what a test
+ * asserts (a deadline passed, a latency added, an on-phase) follows the
+ * times it sets rather than how busy the machine is.  now_ns returns
+ * nanoseconds on a monotonic scale; sleep_ns waits (or accounts for) ns.
+ * A poll for data still waits in real time, bounded by what the clock
+ * says is left of the deadline. */
+typedef struct px__rt_clock {
+    uint64_t (*now_ns)(void *ud);
+    void (*sleep_ns)(void *ud, uint64_t ns);
+    void *ud;
+} px__rt_clock;
+
+/* Puts clock (borrowed; it must outlive the connection or the next call)
+ * in c; NULL puts the real clock back.  The intermittent faults' phase
+ * starts again at the clock's now.  Not thread safe: call it before the
+ * connection is used. */
+void px__rt_conn_set_clock(px_rt_conn *c, const px__rt_clock *clock);
+
 /* Payloads are little-endian structs copied with memcpy. */
 
 /* STEP and RESULT start with this. */

@@ -39,8 +39,9 @@ struct px_rt_conn {
     uint8_t *buf;
     size_t cap;
     px_rt_link_faults faults;
-    uint64_t faults_t0; /* when the faults were set: the intermittent clock */
-    px_rng fault_rng;   /* loss and flip draws */
+    uint64_t faults_t0;        /* when the faults were set: the intermittent clock */
+    const px__rt_clock *clock; /* NULL: the real one (px__rt_conn_set_clock) */
+    px_rng fault_rng;          /* loss and flip draws */
     bool broken;
     uint8_t secret[PX_RT_SECRET_MAX]; /* the deployment's; the hello proves it */
     size_t secret_len;
@@ -217,9 +218,14 @@ static px_status conn_wrap(int fd, bool is_unix, const char *peer, px_rt_conn **
     return PX_OK;
 }
 
-static int remaining_ms(uint64_t deadline)
+static uint64_t conn_now(const px_rt_conn *c)
 {
-    uint64_t now = px_now_ns();
+    return c->clock ? c->clock->now_ns(c->clock->ud) : px_now_ns();
+}
+
+/* Milliseconds left until deadline (now read by the caller's clock). */
+static int ms_left(uint64_t now, uint64_t deadline)
+{
     if (now >= deadline)
         return 0;
     uint64_t ms = (deadline - now + 999999) / 1000000;
@@ -237,7 +243,7 @@ px_status px_rt_listener_accept(px_rt_listener *l, int timeout_ms, const char *p
             return conn_wrap(fd, l->is_unix, peer, out, err);
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             return px_err_set(err, PX_EIO, "accept on %s: %s", l->address, strerror(errno));
-        int ms = remaining_ms(deadline);
+        int ms = ms_left(px_now_ns(), deadline);
         if (ms == 0)
             return px_err_set(err, PX_ETIMEOUT, "%s did not connect to %s within %d ms",
                               peer ? peer : "the peer", l->address, timeout_ms);
@@ -269,7 +275,7 @@ px_status px_rt_conn_connect(const char *addr, int timeout_ms, const char *peer,
             return px_err_set(err, PX_EIO, "connect to %s (%s): %s", peer ? peer : "peer", addr,
                               strerror(e));
         /* Nobody listens yet: the peer may still be starting. */
-        if (remaining_ms(deadline) == 0)
+        if (ms_left(px_now_ns(), deadline) == 0)
             return px_err_set(err, PX_ETIMEOUT, "%s is not listening on %s after %d ms (%s)",
                               peer ? peer : "the peer", addr, timeout_ms, strerror(e));
         struct timespec ts = {0, 5 * 1000000};
@@ -342,8 +348,14 @@ void px_rt_conn_set_faults(px_rt_conn *c, const px_rt_link_faults *f)
         c->faults = *f;
     else
         memset(&c->faults, 0, sizeof c->faults);
-    c->faults_t0 = px_now_ns();
+    c->faults_t0 = conn_now(c);
     px_rng_seed(&c->fault_rng, c->faults.seed);
+}
+
+void px__rt_conn_set_clock(px_rt_conn *c, const px__rt_clock *clock)
+{
+    c->clock = clock;
+    c->faults_t0 = conn_now(c);
 }
 
 void px_rt_conn_counters(const px_rt_conn *c, uint64_t *frames_out, uint64_t *bytes_out,
@@ -379,7 +391,7 @@ static px_status write_all(px_rt_conn *c, const void *data, size_t n, uint64_t d
             return px_err_set(err, PX_EPEER, "%s closed the connection (%s)", c->peer,
                               strerror(errno));
         }
-        int ms = remaining_ms(deadline);
+        int ms = ms_left(conn_now(c), deadline);
         struct pollfd pf = {.fd = c->fd, .events = POLLOUT};
         if (ms == 0 || poll(&pf, 1, ms) == 0)
             return px_err_set(err, PX_ETIMEOUT,
@@ -409,7 +421,7 @@ static px_status read_all(px_rt_conn *c, void *data, size_t n, uint64_t deadline
             return px_err_set(err, PX_EPEER, "%s: connection failed (%s)", c->peer,
                               strerror(errno));
         }
-        int ms = remaining_ms(deadline);
+        int ms = ms_left(conn_now(c), deadline);
         struct pollfd pf = {.fd = c->fd, .events = POLLIN};
         if (ms == 0 || poll(&pf, 1, ms) == 0)
             return PX_ETIMEOUT;
@@ -417,8 +429,12 @@ static px_status read_all(px_rt_conn *c, void *data, size_t n, uint64_t deadline
     return PX_OK;
 }
 
-static void sleep_ns(uint64_t ns)
+static void sleep_ns(const px_rt_conn *c, uint64_t ns)
 {
+    if (c->clock) {
+        c->clock->sleep_ns(c->clock->ud, ns);
+        return;
+    }
     struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
                           .tv_nsec = (long)(ns % 1000000000u)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
@@ -432,7 +448,7 @@ static bool degraded_now(const px_rt_conn *c)
     double period = c->faults.period_s;
     if (!(period > 0))
         return true;
-    double t = (double)(px_now_ns() - c->faults_t0) / 1e9;
+    double t = (double)(conn_now(c) - c->faults_t0) / 1e9;
     double phase = fmod(t, period);
     return phase < c->faults.duty * period;
 }
@@ -450,7 +466,7 @@ static void pace(px_rt_conn *c, size_t bytes)
     if (c->faults.loss > 0 && px_rng_uniform(&c->fault_rng) < c->faults.loss)
         wait += c->faults.resend_ns ? c->faults.resend_ns : 200000000u;
     if (wait)
-        sleep_ns(wait);
+        sleep_ns(c, wait);
 }
 
 /* Writes the parts, the byte at `flip_at` (UINT64_MAX: none) inverted. */
@@ -509,7 +525,7 @@ px_status px_rt_conn_sendv(px_rt_conn *c, px_rt_frame_type type, uint8_t flags,
                             .checksum = crc};
     uint8_t hb[PX_RT_FRAME_HEADER_BYTES];
     px_rt_frame_header_encode(&h, hb);
-    uint64_t deadline = px_now_ns() + (uint64_t)c->timeout_ms * 1000000u;
+    uint64_t deadline = conn_now(c) + (uint64_t)c->timeout_ms * 1000000u;
     px_status st = write_all(c, hb, sizeof hb, deadline, err);
     if (c->faults.cut_mid_frame) {
         /* Half the payload, then the link goes away. */
@@ -554,7 +570,7 @@ px_status px_rt_conn_recv(px_rt_conn *c, px_rt_frame_header *h, const uint8_t **
     if (c->broken)
         return px_err_set(err, PX_EPEER, "the connection to %s is closed", c->peer);
     uint8_t hb[PX_RT_FRAME_HEADER_BYTES];
-    uint64_t deadline = px_now_ns() + (uint64_t)c->timeout_ms * 1000000u;
+    uint64_t deadline = conn_now(c) + (uint64_t)c->timeout_ms * 1000000u;
     size_t got = 0;
     px_status st = read_all(c, hb, sizeof hb, deadline, &got, err);
     if (st == PX_ETIMEOUT)

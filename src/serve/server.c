@@ -116,6 +116,10 @@ static void *replica_main(void *arg)
             return NULL;
         }
         px_rt_executor *now = px_rt_engine_executor(r->engine);
+        /* Between requests no step comes to judge a change: its incident
+         * is recorded now, not when the next request runs. */
+        if (!busy && r->heal)
+            px_heal_run_idle(r->heal);
         refresh(r, now != seen);
         seen = now;
         if (!busy)

@@ -14,8 +14,6 @@
 #include "plexus/ir.h"
 #include "plexus/rt.h"
 
-#define LIMIT_S 10.0
-
 static int setup(void **state)
 {
     (void)state;
@@ -155,9 +153,11 @@ static void test_killed_launched_stage_is_seen_and_blamed(void **state)
     assert_int_equal(px_rt_executor_stage_health(ex, 1, detail, sizeof detail), PX_RT_STAGE_KILLED);
     px_assert_contains(detail, "killed by signal 9");
     collected c;
-    uint64_t t0 = px_now_ns();
-    assert_int_not_equal(generate(ex, &c, &err), PX_OK);
-    assert_true((double)(px_now_ns() - t0) / 1e9 < LIMIT_S);
+    /* Found from the process's end, not by waiting out the step timeout
+     * (that would be PX_ETIMEOUT and name no signal). */
+    px_status st = generate(ex, &c, &err);
+    assert_int_not_equal(st, PX_OK);
+    assert_int_not_equal(st, PX_ETIMEOUT);
     px_assert_contains(err.msg, "stage 1 (n1.emu-a, emulated");
     px_assert_contains(err.msg, "killed by signal 9");
     assert_int_equal(px_rt_executor_culprit(ex), 1);
@@ -221,9 +221,8 @@ static void test_stage_with_another_secret_is_refused(void **state)
     px_rt_executor_opts xo = exec_opts();
     xo.launcher = &li;
     px_rt_executor *ex = NULL;
-    uint64_t t0 = px_now_ns();
+    /* Refused by the hello (PX_EAUTH), not found by a timeout. */
     assert_int_equal(px_rt_executor_new(&spec, &xo, &ex, &err), PX_EAUTH);
-    assert_true((double)(px_now_ns() - t0) / 1e9 < LIMIT_S);
     assert_null(ex);
     px_assert_contains(err.msg, "authentication failed");
     /* The refused stage had ended on its own before it was stopped. */

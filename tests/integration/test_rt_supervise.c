@@ -5,7 +5,9 @@
  * to another executor and a rollback of the last steps give the same
  * text; without a recovery the error names the stage, a recovery that
  * fails gives its own error, and a replacement that does not fit is
- * refused; audited steps carry every stage's output row, and a
+ * refused; a switch asked for while a step is in flight gives way to
+ * the recovery when that step fails first; audited steps carry every
+ * stage's output row, and a
  * supervisor that only watches changes nothing.  Step indices only grow
  * (steps that rebuild the KV caches on a new executor get indices of
  * their own), before_step sees each step before it is sent and
@@ -58,6 +60,16 @@ typedef struct watch {
     px_rt_executor *made; /* made by the supervisor */
     uint64_t next_before, next_after, n_after, n_replayed_after;
     uint64_t audit_asked_at; /* index of the step after which an audit was asked */
+    /* Crash stage 1 at its next step while a step is in flight, then
+     * ask to switch once that step's result came, so that the step sent
+     * after the crash fails with the switch still to be made. */
+    bool switch_then_kill;
+    uint64_t kill_before;     /* steps below this index were sent before the kill; 0: none */
+    px_rt_executor *pending;  /* the switch asked for and not made */
+    px_rt_executor *dropped;  /* the one pending when a step failed */
+    px_rt_executor *mine[16]; /* every executor the supervisor made */
+    uint32_t n_mine, attempts;
+    bool switched_to_dropped;
     uint32_t n_audited;
     bool order_ok, audited_ok, audit_seen;
     uint32_t dim, vocab;
@@ -136,6 +148,19 @@ static px_status before_step(void *ud, px_rt_executor *ex, const px_rt_step_obs 
     if (next->index < w->next_before || next->replay || next->logits)
         w->order_ok = false;
     w->next_before = next->index + 1;
+    if (w->switch_then_kill && !w->dropped && !w->kill_before && !w->pending && w->attempts < 6 &&
+        next->tokens_out >= 6 && next->index > w->next_after) {
+        /* The crash travels the ring behind the step in flight and
+         * returns once it went round: that step comes back whole, and
+         * stage 1 aborts at the next one, sent after it. */
+        w->attempts++;
+        w->kill_before = next->index;
+        w->killed = true;
+        px_err ferr;
+        px_assert_ok(
+            px_rt_executor_inject(ex, &(px_rt_fault){.kind = PX_RT_FAULT_CRASH, .stage = 1}, &ferr),
+            &ferr);
+    }
     if (!w->killed && w->kill_at && next->tokens_out >= w->kill_at) {
         w->killed = true;
         w->t_kill_ns = px_now_ns();
@@ -155,7 +180,7 @@ static px_status after_step(void *ud, px_rt_executor *ex, const px_rt_step_obs *
     w->next_after = obs->index + 1;
     if (obs->replay) {
         w->n_replayed_after++;
-        if (!w->made) /* replays happen on a new executor only */
+        if (!w->made && !w->n_mine) /* replays happen on a new executor only */
             w->order_ok = false;
         return PX_OK;
     }
@@ -191,6 +216,13 @@ static px_status after_step(void *ud, px_rt_executor *ex, const px_rt_step_obs *
         v->audit_next = true;
         w->audit_asked_at = obs->index;
     }
+    /* A step sent before the kill came back: the switch asked for now
+     * waits for the step sent after it, which cannot come back. */
+    if (w->switch_then_kill && w->kill_before && obs->index < w->kill_before && !w->pending) {
+        w->pending = start(w->model, &w->next_spec, w->max_seqs);
+        w->mine[w->n_mine++] = w->pending;
+        v->switch_to = w->pending;
+    }
     if (obs->index == w->switch_at && !w->made) {
         w->made = start(w->model, &w->next_spec, w->max_seqs);
         v->switch_to = w->made;
@@ -215,6 +247,12 @@ static px_status recover(void *ud, px_rt_executor *failed, px_status st, const p
     w->t_recover_ns = px_now_ns();
     w->made = start(w->model, &w->next_spec, w->recover_small ? 1 : w->max_seqs);
     w->t_started_ns = px_now_ns();
+    if (w->switch_then_kill) {
+        w->mine[w->n_mine++] = w->made;
+        w->dropped = w->pending; /* NULL: the step in flight failed; try again */
+        w->pending = NULL;
+        w->kill_before = 0;
+    }
     *replacement = w->made;
     return PX_OK;
 }
@@ -226,6 +264,11 @@ static void switched(void *ud, px_rt_executor *before, px_rt_executor *now,
     w->n_switched++;
     w->left = before;
     w->info = *info;
+    if (w->switch_then_kill) {
+        if (now == w->dropped)
+            w->switched_to_dropped = true;
+        return;
+    }
     assert_ptr_equal(now, w->made);
 }
 
@@ -444,6 +487,48 @@ static void test_rollback_retracts_and_generates_again(void **state)
     check_switch(5);
 }
 
+/* A switch is asked for while a step sent after stage 1's crash was
+ * injected is in flight: that step fails before the switch is made, the supervisor
+ * recovers, and the generation goes on on the replacement, never on the
+ * executor asked for before the failure (which the supervisor still
+ * owns: it may hold the lost device too).  The order is forced by the
+ * steps' indices, not by timing. */
+static void test_switch_asked_before_a_failure_gives_way_to_the_recovery(void **state)
+{
+    (void)state;
+    char *model = px_test_require_shared_model("stories260K.gguf");
+    uint32_t n_layers;
+    px_rt_tokenizer_free(tokenizer_of(model, &n_layers, NULL));
+    collected base, got;
+    run_single(model, 3, 0.8f, &base);
+    watch w;
+    setup_watch(model, n_layers, 2, 3, &w, &got);
+    w.switch_then_kill = true;
+    uint32_t cut[] = {0, 2, n_layers};
+    px_rt_pipeline_spec spec;
+    make_spec(2, cut, &spec);
+    px_rt_executor *ex = start(model, &spec, 3);
+    px_rt_tokenizer *t = tokenizer_of(model, NULL, &w);
+    px_rt_supervisor sup = supervisor_of(&w, true);
+    px_rt_generate_opts go = gen_opts(3, 0.8f, &w);
+    go.supervisor = &sup;
+    px_err err;
+    px_assert_ok(px_rt_executor_generate(ex, t, &go, NULL, &err), &err);
+    if (!w.dropped)
+        fail_msg("in %u tries, no step failed with a switch asked for", w.attempts);
+    assert_int_equal(w.attempts, 1);
+    assert_true(w.recovered);
+    assert_false(w.switched_to_dropped);
+    assert_true(w.order_ok);
+    expect_same(&got, &base, 3);
+    assert_int_equal(got.emitted, total(&base, 3));
+    px_rt_executor_free(ex);
+    for (uint32_t i = 0; i < w.n_mine; i++)
+        px_rt_executor_free(w.mine[i]);
+    px_rt_tokenizer_free(t);
+    free(model);
+}
+
 static void test_without_recover_the_error_names_the_stage(void **state)
 {
     (void)state;
@@ -539,6 +624,7 @@ int main(void)
         cmocka_unit_test(test_recovery_with_three_sampled_prompts_is_bit_for_bit),
         cmocka_unit_test(test_switch_mid_run_keeps_the_text),
         cmocka_unit_test(test_rollback_retracts_and_generates_again),
+        cmocka_unit_test(test_switch_asked_before_a_failure_gives_way_to_the_recovery),
         cmocka_unit_test(test_without_recover_the_error_names_the_stage),
         cmocka_unit_test(test_failed_recovery_gives_its_error),
         cmocka_unit_test(test_replacement_that_does_not_fit_is_refused),

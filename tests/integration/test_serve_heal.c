@@ -8,6 +8,8 @@
  * Skipped without ../shared or the OpenAI client. */
 #include "serve_harness.h"
 
+#include "px_slowdown.h"
+
 #include "plexus/heal.h"
 
 #define N_NEW "48"
@@ -98,17 +100,32 @@ static void killed_stage_mid_stream(const char *transport)
     if (!(incidents >= 1) || !(recoveries >= 1))
         fail_msg("replica 0: %g incidents, %g recoveries", incidents, recoveries);
     free(m);
-    /* ...and its record says what happened and what was done. */
-    char *inc = sh_curl(&srv, "GET", "/incidents", NULL, true, &st, NULL);
-    assert_int_equal(st, 200);
-    json_t *doc = json_loads(inc, 0, NULL);
-    json_t *first = json_array_get(json_object_get(doc, "data"), 0);
-    assert_non_null(first);
+    /* ...and its record says what happened and what was done.  It is
+     * recorded once the new plan's canary has judged it, or once the
+     * replica has nothing left to run: that may come after the last
+     * stream ended, so /incidents is read until it lists it (10 s, scaled
+     * like every wait of a slowed build). */
+    json_t *doc = NULL, *first = NULL;
+    for (int tries = 0;; tries++) {
+        char *inc = sh_curl(&srv, "GET", "/incidents", NULL, true, &st, NULL);
+        assert_int_equal(st, 200);
+        doc = json_loads(inc, 0, NULL);
+        first = json_array_get(json_object_get(doc, "data"), 0);
+        if (first) {
+            free(inc);
+            break;
+        }
+        if (tries >= 100 * PX_TEST_SLOWDOWN)
+            fail_msg("no incident in /incidents %d s after the streams ended: %s",
+                     10 * PX_TEST_SLOWDOWN, inc);
+        free(inc);
+        json_decref(doc);
+        usleep(100000);
+    }
     assert_string_equal(json_string_value(json_object_get(first, "schema")), "plexus.incident/1");
     assert_int_equal(json_integer_value(json_object_get(first, "replica")), 0);
     assert_true(px_heal_incident_complete(first, NULL));
     json_decref(doc);
-    free(inc);
     h = sh_curl(&srv, "GET", "/health", NULL, true, &st, NULL);
     px_assert_contains(h, "\"status\":\"ok\"");
     free(h);

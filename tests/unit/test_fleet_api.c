@@ -48,7 +48,10 @@ static reply http(const char *method, const char *path, const char *token, const
         snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
         h = curl_slist_append(h, auth);
     }
-    h = curl_slist_append(h, "Expect:");
+    /* As the fleet's client does: a large body waits for the server's
+     * "100 Continue", so that a refusal (413) arrives as an answer, not as
+     * a reset in the middle of the body on a busy machine. */
+    h = curl_slist_append(h, len < (1u << 20) ? "Expect:" : "Expect: 100-continue");
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
