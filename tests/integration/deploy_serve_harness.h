@@ -259,6 +259,14 @@ static void dsh_scenario(fh_fleet *f, const char *const names[3], const char *mo
                 fail_msg("stream %d did not begin within 120 s", i);
             fh_sleep_ms(5);
         }
+    /* The node of stage 1 now: under load the heal loop may have adapted
+     * the plan (a slow step read as a slow link) and a failed canary
+     * rolled it back meanwhile, so the node read before the streams may
+     * run nothing any more. */
+    d = deployment(f, "chat");
+    if (stage_node(d, 1))
+        px_strlcpy(victim, stage_node(d, 1), sizeof victim);
+    json_decref(d);
     int done_before = 0;
     for (int i = 0; i < N_CLIENTS; i++)
         done_before += atomic_load(&live[i].chunks) > MAX_TOKENS;
