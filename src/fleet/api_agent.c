@@ -311,19 +311,27 @@ static json_t *pending_for(px_fleet_server *srv, size_t node)
     return arr;
 }
 
+bool px__api_agent_wait(px__api_req *rq, px__api_resp *rs, double *wait)
+{
+    const char *w = px__api_query(rq, "wait");
+    *wait = 10;
+    if (!w)
+        return true;
+    char *end;
+    *wait = strtod(w, &end);
+    if (*end || end == w || !(*wait >= 0 && *wait <= MAX_WAIT_S)) {
+        px__api_error(rs, 400, "wait \"%.16s\": expected 0..%d seconds", w, MAX_WAIT_S);
+        return false;
+    }
+    return true;
+}
+
 static void assignments(px__api_req *rq, px__api_resp *rs)
 {
     px_fleet_server *srv = rq->srv;
-    const char *w = px__api_query(rq, "wait");
-    double wait = 10;
-    if (w) {
-        char *end;
-        wait = strtod(w, &end);
-        if (*end || end == w || !(wait >= 0 && wait <= MAX_WAIT_S)) {
-            px__api_error(rs, 400, "wait \"%.16s\": expected 0..%d seconds", w, MAX_WAIT_S);
-            return;
-        }
-    }
+    double wait;
+    if (!px__api_agent_wait(rq, rs, &wait))
+        return;
     size_t i;
     if (!own_node(rq, rs, px__api_query(rq, "node"), &i))
         return;

@@ -12,7 +12,6 @@
 
 #include "fleet/fleet_impl.h"
 
-#define MAX_WAIT_S     30
 #define POLL_READ_NS   250000000ull /* a poll reads the database this often */
 #define JOB_ID_MAX     63
 #define REPORT_INT_MAX 1000000
@@ -190,16 +189,9 @@ static void add_assignment(const char *text, void *ud)
 static void assignments(px__api_req *rq, px__api_resp *rs)
 {
     px_fleet_server *srv = rq->srv;
-    const char *w = px__api_query(rq, "wait");
-    double wait = 10;
-    if (w) {
-        char *end;
-        wait = strtod(w, &end);
-        if (*end || end == w || !(wait >= 0 && wait <= MAX_WAIT_S)) {
-            px__api_error(rs, 400, "wait \"%.16s\": expected 0..%d seconds", w, MAX_WAIT_S);
-            return;
-        }
-    }
+    double wait;
+    if (!px__api_agent_wait(rq, rs, &wait))
+        return;
     if (!own_name(rq, rs, px__api_query(rq, "node")) || !note(rq, rs, "poll", NULL))
         return;
     uint64_t deadline = px_now_ns() + (uint64_t)(wait * 1e9);

@@ -1093,6 +1093,9 @@ bool px__api_agent_standby_route(px__api_req *rq, px__api_resp *rs);
  * owned JSON text, NULL when out of memory. */
 #define PX__RUNNING_MAX 4096
 char *px__standby_running_text(const json_t *running);
+/* The assignments poll's "wait" query (seconds, 0..30, default 10);
+ * false with a 400 in rs when it is not one. */
+bool px__api_agent_wait(px__api_req *rq, px__api_resp *rs, double *wait);
 /* Whether a replica that does not schedule serves this agent route. */
 bool px__api_agent_standby_serves(const char *method, const char *url);
 /* Identifies a node by a credential the store knows (a replica that does
