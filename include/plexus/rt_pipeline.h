@@ -435,7 +435,18 @@ typedef struct px_rt_launcher {
     px_status (*signal)(void *ctx, void *handle, int sig, px_err *err);
     /* Ends the worker if it still runs and releases the handle. */
     void (*stop)(void *ctx, void *handle);
+    /* How much longer (ns from now) health may take to show that the
+     * worker ended, if it ended before now: 0 when health is current, as
+     * a process table is; a fleet learns of a lost node only when its
+     * agent's watch connection closes or, with no poll open, a poll gap
+     * later.  Before it blames a link for a closed connection, the
+     * executor waits that long (at most PX_RT_HEALTH_LAG_MAX_NS) for a
+     * dead worker to show.  May be NULL: always current. */
+    uint64_t (*lag_ns)(void *ctx, void *handle);
 } px_rt_launcher;
+
+/* The longest the executor waits on a launcher's lag_ns. */
+#define PX_RT_HEALTH_LAG_MAX_NS 10000000000ull
 
 /* A launcher that starts workers on this machine (thread-safe: the
  * executors of several replicas may share one; fork and exec with

@@ -20,7 +20,6 @@
 #define MAX_WAIT_S 30
 /* A poll of a node running stage workers looks at its connection this
  * often. */
-#define WATCH_SLICE_NS 25000000ull
 
 static const char *const node_states[] = {"online", "offline", "draining"};
 
@@ -356,7 +355,7 @@ static void assignments(px__api_req *rq, px__api_resp *rs)
         json_t *arr = pending_for(srv, i);
         bool stages = px__srv_stages_pending(srv, name);
         bool watch = !stages && px__srv_stages_watch(srv, name);
-        uint64_t until = watch ? PX_MIN(deadline, px_now_ns() + WATCH_SLICE_NS) : deadline;
+        uint64_t until = watch ? PX_MIN(deadline, px_now_ns() + PX__WATCH_SLICE_NS) : deadline;
         if (json_array_size(arr) > 0 || stages ||
             (!px__srv_wait(srv, until) && (!watch || px_now_ns() >= deadline || srv->stopping))) {
             px__srv_stages_poll(srv, name, false);

@@ -746,8 +746,10 @@ px__stage_order *px__srv_stages_queue(px_fleet_server *srv, const char *node,
 json_t *px__srv_stages_for(px_fleet_server *srv, const char *node);
 /* Whether node has orders not yet sent. */
 bool px__srv_stages_pending(px_fleet_server *srv, const char *node);
-/* Whether node runs stage workers (its polls are then watched). */
+/* Whether node runs stage workers (its polls are then watched, every
+ * PX__WATCH_SLICE_NS, for the agent's connection closing). */
 bool px__srv_stages_watch(px_fleet_server *srv, const char *node);
+#define PX__WATCH_SLICE_NS 25000000ull
 /* An assignments poll of node opened or ended. */
 void px__srv_stages_poll(px_fleet_server *srv, const char *node, bool open);
 /* Whether the peer closed the connection fd (no lock needed). */

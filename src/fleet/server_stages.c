@@ -386,6 +386,33 @@ static px_rt_stage_state fl_health(void *ctx, void *handle, int *code, char *det
     return s;
 }
 
+/* A worker's end shows in fl_health once its node is found lost: at once
+ * when the agent's watched poll closes (within a few watch slices), else
+ * when its poll has been closed for POLL_GAP_NS. */
+static uint64_t fl_lag_ns(void *ctx, void *handle)
+{
+    px__fleet_launcher *l = ctx;
+    px__stage_order *o = handle;
+    if (!o)
+        return 0;
+    pthread_mutex_lock(&l->srv->lock);
+    uint64_t lag = 0;
+    if (o->state == ORDER_LISTENING) {
+        node_poll *p = poll_of(l->srv, o->node, false);
+        uint64_t now = px_now_ns();
+        if (!p)
+            lag = POLL_GAP_NS; /* never polled: only the scheduler's lease tells */
+        else if (p->open)
+            lag = 4 * PX__WATCH_SLICE_NS;
+        else if (now - p->closed_ns < POLL_GAP_NS)
+            lag = p->closed_ns + POLL_GAP_NS - now + PX__WATCH_SLICE_NS;
+        else
+            lag = PX__WATCH_SLICE_NS; /* the next fl_health finds it lost */
+    }
+    pthread_mutex_unlock(&l->srv->lock);
+    return lag;
+}
+
 static void fl_stop(void *ctx, void *handle)
 {
     px__fleet_launcher *l = ctx;
@@ -428,8 +455,12 @@ px_status px__fleet_launcher_new(px_fleet_server *srv, const char *deployment, c
             free(gid);
         }
     }
-    l->iface = (px_rt_launcher){
-        .ctx = l, .start = fl_start, .health = fl_health, .signal = NULL, .stop = fl_stop};
+    l->iface = (px_rt_launcher){.ctx = l,
+                                .start = fl_start,
+                                .health = fl_health,
+                                .signal = NULL,
+                                .stop = fl_stop,
+                                .lag_ns = fl_lag_ns};
     *out = l;
     return PX_OK;
 }

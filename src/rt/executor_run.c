@@ -165,6 +165,23 @@ static stage_activity stages_activity(const px_rt_executor *ex)
     return a;
 }
 
+/* When the launcher's health of every launched stage still running will
+ * have shown an end that happened before now (now itself when it is
+ * current, or without a launcher). */
+static uint64_t health_current_at(const px_rt_executor *ex, uint64_t now)
+{
+    uint64_t at = now;
+    if (!ex->launcher || !ex->launcher->lag_ns)
+        return at;
+    for (uint32_t i = 0; i < ex->spec.n_stages; i++) {
+        if (!ex->launched[i] || ex->reaped[i])
+            continue;
+        uint64_t lag = ex->launcher->lag_ns(ex->launcher->ctx, ex->handle[i]);
+        at = PX_MAX(at, now + PX_MIN(lag, PX_RT_HEALTH_LAG_MAX_NS));
+    }
+    return at;
+}
+
 /* Turns a failure of the ring into a message naming the stage that died
  * first (one killed by a signal, else one that exited), when one did. */
 static px_status ring_failed(px_rt_executor *ex, px_status st, px_err *err)
@@ -175,8 +192,14 @@ static px_status ring_failed(px_rt_executor *ex, px_status st, px_err *err)
      * (its socket closes a moment before it can be reaped), or a stopped
      * one when the ring timed out.  A worker that only exited is usually
      * one that saw its neighbour die, so a killed one is waited for a
-     * little longer. */
+     * little longer.  A launcher may learn of a worker's end later than
+     * its neighbours see the connection close (a fleet's node lost while
+     * its agent was between polls): its lag is waited out too, or a dead
+     * worker would be taken for a cut link.  Each reading of the lag
+     * bounds when an end before the failure shows, so the earliest
+     * bound holds. */
     uint64_t t0 = px_now_ns(), grace = 200000000u;
+    uint64_t current_at = health_current_at(ex, t0);
     int culprit = -1;
     bool stopped = false;
     for (;;) {
@@ -186,11 +209,13 @@ static px_status ring_failed(px_rt_executor *ex, px_status st, px_err *err)
             break;
         if (culprit >= 0 && stopped && st == PX_ETIMEOUT)
             break;
+        uint64_t now = px_now_ns();
         if (culprit >= 0 && !stopped)
-            grace = PX_MIN(grace, px_now_ns() - t0 + 20000000u);
-        if (px_now_ns() - t0 >= grace)
+            grace = PX_MIN(grace, now - t0 + 20000000u);
+        current_at = PX_MIN(current_at, health_current_at(ex, now));
+        if (now - t0 >= grace && now >= current_at)
             break;
-        struct timespec ts = {0, 1000000};
+        struct timespec ts = {0, now - t0 < grace ? 1000000 : 5000000};
         nanosleep(&ts, NULL);
     }
     char why[256];

@@ -2,7 +2,9 @@
  * through px_rt_launcher, reaches each worker at the address it announced
  * over authenticated TCP, and produces the same tokens as its own
  * workers; a stage killed through the launcher is seen by its health and
- * blamed; a stage holding another deployment's secret is refused. */
+ * blamed, also when the launcher learns of its end only after its
+ * neighbours saw the connection close; a stage holding another
+ * deployment's secret is refused. */
 #include "pipeline_fixture.h"
 
 #include <errno.h>
@@ -252,12 +254,97 @@ static void test_launcher_refuses_a_command_line_that_is_not_a_workers(void **st
     px_rt_local_launcher_free(l);
 }
 
+/* A launcher that learns of a worker's end late, as a fleet does of a
+ * node lost while its agent was between polls: until `known_at` the
+ * health of stage `stage` says it runs, and lag_ns says how long that may
+ * last. */
+typedef struct late_news {
+    const px_rt_launcher *inner;
+    uint32_t stage;
+    void *handle;
+    uint64_t known_at; /* 0: health is current */
+    int hidden;        /* readings that hid the end */
+} late_news;
+
+static px_status ln_start(void *ctx, uint32_t stage, const px_rt_worker_argv *argv,
+                          const uint8_t *secret, size_t secret_len, char *addr, size_t cap,
+                          void **handle, px_err *err)
+{
+    late_news *n = ctx;
+    px_status st =
+        n->inner->start(n->inner->ctx, stage, argv, secret, secret_len, addr, cap, handle, err);
+    if (st == PX_OK && stage == n->stage)
+        n->handle = *handle;
+    return st;
+}
+
+static px_rt_stage_state ln_health(void *ctx, void *handle, int *code, char *detail, size_t cap)
+{
+    late_news *n = ctx;
+    px_rt_stage_state s = n->inner->health(n->inner->ctx, handle, code, detail, cap);
+    if (handle == n->handle && s != PX_RT_STAGE_RUNNING && px_now_ns() < n->known_at) {
+        n->hidden++;
+        *code = 0;
+        if (cap)
+            detail[0] = 0;
+        return PX_RT_STAGE_RUNNING;
+    }
+    return s;
+}
+
+static uint64_t ln_lag(void *ctx, void *handle)
+{
+    late_news *n = ctx;
+    uint64_t now = px_now_ns();
+    return handle == n->handle && now < n->known_at ? n->known_at - now : 0;
+}
+
+static void ln_stop(void *ctx, void *handle)
+{
+    late_news *n = ctx;
+    n->inner->stop(n->inner->ctx, handle);
+}
+
+static void test_worker_whose_end_is_known_late_is_blamed_not_its_link(void **state)
+{
+    (void)state;
+    px_rt_pipeline_spec spec;
+    make_spec(&spec);
+    px_err err;
+    px_rt_local_launcher *l;
+    px_assert_ok(px_rt_local_launcher_new(px_test_plexus_bin(), "127.0.0.2", 10000, &l, &err),
+                 &err);
+    late_news n = {.inner = px_rt_local_launcher_iface(l), .stage = 1};
+    px_rt_launcher li = {
+        .ctx = &n, .start = ln_start, .health = ln_health, .stop = ln_stop, .lag_ns = ln_lag};
+    px_rt_executor_opts xo = exec_opts();
+    xo.launcher = &li;
+    px_rt_executor *ex;
+    px_assert_ok(px_rt_executor_new(&spec, &xo, &ex, &err), &err);
+    /* Stage 1 dies outside the executor; its launcher hears of it a
+     * second later, long after its neighbours saw the connection close. */
+    int pid = px_rt_local_launcher_pid(l, n.handle);
+    assert_true(pid > 0);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    n.known_at = px_now_ns() + 1000000000ull;
+    collected c;
+    px_status st = generate(ex, &c, &err);
+    assert_int_equal(st, PX_EPEER);
+    px_assert_contains(err.msg, "stage 1 (n1.emu-a, emulated");
+    px_assert_contains(err.msg, "killed by signal 9");
+    assert_int_equal(px_rt_executor_culprit(ex), 1);
+    assert_true(n.hidden > 0);
+    px_rt_executor_free(ex);
+    px_rt_local_launcher_free(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_launched_stages_produce_the_executors_own_tokens),
         cmocka_unit_test(test_killed_launched_stage_is_seen_and_blamed),
         cmocka_unit_test(test_stage_with_another_secret_is_refused),
+        cmocka_unit_test(test_worker_whose_end_is_known_late_is_blamed_not_its_link),
         cmocka_unit_test(test_launcher_refuses_a_command_line_that_is_not_a_workers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
