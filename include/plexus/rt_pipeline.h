@@ -752,12 +752,13 @@ PX_NODISCARD px_status px_rt_executor_generate(px_rt_executor *ex, const px_rt_t
 /* The predicted-versus-observed report: per stage, decode time per token
  * and prefill time against the plan's intervals (inside or outside), end
  * to end, and tokens/s; every line naming an emulated device says so.
- * Appends to out.  PX_ENOMEM. */
+ * Appends to out.  PX_ENOMEM when any line could not be appended (out
+ * then holds part of the report: release it, print none of it). */
 PX_NODISCARD px_status px_rt_pipeline_report(const px_rt_pipeline_spec *spec,
                                              const px_rt_executor *ex,
                                              const px_rt_pipeline_stats *st, px_strbuf *out);
-/* The same as a JSON object (new reference; NULL on allocation
- * failure). */
+/* The same as a JSON object (new reference; NULL when any member could
+ * not be allocated: never a document missing part of the report). */
 json_t *px_rt_pipeline_report_json(const px_rt_pipeline_spec *spec, const px_rt_executor *ex,
                                    const px_rt_pipeline_stats *st);
 

@@ -260,6 +260,10 @@ static json_t *plan_over(const char *path, const json_t *spec, const json_t *doc
     json_t *out = NULL;
     px_plan_request req;
     px_plan_request_default(&req);
+    /* A deployment runs on the stage workers, one device per stage, as
+     * `plexus serve` does: a tensor-parallel stage could not start. */
+    if (spec)
+        req.max_tp = 1;
     const char *objective = json_string_value(json_object_get(spec, "objective"));
     const char *policy = json_string_value(json_object_get(spec, "policy"));
     if (policy)

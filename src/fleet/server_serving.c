@@ -122,6 +122,9 @@ static px_status start_front(px_fleet_server *srv, px__serving *s, json_t *spec,
     if (st == PX_OK) {
         px_plan_request req;
         px_plan_request_default(&req);
+        /* The heal loop plans with it: its stage workers run one device
+         * per stage, as the deployment's plan (server_plan.c). */
+        req.max_tp = 1;
         req.graph = s->graph;
         req.model = s->model;
         req.contract = s->contract;

@@ -41,6 +41,11 @@ px_status px__hw_index_init(px__hw_index *ix, px_arena *arena, size_t n);
  * there (then *existing, if not NULL, is its value and nothing changes). */
 bool px__hw_index_put(px__hw_index *ix, const char *key, uint32_t value, uint32_t *existing);
 bool px__hw_index_get(const px__hw_index *ix, const char *key, uint32_t *value);
+/* Slots this thread's insertions and lookups have compared so far: the
+ * work of the index, which tests read to check that a lookup stays a few
+ * probes however large the inventory (a weak hash or a full table would
+ * make reading quadratic). */
+unsigned long px__hw_index_probes(void);
 
 /* ------------------------------------------------------------------ */
 /* The graph                                                           */

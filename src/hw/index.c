@@ -2,6 +2,13 @@
  * sized once, so building it is linear in the number of ids. */
 #include "hw/hw_impl.h"
 
+static _Thread_local unsigned long probes;
+
+unsigned long px__hw_index_probes(void)
+{
+    return probes;
+}
+
 px_status px__hw_index_init(px__hw_index *ix, px_arena *arena, size_t n)
 {
     size_t cap = 16;
@@ -33,6 +40,7 @@ bool px__hw_index_put(px__hw_index *ix, const char *key, uint32_t value, uint32_
 {
     PX_ASSERT(ix->n < ix->cap / 2 + 1);
     size_t i = slot_of(ix, key);
+    probes++;
     while (ix->keys[i]) {
         if (!strcmp(ix->keys[i], key)) {
             if (existing)
@@ -40,6 +48,7 @@ bool px__hw_index_put(px__hw_index *ix, const char *key, uint32_t value, uint32_
             return false;
         }
         i = (i + 1) & (ix->cap - 1);
+        probes++;
     }
     ix->keys[i] = key;
     ix->values[i] = value;
@@ -52,6 +61,7 @@ bool px__hw_index_get(const px__hw_index *ix, const char *key, uint32_t *value)
     if (!ix->cap || !key)
         return false;
     size_t i = slot_of(ix, key);
+    probes++;
     while (ix->keys[i]) {
         if (!strcmp(ix->keys[i], key)) {
             if (value)
@@ -59,6 +69,7 @@ bool px__hw_index_get(const px__hw_index *ix, const char *key, uint32_t *value)
             return true;
         }
         i = (i + 1) & (ix->cap - 1);
+        probes++;
     }
     return false;
 }

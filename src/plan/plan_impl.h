@@ -108,6 +108,12 @@ px_status px__plan_layout_push_wl(px__plan_layout *l, const px_cost_pipeline *p,
 /* Sets l->wl and every replica's workload to wl. */
 void px__plan_layout_set_wl(px__plan_layout *l, const px_cost_workload *wl);
 void px__plan_layout_release(px__plan_layout *l);
+/* replicas.c: adds replicas to l while they help the objective (clones of
+ * its first pipeline, and fresh pipelines on what is left); at the
+ * throughput objective replaces l by a layout grown from another pool
+ * candidate when that one serves more.  PX_ENOMEM. */
+px_status px__plan_add_replicas(px__plan_ctx *ctx, px__plan_layout *l, px_err *err);
+px_status px__plan_best_layout(px__plan_ctx *ctx, px__plan_layout *l, px_err *err);
 
 /* Candidates: evaluate a pipeline under the request (contract cuts,
  * SLO, budget), score it, keep it in the pool or record its rejection. */

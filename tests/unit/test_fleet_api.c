@@ -964,6 +964,52 @@ static void test_api_deployment_prefers_warm_nodes_unless_they_cost_too_much(voi
     free(d);
 }
 
+/* Two emulated GPUs of a node joined by NVLink, slow in compute: for
+ * the tiny model the planner's best stage at the latency objective is a
+ * tensor-parallel pair, which the stage workers cannot run.  A deployment
+ * plans, as `plexus serve` does, one device per stage. */
+static void test_api_deployment_plans_one_device_per_stage(void **state)
+{
+    (void)state;
+    char *model = px_test_require_shared_model("stories260K.gguf");
+    char *d = fresh_dir("maxtp");
+    px_fleet_server *srv = start(d, 30);
+    char *data;
+    size_t len;
+    px_assert_ok(px_read_file(model, 8u << 20, &data, &len, NULL), (px_err *)NULL);
+    reply up = http("POST", "/v1/blobs", USER_TOKEN, data, len);
+    assert_int_equal(up.status, 201);
+    char *digest = px_strdup(json_string_value(json_object_get(up.json, "digest")));
+    drop(&up);
+    free(data);
+#define GPU(id)                                                                               \
+    "{\"id\": \"" id "\", \"class\": \"gpu\", \"vendor\": \"nvidia\", \"backend\": \"emu\", " \
+    "\"compute\": {\"f32\": \"10 GFLOP/s\"}, \"memory\": [{\"id\": \"hbm\", \"kind\": "       \
+    "\"hbm\", \"capacity\": \"512 MiB\", \"bandwidth\": \"100 GB/s\"}]}"
+    register_node("t1", ", \"node\": {\"devices\": [" GPU("gpu0") ", " GPU(
+                            "gpu1") "]}, \"links\": [{\"from\": \"gpu0\", \"to\": \"gpu1\", "
+                                    "\"kind\": \"nvlink4\", \"bandwidth\": \"90 GB/s\", "
+                                    "\"latency\": \"1 us\", \"bidirectional\": true}]");
+#undef GPU
+    reply r = deploy("pair", digest);
+    const json_t *stages =
+        json_object_get(json_object_get(json_object_get(r.json, "plan"), "plan"), "stages");
+    assert_true(json_array_size(stages) > 0);
+    size_t i;
+    json_t *st;
+    json_array_foreach(stages, i, st)
+    {
+        if (json_integer_value(json_object_get(st, "tensor_parallel")) != 1 ||
+            json_array_size(json_object_get(st, "devices")) != 1)
+            fail_msg("stage %zu is not one device: %s", i, r.body);
+    }
+    drop(&r);
+    free(digest);
+    free(model);
+    px_fleet_server_stop(srv);
+    free(d);
+}
+
 typedef struct late_log {
     char path[160];
 } late_log;
@@ -1133,6 +1179,7 @@ int main(void)
         cmocka_unit_test(test_api_planner_inventory_keeps_links_inside_nodes),
         cmocka_unit_test(test_blob_fetch_refuses_to_cross_the_disk_reserve),
         cmocka_unit_test(test_api_deployment_prefers_warm_nodes_unless_they_cost_too_much),
+        cmocka_unit_test(test_api_deployment_plans_one_device_per_stage),
         cmocka_unit_test(test_api_drain_group_restart_and_log_long_poll),
         cmocka_unit_test(test_api_never_acknowledges_a_write_the_store_refused),
     };

@@ -7,7 +7,8 @@
  * leak (make check-asan runs this with LeakSanitizer).  Scenarios: the
  * parsers of untrusted input (inventory, contract, GGUF, llama2.c, OpenAI
  * request bodies, traces, the fleet's node registrations and job
- * specifications), the planner and the session set-up.  Inside jansson's
+ * specifications), the planner, the session set-up and the report of
+ * `plexus run` (text and -o json).  Inside jansson's
  * parser a refusal is counted but not handed over (src/base/alloc.h):
  * jansson 2.14 corrupts its heap on one. */
 #include "px_test.h"
@@ -399,6 +400,103 @@ static void test_fleet_parsers_survive_every_allocation_failure(void **state)
     sweep("fleet job specification", job_spec, job);
 }
 
+/* The report `plexus run` prints (text, and -o json through the printer's
+ * canonical form) of a two-stage emulated run with per-op telemetry.  A
+ * run that copes must print the whole report, the same as a clean run: a
+ * report missing a member or a line is a failure (PX_EINVAL here). */
+typedef struct report_ctx {
+    px_rt_pipeline_spec spec;
+    px_rt_pipeline_stats stats;
+    char *clean_json, *clean_text; /* the reports of a run without faults */
+} report_ctx;
+
+static px_status run_report(const report_ctx *c, char **json_text, char **text, px_err *err)
+{
+    *json_text = *text = NULL;
+    json_t *doc = px_rt_pipeline_report_json(&c->spec, NULL, &c->stats);
+    if (!doc)
+        return px_err_set(err, PX_ENOMEM, "the run report (-o json): out of memory");
+    *json_text = px_json_dump_canonical(doc);
+    json_decref(doc);
+    if (!*json_text)
+        return px_err_set(err, PX_ENOMEM, "printing the run report: out of memory");
+    px_strbuf sb = PX_STRBUF_INIT;
+    if (px_rt_pipeline_report(&c->spec, NULL, &c->stats, &sb) != PX_OK) {
+        px_strbuf_release(&sb);
+        return px_err_set(err, PX_ENOMEM, "the run report: out of memory");
+    }
+    *text = px_strbuf_detach(&sb, NULL);
+    return *text ? PX_OK : px_err_set(err, PX_ENOMEM, "the run report: out of memory");
+}
+
+static px_status report(const void *ctx, px_err *err)
+{
+    const report_ctx *c = ctx;
+    char *json_text, *text;
+    px_status st = run_report(c, &json_text, &text, err);
+    if (st == PX_OK && strcmp(json_text, c->clean_json))
+        st = px_err_set(err, PX_EINVAL, "a partial -o json report:\n%.600s", json_text);
+    else if (st == PX_OK && strcmp(text, c->clean_text))
+        st = px_err_set(err, PX_EINVAL, "a partial text report:\n%.600s", text);
+    free(json_text);
+    free(text);
+    return st;
+}
+
+static void test_run_report_survives_every_allocation_failure(void **state)
+{
+    (void)state;
+    static report_ctx c; /* large: not on the stack */
+    memset(&c, 0, sizeof c);
+    px_rt_interval iv = {0.002, 0.001, 0.004};
+    c.spec.n_stages = c.stats.n_stages = 2;
+    snprintf(c.spec.plan_id, sizeof c.spec.plan_id, "0123456789abcdef");
+    c.spec.emulated = true;
+    c.spec.plan_prompt_tokens = 8;
+    c.spec.pred_tpot_s = c.spec.pred_ttft_s = iv;
+    static px_rt_op_total ops[2][3];
+    for (uint32_t i = 0; i < 2; i++) {
+        px_rt_stage_spec *s = &c.spec.stages[i];
+        s->layer_begin = i * 2;
+        s->layer_end = i * 2 + 2;
+        s->embedding = i == 0;
+        s->head = i == 1;
+        snprintf(s->device, sizeof s->device, "local.emu-%c", 'a' + (int)i);
+        snprintf(s->backend, sizeof s->backend, "emu");
+        s->emulated = true;
+        s->pred_decode_s = s->pred_prefill_s = iv;
+        px_rt_stage_stats *ss = &c.stats.stages[i];
+        ss->prefill_steps = 1;
+        ss->prefill_ns = 3000000;
+        ss->decode_steps = 10;
+        ss->decode_ns = 25000000;
+        ss->xfer_in_decode_ns = 100000;
+        for (int e = 0; e < 3; e++)
+            ops[i][e] = (px_rt_op_total){(int32_t)(i * 2 + (uint32_t)e / 2),
+                                         e ? PX_IR_OP_MATMUL : PX_IR_OP_ATTENTION,
+                                         10,
+                                         1000000,
+                                         4000000,
+                                         800000};
+        ss->ops = ops[i];
+        ss->n_ops = 3;
+    }
+    c.stats.gen.prompt_tokens = 16;
+    c.stats.gen.decode_tokens = 20;
+    c.stats.gen.prefill_ns = 6000000;
+    c.stats.gen.decode_ns = 50000000;
+    c.stats.ttft_ns = 7000000;
+    c.stats.decode_steps = 10;
+    c.stats.n_prompts = 1;
+    px_err err;
+    px_assert_ok(run_report(&c, &c.clean_json, &c.clean_text, &err), &err);
+    px_assert_contains(c.clean_json, "\"matmul\"");
+    px_assert_contains(c.clean_text, "prefill: 16 tokens");
+    sweep("run report", report, &c);
+    free(c.clean_json);
+    free(c.clean_text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -411,6 +509,7 @@ int main(void)
         cmocka_unit_test(test_openai_request_bodies_survive_every_allocation_failure),
         cmocka_unit_test(test_trace_reader_survives_every_allocation_failure),
         cmocka_unit_test(test_fleet_parsers_survive_every_allocation_failure),
+        cmocka_unit_test(test_run_report_survives_every_allocation_failure),
     };
     if (getenv("PX_TEST_FILTER"))
         cmocka_set_test_filter(getenv("PX_TEST_FILTER"));
