@@ -508,6 +508,20 @@ typedef struct px__store_ops {
      * caller on; get_holder: "" when unknown.  url holds 256 bytes. */
     px_status (*set_holder)(void *self, const char *url, px_err *err);
     px_status (*get_holder)(void *self, char *url, px_err *err);
+    /* Version 12.  (optional, both or neither: NULL where one connection
+     * fences every write, as with SQLite) The lease's epoch, and writes
+     * fenced by it on a connection other than the lease's own.
+     * lease_epoch: the epoch this replica took with the lease it holds
+     * (each new holder increments it when it takes the lease, waiting for
+     * every fenced transaction in flight), 0 while it holds none.
+     * fenced_update_jobs: update_jobs on a connection of the store's own
+     * (not under the lock that serializes the other slots), in one
+     * transaction that first checks, and keeps locked until its commit,
+     * that the lease's epoch is still `epoch`: PX_ESTATE, with nothing
+     * written, when another replica has taken the lease since. */
+    px_status (*lease_epoch)(void *self, int64_t *epoch, px_err *err);
+    px_status (*fenced_update_jobs)(void *self, int64_t epoch, const px__job_row *rows, int n,
+                                    px_err *err);
 } px__store_ops;
 
 typedef struct px__store {
@@ -528,6 +542,9 @@ bool px__store_is_pg(const char *spec);
  * PX_EINVAL (a malformed URI), PX_EAUTH (a password in it), PX_EIO. */
 px_status px__store_pg_open(const char *spec, px__store *out, px_err *err);
 int px__store_pg_schema_version(void);
+/* For tests: hook(ud) runs on each fenced transaction (fenced_update_jobs)
+ * with its writes sent and its commit not yet; NULL removes it. */
+void px__store_pg_set_fence_hook(void (*hook)(void *ud), void *ud);
 /* Test seam (store_fault.c): while *px__store_fail_flag is nonzero, the
  * store of a server started after it was set refuses every write as a
  * full disk would.  NULL (always, outside tests) leaves the store alone. */

@@ -99,6 +99,23 @@ static const char *const migrations[] = {
     "  job TEXT NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL, at BIGINT NOT NULL);"
     "CREATE TABLE scheduler_holder(one INTEGER PRIMARY KEY CHECK (one = 1), url TEXT NOT NULL,"
     "  at BIGINT NOT NULL);",
+    /* 8: the lease's epoch, incremented by each new holder under the
+     * advisory lock, and the check that opens every transaction it fences
+     * on another connection: the row stays share-locked until that
+     * transaction ends, so a new holder's increment waits for it, and one
+     * that begins after a takeover fails (SQLSTATE PXF01) and rolls back. */
+    "CREATE TABLE lease(one INTEGER PRIMARY KEY CHECK (one = 1), epoch BIGINT NOT NULL);"
+    "INSERT INTO lease(one, epoch) VALUES(1, 0);"
+    "CREATE FUNCTION plexus_fence(mine BIGINT) RETURNS void LANGUAGE plpgsql AS $f$"
+    " DECLARE now_epoch BIGINT;"
+    " BEGIN"
+    "  SELECT epoch INTO now_epoch FROM lease WHERE one = 1 FOR SHARE;"
+    "  IF now_epoch IS DISTINCT FROM mine THEN"
+    "   RAISE EXCEPTION USING ERRCODE = 'PXF01', MESSAGE = format('the scheduler lease is at"
+    " epoch %s, this replica holds epoch %s: another replica has taken over; this one stops"
+    " scheduling (restart it as a standby)', now_epoch, mine);"
+    "  END IF;"
+    " END $f$;",
 };
 
 int px__store_pg_schema_version(void)
@@ -227,12 +244,14 @@ static px_status check_conn(px__pg *st, const char *what, px_err *err)
 }
 
 /* A failed result's message in err: PX_EEXIST for a unique violation,
- * else PX_EIO. */
+ * PX_ESTATE for a write fenced out by a newer lease epoch, else PX_EIO. */
 static px_status result_error(px__pg *st, const PGresult *r, const char *what, px_err *err)
 {
     char line[200];
     const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-    px_status code = state && strcmp(state, "23505") == 0 ? PX_EEXIST : PX_EIO;
+    px_status code = state && strcmp(state, "23505") == 0   ? PX_EEXIST
+                     : state && strcmp(state, "PXF01") == 0 ? PX_ESTATE
+                                                            : PX_EIO;
     px_err_set(
         err, code, "PostgreSQL %s: %s: %s", st->where, what,
         one_line(r && *PQresultErrorMessage(r) ? PQresultErrorMessage(r) : PQerrorMessage(st->conn),
@@ -449,6 +468,7 @@ static void pg_close(void *self)
     px__pg *st = self;
     if (!st)
         return;
+    pg_close(st->fenced);
     PQfinish(st->conn);
     PQfinish(st->listen);
     forget_prepared(st);
@@ -637,34 +657,77 @@ static px_status update_job(void *self, const px__job_row *row, const char *reas
  * client to read while the client writes. */
 #define PIPELINE_MAX 512
 
+/* A test's hook, called with the fenced transaction's writes sent and
+ * its commit not yet sent (px__store_pg_set_fence_hook). */
+static void (*fence_hook)(void *ud);
+static void *fence_hook_ud;
+
+void px__store_pg_set_fence_hook(void (*hook)(void *ud), void *ud)
+{
+    fence_hook = hook;
+    fence_hook_ud = ud;
+}
+
 /* Runs the statements (after `open`, before `close`) all or nothing, in
- * pipelines of PIPELINE_MAX; the caller holds st->mu. */
-static px_status run_group(px__pg *st, px__pg_stmt *s, int n, const char *what, px_err *err)
+ * pipelines of PIPELINE_MAX; fence (NULL: none) goes first, right after
+ * the opening.  The caller holds st->mu. */
+static px_status run_group(px__pg *st, const px__pg_stmt *fence, px__pg_stmt *s, int n,
+                           const char *what, px_err *err)
 {
     bool batch = st->batch;
     px__pg_stmt open = {batch ? "SAVEPOINT px_g" : "BEGIN", NULL};
     px__pg_stmt close = {batch ? "RELEASE SAVEPOINT px_g" : "COMMIT", NULL};
+    void (*hook)(void *) = fence ? fence_hook : NULL;
+    void *hook_ud = fence_hook_ud;
+    bool hooked = hook != NULL;
     /* The opening goes with the first pipeline and the closing with the
      * last: a group of up to PIPELINE_MAX rows is one round trip. */
-    px__pg_stmt *part = malloc(sizeof *part * (PIPELINE_MAX + 2));
+    px__pg_stmt *part = malloc(sizeof *part * (PIPELINE_MAX + 3));
     if (!part)
         return px_err_set(err, PX_ENOMEM, "out of memory");
     px_status rc = PX_OK;
     for (int at = 0; rc == PX_OK && (at < n || at == 0); at += PIPELINE_MAX) {
         int k = 0, m = PX_MIN(PIPELINE_MAX, n - at);
-        if (at == 0)
+        if (at == 0) {
             part[k++] = open;
-        memcpy(part + k, s + at, sizeof *part * (size_t)m);
-        k += m;
-        if (at + m >= n)
+            if (fence)
+                part[k++] = *fence;
+        }
+        memcpy(part + k, s + at, sizeof *part * (size_t)PX_MAX(m, 0));
+        k += PX_MAX(m, 0);
+        if (at + m >= n && !hooked)
             part[k++] = close;
         rc = px__pg_pipeline(st, part, k, -1, NULL, what, err);
     }
     free(part);
+    if (rc == PX_OK && hooked) {
+        hook(hook_ud);
+        rc = run(st, close.sql, NULL, NULL, what, err);
+    }
     if (rc != PX_OK && !st->lost)
         run(st, batch ? "ROLLBACK TO SAVEPOINT px_g; RELEASE SAVEPOINT px_g" : "ROLLBACK", NULL,
             NULL, "rollback", NULL);
     return rc;
+}
+
+/* The statements that write rows (job and members, two per row), in s
+ * with their parameters in q (2n of each); their number. */
+static int job_writes(const px__job_row *rows, int n, px__pgq *q, px__pg_stmt *s)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        px__pgq *j = &q[2 * i], *m = &q[2 * i + 1];
+        bind_job(j, &rows[i]);
+        s[k++] = (px__pg_stmt){UPSERT_JOB, j};
+        if (has_members(rows[i].members)) {
+            text(m, rows[i].id);
+            i64(m, rows[i].attempt);
+            text(m, rows[i].members);
+            text(m, rows[i].assignments);
+            s[k++] = (px__pg_stmt){WRITE_MEMBERS, m};
+        }
+    }
+    return k;
 }
 
 static px_status update_jobs(void *self, const px__job_row *rows, int n, px_err *err)
@@ -679,22 +742,65 @@ static px_status update_jobs(void *self, const px__job_row *rows, int n, px_err 
         free(s);
         return px_err_set(err, PX_ENOMEM, "out of memory");
     }
-    int k = 0;
-    for (int i = 0; i < n; i++) {
-        px__pgq *j = &q[2 * i], *m = &q[2 * i + 1];
-        bind_job(j, &rows[i]);
-        s[k++] = (px__pg_stmt){UPSERT_JOB, j};
-        if (has_members(rows[i].members)) {
-            text(m, rows[i].id);
-            i64(m, rows[i].attempt);
-            text(m, rows[i].members);
-            text(m, rows[i].assignments);
-            s[k++] = (px__pg_stmt){WRITE_MEMBERS, m};
+    int k = job_writes(rows, n, q, s);
+    pthread_mutex_lock(&st->mu);
+    px_status rc = run_group(st, NULL, s, k, "update jobs", err);
+    pthread_mutex_unlock(&st->mu);
+    free(q);
+    free(s);
+    return rc;
+}
+
+/* The connection of fenced writes, made (again) when missing or lost: a
+ * new session is safe, since each transaction on it checks the epoch.
+ * The caller holds f->mu when f exists. */
+static px_status fenced_conn(px__pg *st, px_err *err)
+{
+    px__pg *f = st->fenced;
+    if (f->conn && !f->lost)
+        return PX_OK;
+    PQfinish(f->conn);
+    forget_prepared(f);
+    f->lost = false;
+    f->conn = px__pg_connect(st, "fenced writes", err);
+    return f->conn ? PX_OK : PX_EIO;
+}
+
+static px_status fenced_update_jobs(void *self, int64_t epoch, const px__job_row *rows, int n,
+                                    px_err *err)
+{
+    px__pg *st = self;
+    if (n <= 0)
+        return PX_OK;
+    pthread_mutex_lock(&st->mu);
+    if (!st->fenced) {
+        px__pg *f = calloc(1, sizeof *f);
+        if (f && (f->where = px_strdup(st->where))) {
+            pthread_mutex_init(&f->mu, NULL);
+            st->fenced = f;
+        } else {
+            free(f);
         }
     }
-    pthread_mutex_lock(&st->mu);
-    px_status rc = run_group(st, s, k, "update jobs", err);
+    px__pg *f = st->fenced;
     pthread_mutex_unlock(&st->mu);
+    if (!f)
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    px__pgq *q = calloc((size_t)n * 2 + 1, sizeof *q);
+    px__pg_stmt *s = calloc((size_t)n * 2, sizeof *s);
+    if (!q || !s) {
+        free(q);
+        free(s);
+        return px_err_set(err, PX_ENOMEM, "out of memory");
+    }
+    int k = job_writes(rows, n, q + 1, s);
+    i64(&q[0], epoch);
+    px__pg_stmt fence = {"SELECT plexus_fence($1)", &q[0]};
+    pthread_mutex_lock(&f->mu);
+    px_status rc = fenced_conn(st, err);
+    if (rc == PX_OK)
+        rc = run_group(f, &fence, s, k, "update jobs (fenced by the lease)", err);
+    pthread_mutex_unlock(&f->mu);
     free(q);
     free(s);
     return rc;
@@ -723,7 +829,7 @@ static px_status put_explanations(void *self, const px__explanation_row *rows, i
                              &q[i]};
     }
     pthread_mutex_lock(&st->mu);
-    px_status rc = run_group(st, s, n, "put explanations", err);
+    px_status rc = run_group(st, NULL, s, n, "put explanations", err);
     pthread_mutex_unlock(&st->mu);
     free(q);
     free(s);
@@ -832,7 +938,25 @@ static px_status lease(void *self, bool *held, px_err *err)
             st->lease_held = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
             PQclear(r);
         }
+        /* A new holder takes the next epoch: the increment waits for the
+         * fenced writes in flight, and fences out those of every earlier
+         * holder. */
+        if (rc == PX_OK && st->lease_held) {
+            rc = run(st, "UPDATE lease SET epoch = epoch + 1 WHERE one = 1 RETURNING epoch", NULL,
+                     &r, "scheduler lease epoch", err);
+            if (rc == PX_OK) {
+                st->epoch = px__pg_int(r, 0, 0);
+                PQclear(r);
+            } else {
+                st->lease_held = false;
+                if (!st->lost)
+                    run(st, "SELECT pg_advisory_unlock(" LEASE_KEY ")", NULL, NULL,
+                        "scheduler lease", NULL);
+            }
+        }
     }
+    if (!st->lease_held)
+        st->epoch = 0;
     *held = st->lease_held;
     pthread_mutex_unlock(&st->mu);
     return rc;
@@ -842,6 +966,16 @@ static px_status lease(void *self, bool *held, px_err *err)
  * replicas accepted), oldest first: the rows are locked FOR UPDATE SKIP
  * LOCKED, so a row another transaction holds is left for the next call
  * rather than waited for, marked adopted and handed to cb. */
+static px_status lease_epoch(void *self, int64_t *epoch, px_err *err)
+{
+    (void)err;
+    px__pg *st = self;
+    pthread_mutex_lock(&st->mu);
+    *epoch = st->lease_held ? st->epoch : 0;
+    pthread_mutex_unlock(&st->mu);
+    return PX_OK;
+}
+
 static px_status claim_jobs(void *self, int max, px__job_cb cb, void *ud, px_err *err)
 {
     px__pg *st = self;
@@ -1012,7 +1146,7 @@ static px_status wait_jobs(void *self, int timeout_ms, bool *woken, px_err *err)
 }
 
 static px__store_ops pg_ops = {
-    .version = 11,
+    .version = 12,
     .close = pg_close,
     .insert_job = insert_job,
     .update_job = update_job,
@@ -1028,6 +1162,8 @@ static px__store_ops pg_ops = {
     .put_explanations = put_explanations,
     .request_cancel = request_cancel,
     .take_cancels = take_cancels,
+    .lease_epoch = lease_epoch,
+    .fenced_update_jobs = fenced_update_jobs,
 };
 static pthread_once_t pg_ops_once = PTHREAD_ONCE_INIT;
 

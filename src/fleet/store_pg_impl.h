@@ -35,6 +35,11 @@ typedef struct px__pg {
         int state; /* 1: its Parse is in the pipeline being sent, 2: ready */
     } prepared[32];
     int n_prepared;
+    /* The epoch this replica took with the lease (0: not held), and the
+     * connection of the writes it fences (fenced_update_jobs: made at the
+     * first, its own lock, no lease of its own). */
+    int64_t epoch;
+    struct px__pg *fenced;
 } px__pg;
 
 /* Parameters of one statement, all sent as text except blobs. */

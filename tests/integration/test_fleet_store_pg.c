@@ -9,13 +9,16 @@
  * replica that does not schedule are claimed once; blobs in chunks, read
  * back whole, checked against their digest on the way in and out;
  * cancellations recorded by any replica, taken once; agents' calls
- * recorded by any replica and read back by change number. */
+ * recorded by any replica and read back by change number; the lease's
+ * epoch, which fences writes on a second connection (a takeover waits for
+ * a fenced commit in flight, and fences out the old holder after it). */
 #include "px_test.h"
 
 #include "fleet/fleet_impl.h"
 #include "store_deploy_check.h"
 #include "pg_harness.h"
 
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -910,6 +913,180 @@ static void test_pg_nodes_through_any_replica(void **state)
     free(uri);
 }
 
+/* A fenced write held between its last statement and its commit (the
+ * store's test hook): the thread writing signals, and waits for the test
+ * to let it commit. */
+typedef struct fence_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool in_flight, go;
+} fence_gate;
+
+static void fence_hold(void *ud)
+{
+    fence_gate *g = ud;
+    pthread_mutex_lock(&g->mu);
+    g->in_flight = true;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->go)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+typedef struct fenced_call {
+    px__store *st;
+    int64_t epoch;
+    px__job_row *row;
+    px_status rc;
+    px_err err;
+} fenced_call;
+
+static void *fenced_write(void *ud)
+{
+    fenced_call *c = ud;
+    c->rc = c->st->ops->fenced_update_jobs(c->st->self, c->epoch, c->row, 1, &c->err);
+    return NULL;
+}
+
+typedef struct lease_call {
+    px__store *st;
+    bool held;
+    px_status rc;
+    px_err err;
+} lease_call;
+
+static void *take_lease(void *ud)
+{
+    lease_call *c = ud;
+    for (int i = 0; i < 300 && !c->held; i++) {
+        c->rc = c->st->ops->lease(c->st->self, &c->held, &c->err);
+        if (c->rc != PX_OK)
+            return NULL;
+        if (!c->held)
+            usleep(20000);
+    }
+    return NULL;
+}
+
+static void test_pg_lease_epoch_fences_writes_on_another_connection(void **state)
+{
+    (void)state;
+    char *uri = fresh("epoch");
+    if (!uri)
+        skip();
+    px__store a, b;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &a, &err), &err);
+    px_assert_ok(px__store_pg_open(uri, &b, &err), &err);
+    assert_true(a.ops->version >= 12 && a.ops->lease_epoch && a.ops->fenced_update_jobs);
+    int64_t ea = -1, eb = -1;
+    px_assert_ok(a.ops->lease_epoch(a.self, &ea, &err), &err);
+    assert_int_equal(ea, 0); /* no lease, no epoch */
+    bool held = false;
+    px_assert_ok(a.ops->lease(a.self, &held, &err), &err);
+    assert_true(held);
+    px_assert_ok(a.ops->lease_epoch(a.self, &ea, &err), &err);
+    assert_int_equal(ea, 1);
+    px_assert_ok(a.ops->lease(a.self, &held, &err), &err); /* kept: the same epoch */
+    px_assert_ok(a.ops->lease_epoch(a.self, &ea, &err), &err);
+    assert_int_equal(ea, 1);
+    px_assert_ok(b.ops->lease(b.self, &held, &err), &err);
+    assert_false(held);
+    px_assert_ok(b.ops->lease_epoch(b.self, &eb, &err), &err);
+    assert_int_equal(eb, 0);
+
+    px__job_row row = {.name = "f",
+                       .state = "queued",
+                       .attempt = 1,
+                       .spec = "{}",
+                       .members = "[]",
+                       .exit_code = INT_MIN};
+    px_assert_ok(a.ops->insert_job(a.self, &row, &err), &err);
+    /* The holder's fenced write commits on its second connection. */
+    row.state = "assigned";
+    row.members = "[{\"node\":\"n1\",\"devices\":[],\"state\":\"assigned\"}]";
+    px_assert_ok(a.ops->fenced_update_jobs(a.self, ea, &row, 1, &err), &err);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM members WHERE node = 'n1'"), 1);
+
+    /* A takeover while a fenced write is in flight: the holder's lease
+     * session dies, the standby's increment waits for the write's commit,
+     * and the new holder then sees what it committed. */
+    fence_gate g = {.in_flight = false, .go = false};
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    px__store_pg_set_fence_hook(fence_hold, &g);
+    row.attempt = 2;
+    row.members = "[{\"node\":\"n2\",\"devices\":[],\"state\":\"assigned\"}]";
+    fenced_call fc = {.st = &a, .epoch = ea, .row = &row};
+    pthread_t tw, tl;
+    assert_int_equal(pthread_create(&tw, NULL, fenced_write, &fc), 0);
+    pthread_mutex_lock(&g.mu);
+    while (!g.in_flight)
+        pthread_cond_wait(&g.cv, &g.mu);
+    pthread_mutex_unlock(&g.mu);
+    px__store_pg_set_fence_hook(NULL, NULL);
+    assert_int_equal(query_int(uri, "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_locks"
+                                    " WHERE locktype = 'advisory' AND classid = 1886152056"
+                                    " AND objid = 1 AND granted"),
+                     1);
+    lease_call lc = {.st = &b};
+    assert_int_equal(pthread_create(&tl, NULL, take_lease, &lc), 0);
+    /* The standby has the advisory lock and waits on the epoch's row. */
+    long long waiting = 0;
+    for (int i = 0; i < 1500 && !waiting; i++) {
+        waiting = query_int(uri, "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type ="
+                                 " 'Lock' AND query LIKE 'UPDATE lease%'");
+        if (!waiting)
+            usleep(20000);
+    }
+    assert_int_equal(waiting, 1);
+    assert_int_equal(query_int(uri, "SELECT epoch FROM lease"), 1);
+    pthread_mutex_lock(&g.mu);
+    g.go = true;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    pthread_join(tw, NULL);
+    px_assert_ok(fc.rc, &fc.err);
+    pthread_join(tl, NULL);
+    px_assert_ok(lc.rc, &lc.err);
+    assert_true(lc.held);
+    px_assert_ok(b.ops->lease_epoch(b.self, &eb, &err), &err);
+    assert_int_equal(eb, 2);
+    px__job_row seen = {0};
+    px_assert_ok(b.ops->get_job(b.self, row.id, &seen, &err), &err);
+    assert_int_equal(seen.attempt, 2);
+    px__job_row_release(&seen);
+
+    /* After the takeover the old holder's fenced writes are refused and
+     * change nothing; the new holder's go through. */
+    row.attempt = 3;
+    row.members = "[{\"node\":\"n3\",\"devices\":[],\"state\":\"assigned\"}]";
+    assert_int_equal(a.ops->fenced_update_jobs(a.self, ea, &row, 1, &err), PX_ESTATE);
+    assert_non_null(strstr(err.msg, "epoch 2"));
+    assert_non_null(strstr(err.msg, "another replica has taken over"));
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM members WHERE node = 'n3'"), 0);
+    assert_int_equal(query_int(uri, "SELECT attempt FROM jobs"), 2);
+    px_assert_ok(b.ops->fenced_update_jobs(b.self, eb, &row, 1, &err), &err);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM members WHERE node = 'n3'"), 1);
+    /* A connection of fenced writes that was lost is made again. */
+    assert_int_equal(query_int(uri, "SELECT COUNT(pg_terminate_backend(pid)) FROM"
+                                    " pg_stat_activity WHERE query LIKE 'COMMIT%'"
+                                    " AND datname = current_database()"
+                                    " AND pid <> pg_backend_pid()"),
+                     1);
+    row.attempt = 4;
+    px__job_row *rows = &row;
+    assert_int_equal(b.ops->fenced_update_jobs(b.self, eb, rows, 1, &err), PX_EIO);
+    px_assert_ok(b.ops->fenced_update_jobs(b.self, eb, rows, 1, &err), &err);
+    assert_int_equal(query_int(uri, "SELECT attempt FROM jobs"), 4);
+    pthread_cond_destroy(&g.cv);
+    pthread_mutex_destroy(&g.mu);
+    a.ops->close(a.self);
+    b.ops->close(b.self);
+    free(row.id);
+    free(uri);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -918,6 +1095,7 @@ int main(void)
         cmocka_unit_test(test_pg_store_owners_keys_and_credentials),
         cmocka_unit_test(test_pg_store_refuses_passwords_bad_uris_and_newer_schemas),
         cmocka_unit_test(test_pg_lease_one_holder_taken_over_and_jobs_claimed_once),
+        cmocka_unit_test(test_pg_lease_epoch_fences_writes_on_another_connection),
         cmocka_unit_test(test_pg_batch_commits_together_and_survives_a_failed_write),
         cmocka_unit_test(test_pg_store_keeps_deployments_by_name),
         cmocka_unit_test(test_pg_many_jobs_and_explanations_in_one_call),
