@@ -312,27 +312,16 @@ static void upload_log(px__api_req *rq, px__api_resp *rs, const char *id)
         return;
     px_err err;
     int64_t log_bytes = 0, artifact_bytes = 0, seq = 0;
-    px_status st =
-        srv->store.ops->job_usage(srv->store.self, id, &log_bytes, &artifact_bytes, &err);
-    uint64_t quota = srv->opt.log_quota, used = (uint64_t)PX_MAX(log_bytes, 0);
-    if (st == PX_OK && used >= quota) {
-        px__api_json(rs, 200, json_pack("{s:I, s:b}", "seq", (json_int_t)0, "truncated", 1));
-        return;
-    }
-    size_t take = (size_t)PX_MIN((uint64_t)rq->body_len, quota - used);
-    bool cut = take < rq->body_len;
-    if (st == PX_OK && take > 0)
-        st = srv->store.ops->append_log(srv->store.self, id, attempt, rank, stream, rq->body, take,
-                                        &seq, &err);
-    if (st == PX_OK && cut) {
-        char line[200];
-        int n = snprintf(line, sizeof line,
-                         "\n[plexus: output truncated: the job's log quota of %llu bytes is "
-                         "reached; the rest is dropped]\n",
-                         (unsigned long long)quota);
-        st = srv->store.ops->append_log(srv->store.self, id, attempt, rank, "stderr", line,
-                                        (size_t)n, &seq, &err);
-    }
+    size_t take = 0;
+    bool cut = false;
+    /* A store that counts the quota itself needs no count first. */
+    const px__store_ops *o = srv->store.ops;
+    px_status st = o->version >= 13 && o->append_log_quota
+                       ? PX_OK
+                       : o->job_usage(srv->store.self, id, &log_bytes, &artifact_bytes, &err);
+    if (st == PX_OK)
+        st = px__api_append_output(srv, id, attempt, rank, stream, rq->body, rq->body_len,
+                                   log_bytes, &take, &cut, &seq, &err);
     if (st != PX_OK) {
         px__api_error(rs, 503, "job %s: output not stored: %s; the agent sends it again", id,
                       err.msg);
