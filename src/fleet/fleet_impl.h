@@ -531,6 +531,13 @@ typedef struct px__store_ops {
                                   const char *stream, const void *data, size_t len, int64_t quota,
                                   const char *note, size_t *taken, bool *cut, int64_t *seq,
                                   px_err *err);
+    /* (optional: NULL, a standby reads node_assignments per poll) The
+     * assignments of node_assignments for several nodes in one statement
+     * (nodes: a JSON array text of names): cb(node, assignment, ud) for
+     * each, by node. */
+    px_status (*nodes_assignments)(void *self, const char *nodes,
+                                   void (*cb)(const char *node, const char *text, void *ud),
+                                   void *ud, px_err *err);
 } px__store_ops;
 
 typedef struct px__store {
@@ -646,8 +653,9 @@ typedef struct px__metrics {
     uint64_t submitted, decisions, placements, requeues;
     uint64_t notifications, claimed; /* jobs other replicas accepted */
     uint64_t agent_calls_stored;     /* agents' calls a replica that does not schedule stored */
-    uint64_t http_by_class[6];       /* 1xx..5xx by first digit */
-    uint64_t http_hist[16];          /* cumulative buckets, see api_metrics.c */
+    uint64_t poll_reads;       /* a standby's reads of waiting polls' assignments (one per tick) */
+    uint64_t http_by_class[6]; /* 1xx..5xx by first digit */
+    uint64_t http_hist[16];    /* cumulative buckets, see api_metrics.c */
     double http_sum;
     uint64_t http_count;
     uint64_t pass_hist[16];
@@ -749,6 +757,16 @@ struct px_fleet_server {
      * scheduling replica (store slot collect_artifact_data). */
     pthread_t collect_thread;
     bool collect_thread_started;
+    /* api_agent_standby.c: the waiting assignments polls of a standby,
+     * served by one read per tick for all of them. */
+    struct px__poll_board {
+        json_t *waiting;  /* node -> number of its polls waiting */
+        json_t *found;    /* node -> its assignments at the last read */
+        char error[256];  /* why the last read failed ("" when it did not) */
+        uint64_t read_ns; /* when the last read began */
+        uint64_t epoch;   /* reads done */
+        bool reading;     /* a poll is reading (without the server lock) */
+    } polls;
 };
 
 /* ---- server_stages.c: stage workers on agents (server lock held unless

@@ -62,8 +62,8 @@ static void *collect_main(void *arg)
         pthread_mutex_unlock(&srv->lock);
         int64_t removed = 0, bytes = 0;
         px_err err = {0};
-        px_status st = px__srv_collect_artifacts(srv, px_wall_time(), PX__COLLECT_GRACE_S,
-                                                 &removed, &bytes, &err);
+        px_status st = px__srv_collect_artifacts(srv, px_wall_time(), PX__COLLECT_GRACE_S, &removed,
+                                                 &bytes, &err);
         if (st != PX_OK)
             px_log_warn("server: collecting artifacts' bytes that no artifact names: %s; "
                         "tried again in %d s",

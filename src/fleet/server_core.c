@@ -575,6 +575,8 @@ void px_fleet_server_stop(px_fleet_server *srv)
     px__incidents_free(srv);
     px__srv_deploy_changed(srv);
     json_decref(srv->evictions);
+    json_decref(srv->polls.waiting);
+    json_decref(srv->polls.found);
     json_decref(srv->deploy_reported);
     px_fleet_sched_free(srv->sched);
     if (srv->store.ops)

@@ -395,6 +395,14 @@ static px_status f_append_log_quota(void *self, const char *job, int attempt, in
                                           quota, note, taken, cut, seq, err);
 }
 
+static px_status f_nodes_assignments(void *self, const char *nodes,
+                                     void (*cb)(const char *node, const char *text, void *ud),
+                                     void *ud, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->nodes_assignments(f->inner.self, nodes, cb, ud, err);
+}
+
 static const px__store_ops faulty_ops = {
     .version = 13,
     .close = f_close,
@@ -449,6 +457,7 @@ static const px__store_ops faulty_ops = {
     .get_holder = f_get_holder,
     .collect_artifact_data = f_collect_artifact_data,
     .append_log_quota = f_append_log_quota,
+    .nodes_assignments = f_nodes_assignments,
 };
 
 px_status px__store_wrap_faults(px__store *store, px_err *err)
@@ -509,6 +518,8 @@ px_status px__store_wrap_faults(px__store *store, px_err *err)
         f->ops.collect_artifact_data = NULL;
     if (in->version < 13 || !in->append_log_quota)
         f->ops.append_log_quota = NULL;
+    if (in->version < 13 || !in->nodes_assignments)
+        f->ops.nodes_assignments = NULL;
     store->ops = &f->ops;
     store->self = f;
     return PX_OK;
