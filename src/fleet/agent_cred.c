@@ -108,6 +108,45 @@ px_status px__agent_client(px__agent *a, px_fleet_client **out, unsigned *gen, p
     return st;
 }
 
+px_status px__agent_job_client(px__agent *a, px_fleet_client **out, unsigned *gen, px_err *err)
+{
+    pthread_mutex_lock(&a->cred_mu);
+    px_fleet_client *c = a->n_idle > 0 ? a->idle[--a->n_idle] : NULL;
+    unsigned g = c ? a->idle_gen[a->n_idle] : 0;
+    if (c && a->server_hint[0])
+        px__client_start_at(c, a->server_hint);
+    pthread_mutex_unlock(&a->cred_mu);
+    if (!c)
+        return px__agent_client(a, out, gen, err);
+    *gen = g;
+    px__agent_sync(a, c, gen);
+    *out = c;
+    return PX_OK;
+}
+
+void px__agent_job_client_done(px__agent *a, px_fleet_client *c, unsigned gen)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&a->cred_mu);
+    if (a->n_idle < PX__AGENT_IDLE_CLIENTS) {
+        a->idle[a->n_idle] = c;
+        a->idle_gen[a->n_idle++] = gen;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&a->cred_mu);
+    px_fleet_client_free(c);
+}
+
+void px__agent_idle_clients_free(px__agent *a)
+{
+    pthread_mutex_lock(&a->cred_mu);
+    for (int i = 0; i < a->n_idle; i++)
+        px_fleet_client_free(a->idle[i]);
+    a->n_idle = 0;
+    pthread_mutex_unlock(&a->cred_mu);
+}
+
 void px__agent_sync(px__agent *a, px_fleet_client *c, unsigned *gen)
 {
     if (atomic_load(&a->cred_gen) == *gen)

@@ -184,6 +184,8 @@ typedef struct px__agent_job {
  * lease, so the job is gone first (fencing). */
 #define PX__AGENT_FENCE_SHARE 0.75
 
+#define PX__AGENT_IDLE_CLIENTS 8 /* jobs' clients kept between jobs */
+
 struct px__agent {
     const px_fleet_agent_config *cfg;
     char *node_id;
@@ -217,6 +219,13 @@ struct px__agent {
      * a job's client starts there rather than at the first URL, which
      * may be a standby that would only send it on. */
     char server_hint[256];
+    /* Jobs' clients between jobs (under cred_mu), so that the next job's
+     * reports go over the connection (and TLS session) the last one
+     * left open rather than a new handshake; each with its credential
+     * generation. */
+    px_fleet_client *idle[PX__AGENT_IDLE_CLIENTS];
+    unsigned idle_gen[PX__AGENT_IDLE_CLIENTS];
+    int n_idle;
     /* The job user (agent_contain.c). */
     bool set_user;
     uid_t uid;
@@ -266,6 +275,15 @@ px_status px__agent_cred_setup(px__agent *a, px_err *err);
 /* A client of the server with the node's current credential (or the join
  * token before there is one) and the CA.  Owned: px_fleet_client_free. */
 px_status px__agent_client(px__agent *a, px_fleet_client **out, unsigned *gen, px_err *err);
+/* A client for one job's reports: one a finished job gave back (its
+ * credential brought up to date, started at the server hint) or else a new
+ * one (px__agent_client).  Give it back with px__agent_job_client_done,
+ * which keeps it for the next job (at most PX__AGENT_IDLE_CLIENTS, the
+ * rest freed); px__agent_idle_clients_free frees those kept.  A client is
+ * used by one thread at a time: taken, used, given back. */
+px_status px__agent_job_client(px__agent *a, px_fleet_client **out, unsigned *gen, px_err *err);
+void px__agent_job_client_done(px__agent *a, px_fleet_client *c, unsigned gen);
+void px__agent_idle_clients_free(px__agent *a);
 /* Gives c the current credential when it changed since *gen. */
 void px__agent_sync(px__agent *a, px_fleet_client *c, unsigned *gen);
 /* Joins (first time, or after the server forgot the node) or registers

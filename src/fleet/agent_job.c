@@ -799,7 +799,7 @@ void *px__agent_job_main(void *arg)
         px_strbuf_init(&r.out[s]);
     px_strbuf_init(&r.result);
     px_err err;
-    if (px__agent_client(a, &r.c, &r.gen, &err) != PX_OK) {
+    if (px__agent_job_client(a, &r.c, &r.gen, &err) != PX_OK) {
         px_log_error("agent: job %s: %s", j->job, err.msg);
     } else {
         px_fleet_client_set_timeout(r.c, 30000);
@@ -825,7 +825,7 @@ void *px__agent_job_main(void *arg)
     for (int s = 0; s < 3; s++)
         px_strbuf_release(&r.out[s]);
     px_strbuf_release(&r.result);
-    px_fleet_client_free(r.c);
+    px__agent_job_client_done(a, r.c, r.gen);
     atomic_store(&j->done, 1);
     return NULL;
 }

@@ -449,6 +449,7 @@ done:
     if (stages_started)
         pthread_join(stages, NULL);
     reap_jobs(a, true);
+    px__agent_idle_clients_free(a);
     px_fleet_client_free(c);
     px_fleet_cache_free(a->cache);
     json_decref(a->registration);

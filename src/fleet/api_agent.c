@@ -471,6 +471,37 @@ static void report(px__api_req *rq, px__api_resp *rs, px__job *job, const char *
     px__api_json(rs, 200, json_object());
 }
 
+px_status px__api_append_output(px_fleet_server *srv, const char *job, int attempt, int rank,
+                                const char *stream, const void *data, size_t len, int64_t used,
+                                size_t *taken, bool *cut, int64_t *seq, px_err *err)
+{
+    uint64_t quota = srv->opt.log_quota;
+    char note[200];
+    snprintf(note, sizeof note,
+             "\n[plexus: output truncated: the job's log quota of %llu bytes is "
+             "reached; the rest is dropped]\n",
+             (unsigned long long)quota);
+    const px__store_ops *o = srv->store.ops;
+    if (o->version >= 13 && o->append_log_quota)
+        return o->append_log_quota(srv->store.self, job, attempt, rank, stream, data, len,
+                                   (int64_t)PX_MIN(quota, (uint64_t)INT64_MAX), note, taken, cut,
+                                   seq, err);
+    uint64_t u = (uint64_t)PX_MAX(used, 0);
+    size_t take = u >= quota ? 0 : (size_t)PX_MIN((uint64_t)len, quota - u);
+    *taken = 0;
+    *cut = take < len;
+    *seq = 0;
+    px_status st = PX_OK;
+    if (take > 0)
+        st = o->append_log(srv->store.self, job, attempt, rank, stream, data, take, seq, err);
+    if (st == PX_OK && *cut && u <= quota)
+        st = o->append_log(srv->store.self, job, attempt, rank, "stderr", note, strlen(note), seq,
+                           err);
+    if (st == PX_OK)
+        *taken = take;
+    return st;
+}
+
 /* Appends a chunk of output within the job's log quota: the part past the
  * quota is dropped, once, with a line that says so, and the reply tells
  * the agent to send no more. */
@@ -502,23 +533,12 @@ static void upload_log(px__api_req *rq, px__api_resp *rs, px__job *job)
                       "keeps the output and sends it later");
         return;
     }
-    uint64_t quota = srv->opt.log_quota, used = (uint64_t)PX_MAX(job->log_bytes, 0);
-    size_t take = used >= quota ? 0 : (size_t)PX_MIN((uint64_t)rq->body_len, quota - used);
-    bool cut = take < rq->body_len;
+    uint64_t quota = srv->opt.log_quota;
+    size_t take = 0;
+    bool cut = false;
     int64_t seq = 0;
-    px_status st = PX_OK;
-    if (take > 0)
-        st = srv->store.ops->append_log(srv->store.self, job->row.id, attempt, rank, stream,
-                                        rq->body, take, &seq, &err);
-    if (st == PX_OK && cut) {
-        char note[200];
-        int n = snprintf(note, sizeof note,
-                         "\n[plexus: output truncated: the job's log quota of %llu bytes is "
-                         "reached; the rest is dropped]\n",
-                         (unsigned long long)quota);
-        st = srv->store.ops->append_log(srv->store.self, job->row.id, attempt, rank, "stderr", note,
-                                        (size_t)n, &seq, &err);
-    }
+    px_status st = px__api_append_output(srv, job->row.id, attempt, rank, stream, rq->body,
+                                         rq->body_len, job->log_bytes, &take, &cut, &seq, &err);
     if (st != PX_OK) {
         px__api_fail(rs, &err);
         return;

@@ -1,6 +1,7 @@
 /* Agent endpoints on a replica that does not schedule, answered from the
  * store (px__store_serves_agents): registration, heartbeat, assignments
- * (a long poll that reads the database every 250 ms) and the reports of
+ * (a long poll; one read of the database every 250 ms serves every poll
+ * waiting on the replica) and the reports of
  * each member (start, finish: queued for the scheduler; log chunks:
  * stored at once).  Each call is bound to the node whose credential made
  * it, as on the scheduling replica, and reports for work that is not the
@@ -186,6 +187,82 @@ static void add_assignment(const char *text, void *ud)
         json_array_append_new(ud, a);
 }
 
+/* The waiting polls' board: each poll waiting on this replica puts its
+ * node there, and one read per tick (POLL_READ_NS) of every waiting node's
+ * assignments, by whichever poll finds it due, serves them all: thousands
+ * of agents waiting on a standby cost one statement a tick, not one each.
+ * A poll that arrives between two reads is answered by the next (within a
+ * tick).  Server lock held, released while reading. */
+static void found_one(const char *node, const char *text, void *ud)
+{
+    json_t *found = ud, *a = json_loads(text, 0, NULL);
+    json_t *arr = json_object_get(found, node);
+    if (!arr && (arr = json_array()))
+        json_object_set_new(found, node, arr);
+    if (a && arr)
+        json_array_append_new(arr, a);
+    else
+        json_decref(a);
+}
+
+static void read_board(px_fleet_server *srv)
+{
+    struct px__poll_board *b = &srv->polls;
+    b->reading = true;
+    b->read_ns = px_now_ns();
+    json_t *names = json_array(), *found = json_object();
+    const char *key;
+    json_t *count;
+    json_object_foreach(b->waiting, key, count)
+    {
+        (void)count;
+        json_array_append_new(names, json_string(key));
+    }
+    char *nodes = names ? json_dumps(names, JSON_COMPACT) : NULL;
+    pthread_mutex_unlock(&srv->lock);
+    px_err err = {0};
+    px_status st = PX_OK;
+    const px__store_ops *o = srv->store.ops;
+    if (!nodes || !found)
+        st = px_err_set(&err, PX_ENOMEM, "out of memory");
+    else if (o->version >= 13 && o->nodes_assignments)
+        st = o->nodes_assignments(srv->store.self, nodes, found_one, found, &err);
+    else
+        /* A store without the slot: one read per waiting node, still once
+         * a tick whatever the number of polls of each. */
+        for (size_t i = 0; st == PX_OK && i < json_array_size(names); i++) {
+            const char *node = json_string_value(json_array_get(names, i));
+            json_t *arr = json_array();
+            st = arr ? o->node_assignments(srv->store.self, node, add_assignment, arr, &err)
+                     : px_err_set(&err, PX_ENOMEM, "out of memory");
+            if (st == PX_OK)
+                json_object_set_new(found, node, arr);
+            else
+                json_decref(arr);
+        }
+    pthread_mutex_lock(&srv->lock);
+    free(nodes);
+    json_decref(names);
+    srv->metrics.poll_reads++;
+    json_decref(b->found);
+    b->found = st == PX_OK ? found : NULL;
+    if (st != PX_OK)
+        json_decref(found);
+    px_textf(b->error, sizeof b->error, "%s", st == PX_OK ? "" : err.msg);
+    b->epoch++;
+    b->reading = false;
+    pthread_cond_broadcast(&srv->changed);
+}
+
+static void board_leave(px_fleet_server *srv, const char *node)
+{
+    json_t *n = json_object_get(srv->polls.waiting, node);
+    if (json_integer_value(n) > 1)
+        json_integer_set(n, json_integer_value(n) - 1);
+    else
+        json_object_del(srv->polls.waiting, node);
+}
+
 static void assignments(px__api_req *rq, px__api_resp *rs)
 {
     px_fleet_server *srv = rq->srv;
@@ -194,24 +271,48 @@ static void assignments(px__api_req *rq, px__api_resp *rs)
         return;
     if (!own_name(rq, rs, px__api_query(rq, "node")) || !note(rq, rs, "poll", NULL))
         return;
-    uint64_t deadline = px_now_ns() + (uint64_t)(wait * 1e9);
-    for (;;) {
-        json_t *arr = json_array();
-        px_err err;
-        if (!arr || srv->store.ops->node_assignments(srv->store.self, rq->who.name, add_assignment,
-                                                     arr, &err) != PX_OK) {
-            json_decref(arr);
-            px__api_error(rs, 503, "node %s: its assignments cannot be read: %s; retry",
-                          rq->who.name, arr ? err.msg : "out of memory");
-            return;
-        }
-        if (json_array_size(arr) > 0 || px_now_ns() >= deadline || srv->stopping) {
-            px__api_json(rs, 200, json_pack("{s:o, s:[]}", "assignments", arr, "stages"));
-            return;
-        }
-        json_decref(arr);
-        px__srv_wait(srv, PX_MIN(deadline, px_now_ns() + POLL_READ_NS));
+    struct px__poll_board *b = &srv->polls;
+    const char *name = rq->who.name;
+    if (!b->waiting && !(b->waiting = json_object())) {
+        px__api_error(rs, 503, "out of memory");
+        return;
     }
+    json_t *n = json_object_get(b->waiting, name);
+    if (n)
+        json_integer_set(n, json_integer_value(n) + 1);
+    else
+        json_object_set_new(b->waiting, name, json_integer(1));
+    uint64_t deadline = px_now_ns() + (uint64_t)(wait * 1e9);
+    uint64_t seen = b->epoch; /* a read begun before this poll came may miss it */
+    if (b->reading)
+        seen++;
+    for (;;) {
+        uint64_t now = px_now_ns();
+        if (b->epoch > seen) {
+            if (b->error[0]) {
+                px__api_error(rs, 503, "node %s: its assignments cannot be read: %s; retry", name,
+                              b->error);
+                break;
+            }
+            json_t *arr = json_object_get(b->found, name);
+            if (json_array_size(arr) > 0) {
+                px__api_json(rs, 200, json_pack("{s:O, s:[]}", "assignments", arr, "stages"));
+                break;
+            }
+        }
+        if (now >= deadline || srv->stopping) {
+            px__api_json(rs, 200, json_pack("{s:[], s:[]}", "assignments", "stages"));
+            break;
+        }
+        if (!b->reading && now >= b->read_ns + POLL_READ_NS) {
+            seen = b->epoch;
+            read_board(srv);
+            continue;
+        }
+        /* Woken by the read's end (changed), or at the next read's time. */
+        px__srv_wait(srv, PX_MIN(deadline, b->reading ? deadline : b->read_ns + POLL_READ_NS));
+    }
+    board_leave(srv, name);
 }
 
 /* An integer of the body, or of the query when body is NULL; false (reply
@@ -312,27 +413,16 @@ static void upload_log(px__api_req *rq, px__api_resp *rs, const char *id)
         return;
     px_err err;
     int64_t log_bytes = 0, artifact_bytes = 0, seq = 0;
-    px_status st =
-        srv->store.ops->job_usage(srv->store.self, id, &log_bytes, &artifact_bytes, &err);
-    uint64_t quota = srv->opt.log_quota, used = (uint64_t)PX_MAX(log_bytes, 0);
-    if (st == PX_OK && used >= quota) {
-        px__api_json(rs, 200, json_pack("{s:I, s:b}", "seq", (json_int_t)0, "truncated", 1));
-        return;
-    }
-    size_t take = (size_t)PX_MIN((uint64_t)rq->body_len, quota - used);
-    bool cut = take < rq->body_len;
-    if (st == PX_OK && take > 0)
-        st = srv->store.ops->append_log(srv->store.self, id, attempt, rank, stream, rq->body, take,
-                                        &seq, &err);
-    if (st == PX_OK && cut) {
-        char line[200];
-        int n = snprintf(line, sizeof line,
-                         "\n[plexus: output truncated: the job's log quota of %llu bytes is "
-                         "reached; the rest is dropped]\n",
-                         (unsigned long long)quota);
-        st = srv->store.ops->append_log(srv->store.self, id, attempt, rank, "stderr", line,
-                                        (size_t)n, &seq, &err);
-    }
+    size_t take = 0;
+    bool cut = false;
+    /* A store that counts the quota itself needs no count first. */
+    const px__store_ops *o = srv->store.ops;
+    px_status st = o->version >= 13 && o->append_log_quota
+                       ? PX_OK
+                       : o->job_usage(srv->store.self, id, &log_bytes, &artifact_bytes, &err);
+    if (st == PX_OK)
+        st = px__api_append_output(srv, id, attempt, rank, stream, rq->body, rq->body_len,
+                                   log_bytes, &take, &cut, &seq, &err);
     if (st != PX_OK) {
         px__api_error(rs, 503, "job %s: output not stored: %s; the agent sends it again", id,
                       err.msg);

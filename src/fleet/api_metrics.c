@@ -63,6 +63,10 @@ char *px__metrics_render(px_fleet_server *srv)
     counter(&sb, "plexus_agent_calls_stored_total",
             "Agents' calls this replica answered from the database while another scheduled.",
             m->agent_calls_stored);
+    counter(&sb, "plexus_standby_poll_reads_total",
+            "Reads of the database for the agents' polls waiting on this replica while another "
+            "scheduled (one per tick, whatever the number of polls).",
+            m->poll_reads);
     counter(&sb, "plexus_scheduling_decisions_total", "Placement attempts.", m->decisions);
     counter(&sb, "plexus_placements_total", "Placement attempts that placed the job.",
             m->placements);

@@ -522,6 +522,36 @@ typedef struct px__store_ops {
     px_status (*lease_epoch)(void *self, int64_t *epoch, px_err *err);
     px_status (*fenced_update_jobs)(void *self, int64_t epoch, const px__job_row *rows, int n,
                                     px_err *err);
+    /* Version 13.  (optional: NULL where artifacts' bytes are never stored
+     * apart from their rows) Removes the artifacts' bytes (put_artifact_data)
+     * that no artifact row names and that were stored, or stored again,
+     * before `before` (wall seconds): an upload refused or cut off between
+     * the bytes and the row.  At most max of them, the oldest first; how
+     * many into *removed and their size into *bytes.  Bytes stored after
+     * `before` are kept whatever names them, so the caller keeps uploads in
+     * flight by a grace period (before = now - grace).  On a connection of
+     * its own, never under the store's lock. */
+    px_status (*collect_artifact_data)(void *self, int64_t before, int max, int64_t *removed,
+                                       int64_t *bytes, px_err *err);
+    /* (optional: NULL, the caller counts a job's log quota itself, which
+     * several replicas cannot do exactly) append_log within the job's log
+     * quota as the store counts it, atomically among every writer: stores
+     * the first min(len, quota - used) bytes of data (used: the bytes of
+     * the job's log, notes included) and, when that leaves some out of a
+     * log not yet past its quota, `note` (to "stderr") after them (so the
+     * note is written once), all or nothing.  *taken: the bytes of data stored; *cut: whether some
+     * were left out; *seq: the last number written (0: none). */
+    px_status (*append_log_quota)(void *self, const char *job, int attempt, int rank,
+                                  const char *stream, const void *data, size_t len, int64_t quota,
+                                  const char *note, size_t *taken, bool *cut, int64_t *seq,
+                                  px_err *err);
+    /* (optional: NULL, a standby reads node_assignments per poll) The
+     * assignments of node_assignments for several nodes in one statement
+     * (nodes: a JSON array text of names): cb(node, assignment, ud) for
+     * each, by node. */
+    px_status (*nodes_assignments)(void *self, const char *nodes,
+                                   void (*cb)(const char *node, const char *text, void *ud),
+                                   void *ud, px_err *err);
 } px__store_ops;
 
 typedef struct px__store {
@@ -640,8 +670,9 @@ typedef struct px__metrics {
     uint64_t submitted, decisions, placements, requeues;
     uint64_t notifications, claimed; /* jobs other replicas accepted */
     uint64_t agent_calls_stored;     /* agents' calls a replica that does not schedule stored */
-    uint64_t http_by_class[6];       /* 1xx..5xx by first digit */
-    uint64_t http_hist[16];          /* cumulative buckets, see api_metrics.c */
+    uint64_t poll_reads;       /* a standby's reads of waiting polls' assignments (one per tick) */
+    uint64_t http_by_class[6]; /* 1xx..5xx by first digit */
+    uint64_t http_hist[16];    /* cumulative buckets, see api_metrics.c */
     double http_sum;
     uint64_t http_count;
     uint64_t pass_hist[16];
@@ -739,6 +770,20 @@ struct px_fleet_server {
     json_t *evictions;
     pthread_t serving_thread;
     bool serving_thread_started;
+    /* server_collect.c: artifacts' bytes no row names, collected by the
+     * scheduling replica (store slot collect_artifact_data). */
+    pthread_t collect_thread;
+    bool collect_thread_started;
+    /* api_agent_standby.c: the waiting assignments polls of a standby,
+     * served by one read per tick for all of them. */
+    struct px__poll_board {
+        json_t *waiting;  /* node -> number of its polls waiting */
+        json_t *found;    /* node -> its assignments at the last read */
+        char error[256];  /* why the last read failed ("" when it did not) */
+        uint64_t read_ns; /* when the last read began */
+        uint64_t epoch;   /* reads done */
+        bool reading;     /* a poll is reading (without the server lock) */
+    } polls;
 };
 
 /* ---- server_stages.c: stage workers on agents (server lock held unless
@@ -1103,6 +1148,15 @@ void px__srv_node_calls_tick(px_fleet_server *srv, bool due);
 /* The scheduling replica's URL as the store knows it (read at most once
  * a second), "" when unknown.  Server lock held. */
 const char *px__srv_holder_url(px_fleet_server *srv);
+/* api_agent.c: appends a chunk of a job's output within its log quota
+ * (opt.log_quota): counted by the store where it can (append_log_quota,
+ * exact among replicas), else from `used` (the job's log bytes as the
+ * caller knows them); the part past the quota is dropped with a line that
+ * says so, once.  *taken, *cut, *seq as append_log_quota's. */
+px_status px__api_append_output(px_fleet_server *srv, const char *job, int attempt, int rank,
+                                const char *stream, const void *data, size_t len, int64_t used,
+                                size_t *taken, bool *cut, int64_t *seq, px_err *err);
+
 /* api_agent_standby.c: an agent's call to a replica that does not
  * schedule, answered from the store; false when the route is not one. */
 bool px__api_agent_standby_route(px__api_req *rq, px__api_resp *rs);
@@ -1130,6 +1184,24 @@ void px__api_stop(px_fleet_server *srv);
 /* api_metrics.c */
 char *px__metrics_render(px_fleet_server *srv);
 void px__metrics_observe(uint64_t *hist, double *sum, uint64_t *count, double seconds);
+
+/* server_collect.c: artifacts' bytes that no artifact row names (an upload
+ * refused or cut off after its bytes were stored), removed by the replica
+ * that schedules: when it takes the lease, then every
+ * PX__COLLECT_EVERY_S, those stored more than PX__COLLECT_GRACE_S before.
+ * Nothing where the store has no collect_artifact_data. */
+#define PX__COLLECT_EVERY_S 600
+#define PX__COLLECT_GRACE_S 3600
+/* Starts the collector's thread (server lock not held); PX_OK without one
+ * where the store keeps no artifacts' bytes. */
+px_status px__srv_collect_start(px_fleet_server *srv, px_err *err);
+/* Joins it, after `stopping` was set and `changed` broadcast. */
+void px__srv_collect_stop(px_fleet_server *srv);
+/* One collection as of `now` (wall seconds): the bytes stored before
+ * now - grace that no row names, in rounds until none is left; totals into
+ * *removed and *bytes.  Server lock not held.  For the thread and tests. */
+px_status px__srv_collect_artifacts(px_fleet_server *srv, int64_t now, int64_t grace,
+                                    int64_t *removed, int64_t *bytes, px_err *err);
 
 /* server_core.c */
 /* Stops serving for good (a lost scheduler lease, a lost batch): memory

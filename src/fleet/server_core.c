@@ -519,6 +519,8 @@ px_status px_fleet_server_start(const px_fleet_server_options *opt, px_fleet_ser
         }
         srv->listen_thread_started = true;
     }
+    if ((st = px__srv_collect_start(srv, err)) != PX_OK)
+        goto fail;
     px__serving_start(srv);
     *out = srv;
     return PX_OK;
@@ -568,10 +570,13 @@ void px_fleet_server_stop(px_fleet_server *srv)
         pthread_join(srv->sched_thread, NULL);
     if (srv->listen_thread_started)
         pthread_join(srv->listen_thread, NULL);
+    px__srv_collect_stop(srv);
     px__srv_free_jobs(srv);
     px__incidents_free(srv);
     px__srv_deploy_changed(srv);
     json_decref(srv->evictions);
+    json_decref(srv->polls.waiting);
+    json_decref(srv->polls.found);
     json_decref(srv->deploy_reported);
     px_fleet_sched_free(srv->sched);
     if (srv->store.ops)

@@ -255,8 +255,171 @@ static px_status f_list_deploy_records(void *self, const char *deployment, const
                                              err);
 }
 
+/* Version 9: blobs and cancellations. */
+static px_status f_put_blob(void *self, const char *hex, int fd, int64_t size, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err) : f->inner.ops->put_blob(f->inner.self, hex, fd, size, err);
+}
+
+static px_status f_get_blob(void *self, const char *hex, int fd, int64_t *size, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->get_blob(f->inner.self, hex, fd, size, err);
+}
+
+static px_status f_request_cancel(void *self, const char *job, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err) : f->inner.ops->request_cancel(f->inner.self, job, err);
+}
+
+/* Taking forgets what it hands over: a write. */
+static px_status f_take_cancels(void *self, int max, px__name_cb cb, void *ud, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err) : f->inner.ops->take_cancels(f->inner.self, max, cb, ud, err);
+}
+
+/* Version 10: artifacts' bytes. */
+static px_status f_put_artifact_data(void *self, const char *hex, int fd, int64_t size, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err)
+                      : f->inner.ops->put_artifact_data(f->inner.self, hex, fd, size, err);
+}
+
+static px_status f_get_artifact_data(void *self, const char *hex, int fd, int64_t *size,
+                                     px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->get_artifact_data(f->inner.self, hex, fd, size, err);
+}
+
+/* Version 11: nodes through every replica. */
+static px_status f_node_of_credential(void *self, const char *sha256_hex, char *name, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->node_of_credential(f->inner.self, sha256_hex, name, err);
+}
+
+static px_status f_note_node(void *self, const char *name, const char *kind, const char *body,
+                             px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err)
+                      : f->inner.ops->note_node(f->inner.self, name, kind, body, err);
+}
+
+static px_status f_node_mark(void *self, int64_t *mark, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->node_mark(f->inner.self, mark, err);
+}
+
+static px_status f_changed_nodes(void *self, int64_t after, int max, px__node_change_cb cb,
+                                 void *ud, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->changed_nodes(f->inner.self, after, max, cb, ud, err);
+}
+
+static px_status f_node_assignments(void *self, const char *node, px__name_cb cb, void *ud,
+                                    px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->node_assignments(f->inner.self, node, cb, ud, err);
+}
+
+static px_status f_node_stops(void *self, const char *node, const char *running, char **out,
+                              px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->node_stops(f->inner.self, node, running, out, err);
+}
+
+static px_status f_put_member_report(void *self, const char *node, const char *job,
+                                     const char *kind, const char *body, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err)
+                      : f->inner.ops->put_member_report(f->inner.self, node, job, kind, body, err);
+}
+
+static px_status f_take_member_reports(void *self, int max, px__member_report_cb cb, void *ud,
+                                       px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err)
+                      : f->inner.ops->take_member_reports(f->inner.self, max, cb, ud, err);
+}
+
+static px_status f_set_holder(void *self, const char *url, px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err) : f->inner.ops->set_holder(f->inner.self, url, err);
+}
+
+static px_status f_get_holder(void *self, char *url, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->get_holder(f->inner.self, url, err);
+}
+
+/* Version 12: the lease's epoch, and writes fenced by it (a write). */
+static px_status f_lease_epoch(void *self, int64_t *epoch, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->lease_epoch(f->inner.self, epoch, err);
+}
+
+static px_status f_fenced_update_jobs(void *self, int64_t epoch, const px__job_row *rows, int n,
+                                      px_err *err)
+{
+    faulty *f = self;
+    return FAILING(f) ? full(f, err)
+                      : f->inner.ops->fenced_update_jobs(f->inner.self, epoch, rows, n, err);
+}
+
+/* Version 13: the collection of artifacts' bytes no row names (it
+ * deletes: a write). */
+static px_status f_collect_artifact_data(void *self, int64_t before, int max, int64_t *removed,
+                                         int64_t *bytes, px_err *err)
+{
+    faulty *f = self;
+    if (FAILING(f)) {
+        *removed = *bytes = 0;
+        return full(f, err);
+    }
+    return f->inner.ops->collect_artifact_data(f->inner.self, before, max, removed, bytes, err);
+}
+
+static px_status f_append_log_quota(void *self, const char *job, int attempt, int rank,
+                                    const char *stream, const void *data, size_t len, int64_t quota,
+                                    const char *note, size_t *taken, bool *cut, int64_t *seq,
+                                    px_err *err)
+{
+    faulty *f = self;
+    if (FAILING(f)) {
+        *taken = 0;
+        *cut = false;
+        *seq = 0;
+        return full(f, err);
+    }
+    return f->inner.ops->append_log_quota(f->inner.self, job, attempt, rank, stream, data, len,
+                                          quota, note, taken, cut, seq, err);
+}
+
+static px_status f_nodes_assignments(void *self, const char *nodes,
+                                     void (*cb)(const char *node, const char *text, void *ud),
+                                     void *ud, px_err *err)
+{
+    faulty *f = self;
+    return f->inner.ops->nodes_assignments(f->inner.self, nodes, cb, ud, err);
+}
+
 static const px__store_ops faulty_ops = {
-    .version = 7,
+    .version = 13,
     .close = f_close,
     .put_node = f_put_node,
     .list_nodes = f_list_nodes,
@@ -291,6 +454,27 @@ static const px__store_ops faulty_ops = {
     .put_explanations = f_put_explanations,
     .append_deploy_record = f_append_deploy_record,
     .list_deploy_records = f_list_deploy_records,
+    .put_blob = f_put_blob,
+    .get_blob = f_get_blob,
+    .request_cancel = f_request_cancel,
+    .take_cancels = f_take_cancels,
+    .put_artifact_data = f_put_artifact_data,
+    .get_artifact_data = f_get_artifact_data,
+    .node_of_credential = f_node_of_credential,
+    .note_node = f_note_node,
+    .node_mark = f_node_mark,
+    .changed_nodes = f_changed_nodes,
+    .node_assignments = f_node_assignments,
+    .node_stops = f_node_stops,
+    .put_member_report = f_put_member_report,
+    .take_member_reports = f_take_member_reports,
+    .set_holder = f_set_holder,
+    .get_holder = f_get_holder,
+    .lease_epoch = f_lease_epoch,
+    .fenced_update_jobs = f_fenced_update_jobs,
+    .collect_artifact_data = f_collect_artifact_data,
+    .append_log_quota = f_append_log_quota,
+    .nodes_assignments = f_nodes_assignments,
 };
 
 px_status px__store_wrap_faults(px__store *store, px_err *err)
@@ -321,6 +505,42 @@ px_status px__store_wrap_faults(px__store *store, px_err *err)
         f->ops.append_deploy_record = NULL;
         f->ops.list_deploy_records = NULL;
     }
+    const px__store_ops *in = f->inner.ops;
+    if (in->version < 9 || !in->put_blob || !in->get_blob) {
+        f->ops.put_blob = NULL;
+        f->ops.get_blob = NULL;
+    }
+    if (in->version < 9 || !in->request_cancel || !in->take_cancels) {
+        f->ops.request_cancel = NULL;
+        f->ops.take_cancels = NULL;
+    }
+    if (in->version < 10 || !in->put_artifact_data || !in->get_artifact_data) {
+        f->ops.put_artifact_data = NULL;
+        f->ops.get_artifact_data = NULL;
+    }
+    /* Version 11's ten come together or not at all. */
+    if (in->version < 11 || !in->node_of_credential) {
+        f->ops.node_of_credential = NULL;
+        f->ops.note_node = NULL;
+        f->ops.node_mark = NULL;
+        f->ops.changed_nodes = NULL;
+        f->ops.node_assignments = NULL;
+        f->ops.node_stops = NULL;
+        f->ops.put_member_report = NULL;
+        f->ops.take_member_reports = NULL;
+        f->ops.set_holder = NULL;
+        f->ops.get_holder = NULL;
+    }
+    if (in->version < 12 || !in->lease_epoch || !in->fenced_update_jobs) {
+        f->ops.lease_epoch = NULL;
+        f->ops.fenced_update_jobs = NULL;
+    }
+    if (in->version < 13 || !in->collect_artifact_data)
+        f->ops.collect_artifact_data = NULL;
+    if (in->version < 13 || !in->append_log_quota)
+        f->ops.append_log_quota = NULL;
+    if (in->version < 13 || !in->nodes_assignments)
+        f->ops.nodes_assignments = NULL;
     store->ops = &f->ops;
     store->self = f;
     return PX_OK;

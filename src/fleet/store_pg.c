@@ -1146,7 +1146,7 @@ static px_status wait_jobs(void *self, int timeout_ms, bool *woken, px_err *err)
 }
 
 static px__store_ops pg_ops = {
-    .version = 12,
+    .version = 13,
     .close = pg_close,
     .insert_job = insert_job,
     .update_job = update_job,

@@ -132,13 +132,19 @@ static px_status put_keyed(px__pg *st, const char *key, const char *hex, int fd,
     PGresult *r = NULL;
     px_status rc = exec(st, c, "BEGIN", NULL, 0, NULL, 0, false, NULL, "store blob", err);
     /* The row first: a replica storing the same blob at once waits here
-     * for the other's commit, then finds the row and keeps that one. */
+     * for the other's commit, then finds the row and keeps that one.  A
+     * row already there is dated again (xmax is 0 only on a row this
+     * statement inserted): an upload that finds its artifact's bytes stored
+     * has the collector's grace period from now until it writes its row,
+     * and a collection under way either removed the row before (then it is
+     * inserted afresh) or sees the new date and keeps it. */
     if (rc == PX_OK)
         rc = exec(st, c,
                   "INSERT INTO blobs(digest, size, chunks, created) VALUES($1, $2, $3, $4)"
-                  " ON CONFLICT (digest) DO NOTHING RETURNING digest",
+                  " ON CONFLICT (digest) DO UPDATE SET created ="
+                  " GREATEST(blobs.created, EXCLUDED.created) RETURNING xmax = 0",
                   v, 4, NULL, 0, false, &r, "store blob", err);
-    bool fresh = rc == PX_OK && PQntuples(r) == 1;
+    bool fresh = rc == PX_OK && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
     PQclear(r);
     if (fresh && !(buf = malloc(CHUNK)))
         rc = px_err_set(err, PX_ENOMEM, "out of memory");
@@ -295,10 +301,53 @@ static px_status get_artifact_data(void *self, const char *hex, int fd, int64_t 
     return get_keyed(self, key, hex, fd, size, err);
 }
 
+/* The candidates are read first (the oldest, at most max), then deleted
+ * with their date checked again: a put that dated a candidate again after
+ * the read committed its new date before the delete could lock the row,
+ * and PostgreSQL checks the delete's own conditions against that newest
+ * version, so the row stays.  An artifact's row is written only after its
+ * bytes were stored (or dated again), so bytes older than `before` that no
+ * row names are not those of an upload in flight, as long as the grace
+ * period outlasts the gap between the two.  The chunks go in the same
+ * statement, and so the same transaction, as their row. */
+static px_status collect_artifact_data(void *self, int64_t before, int max, int64_t *removed,
+                                       int64_t *bytes, px_err *err)
+{
+    px__pg *st = self;
+    PX_ASSERT(max > 0);
+    *removed = *bytes = 0;
+    PGconn *c = px__pg_connect(st, "collect artifacts", err);
+    if (!c)
+        return PX_EIO;
+    char at[24], limit[24];
+    snprintf(at, sizeof at, "%" PRId64, before);
+    snprintf(limit, sizeof limit, "%d", max);
+    const char *v[] = {at, limit};
+    PGresult *r = NULL;
+    px_status rc = exec(
+        st, c,
+        "WITH gone AS (DELETE FROM blobs WHERE created < $1 AND digest IN ("
+        "  SELECT b.digest FROM blobs b WHERE b.digest LIKE '" ARTIFACT_KEY "%' AND b.created < $1"
+        "  AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE '" ARTIFACT_KEY "' || a.sha256 = "
+        "b.digest)"
+        "  ORDER BY b.created LIMIT $2) RETURNING digest, size),"
+        " chunks AS (DELETE FROM blob_chunks WHERE digest IN (SELECT digest FROM gone))"
+        " SELECT COUNT(*), COALESCE(SUM(size), 0) FROM gone",
+        v, 2, NULL, 0, false, &r, "collect unreferenced artifacts", err);
+    if (rc == PX_OK && PQntuples(r) == 1) {
+        *removed = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        *bytes = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+    }
+    PQclear(r);
+    PQfinish(c);
+    return rc;
+}
+
 void px__pg_fill_blob_ops(px__store_ops *ops)
 {
     ops->put_blob = put_blob;
     ops->get_blob = get_blob;
     ops->put_artifact_data = put_artifact_data;
     ops->get_artifact_data = get_artifact_data;
+    ops->collect_artifact_data = collect_artifact_data;
 }

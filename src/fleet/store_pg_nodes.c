@@ -195,6 +195,29 @@ static px_status node_assignments(void *self, const char *node, px__name_cb cb, 
     return rc;
 }
 
+static px_status nodes_assignments(void *self, const char *nodes,
+                                   void (*cb)(const char *node, const char *text, void *ud),
+                                   void *ud, px_err *err)
+{
+    px__pg *st = self;
+    px__pgq q = {0};
+    text(&q, nodes);
+    PGresult *r = NULL;
+    pthread_mutex_lock(&st->mu);
+    px_status rc = run(st,
+                       "SELECT m.node, m.assignment FROM members m JOIN jobs j ON j.id = m.job"
+                       " WHERE m.node IN (SELECT json_array_elements_text($1::json))"
+                       " AND m.state = 'assigned' AND m.assignment IS NOT NULL"
+                       " AND m.attempt = j.attempt AND j.state IN ('assigned', 'running')"
+                       " ORDER BY m.node, j.seq, m.rank",
+                       &q, &r, "read waiting nodes' assignments", err);
+    pthread_mutex_unlock(&st->mu);
+    for (int i = 0; rc == PX_OK && i < PQntuples(r); i++)
+        cb(PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), ud);
+    PQclear(r);
+    return rc;
+}
+
 static px_status node_stops(void *self, const char *node, const char *running, char **out,
                             px_err *err)
 {
@@ -298,6 +321,7 @@ void px__pg_fill_node_ops(px__store_ops *ops)
     ops->node_mark = node_mark;
     ops->changed_nodes = changed_nodes;
     ops->node_assignments = node_assignments;
+    ops->nodes_assignments = nodes_assignments;
     ops->node_stops = node_stops;
     ops->put_member_report = put_member_report;
     ops->take_member_reports = take_member_reports;

@@ -115,6 +115,85 @@ static px_status append_log(void *self, const char *job, int attempt, int rank, 
     return PX_OK;
 }
 
+/* A job's log chunks are counted against its quota under a transaction
+ * advisory lock of the job, ("plog", hashtext(job)): every replica's
+ * writer takes it, so that the bytes it reads are all the bytes there are
+ * until it commits (a statement after the lock reads what committed before
+ * it).  Two jobs that hash alike only wait for each other. */
+#define LOG_LOCK "SELECT pg_advisory_xact_lock(1886154599, hashtext($1))"
+
+static px_status insert_log(px__pg *st, const char *job, int attempt, int rank, const char *stream,
+                            const void *data, size_t len, int64_t *seq, px_err *err)
+{
+    px__pgq q = {0};
+    text(&q, job);
+    i64(&q, attempt);
+    i64(&q, rank);
+    text(&q, stream);
+    px__pgq_blob(&q, data, len);
+    i64(&q, px_wall_time());
+    PGresult *r = NULL;
+    px_status rc = run(st,
+                       "INSERT INTO logs(job, seq, attempt, rank, stream, data, at) SELECT $1,"
+                       " COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6 FROM logs WHERE job = $1"
+                       " RETURNING seq",
+                       &q, &r, "append log", err);
+    if (rc == PX_OK)
+        *seq = px__pg_int(r, 0, 0);
+    PQclear(r);
+    return rc;
+}
+
+static px_status append_log_quota(void *self, const char *job, int attempt, int rank,
+                                  const char *stream, const void *data, size_t len, int64_t quota,
+                                  const char *note, size_t *taken, bool *cut, int64_t *seq,
+                                  px_err *err)
+{
+    px__pg *st = self;
+    *taken = 0;
+    *cut = false;
+    *seq = 0;
+    px__pgq q = {0};
+    text(&q, job);
+    pthread_mutex_lock(&st->mu);
+    px_status rc = PX_EEXIST;
+    /* A writer that numbers the log without the lock (append_log) can take
+     * the number first: the transaction is tried again. */
+    for (int tries = 0; rc == PX_EEXIST && tries < 5; tries++) {
+        PGresult *r = NULL;
+        int64_t last = 0;
+        size_t take = 0;
+        bool noted = false; /* past the quota: the note is there already */
+        rc = px__pg_begin(st, err);
+        if (rc == PX_OK)
+            rc = run(st, LOG_LOCK, &q, NULL, "append log", err);
+        if (rc == PX_OK)
+            rc = run(st, "SELECT COALESCE(SUM(length(data)), 0) FROM logs WHERE job = $1", &q, &r,
+                     "append log", err);
+        if (rc == PX_OK) {
+            int64_t used = px__pg_int(r, 0, 0);
+            noted = used > quota;
+            take = used >= quota ? 0 : (size_t)PX_MIN((uint64_t)len, (uint64_t)(quota - used));
+        }
+        PQclear(r);
+        if (rc == PX_OK && take > 0)
+            rc = insert_log(st, job, attempt, rank, stream, data, take, &last, err);
+        if (rc == PX_OK && take < len && !noted && note)
+            rc = insert_log(st, job, attempt, rank, "stderr", note, strlen(note), &last, err);
+        if (rc == PX_OK)
+            rc = px__pg_commit(st, err);
+        else
+            px__pg_rollback(st);
+        if (rc == PX_OK) {
+            *taken = take;
+            *cut = take < len;
+            *seq = last;
+        }
+    }
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
 static px_status read_logs(void *self, const char *job, int64_t after, const char *stream,
                            size_t max_bytes, px__log_cb cb, void *ud, px_err *err)
 {
@@ -332,6 +411,7 @@ void px__pg_fill_record_ops(px__store_ops *ops)
     ops->put_node = put_node;
     ops->list_nodes = list_nodes;
     ops->append_log = append_log;
+    ops->append_log_quota = append_log_quota;
     ops->read_logs = read_logs;
     ops->job_usage = job_usage;
     ops->put_artifact = put_artifact;

@@ -17,6 +17,8 @@
  */
 #include "fleet_harness.h"
 
+#include <pthread.h>
+
 #define LEASE_S 10
 
 static fh_fleet fleet;
@@ -632,6 +634,80 @@ static void test_agent_listing_the_standby_first_is_served_by_it(void **state)
     free(id);
 }
 
+/* A poll of node b's assignments on the standby, as its agent would send. */
+typedef struct standby_poll {
+    const char *cred;
+    const char *query;
+    long code;
+    size_t n_assignments;
+    uint64_t took_ns;
+} standby_poll;
+
+static void *poll_standby(void *arg)
+{
+    standby_poll *p = arg;
+    uint64_t t0 = px_now_ns();
+    json_t *r = NULL;
+    p->code = call(standby_url, p->cred, "GET", p->query, NULL, &r);
+    p->n_assignments = json_array_size(json_object_get(r, "assignments"));
+    p->took_ns = px_now_ns() - t0;
+    json_decref(r);
+    return NULL;
+}
+
+#define N_POLLS 16
+
+static void run_polls(standby_poll *p, const char *cred, const char *query, pthread_t *t)
+{
+    for (int i = 0; i < N_POLLS; i++) {
+        p[i] = (standby_poll){.cred = cred, .query = query};
+        assert_int_equal(pthread_create(&t[i], NULL, poll_standby, &p[i]), 0);
+    }
+}
+
+/* Many polls waiting on a standby are served by one read of the database
+ * per tick (250 ms), not one each; an assignment written meanwhile still
+ * reaches every one of them within a tick or two. */
+static void test_standby_polls_share_one_read_per_tick(void **state)
+{
+    (void)state;
+    if (!store_uri)
+        skip();
+    char *cred = node_credential("b");
+    standby_poll p[N_POLLS];
+    pthread_t t[N_POLLS];
+    long long before = metric(standby_url, "plexus_standby_poll_reads_total");
+    assert_true(before >= 0);
+    run_polls(p, cred, "/v1/agent/assignments?wait=2&node=b", t);
+    for (int i = 0; i < N_POLLS; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(p[i].code, 200);
+        assert_int_equal(p[i].n_assignments, 0);
+    }
+    /* 16 polls of 2 s, and the agent's own: about 8 ticks' reads, where
+     * one read per poll and tick would be well over a hundred. */
+    long long reads = metric(standby_url, "plexus_standby_poll_reads_total") - before;
+    print_message("%lld reads for %d polls of 2 s\n", reads, N_POLLS);
+    assert_true(reads >= 4);
+    assert_true(reads <= 16);
+
+    run_polls(p, cred, "/v1/agent/assignments?wait=20&node=b", t);
+    fh_sleep_ms(300);
+    char *id = fh_submit(&fleet, "{\"command\": [\"/bin/sh\", \"-c\", \"echo polled\"],"
+                                 " \"frameworks\": [\"onlyb\"]}");
+    for (int i = 0; i < N_POLLS; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(p[i].code, 200);
+        assert_int_equal(p[i].n_assignments, 1);
+        assert_true(p[i].took_ns < 10000000000ull);
+    }
+    json_t *job = fh_wait_job(&fleet, id, "succeeded,failed,cancelled", 60);
+    assert_string_equal(json_string_value(json_object_get(job, "state")), "succeeded");
+    json_decref(job);
+    free(id);
+    free(cred);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -642,6 +718,7 @@ int main(void)
         cmocka_unit_test(test_artifacts_are_served_by_every_replica_from_the_database),
         cmocka_unit_test(test_standby_cancellation_is_carried_out_by_the_scheduler),
         cmocka_unit_test(test_agent_listing_the_standby_first_is_served_by_it),
+        cmocka_unit_test(test_standby_polls_share_one_read_per_tick),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -706,6 +706,120 @@ static void test_pg_artifact_bytes_kept_apart_from_blobs(void **state)
     free(uri);
 }
 
+/* The rows of artifacts' bytes stored (or stored again) under a digest. */
+static long long artifact_rows(const char *uri, const char *hex, const char *table)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM %s WHERE digest = 'artifact/%s'", table, hex);
+    return query_int(uri, sql);
+}
+
+/* Dates every artifact's bytes back by `by` seconds, as if stored then. */
+static void age_artifacts(const char *uri, int by)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "WITH u AS (UPDATE blobs SET created = created - %d WHERE digest LIKE 'artifact/%%'"
+             " RETURNING 1) SELECT COUNT(*) FROM u",
+             by);
+    assert_true(query_int(uri, sql) >= 1);
+}
+
+/* Bytes whose artifact row never came (the upload refused after its bytes
+ * were stored, or cut off) are removed once older than the grace period;
+ * bytes a row names, an upload in flight (stored within the grace period),
+ * users' blobs, and bytes an upload found stored and so dated again, stay.
+ * The clock is the caller's `before`, and the rows are dated back. */
+static void test_pg_collects_artifact_bytes_no_row_names(void **state)
+{
+    (void)state;
+    char *uri = fresh("artifact_collect");
+    if (!uri)
+        skip();
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    assert_true(st.ops->version >= 13);
+    assert_non_null(st.ops->collect_artifact_data);
+    char refused[65], named[65], again[65], live[65], blob[65];
+    size_t n_refused = (5u << 19) + 3; /* three chunks */
+    int f_refused = pattern_file(n_refused, refused);
+    int f_named = pattern_file(1000, named);
+    int f_again = pattern_file(2000, again);
+    int f_live = pattern_file(3000, live);
+    int f_blob = pattern_file(4000, blob);
+    px_assert_ok(st.ops->put_artifact_data(st.self, refused, f_refused, (int64_t)n_refused, &err),
+                 &err);
+    px_assert_ok(st.ops->put_artifact_data(st.self, named, f_named, 1000, &err), &err);
+    px__artifact_row a = {"j-1", "out/named.bin", named, 1000, 0, 1, px_wall_time()};
+    px_assert_ok(st.ops->put_artifact(st.self, &a, &err), &err);
+    px_assert_ok(st.ops->put_artifact_data(st.self, again, f_again, 2000, &err), &err);
+    px_assert_ok(st.ops->put_blob(st.self, blob, f_blob, 4000, &err), &err);
+    assert_int_equal(query_int(uri, "WITH u AS (UPDATE blobs SET created = created - 7200"
+                                    " RETURNING 1) SELECT COUNT(*) FROM u"),
+                     4);
+    assert_int_equal(artifact_rows(uri, refused, "blob_chunks"), 3);
+    /* An upload that finds its bytes stored dates them again; another is
+     * in flight (stored, its row not yet written). */
+    px_assert_ok(st.ops->put_artifact_data(st.self, again, f_again, 2000, &err), &err);
+    px_assert_ok(st.ops->put_artifact_data(st.self, live, f_live, 3000, &err), &err);
+
+    int64_t now = px_wall_time(), removed = -1, bytes = -1;
+    px_assert_ok(st.ops->collect_artifact_data(st.self, now - 3600, 100, &removed, &bytes, &err),
+                 &err);
+    assert_int_equal(removed, 1);
+    assert_int_equal(bytes, (int64_t)n_refused);
+    assert_int_equal(artifact_rows(uri, refused, "blobs"), 0);
+    assert_int_equal(artifact_rows(uri, refused, "blob_chunks"), 0);
+    assert_int_equal(artifact_rows(uri, named, "blobs"), 1);
+    assert_int_equal(artifact_rows(uri, again, "blobs"), 1);
+    assert_int_equal(artifact_rows(uri, live, "blob_chunks"), 1);
+    assert_int_equal(
+        query_int(uri, "SELECT COUNT(*) FROM blobs WHERE digest NOT LIKE 'artifact/%'"), 1);
+    int dst = empty_file();
+    int64_t size = -1;
+    px_assert_ok(st.ops->get_artifact_data(st.self, live, dst, &size, &err), &err);
+    assert_int_equal(size, 3000);
+    assert_true(same_bytes(f_live, dst, 3000));
+    close(dst);
+    /* Nothing more to take at that date. */
+    px_assert_ok(st.ops->collect_artifact_data(st.self, now - 3600, 100, &removed, &bytes, &err),
+                 &err);
+    assert_int_equal(removed, 0);
+    assert_int_equal(bytes, 0);
+    /* Past the grace period of the others, at most max at a time, the
+     * oldest first; the bytes a row names stay whatever their age. */
+    age_artifacts(uri, 7200);
+    assert_int_equal(query_int(uri, "WITH u AS (UPDATE blobs SET created = created - 10 WHERE"
+                                    " digest LIKE 'artifact/%' AND size = 2000 RETURNING 1)"
+                                    " SELECT COUNT(*) FROM u"),
+                     1);
+    px_assert_ok(st.ops->collect_artifact_data(st.self, now - 3600, 1, &removed, &bytes, &err),
+                 &err);
+    assert_int_equal(removed, 1);
+    assert_int_equal(bytes, 2000);
+    assert_int_equal(artifact_rows(uri, again, "blobs"), 0);
+    assert_int_equal(artifact_rows(uri, live, "blobs"), 1);
+    px_assert_ok(st.ops->collect_artifact_data(st.self, now - 3600, 1, &removed, &bytes, &err),
+                 &err);
+    assert_int_equal(removed, 1);
+    assert_int_equal(artifact_rows(uri, live, "blobs"), 0);
+    assert_int_equal(artifact_rows(uri, named, "blobs"), 1);
+    assert_int_equal(artifact_rows(uri, named, "blob_chunks"), 1);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM blobs"), 2);
+    /* Collected bytes uploaded again are stored afresh. */
+    px_assert_ok(st.ops->put_artifact_data(st.self, refused, f_refused, (int64_t)n_refused, &err),
+                 &err);
+    assert_int_equal(artifact_rows(uri, refused, "blob_chunks"), 3);
+    close(f_refused);
+    close(f_named);
+    close(f_again);
+    close(f_live);
+    close(f_blob);
+    st.ops->close(st.self);
+    free(uri);
+}
+
 static void collect_name(const char *name, void *ud)
 {
     char *out = ud;
@@ -1087,6 +1201,209 @@ static void test_pg_lease_epoch_fences_writes_on_another_connection(void **state
     free(uri);
 }
 
+static void count_report(const char *node, const char *job, const char *kind, const char *body,
+                         void *ud)
+{
+    (void)node, (void)job, (void)kind, (void)body;
+    (*(int *)ud)++;
+}
+
+/* The fault-injecting wrapper (store_fault.c) passes every slot of the
+ * store under through, at its version: while the flag is up each write
+ * of the newer slots is refused as a full disk would, changing nothing,
+ * and each read still answers. */
+static void test_pg_faults_reach_every_slot(void **state)
+{
+    (void)state;
+    char *uri = fresh("faults");
+    if (!uri)
+        skip();
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    atomic_int full = 0;
+    px__store_fail_flag = &full;
+    px_assert_ok(px__store_wrap_faults(&st, &err), &err);
+    px__store_fail_flag = NULL;
+    assert_true(st.ops->version >= 13);
+    assert_non_null(st.ops->lease);
+    assert_non_null(st.ops->wait_jobs);
+    assert_non_null(st.ops->put_blob);
+    assert_non_null(st.ops->take_cancels);
+    assert_non_null(st.ops->get_artifact_data);
+    assert_non_null(st.ops->node_of_credential);
+    assert_non_null(st.ops->get_holder);
+    assert_non_null(st.ops->collect_artifact_data);
+    assert_non_null(st.ops->append_log_quota);
+    assert_non_null(st.ops->lease_epoch);
+    assert_non_null(st.ops->fenced_update_jobs);
+    char hex[65], other[65], url[256];
+    int fd = pattern_file(5000, hex), fd_other = pattern_file(6000, other);
+    px_assert_ok(st.ops->put_blob(st.self, hex, fd, 5000, &err), &err);
+    px_assert_ok(st.ops->put_artifact_data(st.self, hex, fd, 5000, &err), &err);
+    px_assert_ok(st.ops->set_holder(st.self, "https://sched-1:7070", &err), &err);
+    px_assert_ok(st.ops->request_cancel(st.self, "j-1", &err), &err);
+    px_assert_ok(st.ops->note_node(st.self, "n1", "register", "{\"name\":\"n1\"}", &err), &err);
+    px_assert_ok(st.ops->put_member_report(st.self, "n1", "j-1", "start", "{}", &err), &err);
+
+    atomic_store(&full, 1);
+    int64_t removed = -1, bytes = -1;
+    px_status refused[] = {
+        st.ops->put_blob(st.self, other, fd_other, 6000, &err),
+        st.ops->put_artifact_data(st.self, other, fd_other, 6000, &err),
+        st.ops->request_cancel(st.self, "j-2", &err),
+        st.ops->take_cancels(st.self, 10, count_name, &(int){0}, &err),
+        st.ops->note_node(st.self, "n1", "poll", NULL, &err),
+        st.ops->put_member_report(st.self, "n1", "j-1", "finish", "{}", &err),
+        st.ops->take_member_reports(st.self, 10, count_report, &(int){0}, &err),
+        st.ops->set_holder(st.self, "https://sched-2:7070", &err),
+        st.ops->collect_artifact_data(st.self, px_wall_time() + 10, 10, &removed, &bytes, &err),
+        st.ops->append_log_quota(st.self, "j-1", 1, 0, "stdout", "out", 3, 100, "[quota]",
+                                 &(size_t){0}, &(bool){0}, &(int64_t){0}, &err),
+        st.ops->fenced_update_jobs(st.self, 1, NULL, 0, &err),
+    };
+    for (size_t i = 0; i < PX_ARRAY_LEN(refused); i++) {
+        print_message("write %zu\n", i);
+        assert_int_equal(refused[i], PX_EIO);
+    }
+    assert_non_null(strstr(err.msg, "disk is full"));
+    assert_int_equal(removed, 0);
+    /* Reads answer as ever. */
+    int dst = empty_file();
+    int64_t size = -1;
+    px_assert_ok(st.ops->get_blob(st.self, hex, dst, &size, &err), &err);
+    assert_int_equal(size, 5000);
+    px_assert_ok(st.ops->get_artifact_data(st.self, hex, dst, &size, &err), &err);
+    close(dst);
+    px_assert_ok(st.ops->get_holder(st.self, url, &err), &err);
+    assert_string_equal(url, "https://sched-1:7070");
+    int64_t epoch = -1;
+    px_assert_ok(st.ops->lease_epoch(st.self, &epoch, &err), &err);
+    assert_int_equal(epoch, 0); /* no lease held */
+    char name[72];
+    assert_int_equal(st.ops->node_of_credential(st.self, "00", name, &err), PX_ENOTFOUND);
+    int64_t mark = -1;
+    px_assert_ok(st.ops->node_mark(st.self, &mark, &err), &err);
+    assert_true(mark >= 1);
+    int n = 0;
+    px_assert_ok(st.ops->node_assignments(st.self, "n1", count_name, &n, &err), &err);
+    assert_int_equal(n, 0);
+    char *stops = NULL;
+    px_assert_ok(st.ops->node_stops(st.self, "n1", "[]", &stops, &err), &err);
+    assert_string_equal(stops, "[]");
+    free(stops);
+
+    /* Nothing refused was done: what was there is handed over once the
+     * store takes writes again, and nothing more. */
+    atomic_store(&full, 0);
+    n = 0;
+    px_assert_ok(st.ops->take_cancels(st.self, 10, count_name, &n, &err), &err);
+    assert_int_equal(n, 1);
+    n = 0;
+    px_assert_ok(st.ops->take_member_reports(st.self, 10, count_report, &n, &err), &err);
+    assert_int_equal(n, 1);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM blobs"), 2);
+    px_assert_ok(
+        st.ops->collect_artifact_data(st.self, px_wall_time() + 10, 10, &removed, &bytes, &err),
+        &err);
+    assert_int_equal(removed, 1);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM logs"), 0);
+    close(fd);
+    close(fd_other);
+    st.ops->close(st.self);
+    free(uri);
+}
+
+/* Writers of one job's output on two replicas at once, as agents sending
+ * to a standby and to the scheduler would. */
+typedef struct log_writer {
+    px__store st;
+    int chunks;
+    size_t taken, cut;
+    int failed;
+} log_writer;
+
+#define LOG_QUOTA 10500
+
+static void *write_output(void *arg)
+{
+    log_writer *w = arg;
+    char chunk[1000];
+    memset(chunk, 'x', sizeof chunk);
+    for (int i = 0; i < w->chunks; i++) {
+        size_t taken = 0;
+        bool cut = false;
+        int64_t seq = 0;
+        px_err err;
+        if (w->st.ops->append_log_quota(w->st.self, "j-1", 1, 0, "stdout", chunk, sizeof chunk,
+                                        LOG_QUOTA, "[quota]", &taken, &cut, &seq, &err) != PX_OK) {
+            w->failed++;
+            continue;
+        }
+        w->taken += taken;
+        w->cut += cut;
+    }
+    return NULL;
+}
+
+/* A job's log quota is counted by the database under one lock per job, so
+ * output sent through two replicas at once stops exactly at the quota,
+ * with one note that says so; never a chunk more. */
+static void test_pg_log_quota_exact_across_replicas(void **state)
+{
+    (void)state;
+    char *uri = fresh("log_quota");
+    if (!uri)
+        skip();
+    log_writer w[2] = {{.chunks = 12}, {.chunks = 12}};
+    px_err err;
+    for (int i = 0; i < 2; i++) {
+        px_assert_ok(px__store_pg_open(uri, &w[i].st, &err), &err);
+        assert_true(w[i].st.ops->version >= 13);
+        assert_non_null(w[i].st.ops->append_log_quota);
+    }
+    /* A log already started counts. */
+    int64_t seq = 0;
+    px_assert_ok(
+        w[0].st.ops->append_log(w[0].st.self, "j-1", 1, 0, "stdout", "hello\n", 6, &seq, &err),
+        &err);
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, write_output, &w[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(w[0].failed + w[1].failed, 0);
+    assert_int_equal(w[0].taken + w[1].taken, LOG_QUOTA - 6);
+    /* 24 chunks of 1000 bytes for 10,494 bytes of room: ten stored whole,
+     * the rest cut (one stored in part). */
+    assert_int_equal(w[0].cut + w[1].cut, 24 - 10);
+    assert_int_equal(query_int(uri, "SELECT SUM(length(data)) FROM logs WHERE stream = 'stdout'"),
+                     LOG_QUOTA);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM logs WHERE stream = 'stderr'"), 1);
+    assert_int_equal(query_int(uri, "SELECT COUNT(DISTINCT seq) FROM logs"),
+                     query_int(uri, "SELECT COUNT(*) FROM logs"));
+    /* Past the quota: nothing stored, no second note. */
+    size_t taken = 9;
+    bool cut = false;
+    px_assert_ok(w[1].st.ops->append_log_quota(w[1].st.self, "j-1", 1, 0, "stdout", "more", 4,
+                                               LOG_QUOTA, "[quota]", &taken, &cut, &seq, &err),
+                 &err);
+    assert_int_equal(taken, 0);
+    assert_true(cut);
+    assert_int_equal(seq, 0);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM logs WHERE stream = 'stderr'"), 1);
+    /* Another job has a quota of its own. */
+    px_assert_ok(w[1].st.ops->append_log_quota(w[1].st.self, "j-2", 1, 0, "stdout", "more", 4,
+                                               LOG_QUOTA, "[quota]", &taken, &cut, &seq, &err),
+                 &err);
+    assert_int_equal(taken, 4);
+    assert_false(cut);
+    assert_int_equal(seq, 1);
+    for (int i = 0; i < 2; i++)
+        w[i].st.ops->close(w[i].st.self);
+    free(uri);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1101,9 +1418,12 @@ int main(void)
         cmocka_unit_test(test_pg_many_jobs_and_explanations_in_one_call),
         cmocka_unit_test(test_pg_blobs_in_chunks_checked_both_ways),
         cmocka_unit_test(test_pg_artifact_bytes_kept_apart_from_blobs),
+        cmocka_unit_test(test_pg_collects_artifact_bytes_no_row_names),
         cmocka_unit_test(test_pg_cancel_requests_taken_once),
         cmocka_unit_test(test_pg_nodes_through_any_replica),
         cmocka_unit_test(test_pg_statements_prepared_again_after_a_failed_pipeline),
+        cmocka_unit_test(test_pg_faults_reach_every_slot),
+        cmocka_unit_test(test_pg_log_quota_exact_across_replicas),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

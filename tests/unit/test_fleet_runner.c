@@ -578,6 +578,55 @@ static void test_job_user_must_reach_the_python_interpreter(void **state)
     free(link);
 }
 
+/* A job's client is kept when the job ends and handed to the next job
+ * (its connection, and a TLS session, with it), with the credential made
+ * current if it was rotated meanwhile; jobs at once get clients of their
+ * own, and no more than PX__AGENT_IDLE_CLIENTS are kept. */
+static void test_agent_jobs_reuse_their_clients(void **state)
+{
+    (void)state;
+    px_fleet_agent_config cfg = {.server = "http://127.0.0.1:9,http://127.0.0.1:10",
+                                 .token = "join-token"};
+    px__agent *a = calloc(1, sizeof *a);
+    assert_non_null(a);
+    a->cfg = &cfg;
+    pthread_mutex_init(&a->cred_mu, NULL);
+    px_err err;
+    px_fleet_client *c1, *c2, *again;
+    unsigned g1, g2, g;
+    px_assert_ok(px__agent_job_client(a, &c1, &g1, &err), &err);
+    px_assert_ok(px__agent_job_client(a, &c2, &g2, &err), &err);
+    assert_ptr_not_equal(c1, c2);
+    px__agent_job_client_done(a, c1, g1);
+    assert_int_equal(a->n_idle, 1);
+    px_assert_ok(px__agent_job_client(a, &again, &g, &err), &err);
+    assert_ptr_equal(again, c1);
+    assert_int_equal(a->n_idle, 0);
+    /* A rotation while the client was idle reaches it when it is taken. */
+    px__agent_job_client_done(a, again, g);
+    snprintf(a->cred, sizeof a->cred, "%s", "node-credential-rotated-0123456789abcdef");
+    atomic_fetch_add(&a->cred_gen, 1);
+    px_assert_ok(px__agent_job_client(a, &again, &g, &err), &err);
+    assert_ptr_equal(again, c1);
+    assert_int_equal(g, atomic_load(&a->cred_gen));
+    px__agent_job_client_done(a, again, g);
+    px__agent_job_client_done(a, c2, g2);
+    assert_int_equal(a->n_idle, 2);
+    /* Past the limit, a client given back is freed (ASan would see a leak
+     * otherwise). */
+    px_fleet_client *many[PX__AGENT_IDLE_CLIENTS + 2];
+    for (int i = 0; i < PX__AGENT_IDLE_CLIENTS + 2; i++)
+        px_assert_ok(px__agent_job_client(a, &many[i], &g, &err), &err);
+    assert_int_equal(a->n_idle, 0);
+    for (int i = 0; i < PX__AGENT_IDLE_CLIENTS + 2; i++)
+        px__agent_job_client_done(a, many[i], g);
+    assert_int_equal(a->n_idle, PX__AGENT_IDLE_CLIENTS);
+    px__agent_idle_clients_free(a);
+    assert_int_equal(a->n_idle, 0);
+    pthread_mutex_destroy(&a->cred_mu);
+    free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -596,6 +645,7 @@ int main(void)
         cmocka_unit_test(test_runner_in_a_cgroup_ends_everything_and_removes_it),
         cmocka_unit_test(test_runner_runs_jobs_as_the_job_user),
         cmocka_unit_test(test_job_user_must_reach_the_python_interpreter),
+        cmocka_unit_test(test_agent_jobs_reuse_their_clients),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
