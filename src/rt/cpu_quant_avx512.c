@@ -78,9 +78,10 @@ INLINE __m512i values64(px_dtype t, const uint8_t *blk, uint32_t s)
     const __m512i m4 = _mm512_set1_epi8(0xF);
     switch (t) {
     case PX_DTYPE_Q4_K: {
-        /* Values 64s.. are the low nibbles of 32 bytes, then the high. */
-        __m256i raw = load256(blk + 16 + 32 * s);
-        return _mm512_and_si512(join(raw, _mm256_srli_epi16(raw, 4)), m4);
+        /* Values 64s.. are the low nibbles of 32 bytes, then the high:
+         * the bytes in both halves, the upper half shifted. */
+        __m512i raw = _mm512_broadcast_i64x4(load256(blk + 16 + 32 * s));
+        return _mm512_and_si512(_mm512_mask_srli_epi16(raw, 0xFFFF0000u, raw, 4), m4);
     }
     case PX_DTYPE_Q5_K: {
         /* Q4_K's nibbles (from byte 48), and bit c of qh (bytes 16..47)
