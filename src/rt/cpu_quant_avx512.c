@@ -30,6 +30,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
+#include <float.h>
 #include <immintrin.h>
 
 #define TGT    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
@@ -473,6 +474,55 @@ INLINE void dotn_legacy(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t 
     }
     for (uint32_t r = 0; r < nx; r++)
         out[r] = lanes_sum(acc[r]);
+}
+
+/* Q8_K activations as quant.c makes them: the largest magnitude (any
+ * order: a maximum), the scale 127 / amax in scalar code, each value
+ * rounded to nearest even by the same float add of 1.5 * 2^23 and
+ * clamped to [-127, 127], the sums of each 16 (one vector's lanes) exact.
+ * A block with a NaN or an infinity gets a NaN scale and zero values. */
+TGT void px__rt_quant_act_x512(px_dtype t, const float *x, uint8_t *out, uint32_t n)
+{
+    if (px__rt_quant_act_dtype(t) != PX_DTYPE_Q8_K) {
+        px__rt_quant_act(t, x, out, n);
+        return;
+    }
+    const __m512 big = _mm512_set1_ps(FLT_MAX), magic = _mm512_set1_ps(12582912.f);
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    for (uint32_t b = 0; b < n / PX__RT_QK; b++, x += PX__RT_QK) {
+        uint8_t *blk = out + (size_t)b * PX__RT_Q8_K_BYTES;
+        int8_t *q = (int8_t *)(blk + 4);
+        __m512 amax = _mm512_setzero_ps();
+        __mmask16 bad = 0;
+        for (uint32_t j = 0; j < PX__RT_QK; j += 16) {
+            __m512 a = _mm512_abs_ps(_mm512_loadu_ps(x + j));
+            /* Not <= FLT_MAX: NaN (unordered) or infinite. */
+            bad |= _mm512_cmp_ps_mask(a, big, _CMP_NLE_UQ);
+            amax = _mm512_max_ps(amax, a);
+        }
+        float m = _mm512_reduce_max_ps(amax), d = 0;
+        if (bad || m == 0) {
+            d = bad ? NAN : 0.0f;
+            memset(q, 0, PX__RT_QK);
+            memset(blk + 260, 0, 32);
+        } else {
+            float iscale = 127.0f / m;
+            __m512 is = _mm512_set1_ps(iscale);
+            int16_t sums[16];
+            for (uint32_t j = 0; j < PX__RT_QK; j += 16) {
+                __m512 f = _mm512_add_ps(_mm512_mul_ps(is, _mm512_loadu_ps(x + j)), magic);
+                __m512i i = _mm512_sub_epi32(
+                    _mm512_and_si512(_mm512_castps_si512(f), _mm512_set1_epi32(0x007fffff)),
+                    _mm512_set1_epi32(0x00400000));
+                i = _mm512_max_epi32(lo, _mm512_min_epi32(hi, i));
+                _mm_storeu_si128((__m128i *)(void *)(q + j), _mm512_cvtepi32_epi8(i));
+                sums[j / 16] = (int16_t)_mm512_reduce_add_epi32(i);
+            }
+            memcpy(blk + 260, sums, sizeof sums);
+            d = 1.0f / iscale;
+        }
+        memcpy(blk, &d, sizeof d);
+    }
 }
 
 /* dotn_k with nx a constant, for each format. */

@@ -234,6 +234,53 @@ static void test_quant_avx512_several_row_dots_equal_portable_per_row(void **sta
 #endif
 }
 
+/* The AVX-512 activation quantization gives the portable bytes: random
+ * rows, huge and tiny magnitudes, exact rounding ties, all-zero blocks
+ * and blocks with a NaN or an infinity, for Q8_K (k-quants) and Q8_0
+ * (Q4_0) activations. */
+static void test_quant_avx512_activations_equal_portable_bytes(void **state)
+{
+    (void)state;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (!px__rt_quant_dot_avx512()) {
+        print_message("skipped: no AVX-512 VNNI on this processor\n");
+        skip();
+    }
+    px_rng r;
+    px_rng_seed(&r, 17);
+    enum { N = 8 * 256 };
+    static float x[N];
+    static uint8_t want[N / 256 * PX__RT_Q8_K_BYTES], got[N / 256 * PX__RT_Q8_K_BYTES];
+    static const px_dtype types[] = {PX_DTYPE_Q4_K, PX_DTYPE_Q6_K, PX_DTYPE_Q4_0};
+    for (int trial = 0; trial < 12; trial++) {
+        random_floats(&r, x, N);
+        float scale = trial % 3 == 0 ? 1e30f : trial % 3 == 1 ? 1e-30f : 1.0f;
+        for (uint32_t i = 0; i < N; i++)
+            x[i] *= scale;
+        /* Block 1: ties (amax 127, so the scale is 1: x + 0.5 rounds to even). */
+        for (uint32_t i = 0; i < 256; i++)
+            x[256 + i] = i == 0 ? 127.0f : (float)((int)(i % 200) - 100) + 0.5f;
+        memset(x + 2 * 256, 0, 256 * sizeof(float));
+        x[3 * 256 + 7] = NAN;
+        x[4 * 256 + 255] = -INFINITY;
+        x[5 * 256] = INFINITY;
+        for (size_t f = 0; f < PX_ARRAY_LEN(types); f++) {
+            size_t ab = px__rt_quant_act_bytes(types[f], N);
+            memset(want, 0xAA, sizeof want);
+            memset(got, 0x55, sizeof got);
+            px__rt_quant_act(types[f], x, want, N);
+            px__rt_quant_act_x512(types[f], x, got, N);
+            for (size_t i = 0; i < ab; i++)
+                if (want[i] != got[i])
+                    fail_msg("%s, trial %d: byte %zu: portable %u, avx512 %u",
+                             px_dtype_name(types[f]), trial, i, want[i], got[i]);
+        }
+    }
+#else
+    skip();
+#endif
+}
+
 /* The quantized dot is close to the float dot of the dequantised weights:
  * its integer sums and scales are right, not merely consistent. */
 static void test_quant_dot_close_to_float_dot(void **state)
@@ -597,6 +644,7 @@ int main(void)
         cmocka_unit_test(test_q2_k_dequantizes_like_the_reference),
         cmocka_unit_test(test_quant_avx2_and_avx512_dots_equal_portable_bit_for_bit),
         cmocka_unit_test(test_quant_avx512_several_row_dots_equal_portable_per_row),
+        cmocka_unit_test(test_quant_avx512_activations_equal_portable_bytes),
         cmocka_unit_test(test_quant_dot_close_to_float_dot),
         cmocka_unit_test(test_quant_matvec_independent_of_rows_and_batch),
         cmocka_unit_test(test_quant_products_cross_tile_boundaries),
