@@ -4,8 +4,9 @@
  * from the same bytes, NaN and infinities included) go through the
  * activation quantizer.  Dequantisation, single-value reads and every dot
  * product variant must run without a crash, an over-read or undefined
- * behaviour, and the AVX2 and AVX-512 dots (single and several-row) must
- * equal the portable one bit for bit (or all be NaN).
+ * behaviour, the AVX2 and AVX-512 dots (single and several-row) must
+ * equal the portable one bit for bit (or all be NaN), and the AVX-512
+ * activation quantizer must give the portable bytes.
  */
 #include <math.h>
 #include <stddef.h>
@@ -68,6 +69,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* The several-row dots (prefill), here over one activation row taken
      * PX__RT_QDOT_ROWS times: each result the single dot's. */
     if (variants[1]) {
+        /* The AVX-512 activation quantizer: the portable bytes. */
+        size_t qb = px__rt_quant_act_bytes(t, n);
+        uint8_t *xq2 = malloc(qb);
+        if (!xq2)
+            goto done;
+        px__rt_quant_act_x512(t, x, xq2, n);
+        if (memcmp(xq, xq2, qb) != 0)
+            abort();
+        free(xq2);
         float outs[PX__RT_QDOT_ROWS];
         px__rt_quant_dotn_x512(t, w, xq, 0, PX__RT_QDOT_ROWS, n, outs);
         for (uint32_t r = 0; r < PX__RT_QDOT_ROWS; r++)

@@ -285,6 +285,7 @@ const px__rt_kernels px__rt_kernels_portable = {
     .matmul = matmul,
     .matmul_q8_0 = matmul_q8_0,
     .matmul_quant = matmul_quant,
+    .quant_act = px__rt_quant_act,
     .dequant = px__rt_dequant_row,
     .dot_f32 = dot_f32,
     .axpy_f32 = axpy_f32,

@@ -404,6 +404,7 @@ static const px__rt_kernels kernels_avx2 = {
     .matmul = px__rt_avx2_matmul,
     .matmul_q8_0 = px__rt_avx2_matmul_q8_0,
     .matmul_quant = matmul_quant,
+    .quant_act = px__rt_quant_act,
     .dequant = px__rt_avx2_dequant,
     .dot_f32 = px__rt_avx2_dot_f32,
     .axpy_f32 = px__rt_avx2_axpy_f32,

@@ -308,7 +308,7 @@ static void quantize_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_t t
     px_dtype wt = t->op->src[1]->dtype;
     for (size_t r = r0; r < r1; r++) {
         if (t->xb)
-            px__rt_quant_act(wt, t->x + r * k, t->xb + r * t->xb_stride, (uint32_t)k);
+            t->k->quant_act(wt, t->x + r * k, t->xb + r * t->xb_stride, (uint32_t)k);
         else
             px__rt_quantize_q8_act(t->x + r * k, (uint32_t)k, t->xq + r * k, t->xd + r * nb);
     }

@@ -16,7 +16,9 @@
  *   definition's eight lanes block by block, in order.
  *
  * Up to four activation rows share one decode of each weight super-block
- * or pair of blocks (prefill: dotn_k, dotn_legacy).  Decode takes one weight row at a time: its
+ * or pair of blocks (prefill: dotn_k, dotn_legacy); the k-quants' rows
+ * there add their scaled pair sums with VNNI (vpdpwssd) and reduce their
+ * four sums in one pass.  Decode takes one weight row at a time: its
  * rows lie one after the other, so the weights stream from memory in order (four rows interleaved
  * measured twice as slow on a model whose weights come from memory, for all their sharing of the
  * activations).
@@ -28,6 +30,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
+#include <float.h>
 #include <immintrin.h>
 
 #define TGT    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
@@ -76,9 +79,10 @@ INLINE __m512i values64(px_dtype t, const uint8_t *blk, uint32_t s)
     const __m512i m4 = _mm512_set1_epi8(0xF);
     switch (t) {
     case PX_DTYPE_Q4_K: {
-        /* Values 64s.. are the low nibbles of 32 bytes, then the high. */
-        __m256i raw = load256(blk + 16 + 32 * s);
-        return _mm512_and_si512(join(raw, _mm256_srli_epi16(raw, 4)), m4);
+        /* Values 64s.. are the low nibbles of 32 bytes, then the high:
+         * the bytes in both halves, the upper half shifted. */
+        __m512i raw = _mm512_broadcast_i64x4(load256(blk + 16 + 32 * s));
+        return _mm512_and_si512(_mm512_mask_srli_epi16(raw, 0xFFFF0000u, raw, 4), m4);
     }
     case PX_DTYPE_Q5_K: {
         /* Q4_K's nibbles (from byte 48), and bit c of qh (bytes 16..47)
@@ -191,14 +195,83 @@ INLINE void k_scales(px_dtype t, const uint8_t *blk, __m512i *scales, __m256i *p
     }
 }
 
-/* The dots of one weight row with nx activation rows (xq, ldxq bytes
- * apart): each super-block's values and scales are decoded once for all
- * of them; each row's integers and float steps are the single dot's. */
-INLINE void dotn_k(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq, uint32_t nx,
-                   uint32_t n, float *out)
+/* The totals of the int32 lanes of a, b, c and d, in lanes 0..3: one
+ * reduction for four sums instead of four (exact in int32). */
+INLINE __m128i hsum4_512(__m512i a, __m512i b, __m512i c, __m512i d)
+{
+    __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+    __m512i s = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+    __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+INLINE __m128i hsum4_256(__m256i a, __m256i b, __m256i c, __m256i d)
+{
+    __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+    __m256i cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
+    __m256i s = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+
+/* The integer sums of one super-block against one activation block xb: *sum (int32 lanes that
+ * add to S, the per-16 term of formats without mins included) and *msum (lanes that add to M),
+ * from the block's decoded values v[4] and per-step scales sc[4].  VNNI adds each step's scaled
+ * pair sums in one instruction. */
+INLINE void k_sums(px_dtype t, const __m512i v[4], const __m512i sc[4], __m256i per16,
+                   const uint8_t *xb, __m512i *sum, __m256i *msum)
+{
+    __m512i s = _mm512_setzero_si512();
+    for (uint32_t j = 0; j < 4; j++)
+        s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(v[j], _mm512_loadu_si512(xb + 4 + 64 * j)),
+                                sc[j]);
+    __m256i m = _mm256_madd_epi16(load256(xb + 260), per16);
+    if (has_min(t)) {
+        *msum = m;
+    } else {
+        s = _mm512_add_epi32(s, _mm512_zextsi256_si512(m));
+        *msum = _mm256_setzero_si256();
+    }
+    *sum = s;
+}
+
+/* A super-block's values (four steps of 64) and their scales per int16 pair lane. */
+INLINE void k_decode(px_dtype t, const uint8_t *blk, const __m512i group[4], __m512i v[4],
+                     __m512i sc[4], __m256i *per16)
+{
+    __m512i scales;
+    k_scales(t, blk, &scales, per16);
+    for (uint32_t s = 0; s < 4; s++) {
+        v[s] = values64(t, blk, s);
+        sc[s] = _mm512_permutexvar_epi16(group[s], scales);
+    }
+}
+
+/* The definition's float step of four super-blocks (or rows) at once, lane by lane:
+ * (dx * d) * S, less (dx * dmin) * M for formats with mins. */
+INLINE __m128 k_floats(px_dtype t, __m128i sumi, __m128i summ, __m128 dx, __m128 d, __m128 dmin)
+{
+    __m128 v = _mm_mul_ps(_mm_mul_ps(dx, d), _mm_cvtepi32_ps(sumi));
+    if (has_min(t))
+        v = _mm_sub_ps(v, _mm_mul_ps(_mm_mul_ps(dx, dmin), _mm_cvtepi32_ps(summ)));
+    return v;
+}
+
+INLINE float f32_at(const uint8_t *p)
+{
+    float f;
+    memcpy(&f, p, sizeof f);
+    return f;
+}
+
+/* The dot of one weight row with one activation row (decode), super-block by super-block: the
+ * pair sums scaled and added in int32 with separate instructions, whose short dependences keep
+ * one row's chain faster than VNNI's; measured so on one row, where the several-row dot below
+ * reduces faster with VNNI and one reduction for four rows. */
+INLINE float dot1_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
 {
     size_t bb = px_dtype_block_bytes(t);
-    float acc[PX__RT_QDOT_ROWS] = {0};
+    float acc = 0;
     __m512i group[4];
     k_groups(t, group);
     for (uint32_t i = 0; i < n / PX__RT_QK; i++) {
@@ -207,38 +280,74 @@ INLINE void dotn_k(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
         __m256i per16;
         k_scales(t, blk, &scales, &per16);
         float d = f16_at(blk + d_offset(t)), dmin = has_min(t) ? f16_at(blk + d_offset(t) + 2) : 0;
-        __m512i sum[PX__RT_QDOT_ROWS];
-        for (uint32_t r = 0; r < nx; r++)
-            sum[r] = _mm512_setzero_si512();
+        __m512i sum = _mm512_setzero_si512();
         for (uint32_t s = 0; s < 4; s++) {
-            __m512i v = values64(t, blk, s);
-            __m512i sc = _mm512_permutexvar_epi16(group[s], scales);
-            for (uint32_t r = 0; r < nx; r++) {
-                __m512i p16 =
-                    _mm512_maddubs_epi16(v, _mm512_loadu_si512(xb + r * ldxq + 4 + 64 * s));
-                sum[r] = _mm512_add_epi32(sum[r], _mm512_madd_epi16(p16, sc));
-            }
+            __m512i p16 =
+                _mm512_maddubs_epi16(values64(t, blk, s), _mm512_loadu_si512(xb + 4 + 64 * s));
+            sum = _mm512_add_epi32(
+                sum, _mm512_madd_epi16(p16, _mm512_permutexvar_epi16(group[s], scales)));
         }
-        for (uint32_t r = 0; r < nx; r++) {
-            const uint8_t *xr = xb + r * ldxq;
-            __m256i m = _mm256_madd_epi16(load256(xr + 260), per16);
-            int32_t sumi, summ = 0;
-            if (has_min(t)) {
-                sumi = _mm512_reduce_add_epi32(sum[r]);
-                summ = hsum256_i32(m);
-            } else {
-                sumi = _mm512_reduce_add_epi32(_mm512_add_epi32(sum[r], _mm512_castsi256_si512(m)));
-            }
-            float dx;
-            memcpy(&dx, xr, sizeof dx);
-            float v = (dx * d) * (float)sumi;
-            if (has_min(t))
-                v = v - (dx * dmin) * (float)summ;
-            acc[r] = acc[r] + v;
+        __m256i m = _mm256_madd_epi16(load256(xb + 260), per16);
+        int32_t sumi, summ = 0;
+        if (has_min(t)) {
+            sumi = _mm512_reduce_add_epi32(sum);
+            summ = hsum256_i32(m);
+        } else {
+            sumi = _mm512_reduce_add_epi32(_mm512_add_epi32(sum, _mm512_zextsi256_si512(m)));
         }
+        float dx = f32_at(xb);
+        float v = (dx * d) * (float)sumi;
+        if (has_min(t))
+            v = v - (dx * dmin) * (float)summ;
+        acc = acc + v;
     }
+    return acc;
+}
+
+_Static_assert(PX__RT_QDOT_ROWS == 4, "dotn_k reduces four rows at once");
+
+/* The dots of one weight row with nx activation rows (xq, ldxq bytes apart; prefill): each
+ * super-block's values and scales are decoded once for all of them, the rows' integer sums
+ * reduced together and their float steps taken in one lane each, so that each row's result is
+ * the single dot's. */
+INLINE void dotn_k(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq, uint32_t nx,
+                   uint32_t n, float *out)
+{
+    if (nx == 1) {
+        out[0] = dot1_k(t, w, xq, n);
+        return;
+    }
+    size_t bb = px_dtype_block_bytes(t);
+    uint32_t doff = d_offset(t);
+    __m128 acc = _mm_setzero_ps();
+    __m512i group[4];
+    k_groups(t, group);
+    for (uint32_t i = 0; i < n / PX__RT_QK; i++) {
+        const uint8_t *blk = w + i * bb, *xb = xq + (size_t)i * PX__RT_Q8_K_BYTES;
+        __m512i v[4], sc[4];
+        __m256i per16;
+        k_decode(t, blk, group, v, sc, &per16);
+        __m512i sum[PX__RT_QDOT_ROWS];
+        __m256i msum[PX__RT_QDOT_ROWS];
+        float dxs[PX__RT_QDOT_ROWS] = {0};
+        for (uint32_t r = 0; r < nx; r++) {
+            k_sums(t, v, sc, per16, xb + r * ldxq, &sum[r], &msum[r]);
+            dxs[r] = f32_at(xb + r * ldxq);
+        }
+        for (uint32_t r = nx; r < PX__RT_QDOT_ROWS; r++) {
+            sum[r] = _mm512_setzero_si512();
+            msum[r] = _mm256_setzero_si256();
+        }
+        __m128i sumi = hsum4_512(sum[0], sum[1], sum[2], sum[3]);
+        __m128i summ = has_min(t) ? hsum4_256(msum[0], msum[1], msum[2], msum[3]) : sumi;
+        __m128 d = _mm_set1_ps(f16_at(blk + doff));
+        __m128 dmin = has_min(t) ? _mm_set1_ps(f16_at(blk + doff + 2)) : d;
+        acc = _mm_add_ps(acc, k_floats(t, sumi, summ, _mm_loadu_ps(dxs), d, dmin));
+    }
+    float v[4];
+    _mm_storeu_ps(v, acc);
     for (uint32_t r = 0; r < nx; r++)
-        out[r] = acc[r];
+        out[r] = v[r];
 }
 
 /* Q4_0 and Q5_0: bytes of a block and where its 16 bytes of nibbles lie
@@ -365,6 +474,55 @@ INLINE void dotn_legacy(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t 
     }
     for (uint32_t r = 0; r < nx; r++)
         out[r] = lanes_sum(acc[r]);
+}
+
+/* Q8_K activations as quant.c makes them: the largest magnitude (any
+ * order: a maximum), the scale 127 / amax in scalar code, each value
+ * rounded to nearest even by the same float add of 1.5 * 2^23 and
+ * clamped to [-127, 127], the sums of each 16 (one vector's lanes) exact.
+ * A block with a NaN or an infinity gets a NaN scale and zero values. */
+TGT void px__rt_quant_act_x512(px_dtype t, const float *x, uint8_t *out, uint32_t n)
+{
+    if (px__rt_quant_act_dtype(t) != PX_DTYPE_Q8_K) {
+        px__rt_quant_act(t, x, out, n);
+        return;
+    }
+    const __m512 big = _mm512_set1_ps(FLT_MAX), magic = _mm512_set1_ps(12582912.f);
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    for (uint32_t b = 0; b < n / PX__RT_QK; b++, x += PX__RT_QK) {
+        uint8_t *blk = out + (size_t)b * PX__RT_Q8_K_BYTES;
+        int8_t *q = (int8_t *)(blk + 4);
+        __m512 amax = _mm512_setzero_ps();
+        __mmask16 bad = 0;
+        for (uint32_t j = 0; j < PX__RT_QK; j += 16) {
+            __m512 a = _mm512_abs_ps(_mm512_loadu_ps(x + j));
+            /* Not <= FLT_MAX: NaN (unordered) or infinite. */
+            bad |= _mm512_cmp_ps_mask(a, big, _CMP_NLE_UQ);
+            amax = _mm512_max_ps(amax, a);
+        }
+        float m = _mm512_reduce_max_ps(amax), d = 0;
+        if (bad || m == 0) {
+            d = bad ? NAN : 0.0f;
+            memset(q, 0, PX__RT_QK);
+            memset(blk + 260, 0, 32);
+        } else {
+            float iscale = 127.0f / m;
+            __m512 is = _mm512_set1_ps(iscale);
+            int16_t sums[16];
+            for (uint32_t j = 0; j < PX__RT_QK; j += 16) {
+                __m512 f = _mm512_add_ps(_mm512_mul_ps(is, _mm512_loadu_ps(x + j)), magic);
+                __m512i i = _mm512_sub_epi32(
+                    _mm512_and_si512(_mm512_castps_si512(f), _mm512_set1_epi32(0x007fffff)),
+                    _mm512_set1_epi32(0x00400000));
+                i = _mm512_max_epi32(lo, _mm512_min_epi32(hi, i));
+                _mm_storeu_si128((__m128i *)(void *)(q + j), _mm512_cvtepi32_epi8(i));
+                sums[j / 16] = (int16_t)_mm512_reduce_add_epi32(i);
+            }
+            memcpy(blk + 260, sums, sizeof sums);
+            d = 1.0f / iscale;
+        }
+        memcpy(blk, &d, sizeof d);
+    }
 }
 
 /* dotn_k with nx a constant, for each format. */

@@ -121,6 +121,53 @@ INLINE __m256i k_values(px_dtype t, const uint8_t *blk, uint32_t c)
     }
 }
 
+/* px__rt_quant_scales's d, dmin, has_min and its 16 scales (and Q2_K's
+ * mins) of a Q2_K, Q3_K or Q6_K super-block, without its loop; m is left
+ * alone where the format has no mins. */
+INLINE void k_scales16(px_dtype t, const uint8_t *blk, px__rt_qblock *b)
+{
+    __m128i sc8;
+    switch (t) {
+    case PX_DTYPE_Q2_K: {
+        /* Byte j: scale j in its low nibble, min j in the high. */
+        __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)blk), m4 = _mm_set1_epi8(0xF);
+        sc8 = _mm_and_si128(raw, m4);
+        _mm256_storeu_si256((__m256i *)(void *)b->m,
+                            _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4)));
+        b->d = f16_at(blk + 80);
+        b->dmin = f16_at(blk + 82);
+        b->has_min = true;
+        break;
+    }
+    case PX_DTYPE_Q3_K: {
+        /* Scale i: the nibble i % 8 of bytes 0..7 (low for i < 8) and
+         * bits 2 (i / 4) of byte 8 + i % 4 above it, less 32; word-wide,
+         * four scales per word. */
+        const uint32_t k1 = 0x03030303, k2 = 0x0f0f0f0f;
+        uint32_t a[3];
+        memcpy(a, blk + 96, sizeof a);
+        /* Built in registers: four word stores read back as one vector
+         * would wait for the stores (no forwarding). */
+        __m128i u = _mm_setr_epi32((int)((a[0] & k2) | ((a[2] & k1) << 4)),
+                                   (int)((a[1] & k2) | (((a[2] >> 2) & k1) << 4)),
+                                   (int)(((a[0] >> 4) & k2) | (((a[2] >> 4) & k1) << 4)),
+                                   (int)(((a[1] >> 4) & k2) | (((a[2] >> 6) & k1) << 4)));
+        sc8 = _mm_sub_epi8(u, _mm_set1_epi8(32));
+        b->d = f16_at(blk + 108);
+        b->dmin = 0;
+        b->has_min = false;
+        break;
+    }
+    default: /* Q6_K: int8 scales from byte 192 */
+        sc8 = _mm_loadu_si128((const __m128i *)(const void *)(blk + 192));
+        b->d = f16_at(blk + 208);
+        b->dmin = 0;
+        b->has_min = false;
+        break;
+    }
+    _mm256_storeu_si256((__m256i *)(void *)b->sc, _mm256_cvtepi8_epi16(sc8));
+}
+
 INLINE float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
 {
     size_t bb = px_dtype_block_bytes(t);
@@ -143,7 +190,7 @@ INLINE float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
             b.dmin = f16_at(blk + 2);
             b.has_min = true;
         } else {
-            px__rt_quant_scales(t, blk, &b);
+            k_scales16(t, blk, &b);
         }
         __m256i sum = _mm256_setzero_si256();
         for (uint32_t c = 0; c < 8; c++) {
@@ -159,7 +206,9 @@ INLINE float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
          * against the scales for the offset: exact in int32. */
         __m256i bsums = load256(xb + 260);
         int32_t sumi = hsum_i32(sum);
-        int32_t summ = hsum_i32(_mm256_madd_epi16(bsums, load256((const uint8_t *)b.m)));
+        int32_t summ = 0;
+        if (b.has_min)
+            summ = hsum_i32(_mm256_madd_epi16(bsums, load256((const uint8_t *)b.m)));
         if (offset)
             sumi -= offset * hsum_i32(_mm256_madd_epi16(bsums, load256((const uint8_t *)b.sc)));
         float dx;

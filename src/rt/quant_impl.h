@@ -102,6 +102,13 @@ size_t px__rt_quant_act_bytes(px_dtype t, uint32_t n);
  * infinity gets a NaN scale, so that the dots it enters are NaN. */
 void px__rt_quant_act(px_dtype t, const float *x, uint8_t *out, uint32_t n);
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* px__rt_quant_act with AVX-512 (Q8_K activations; Q8_0 ones by the
+ * portable code), byte for byte its results: callable where
+ * px__rt_quant_dot_avx512() returns a dot. */
+void px__rt_quant_act_x512(px_dtype t, const float *x, uint8_t *out, uint32_t n);
+#endif
+
 /* The dot of n values (a multiple of the block) of a weight row of dtype t
  * with activations quantized for t: the definition the vectorised
  * variants reproduce bit for bit. */

@@ -118,6 +118,9 @@ typedef struct px__rt_kernels {
     void (*matmul_quant)(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                          uint32_t i1, const uint8_t *xq, size_t ldxq, uint32_t n_x, float *y,
                          size_t ldy);
+    /* px__rt_quant_act: the activation blocks of n values for weights of
+     * dtype t, byte for byte the portable function's. */
+    void (*quant_act)(px_dtype t, const float *x, uint8_t *out, uint32_t n);
     /* Converts k values of a row of dtype t to f32. */
     void (*dequant)(px_dtype t, const void *row, float *dst, uint32_t k);
     float (*dot_f32)(const float *a, const float *b, uint32_t n);

@@ -192,6 +192,95 @@ static void test_quant_avx2_and_avx512_dots_equal_portable_bit_for_bit(void **st
     }
 }
 
+/* The AVX-512 several-row dots (prefill) for every row count of a group
+ * (1 .. PX__RT_QDOT_ROWS), over different activation rows, one of them
+ * all zero and one holding an infinity: each row's result is bit for bit
+ * the portable single dot of that row, NaN where that dot is NaN. */
+static void test_quant_avx512_several_row_dots_equal_portable_per_row(void **state)
+{
+    (void)state;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (!px__rt_quant_dot_avx512()) {
+        print_message("skipped: no AVX-512 VNNI on this processor\n");
+        skip();
+    }
+    px_rng r;
+    px_rng_seed(&r, 11);
+    enum { N = 1024, R = PX__RT_QDOT_ROWS };
+    static uint8_t w[N / 256 * 210 + N / 32 * 22], xq[R * (N / 256 * PX__RT_Q8_K_BYTES + 64)];
+    static float x[R * N];
+    for (size_t f = 0; f < PX_ARRAY_LEN(k_formats); f++) {
+        px_dtype t = k_formats[f];
+        size_t ab = px__rt_quant_act_bytes(t, N) + 64; /* rows not packed */
+        random_blocks(&r, t, w, N);
+        random_floats(&r, x, R * N);
+        memset(x + N, 0, N * sizeof(float));
+        x[2 * N + 300] = INFINITY;
+        for (uint32_t q = 0; q < R; q++)
+            px__rt_quant_act(t, x + q * N, xq + q * ab, N);
+        for (uint32_t nx = 1; nx <= R; nx++) {
+            float got[R];
+            px__rt_quant_dotn_x512(t, w, xq, ab, nx, N, got);
+            for (uint32_t q = 0; q < nx; q++) {
+                float want = px__rt_quant_dot_portable(t, w, xq + q * ab, N);
+                if (!(isnan(want) && isnan(got[q])) && memcmp(&want, &got[q], sizeof want) != 0)
+                    fail_msg("%s, %u rows, row %u: portable %.9g, avx512 %.9g", px_dtype_name(t),
+                             nx, q, (double)want, (double)got[q]);
+            }
+        }
+    }
+#else
+    skip();
+#endif
+}
+
+/* The AVX-512 activation quantization gives the portable bytes: random
+ * rows, huge and tiny magnitudes, exact rounding ties, all-zero blocks
+ * and blocks with a NaN or an infinity, for Q8_K (k-quants) and Q8_0
+ * (Q4_0) activations. */
+static void test_quant_avx512_activations_equal_portable_bytes(void **state)
+{
+    (void)state;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (!px__rt_quant_dot_avx512()) {
+        print_message("skipped: no AVX-512 VNNI on this processor\n");
+        skip();
+    }
+    px_rng r;
+    px_rng_seed(&r, 17);
+    enum { N = 8 * 256 };
+    static float x[N];
+    static uint8_t want[N / 256 * PX__RT_Q8_K_BYTES], got[N / 256 * PX__RT_Q8_K_BYTES];
+    static const px_dtype types[] = {PX_DTYPE_Q4_K, PX_DTYPE_Q6_K, PX_DTYPE_Q4_0};
+    for (int trial = 0; trial < 12; trial++) {
+        random_floats(&r, x, N);
+        float scale = trial % 3 == 0 ? 1e30f : trial % 3 == 1 ? 1e-30f : 1.0f;
+        for (uint32_t i = 0; i < N; i++)
+            x[i] *= scale;
+        /* Block 1: ties (amax 127, so the scale is 1: x + 0.5 rounds to even). */
+        for (uint32_t i = 0; i < 256; i++)
+            x[256 + i] = i == 0 ? 127.0f : (float)((int)(i % 200) - 100) + 0.5f;
+        memset(x + 2 * 256, 0, 256 * sizeof(float));
+        x[3 * 256 + 7] = NAN;
+        x[4 * 256 + 255] = -INFINITY;
+        x[5 * 256] = INFINITY;
+        for (size_t f = 0; f < PX_ARRAY_LEN(types); f++) {
+            size_t ab = px__rt_quant_act_bytes(types[f], N);
+            memset(want, 0xAA, sizeof want);
+            memset(got, 0x55, sizeof got);
+            px__rt_quant_act(types[f], x, want, N);
+            px__rt_quant_act_x512(types[f], x, got, N);
+            for (size_t i = 0; i < ab; i++)
+                if (want[i] != got[i])
+                    fail_msg("%s, trial %d: byte %zu: portable %u, avx512 %u",
+                             px_dtype_name(types[f]), trial, i, want[i], got[i]);
+        }
+    }
+#else
+    skip();
+#endif
+}
+
 /* The quantized dot is close to the float dot of the dequantised weights:
  * its integer sums and scales are right, not merely consistent. */
 static void test_quant_dot_close_to_float_dot(void **state)
@@ -554,6 +643,8 @@ int main(void)
         cmocka_unit_test(test_q3_k_m_dequantizes_like_the_reference),
         cmocka_unit_test(test_q2_k_dequantizes_like_the_reference),
         cmocka_unit_test(test_quant_avx2_and_avx512_dots_equal_portable_bit_for_bit),
+        cmocka_unit_test(test_quant_avx512_several_row_dots_equal_portable_per_row),
+        cmocka_unit_test(test_quant_avx512_activations_equal_portable_bytes),
         cmocka_unit_test(test_quant_dot_close_to_float_dot),
         cmocka_unit_test(test_quant_matvec_independent_of_rows_and_batch),
         cmocka_unit_test(test_quant_products_cross_tile_boundaries),
