@@ -137,9 +137,9 @@ px_status px__hr_detector_opts_from_json(const json_t *j, px_heal_detector_opts 
 
 json_t *px__hr_sample_json(const px_heal_sample *s, double wall_s)
 {
-    return json_pack("{s:I, s:f, s:f, s:o, s:o}", "step", (json_int_t)s->step, "t_s", s->t_s,
+    return json_pack("{s:I, s:f, s:f, s:o, s:o, s:I}", "step", (json_int_t)s->step, "t_s", s->t_s,
                      "wall_s", wall_s, "compute_s", reals(s->compute_s, s->n_stages), "xfer_s",
-                     reals(s->xfer_s, s->n_stages + 1));
+                     reals(s->xfer_s, s->n_stages + 1), "rows", (json_int_t)s->rows);
 }
 
 px_status px__hr_sample_from_json(const json_t *j, px_heal_sample *s, double *wall_s, px_err *err)
@@ -154,6 +154,15 @@ px_status px__hr_sample_from_json(const json_t *j, px_heal_sample *s, double *wa
                           "heal: a recorded step lacks \"step\", \"t_s\", \"wall_s\" or 1 to %d "
                           "stages' \"compute_s\"",
                           PX_RT_MAX_STAGES);
+    /* Traces written before steps carried their rows have none: 0, not
+     * known, which the detector does not scale by. */
+    const json_t *rows = json_object_get(j, "rows");
+    json_int_t r = json_integer_value(rows);
+    if (rows && (!json_is_integer(rows) || r < 0 || r > UINT32_MAX))
+        return px_err_set(err, PX_EPARSE,
+                          "heal: a recorded step's \"rows\" is not an integer from 0 to %u",
+                          UINT32_MAX);
+    s->rows = (uint32_t)r;
     s->step = (uint64_t)step;
     s->t_s = json_number_value(t);
     s->n_stages = (uint32_t)n;

@@ -1,6 +1,7 @@
 /* The detector on synthetic sample streams: a slow link told apart from a
  * slow stage, jitter below the floor ignored, intermittent degradation,
- * a stale topology, rebasing, determinism. */
+ * a stale topology, rebasing, determinism, steps with more rows, and
+ * loopback hops slowing together. */
 #include "px_test.h"
 
 #include <math.h>
@@ -331,6 +332,86 @@ static void test_detector_is_deterministic_and_checks_its_options(void **state)
     px_heal_detector_free(NULL);
 }
 
+/* Two stages on hosts host0 and host1 (a "node.device" each); 8 baseline
+ * steps of `rows0` rows, then steps of `rows` rows from step 10 on, each
+ * signal's normal time times mult[signal] (hops 0..2, then the stages'
+ * compute).  Returns the findings; the first in *first. */
+static int run_rows(const char *dev0, const char *dev1, uint32_t rows0, uint32_t rows,
+                    const double *mult, px_heal_finding *first)
+{
+    px_heal_envelope env;
+    envelope(&env, 0.002);
+    strcpy(env.device[0], dev0);
+    strcpy(env.device[1], dev1);
+    px_heal_detector *d = detector(&env);
+    int found = 0;
+    for (uint64_t step = 0; step < 40; step++) {
+        px_heal_sample s;
+        normal(&s, step);
+        s.rows = step >= 10 ? rows : rows0;
+        for (uint32_t k = 0; step >= 10 && k < 2 * N_STAGES + 1; k++) {
+            double *v = k <= N_STAGES ? &s.xfer_s[k] : &s.compute_s[k - N_STAGES - 1];
+            *v *= mult[k];
+        }
+        px_heal_finding f;
+        while (px_heal_detector_observe(d, &s, &f)) {
+            if (found++ == 0 && first)
+                *first = f;
+            s.n_stages = 0; /* drain the rest without feeding the step again */
+        }
+    }
+    px_heal_detector_free(d);
+    return found;
+}
+
+static void test_detector_expects_more_time_for_more_rows(void **state)
+{
+    (void)state;
+    px_heal_finding f;
+    /* Four times the rows, four times every time: no incident. */
+    const double all4[] = {4, 4, 4, 4, 4};
+    assert_int_equal(run_rows("a.cpu0", "b.gpu0", 32, 128, all4, NULL), 0);
+    /* The same times with the rows not known: both stages depart (the
+     * hops' growth stays below the floor). */
+    assert_int_equal(run_rows("a.cpu0", "b.gpu0", 0, 0, all4, NULL), 2);
+    /* ...or with the rows unchanged. */
+    assert_int_equal(run_rows("a.cpu0", "b.gpu0", 128, 128, all4, NULL), 2);
+    /* Fewer rows than the baseline's expect no less than the baseline. */
+    const double all1[] = {1, 1, 1, 1, 1};
+    assert_int_equal(run_rows("a.cpu0", "b.gpu0", 128, 8, all1, NULL), 0);
+    /* Four times the rows, and stage 1 sixteen times slower: its fault,
+     * reported at the baseline's rows. */
+    const double slow1[] = {4, 4, 4, 4, 16};
+    assert_int_equal(run_rows("a.cpu0", "b.gpu0", 32, 128, slow1, &f), 1);
+    assert_int_equal(f.cls, PX_HEAL_THERMAL);
+    assert_int_equal(f.locus.stage, 1);
+    assert_string_equal(f.locus.device, "b.gpu0");
+    assert_true(f.ratio > 3.5 && f.ratio < 4.5);
+    assert_float_equal(f.observed_s, 0.004, 0.0002);
+    px_assert_contains(f.evidence, "per step at 32 rows since step 10");
+}
+
+static void test_detector_reads_loopback_hops_together_as_the_host(void **state)
+{
+    (void)state;
+    px_heal_finding f;
+    /* One host: the hops between its stages and to and from the executor
+     * are loopback.  Two of them slow together, the stages not: the
+     * host's cores, not a link. */
+    const double hops12[] = {1, 20, 20, 1, 1};
+    assert_int_equal(run_rows("local.cpu0", "local.emu-a", 0, 0, hops12, NULL), 0);
+    const double hops02[] = {20, 1, 20, 1, 1};
+    assert_int_equal(run_rows("local.cpu0", "local.emu-a", 0, 0, hops02, NULL), 0);
+    /* One loopback hop slowing alone is still a slow link. */
+    const double hop2[] = {1, 1, 20, 1, 1};
+    assert_int_equal(run_rows("local.cpu0", "local.emu-a", 0, 0, hop2, &f), 1);
+    assert_int_equal(f.cls, PX_HEAL_LINK_DEGRADE);
+    assert_string_equal(f.locus.device, "local.emu-a>executor");
+    /* Two hosts: the hops cross links, each slow hop is a fault. */
+    assert_int_equal(run_rows("a.cpu0", "b.gpu0", 0, 0, hops02, NULL), 2);
+    assert_int_equal(run_rows("a.cpu0", "b.gpu0", 0, 0, hops12, NULL), 2);
+}
+
 static void test_detector_reads_runtime_observations(void **state)
 {
     (void)state;
@@ -343,6 +424,7 @@ static void test_detector_reads_runtime_observations(void **state)
     obs.xfer_in_ns[0] = 10000;
     obs.xfer_in_ns[1] = 80000;
     obs.xfer_out_ns = 30000;
+    obs.n_rows = 96;
     px_heal_sample s;
     px_heal_sample_from_obs(&obs, 1.25, &s);
     assert_int_equal(s.step, 9);
@@ -351,6 +433,7 @@ static void test_detector_reads_runtime_observations(void **state)
     assert_float_equal(s.compute_s[1], 0.002, 1e-15);
     assert_float_equal(s.xfer_s[1], 0.00008, 1e-15);
     assert_float_equal(s.xfer_s[2], 0.00003, 1e-15);
+    assert_int_equal(s.rows, 96);
 
     px_rt_pipeline_spec spec;
     memset(&spec, 0, sizeof spec);
@@ -375,6 +458,8 @@ int main(void)
         cmocka_unit_test(test_detector_reports_a_stale_topology_once),
         cmocka_unit_test(test_detector_rebase_starts_a_new_baseline),
         cmocka_unit_test(test_detector_is_deterministic_and_checks_its_options),
+        cmocka_unit_test(test_detector_expects_more_time_for_more_rows),
+        cmocka_unit_test(test_detector_reads_loopback_hops_together_as_the_host),
         cmocka_unit_test(test_detector_reads_runtime_observations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
