@@ -356,15 +356,47 @@ static double self_cpu_s(void)
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
-/* CPU seconds used by the live processes of process group pgid (the server
- * and its stage workers: the server leads its own group), from
- * /proc/PID/stat. */
-static double group_cpu_s(pid_t pgid)
+/* What the live processes of process group pgid (the server, which leads
+ * its own group, and its stage workers) have used: CPU seconds (user +
+ * system, /proc/PID/stat) and seconds their threads waited runnable for a
+ * core (run_delay, /proc/PID/task/TID/schedstat), the server's apart from
+ * its workers'. */
+typedef struct group_use {
+    double server_cpu, server_wait, workers_cpu, workers_wait;
+} group_use;
+
+static double task_wait_s(const char *pid)
 {
+    char path[300];
+    snprintf(path, sizeof path, "/proc/%s/task", pid);
+    DIR *dir = opendir(path);
+    if (!dir)
+        return 0;
+    double sum = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        char p[600];
+        snprintf(p, sizeof p, "/proc/%s/task/%s/schedstat", pid, e->d_name);
+        FILE *f = fopen(p, "r");
+        unsigned long long run = 0, wait = 0;
+        if (f && fscanf(f, "%llu %llu", &run, &wait) == 2)
+            sum += (double)wait / 1e9;
+        if (f)
+            fclose(f);
+    }
+    closedir(dir);
+    return sum;
+}
+
+static group_use group_use_now(pid_t pgid)
+{
+    group_use u = {0};
     DIR *dir = opendir("/proc");
     if (!dir)
-        return NAN;
-    double ticks = (double)sysconf(_SC_CLK_TCK), sum = 0;
+        return u;
+    double ticks = (double)sysconf(_SC_CLK_TCK);
     struct dirent *e;
     while ((e = readdir(dir))) {
         if (e->d_name[0] < '1' || e->d_name[0] > '9')
@@ -382,14 +414,17 @@ static double group_cpu_s(pid_t pgid)
         const char *p = strrchr(buf, ')');
         long pgrp = 0;
         unsigned long ut = 0, st = 0;
-        if (p &&
-            sscanf(p + 2, "%*c %*d %ld %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &pgrp, &ut, &st) ==
-                3 &&
-            pgrp == (long)pgid)
-            sum += (double)(ut + st) / ticks;
+        if (!p ||
+            sscanf(p + 2, "%*c %*d %ld %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &pgrp, &ut, &st) !=
+                3 ||
+            pgrp != (long)pgid)
+            continue;
+        bool lead = strtol(e->d_name, NULL, 10) == (long)pgid;
+        *(lead ? &u.server_cpu : &u.workers_cpu) += (double)(ut + st) / ticks;
+        *(lead ? &u.server_wait : &u.workers_wait) += task_wait_s(e->d_name);
     }
     closedir(dir);
-    return sum;
+    return u;
 }
 
 /* The value of the first line of `metric` in the server's /metrics that
@@ -481,11 +516,12 @@ static void serve_plan(const char *label, const char *model, const char *invento
     double inc0 = scrape(s.url, "plexus_serve_incidents_total");
     double steps0 = scrape(s.url, "plexus_serve_steps_total");
     double tok0 = scrape(s.url, "plexus_serve_engine_generated_tokens_total");
-    double cpu_cl = self_cpu_s(), cpu_srv = group_cpu_s(s.pid), t0 = now_s();
+    group_use u0 = group_use_now(s.pid);
+    double cpu_cl = self_cpu_s(), t0 = now_s();
     level lv = load(s.url, clients, 3, 100, false);
     double wall = now_s() - t0;
     cpu_cl = self_cpu_s() - cpu_cl;
-    cpu_srv = group_cpu_s(s.pid) - cpu_srv;
+    group_use u1 = group_use_now(s.pid);
     double incidents = scrape(s.url, "plexus_serve_incidents_total") - inc0;
     double steps = scrape(s.url, "plexus_serve_steps_total") - steps0;
     double tokens = scrape(s.url, "plexus_serve_engine_generated_tokens_total") - tok0;
@@ -503,12 +539,16 @@ static void serve_plan(const char *label, const char *model, const char *invento
     /* What shares the host's cores while it is measured: the clients (this
      * process's threads) and the server with its stage workers; and whether
      * the healing loop changed the plan while it was measured. */
-    printf("  over %.1f s on %ld cores: clients %.2f CPU-s (%.1f%% of the cores, %.0f us per "
-           "token), server and stage workers %.2f CPU-s (%.1f%%); %.0f engine steps, %.1f rows "
-           "per step; %.0f incident%s during the measurement\n",
-           wall, cores, cpu_cl, 100 * cpu_cl / (wall * (double)cores),
-           tokens > 0 ? 1e6 * cpu_cl / tokens : 0, cpu_srv, 100 * cpu_srv / (wall * (double)cores),
-           steps, steps > 0 ? tokens / steps : 0, incidents, incidents == 1 ? "" : "s");
+    double cap = wall * (double)cores, per_tok = tokens > 0 ? 1e6 / tokens : 0;
+    double srv = u1.server_cpu - u0.server_cpu, wrk = u1.workers_cpu - u0.workers_cpu;
+    printf("  over %.1f s on %ld cores: CPU-s (share of the cores, us per token): clients %.2f "
+           "(%.1f%%, %.0f), server %.2f (%.1f%%, %.0f), stage workers %.2f (%.1f%%, %.0f); "
+           "waiting for a core: server %.2f s, stage workers %.2f s; %.0f engine steps, %.1f "
+           "rows per step; %.0f incident%s during the measurement\n",
+           wall, cores, cpu_cl, 100 * cpu_cl / cap, cpu_cl * per_tok, srv, 100 * srv / cap,
+           srv * per_tok, wrk, 100 * wrk / cap, wrk * per_tok, u1.server_wait - u0.server_wait,
+           u1.workers_wait - u0.workers_wait, steps, steps > 0 ? tokens / steps : 0, incidents,
+           incidents == 1 ? "" : "s");
     fflush(stdout);
 }
 

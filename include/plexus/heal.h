@@ -196,6 +196,12 @@ typedef struct px_heal_sample {
     double compute_s[PX_RT_MAX_STAGES];
     double xfer_s[PX_RT_MAX_STAGES + 1]; /* into stage i; [n]: to the executor */
     uint32_t rows; /* rows the step carried (sequences' tokens); 0: not known */
+    /* Cache positions the step's rows attended to (each sequence's
+     * position plus its tokens, summed); 0: not known. */
+    uint64_t context;
+    /* Of compute_s[i], the time stage i waited runnable for a core: the
+     * host's other work, not the stage's device (0: none or not known). */
+    double wait_s[PX_RT_MAX_STAGES];
 } px_heal_sample;
 
 /* Fills a sample from a runtime step observation. */
@@ -246,14 +252,21 @@ void px_heal_detector_free(px_heal_detector *d); /* NULL is a no-op */
  * are loopback: no link of their own, only the host's cores and memory.
  * Two or more of them departing in one step are the host's contention
  * too; one alone still counts, as a slow link would.
- * Rows: a step costs more the more rows it carries, so a signal's
- * expected time is its baseline times the step's rows over the rows of
- * its baseline steps (their median), when that ratio is above 1 and both
- * are known; each observed time is scaled back to the baseline's rows
- * before it is compared, kept, or reported (observed_s, evidence).  This
- * is the bound of any cost that is a fixed time plus a time per row: a
- * step taking proportionally longer for proportionally more rows departs
- * from nothing.
+ * A stage's compute is judged without the time its thread waited
+ * runnable for a core (wait_s): that time is the host's other work
+ * holding the cores, measured by the kernel, not the device slowing.
+ * Rows and context: a step costs more the more rows it carries, and a
+ * stage's compute the more cache positions they attend to, so a signal's
+ * expected time is its baseline times the larger of the step's rows over
+ * the rows of its baseline steps (their median) and, for a stage, its
+ * context over theirs, when that is above 1 and both are known; each
+ * observed time is scaled back by it before it is compared, kept, or
+ * reported (observed_s, evidence).  This is the bound of any cost that is
+ * a fixed time plus a time per row plus a time per attended position: a
+ * step taking proportionally longer for proportionally more work departs
+ * from nothing.  It is loose where attention is a small part of a step,
+ * so a slowdown is seen there only once it exceeds ratio times the
+ * bound.
  * Deterministic: the same samples give the same findings. */
 bool px_heal_detector_observe(px_heal_detector *d, const px_heal_sample *s, px_heal_finding *f);
 /* Starts a new baseline (after a plan change) with a new envelope. */

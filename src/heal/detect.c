@@ -16,9 +16,11 @@
 typedef struct signal {
     double *base;      /* baseline_steps samples */
     double *base_rows; /* ...and the rows of each (0: not known) */
+    double *base_ctx;  /* ...and the context of each (0: not known) */
     uint32_t n_base;
     double baseline;
-    double rows; /* median rows of the baseline's steps; 0: not known */
+    double rows;    /* median rows of the baseline's steps; 0: not known */
+    double context; /* median context of the baseline's steps; 0: not known */
     bool known;
     uint32_t run; /* consecutive departing steps */
     /* The last `window` samples, oldest first at (head - n_recent). */
@@ -73,10 +75,14 @@ void px_heal_sample_from_obs(const px_rt_step_obs *obs, double t_s, px_heal_samp
     out->n_stages = PX_MIN(obs->n_stages, (uint32_t)PX_RT_MAX_STAGES);
     for (uint32_t i = 0; i < out->n_stages; i++) {
         out->compute_s[i] = (double)obs->compute_ns[i] / 1e9;
+        out->wait_s[i] = (double)obs->wait_ns[i] / 1e9;
         out->xfer_s[i] = (double)obs->xfer_in_ns[i] / 1e9;
     }
     out->xfer_s[out->n_stages] = (double)obs->xfer_out_ns / 1e9;
     out->rows = obs->n_rows;
+    out->context = 0;
+    for (uint32_t i = 0; obs->pos && obs->n_tokens && i < obs->n_seqs; i++)
+        out->context += (uint64_t)obs->pos[i] + obs->n_tokens[i];
 }
 
 static void reset(px_heal_detector *d, const px_heal_envelope *env)
@@ -88,10 +94,11 @@ static void reset(px_heal_detector *d, const px_heal_envelope *env)
     d->stale_checked = d->stale_pending = false;
     for (uint32_t s = 0; s < MAX_SIGNALS; s++) {
         signal *g = &d->sig[s];
-        double *base = g->base, *base_rows = g->base_rows;
+        double *base = g->base, *base_rows = g->base_rows, *base_ctx = g->base_ctx;
         memset(g, 0, sizeof *g);
         g->base = base;
         g->base_rows = base_rows;
+        g->base_ctx = base_ctx;
         g->baseline = NAN;
     }
 }
@@ -126,7 +133,8 @@ px_status px_heal_detector_new(const px_heal_envelope *env, const px_heal_detect
     for (uint32_t s = 0; s < MAX_SIGNALS; s++) {
         d->sig[s].base = malloc(o->baseline_steps * sizeof(double));
         d->sig[s].base_rows = malloc(o->baseline_steps * sizeof(double));
-        if (!d->sig[s].base || !d->sig[s].base_rows) {
+        d->sig[s].base_ctx = malloc(o->baseline_steps * sizeof(double));
+        if (!d->sig[s].base || !d->sig[s].base_rows || !d->sig[s].base_ctx) {
             px_heal_detector_free(d);
             return px_err_set(err, PX_ENOMEM, "out of memory for a detector");
         }
@@ -145,6 +153,7 @@ void px_heal_detector_free(px_heal_detector *d)
     for (uint32_t s = 0; s < MAX_SIGNALS; s++) {
         free(d->sig[s].base);
         free(d->sig[s].base_rows);
+        free(d->sig[s].base_ctx);
     }
     free(d);
 }
@@ -291,12 +300,15 @@ static void confirm_signal(px_heal_detector *d, uint32_t s, uint64_t step, doubl
         px__heal_fmt_s(g->value[last], b, sizeof b);
         px__heal_textf(extra, sizeof extra, ", growing from %s to %s", a, b);
     }
-    char ratio[24], at_rows[32] = "";
+    char ratio[24], at_rows[64] = "";
     if (g->baseline > 0)
         px__heal_textf(ratio, sizeof ratio, " (%.3gx)", f->ratio);
     else
         ratio[0] = 0;
-    if (g->rows > 0)
+    if (g->rows > 0 && s > n && g->context > 0)
+        px__heal_textf(at_rows, sizeof at_rows, " at %.0f rows and %.0f positions", g->rows,
+                       g->context);
+    else if (g->rows > 0)
         px__heal_textf(at_rows, sizeof at_rows, " at %.0f rows", g->rows);
     px__heal_textf(f->evidence, sizeof f->evidence,
                    "%s: %s per step%s since step %" PRIu64 ", baseline %s%s%s; %s", name, obs,
@@ -440,6 +452,14 @@ static bool on_busy_host(const px_heal_detector *d, uint32_t s, const bool *busy
     return busy[s - 1] && busy[s];
 }
 
+/* Stage i's compute in a sample without the time it waited for a core. */
+static double stage_time(const px_heal_sample *smp, uint32_t i)
+{
+    double w = smp->wait_s[i];
+    double v = smp->compute_s[i];
+    return isfinite(w) && w > 0 && w <= v ? v - w : v;
+}
+
 bool px_heal_detector_observe(px_heal_detector *d, const px_heal_sample *smp, px_heal_finding *f)
 {
     if (!d || !smp || smp->n_stages != d->env.n_stages)
@@ -455,26 +475,34 @@ bool px_heal_detector_observe(px_heal_detector *d, const px_heal_sample *smp, px
     double scaled[MAX_SIGNALS];
     for (uint32_t s = 0; s < d->n_signals; s++) {
         signal *g = &d->sig[s];
-        double v = s <= n ? smp->xfer_s[s] : smp->compute_s[s - n - 1];
+        double v = s <= n ? smp->xfer_s[s] : stage_time(smp, s - n - 1);
         if (!isfinite(v) || v < 0)
             continue;
         if (!g->known) {
             g->base_rows[g->n_base] = smp->rows;
+            g->base_ctx[g->n_base] = (double)smp->context;
             g->base[g->n_base++] = v;
             if (g->n_base == d->o.baseline_steps) {
                 g->baseline = px__heal_median(g->base, g->n_base);
-                /* Rows are known only if every baseline step knew them. */
-                bool all = true;
-                for (uint32_t k = 0; k < g->n_base; k++)
-                    all = all && g->base_rows[k] > 0;
-                g->rows = all ? px__heal_median(g->base_rows, g->n_base) : 0;
+                /* Rows (context) are known only if every baseline step
+                 * knew them. */
+                bool rows = true, ctx = true;
+                for (uint32_t k = 0; k < g->n_base; k++) {
+                    rows = rows && g->base_rows[k] > 0;
+                    ctx = ctx && g->base_ctx[k] > 0;
+                }
+                g->rows = rows ? px__heal_median(g->base_rows, g->n_base) : 0;
+                g->context = ctx ? px__heal_median(g->base_ctx, g->n_base) : 0;
                 g->known = true;
             }
             continue;
         }
         seen[s] = true;
-        /* Scaled back to the baseline's rows (see the header). */
+        /* Scaled back to the baseline's work (see the header): rows for
+         * every signal, the attended context too for a stage's compute. */
         double scale = g->rows > 0 && smp->rows > g->rows ? smp->rows / g->rows : 1;
+        if (s > n && g->context > 0 && (double)smp->context > scale * g->context)
+            scale = (double)smp->context / g->context;
         scaled[s] = v / scale;
         departs_now[s] =
             scaled[s] > d->o.ratio * g->baseline && scaled[s] - g->baseline > d->o.floor_s;

@@ -1,7 +1,8 @@
 /* The detector on synthetic sample streams: a slow link told apart from a
  * slow stage, jitter below the floor ignored, intermittent degradation,
- * a stale topology, rebasing, determinism, steps with more rows, and
- * loopback hops slowing together. */
+ * a stale topology, rebasing, determinism, steps with more rows,
+ * a longer context, loopback hops slowing together, and time spent
+ * waiting for a core. */
 #include "px_test.h"
 
 #include <math.h>
@@ -412,6 +413,80 @@ static void test_detector_reads_loopback_hops_together_as_the_host(void **state)
     assert_int_equal(run_rows("a.cpu0", "b.gpu0", 0, 0, hops12, NULL), 2);
 }
 
+/* Stage 1's compute triples from step 10 on; its thread waited runnable
+ * for a core for `waited` of each step. */
+static int run_waiting(double waited)
+{
+    px_heal_envelope env;
+    envelope(&env, 0.002);
+    px_heal_detector *d = detector(&env);
+    int found = 0;
+    for (uint64_t step = 0; step < 40; step++) {
+        px_heal_sample s;
+        normal(&s, step);
+        if (step >= 10) {
+            s.compute_s[1] *= 3;
+            s.wait_s[1] = waited;
+        }
+        px_heal_finding f;
+        found += px_heal_detector_observe(d, &s, &f);
+    }
+    px_heal_detector_free(d);
+    return found;
+}
+
+/* Rows fixed at 32; the attended context grows from 600 positions by
+ * `grow` per step from step 10, and stage 0's compute with it (its
+ * attention), times `slow`. */
+static int run_context(bool known, double grow, double slow, px_heal_finding *first)
+{
+    px_heal_envelope env;
+    envelope(&env, 0.002);
+    px_heal_detector *d = detector(&env);
+    int found = 0;
+    for (uint64_t step = 0; step < 40; step++) {
+        px_heal_sample s;
+        normal(&s, step);
+        double ctx = 600 + (step >= 10 ? grow * (double)(step - 9) : 0);
+        s.rows = known ? 32 : 0;
+        s.context = known ? (uint64_t)ctx : 0;
+        s.compute_s[0] *= ctx / 600 * (step >= 10 ? slow : 1);
+        px_heal_finding f;
+        if (px_heal_detector_observe(d, &s, &f) && found++ == 0 && first)
+            *first = f;
+    }
+    px_heal_detector_free(d);
+    return found;
+}
+
+static void test_detector_expects_more_compute_for_a_longer_context(void **state)
+{
+    (void)state;
+    px_heal_finding f;
+    /* The context grows to three times the baseline's, stage 0's compute
+     * with it: attention, no fault. */
+    assert_int_equal(run_context(true, 40, 1, NULL), 0);
+    /* The same times with the context not known: stage 0 departs. */
+    assert_int_equal(run_context(false, 40, 1, &f), 1);
+    assert_int_equal(f.locus.stage, 0);
+    /* A device twenty times slower is seen through the longer context. */
+    assert_int_equal(run_context(true, 40, 20, &f), 1);
+    assert_int_equal(f.cls, PX_HEAL_THERMAL);
+    assert_int_equal(f.locus.stage, 0);
+    px_assert_contains(f.evidence, "at 32 rows and 600 positions");
+}
+
+static void test_detector_leaves_out_the_wait_for_a_core(void **state)
+{
+    (void)state;
+    /* The extra time was spent waiting for a core: the host's, no fault. */
+    assert_int_equal(run_waiting(0.002), 0);
+    /* A wait that explains only part of it: the stage still departs. */
+    assert_int_equal(run_waiting(0.0002), 1);
+    /* No wait: a slow stage. */
+    assert_int_equal(run_waiting(0), 1);
+}
+
 static void test_detector_reads_runtime_observations(void **state)
 {
     (void)state;
@@ -425,6 +500,11 @@ static void test_detector_reads_runtime_observations(void **state)
     obs.xfer_in_ns[1] = 80000;
     obs.xfer_out_ns = 30000;
     obs.n_rows = 96;
+    obs.wait_ns[1] = 250000;
+    const uint32_t pos[2] = {40, 7}, n_tokens[2] = {1, 3};
+    obs.n_seqs = 2;
+    obs.pos = pos;
+    obs.n_tokens = n_tokens;
     px_heal_sample s;
     px_heal_sample_from_obs(&obs, 1.25, &s);
     assert_int_equal(s.step, 9);
@@ -434,6 +514,8 @@ static void test_detector_reads_runtime_observations(void **state)
     assert_float_equal(s.xfer_s[1], 0.00008, 1e-15);
     assert_float_equal(s.xfer_s[2], 0.00003, 1e-15);
     assert_int_equal(s.rows, 96);
+    assert_float_equal(s.wait_s[1], 0.00025, 1e-15);
+    assert_int_equal(s.context, 51);
 
     px_rt_pipeline_spec spec;
     memset(&spec, 0, sizeof spec);
@@ -460,6 +542,8 @@ int main(void)
         cmocka_unit_test(test_detector_is_deterministic_and_checks_its_options),
         cmocka_unit_test(test_detector_expects_more_time_for_more_rows),
         cmocka_unit_test(test_detector_reads_loopback_hops_together_as_the_host),
+        cmocka_unit_test(test_detector_expects_more_compute_for_a_longer_context),
+        cmocka_unit_test(test_detector_leaves_out_the_wait_for_a_core),
         cmocka_unit_test(test_detector_reads_runtime_observations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
