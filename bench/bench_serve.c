@@ -19,7 +19,12 @@
  *    loads it with as many clients as the plan batches, and prints the
  *    observed tokens/s against the plan's predicted interval; then the
  *    same with the inventory calibrated on this machine (`plexus
- *    calibrate`, `plexus plan --mode calibrated`).
+ *    calibrate`, `plexus plan --mode calibrated`).  For each it also
+ *    prints what shared the host's cores while it was measured (CPU
+ *    seconds of the clients, the server and the stage workers, and the
+ *    time their threads waited for a core), the rows per engine step, and
+ *    the incidents the healing loop opened (an adaptation changes the plan
+ *    being measured).
  *
  * About two minutes on a two-core machine.  PX_BENCH_DIR holds the model
  * (default: a fresh folder under TMPDIR, removed afterwards).
