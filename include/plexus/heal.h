@@ -264,7 +264,9 @@ void px_heal_detector_free(px_heal_detector *d); /* NULL is a no-op */
  * reported (observed_s, evidence).  This is the bound of any cost that is
  * a fixed time plus a time per row plus a time per attended position: a
  * step taking proportionally longer for proportionally more work departs
- * from nothing.  It is loose where attention is a small part of a step,
+ * from nothing.  floor_s is a margin on the step as it ran: the observed
+ * time must exceed the expected one by that much.  The bound is loose
+ * where attention is a small part of a step,
  * so a slowdown is seen there only once it exceeds ratio times the
  * bound.
  * Deterministic: the same samples give the same findings. */

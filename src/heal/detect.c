@@ -504,8 +504,10 @@ bool px_heal_detector_observe(px_heal_detector *d, const px_heal_sample *smp, px
         if (s > n && g->context > 0 && (double)smp->context > scale * g->context)
             scale = (double)smp->context / g->context;
         scaled[s] = v / scale;
-        departs_now[s] =
-            scaled[s] > d->o.ratio * g->baseline && scaled[s] - g->baseline > d->o.floor_s;
+        /* The floor is a margin on the step as it ran: by how much it
+         * exceeded its expected time, not its scaled-back one. */
+        departs_now[s] = scaled[s] > d->o.ratio * g->baseline &&
+                         (scaled[s] - g->baseline) * scale > d->o.floor_s;
     }
     bool busy[PX_RT_MAX_STAGES];
     contended_hosts(d, departs_now, busy);

@@ -476,6 +476,29 @@ static void test_detector_expects_more_compute_for_a_longer_context(void **state
     px_assert_contains(f.evidence, "at 32 rows and 600 positions");
 }
 
+/* A stage of 100 us whose context triples while it slows twelvefold: its
+ * scaled-back excess (300 us) is below the 500 us floor, the excess of the
+ * step as it ran (900 us) is not. */
+static void test_detector_applies_the_floor_to_the_step_as_it_ran(void **state)
+{
+    (void)state;
+    px_heal_envelope env;
+    envelope(&env, 0.002);
+    px_heal_detector *d = detector(&env);
+    int found = 0;
+    for (uint64_t step = 0; step < 30; step++) {
+        px_heal_sample s;
+        normal(&s, step);
+        s.rows = 1;
+        s.context = step >= 10 ? 30 : 10;
+        s.compute_s[0] = step >= 10 ? 0.0012 : 0.0001;
+        px_heal_finding f;
+        found += px_heal_detector_observe(d, &s, &f);
+    }
+    px_heal_detector_free(d);
+    assert_int_equal(found, 1);
+}
+
 static void test_detector_leaves_out_the_wait_for_a_core(void **state)
 {
     (void)state;
@@ -543,6 +566,7 @@ int main(void)
         cmocka_unit_test(test_detector_expects_more_time_for_more_rows),
         cmocka_unit_test(test_detector_reads_loopback_hops_together_as_the_host),
         cmocka_unit_test(test_detector_expects_more_compute_for_a_longer_context),
+        cmocka_unit_test(test_detector_applies_the_floor_to_the_step_as_it_ran),
         cmocka_unit_test(test_detector_leaves_out_the_wait_for_a_core),
         cmocka_unit_test(test_detector_reads_runtime_observations),
     };
