@@ -202,6 +202,8 @@ typedef struct px_heal_sample {
     /* Of compute_s[i], the time stage i waited runnable for a core: the
      * host's other work, not the stage's device (0: none or not known). */
     double wait_s[PX_RT_MAX_STAGES];
+    /* Of xfer_s[i], the time its receiver waited runnable for a core. */
+    double xfer_wait_s[PX_RT_MAX_STAGES + 1];
 } px_heal_sample;
 
 /* Fills a sample from a runtime step observation. */
@@ -252,9 +254,10 @@ void px_heal_detector_free(px_heal_detector *d); /* NULL is a no-op */
  * are loopback: no link of their own, only the host's cores and memory.
  * Two or more of them departing in one step are the host's contention
  * too; one alone still counts, as a slow link would.
- * A stage's compute is judged without the time its thread waited
- * runnable for a core (wait_s): that time is the host's other work
- * holding the cores, measured by the kernel, not the device slowing.
+ * A stage's compute (a hop) is judged without the time its (receiving)
+ * thread waited runnable for a core (wait_s, xfer_wait_s): that time is
+ * the host's other work holding the cores, measured by the kernel, not
+ * the device or the link slowing.
  * Rows and context: a step costs more the more rows it carries, and a
  * stage's compute the more cache positions they attend to, so a signal's
  * expected time is its baseline times the larger of the step's rows over

@@ -76,6 +76,7 @@ void px_heal_sample_from_obs(const px_rt_step_obs *obs, double t_s, px_heal_samp
     for (uint32_t i = 0; i < out->n_stages; i++) {
         out->compute_s[i] = (double)obs->compute_ns[i] / 1e9;
         out->wait_s[i] = (double)obs->wait_ns[i] / 1e9;
+        out->xfer_wait_s[i] = (double)obs->xfer_wait_ns[i] / 1e9;
         out->xfer_s[i] = (double)obs->xfer_in_ns[i] / 1e9;
     }
     out->xfer_s[out->n_stages] = (double)obs->xfer_out_ns / 1e9;
@@ -452,11 +453,9 @@ static bool on_busy_host(const px_heal_detector *d, uint32_t s, const bool *busy
     return busy[s - 1] && busy[s];
 }
 
-/* Stage i's compute in a sample without the time it waited for a core. */
-static double stage_time(const px_heal_sample *smp, uint32_t i)
+/* A time without the part of it spent waiting for a core. */
+static double less_wait(double v, double w)
 {
-    double w = smp->wait_s[i];
-    double v = smp->compute_s[i];
     return isfinite(w) && w > 0 && w <= v ? v - w : v;
 }
 
@@ -475,7 +474,8 @@ bool px_heal_detector_observe(px_heal_detector *d, const px_heal_sample *smp, px
     double scaled[MAX_SIGNALS];
     for (uint32_t s = 0; s < d->n_signals; s++) {
         signal *g = &d->sig[s];
-        double v = s <= n ? smp->xfer_s[s] : stage_time(smp, s - n - 1);
+        double v = s <= n ? less_wait(smp->xfer_s[s], smp->xfer_wait_s[s])
+                          : less_wait(smp->compute_s[s - n - 1], smp->wait_s[s - n - 1]);
         if (!isfinite(v) || v < 0)
             continue;
         if (!g->known) {

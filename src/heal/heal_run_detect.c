@@ -137,10 +137,11 @@ px_status px__hr_detector_opts_from_json(const json_t *j, px_heal_detector_opts 
 
 json_t *px__hr_sample_json(const px_heal_sample *s, double wall_s)
 {
-    return json_pack("{s:I, s:f, s:f, s:o, s:o, s:I, s:I, s:o}", "step", (json_int_t)s->step, "t_s",
-                     s->t_s, "wall_s", wall_s, "compute_s", reals(s->compute_s, s->n_stages),
+    return json_pack("{s:I, s:f, s:f, s:o, s:o, s:I, s:I, s:o, s:o}", "step", (json_int_t)s->step,
+                     "t_s", s->t_s, "wall_s", wall_s, "compute_s", reals(s->compute_s, s->n_stages),
                      "xfer_s", reals(s->xfer_s, s->n_stages + 1), "rows", (json_int_t)s->rows,
-                     "context", (json_int_t)s->context, "wait_s", reals(s->wait_s, s->n_stages));
+                     "context", (json_int_t)s->context, "wait_s", reals(s->wait_s, s->n_stages),
+                     "xfer_wait_s", reals(s->xfer_wait_s, s->n_stages + 1));
 }
 
 px_status px__hr_sample_from_json(const json_t *j, px_heal_sample *s, double *wall_s, px_err *err)
@@ -180,6 +181,9 @@ px_status px__hr_sample_from_json(const json_t *j, px_heal_sample *s, double *wa
         st = read_reals(json_object_get(j, "xfer_s"), "xfer_s", s->xfer_s, n + 1, err);
     if (st == PX_OK && json_object_get(j, "wait_s"))
         st = read_reals(json_object_get(j, "wait_s"), "wait_s", s->wait_s, n, err);
+    if (st == PX_OK && json_object_get(j, "xfer_wait_s"))
+        st = read_reals(json_object_get(j, "xfer_wait_s"), "xfer_wait_s", s->xfer_wait_s, n + 1,
+                        err);
     return st;
 }
 

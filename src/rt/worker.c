@@ -254,7 +254,7 @@ static px_status audit_bytes(worker *w, const uint8_t *p, uint64_t len, uint32_t
 }
 
 static px_status on_step(worker *w, uint8_t flags, const uint8_t *p, uint32_t len, uint64_t t_ready,
-                         uint64_t t_recv, px_err *err)
+                         uint64_t t_recv, uint64_t recv_wait, px_err *err)
 {
     px__rt_wfault_before_step(&w->fault);
     px__rt_step_head h;
@@ -318,7 +318,8 @@ static px_status on_step(worker *w, uint8_t flags, const uint8_t *p, uint32_t le
                                   .recv_done_ns = t_recv,
                                   .compute_ns = px_now_ns() - t0,
                                   .ready_ns = t_ready,
-                                  .wait_ns = wait};
+                                  .wait_ns = wait,
+                                  .recv_wait_ns = recv_wait};
     px__rt_step_head oh = h;
     oh.n_rows = out.n_rows;
     oh.row_len = out.row_len;
@@ -429,14 +430,14 @@ static px_status serve(worker *w, px_err *err)
     for (;;) {
         px_rt_frame_header h;
         const uint8_t *p;
-        uint64_t t_ready = px_now_ns();
+        uint64_t t_ready = px_now_ns(), wait0 = thread_wait_ns(w);
         px_status st = px_rt_conn_recv(w->up, &h, &p, err);
         if (st)
             return st;
-        uint64_t t_recv = px_now_ns();
+        uint64_t t_recv = px_now_ns(), recv_wait = thread_wait_ns(w) - wait0;
         switch (h.type) {
         case PX_RT_FRAME_STEP:
-            st = on_step(w, h.flags, p, h.length, t_ready, t_recv, err);
+            st = on_step(w, h.flags, p, h.length, t_ready, t_recv, recv_wait, err);
             break;
         case PX_RT_FRAME_SEQ:
             st = on_seq(w, p, h.length, err);

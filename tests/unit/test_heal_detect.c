@@ -508,6 +508,25 @@ static void test_detector_leaves_out_the_wait_for_a_core(void **state)
     assert_int_equal(run_waiting(0.0002), 1);
     /* No wait: a slow stage. */
     assert_int_equal(run_waiting(0), 1);
+    /* A hop whose receiver waited for a core as long as it slowed. */
+    for (int waited = 0; waited < 2; waited++) {
+        px_heal_envelope env;
+        envelope(&env, 0.002);
+        px_heal_detector *d = detector(&env);
+        int found = 0;
+        for (uint64_t step = 0; step < 40; step++) {
+            px_heal_sample s;
+            normal(&s, step);
+            if (step >= 10) {
+                s.xfer_s[1] += 0.003;
+                s.xfer_wait_s[1] = waited ? 0.003 : 0;
+            }
+            px_heal_finding f;
+            found += px_heal_detector_observe(d, &s, &f);
+        }
+        px_heal_detector_free(d);
+        assert_int_equal(found, waited ? 0 : 1);
+    }
 }
 
 static void test_detector_reads_runtime_observations(void **state)
@@ -524,6 +543,7 @@ static void test_detector_reads_runtime_observations(void **state)
     obs.xfer_out_ns = 30000;
     obs.n_rows = 96;
     obs.wait_ns[1] = 250000;
+    obs.xfer_wait_ns[1] = 5000;
     const uint32_t pos[2] = {40, 7}, n_tokens[2] = {1, 3};
     obs.n_seqs = 2;
     obs.pos = pos;
@@ -538,6 +558,7 @@ static void test_detector_reads_runtime_observations(void **state)
     assert_float_equal(s.xfer_s[2], 0.00003, 1e-15);
     assert_int_equal(s.rows, 96);
     assert_float_equal(s.wait_s[1], 0.00025, 1e-15);
+    assert_float_equal(s.xfer_wait_s[1], 0.000005, 1e-15);
     assert_int_equal(s.context, 51);
 
     px_rt_pipeline_spec spec;
