@@ -197,7 +197,8 @@ typedef struct px_heal_sample {
     double xfer_s[PX_RT_MAX_STAGES + 1]; /* into stage i; [n]: to the executor */
     uint32_t rows; /* rows the step carried (sequences' tokens); 0: not known */
     /* Cache positions the step's rows attended to (each sequence's
-     * position plus its tokens, summed); 0: not known. */
+     * position plus its tokens, summed); 0: not known.  Recorded in
+     * traces; the detector does not scale by it (see observe). */
     uint64_t context;
     /* Of compute_s[i], the time stage i waited runnable for a core: the
      * host's other work, not the stage's device (0: none or not known). */
@@ -258,20 +259,17 @@ void px_heal_detector_free(px_heal_detector *d); /* NULL is a no-op */
  * thread waited runnable for a core (wait_s, xfer_wait_s): that time is
  * the host's other work holding the cores, measured by the kernel, not
  * the device or the link slowing.
- * Rows and context: a step costs more the more rows it carries, and a
- * stage's compute the more cache positions they attend to, so a signal's
- * expected time is its baseline times the larger of the step's rows over
- * the rows of its baseline steps (their median) and, for a stage, its
- * context over theirs, when that is above 1 and both are known; each
- * observed time is scaled back by it before it is compared, kept, or
- * reported (observed_s, evidence).  This is the bound of any cost that is
- * a fixed time plus a time per row plus a time per attended position: a
- * step taking proportionally longer for proportionally more work departs
- * from nothing.  floor_s is a margin on the step as it ran: the observed
- * time must exceed the expected one by that much.  The bound is loose
- * where attention is a small part of a step,
- * so a slowdown is seen there only once it exceeds ratio times the
- * bound.
+ * Rows: a step costs more the more rows it carries, so a signal's
+ * expected time is its baseline times the step's rows over the rows of
+ * its baseline steps (their median), when that is above 1 and both are
+ * known; each observed time is scaled back by it before it is compared,
+ * kept, or reported (observed_s, evidence).  This is the bound of any
+ * cost that is a fixed time plus a time per row: a step taking
+ * proportionally longer for proportionally more rows departs from
+ * nothing.  floor_s is a margin on the step as it ran: the observed time
+ * must exceed the expected one by that much.  The attended context
+ * (context) is recorded but not yet judged by: the same proportional
+ * bound for it hid a twentyfold slowdown early in a short generation.
  * Deterministic: the same samples give the same findings. */
 bool px_heal_detector_observe(px_heal_detector *d, const px_heal_sample *s, px_heal_finding *f);
 /* Starts a new baseline (after a plan change) with a new envelope. */

@@ -16,11 +16,9 @@
 typedef struct signal {
     double *base;      /* baseline_steps samples */
     double *base_rows; /* ...and the rows of each (0: not known) */
-    double *base_ctx;  /* ...and the context of each (0: not known) */
     uint32_t n_base;
     double baseline;
-    double rows;    /* median rows of the baseline's steps; 0: not known */
-    double context; /* median context of the baseline's steps; 0: not known */
+    double rows; /* median rows of the baseline's steps; 0: not known */
     bool known;
     uint32_t run; /* consecutive departing steps */
     /* The last `window` samples, oldest first at (head - n_recent). */
@@ -95,11 +93,10 @@ static void reset(px_heal_detector *d, const px_heal_envelope *env)
     d->stale_checked = d->stale_pending = false;
     for (uint32_t s = 0; s < MAX_SIGNALS; s++) {
         signal *g = &d->sig[s];
-        double *base = g->base, *base_rows = g->base_rows, *base_ctx = g->base_ctx;
+        double *base = g->base, *base_rows = g->base_rows;
         memset(g, 0, sizeof *g);
         g->base = base;
         g->base_rows = base_rows;
-        g->base_ctx = base_ctx;
         g->baseline = NAN;
     }
 }
@@ -134,8 +131,7 @@ px_status px_heal_detector_new(const px_heal_envelope *env, const px_heal_detect
     for (uint32_t s = 0; s < MAX_SIGNALS; s++) {
         d->sig[s].base = malloc(o->baseline_steps * sizeof(double));
         d->sig[s].base_rows = malloc(o->baseline_steps * sizeof(double));
-        d->sig[s].base_ctx = malloc(o->baseline_steps * sizeof(double));
-        if (!d->sig[s].base || !d->sig[s].base_rows || !d->sig[s].base_ctx) {
+        if (!d->sig[s].base || !d->sig[s].base_rows) {
             px_heal_detector_free(d);
             return px_err_set(err, PX_ENOMEM, "out of memory for a detector");
         }
@@ -154,7 +150,6 @@ void px_heal_detector_free(px_heal_detector *d)
     for (uint32_t s = 0; s < MAX_SIGNALS; s++) {
         free(d->sig[s].base);
         free(d->sig[s].base_rows);
-        free(d->sig[s].base_ctx);
     }
     free(d);
 }
@@ -306,10 +301,7 @@ static void confirm_signal(px_heal_detector *d, uint32_t s, uint64_t step, doubl
         px__heal_textf(ratio, sizeof ratio, " (%.3gx)", f->ratio);
     else
         ratio[0] = 0;
-    if (g->rows > 0 && s > n && g->context > 0)
-        px__heal_textf(at_rows, sizeof at_rows, " at %.0f rows and %.0f positions", g->rows,
-                       g->context);
-    else if (g->rows > 0)
+    if (g->rows > 0)
         px__heal_textf(at_rows, sizeof at_rows, " at %.0f rows", g->rows);
     px__heal_textf(f->evidence, sizeof f->evidence,
                    "%s: %s per step%s since step %" PRIu64 ", baseline %s%s%s; %s", name, obs,
@@ -480,29 +472,21 @@ bool px_heal_detector_observe(px_heal_detector *d, const px_heal_sample *smp, px
             continue;
         if (!g->known) {
             g->base_rows[g->n_base] = smp->rows;
-            g->base_ctx[g->n_base] = (double)smp->context;
             g->base[g->n_base++] = v;
             if (g->n_base == d->o.baseline_steps) {
                 g->baseline = px__heal_median(g->base, g->n_base);
-                /* Rows (context) are known only if every baseline step
-                 * knew them. */
-                bool rows = true, ctx = true;
-                for (uint32_t k = 0; k < g->n_base; k++) {
+                /* Rows are known only if every baseline step knew them. */
+                bool rows = true;
+                for (uint32_t k = 0; k < g->n_base; k++)
                     rows = rows && g->base_rows[k] > 0;
-                    ctx = ctx && g->base_ctx[k] > 0;
-                }
                 g->rows = rows ? px__heal_median(g->base_rows, g->n_base) : 0;
-                g->context = ctx ? px__heal_median(g->base_ctx, g->n_base) : 0;
                 g->known = true;
             }
             continue;
         }
         seen[s] = true;
-        /* Scaled back to the baseline's work (see the header): rows for
-         * every signal, the attended context too for a stage's compute. */
+        /* Scaled back to the baseline's rows (see the header). */
         double scale = g->rows > 0 && smp->rows > g->rows ? smp->rows / g->rows : 1;
-        if (s > n && g->context > 0 && (double)smp->context > scale * g->context)
-            scale = (double)smp->context / g->context;
         scaled[s] = v / scale;
         /* The floor is a margin on the step as it ran: by how much it
          * exceeded its expected time, not its scaled-back one. */

@@ -1,8 +1,7 @@
 /* The detector on synthetic sample streams: a slow link told apart from a
  * slow stage, jitter below the floor ignored, intermittent degradation,
  * a stale topology, rebasing, determinism, steps with more rows,
- * a longer context, loopback hops slowing together, and time spent
- * waiting for a core. */
+ * loopback hops slowing together, and time spent waiting for a core. */
 #include "px_test.h"
 
 #include <math.h>
@@ -435,48 +434,7 @@ static int run_waiting(double waited)
     return found;
 }
 
-/* Rows fixed at 32; the attended context grows from 600 positions by
- * `grow` per step from step 10, and stage 0's compute with it (its
- * attention), times `slow`. */
-static int run_context(bool known, double grow, double slow, px_heal_finding *first)
-{
-    px_heal_envelope env;
-    envelope(&env, 0.002);
-    px_heal_detector *d = detector(&env);
-    int found = 0;
-    for (uint64_t step = 0; step < 40; step++) {
-        px_heal_sample s;
-        normal(&s, step);
-        double ctx = 600 + (step >= 10 ? grow * (double)(step - 9) : 0);
-        s.rows = known ? 32 : 0;
-        s.context = known ? (uint64_t)ctx : 0;
-        s.compute_s[0] *= ctx / 600 * (step >= 10 ? slow : 1);
-        px_heal_finding f;
-        if (px_heal_detector_observe(d, &s, &f) && found++ == 0 && first)
-            *first = f;
-    }
-    px_heal_detector_free(d);
-    return found;
-}
-
-static void test_detector_expects_more_compute_for_a_longer_context(void **state)
-{
-    (void)state;
-    px_heal_finding f;
-    /* The context grows to three times the baseline's, stage 0's compute
-     * with it: attention, no fault. */
-    assert_int_equal(run_context(true, 40, 1, NULL), 0);
-    /* The same times with the context not known: stage 0 departs. */
-    assert_int_equal(run_context(false, 40, 1, &f), 1);
-    assert_int_equal(f.locus.stage, 0);
-    /* A device twenty times slower is seen through the longer context. */
-    assert_int_equal(run_context(true, 40, 20, &f), 1);
-    assert_int_equal(f.cls, PX_HEAL_THERMAL);
-    assert_int_equal(f.locus.stage, 0);
-    px_assert_contains(f.evidence, "at 32 rows and 600 positions");
-}
-
-/* A stage of 100 us whose context triples while it slows twelvefold: its
+/* A stage of 100 us whose rows triple while it slows twelvefold: its
  * scaled-back excess (300 us) is below the 500 us floor, the excess of the
  * step as it ran (900 us) is not. */
 static void test_detector_applies_the_floor_to_the_step_as_it_ran(void **state)
@@ -489,8 +447,7 @@ static void test_detector_applies_the_floor_to_the_step_as_it_ran(void **state)
     for (uint64_t step = 0; step < 30; step++) {
         px_heal_sample s;
         normal(&s, step);
-        s.rows = 1;
-        s.context = step >= 10 ? 30 : 10;
+        s.rows = step >= 10 ? 30 : 10;
         s.compute_s[0] = step >= 10 ? 0.0012 : 0.0001;
         px_heal_finding f;
         found += px_heal_detector_observe(d, &s, &f);
@@ -586,7 +543,6 @@ int main(void)
         cmocka_unit_test(test_detector_is_deterministic_and_checks_its_options),
         cmocka_unit_test(test_detector_expects_more_time_for_more_rows),
         cmocka_unit_test(test_detector_reads_loopback_hops_together_as_the_host),
-        cmocka_unit_test(test_detector_expects_more_compute_for_a_longer_context),
         cmocka_unit_test(test_detector_applies_the_floor_to_the_step_as_it_ran),
         cmocka_unit_test(test_detector_leaves_out_the_wait_for_a_core),
         cmocka_unit_test(test_detector_reads_runtime_observations),
