@@ -19,7 +19,12 @@
  *    loads it with as many clients as the plan batches, and prints the
  *    observed tokens/s against the plan's predicted interval; then the
  *    same with the inventory calibrated on this machine (`plexus
- *    calibrate`, `plexus plan --mode calibrated`).
+ *    calibrate`, `plexus plan --mode calibrated`).  For each it also
+ *    prints what shared the host's cores while it was measured (CPU
+ *    seconds of the clients, the server and the stage workers, and the
+ *    time their threads waited for a core), the rows per engine step, and
+ *    the incidents the healing loop opened (an adaptation changes the plan
+ *    being measured).
  *
  * About two minutes on a two-core machine.  PX_BENCH_DIR holds the model
  * (default: a fresh folder under TMPDIR, removed afterwards).
@@ -33,6 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -343,6 +350,128 @@ static void serve_136m(const char *dir)
     unlink(model);
 }
 
+/* CPU seconds (user + system) this process has used: the clients' share,
+ * since they are its threads. */
+static double self_cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return NAN;
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* What the live processes of process group pgid (the server, which leads
+ * its own group, and its stage workers) have used: CPU seconds (user +
+ * system, /proc/PID/stat) and seconds their threads waited runnable for a
+ * core (run_delay, /proc/PID/task/TID/schedstat), the server's apart from
+ * its workers'. */
+typedef struct group_use {
+    double server_cpu, server_wait, workers_cpu, workers_wait;
+} group_use;
+
+static double task_wait_s(const char *pid)
+{
+    char path[300];
+    snprintf(path, sizeof path, "/proc/%s/task", pid);
+    DIR *dir = opendir(path);
+    if (!dir)
+        return 0;
+    double sum = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        char p[600];
+        snprintf(p, sizeof p, "/proc/%s/task/%s/schedstat", pid, e->d_name);
+        FILE *f = fopen(p, "r");
+        unsigned long long run = 0, wait = 0;
+        if (f && fscanf(f, "%llu %llu", &run, &wait) == 2)
+            sum += (double)wait / 1e9;
+        if (f)
+            fclose(f);
+    }
+    closedir(dir);
+    return sum;
+}
+
+static group_use group_use_now(pid_t pgid)
+{
+    group_use u = {0};
+    DIR *dir = opendir("/proc");
+    if (!dir)
+        return u;
+    double ticks = (double)sysconf(_SC_CLK_TCK);
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        char path[300], buf[1024];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        /* After the command's closing parenthesis: state ppid pgrp ...,
+         * utime and stime are the 12th and 13th fields from there. */
+        const char *p = strrchr(buf, ')');
+        long pgrp = 0;
+        unsigned long ut = 0, st = 0;
+        if (!p ||
+            sscanf(p + 2, "%*c %*d %ld %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &pgrp, &ut, &st) !=
+                3 ||
+            pgrp != (long)pgid)
+            continue;
+        bool lead = strtol(e->d_name, NULL, 10) == (long)pgid;
+        *(lead ? &u.server_cpu : &u.workers_cpu) += (double)(ut + st) / ticks;
+        *(lead ? &u.server_wait : &u.workers_wait) += task_wait_s(e->d_name);
+    }
+    closedir(dir);
+    return u;
+}
+
+/* The value of the first line of `metric` in the server's /metrics that
+ * carries it (summed over replicas when it is per replica); NAN when
+ * absent. */
+static double scrape(const char *url, const char *metric)
+{
+    char murl[160];
+    const char *v1 = strstr(url, "/v1/");
+    snprintf(murl, sizeof murl, "%.*s/metrics", v1 ? (int)(v1 - url) : (int)strlen(url), url);
+    static char body[1 << 16];
+    size_t len = 0;
+    CURL *c = curl_easy_init();
+    FILE *mem = fmemopen(body, sizeof body - 1, "w");
+    if (!c || !mem) {
+        if (mem)
+            fclose(mem);
+        curl_easy_cleanup(c);
+        return NAN;
+    }
+    curl_easy_setopt(c, CURLOPT_URL, murl);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, mem);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+    CURLcode rc = curl_easy_perform(c);
+    len = (size_t)ftell(mem);
+    fclose(mem);
+    curl_easy_cleanup(c);
+    if (rc != CURLE_OK)
+        return NAN;
+    body[len < sizeof body ? len : sizeof body - 1] = 0;
+    double sum = NAN;
+    size_t mlen = strlen(metric);
+    for (const char *l = body; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (strncmp(l, metric, mlen) != 0 || (l[mlen] != ' ' && l[mlen] != '{'))
+            continue;
+        const char *sp = strchr(l, ' ');
+        if (sp)
+            sum = (isnan(sum) ? 0 : sum) + strtod(sp + 1, NULL);
+    }
+    return sum;
+}
+
 /* Serves the plan in `plan` (made for emu-small) and prints its observed
  * tokens/s against its predicted interval, as `label` says. */
 static void serve_plan(const char *label, const char *model, const char *inventory,
@@ -389,8 +518,20 @@ static void serve_plan(const char *label, const char *model, const char *invento
         return;
     }
     load(s.url, 2, 1, 16, false);
+    double inc0 = scrape(s.url, "plexus_serve_incidents_total");
+    double steps0 = scrape(s.url, "plexus_serve_steps_total");
+    double tok0 = scrape(s.url, "plexus_serve_engine_generated_tokens_total");
+    group_use u0 = group_use_now(s.pid);
+    double cpu_cl = self_cpu_s(), t0 = now_s();
     level lv = load(s.url, clients, 3, 100, false);
+    double wall = now_s() - t0;
+    cpu_cl = self_cpu_s() - cpu_cl;
+    group_use u1 = group_use_now(s.pid);
+    double incidents = scrape(s.url, "plexus_serve_incidents_total") - inc0;
+    double steps = scrape(s.url, "plexus_serve_steps_total") - steps0;
+    double tokens = scrape(s.url, "plexus_serve_engine_generated_tokens_total") - tok0;
     stop_server(&s);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
     bool inside = lv.tokens_per_s >= lo && lv.tokens_per_s <= hi;
     printf("emu-small throughput plan, %s (%zu stages, %lld replica%s, %lld sequences in "
            "flight, EMULATED devices): observed %.0f tok/s with %d clients; predicted %.0f [%.0f, "
@@ -400,6 +541,19 @@ static void serve_plan(const char *label, const char *model, const char *invento
            lv.tokens_per_s, clients, p50, lo, hi, p50 > 0 ? lv.tokens_per_s / p50 : 0, by_tpot,
            inside ? "inside the interval" : "OUTSIDE the interval",
            lv.failed ? " (failed requests)" : "");
+    /* What shares the host's cores while it is measured: the clients (this
+     * process's threads) and the server with its stage workers; and whether
+     * the healing loop changed the plan while it was measured. */
+    double cap = wall * (double)cores, per_tok = tokens > 0 ? 1e6 / tokens : 0;
+    double srv = u1.server_cpu - u0.server_cpu, wrk = u1.workers_cpu - u0.workers_cpu;
+    printf("  over %.1f s on %ld cores: CPU-s (share of the cores, us per token): clients %.2f "
+           "(%.1f%%, %.0f), server %.2f (%.1f%%, %.0f), stage workers %.2f (%.1f%%, %.0f); "
+           "waiting for a core: server %.2f s, stage workers %.2f s; %.0f engine steps, %.1f "
+           "rows per step; %.0f incident%s during the measurement\n",
+           wall, cores, cpu_cl, 100 * cpu_cl / cap, cpu_cl * per_tok, srv, 100 * srv / cap,
+           srv * per_tok, wrk, 100 * wrk / cap, wrk * per_tok, u1.server_wait - u0.server_wait,
+           u1.workers_wait - u0.workers_wait, steps, steps > 0 ? tokens / steps : 0, incidents,
+           incidents == 1 ? "" : "s");
     fflush(stdout);
 }
 

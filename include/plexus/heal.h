@@ -195,6 +195,16 @@ typedef struct px_heal_sample {
     uint32_t n_stages;
     double compute_s[PX_RT_MAX_STAGES];
     double xfer_s[PX_RT_MAX_STAGES + 1]; /* into stage i; [n]: to the executor */
+    uint32_t rows; /* rows the step carried (sequences' tokens); 0: not known */
+    /* Cache positions the step's rows attended to (each sequence's
+     * position plus its tokens, summed); 0: not known.  Recorded in
+     * traces; the detector does not scale by it (see observe). */
+    uint64_t context;
+    /* Of compute_s[i], the time stage i waited runnable for a core: the
+     * host's other work, not the stage's device (0: none or not known). */
+    double wait_s[PX_RT_MAX_STAGES];
+    /* Of xfer_s[i], the time its receiver waited runnable for a core. */
+    double xfer_wait_s[PX_RT_MAX_STAGES + 1];
 } px_heal_sample;
 
 /* Fills a sample from a runtime step observation. */
@@ -240,7 +250,26 @@ void px_heal_detector_free(px_heal_detector *d); /* NULL is a no-op */
  * host's contention (its cores shared), not a device or link fault, so
  * neither its stages nor the hops between them (or to the executor)
  * count it as a departure.  A host with one stage cannot tell the two
- * apart: its departures count.
+ * apart: its departures count.  Hops between stages of one host (and,
+ * when every stage is on one host, the hops to and from the executor)
+ * are loopback: no link of their own, only the host's cores and memory.
+ * Two or more of them departing in one step are the host's contention
+ * too; one alone still counts, as a slow link would.
+ * A stage's compute (a hop) is judged without the time its (receiving)
+ * thread waited runnable for a core (wait_s, xfer_wait_s): that time is
+ * the host's other work holding the cores, measured by the kernel, not
+ * the device or the link slowing.
+ * Rows: a step costs more the more rows it carries, so a signal's
+ * expected time is its baseline times the step's rows over the rows of
+ * its baseline steps (their median), when that is above 1 and both are
+ * known; each observed time is scaled back by it before it is compared,
+ * kept, or reported (observed_s, evidence).  This is the bound of any
+ * cost that is a fixed time plus a time per row: a step taking
+ * proportionally longer for proportionally more rows departs from
+ * nothing.  floor_s is a margin on the step as it ran: the observed time
+ * must exceed the expected one by that much.  The attended context
+ * (context) is recorded but not yet judged by: the same proportional
+ * bound for it hid a twentyfold slowdown early in a short generation.
  * Deterministic: the same samples give the same findings. */
 bool px_heal_detector_observe(px_heal_detector *d, const px_heal_sample *s, px_heal_finding *f);
 /* Starts a new baseline (after a plan change) with a new envelope. */

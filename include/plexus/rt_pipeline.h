@@ -639,6 +639,12 @@ typedef struct px_rt_step_obs {
      * stage's is its logits row, vocab values); NULL otherwise. */
     const float *audit[PX_RT_MAX_STAGES];
     uint32_t audit_len[PX_RT_MAX_STAGES];
+    /* Of compute_ns[i], the time stage i's thread waited runnable for a
+     * core (the host's other work held them); 0 where not known. */
+    uint64_t wait_ns[PX_RT_MAX_STAGES];
+    /* Of xfer_in_ns[i], the time stage i's receiving thread waited
+     * runnable for a core; 0 where not known. */
+    uint64_t xfer_wait_ns[PX_RT_MAX_STAGES];
 } px_rt_step_obs;
 
 /* What a supervisor asks for after a step. */

@@ -14,9 +14,11 @@
  * stage s - n - 1's compute.  Hops come first so that a slow link is not
  * mistaken for the stage behind it when both depart in one step. */
 typedef struct signal {
-    double *base; /* baseline_steps samples */
+    double *base;      /* baseline_steps samples */
+    double *base_rows; /* ...and the rows of each (0: not known) */
     uint32_t n_base;
     double baseline;
+    double rows; /* median rows of the baseline's steps; 0: not known */
     bool known;
     uint32_t run; /* consecutive departing steps */
     /* The last `window` samples, oldest first at (head - n_recent). */
@@ -71,9 +73,15 @@ void px_heal_sample_from_obs(const px_rt_step_obs *obs, double t_s, px_heal_samp
     out->n_stages = PX_MIN(obs->n_stages, (uint32_t)PX_RT_MAX_STAGES);
     for (uint32_t i = 0; i < out->n_stages; i++) {
         out->compute_s[i] = (double)obs->compute_ns[i] / 1e9;
+        out->wait_s[i] = (double)obs->wait_ns[i] / 1e9;
+        out->xfer_wait_s[i] = (double)obs->xfer_wait_ns[i] / 1e9;
         out->xfer_s[i] = (double)obs->xfer_in_ns[i] / 1e9;
     }
     out->xfer_s[out->n_stages] = (double)obs->xfer_out_ns / 1e9;
+    out->rows = obs->n_rows;
+    out->context = 0;
+    for (uint32_t i = 0; obs->pos && obs->n_tokens && i < obs->n_seqs; i++)
+        out->context += (uint64_t)obs->pos[i] + obs->n_tokens[i];
 }
 
 static void reset(px_heal_detector *d, const px_heal_envelope *env)
@@ -85,9 +93,10 @@ static void reset(px_heal_detector *d, const px_heal_envelope *env)
     d->stale_checked = d->stale_pending = false;
     for (uint32_t s = 0; s < MAX_SIGNALS; s++) {
         signal *g = &d->sig[s];
-        double *base = g->base;
+        double *base = g->base, *base_rows = g->base_rows;
         memset(g, 0, sizeof *g);
         g->base = base;
+        g->base_rows = base_rows;
         g->baseline = NAN;
     }
 }
@@ -121,7 +130,8 @@ px_status px_heal_detector_new(const px_heal_envelope *env, const px_heal_detect
         return px_err_set(err, PX_ENOMEM, "out of memory for a detector");
     for (uint32_t s = 0; s < MAX_SIGNALS; s++) {
         d->sig[s].base = malloc(o->baseline_steps * sizeof(double));
-        if (!d->sig[s].base) {
+        d->sig[s].base_rows = malloc(o->baseline_steps * sizeof(double));
+        if (!d->sig[s].base || !d->sig[s].base_rows) {
             px_heal_detector_free(d);
             return px_err_set(err, PX_ENOMEM, "out of memory for a detector");
         }
@@ -137,8 +147,10 @@ void px_heal_detector_free(px_heal_detector *d)
 {
     if (!d)
         return;
-    for (uint32_t s = 0; s < MAX_SIGNALS; s++)
+    for (uint32_t s = 0; s < MAX_SIGNALS; s++) {
         free(d->sig[s].base);
+        free(d->sig[s].base_rows);
+    }
     free(d);
 }
 
@@ -284,14 +296,16 @@ static void confirm_signal(px_heal_detector *d, uint32_t s, uint64_t step, doubl
         px__heal_fmt_s(g->value[last], b, sizeof b);
         px__heal_textf(extra, sizeof extra, ", growing from %s to %s", a, b);
     }
-    char ratio[24];
+    char ratio[24], at_rows[64] = "";
     if (g->baseline > 0)
         px__heal_textf(ratio, sizeof ratio, " (%.3gx)", f->ratio);
     else
         ratio[0] = 0;
+    if (g->rows > 0)
+        px__heal_textf(at_rows, sizeof at_rows, " at %.0f rows", g->rows);
     px__heal_textf(f->evidence, sizeof f->evidence,
-                   "%s: %s per step since step %" PRIu64 ", baseline %s%s%s; %s", name, obs, onset,
-                   base, ratio, extra, others);
+                   "%s: %s per step%s since step %" PRIu64 ", baseline %s%s%s; %s", name, obs,
+                   at_rows, onset, base, ratio, extra, others);
     g->pending = true;
 }
 
@@ -374,19 +388,42 @@ static bool same_host(const px_heal_detector *d, uint32_t a, uint32_t b)
     return dx && dy && dx > x && dx - x == dy - y && !memcmp(x, y, (size_t)(dx - x));
 }
 
+/* The stage whose host a loopback hop s lies on, or UINT32_MAX when s
+ * may cross a link: a hop between two stages of one host, or a hop to or
+ * from the executor when every stage is on one host (the executor then
+ * runs there too: `plexus serve`). */
+static uint32_t loopback_host(const px_heal_detector *d, uint32_t s)
+{
+    uint32_t n = d->env.n_stages;
+    if (s > 0 && s < n)
+        return same_host(d, s - 1, s) ? s - 1 : UINT32_MAX;
+    for (uint32_t i = 1; i < n; i++)
+        if (!same_host(d, 0, i))
+            return UINT32_MAX;
+    return n > 1 ? 0 : UINT32_MAX;
+}
+
 /* Hosts whose cores are contended in this step: two or more of their
- * stages depart at once.  A device fault slows its own stage; what slows
- * several stages of one host together is the host (its cores shared by
- * stage workers, emulated devices and the server), not a device or a
- * link, so those departures confirm nothing.  busy[i] says whether stage
- * i's host is contended. */
+ * stages depart at once, or two or more of their loopback hops.  A device
+ * fault slows its own stage, a link fault its own hop; what slows several
+ * stages or hops of one host together is the host (its cores shared by
+ * stage workers, emulated devices, the executor and the server), not a
+ * device or a link, so those departures confirm nothing.  departs is per
+ * signal; busy[i] says whether stage i's host is contended. */
 static void contended_hosts(const px_heal_detector *d, const bool *departs, bool *busy)
 {
     uint32_t n = d->env.n_stages;
+    const bool *stage_departs = departs + n + 1;
     for (uint32_t i = 0; i < n; i++) {
         busy[i] = false;
         for (uint32_t j = 0; j < n && !busy[i]; j++)
-            busy[i] = j != i && departs[i] && departs[j] && same_host(d, i, j);
+            busy[i] = j != i && stage_departs[i] && stage_departs[j] && same_host(d, i, j);
+        uint32_t hops = 0;
+        for (uint32_t s = 0; s <= n && !busy[i]; s++) {
+            uint32_t h = departs[s] ? loopback_host(d, s) : UINT32_MAX;
+            hops += h != UINT32_MAX && (h == i || same_host(d, h, i));
+            busy[i] = hops >= 2;
+        }
     }
     /* Every stage of a contended host, departing now or not. */
     for (uint32_t i = 0; i < n; i++)
@@ -408,6 +445,12 @@ static bool on_busy_host(const px_heal_detector *d, uint32_t s, const bool *busy
     return busy[s - 1] && busy[s];
 }
 
+/* A time without the part of it spent waiting for a core. */
+static double less_wait(double v, double w)
+{
+    return isfinite(w) && w > 0 && w <= v ? v - w : v;
+}
+
 bool px_heal_detector_observe(px_heal_detector *d, const px_heal_sample *smp, px_heal_finding *f)
 {
     if (!d || !smp || smp->n_stages != d->env.n_stages)
@@ -420,29 +463,43 @@ bool px_heal_detector_observe(px_heal_detector *d, const px_heal_sample *smp, px
     /* First every signal's departure in this step, then the hosts they
      * show contended, then what confirms. */
     bool seen[MAX_SIGNALS] = {false}, departs_now[MAX_SIGNALS] = {false};
+    double scaled[MAX_SIGNALS];
     for (uint32_t s = 0; s < d->n_signals; s++) {
         signal *g = &d->sig[s];
-        double v = s <= n ? smp->xfer_s[s] : smp->compute_s[s - n - 1];
+        double v = s <= n ? less_wait(smp->xfer_s[s], smp->xfer_wait_s[s])
+                          : less_wait(smp->compute_s[s - n - 1], smp->wait_s[s - n - 1]);
         if (!isfinite(v) || v < 0)
             continue;
         if (!g->known) {
+            g->base_rows[g->n_base] = smp->rows;
             g->base[g->n_base++] = v;
             if (g->n_base == d->o.baseline_steps) {
                 g->baseline = px__heal_median(g->base, g->n_base);
+                /* Rows are known only if every baseline step knew them. */
+                bool rows = true;
+                for (uint32_t k = 0; k < g->n_base; k++)
+                    rows = rows && g->base_rows[k] > 0;
+                g->rows = rows ? px__heal_median(g->base_rows, g->n_base) : 0;
                 g->known = true;
             }
             continue;
         }
         seen[s] = true;
-        departs_now[s] = v > d->o.ratio * g->baseline && v - g->baseline > d->o.floor_s;
+        /* Scaled back to the baseline's rows (see the header). */
+        double scale = g->rows > 0 && smp->rows > g->rows ? smp->rows / g->rows : 1;
+        scaled[s] = v / scale;
+        /* The floor is a margin on the step as it ran: by how much it
+         * exceeded its expected time, not its scaled-back one. */
+        departs_now[s] = scaled[s] > d->o.ratio * g->baseline &&
+                         (scaled[s] - g->baseline) * scale > d->o.floor_s;
     }
     bool busy[PX_RT_MAX_STAGES];
-    contended_hosts(d, departs_now + n + 1, busy);
+    contended_hosts(d, departs_now, busy);
     for (uint32_t s = 0; s < d->n_signals; s++) {
         if (!seen[s])
             continue;
         signal *g = &d->sig[s];
-        double v = s <= n ? smp->xfer_s[s] : smp->compute_s[s - n - 1];
+        double v = scaled[s];
         /* A contended host's step is kept as a normal one: it must not
          * add up to a confirmation later either. */
         bool departs = departs_now[s] && !on_busy_host(d, s, busy);

@@ -137,9 +137,11 @@ px_status px__hr_detector_opts_from_json(const json_t *j, px_heal_detector_opts 
 
 json_t *px__hr_sample_json(const px_heal_sample *s, double wall_s)
 {
-    return json_pack("{s:I, s:f, s:f, s:o, s:o}", "step", (json_int_t)s->step, "t_s", s->t_s,
-                     "wall_s", wall_s, "compute_s", reals(s->compute_s, s->n_stages), "xfer_s",
-                     reals(s->xfer_s, s->n_stages + 1));
+    return json_pack("{s:I, s:f, s:f, s:o, s:o, s:I, s:I, s:o, s:o}", "step", (json_int_t)s->step,
+                     "t_s", s->t_s, "wall_s", wall_s, "compute_s", reals(s->compute_s, s->n_stages),
+                     "xfer_s", reals(s->xfer_s, s->n_stages + 1), "rows", (json_int_t)s->rows,
+                     "context", (json_int_t)s->context, "wait_s", reals(s->wait_s, s->n_stages),
+                     "xfer_wait_s", reals(s->xfer_wait_s, s->n_stages + 1));
 }
 
 px_status px__hr_sample_from_json(const json_t *j, px_heal_sample *s, double *wall_s, px_err *err)
@@ -154,6 +156,21 @@ px_status px__hr_sample_from_json(const json_t *j, px_heal_sample *s, double *wa
                           "heal: a recorded step lacks \"step\", \"t_s\", \"wall_s\" or 1 to %d "
                           "stages' \"compute_s\"",
                           PX_RT_MAX_STAGES);
+    /* Traces written before steps carried their rows have none: 0, not
+     * known, which the detector does not scale by. */
+    const json_t *rows = json_object_get(j, "rows");
+    json_int_t r = json_integer_value(rows);
+    if (rows && (!json_is_integer(rows) || r < 0 || r > UINT32_MAX))
+        return px_err_set(err, PX_EPARSE,
+                          "heal: a recorded step's \"rows\" is not an integer from 0 to %u",
+                          UINT32_MAX);
+    s->rows = (uint32_t)r;
+    const json_t *ctx = json_object_get(j, "context");
+    json_int_t n_ctx = json_integer_value(ctx);
+    if (ctx && (!json_is_integer(ctx) || n_ctx < 0))
+        return px_err_set(err, PX_EPARSE,
+                          "heal: a recorded step's \"context\" is not a non-negative integer");
+    s->context = (uint64_t)n_ctx;
     s->step = (uint64_t)step;
     s->t_s = json_number_value(t);
     s->n_stages = (uint32_t)n;
@@ -162,6 +179,11 @@ px_status px__hr_sample_from_json(const json_t *j, px_heal_sample *s, double *wa
     px_status st = read_reals(c, "compute_s", s->compute_s, n, err);
     if (st == PX_OK)
         st = read_reals(json_object_get(j, "xfer_s"), "xfer_s", s->xfer_s, n + 1, err);
+    if (st == PX_OK && json_object_get(j, "wait_s"))
+        st = read_reals(json_object_get(j, "wait_s"), "wait_s", s->wait_s, n, err);
+    if (st == PX_OK && json_object_get(j, "xfer_wait_s"))
+        st = read_reals(json_object_get(j, "xfer_wait_s"), "xfer_wait_s", s->xfer_wait_s, n + 1,
+                        err);
     return st;
 }
 

@@ -170,6 +170,8 @@ static void time_step(px_rt_engine *e, const px__rt_stage_record *recs, uint32_t
             continue;
         uint64_t from = PX_MAX(prev, recs[k].ready_ns);
         ob->compute_ns[s] = recs[k].compute_ns;
+        ob->wait_ns[s] = PX_MIN(recs[k].wait_ns, recs[k].compute_ns);
+        ob->xfer_wait_ns[s] = PX_MIN(recs[k].recv_wait_ns, ob->xfer_in_ns[s]);
         ob->xfer_in_ns[s] = recs[k].recv_done_ns > from ? recs[k].recv_done_ns - from : 0;
         prev = recs[k].send_start_ns;
     }

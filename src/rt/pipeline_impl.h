@@ -69,7 +69,11 @@ typedef struct px__rt_stage_record {
     uint64_t recv_done_ns;
     uint64_t compute_ns;
     uint64_t send_start_ns;
-    uint64_t ready_ns; /* when the stage began waiting for this frame */
+    uint64_t ready_ns;     /* when the stage began waiting for this frame */
+    uint64_t wait_ns;      /* of compute_ns, the time the stage's thread waited
+                              runnable for a core (0: not known) */
+    uint64_t recv_wait_ns; /* of the hop in, the same: the receiving thread's
+                              wait for a core while it received */
 } px__rt_stage_record;
 
 /* Audited steps (frame flag PX_RT_STEP_AUDIT): after the records come

@@ -35,7 +35,31 @@ typedef struct worker {
     size_t scratch_cap;
     bool relayed; /* the failure is another stage's, passed on */
     px__rt_wfault fault;
+    int schedstat; /* the stepping thread's /proc/thread-self/schedstat;
+                      -1: none, -2: not opened yet */
 } worker;
+
+/* Nanoseconds the calling thread has waited runnable for a core (the
+ * kernel's run_delay, the second field of its schedstat), or 0 where the
+ * kernel does not say.  A step's share of it is time the host's other
+ * work held the cores, not time the device or the stage took: the healing
+ * loop's detector leaves it out of the stage's compute.  Opened once, on
+ * the thread that runs the steps, and read with pread: no allocation on
+ * the step's path. */
+static uint64_t thread_wait_ns(worker *w)
+{
+    if (w->schedstat == -2)
+        w->schedstat = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    if (w->schedstat < 0)
+        return 0;
+    char buf[96];
+    ssize_t n = pread(w->schedstat, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    unsigned long long run = 0, wait = 0;
+    return sscanf(buf, "%llu %llu", &run, &wait) == 2 ? (uint64_t)wait : 0;
+}
 
 /* Telemetry slots: layer -1 (embedding and head) then the stage's layers. */
 static void on_op(const px_rt_op_record *rec, void *ud)
@@ -230,7 +254,7 @@ static px_status audit_bytes(worker *w, const uint8_t *p, uint64_t len, uint32_t
 }
 
 static px_status on_step(worker *w, uint8_t flags, const uint8_t *p, uint32_t len, uint64_t t_ready,
-                         uint64_t t_recv, px_err *err)
+                         uint64_t t_recv, uint64_t recv_wait, px_err *err)
 {
     px__rt_wfault_before_step(&w->fault);
     px__rt_step_head h;
@@ -282,17 +306,20 @@ static px_status on_step(worker *w, uint8_t flags, const uint8_t *p, uint32_t le
     px_rt_batch b = {
         .n_seqs = h.n_seqs, .seqs = w->steps, .hidden = tokens ? NULL : (const float *)rows};
     px_rt_output out;
-    uint64_t t0 = px_now_ns();
+    uint64_t t0 = px_now_ns(), wait0 = thread_wait_ns(w);
     st = px_rt_forward(w->s, &b, NULL, &out, err);
     if (st)
         return st;
+    uint64_t wait = thread_wait_ns(w) - wait0;
     px__rt_wfault_after_step(&w->fault, px_now_ns() - t0);
     px__rt_stage_record *mine = &recs[h.n_records];
     *mine = (px__rt_stage_record){.stage = w->o->stage,
                                   .rows = h.n_rows,
                                   .recv_done_ns = t_recv,
                                   .compute_ns = px_now_ns() - t0,
-                                  .ready_ns = t_ready};
+                                  .ready_ns = t_ready,
+                                  .wait_ns = wait,
+                                  .recv_wait_ns = recv_wait};
     px__rt_step_head oh = h;
     oh.n_rows = out.n_rows;
     oh.row_len = out.row_len;
@@ -403,14 +430,14 @@ static px_status serve(worker *w, px_err *err)
     for (;;) {
         px_rt_frame_header h;
         const uint8_t *p;
-        uint64_t t_ready = px_now_ns();
+        uint64_t t_ready = px_now_ns(), wait0 = thread_wait_ns(w);
         px_status st = px_rt_conn_recv(w->up, &h, &p, err);
         if (st)
             return st;
-        uint64_t t_recv = px_now_ns();
+        uint64_t t_recv = px_now_ns(), recv_wait = thread_wait_ns(w) - wait0;
         switch (h.type) {
         case PX_RT_FRAME_STEP:
-            st = on_step(w, h.flags, p, h.length, t_ready, t_recv, err);
+            st = on_step(w, h.flags, p, h.length, t_ready, t_recv, recv_wait, err);
             break;
         case PX_RT_FRAME_SEQ:
             st = on_seq(w, p, h.length, err);
@@ -461,7 +488,7 @@ px_status px_rt_worker_run(const px_rt_worker_opts *o, px_err *err)
                           "other machines reach needs the deployment's secret "
                           "(--secret-stdin)",
                           o->listen);
-    worker w = {.o = o};
+    worker w = {.o = o, .schedstat = -2};
     /* Listen first: a launcher learns the address at once, and the
      * previous hop may connect while the model loads. */
     snprintf(w.label, sizeof w.label, "stage %u (pid %d)", o->stage, (int)getpid());
@@ -489,6 +516,8 @@ px_status px_rt_worker_run(const px_rt_worker_opts *o, px_err *err)
         (void)px_rt_conn_send(w.down, PX_RT_FRAME_ERROR, 0, err->msg, (uint32_t)strlen(err->msg),
                               NULL);
     px__rt_wfault_release(&w.fault);
+    if (w.schedstat >= 0)
+        close(w.schedstat);
     px_rt_conn_free(w.up);
     px_rt_conn_free(w.down);
     px_rt_listener_free(w.listener);

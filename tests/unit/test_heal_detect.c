@@ -1,6 +1,7 @@
 /* The detector on synthetic sample streams: a slow link told apart from a
  * slow stage, jitter below the floor ignored, intermittent degradation,
- * a stale topology, rebasing, determinism. */
+ * a stale topology, rebasing, determinism, steps with more rows,
+ * loopback hops slowing together, and time spent waiting for a core. */
 #include "px_test.h"
 
 #include <math.h>
@@ -331,6 +332,160 @@ static void test_detector_is_deterministic_and_checks_its_options(void **state)
     px_heal_detector_free(NULL);
 }
 
+/* Two stages on hosts host0 and host1 (a "node.device" each); 8 baseline
+ * steps of `rows0` rows, then steps of `rows` rows from step 10 on, each
+ * signal's normal time times mult[signal] (hops 0..2, then the stages'
+ * compute).  Returns the findings; the first in *first. */
+static int run_rows(const char *dev0, const char *dev1, uint32_t rows0, uint32_t rows,
+                    const double *mult, px_heal_finding *first)
+{
+    px_heal_envelope env;
+    envelope(&env, 0.002);
+    strcpy(env.device[0], dev0);
+    strcpy(env.device[1], dev1);
+    px_heal_detector *d = detector(&env);
+    int found = 0;
+    for (uint64_t step = 0; step < 40; step++) {
+        px_heal_sample s;
+        normal(&s, step);
+        s.rows = step >= 10 ? rows : rows0;
+        for (uint32_t k = 0; step >= 10 && k < 2 * N_STAGES + 1; k++) {
+            double *v = k <= N_STAGES ? &s.xfer_s[k] : &s.compute_s[k - N_STAGES - 1];
+            *v *= mult[k];
+        }
+        px_heal_finding f;
+        while (px_heal_detector_observe(d, &s, &f)) {
+            if (found++ == 0 && first)
+                *first = f;
+            s.n_stages = 0; /* drain the rest without feeding the step again */
+        }
+    }
+    px_heal_detector_free(d);
+    return found;
+}
+
+static void test_detector_expects_more_time_for_more_rows(void **state)
+{
+    (void)state;
+    px_heal_finding f;
+    /* Four times the rows, four times every time: no incident. */
+    const double all4[] = {4, 4, 4, 4, 4};
+    assert_int_equal(run_rows("a.cpu0", "b.gpu0", 32, 128, all4, NULL), 0);
+    /* The same times with the rows not known: both stages depart (the
+     * hops' growth stays below the floor). */
+    assert_int_equal(run_rows("a.cpu0", "b.gpu0", 0, 0, all4, NULL), 2);
+    /* ...or with the rows unchanged. */
+    assert_int_equal(run_rows("a.cpu0", "b.gpu0", 128, 128, all4, NULL), 2);
+    /* Fewer rows than the baseline's expect no less than the baseline. */
+    const double all1[] = {1, 1, 1, 1, 1};
+    assert_int_equal(run_rows("a.cpu0", "b.gpu0", 128, 8, all1, NULL), 0);
+    /* Four times the rows, and stage 1 sixteen times slower: its fault,
+     * reported at the baseline's rows. */
+    const double slow1[] = {4, 4, 4, 4, 16};
+    assert_int_equal(run_rows("a.cpu0", "b.gpu0", 32, 128, slow1, &f), 1);
+    assert_int_equal(f.cls, PX_HEAL_THERMAL);
+    assert_int_equal(f.locus.stage, 1);
+    assert_string_equal(f.locus.device, "b.gpu0");
+    assert_true(f.ratio > 3.5 && f.ratio < 4.5);
+    assert_float_equal(f.observed_s, 0.004, 0.0002);
+    px_assert_contains(f.evidence, "per step at 32 rows since step 10");
+}
+
+static void test_detector_reads_loopback_hops_together_as_the_host(void **state)
+{
+    (void)state;
+    px_heal_finding f;
+    /* One host: the hops between its stages and to and from the executor
+     * are loopback.  Two of them slow together, the stages not: the
+     * host's cores, not a link. */
+    const double hops12[] = {1, 20, 20, 1, 1};
+    assert_int_equal(run_rows("local.cpu0", "local.emu-a", 0, 0, hops12, NULL), 0);
+    const double hops02[] = {20, 1, 20, 1, 1};
+    assert_int_equal(run_rows("local.cpu0", "local.emu-a", 0, 0, hops02, NULL), 0);
+    /* One loopback hop slowing alone is still a slow link. */
+    const double hop2[] = {1, 1, 20, 1, 1};
+    assert_int_equal(run_rows("local.cpu0", "local.emu-a", 0, 0, hop2, &f), 1);
+    assert_int_equal(f.cls, PX_HEAL_LINK_DEGRADE);
+    assert_string_equal(f.locus.device, "local.emu-a>executor");
+    /* Two hosts: the hops cross links, each slow hop is a fault. */
+    assert_int_equal(run_rows("a.cpu0", "b.gpu0", 0, 0, hops02, NULL), 2);
+    assert_int_equal(run_rows("a.cpu0", "b.gpu0", 0, 0, hops12, NULL), 2);
+}
+
+/* Stage 1's compute triples from step 10 on; its thread waited runnable
+ * for a core for `waited` of each step. */
+static int run_waiting(double waited)
+{
+    px_heal_envelope env;
+    envelope(&env, 0.002);
+    px_heal_detector *d = detector(&env);
+    int found = 0;
+    for (uint64_t step = 0; step < 40; step++) {
+        px_heal_sample s;
+        normal(&s, step);
+        if (step >= 10) {
+            s.compute_s[1] *= 3;
+            s.wait_s[1] = waited;
+        }
+        px_heal_finding f;
+        found += px_heal_detector_observe(d, &s, &f);
+    }
+    px_heal_detector_free(d);
+    return found;
+}
+
+/* A stage of 100 us whose rows triple while it slows twelvefold: its
+ * scaled-back excess (300 us) is below the 500 us floor, the excess of the
+ * step as it ran (900 us) is not. */
+static void test_detector_applies_the_floor_to_the_step_as_it_ran(void **state)
+{
+    (void)state;
+    px_heal_envelope env;
+    envelope(&env, 0.002);
+    px_heal_detector *d = detector(&env);
+    int found = 0;
+    for (uint64_t step = 0; step < 30; step++) {
+        px_heal_sample s;
+        normal(&s, step);
+        s.rows = step >= 10 ? 30 : 10;
+        s.compute_s[0] = step >= 10 ? 0.0012 : 0.0001;
+        px_heal_finding f;
+        found += px_heal_detector_observe(d, &s, &f);
+    }
+    px_heal_detector_free(d);
+    assert_int_equal(found, 1);
+}
+
+static void test_detector_leaves_out_the_wait_for_a_core(void **state)
+{
+    (void)state;
+    /* The extra time was spent waiting for a core: the host's, no fault. */
+    assert_int_equal(run_waiting(0.002), 0);
+    /* A wait that explains only part of it: the stage still departs. */
+    assert_int_equal(run_waiting(0.0002), 1);
+    /* No wait: a slow stage. */
+    assert_int_equal(run_waiting(0), 1);
+    /* A hop whose receiver waited for a core as long as it slowed. */
+    for (int waited = 0; waited < 2; waited++) {
+        px_heal_envelope env;
+        envelope(&env, 0.002);
+        px_heal_detector *d = detector(&env);
+        int found = 0;
+        for (uint64_t step = 0; step < 40; step++) {
+            px_heal_sample s;
+            normal(&s, step);
+            if (step >= 10) {
+                s.xfer_s[1] += 0.003;
+                s.xfer_wait_s[1] = waited ? 0.003 : 0;
+            }
+            px_heal_finding f;
+            found += px_heal_detector_observe(d, &s, &f);
+        }
+        px_heal_detector_free(d);
+        assert_int_equal(found, waited ? 0 : 1);
+    }
+}
+
 static void test_detector_reads_runtime_observations(void **state)
 {
     (void)state;
@@ -343,6 +498,13 @@ static void test_detector_reads_runtime_observations(void **state)
     obs.xfer_in_ns[0] = 10000;
     obs.xfer_in_ns[1] = 80000;
     obs.xfer_out_ns = 30000;
+    obs.n_rows = 96;
+    obs.wait_ns[1] = 250000;
+    obs.xfer_wait_ns[1] = 5000;
+    const uint32_t pos[2] = {40, 7}, n_tokens[2] = {1, 3};
+    obs.n_seqs = 2;
+    obs.pos = pos;
+    obs.n_tokens = n_tokens;
     px_heal_sample s;
     px_heal_sample_from_obs(&obs, 1.25, &s);
     assert_int_equal(s.step, 9);
@@ -351,6 +513,10 @@ static void test_detector_reads_runtime_observations(void **state)
     assert_float_equal(s.compute_s[1], 0.002, 1e-15);
     assert_float_equal(s.xfer_s[1], 0.00008, 1e-15);
     assert_float_equal(s.xfer_s[2], 0.00003, 1e-15);
+    assert_int_equal(s.rows, 96);
+    assert_float_equal(s.wait_s[1], 0.00025, 1e-15);
+    assert_float_equal(s.xfer_wait_s[1], 0.000005, 1e-15);
+    assert_int_equal(s.context, 51);
 
     px_rt_pipeline_spec spec;
     memset(&spec, 0, sizeof spec);
@@ -375,6 +541,10 @@ int main(void)
         cmocka_unit_test(test_detector_reports_a_stale_topology_once),
         cmocka_unit_test(test_detector_rebase_starts_a_new_baseline),
         cmocka_unit_test(test_detector_is_deterministic_and_checks_its_options),
+        cmocka_unit_test(test_detector_expects_more_time_for_more_rows),
+        cmocka_unit_test(test_detector_reads_loopback_hops_together_as_the_host),
+        cmocka_unit_test(test_detector_applies_the_floor_to_the_step_as_it_ran),
+        cmocka_unit_test(test_detector_leaves_out_the_wait_for_a_core),
         cmocka_unit_test(test_detector_reads_runtime_observations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
