@@ -78,8 +78,7 @@ typedef struct px_hw_graph px_hw_graph;
  * (u8), sequence number (u64), payload length (u32), CRC-32 (IEEE) of the
  * payload (u32). */
 #define PX_RT_FRAME_MAGIC        0x52465850u /* "PXFR" read as little-endian */
-/* 2: a step's stage records carry each thread's wait for a core. */
-#define PX_RT_FRAME_VERSION      2u
+#define PX_RT_FRAME_VERSION      2u          /* 2: stage records carry the waits for a core */
 #define PX_RT_FRAME_HEADER_BYTES 24u
 /* Largest payload any connection accepts; the hello agrees on a lower
  * bound per connection. */
