@@ -87,34 +87,6 @@ static px_status list_nodes(void *self, px__node_cb cb, void *ud, px_err *err)
     return PX_OK;
 }
 
-static px_status append_log(void *self, const char *job, int attempt, int rank, const char *stream,
-                            const void *data, size_t len, int64_t *seq, px_err *err)
-{
-    px__pg *st = self;
-    px__pgq q = {0};
-    text(&q, job);
-    i64(&q, attempt);
-    i64(&q, rank);
-    text(&q, stream);
-    px__pgq_blob(&q, data, len);
-    i64(&q, px_wall_time());
-    PGresult *r = NULL;
-    px_status rc = PX_EEXIST;
-    /* The next number of the job's log, in one statement; two writers of
-     * the same log can race for it, and the loser takes the next. */
-    for (int tries = 0; rc == PX_EEXIST && tries < 5; tries++)
-        rc = read1(st,
-                   "INSERT INTO logs(job, seq, attempt, rank, stream, data, at) SELECT $1,"
-                   " COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6 FROM logs WHERE job = $1"
-                   " RETURNING seq",
-                   &q, &r, "append log", err);
-    if (rc != PX_OK)
-        return rc;
-    *seq = px__pg_int(r, 0, 0);
-    PQclear(r);
-    return PX_OK;
-}
-
 /* A job's log chunks are counted against its quota under a transaction
  * advisory lock of the job, ("plog", hashtext(job)): every replica's
  * writer takes it, so that the bytes it reads are all the bytes there are
@@ -141,6 +113,20 @@ static px_status insert_log(px__pg *st, const char *job, int attempt, int rank, 
     if (rc == PX_OK)
         *seq = px__pg_int(r, 0, 0);
     PQclear(r);
+    return rc;
+}
+
+static px_status append_log(void *self, const char *job, int attempt, int rank, const char *stream,
+                            const void *data, size_t len, int64_t *seq, px_err *err)
+{
+    px__pg *st = self;
+    px_status rc = PX_EEXIST;
+    /* The next number of the job's log, in one statement; two writers of
+     * the same log can race for it, and the loser takes the next. */
+    pthread_mutex_lock(&st->mu);
+    for (int tries = 0; rc == PX_EEXIST && tries < 5; tries++)
+        rc = insert_log(st, job, attempt, rank, stream, data, len, seq, err);
+    pthread_mutex_unlock(&st->mu);
     return rc;
 }
 
