@@ -105,7 +105,7 @@ typedef struct px_plan_request {
      * Fallback planning uses it; so may a caller. */
     const bool *excluded;
     /* The largest tensor-parallel degree a stage may have; 0: any.  The
-     * stage workers of `plexus serve` and of deployments run one device
+     * stage workers of `plexus run`, `plexus serve` and deployments run one device
      * per stage: 1. */
     uint32_t max_tp;
 } px_plan_request;

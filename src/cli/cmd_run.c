@@ -187,6 +187,8 @@ static px_status run_request(const run_opts *o, const px_hw_graph *g, const px_i
                              px_err *err)
 {
     px_plan_request_default(req);
+    /* The stage workers run one device per stage. */
+    req->max_tp = 1;
     *contract = NULL;
     px_status st = PX_OK;
     if (o->objective && (st = px_plan_objective_parse(o->objective, &req->objective, err)))

@@ -12,7 +12,7 @@ json_t *px__hr_context_json(const px_heal_context *ctx)
     const px_plan_request *r = &ctx->request;
     const px_cost_workload *wl = &r->workload;
     return json_pack("{s:s, s:s, s:{s:I, s:I, s:I, s:I, s:I}, s:{s:f, s:f, s:f}, s:I, s:I, s:f, "
-                     "s:b}",
+                     "s:b, s:I}",
                      "objective", px_plan_objective_name(r->objective), "policy",
                      r->policy ? r->policy : "plexus", "workload", "batch", (json_int_t)wl->batch,
                      "micro_batches", (json_int_t)wl->micro_batches, "context",
@@ -20,7 +20,8 @@ json_t *px__hr_context_json(const px_heal_context *ctx)
                      "gen_tokens", (json_int_t)wl->gen_tokens, "slo", "tpot_s", ctx->slo.tpot_s,
                      "ttft_s", ctx->slo.ttft_s, "budget_usd_h", ctx->slo.budget_usd_h, "seed",
                      (json_int_t)ctx->seed, "replications", (json_int_t)ctx->replications,
-                     "duration_s", ctx->duration_s, "fallbacks", r->fallbacks);
+                     "duration_s", ctx->duration_s, "fallbacks", r->fallbacks, "max_tp",
+                     (json_int_t)r->max_tp);
 }
 
 static px_status ctx_u32(const json_t *o, const char *key, uint32_t lo, uint32_t hi, uint32_t *out,
@@ -79,6 +80,10 @@ px_status px__hr_context_from_json(const json_t *doc, px_heal_context *ctx, px_e
         (st = ctx_u32(doc, "seed", 0, UINT32_MAX, &seed, err)) ||
         (st = ctx_u32(doc, "replications", 1, 100, &reps, err)) ||
         (st = ctx_real(doc, "duration_s", 3600, &ctx->duration_s, err)))
+        return st;
+    /* Traces written before the cap was recorded planned without one. */
+    if (json_object_get(doc, "max_tp") &&
+        (st = ctx_u32(doc, "max_tp", 0, 65536, &ctx->request.max_tp, err)))
         return st;
     if (w->context && w->prompt_tokens > w->context)
         return px_err_set(err, PX_EPARSE,

@@ -26,15 +26,15 @@ static json_t *hparams_json(const px_ir_model *m)
 static json_t *request_json(const px_plan_request *req)
 {
     const px_cost_workload *wl = &req->workload;
-    return json_pack("{s:s, s:f, s:f, s:f, s:s, s:b, s:b, s:I, s:{s:I, s:I, s:I, s:I, s:I}}",
-                     "objective", px_plan_objective_name(req->objective), "slo_tpot_s",
-                     req->slo.tpot_s, "slo_ttft_s", req->slo.ttft_s, "budget_usd_per_hour",
-                     req->slo.budget_usd_h, "policy", req->policy ? req->policy : "plexus",
-                     "compare_baselines", req->compare_baselines, "fallbacks", req->fallbacks,
-                     "max_rejected", (json_int_t)req->max_rejected, "workload", "batch",
-                     (json_int_t)wl->batch, "micro_batches", (json_int_t)wl->micro_batches,
-                     "context", (json_int_t)wl->context, "prompt_tokens",
-                     (json_int_t)wl->prompt_tokens, "gen_tokens", (json_int_t)wl->gen_tokens);
+    return json_pack(
+        "{s:s, s:f, s:f, s:f, s:s, s:b, s:b, s:I, s:I, s:{s:I, s:I, s:I, s:I, s:I}}", "objective",
+        px_plan_objective_name(req->objective), "slo_tpot_s", req->slo.tpot_s, "slo_ttft_s",
+        req->slo.ttft_s, "budget_usd_per_hour", req->slo.budget_usd_h, "policy",
+        req->policy ? req->policy : "plexus", "compare_baselines", req->compare_baselines,
+        "fallbacks", req->fallbacks, "max_rejected", (json_int_t)req->max_rejected, "max_tp",
+        (json_int_t)req->max_tp, "workload", "batch", (json_int_t)wl->batch, "micro_batches",
+        (json_int_t)wl->micro_batches, "context", (json_int_t)wl->context, "prompt_tokens",
+        (json_int_t)wl->prompt_tokens, "gen_tokens", (json_int_t)wl->gen_tokens);
 }
 
 static px_status model_json(const char *spec, const px_ir_model *m, json_t **out, px_err *err)
@@ -171,6 +171,10 @@ static px_status request_from_json(const json_t *doc, px_plan_request *req, px_e
         (st = get_u32(wl, "prompt_tokens", 0, 1u << 24, &req->workload.prompt_tokens, err)) !=
             PX_OK ||
         (st = get_u32(wl, "gen_tokens", 1, 1u << 24, &req->workload.gen_tokens, err)) != PX_OK)
+        return st;
+    /* Traces written before the cap was recorded planned without one. */
+    if (json_object_get(doc, "max_tp") &&
+        (st = get_u32(doc, "max_tp", 0, 65536, &req->max_tp, err)) != PX_OK)
         return st;
     /* 0 lets the planner choose; a forged pair is refused as the command
      * line refuses it. */

@@ -455,6 +455,43 @@ static void test_run_command_plans_on_emu_small_and_reports(void **state)
     free(model);
 }
 
+/* Two emulated GPUs joined by NVLink, slow in compute: the planner's best
+ * stage for the tiny model would be a tensor-parallel pair, which the
+ * stage workers cannot run.  `plexus run` plans one device per stage. */
+static void test_run_command_plans_one_device_per_stage(void **state)
+{
+    (void)state;
+    char *model = px_test_require_shared_model("stories260K.gguf");
+    char *inv = px_asprintf("%s/nvlink-pair.json", px_test_tmpdir());
+#define GPU(id)                                                                                    \
+    "{\"id\": \"" id "\", \"class\": \"gpu\", \"vendor\": \"nvidia\", \"backend\": \"emu\", "      \
+    "\"emulated\": true, \"emu\": {\"compute_slowdown\": 3, \"seed\": 1}, \"compute\": {\"f32\": " \
+    "\"10 GFLOP/s\"}, \"memory\": [{\"id\": "                                                      \
+    "\"hbm\", \"kind\": \"hbm\", \"capacity\": \"512 MiB\", \"bandwidth\": \"100 GB/s\"}]}"
+    const char *doc =
+        "{\"schema\": \"plexus.inventory/1\", \"nodes\": [{\"id\": \"local\", \"devices\": [" GPU(
+            "gpu0") ", " GPU("gpu1") "]}], \"links\": [{\"from\": \"local.gpu0\", \"to\": "
+                                     "\"local.gpu1\", "
+                                     "\"kind\": \"nvlink4\", \"bandwidth\": \"90 GB/s\", "
+                                     "\"latency\": \"1 us\", \"bidirectional\": true}]}";
+#undef GPU
+    px_err err;
+    px_assert_ok(px_write_file(inv, doc, strlen(doc), &err), &err);
+    char *argv[] = {
+        (char *)px_test_plexus_bin(), "run", "--model", model, "--inventory", inv, "--prompt",
+        "Once upon a time",           "-n",  "8",       "-o",  "json",        NULL};
+    char *out = NULL, *errs = NULL;
+    int rc = px_test_run(argv, 60, &out, &errs);
+    if (rc != 0)
+        fail_msg("plexus run exited %d:\n%s\n%s", rc, out ? out : "", errs ? errs : "");
+    px_assert_contains(out, "\"schema\": \"plexus.run/1\"");
+    px_assert_contains(out, "\"emulated\": true");
+    free(out);
+    free(errs);
+    free(inv);
+    free(model);
+}
+
 static size_t run_folders_in(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -513,6 +550,7 @@ int main(void)
         cmocka_unit_test(test_model_that_does_not_match_the_plan_is_refused),
         cmocka_unit_test(test_prompt_longer_than_the_context_is_refused),
         cmocka_unit_test(test_run_command_plans_on_emu_small_and_reports),
+        cmocka_unit_test(test_run_command_plans_one_device_per_stage),
         cmocka_unit_test(test_socket_folder_is_under_tmpdir_and_removed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

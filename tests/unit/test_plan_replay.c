@@ -184,6 +184,16 @@ static void test_plan_replay_refuses_hostile_recorded_inputs(void **state)
          "\"budget_usd_per_hour\":0,\"max_rejected\":12,\"workload\":{\"batch\":1,"
          "\"micro_batches\":1,\"context\":64,\"prompt_tokens\":65,\"gen_tokens\":1}}",
          "exceeds its context"},
+        {preset, implied,
+         "{\"objective\":\"latency\",\"policy\":\"plexus\",\"slo_tpot_s\":0,\"slo_ttft_s\":0,"
+         "\"budget_usd_per_hour\":0,\"max_rejected\":12,\"max_tp\":-1,\"workload\":{\"batch\":1,"
+         "\"micro_batches\":1,\"context\":64,\"prompt_tokens\":1,\"gen_tokens\":1}}",
+         "\"max_tp\""},
+        {preset, implied,
+         "{\"objective\":\"latency\",\"policy\":\"plexus\",\"slo_tpot_s\":0,\"slo_ttft_s\":0,"
+         "\"budget_usd_per_hour\":0,\"max_rejected\":12,\"max_tp\":\"one\",\"workload\":{"
+         "\"batch\":1,\"micro_batches\":1,\"context\":64,\"prompt_tokens\":1,\"gen_tokens\":1}}",
+         "\"max_tp\""},
         {preset, implied, "[]", "lacks \"objective\""},
     };
     for (size_t i = 0; i < PX_ARRAY_LEN(cases); i++) {
