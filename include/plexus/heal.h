@@ -203,7 +203,8 @@ typedef struct px_heal_sample {
     /* Of compute_s[i], the time stage i waited runnable for a core: the
      * host's other work, not the stage's device (0: none or not known). */
     double wait_s[PX_RT_MAX_STAGES];
-    /* Of xfer_s[i], the time its receiver waited runnable for a core. */
+    /* Of xfer_s[i], the time its receiver waited runnable for a core
+     * ([n]: the executor's receiving thread, for the hop back to it). */
     double xfer_wait_s[PX_RT_MAX_STAGES + 1];
 } px_heal_sample;
 

@@ -645,6 +645,9 @@ typedef struct px_rt_step_obs {
     /* Of xfer_in_ns[i], the time stage i's receiving thread waited
      * runnable for a core; 0 where not known. */
     uint64_t xfer_wait_ns[PX_RT_MAX_STAGES];
+    /* Of xfer_out_ns, the time the executor's receiving thread waited
+     * runnable for a core while the result came in; 0 where not known. */
+    uint64_t xfer_out_wait_ns;
 } px_rt_step_obs;
 
 /* What a supervisor asks for after a step. */

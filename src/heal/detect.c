@@ -78,6 +78,7 @@ void px_heal_sample_from_obs(const px_rt_step_obs *obs, double t_s, px_heal_samp
         out->xfer_s[i] = (double)obs->xfer_in_ns[i] / 1e9;
     }
     out->xfer_s[out->n_stages] = (double)obs->xfer_out_ns / 1e9;
+    out->xfer_wait_s[out->n_stages] = (double)obs->xfer_out_wait_ns / 1e9;
     out->rows = obs->n_rows;
     out->context = 0;
     for (uint32_t i = 0; obs->pos && obs->n_tokens && i < obs->n_seqs; i++)

@@ -3,6 +3,11 @@
  * and its replay both call them), with their JSON forms for the trace. */
 #include "heal/heal_run_impl.h"
 
+/* The end of a refused step record: plexus writes none of these. */
+#define STEP_FIX                                                                                \
+    "; plexus writes no such step: replay the trace as plexus run --trace wrote it, or record " \
+    "the run again"
+
 double px__hr_calibrate(const px_heal_envelope *raw, const px_heal_sample *s, size_t n)
 {
     double best = NAN;
@@ -46,12 +51,45 @@ static json_t *reals(const double *v, size_t n)
     return a;
 }
 
-/* Reads n reals (null: NAN) from an array of at most cap. */
-static px_status read_reals(const json_t *a, const char *what, double *out, size_t n, px_err *err)
+/* What a value is, for refusals: "a string", "an object", ... */
+static const char *json_kind(const json_t *v)
 {
-    if (!json_is_array(a) || json_array_size(a) != n)
-        return px_err_set(err, PX_EPARSE, "heal: the recorded %s is not an array of %zu numbers",
-                          what, n);
+    switch (v ? json_typeof(v) : JSON_NULL) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a real";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return v ? "null" : "absent";
+    }
+}
+
+/* Reads n reals (null: NAN, not known) of `what` in record `rec`.  A
+ * step's times (step: true) are seconds, never negative. */
+static px_status read_reals(const json_t *a, const char *rec, const char *what, bool step,
+                            double *out, size_t n, px_err *err)
+{
+    const char *fix = step ? STEP_FIX : "";
+    if (!json_is_array(a) || json_array_size(a) != n) {
+        char got[48];
+        if (json_is_array(a))
+            px_textf(got, sizeof got, "an array of %zu", json_array_size(a));
+        else
+            px_strlcpy(got, json_kind(a), sizeof got);
+        return px_err_set(err, PX_EPARSE,
+                          "%s: \"%s\" is %s; it must be an array of %zu numbers (null: not "
+                          "known)%s",
+                          rec, what, got, n, fix);
+    }
     for (size_t i = 0; i < n; i++) {
         const json_t *v = json_array_get(a, i);
         if (json_is_null(v))
@@ -59,8 +97,12 @@ static px_status read_reals(const json_t *a, const char *what, double *out, size
         else if (json_is_number(v) && isfinite(json_number_value(v)))
             out[i] = json_number_value(v);
         else
-            return px_err_set(err, PX_EPARSE, "heal: the recorded %s[%zu] is not a number", what,
-                              i);
+            return px_err_set(err, PX_EPARSE,
+                              "%s: \"%s\"[%zu] is %s; it must be a number or null%s", rec, what, i,
+                              json_kind(v), fix);
+        if (step && out[i] < 0)
+            return px_err_set(err, PX_EPARSE, "%s: \"%s\"[%zu] is %g s; a time is never negative%s",
+                              rec, what, i, out[i], fix);
     }
     return PX_OK;
 }
@@ -92,13 +134,15 @@ px_status px__hr_envelope_from_json(const json_t *j, px_heal_envelope *e, px_err
                           PX_RT_MAX_STAGES);
     e->n_stages = (uint32_t)n;
     px_status st;
-    if ((st = read_reals(json_object_get(j, "compute_p50"), "compute_p50", e->compute_p50,
+    const char *rec = "heal: the recorded envelope";
+    if ((st = read_reals(json_object_get(j, "compute_p50"), rec, "compute_p50", false,
+                         e->compute_p50, (size_t)n, err)) ||
+        (st = read_reals(json_object_get(j, "compute_hi"), rec, "compute_hi", false, e->compute_hi,
                          (size_t)n, err)) ||
-        (st = read_reals(json_object_get(j, "compute_hi"), "compute_hi", e->compute_hi, (size_t)n,
-                         err)) ||
-        (st = read_reals(json_object_get(j, "xfer_p50"), "xfer_p50", e->xfer_p50, (size_t)n + 1,
-                         err)) ||
-        (st = read_reals(json_object_get(j, "xfer_hi"), "xfer_hi", e->xfer_hi, (size_t)n + 1, err)))
+        (st = read_reals(json_object_get(j, "xfer_p50"), rec, "xfer_p50", false, e->xfer_p50,
+                         (size_t)n + 1, err)) ||
+        (st = read_reals(json_object_get(j, "xfer_hi"), rec, "xfer_hi", false, e->xfer_hi,
+                         (size_t)n + 1, err)))
         return st;
     const json_t *dev = json_object_get(j, "devices");
     for (uint32_t i = 0; i < e->n_stages; i++) {
@@ -144,47 +188,97 @@ json_t *px__hr_sample_json(const px_heal_sample *s, double wall_s)
                      "xfer_wait_s", reals(s->xfer_wait_s, s->n_stages + 1));
 }
 
-px_status px__hr_sample_from_json(const json_t *j, px_heal_sample *s, double *wall_s, px_err *err)
+/* Of each time in `times`, the part in `waits` that its thread waited
+ * for a core: absent (an older trace: 0, nothing left out), or one entry
+ * per time, from 0 to that time. */
+static px_status read_waits(const json_t *j, const char *rec, const char *what, const char *of_what,
+                            const double *times, double *waits, size_t n, px_err *err)
+{
+    const json_t *a = json_object_get(j, what);
+    if (!a)
+        return PX_OK;
+    px_status st = read_reals(a, rec, what, true, waits, n, err);
+    for (size_t i = 0; st == PX_OK && i < n; i++)
+        if (waits[i] > times[i]) /* false where either is not known */
+            return px_err_set(err, PX_EPARSE,
+                              "%s: \"%s\"[%zu] is %g s, more than the %g s of \"%s\"[%zu] it is "
+                              "part of%s",
+                              rec, what, i, waits[i], times[i], of_what, i, STEP_FIX);
+    return st;
+}
+
+px_status px__hr_sample_from_json(const json_t *j, const char *name, px_heal_sample *s,
+                                  double *wall_s, px_err *err)
 {
     memset(s, 0, sizeof *s);
+    char rec[160];
+    px_textf(rec, sizeof rec, "heal: step record \"%s\"", name ? name : "(unnamed)");
+    if (!json_is_object(j))
+        return px_err_set(err, PX_EPARSE, "%s is %s; it must be an object%s", rec, json_kind(j),
+                          STEP_FIX);
     const json_t *c = json_object_get(j, "compute_s");
     size_t n = json_array_size(c);
-    json_int_t step = json_integer_value(json_object_get(j, "step"));
+    const json_t *jstep = json_object_get(j, "step");
     const json_t *t = json_object_get(j, "t_s"), *w = json_object_get(j, "wall_s");
-    if (n < 1 || n > PX_RT_MAX_STAGES || step < 0 || !json_is_number(t) || !json_is_number(w))
+    if (!json_is_integer(jstep) || json_integer_value(jstep) < 0)
+        return px_err_set(err, PX_EPARSE, "%s: \"step\" is %s%s; it must be an integer from 0%s",
+                          rec, json_kind(jstep), json_is_integer(jstep) ? " below 0" : "",
+                          STEP_FIX);
+    if (!json_is_number(t) || !json_is_number(w) || json_number_value(t) < 0 ||
+        json_number_value(w) < 0)
         return px_err_set(err, PX_EPARSE,
-                          "heal: a recorded step lacks \"step\", \"t_s\", \"wall_s\" or 1 to %d "
-                          "stages' \"compute_s\"",
-                          PX_RT_MAX_STAGES);
-    /* Traces written before steps carried their rows have none: 0, not
-     * known, which the detector does not scale by. */
-    const json_t *rows = json_object_get(j, "rows");
-    json_int_t r = json_integer_value(rows);
-    if (rows && (!json_is_integer(rows) || r < 0 || r > UINT32_MAX))
+                          "%s: \"t_s\" (%s) and \"wall_s\" (%s) must be seconds from 0%s", rec,
+                          json_kind(t), json_kind(w), STEP_FIX);
+    if (n < 1 || n > PX_RT_MAX_STAGES) {
+        char got[48];
+        if (json_is_array(c))
+            px_textf(got, sizeof got, "an array of %zu", n);
+        else
+            px_strlcpy(got, json_kind(c), sizeof got);
         return px_err_set(err, PX_EPARSE,
-                          "heal: a recorded step's \"rows\" is not an integer from 0 to %u",
-                          UINT32_MAX);
-    s->rows = (uint32_t)r;
-    const json_t *ctx = json_object_get(j, "context");
-    json_int_t n_ctx = json_integer_value(ctx);
-    if (ctx && (!json_is_integer(ctx) || n_ctx < 0))
-        return px_err_set(err, PX_EPARSE,
-                          "heal: a recorded step's \"context\" is not a non-negative integer");
-    s->context = (uint64_t)n_ctx;
-    s->step = (uint64_t)step;
+                          "%s: \"compute_s\" is %s; it must be an array of 1 to %d stages' "
+                          "seconds%s",
+                          rec, got, PX_RT_MAX_STAGES, STEP_FIX);
+    }
+    s->step = (uint64_t)json_integer_value(jstep);
     s->t_s = json_number_value(t);
     s->n_stages = (uint32_t)n;
     if (wall_s)
         *wall_s = json_number_value(w);
-    px_status st = read_reals(c, "compute_s", s->compute_s, n, err);
-    if (st == PX_OK)
-        st = read_reals(json_object_get(j, "xfer_s"), "xfer_s", s->xfer_s, n + 1, err);
-    if (st == PX_OK && json_object_get(j, "wait_s"))
-        st = read_reals(json_object_get(j, "wait_s"), "wait_s", s->wait_s, n, err);
-    if (st == PX_OK && json_object_get(j, "xfer_wait_s"))
-        st = read_reals(json_object_get(j, "xfer_wait_s"), "xfer_wait_s", s->xfer_wait_s, n + 1,
-                        err);
-    return st;
+    /* Traces written before steps carried their rows have none: 0, not
+     * known, which the detector does not scale by.  More rows than the
+     * plan's batch are what the step carried (a run given more prompts
+     * than its plan's batch, a serving step): taken as they are. */
+    const json_t *rows = json_object_get(j, "rows");
+    json_int_t r = json_integer_value(rows);
+    if (rows && (!json_is_integer(rows) || r < 0 || r > UINT32_MAX))
+        return px_err_set(err, PX_EPARSE,
+                          "%s: \"rows\" is %s%s; it must be an integer from 0 (not known) to "
+                          "%u%s",
+                          rec, json_kind(rows), json_is_integer(rows) ? " out of range" : "",
+                          UINT32_MAX, STEP_FIX);
+    s->rows = (uint32_t)r;
+    /* Each row attends to at most a session's longest context (2^24
+     * positions), so more than that per row is no run's; absent: 0, not
+     * known. */
+    const json_t *ctx = json_object_get(j, "context");
+    json_int_t n_ctx = json_integer_value(ctx);
+    uint64_t max_ctx = (uint64_t)s->rows << 24;
+    if (ctx && (!json_is_integer(ctx) || n_ctx < 0 || (uint64_t)n_ctx > max_ctx))
+        return px_err_set(err, PX_EPARSE,
+                          "%s: \"context\" is %s%s; it must be an integer from 0 (not known) to "
+                          "\"rows\" (%u) times 16777216, the longest context a row attends to%s",
+                          rec, json_kind(ctx), json_is_integer(ctx) ? " out of range" : "", s->rows,
+                          STEP_FIX);
+    s->context = (uint64_t)n_ctx;
+    px_status st;
+    if ((st = read_reals(c, rec, "compute_s", true, s->compute_s, n, err)) ||
+        (st = read_reals(json_object_get(j, "xfer_s"), rec, "xfer_s", true, s->xfer_s, n + 1,
+                         err)) ||
+        (st = read_waits(j, rec, "wait_s", "compute_s", s->compute_s, s->wait_s, n, err)) ||
+        (st = read_waits(j, rec, "xfer_wait_s", "xfer_s", s->xfer_s, s->xfer_wait_s, n + 1, err)))
+        return st;
+    return PX_OK;
 }
 
 px_status px__hr_detect(const px_heal_envelope *raw, const px_heal_detector_opts *o,

@@ -185,7 +185,14 @@ px_status px__hr_envelope_from_json(const json_t *j, px_heal_envelope *e, px_err
 json_t *px__hr_detector_opts_json(const px_heal_detector_opts *o);
 px_status px__hr_detector_opts_from_json(const json_t *j, px_heal_detector_opts *o, px_err *err);
 json_t *px__hr_sample_json(const px_heal_sample *s, double wall_s);
-px_status px__hr_sample_from_json(const json_t *j, px_heal_sample *s, double *wall_s, px_err *err);
+/* Reads a recorded step, `name` ("heal.step.N") naming it in messages.
+ * What an older trace lacks is not known: rows and context 0, every wait
+ * 0 (nothing left out).  Rows above the plan's batch are taken as
+ * recorded.  PX_EPARSE naming the record, the field and the fix for what
+ * no run records: a wrong type, a negative time, a wait longer than the
+ * time it is part of, more context than rows x 2^24 positions. */
+px_status px__hr_sample_from_json(const json_t *j, const char *name, px_heal_sample *s,
+                                  double *wall_s, px_err *err);
 /* Deterministic: runs the detector over n samples (calibrated on the
  * first baseline_steps) and gives the finding confirmed on the last one
  * (cls NONE when none was), as the "heal.detect" output. */

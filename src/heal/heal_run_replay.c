@@ -39,8 +39,9 @@ static px_status samples_of(const json_t *history, const json_t *names, px_heal_
         return px_err_set(err, PX_ENOMEM, "heal: out of memory");
     }
     for (size_t i = 0; i < *n; i++) {
-        const json_t *obs = need(history, json_string_value(json_array_get(names, i)), err);
-        px_status st = obs ? px__hr_sample_from_json(obs, &s[i], &w[i], err) : PX_EPARSE;
+        const char *name = json_string_value(json_array_get(names, i));
+        const json_t *obs = need(history, name, err);
+        px_status st = obs ? px__hr_sample_from_json(obs, name, &s[i], &w[i], err) : PX_EPARSE;
         if (st != PX_OK) {
             free(s);
             free(w);

@@ -158,7 +158,7 @@ static px_status read_audit(px_rt_engine *e, const uint8_t *p, size_t at, size_t
 
 /* The stages' timings of one step, from their records, into e->obs. */
 static void time_step(px_rt_engine *e, const px__rt_stage_record *recs, uint32_t n, uint64_t sent,
-                      uint64_t got)
+                      uint64_t got, uint64_t got_wait)
 {
     px_rt_step_obs *ob = &e->obs;
     uint64_t prev = sent;
@@ -171,11 +171,13 @@ static void time_step(px_rt_engine *e, const px__rt_stage_record *recs, uint32_t
         uint64_t from = PX_MAX(prev, recs[k].ready_ns);
         ob->compute_ns[s] = recs[k].compute_ns;
         ob->wait_ns[s] = PX_MIN(recs[k].wait_ns, recs[k].compute_ns);
-        ob->xfer_wait_ns[s] = PX_MIN(recs[k].recv_wait_ns, ob->xfer_in_ns[s]);
         ob->xfer_in_ns[s] = recs[k].recv_done_ns > from ? recs[k].recv_done_ns - from : 0;
+        /* Clipped to this step's hop, once it is known. */
+        ob->xfer_wait_ns[s] = PX_MIN(recs[k].recv_wait_ns, ob->xfer_in_ns[s]);
         prev = recs[k].send_start_ns;
     }
     ob->xfer_out_ns = got > prev ? got - prev : 0;
+    ob->xfer_out_wait_ns = PX_MIN(got_wait, ob->xfer_out_ns);
 }
 
 /* Books a step's timings into the pipeline's stats. */
@@ -224,7 +226,7 @@ px_status px__rt_runner_collect(px_rt_engine *e, px__rt_eflight *f, const float 
     px_status st = px__rt_exec_recv(ex, PX_RT_FRAME_RESULT, &fh, &p, err);
     if (st)
         return st;
-    uint64_t got = px__rt_exec_rx_time(ex);
+    uint64_t got = px__rt_exec_rx_time(ex), got_wait = px__rt_exec_rx_wait(ex);
     px__rt_step_head rh;
     if (fh.length < sizeof rh)
         return px_err_set(err, PX_EPARSE, "a result frame is too short");
@@ -243,7 +245,7 @@ px_status px__rt_runner_collect(px_rt_engine *e, px__rt_eflight *f, const float 
            (size_t)rh.n_records * sizeof *recs);
     if (f->audit && (st = read_audit(e, p, (size_t)want, fh.length, err)))
         return st;
-    time_step(e, recs, rh.n_records, f->t_send, got);
+    time_step(e, recs, rh.n_records, f->t_send, got, got_wait);
     if (!f->replay)
         book(e, recs, rh.n_records, f->prefill);
     return PX_OK;

@@ -17,6 +17,8 @@ typedef struct px__rt_rx_frame {
     struct px__rt_rx_frame *next;
     px_rt_frame_header h;
     uint64_t t_recv_ns; /* CLOCK_MONOTONIC when it had arrived whole */
+    uint64_t wait_ns;   /* the receiver's wait for a core while it received
+                           (px__rt_thread_wait_ns; 0: not known) */
     uint8_t payload[];
 } px__rt_rx_frame;
 
@@ -77,6 +79,9 @@ px_status px__rt_exec_rx_take(px_rt_executor *ex, px_rt_frame_type want, int tim
                               px_rt_frame_header *h, const uint8_t **p, px_err *err);
 /* When the frame last taken had arrived (CLOCK_MONOTONIC), 0 if none. */
 uint64_t px__rt_exec_rx_time(const px_rt_executor *ex);
+/* Of the frame last taken, the time the receiver thread waited runnable
+ * for a core while it received it, 0 if none or not known. */
+uint64_t px__rt_exec_rx_wait(const px_rt_executor *ex);
 
 /* Collects the workers that ended, without waiting (executor_run.c). */
 void px__rt_exec_reap(px_rt_executor *ex);

@@ -19,11 +19,17 @@
 static void *rx_main(void *arg)
 {
     px_rt_executor *ex = arg;
+    int schedstat = -2; /* this thread's; see px__rt_thread_wait_ns */
     for (;;) {
         px_rt_frame_header h;
         const uint8_t *p;
         px_err e;
+        uint64_t wait0 = px__rt_thread_wait_ns(&schedstat);
         px_status st = px_rt_conn_recv(ex->last, &h, &p, &e);
+        /* The hop back ends here; of it, the time this thread waited
+         * runnable for a core (the host busy, not the link) is measured
+         * as the stage workers measure their receives. */
+        uint64_t t_recv = px_now_ns(), waited = px__rt_thread_wait_ns(&schedstat) - wait0;
         px__rt_rx_frame *f = NULL;
         if (st == PX_OK && !(f = malloc(sizeof *f + h.length)))
             st = px_err_set(&e, PX_ENOMEM, "executor: cannot hold a frame of %u bytes", h.length);
@@ -34,11 +40,13 @@ static void *rx_main(void *arg)
             ex->rx_err = e;
             pthread_cond_broadcast(&ex->rx_cv);
             pthread_mutex_unlock(&ex->rx_mu);
+            px__rt_thread_wait_close(&schedstat);
             return NULL;
         }
         f->next = NULL;
         f->h = h;
-        f->t_recv_ns = px_now_ns();
+        f->t_recv_ns = t_recv;
+        f->wait_ns = waited;
         memcpy(f->payload, p, h.length);
         if (ex->rx_tail)
             ex->rx_tail->next = f;
@@ -169,4 +177,9 @@ px_status px__rt_exec_rx_take(px_rt_executor *ex, px_rt_frame_type want, int tim
 uint64_t px__rt_exec_rx_time(const px_rt_executor *ex)
 {
     return ex->rx_held ? ex->rx_held->t_recv_ns : 0;
+}
+
+uint64_t px__rt_exec_rx_wait(const px_rt_executor *ex)
+{
+    return ex->rx_held ? ex->rx_held->wait_ns : 0;
 }

@@ -37,6 +37,19 @@ typedef struct px__rt_clock {
  * connection is used. */
 void px__rt_conn_set_clock(px_rt_conn *c, const px__rt_clock *clock);
 
+/* Nanoseconds the calling thread has waited runnable for a core (the
+ * kernel's run_delay, the second field of /proc/thread-self/schedstat), or
+ * 0 where the kernel does not say.  Time a thread spends waiting for a
+ * core is the host's other work holding the cores, not the device or the
+ * link it serves: the healing loop's detector leaves it out.  *fd is the
+ * thread's own schedstat file: start it at -2 (not opened yet), call only
+ * from that thread (thread-self is the opener's), and close it with
+ * px__rt_thread_wait_close; -1 after a failed open (every read then says
+ * 0).  Opened once and read with pread: no allocation on a step's path
+ * (thread_wait.c). */
+uint64_t px__rt_thread_wait_ns(int *fd);
+void px__rt_thread_wait_close(int *fd);
+
 /* Payloads are little-endian structs copied with memcpy. */
 
 /* STEP and RESULT start with this. */

@@ -39,26 +39,12 @@ typedef struct worker {
                       -1: none, -2: not opened yet */
 } worker;
 
-/* Nanoseconds the calling thread has waited runnable for a core (the
- * kernel's run_delay, the second field of its schedstat), or 0 where the
- * kernel does not say.  A step's share of it is time the host's other
- * work held the cores, not time the device or the stage took: the healing
- * loop's detector leaves it out of the stage's compute.  Opened once, on
- * the thread that runs the steps, and read with pread: no allocation on
- * the step's path. */
+/* The stepping thread's wait for a core so far (px__rt_thread_wait_ns):
+ * a step's share of it is time the host's other work held the cores, not
+ * time the device or the stage took. */
 static uint64_t thread_wait_ns(worker *w)
 {
-    if (w->schedstat == -2)
-        w->schedstat = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
-    if (w->schedstat < 0)
-        return 0;
-    char buf[96];
-    ssize_t n = pread(w->schedstat, buf, sizeof buf - 1, 0);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    unsigned long long run = 0, wait = 0;
-    return sscanf(buf, "%llu %llu", &run, &wait) == 2 ? (uint64_t)wait : 0;
+    return px__rt_thread_wait_ns(&w->schedstat);
 }
 
 /* Telemetry slots: layer -1 (embedding and head) then the stage's layers. */
@@ -516,8 +502,7 @@ px_status px_rt_worker_run(const px_rt_worker_opts *o, px_err *err)
         (void)px_rt_conn_send(w.down, PX_RT_FRAME_ERROR, 0, err->msg, (uint32_t)strlen(err->msg),
                               NULL);
     px__rt_wfault_release(&w.fault);
-    if (w.schedstat >= 0)
-        close(w.schedstat);
+    px__rt_thread_wait_close(&w.schedstat);
     px_rt_conn_free(w.up);
     px_rt_conn_free(w.down);
     px_rt_listener_free(w.listener);

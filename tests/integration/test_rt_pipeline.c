@@ -3,12 +3,14 @@
  * with the same kernels, on the real tiny model and on a synthetic one;
  * several prompts decode together; a worker killed mid-generation, a
  * truncated frame, a model that does not match the plan and a prompt
- * longer than the context each give a clear error within seconds; and
+ * longer than the context each give a clear error within seconds;
  * `plexus run` plans on the emu-small inventory and reports predicted
- * against observed. */
+ * against observed; and the executor's receiving thread measures its own
+ * wait for a core on the hop back. */
 #include "pipeline_fixture.h"
 
 #include <dirent.h>
+#include <inttypes.h>
 #include <math.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -17,6 +19,11 @@
 
 #include "plexus/ir.h"
 #include "plexus/rt.h"
+#include "rt/executor_impl.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 
 #define LIMIT_S 10.0
 
@@ -539,6 +546,97 @@ static void test_socket_folder_is_under_tmpdir_and_removed(void **state)
     free(tmp);
 }
 
+/* What a generation's steps said of the waits for a core. */
+typedef struct waits_seen {
+    uint64_t steps, waited, wait_ns, over;
+} waits_seen;
+
+static px_status count_waits(void *ud, px_rt_executor *ex, const px_rt_step_obs *obs,
+                             px_rt_step_verdict *v, px_err *err)
+{
+    (void)ex;
+    (void)v;
+    (void)err;
+    waits_seen *w = ud;
+    w->steps++;
+    w->waited += obs->xfer_out_wait_ns > 0;
+    w->wait_ns += obs->xfer_out_wait_ns;
+    /* A wait is part of the time it is measured in. */
+    w->over += obs->xfer_out_wait_ns > obs->xfer_out_ns;
+    for (uint32_t i = 0; i < obs->n_stages; i++)
+        w->over +=
+            obs->xfer_wait_ns[i] > obs->xfer_in_ns[i] || obs->wait_ns[i] > obs->compute_ns[i];
+    return PX_OK;
+}
+
+static atomic_bool spinning;
+
+static void *spin(void *arg)
+{
+    (void)arg;
+    while (atomic_load_explicit(&spinning, memory_order_relaxed))
+        ;
+    return NULL;
+}
+
+/* The executor's receiving thread shares one core with a thread that
+ * spins for the whole generation (the stage workers keep theirs), so it
+ * waits for that core when results come in: every step's hop back then
+ * carries the wait, within the hop's time. */
+static void test_hop_back_carries_the_executors_wait_for_a_core(void **state)
+{
+    (void)state;
+    uint32_t cut[] = {0, 2, 4};
+    px_rt_pipeline_spec spec;
+    make_spec(2, cut, &spec);
+    px_err err;
+    px_rt_executor_opts xo = exec_opts(synth_path, 1);
+    px_rt_executor *ex;
+    px_assert_ok(px_rt_executor_new(&spec, &xo, &ex, &err), &err);
+    cpu_set_t mine, one;
+    assert_int_equal(sched_getaffinity(0, sizeof mine, &mine), 0);
+    int cpu = 0;
+    while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &mine))
+        cpu++;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    assert_true(ex->rx_started);
+    assert_int_equal(pthread_setaffinity_np(ex->rx, sizeof one, &one), 0);
+    atomic_store(&spinning, true);
+    pthread_t spinner;
+    assert_int_equal(pthread_create(&spinner, NULL, spin, NULL), 0);
+    assert_int_equal(pthread_setaffinity_np(spinner, sizeof one, &one), 0);
+
+    px_rt_tokenizer *t = tokenizer_of(synth_path);
+    waits_seen w = {0};
+    px_rt_supervisor sv = {.after_step = count_waits, .ud = &w};
+    const char *prompt = "Once upon a time";
+    px_rt_generate_opts go = {.prompts = &prompt,
+                              .n_prompts = 1,
+                              .max_new_tokens = 24,
+                              .ignore_eos = true,
+                              .supervisor = &sv};
+    px_status st = px_rt_executor_generate(ex, t, &go, NULL, &err);
+    atomic_store(&spinning, false);
+    pthread_join(spinner, NULL);
+    px_assert_ok(st, &err);
+    px_rt_tokenizer_free(t);
+    px_rt_executor_free(ex);
+
+    assert_true(w.steps >= 24);
+    assert_int_equal(w.over, 0);
+    FILE *f = fopen("/proc/thread-self/schedstat", "r");
+    if (!f) {
+        print_message("no /proc/thread-self/schedstat here: waits are not known (0)\n");
+        assert_int_equal(w.wait_ns, 0);
+        return;
+    }
+    fclose(f);
+    print_message("hop back: %" PRIu64 " of %" PRIu64 " steps waited, %.3f ms in all\n", w.waited,
+                  w.steps, (double)w.wait_ns / 1e6);
+    assert_true(w.waited > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -552,6 +650,7 @@ int main(void)
         cmocka_unit_test(test_run_command_plans_on_emu_small_and_reports),
         cmocka_unit_test(test_run_command_plans_one_device_per_stage),
         cmocka_unit_test(test_socket_folder_is_under_tmpdir_and_removed),
+        cmocka_unit_test(test_hop_back_carries_the_executors_wait_for_a_core),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

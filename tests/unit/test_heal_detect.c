@@ -1,7 +1,8 @@
 /* The detector on synthetic sample streams: a slow link told apart from a
  * slow stage, jitter below the floor ignored, intermittent degradation,
  * a stale topology, rebasing, determinism, steps with more rows,
- * loopback hops slowing together, and time spent waiting for a core. */
+ * loopback hops slowing together, and time spent waiting for a core
+ * (the executor's own, on the hop back, too). */
 #include "px_test.h"
 
 #include <math.h>
@@ -486,6 +487,64 @@ static void test_detector_leaves_out_the_wait_for_a_core(void **state)
     }
 }
 
+/* Runtime observations of a two-stage step on one host: 1 ms per stage,
+ * 80 us per hop; from step 10 on the hop back to the executor takes
+ * `extra_ns` longer, of which the executor's receiving thread waited
+ * `waited_ns` for a core.  Returns the findings; *f gets the last. */
+static int run_hop_back(uint64_t extra_ns, uint64_t waited_ns, px_heal_finding *f)
+{
+    px_heal_envelope env;
+    envelope(&env, 0.002);
+    px_heal_detector *d = detector(&env);
+    int found = 0;
+    for (uint64_t step = 0; step < 40; step++) {
+        px_rt_step_obs obs;
+        memset(&obs, 0, sizeof obs);
+        obs.index = step;
+        obs.n_stages = N_STAGES;
+        obs.n_rows = 1;
+        uint64_t j = ((step * 7) % 5) * 10000;
+        for (uint32_t i = 0; i < N_STAGES; i++) {
+            obs.compute_ns[i] = 1000000 + j;
+            obs.xfer_in_ns[i] = 80000 + j / 10;
+        }
+        obs.xfer_out_ns = 80000 + j / 10;
+        if (step >= 10) {
+            obs.xfer_out_ns += extra_ns;
+            obs.xfer_out_wait_ns = waited_ns;
+        }
+        px_heal_sample s;
+        px_heal_sample_from_obs(&obs, (double)step * 0.003, &s);
+        px_heal_finding g;
+        if (px_heal_detector_observe(d, &s, &g)) {
+            found++;
+            if (f)
+                *f = g;
+        }
+    }
+    px_heal_detector_free(d);
+    return found;
+}
+
+/* The hop back to the executor is judged without the time the
+ * executor's own receiving thread waited for a core. */
+static void test_detector_leaves_out_the_executors_wait_on_the_hop_back(void **state)
+{
+    (void)state;
+    px_heal_finding f;
+    /* All of the extra 3 ms was the executor's wait: the host, no fault. */
+    assert_int_equal(run_hop_back(3000000, 3000000, NULL), 0);
+    /* A real slow hop back still is one, wait or no wait. */
+    assert_int_equal(run_hop_back(3000000, 0, &f), 1);
+    assert_int_equal(f.cls, PX_HEAL_LINK_DEGRADE);
+    assert_string_equal(f.locus.device, "local.emu-a>executor");
+    assert_int_equal(f.onset_step, 10);
+    assert_int_equal(run_hop_back(3000000, 300000, &f), 1);
+    assert_string_equal(f.locus.device, "local.emu-a>executor");
+    /* Nothing slower, some wait: nothing. */
+    assert_int_equal(run_hop_back(0, 50000, NULL), 0);
+}
+
 static void test_detector_reads_runtime_observations(void **state)
 {
     (void)state;
@@ -501,6 +560,7 @@ static void test_detector_reads_runtime_observations(void **state)
     obs.n_rows = 96;
     obs.wait_ns[1] = 250000;
     obs.xfer_wait_ns[1] = 5000;
+    obs.xfer_out_wait_ns = 7000;
     const uint32_t pos[2] = {40, 7}, n_tokens[2] = {1, 3};
     obs.n_seqs = 2;
     obs.pos = pos;
@@ -516,6 +576,7 @@ static void test_detector_reads_runtime_observations(void **state)
     assert_int_equal(s.rows, 96);
     assert_float_equal(s.wait_s[1], 0.00025, 1e-15);
     assert_float_equal(s.xfer_wait_s[1], 0.000005, 1e-15);
+    assert_float_equal(s.xfer_wait_s[2], 0.000007, 1e-15);
     assert_int_equal(s.context, 51);
 
     px_rt_pipeline_spec spec;
@@ -545,6 +606,7 @@ int main(void)
         cmocka_unit_test(test_detector_reads_loopback_hops_together_as_the_host),
         cmocka_unit_test(test_detector_applies_the_floor_to_the_step_as_it_ran),
         cmocka_unit_test(test_detector_leaves_out_the_wait_for_a_core),
+        cmocka_unit_test(test_detector_leaves_out_the_executors_wait_on_the_hop_back),
         cmocka_unit_test(test_detector_reads_runtime_observations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
