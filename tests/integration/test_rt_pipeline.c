@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "plexus/ir.h"
@@ -579,11 +580,61 @@ static void *spin(void *arg)
     return NULL;
 }
 
+/* Spins until the calling thread has run for 40 ms of CPU time, and
+ * returns its wait for a core meanwhile. */
+static void *spin_and_wait(void *arg)
+{
+    int fd = -2;
+    uint64_t w0 = px__rt_thread_wait_ns(&fd);
+    struct timespec ts;
+    do
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    while (ts.tv_sec == 0 && ts.tv_nsec < 40000000);
+    *(uint64_t *)arg = px__rt_thread_wait_ns(&fd) - w0;
+    px__rt_thread_wait_close(&fd);
+    return NULL;
+}
+
+/* Two threads that each need 40 ms of one shared core: while one runs
+ * the other waits, so the reader must see a wait in at least one. */
+static void test_thread_wait_reads_a_wait_for_a_shared_core(void **state)
+{
+    (void)state;
+    FILE *f = fopen("/proc/thread-self/schedstat", "r");
+    if (!f) {
+        int fd = -2;
+        assert_int_equal(px__rt_thread_wait_ns(&fd), 0);
+        skip();
+    }
+    fclose(f);
+    cpu_set_t mine, one;
+    assert_int_equal(sched_getaffinity(0, sizeof mine, &mine), 0);
+    int cpu = 0;
+    while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &mine))
+        cpu++;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_attr_t attr;
+    assert_int_equal(pthread_attr_init(&attr), 0);
+    assert_int_equal(pthread_attr_setaffinity_np(&attr, sizeof one, &one), 0);
+    uint64_t wait[2] = {0, 0};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], &attr, spin_and_wait, &wait[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    pthread_attr_destroy(&attr);
+    print_message("waits for the shared core: %.3f and %.3f ms\n", (double)wait[0] / 1e6,
+                  (double)wait[1] / 1e6);
+    assert_true(wait[0] + wait[1] > 0);
+}
+
 /* The executor's receiving thread shares one core with a thread that
  * spins for the whole generation (the stage workers keep theirs), so it
- * waits for that core when results come in: every step's hop back then
- * carries the wait, within the hop's time. */
-static void test_hop_back_carries_the_executors_wait_for_a_core(void **state)
+ * may wait for that core when results come in (the scheduler often lets
+ * a thread woken from its receive run at once): whatever the hop back
+ * carries lies within the hop's time. */
+static void test_hop_back_wait_lies_within_its_time(void **state)
 {
     (void)state;
     uint32_t cut[] = {0, 2, 4};
@@ -634,7 +685,6 @@ static void test_hop_back_carries_the_executors_wait_for_a_core(void **state)
     fclose(f);
     print_message("hop back: %" PRIu64 " of %" PRIu64 " steps waited, %.3f ms in all\n", w.waited,
                   w.steps, (double)w.wait_ns / 1e6);
-    assert_true(w.waited > 0);
 }
 
 int main(void)
@@ -650,7 +700,8 @@ int main(void)
         cmocka_unit_test(test_run_command_plans_on_emu_small_and_reports),
         cmocka_unit_test(test_run_command_plans_one_device_per_stage),
         cmocka_unit_test(test_socket_folder_is_under_tmpdir_and_removed),
-        cmocka_unit_test(test_hop_back_carries_the_executors_wait_for_a_core),
+        cmocka_unit_test(test_thread_wait_reads_a_wait_for_a_shared_core),
+        cmocka_unit_test(test_hop_back_wait_lies_within_its_time),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
