@@ -6,13 +6,18 @@
  * as holes.  Writing and fsync happen in the connection's thread without
  * the server lock; only the checks before the first byte and the
  * bookkeeping after the last take it.  Nothing is acknowledged before the
- * file is durable. */
+ * file is durable.  An artifact's temporary file (".upload-*", in the
+ * artifact's own folder so that it is renamed into place) is locked
+ * (flock) from its creation until the upload is done with it, renamed or
+ * not: the collection of files no artifact names (server_collect.c) leaves
+ * a locked file alone, however old. */
 #include "base/common.h"
 
 #include "fleet/fleet_impl.h"
 
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,7 +25,7 @@
 
 struct px__upload {
     bool artifact;
-    int fd;       /* the temporary file */
+    int fd;       /* the temporary file (an artifact's: locked, open until freed) */
     int dir_fd;   /* the folder it lives in */
     char tmp[96]; /* its name in dir_fd */
     px_sha256_ctx *hash;
@@ -45,10 +50,11 @@ void px__upload_free(px__upload *u)
 {
     if (!u)
         return;
-    if (u->fd >= 0)
-        close(u->fd);
+    /* Removed while still locked, then closed (which unlocks it). */
     if (u->tmp[0] && u->dir_fd >= 0)
         unlinkat(u->dir_fd, u->tmp, 0);
+    if (u->fd >= 0)
+        close(u->fd);
     if (u->dir_fd >= 0)
         close(u->dir_fd);
     if (u->hash) {
@@ -203,15 +209,19 @@ int px__upload_begin(px__api_req *rq, uint64_t length, px__upload **out, px__api
         }
     }
     if (!status) {
+        /* The clock in the name as well as the process and a number: a
+         * server restarted with the same process id (a container's 1)
+         * does not meet the name of a file its previous run left. */
         char rnd[80];
         static atomic_uint seq;
-        snprintf(rnd, sizeof rnd, "%s%ld-%u", u->artifact ? ".upload-" : "upload-", (long)getpid(),
-                 atomic_fetch_add(&seq, 1));
+        snprintf(rnd, sizeof rnd, "%s%ld-%llx-%u", u->artifact ? ".upload-" : "upload-",
+                 (long)getpid(), (unsigned long long)px_now_ns(), atomic_fetch_add(&seq, 1));
         px_strlcpy(u->tmp, rnd, sizeof u->tmp);
         u->fd =
             openat(u->dir_fd, u->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (u->fd < 0 || px_sha256_new(&u->hash, NULL) != PX_OK) {
-            px__api_error(rs, 503, "cannot store the upload: %s", strerror(errno));
+        if (u->fd < 0 || (u->artifact && flock(u->fd, LOCK_EX) != 0) ||
+            px_sha256_new(&u->hash, NULL) != PX_OK) {
+            px__api_error(rs, 503, "cannot store the upload: %s; retry", strerror(errno));
             u->tmp[0] = u->fd < 0 ? '\0' : u->tmp[0];
             status = 503;
         }
@@ -371,8 +381,12 @@ void px__upload_end(px__api_req *rq, px__upload *u, px__api_resp *rs)
                       strerror(e));
         return;
     }
-    close(u->fd);
-    u->fd = -1;
+    /* An artifact's file stays open, and so locked, until it is renamed
+     * and its row written (px__upload_free closes it). */
+    if (!u->artifact) {
+        close(u->fd);
+        u->fd = -1;
+    }
     px_digest d;
     px_sha256_final(u->hash, &d);
     u->hash = NULL;

@@ -572,6 +572,11 @@ bool px__store_is_pg(const char *spec);
  * PX_EINVAL (a malformed URI), PX_EAUTH (a password in it), PX_EIO. */
 px_status px__store_pg_open(const char *spec, px__store *out, px_err *err);
 int px__store_pg_schema_version(void);
+/* For tests: the value of setting `name` in the session of the store's own
+ * connection (self: a PostgreSQL store's), read as any statement is (so
+ * a lost connection of a replica that does not schedule is made again
+ * first), into out (n bytes). */
+px_status px__store_pg_setting(void *self, const char *name, char *out, size_t n, px_err *err);
 /* For tests: hook(ud) runs on each fenced transaction (fenced_update_jobs)
  * with its writes sent and its commit not yet; NULL removes it. */
 void px__store_pg_set_fence_hook(void (*hook)(void *ud), void *ud);
@@ -770,8 +775,8 @@ struct px_fleet_server {
     json_t *evictions;
     pthread_t serving_thread;
     bool serving_thread_started;
-    /* server_collect.c: artifacts' bytes no row names, collected by the
-     * scheduling replica (store slot collect_artifact_data). */
+    /* server_collect.c: artifacts' bytes and files no row names (the
+     * bytes by the scheduling replica, store slot collect_artifact_data). */
     pthread_t collect_thread;
     bool collect_thread_started;
     /* api_agent_standby.c: the waiting assignments polls of a standby,
@@ -1185,15 +1190,18 @@ void px__api_stop(px_fleet_server *srv);
 char *px__metrics_render(px_fleet_server *srv);
 void px__metrics_observe(uint64_t *hist, double *sum, uint64_t *count, double seconds);
 
-/* server_collect.c: artifacts' bytes that no artifact row names (an upload
- * refused or cut off after its bytes were stored), removed by the replica
- * that schedules: when it takes the lease, then every
- * PX__COLLECT_EVERY_S, those stored more than PX__COLLECT_GRACE_S before.
- * Nothing where the store has no collect_artifact_data. */
+/* server_collect.c: what uploads leave that nothing names.  Artifacts'
+ * bytes that no artifact row names (an upload refused or cut off after its
+ * bytes were stored), removed by the replica that schedules: when it takes
+ * the lease, then every PX__COLLECT_EVERY_S, those stored more than
+ * PX__COLLECT_GRACE_S before (nothing where the store has no
+ * collect_artifact_data).  And files in DATA/artifacts that no artifact row
+ * names and no upload holds (a crash's ".upload-*" files), removed by every
+ * server at start and then every PX__COLLECT_EVERY_S, those last written
+ * more than PX__COLLECT_GRACE_S before. */
 #define PX__COLLECT_EVERY_S 600
 #define PX__COLLECT_GRACE_S 3600
-/* Starts the collector's thread (server lock not held); PX_OK without one
- * where the store keeps no artifacts' bytes. */
+/* Starts the collector's thread (server lock not held). */
 px_status px__srv_collect_start(px_fleet_server *srv, px_err *err);
 /* Joins it, after `stopping` was set and `changed` broadcast. */
 void px__srv_collect_stop(px_fleet_server *srv);
@@ -1202,6 +1210,15 @@ void px__srv_collect_stop(px_fleet_server *srv);
  * *removed and *bytes.  Server lock not held.  For the thread and tests. */
 px_status px__srv_collect_artifacts(px_fleet_server *srv, int64_t now, int64_t grace,
                                     int64_t *removed, int64_t *bytes, px_err *err);
+/* One sweep of DATA/artifacts as of `now` (wall seconds): in the folder of
+ * each job the store knows, the files last written before now - grace
+ * that no artifact row of the job names and that no upload holds locked
+ * are removed; totals into *removed and *bytes.  A failure (the store's, a
+ * lock that cannot be tested) keeps what it concerns, the sweep goes on,
+ * and the first is returned.  Server lock not held (taken briefly for
+ * each job and each removal).  For the thread and tests. */
+px_status px__srv_collect_files(px_fleet_server *srv, int64_t now, int64_t grace, int64_t *removed,
+                                int64_t *bytes, px_err *err);
 
 /* server_core.c */
 /* Stops serving for good (a lost scheduler lease, a lost batch): memory

@@ -18,9 +18,9 @@
 #define MIGRATE_KEY "1886152056, 2"
 
 /* Migrations, applied in order, each in one transaction; never edit one
- * that has shipped, add the next.  They follow the SQLite store's numbers
- * (the same tables at each version), less the token table that version 3
- * of the SQLite store drops. */
+ * that has shipped, add the next.  Versions 1 to 4 follow the SQLite
+ * store's (the same tables, less the token table that version 3 of the
+ * SQLite store drops); after that each store numbers its own. */
 static const char *const migrations[] = {
     /* 1: the first schema. */
     "CREATE TABLE nodes(name TEXT PRIMARY KEY, registration TEXT NOT NULL,"
@@ -116,6 +116,14 @@ static const char *const migrations[] = {
     " scheduling (restart it as a standby)', now_epoch, mine);"
     "  END IF;"
     " END $f$;",
+    /* 9: artifacts by content.  The collection of artifacts' bytes that no
+     * row names (store_pg_blobs.c) looks each candidate up by its digest,
+     * which scanned the table.  A plain CREATE INDEX, in the migration's
+     * transaction: it holds off writes to artifacts while it builds, a
+     * moment at a fleet's sizes, and CONCURRENTLY cannot run inside the
+     * transaction (and advisory lock) that keeps replicas from migrating
+     * at once. */
+    "CREATE INDEX artifacts_sha256 ON artifacts(sha256);",
 };
 
 int px__store_pg_schema_version(void)
@@ -168,6 +176,7 @@ static const char *one_line(const char *msg, char *buf, size_t n)
 
 static px_status run_one(px__pg *st, const char *sql, const px__pgq *q, PGresult **res,
                          const char *what, px_err *err);
+static px_status configure_session(px__pg *st, PGconn *c, const char *what, px_err *err);
 static px_status check_conn(px__pg *st, const char *what, px_err *err);
 static px_status result_error(px__pg *st, const PGresult *r, const char *what, px_err *err);
 
@@ -229,11 +238,16 @@ static px_status check_conn(px__pg *st, const char *what, px_err *err)
 {
     if (st->lost && !st->lease_held) {
         /* A replica that does not schedule may simply reconnect (a new
-         * session, without the statements prepared on the old). */
+         * session, without the statements prepared on the old, and with
+         * the database's defaults until it is configured again). */
         PQreset(st->conn);
         forget_prepared(st);
-        if (PQstatus(st->conn) == CONNECTION_OK)
+        if (PQstatus(st->conn) == CONNECTION_OK) {
+            px_status rc = configure_session(st, st->conn, what, err);
+            if (rc != PX_OK)
+                return rc;
             st->lost = false;
+        }
     }
     if (st->lost)
         return px_err_set(err, PX_EIO,
@@ -1069,6 +1083,26 @@ static px_status batch_end(void *self, px_err *err)
     return rc;
 }
 
+/* The settings of every session of the store, whatever the role's or the
+ * database's defaults, applied to each new connection and again after a
+ * reconnection: acknowledged means on the primary's disk, and notices
+ * stay out of the server's output. */
+static px_status configure_session(px__pg *st, PGconn *c, const char *what, px_err *err)
+{
+    PGresult *r = PQexec(c, "SET synchronous_commit = on; SET client_min_messages = warning");
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    px_status rc = PX_OK;
+    if (!ok) {
+        char line[200];
+        rc = px_err_set(
+            err, PX_EIO, "PostgreSQL %s: %s: configuring the session: %s", st->where, what,
+            one_line(r && *PQresultErrorMessage(r) ? PQresultErrorMessage(r) : PQerrorMessage(c),
+                     line, sizeof line));
+    }
+    PQclear(r);
+    return rc;
+}
+
 PGconn *px__pg_connect(px__pg *st, const char *what, px_err *err)
 {
     PGconn *c = PQconnectdb(st->spec);
@@ -1079,17 +1113,26 @@ PGconn *px__pg_connect(px__pg *st, const char *what, px_err *err)
         PQfinish(c);
         return NULL;
     }
-    PGresult *r = PQexec(c, "SET synchronous_commit = on");
-    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-    PQclear(r);
-    if (!ok) {
-        char line[200];
-        px_err_set(err, PX_EIO, "PostgreSQL %s: %s: %s", st->where, what,
-                   one_line(PQerrorMessage(c), line, sizeof line));
+    if (configure_session(st, c, what, err) != PX_OK) {
         PQfinish(c);
         return NULL;
     }
     return c;
+}
+
+px_status px__store_pg_setting(void *self, const char *name, char *out, size_t n, px_err *err)
+{
+    px__pg *st = self;
+    px__pgq q = {0};
+    text(&q, name);
+    PGresult *r = NULL;
+    pthread_mutex_lock(&st->mu);
+    px_status rc = run(st, "SELECT current_setting($1)", &q, &r, "read a setting", err);
+    pthread_mutex_unlock(&st->mu);
+    if (rc == PX_OK)
+        snprintf(out, n, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return rc;
 }
 
 /* ---- wake-ups: jobs other replicas accepted ---- */
@@ -1242,10 +1285,7 @@ px_status px__store_pg_open(const char *spec, px__store *out, px_err *err)
         pg_close(st);
         return rc;
     }
-    /* Acknowledged means on the primary's disk, whatever a role's default. */
-    if (run(st, "SET synchronous_commit = on", NULL, NULL, "configure", err) != PX_OK ||
-        run(st, "SET client_min_messages = warning", NULL, NULL, "configure", err) != PX_OK ||
-        migrate(st, err) != PX_OK) {
+    if (configure_session(st, st->conn, "configure", err) != PX_OK || migrate(st, err) != PX_OK) {
         pg_close(st);
         return err ? err->code : PX_EIO;
     }

@@ -13,8 +13,7 @@
 
 #define CHUNK ((size_t)1 << 20)
 
-/* The stored key of an artifact's bytes (a blob's is its hex). */
-#define ARTIFACT_KEY "artifact/"
+#define ARTIFACT_KEY PX__PG_ARTIFACT_KEY
 
 /* What a key names, for messages. */
 static const char *noun_of(const char *key)
@@ -309,7 +308,9 @@ static px_status get_artifact_data(void *self, const char *hex, int fd, int64_t 
  * bytes were stored (or dated again), so bytes older than `before` that no
  * row names are not those of an upload in flight, as long as the grace
  * period outlasts the gap between the two.  The chunks go in the same
- * statement, and so the same transaction, as their row. */
+ * statement, and so the same transaction, as their row.  Each candidate is
+ * looked up by the index on artifacts.sha256 (migration 9): the condition
+ * compares the column itself, not an expression of it. */
 static px_status collect_artifact_data(void *self, int64_t before, int max, int64_t *removed,
                                        int64_t *bytes, px_err *err)
 {
@@ -324,16 +325,8 @@ static px_status collect_artifact_data(void *self, int64_t before, int max, int6
     snprintf(limit, sizeof limit, "%d", max);
     const char *v[] = {at, limit};
     PGresult *r = NULL;
-    px_status rc = exec(
-        st, c,
-        "WITH gone AS (DELETE FROM blobs WHERE created < $1 AND digest IN ("
-        "  SELECT b.digest FROM blobs b WHERE b.digest LIKE '" ARTIFACT_KEY "%' AND b.created < $1"
-        "  AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE '" ARTIFACT_KEY "' || a.sha256 = "
-        "b.digest)"
-        "  ORDER BY b.created LIMIT $2) RETURNING digest, size),"
-        " chunks AS (DELETE FROM blob_chunks WHERE digest IN (SELECT digest FROM gone))"
-        " SELECT COUNT(*), COALESCE(SUM(size), 0) FROM gone",
-        v, 2, NULL, 0, false, &r, "collect unreferenced artifacts", err);
+    px_status rc = exec(st, c, PX__PG_COLLECT_ARTIFACTS, v, 2, NULL, 0, false, &r,
+                        "collect unreferenced artifacts", err);
     if (rc == PX_OK && PQntuples(r) == 1) {
         *removed = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
         *bytes = strtoll(PQgetvalue(r, 0, 1), NULL, 10);

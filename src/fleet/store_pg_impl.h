@@ -93,6 +93,20 @@ void px__pg_fill_record_ops(px__store_ops *ops);
 void px__pg_fill_deploy_ops(px__store_ops *ops);
 /* store_pg_blobs.c: blobs in chunks. */
 void px__pg_fill_blob_ops(px__store_ops *ops);
+/* The stored key of an artifact's bytes (a blob's is its hex). */
+#define PX__PG_ARTIFACT_KEY "artifact/"
+/* The statement of collect_artifact_data (store_pg_blobs.c), here so that a
+ * test can ask PostgreSQL for its plan: the bytes stored before $1 (wall
+ * seconds) that no artifact row names, at most $2 of them, the oldest
+ * first, removed with their chunks; one row, their number and size. */
+#define PX__PG_COLLECT_ARTIFACTS                                                     \
+    "WITH gone AS (DELETE FROM blobs WHERE created < $1 AND digest IN ("             \
+    "  SELECT b.digest FROM blobs b WHERE b.digest LIKE '" PX__PG_ARTIFACT_KEY "%'"  \
+    "  AND b.created < $1 AND NOT EXISTS (SELECT 1 FROM artifacts a"                 \
+    "   WHERE a.sha256 = substr(b.digest, length('" PX__PG_ARTIFACT_KEY "') + 1))"   \
+    "  ORDER BY b.created LIMIT $2) RETURNING digest, size),"                        \
+    " chunks AS (DELETE FROM blob_chunks WHERE digest IN (SELECT digest FROM gone))" \
+    " SELECT COUNT(*), COALESCE(SUM(size), 0) FROM gone"
 /* store_pg_nodes.c: agents through every replica (version 11). */
 void px__pg_fill_node_ops(px__store_ops *ops);
 /* A new connection to the store's database, configured as the store's own

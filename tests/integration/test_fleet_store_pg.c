@@ -15,6 +15,7 @@
 #include "px_test.h"
 
 #include "fleet/fleet_impl.h"
+#include "fleet/store_pg_impl.h"
 #include "store_deploy_check.h"
 #include "pg_harness.h"
 
@@ -820,6 +821,134 @@ static void test_pg_collects_artifact_bytes_no_row_names(void **state)
     free(uri);
 }
 
+/* Runs one statement (rows or none) through libpq directly. */
+static void exec_sql(const char *uri, const char *sql)
+{
+    PGconn *c = PQconnectdb(uri);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType t = PQresultStatus(r);
+    if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK)
+        fail_msg("%s: %s", sql, PQresultErrorMessage(r));
+    PQclear(r);
+    PQfinish(c);
+}
+
+/* Migration 9 on a database of version 8 that holds artifacts: the index
+ * on artifacts.sha256 is made, the rows stay, and the collection's
+ * statement looks its candidates up through it (its plan says so). */
+static void test_pg_migration_9_indexes_artifacts_by_digest(void **state)
+{
+    (void)state;
+    char *uri = fresh("artifact_index");
+    if (!uri)
+        skip();
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    st.ops->close(st.self);
+    /* Back to version 8, as a database of the previous release. */
+    exec_sql(uri, "DROP INDEX artifacts_sha256");
+    exec_sql(uri, "DELETE FROM schema_version WHERE version = 9");
+    assert_int_equal(query_int(uri, "SELECT MAX(version) FROM schema_version"), 8);
+    exec_sql(uri, "INSERT INTO artifacts(job, name, size, sha256, rank, attempt, created)"
+                  " SELECT 'j-' || i, 'out', 1, md5(i::text) || md5((i + 1)::text), 0, 1, 0"
+                  " FROM generate_series(1, 20000) i");
+    /* Bytes of five of them, and bytes no row names, all long stored. */
+    exec_sql(uri, "INSERT INTO blobs(digest, size, chunks, created)"
+                  " SELECT 'artifact/' || md5(i::text) || md5((i + 1)::text), 1, 0, 0"
+                  " FROM generate_series(1, 5) i");
+    exec_sql(uri, "INSERT INTO blobs(digest, size, chunks, created)"
+                  " VALUES('artifact/' || repeat('ab', 32), 7, 0, 0)");
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM pg_indexes WHERE indexname ="
+                                    " 'artifacts_sha256'"),
+                     0);
+
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    assert_int_equal(query_int(uri, "SELECT MAX(version) FROM schema_version"),
+                     px__store_pg_schema_version());
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM pg_indexes WHERE tablename ="
+                                    " 'artifacts' AND indexname = 'artifacts_sha256'"),
+                     1);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM artifacts"), 20000);
+    exec_sql(uri, "ANALYZE artifacts");
+    exec_sql(uri, "ANALYZE blobs");
+    PGconn *c = PQconnectdb(uri);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    char now[24];
+    snprintf(now, sizeof now, "%lld", (long long)px_wall_time());
+    const char *v[] = {now, "256"};
+    PGresult *r =
+        PQexecParams(c, "EXPLAIN (COSTS OFF) " PX__PG_COLLECT_ARTIFACTS, 2, NULL, v, NULL, NULL, 0);
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    px_strbuf plan = PX_STRBUF_INIT;
+    for (int i = 0; i < PQntuples(r); i++) {
+        px_strbuf_adds(&plan, PQgetvalue(r, i, 0));
+        px_strbuf_adds(&plan, "\n");
+    }
+    PQclear(r);
+    PQfinish(c);
+    if (!strstr(plan.buf, "artifacts_sha256"))
+        fail_msg("the collection does not look artifacts up by their index:\n%s", plan.buf);
+    assert_null(strstr(plan.buf, "Seq Scan on artifacts"));
+    px_strbuf_release(&plan);
+    /* And it still tells named bytes from the rest. */
+    int64_t removed = -1, bytes = -1;
+    px_assert_ok(
+        st.ops->collect_artifact_data(st.self, px_wall_time() - 3600, 100, &removed, &bytes, &err),
+        &err);
+    assert_int_equal(removed, 1);
+    assert_int_equal(bytes, 7);
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM blobs"), 5);
+    st.ops->close(st.self);
+    free(uri);
+}
+
+/* A replica that does not schedule makes its lost connection again; the
+ * new session has the store's settings, not the database's defaults
+ * (here synchronous_commit off and every notice sent). */
+static void test_pg_reconnect_keeps_the_session_settings(void **state)
+{
+    (void)state;
+    char *uri = fresh("reconnect");
+    if (!uri)
+        skip();
+    exec_sql(uri, "ALTER DATABASE reconnect SET synchronous_commit = off");
+    exec_sql(uri, "ALTER DATABASE reconnect SET client_min_messages = debug1");
+    assert_int_equal(query_int(uri, "SELECT (current_setting('synchronous_commit') = 'off')::int"),
+                     1);
+    px__store st;
+    px_err err;
+    px_assert_ok(px__store_pg_open(uri, &st, &err), &err);
+    char value[64];
+    px_assert_ok(px__store_pg_setting(st.self, "synchronous_commit", value, sizeof value, &err),
+                 &err);
+    assert_string_equal(value, "on");
+    /* The store's one connection is ended from outside (waiting until its
+     * backend is gone). */
+    assert_int_equal(query_int(uri, "SELECT COUNT(*) FROM pg_stat_activity WHERE datname ="
+                                    " 'reconnect' AND backend_type = 'client backend' AND"
+                                    " pid <> pg_backend_pid()"),
+                     1);
+    assert_int_equal(query_int(uri, "SELECT pg_terminate_backend(pid, 10000)::int FROM"
+                                    " pg_stat_activity WHERE datname = 'reconnect' AND"
+                                    " backend_type = 'client backend' AND"
+                                    " pid <> pg_backend_pid()"),
+                     1);
+    px__job_row got;
+    assert_int_equal(st.ops->get_job(st.self, "j-000001", &got, &err), PX_EIO);
+    /* The next statement connects again, configured. */
+    px_assert_ok(px__store_pg_setting(st.self, "synchronous_commit", value, sizeof value, &err),
+                 &err);
+    assert_string_equal(value, "on");
+    px_assert_ok(px__store_pg_setting(st.self, "client_min_messages", value, sizeof value, &err),
+                 &err);
+    assert_string_equal(value, "warning");
+    assert_int_equal(st.ops->get_job(st.self, "j-000001", &got, &err), PX_ENOTFOUND);
+    st.ops->close(st.self);
+    free(uri);
+}
+
 static void collect_name(const char *name, void *ud)
 {
     char *out = ud;
@@ -1419,6 +1548,8 @@ int main(void)
         cmocka_unit_test(test_pg_blobs_in_chunks_checked_both_ways),
         cmocka_unit_test(test_pg_artifact_bytes_kept_apart_from_blobs),
         cmocka_unit_test(test_pg_collects_artifact_bytes_no_row_names),
+        cmocka_unit_test(test_pg_migration_9_indexes_artifacts_by_digest),
+        cmocka_unit_test(test_pg_reconnect_keeps_the_session_settings),
         cmocka_unit_test(test_pg_cancel_requests_taken_once),
         cmocka_unit_test(test_pg_nodes_through_any_replica),
         cmocka_unit_test(test_pg_statements_prepared_again_after_a_failed_pipeline),

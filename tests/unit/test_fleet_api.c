@@ -10,6 +10,7 @@
 
 #include <curl/curl.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1161,6 +1162,206 @@ static void test_api_never_acknowledges_a_write_the_store_refused(void **state)
     free(d);
 }
 
+/* An artifact upload held in the middle of its body: the reader sends
+ * `first` bytes, then waits for `go`, then the rest. */
+typedef struct held_upload {
+    char path[200];
+    const char *cred;
+    const unsigned char *data;
+    size_t len, first, sent;
+    atomic_int go;
+    long status;
+} held_upload;
+
+static size_t held_read(char *buf, size_t size, size_t n, void *ud)
+{
+    held_upload *h = ud;
+    while (h->sent >= h->first && !atomic_load(&h->go))
+        usleep(10000);
+    size_t end = atomic_load(&h->go) ? h->len : h->first;
+    size_t k = PX_MIN(size * n, end - h->sent);
+    memcpy(buf, h->data + h->sent, k);
+    h->sent += k;
+    return k;
+}
+
+static void *held_put(void *arg)
+{
+    held_upload *h = arg;
+    CURL *c = curl_easy_init();
+    char url[512], auth[300];
+    snprintf(url, sizeof url, "%s%s", base_url, h->path);
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", h->cred);
+    struct curl_slist *hd = curl_slist_append(NULL, auth);
+    hd = curl_slist_append(hd, "Expect:");
+    px_strbuf out = PX_STRBUF_INIT;
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hd);
+    curl_easy_setopt(c, CURLOPT_READFUNCTION, held_read);
+    curl_easy_setopt(c, CURLOPT_READDATA, h);
+    curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)h->len);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &out);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    if (curl_easy_perform(c) == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &h->status);
+    curl_slist_free_all(hd);
+    curl_easy_cleanup(c);
+    px_strbuf_release(&out);
+    return NULL;
+}
+
+/* A file under dir, written now and dated `age` seconds back. */
+static void plant(const char *dir, const char *name, const char *body, int age)
+{
+    char path[800];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(body, f);
+    fclose(f);
+    struct timespec t[2] = {{.tv_sec = px_wall_time() - age}, {.tv_sec = px_wall_time() - age}};
+    assert_int_equal(utimensat(AT_FDCWD, path, t, 0), 0);
+}
+
+static bool exists_in(const char *dir, const char *name)
+{
+    char path[800];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat sb;
+    return lstat(path, &sb) == 0;
+}
+
+/* The name of the upload's own temporary file in dir ("" while none). */
+static void upload_file(const char *dir, char *out, size_t n)
+{
+    out[0] = '\0';
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (px_str_starts_with(e->d_name, ".upload-") && !strstr(e->d_name, "planted"))
+            snprintf(out, n, "%s", e->d_name);
+    closedir(d);
+}
+
+/* Files a crash left in DATA/artifacts (a cut-off upload's ".upload-*",
+ * an artifact renamed into place whose row never came) go once older than
+ * the grace period; a fresh one, an artifact a row names, an upload in
+ * flight (however old its file: it holds a lock), folders of jobs the
+ * store does not know and whatever links point at stay.  The sweep runs at
+ * start, and here again with the test's clock. */
+static void test_api_sweeps_what_crashed_uploads_left(void **state)
+{
+    (void)state;
+    char *d = fresh_dir("sweep");
+    px_fleet_server *srv = start(d, 30);
+    register_node("s1", NULL);
+    char *id = submit("{\"command\": [\"true\"], \"artifacts\": [\"out/kept.txt\", "
+                      "\"out/big.bin\"]}");
+    json_t *a = assignments("s1", 5);
+    assert_int_equal(json_array_size(a), 1);
+    json_decref(a);
+    report(id, "start", "s1", 1, 0, NULL, 200);
+    char path[200];
+    snprintf(path, sizeof path, "/v1/agent/jobs/%s/artifacts/out%%2Fkept.txt?attempt=1", id);
+    reply r = http("PUT", path, cred_of("s1"), "kept", 4);
+    assert_int_equal(r.status, 201);
+    drop(&r);
+    char out[600], other[600], outside[600];
+    snprintf(out, sizeof out, "%s/artifacts/%s/out", d, id);
+    snprintf(other, sizeof other, "%s/artifacts/j-999999", d);
+    snprintf(outside, sizeof outside, "%s/outside", d);
+    assert_int_equal(mkdir(other, 0700), 0);
+    assert_int_equal(mkdir(outside, 0700), 0);
+    plant(out, ".upload-planted-old", "cut off", 7200);
+    plant(out, ".upload-planted-fresh", "in flight elsewhere", 0);
+    plant(out, "stray.bin", "renamed, no row", 7200);
+    plant(out, "kept.txt", "kept", 7200); /* the artifact itself, dated back */
+    plant(other, "x", "not this job's", 7200);
+    plant(outside, "target", "outside", 7200);
+    char link[700];
+    snprintf(link, sizeof link, "%s/link", out);
+    assert_int_equal(symlink(outside, link), 0);
+
+    /* An upload in flight, its file dated back too: only its lock keeps it. */
+    static unsigned char big[256 << 10];
+    for (size_t i = 0; i < sizeof big; i++)
+        big[i] = (unsigned char)(i * 7 + 1);
+    held_upload h = {.cred = cred_of("s1"), .data = big, .len = sizeof big, .first = 64 << 10};
+    snprintf(h.path, sizeof h.path, "/v1/agent/jobs/%s/artifacts/out%%2Fbig.bin?attempt=1", id);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, held_put, &h), 0);
+    char tmp[256] = "", held[900] = "";
+    struct stat sb = {0};
+    for (int i = 0; i < 1000 && (!tmp[0] || sb.st_size == 0); i++) {
+        usleep(10000 * PX_TEST_SLOWDOWN);
+        upload_file(out, tmp, sizeof tmp);
+        snprintf(held, sizeof held, "%s/%s", out, tmp);
+        if (!tmp[0] || stat(held, &sb) != 0)
+            sb.st_size = 0;
+    }
+    assert_true(tmp[0] && sb.st_size > 0);
+    struct timespec old[2] = {{.tv_sec = px_wall_time() - 7200}, {.tv_sec = px_wall_time() - 7200}};
+    assert_int_equal(utimensat(AT_FDCWD, held, old, 0), 0);
+
+    int64_t removed = -1, bytes = -1;
+    px_err err;
+    px_assert_ok(
+        px__srv_collect_files(srv, px_wall_time(), PX__COLLECT_GRACE_S, &removed, &bytes, &err),
+        &err);
+    assert_int_equal(removed, 2);
+    assert_int_equal(bytes, (int64_t)(strlen("cut off") + strlen("renamed, no row")));
+    assert_false(exists_in(out, ".upload-planted-old"));
+    assert_false(exists_in(out, "stray.bin"));
+    assert_true(exists_in(out, ".upload-planted-fresh"));
+    assert_true(exists_in(out, "kept.txt"));
+    assert_true(exists_in(out, tmp));
+    assert_true(exists_in(out, "link"));
+    assert_true(exists_in(outside, "target"));
+    assert_true(exists_in(other, "x"));
+
+    /* The upload goes on and lands whole. */
+    atomic_store(&h.go, 1);
+    pthread_join(t, NULL);
+    assert_int_equal(h.status, 201);
+    assert_false(exists_in(out, tmp));
+    snprintf(path, sizeof path, "/v1/jobs/%s/artifacts/out%%2Fbig.bin", id);
+    r = req("GET", path, USER_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    drop(&r);
+    char file[700];
+    snprintf(file, sizeof file, "%s/big.bin", out);
+    FILE *f = fopen(file, "rb");
+    assert_non_null(f);
+    static unsigned char back[sizeof big];
+    assert_int_equal(fread(back, 1, sizeof back, f), sizeof back);
+    assert_int_equal(fgetc(f), EOF);
+    fclose(f);
+    assert_memory_equal(back, big, sizeof big);
+    /* Past its grace period an artifact a row names stays all the same. */
+    assert_int_equal(utimensat(AT_FDCWD, file, old, 0), 0);
+    px_assert_ok(
+        px__srv_collect_files(srv, px_wall_time(), PX__COLLECT_GRACE_S, &removed, &bytes, &err),
+        &err);
+    assert_int_equal(removed, 0);
+    assert_true(exists_in(out, "big.bin"));
+
+    /* A server started on the folder sweeps it at once. */
+    px_fleet_server_stop(srv);
+    plant(out, ".upload-planted-crash", "cut off by a crash", 7200);
+    srv = start(d, 30);
+    for (int i = 0; i < 500 && exists_in(out, ".upload-planted-crash"); i++)
+        usleep(10000 * PX_TEST_SLOWDOWN);
+    assert_false(exists_in(out, ".upload-planted-crash"));
+    assert_true(exists_in(out, ".upload-planted-fresh"));
+    assert_true(exists_in(out, "kept.txt"));
+    free(id);
+    px_fleet_server_stop(srv);
+    free(d);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -1182,6 +1383,7 @@ int main(void)
         cmocka_unit_test(test_api_deployment_plans_one_device_per_stage),
         cmocka_unit_test(test_api_drain_group_restart_and_log_long_poll),
         cmocka_unit_test(test_api_never_acknowledges_a_write_the_store_refused),
+        cmocka_unit_test(test_api_sweeps_what_crashed_uploads_left),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
