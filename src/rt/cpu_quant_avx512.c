@@ -21,7 +21,8 @@
  * four sums in one pass.  Decode takes one weight row at a time: its
  * rows lie one after the other, so the weights stream from memory in order (four rows interleaved
  * measured twice as slow on a model whose weights come from memory, for all their sharing of the
- * activations).
+ * activations).  Q4_K and Q5_K decode with the activation row laid out once per product so
+ * that one 64-byte load of weights serves 128 values (px__rt_quant_gemv_x512).
  */
 #include "base/common.h"
 
@@ -320,7 +321,7 @@ INLINE float dot1_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
  * and 4p + 3 (high).  The activations' 128 bytes are reordered to match ([0, 32), [64, 96),
  * [32, 64), [96, 128)): each product pairs the same value with the same activation, and the
  * integer sums are exact whatever their grouping, so the result is the definition's. */
-#define GEMV_MAX_K 32768u
+#define GEMV_MAX_K 16384u
 
 /* The activation row xq of k values (Q8_K blocks) with each block's 256 values in the order
  * above into out; its scales and per-16 sums as they are. */

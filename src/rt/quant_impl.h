@@ -153,7 +153,7 @@ void px__rt_quant_dotn_x86(px_dtype t, const uint8_t *w, const uint8_t *xq, size
 void px__rt_quant_dotn_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
                             uint32_t n_x, uint32_t n, float *out);
 /* The AVX-512 product of one activation row (decode) for the formats it has its own for
- * (Q4_K, Q5_K with k <= 32768): y[i] = the dot of weight row i with xq (px__rt_quant_act over
+ * (Q4_K, Q5_K with k <= 16384): y[i] = the dot of weight row i with xq (px__rt_quant_act over
  * all k values) for i in [i0, i1), as px__rt_quant_gemm gives it; returns false (and writes
  * nothing) for the others. */
 bool px__rt_quant_gemv_x512(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0,
