@@ -380,6 +380,8 @@ static void matmul_quant(px_dtype t, const void *w, size_t row_bytes, uint32_t k
                          uint32_t i1, const uint8_t *xq, size_t ldxq, uint32_t n_x, float *y,
                          size_t ldy)
 {
+    if (n_x == 1 && px__rt_quant_gemv_x512(t, w, row_bytes, k, i0, i1, xq, y))
+        return;
     px__rt_quant_gemm(px__rt_quant_dotn_x512, t, w, row_bytes, k, i0, i1, xq, ldxq, n_x, y, ldy);
 }
 

@@ -21,7 +21,8 @@
  * four sums in one pass.  Decode takes one weight row at a time: its
  * rows lie one after the other, so the weights stream from memory in order (four rows interleaved
  * measured twice as slow on a model whose weights come from memory, for all their sharing of the
- * activations).
+ * activations).  Q4_K and Q5_K decode with the activation row laid out once per product so
+ * that one 64-byte load of weights serves 128 values (px__rt_quant_gemv_x512).
  */
 #include "base/common.h"
 
@@ -39,14 +40,6 @@
 INLINE __m256i load256(const uint8_t *p)
 {
     return _mm256_loadu_si256((const __m256i *)(const void *)p);
-}
-
-INLINE int32_t hsum256_i32(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
 }
 
 /* [lo, hi] as one register. */
@@ -264,14 +257,27 @@ INLINE float f32_at(const uint8_t *p)
     return f;
 }
 
+/* The exact totals of the int32 lanes of s (S) and m (M), in lanes 0 and 1 as floats: one
+ * reduction for both, (float) S and (float) M rounded as the scalar conversion rounds them. */
+INLINE __m128 sums_sm(__m512i s, __m256i m)
+{
+    __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+    __m256i sm = _mm256_add_epi32(_mm256_unpacklo_epi32(s8, m), _mm256_unpackhi_epi32(s8, m));
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(sm), _mm256_extracti128_si256(sm, 1));
+    return _mm_cvtepi32_ps(_mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e)));
+}
+
 /* The dot of one weight row with one activation row (decode), super-block by super-block: the
- * pair sums scaled and added in int32 with separate instructions, whose short dependences keep
- * one row's chain faster than VNNI's; measured so on one row, where the several-row dot below
- * reduces faster with VNNI and one reduction for four rows. */
+ * four steps' scaled pair sums added by VNNI (vpdpwssd) into two accumulators, alternate steps
+ * each, so that no chain is longer than two; S and M reduced together and the float step taken
+ * in two lanes, [dx * d, dx * dmin] times [S, M], each product the definition's, then the
+ * difference and the running sum in lane 0 in the definition's order.  (Q4_K and Q5_K decode
+ * through gemv_dot below, with their activations laid out for it.) */
 INLINE float dot1_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
 {
     size_t bb = px_dtype_block_bytes(t);
-    float acc = 0;
+    uint32_t doff = d_offset(t);
+    __m128 acc = _mm_setzero_ps();
     __m512i group[4];
     k_groups(t, group);
     for (uint32_t i = 0; i < n / PX__RT_QK; i++) {
@@ -279,29 +285,151 @@ INLINE float dot1_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
         __m512i scales;
         __m256i per16;
         k_scales(t, blk, &scales, &per16);
-        float d = f16_at(blk + d_offset(t)), dmin = has_min(t) ? f16_at(blk + d_offset(t) + 2) : 0;
-        __m512i sum = _mm512_setzero_si512();
-        for (uint32_t s = 0; s < 4; s++) {
-            __m512i p16 =
+        __m512i sa = _mm512_setzero_si512(), sb = _mm512_setzero_si512();
+        for (uint32_t s = 0; s < 4; s += 2) {
+            __m512i pa =
                 _mm512_maddubs_epi16(values64(t, blk, s), _mm512_loadu_si512(xb + 4 + 64 * s));
-            sum = _mm512_add_epi32(
-                sum, _mm512_madd_epi16(p16, _mm512_permutexvar_epi16(group[s], scales)));
+            __m512i pb = _mm512_maddubs_epi16(values64(t, blk, s + 1),
+                                              _mm512_loadu_si512(xb + 4 + 64 * (s + 1)));
+            sa = _mm512_dpwssd_epi32(sa, pa, _mm512_permutexvar_epi16(group[s], scales));
+            sb = _mm512_dpwssd_epi32(sb, pb, _mm512_permutexvar_epi16(group[s + 1], scales));
+        }
+        __m512i sum = _mm512_add_epi32(sa, sb);
+        __m256i m = _mm256_madd_epi16(load256(xb + 260), per16);
+        if (!has_min(t)) {
+            sum = _mm512_add_epi32(sum, _mm512_zextsi256_si512(m));
+            m = _mm256_setzero_si256();
+        }
+        __m128 sm = sums_sm(sum, m);
+        __m128 dx = _mm_set1_ps(f32_at(xb));
+        /* [d, dmin] (f16, exact), or [d, 0] without mins. */
+        uint32_t dd = blk[doff] | (uint32_t)blk[doff + 1] << 8;
+        if (has_min(t))
+            dd |= (uint32_t)blk[doff + 2] << 16 | (uint32_t)blk[doff + 3] << 24;
+        __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd));
+        __m128 p = _mm_mul_ps(_mm_mul_ps(dx, f), sm);
+        __m128 v = has_min(t) ? _mm_sub_ss(p, _mm_movehdup_ps(p)) : p;
+        acc = _mm_add_ss(acc, v);
+    }
+    return _mm_cvtss_f32(acc);
+}
+
+/* Decode (one activation row) of Q4_K and Q5_K weights with the activations laid out anew
+ * once per product: values 128p .. 128p + 127 of a super-block lie in 64 bytes (Q5_K: their
+ * low four bits), values 32c + j in the low nibble of byte 32 (c / 2) + j for c even and in the
+ * high one for c odd, so one load gives 32-value chunks 4p and 4p + 2 (low nibbles) and 4p + 1
+ * and 4p + 3 (high).  The activations' 128 bytes are reordered to match ([0, 32), [64, 96),
+ * [32, 64), [96, 128)): each product pairs the same value with the same activation, and the
+ * integer sums are exact whatever their grouping, so the result is the definition's. */
+#define GEMV_MAX_K 16384u
+
+/* The activation row xq of k values (Q8_K blocks) with each block's 256 values in the order
+ * above into out; its scales and per-16 sums as they are. */
+INLINE void gemv_act(const uint8_t *xq, uint32_t k, uint8_t *out)
+{
+    for (uint32_t b = 0; b < k / PX__RT_QK; b++) {
+        const uint8_t *x = xq + (size_t)b * PX__RT_Q8_K_BYTES;
+        uint8_t *o = out + (size_t)b * PX__RT_Q8_K_BYTES;
+        memcpy(o, x, 4);
+        for (uint32_t p = 0; p < 2; p++) {
+            __m512i a = _mm512_loadu_si512(x + 4 + 128 * p),
+                    c = _mm512_loadu_si512(x + 68 + 128 * p);
+            _mm512_storeu_si512(o + 4 + 128 * p, _mm512_shuffle_i64x2(a, c, 0x44));
+            _mm512_storeu_si512(o + 68 + 128 * p, _mm512_shuffle_i64x2(a, c, 0xEE));
+        }
+        memcpy(o + 260, x + 260, 32);
+    }
+}
+
+/* The dot of one Q4_K or Q5_K weight row with a row laid out by gemv_act. */
+INLINE float gemv_dot(px_dtype t, const uint8_t *w, const uint8_t *xp, uint32_t n)
+{
+    const size_t bb = px_dtype_block_bytes(t);
+    const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);
+    /* Scale indices: lanes of chunks 4p, 4p + 2 (low) and 4p + 1, 4p + 3 (high); Q5_K's bit
+     * counts of the same chunks in qh. */
+    __m512i glo[2], ghi[2];
+    for (uint32_t p = 0; p < 2; p++) {
+        glo[p] = _mm512_add_epi16(
+            _mm512_loadu_si512(GROUP_Q4_K),
+            _mm512_add_epi16(_mm512_loadu_si512(GROUP_Q4_K), _mm512_set1_epi16((short)(4 * p))));
+        ghi[p] = _mm512_add_epi16(glo[p], _mm512_set1_epi16(1));
+    }
+    __m128 acc = _mm_setzero_ps();
+    for (uint32_t i = 0; i < n / PX__RT_QK; i++) {
+        const uint8_t *blk = w + i * bb, *xb = xp + (size_t)i * PX__RT_Q8_K_BYTES;
+        __m512i scales;
+        __m256i per16;
+        k_scales(t, blk, &scales, &per16);
+        __m512i sa = _mm512_setzero_si512(), sb = _mm512_setzero_si512();
+        for (uint32_t p = 0; p < 2; p++) {
+            __m512i raw = _mm512_loadu_si512(blk + (t == PX_DTYPE_Q4_K ? 16 : 48) + 64 * p);
+            __m512i lo = _mm512_and_si512(raw, m4);
+            __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+            if (t == PX_DTYPE_Q5_K) {
+                __m512i qh = _mm512_broadcast_i64x4(load256(blk + 16));
+                __m512i blo = _mm512_and_si512(_mm512_srlv_epi16(qh, glo[p]), one);
+                __m512i bhi = _mm512_and_si512(_mm512_srlv_epi16(qh, ghi[p]), one);
+                lo = _mm512_or_si512(lo, _mm512_slli_epi16(blo, 4));
+                hi = _mm512_or_si512(hi, _mm512_slli_epi16(bhi, 4));
+            }
+            __m512i pl = _mm512_maddubs_epi16(lo, _mm512_loadu_si512(xb + 4 + 128 * p));
+            __m512i ph = _mm512_maddubs_epi16(hi, _mm512_loadu_si512(xb + 68 + 128 * p));
+            sa = _mm512_dpwssd_epi32(sa, pl, _mm512_permutexvar_epi16(glo[p], scales));
+            sb = _mm512_dpwssd_epi32(sb, ph, _mm512_permutexvar_epi16(ghi[p], scales));
         }
         __m256i m = _mm256_madd_epi16(load256(xb + 260), per16);
-        int32_t sumi, summ = 0;
-        if (has_min(t)) {
-            sumi = _mm512_reduce_add_epi32(sum);
-            summ = hsum256_i32(m);
-        } else {
-            sumi = _mm512_reduce_add_epi32(_mm512_add_epi32(sum, _mm512_zextsi256_si512(m)));
-        }
-        float dx = f32_at(xb);
-        float v = (dx * d) * (float)sumi;
-        if (has_min(t))
-            v = v - (dx * dmin) * (float)summ;
-        acc = acc + v;
+        __m128 sm = sums_sm(_mm512_add_epi32(sa, sb), m);
+        __m128 dx = _mm_set1_ps(f32_at(xb));
+        uint32_t dd;
+        memcpy(&dd, blk, sizeof dd);
+        __m128 p = _mm_mul_ps(_mm_mul_ps(dx, _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd))), sm);
+        acc = _mm_add_ss(acc, _mm_sub_ss(p, _mm_movehdup_ps(p)));
     }
-    return acc;
+    return _mm_cvtss_f32(acc);
+}
+
+INLINE void gemv_rows(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                      uint32_t i1, const uint8_t *xp, float *y)
+{
+    size_t bb = px_dtype_block_bytes(t);
+    for (uint32_t i = i0; i < i1; i++) {
+        const uint8_t *row = w + (size_t)i * row_bytes;
+        float v = 0;
+        for (uint32_t c0 = 0; c0 < k; c0 += PX__RT_QCHUNK) {
+            uint32_t n = PX_MIN(PX__RT_QCHUNK, k - c0);
+            float d = gemv_dot(t, row + c0 / PX__RT_QK * bb,
+                               xp + (size_t)c0 / PX__RT_QK * PX__RT_Q8_K_BYTES, n);
+            v = c0 == 0 ? d : v + d;
+        }
+        y[i] = v;
+    }
+}
+
+static TGT void gemv_q4_k(const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
+                          const uint8_t *xp, float *y)
+{
+    gemv_rows(PX_DTYPE_Q4_K, w, row_bytes, k, i0, i1, xp, y);
+}
+
+static TGT void gemv_q5_k(const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
+                          const uint8_t *xp, float *y)
+{
+    gemv_rows(PX_DTYPE_Q5_K, w, row_bytes, k, i0, i1, xp, y);
+}
+
+TGT bool px__rt_quant_gemv_x512(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k,
+                                uint32_t i0, uint32_t i1, const uint8_t *xq, float *y)
+{
+    if ((t != PX_DTYPE_Q4_K && t != PX_DTYPE_Q5_K) || k > GEMV_MAX_K || k % PX__RT_QK)
+        return false;
+    _Alignas(64) uint8_t xp[GEMV_MAX_K / PX__RT_QK * PX__RT_Q8_K_BYTES];
+    gemv_act(xq, k, xp);
+    if (t == PX_DTYPE_Q4_K)
+        gemv_q4_k(w, row_bytes, k, i0, i1, xp, y);
+    else
+        gemv_q5_k(w, row_bytes, k, i0, i1, xp, y);
+    return true;
 }
 
 _Static_assert(PX__RT_QDOT_ROWS == 4, "dotn_k reduces four rows at once");

@@ -74,8 +74,11 @@ typedef struct px__rt_qblock {
 static inline void px__rt_q4_k_scales(const uint8_t *s12, uint64_t *scales, uint64_t *mins)
 {
     const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+    /* Three word loads: one copy into an array went through the stack. */
     uint32_t u[3];
-    memcpy(u, s12, sizeof u);
+    memcpy(&u[0], s12, 4);
+    memcpy(&u[1], s12 + 4, 4);
+    memcpy(&u[2], s12 + 8, 4);
     uint32_t sc_hi = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
     uint32_t m_hi = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
     *scales = (uint64_t)sc_hi << 32 | (u[0] & k1);
@@ -149,6 +152,12 @@ void px__rt_quant_dotn_x86(px_dtype t, const uint8_t *w, const uint8_t *xq, size
                            uint32_t n_x, uint32_t n, float *out);
 void px__rt_quant_dotn_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
                             uint32_t n_x, uint32_t n, float *out);
+/* The AVX-512 product of one activation row (decode) for the formats it has its own for
+ * (Q4_K, Q5_K with k <= 16384): y[i] = the dot of weight row i with xq (px__rt_quant_act over
+ * all k values) for i in [i0, i1), as px__rt_quant_gemm gives it; returns false (and writes
+ * nothing) for the others. */
+bool px__rt_quant_gemv_x512(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                            uint32_t i1, const uint8_t *xq, float *y);
 #endif
 
 /* y[r*ldy + i] = dot(row i of w, activation row r) for i in [i0, i1) and

@@ -192,6 +192,62 @@ static void test_quant_avx2_and_avx512_dots_equal_portable_bit_for_bit(void **st
     }
 }
 
+/* The single-row dots (decode) with every byte of the super-blocks random, d and dmin
+ * included (any f16: negative, tiny, huge, infinite or NaN): the vector dots take the
+ * definition's float steps, so that each result is the portable one bit for bit (NaN where it
+ * is NaN), whatever the scales. */
+static void test_quant_decode_dots_equal_portable_for_any_scales(void **state)
+{
+    (void)state;
+    px__rt_quant_dot_fn variants[2] = {px__rt_quant_dot_avx2(), px__rt_quant_dot_avx512()};
+    if (!variants[0] && !variants[1]) {
+        print_message("skipped: no AVX2 on this processor; the portable dots alone run\n");
+        skip();
+    }
+    px_rng r;
+    px_rng_seed(&r, 17);
+    enum { N = 2048 };
+    static uint8_t w[N / 256 * 210], xq[N / 256 * PX__RT_Q8_K_BYTES];
+    static float x[N];
+    static const px_dtype ks[] = {PX_DTYPE_Q2_K, PX_DTYPE_Q3_K, PX_DTYPE_Q4_K, PX_DTYPE_Q5_K,
+                                  PX_DTYPE_Q6_K};
+    for (size_t f = 0; f < PX_ARRAY_LEN(ks); f++) {
+        px_dtype t = ks[f];
+        for (int trial = 0; trial < 200; trial++) {
+            uint32_t n = 256 * (uint32_t)(1 + px_rng_below(&r, N / 256));
+            for (size_t i = 0; i < sizeof w; i++)
+                w[i] = (uint8_t)px_rng_next(&r);
+            random_floats(&r, x, n);
+            /* Activations of any magnitude too. */
+            float scale = ldexpf(1.0f, (int)px_rng_below(&r, 200) - 100);
+            for (uint32_t i = 0; i < n; i++)
+                x[i] *= scale;
+            px__rt_quant_act(t, x, xq, n);
+            float want = px__rt_quant_dot_portable(t, w, xq, n);
+            for (size_t v = 0; v < 3; v++) {
+                /* v == 2: the avx512 kernels' product of one activation row (decode), which
+                 * lays the activations out anew for Q4_K and Q5_K. */
+                const px__rt_kernels *k512 = px__rt_kernels_avx512();
+                if ((v < 2 && !variants[v]) || (v == 2 && !k512))
+                    continue;
+                float got = NAN;
+                if (v < 2)
+                    got = variants[v](t, w, xq, n);
+                else
+                    k512->matmul_quant(t, w, n / 256 * px_dtype_block_bytes(t), n, 0, 1, xq,
+                                       px__rt_quant_act_bytes(t, n), 1, &got, 1);
+                if (!(isnan(want) && isnan(got)) && memcmp(&want, &got, sizeof want) != 0)
+                    fail_msg("%s, %u values, trial %d: portable %.9g, %s %.9g", px_dtype_name(t), n,
+                             trial, (double)want,
+                             v == 2 ? "avx512 decode product"
+                             : v    ? "avx512"
+                                    : "avx2",
+                             (double)got);
+            }
+        }
+    }
+}
+
 /* The AVX-512 several-row dots (prefill) for every row count of a group
  * (1 .. PX__RT_QDOT_ROWS), over different activation rows, one of them
  * all zero and one holding an infinity: each row's result is bit for bit
@@ -643,6 +699,7 @@ int main(void)
         cmocka_unit_test(test_q3_k_m_dequantizes_like_the_reference),
         cmocka_unit_test(test_q2_k_dequantizes_like_the_reference),
         cmocka_unit_test(test_quant_avx2_and_avx512_dots_equal_portable_bit_for_bit),
+        cmocka_unit_test(test_quant_decode_dots_equal_portable_for_any_scales),
         cmocka_unit_test(test_quant_avx512_several_row_dots_equal_portable_per_row),
         cmocka_unit_test(test_quant_avx512_activations_equal_portable_bytes),
         cmocka_unit_test(test_quant_dot_close_to_float_dot),
