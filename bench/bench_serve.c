@@ -432,10 +432,10 @@ static group_use group_use_now(pid_t pgid)
     return u;
 }
 
-/* The value of the first line of `metric` in the server's /metrics that
- * carries it (summed over replicas when it is per replica); NAN when
+/* The value of `metric` in the server's /metrics, summed over replicas
+ * when it is per replica, or replica `only`'s alone (>= 0); NAN when
  * absent. */
-static double scrape(const char *url, const char *metric)
+static double scrape_replica(const char *url, const char *metric, int only)
 {
     char murl[160];
     const char *v1 = strstr(url, "/v1/");
@@ -465,11 +465,35 @@ static double scrape(const char *url, const char *metric)
     for (const char *l = body; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
         if (strncmp(l, metric, mlen) != 0 || (l[mlen] != ' ' && l[mlen] != '{'))
             continue;
+        char label[32];
+        snprintf(label, sizeof label, "{replica=\"%d\"}", only);
+        if (only >= 0 && strncmp(l + mlen, label, strlen(label)) != 0)
+            continue;
         const char *sp = strchr(l, ' ');
         if (sp)
             sum = (isnan(sum) ? 0 : sum) + strtod(sp + 1, NULL);
     }
     return sum;
+}
+
+static double scrape(const char *url, const char *metric)
+{
+    return scrape_replica(url, metric, -1);
+}
+
+/* Per replica, the counters that say what batch it formed. */
+#define MAX_REPS 8
+typedef struct rep_rows {
+    double steps, rows, decode_steps, decode_rows;
+} rep_rows;
+
+static void rows_now(const char *url, int n_reps, rep_rows *out)
+{
+    for (int i = 0; i < n_reps && i < MAX_REPS; i++)
+        out[i] = (rep_rows){scrape_replica(url, "plexus_serve_steps_total", i),
+                            scrape_replica(url, "plexus_serve_step_rows_total", i),
+                            scrape_replica(url, "plexus_serve_decode_steps_total", i),
+                            scrape_replica(url, "plexus_serve_decode_rows_total", i)};
 }
 
 /* Serves the plan in `plan` (made for emu-small) and prints its observed
@@ -493,12 +517,21 @@ static void serve_plan(const char *label, const char *model, const char *invento
     double by_tpot = 0;
     size_t ri;
     const json_t *rep;
+    /* Each replica's stages, and the rows of a micro-batch it priced. */
+    int n_reps = 0, rep_stages[MAX_REPS] = {0};
+    double rep_mb_rows[MAX_REPS] = {0};
     json_array_foreach(json_object_get(doc, "replicas"), ri, rep)
     {
         double t = json_number_value(json_object_get(rep, "tpot_s"));
         json_int_t b = json_integer_value(json_object_get(rep, "batch"));
+        json_int_t mb = json_integer_value(json_object_get(rep, "micro_batches"));
         if (t > 0 && b > 0)
             by_tpot += (double)b / t;
+        if (ri < MAX_REPS) {
+            rep_stages[ri] = (int)json_array_size(json_object_get(rep, "stages"));
+            rep_mb_rows[ri] = mb > 0 ? ceil((double)b / (double)mb) : (double)b;
+            n_reps = (int)ri + 1;
+        }
     }
     size_t n_stages = json_array_size(json_object_get(doc, "stages"));
     json_decref(doc);
@@ -521,6 +554,8 @@ static void serve_plan(const char *label, const char *model, const char *invento
     double inc0 = scrape(s.url, "plexus_serve_incidents_total");
     double steps0 = scrape(s.url, "plexus_serve_steps_total");
     double tok0 = scrape(s.url, "plexus_serve_engine_generated_tokens_total");
+    rep_rows r0[MAX_REPS], r1[MAX_REPS];
+    rows_now(s.url, n_reps, r0);
     group_use u0 = group_use_now(s.pid);
     double cpu_cl = self_cpu_s(), t0 = now_s();
     level lv = load(s.url, clients, 3, 100, false);
@@ -530,6 +565,7 @@ static void serve_plan(const char *label, const char *model, const char *invento
     double incidents = scrape(s.url, "plexus_serve_incidents_total") - inc0;
     double steps = scrape(s.url, "plexus_serve_steps_total") - steps0;
     double tokens = scrape(s.url, "plexus_serve_engine_generated_tokens_total") - tok0;
+    rows_now(s.url, n_reps, r1);
     stop_server(&s);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     bool inside = lv.tokens_per_s >= lo && lv.tokens_per_s <= hi;
@@ -554,6 +590,14 @@ static void serve_plan(const char *label, const char *model, const char *invento
            srv * per_tok, wrk, 100 * wrk / cap, wrk * per_tok, u1.server_wait - u0.server_wait,
            u1.workers_wait - u0.workers_wait, steps, steps > 0 ? tokens / steps : 0, incidents,
            incidents == 1 ? "" : "s");
+    for (int i = 0; i < n_reps; i++) {
+        double st = r1[i].steps - r0[i].steps, ds = r1[i].decode_steps - r0[i].decode_steps;
+        printf("  replica %d (%d stage%s): priced %.0f rows per micro-batch; %.0f steps of %.1f "
+               "rows, %.0f of them decode only, of %.1f rows\n",
+               i, rep_stages[i], rep_stages[i] == 1 ? "" : "s", rep_mb_rows[i], st,
+               st > 0 ? (r1[i].rows - r0[i].rows) / st : 0, ds,
+               ds > 0 ? (r1[i].decode_rows - r0[i].decode_rows) / ds : 0);
+    }
     fflush(stdout);
 }
 
