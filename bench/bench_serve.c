@@ -19,7 +19,12 @@
  *    loads it with as many clients as the plan batches, and prints the
  *    observed tokens/s against the plan's predicted interval; then the
  *    same with the inventory calibrated on this machine (`plexus
- *    calibrate`, `plexus plan --mode calibrated`).  For each it also
+ *    calibrate`, `plexus plan --mode calibrated`).  The plan predicts the
+ *    steady state, so the clients send one request after another and the
+ *    figures come from a window that opens once every sequence in flight
+ *    has its first tokens (the ramp and the drain are left out); per
+ *    replica it prints the rows its steps carried against the rows of the
+ *    micro-batch it priced.  For each it also
  *    prints what shared the host's cores while it was measured (CPU
  *    seconds of the clients, the server and the stage workers, and the
  *    time their threads waited for a core), the rows per engine step, and
@@ -35,6 +40,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,7 +236,11 @@ typedef struct client {
     int n_requests, max_tokens, index;
     bool stream;
     req_result *out;
+    bool until_stop; /* one request after another until stop_clients; out unused */
+    int failed;      /* ...and how many of them failed */
 } client;
+
+static atomic_bool stop_clients;
 
 static const char *const prompts[] = {
     "Once upon a time",       "The quick brown fox", "In a land far", "It was a dark and", "Hello",
@@ -240,7 +250,12 @@ static void *client_main(void *arg)
 {
     client *cl = arg;
     CURL *c = curl_easy_init();
-    for (int i = 0; i < cl->n_requests; i++)
+    for (int i = 0; cl->until_stop && !atomic_load(&stop_clients); i++)
+        cl->failed +=
+            !one_request(c, cl->url, prompts[(size_t)(cl->index + i) % PX_ARRAY_LEN(prompts)],
+                         cl->max_tokens, cl->stream)
+                 .ok;
+    for (int i = 0; !cl->until_stop && i < cl->n_requests; i++)
         cl->out[i] =
             one_request(c, cl->url, prompts[(size_t)(cl->index + i) % PX_ARRAY_LEN(prompts)],
                         cl->max_tokens, cl->stream);
@@ -543,14 +558,34 @@ static void serve_plan(const char *label, const char *model, const char *invento
         in_flight = batch * reps;
     int clients = (int)PX_MIN(in_flight, (json_int_t)MAX_CLIENT);
     server s = {0};
-    const char *args[] = {"--model", model,     "--inventory", inventory, "--plan",
-                          plan,      "--queue", "1024",        NULL};
+    /* Room for the clients' connections and the bench's scrapes. */
+    const char *args[] = {"--model", model,  "--inventory",       inventory, "--plan", plan,
+                          "--queue", "1024", "--max-connections", "1024",    NULL};
     if (!start_server(&s, args)) {
         printf("emu-small throughput plan, %s: plexus serve did not start\n", label);
         stop_server(&s);
         return;
     }
     load(s.url, 2, 1, 16, false);
+    /* The plan predicts the steady state: every replica's batch full,
+     * requests ending and new ones taking their places.  The clients send
+     * one request after another (up to 100 new tokens each) until told to
+     * stop; the window opens once the sequences in flight have produced 20
+     * tokens each (all admitted), and the figures are the window's. */
+    static pthread_t th[MAX_CLIENT];
+    static client cl[MAX_CLIENT];
+    atomic_store(&stop_clients, false);
+    double tok_start = scrape(s.url, "plexus_serve_engine_generated_tokens_total");
+    for (int i = 0; i < clients; i++) {
+        cl[i] = (client){
+            .url = s.url, .max_tokens = 100, .index = i, .stream = false, .until_stop = true};
+        pthread_create(&th[i], NULL, client_main, &cl[i]);
+    }
+    double ramp0 = now_s();
+    while (now_s() - ramp0 < 120 &&
+           scrape(s.url, "plexus_serve_engine_generated_tokens_total") - tok_start < 20.0 * clients)
+        usleep(50000);
+    double ramp = now_s() - ramp0;
     double inc0 = scrape(s.url, "plexus_serve_incidents_total");
     double steps0 = scrape(s.url, "plexus_serve_steps_total");
     double tok0 = scrape(s.url, "plexus_serve_engine_generated_tokens_total");
@@ -558,24 +593,31 @@ static void serve_plan(const char *label, const char *model, const char *invento
     rows_now(s.url, n_reps, r0);
     group_use u0 = group_use_now(s.pid);
     double cpu_cl = self_cpu_s(), t0 = now_s();
-    level lv = load(s.url, clients, 3, 100, false);
+    usleep(6000000);
+    double tokens = scrape(s.url, "plexus_serve_engine_generated_tokens_total") - tok0;
     double wall = now_s() - t0;
     cpu_cl = self_cpu_s() - cpu_cl;
     group_use u1 = group_use_now(s.pid);
     double incidents = scrape(s.url, "plexus_serve_incidents_total") - inc0;
     double steps = scrape(s.url, "plexus_serve_steps_total") - steps0;
-    double tokens = scrape(s.url, "plexus_serve_engine_generated_tokens_total") - tok0;
     rows_now(s.url, n_reps, r1);
+    atomic_store(&stop_clients, true);
+    level lv = {.tokens_per_s = wall > 0 ? tokens / wall : 0};
+    for (int i = 0; i < clients; i++) {
+        pthread_join(th[i], NULL);
+        lv.failed += cl[i].failed;
+    }
     stop_server(&s);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     bool inside = lv.tokens_per_s >= lo && lv.tokens_per_s <= hi;
     printf("emu-small throughput plan, %s (%zu stages, %lld replica%s, %lld sequences in "
-           "flight, EMULATED devices): observed %.0f tok/s with %d clients; predicted %.0f [%.0f, "
+           "flight, EMULATED devices): observed %.0f tok/s with %d clients (steady state, after "
+           "%.1f s of ramp); predicted %.0f [%.0f, "
            "%.0f] (observed/predicted p50 %.2f; the replicas' batches over their times per "
            "token: %.0f tok/s): %s%s\n",
            label, n_stages, (long long)reps, reps == 1 ? "" : "s", (long long)in_flight,
-           lv.tokens_per_s, clients, p50, lo, hi, p50 > 0 ? lv.tokens_per_s / p50 : 0, by_tpot,
-           inside ? "inside the interval" : "OUTSIDE the interval",
+           lv.tokens_per_s, clients, ramp, p50, lo, hi, p50 > 0 ? lv.tokens_per_s / p50 : 0,
+           by_tpot, inside ? "inside the interval" : "OUTSIDE the interval",
            lv.failed ? " (failed requests)" : "");
     /* What shares the host's cores while it is measured: the clients (this
      * process's threads) and the server with its stage workers; and whether
