@@ -376,6 +376,23 @@ static double self_cpu_s(void)
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
+/* CPU seconds every programme on this machine has used (user, nice,
+ * system, irq, softirq and steal time of /proc/stat's "cpu" line). */
+static double machine_cpu_s(void)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    unsigned long long v[8] = {0};
+    int n = f ? fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                       &v[4], &v[5], &v[6], &v[7])
+              : 0;
+    if (f)
+        fclose(f);
+    if (n != 8)
+        return NAN;
+    /* user nice system idle iowait irq softirq steal */
+    return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
+}
+
 /* What the live processes of process group pgid (the server, which leads
  * its own group, and its stage workers) have used: CPU seconds (user +
  * system, /proc/PID/stat) and seconds their threads waited runnable for a
@@ -499,7 +516,7 @@ static double scrape(const char *url, const char *metric)
 /* Per replica, the counters that say what batch it formed. */
 #define MAX_REPS 8
 typedef struct rep_rows {
-    double steps, rows, decode_steps, decode_rows;
+    double steps, rows, decode_steps, decode_rows, tokens;
 } rep_rows;
 
 static void rows_now(const char *url, int n_reps, rep_rows *out)
@@ -508,7 +525,8 @@ static void rows_now(const char *url, int n_reps, rep_rows *out)
         out[i] = (rep_rows){scrape_replica(url, "plexus_serve_steps_total", i),
                             scrape_replica(url, "plexus_serve_step_rows_total", i),
                             scrape_replica(url, "plexus_serve_decode_steps_total", i),
-                            scrape_replica(url, "plexus_serve_decode_rows_total", i)};
+                            scrape_replica(url, "plexus_serve_decode_rows_total", i),
+                            scrape_replica(url, "plexus_serve_engine_generated_tokens_total", i)};
 }
 
 /* Serves the plan in `plan` (made for emu-small) and prints its observed
@@ -534,7 +552,7 @@ static void serve_plan(const char *label, const char *model, const char *invento
     const json_t *rep;
     /* Each replica's stages, and the rows of a micro-batch it priced. */
     int n_reps = 0, rep_stages[MAX_REPS] = {0};
-    double rep_mb_rows[MAX_REPS] = {0};
+    double rep_mb_rows[MAX_REPS] = {0}, rep_pred[MAX_REPS] = {0};
     json_array_foreach(json_object_get(doc, "replicas"), ri, rep)
     {
         double t = json_number_value(json_object_get(rep, "tpot_s"));
@@ -545,6 +563,7 @@ static void serve_plan(const char *label, const char *model, const char *invento
         if (ri < MAX_REPS) {
             rep_stages[ri] = (int)json_array_size(json_object_get(rep, "stages"));
             rep_mb_rows[ri] = mb > 0 ? ceil((double)b / (double)mb) : (double)b;
+            rep_pred[ri] = json_number_value(json_object_get(rep, "throughput"));
             n_reps = (int)ri + 1;
         }
     }
@@ -592,11 +611,12 @@ static void serve_plan(const char *label, const char *model, const char *invento
     rep_rows r0[MAX_REPS], r1[MAX_REPS];
     rows_now(s.url, n_reps, r0);
     group_use u0 = group_use_now(s.pid);
-    double cpu_cl = self_cpu_s(), t0 = now_s();
+    double cpu_cl = self_cpu_s(), t0 = now_s(), all0 = machine_cpu_s();
     usleep(6000000);
     double tokens = scrape(s.url, "plexus_serve_engine_generated_tokens_total") - tok0;
     double wall = now_s() - t0;
     cpu_cl = self_cpu_s() - cpu_cl;
+    double all = machine_cpu_s() - all0;
     group_use u1 = group_use_now(s.pid);
     double incidents = scrape(s.url, "plexus_serve_incidents_total") - inc0;
     double steps = scrape(s.url, "plexus_serve_steps_total") - steps0;
@@ -632,11 +652,20 @@ static void serve_plan(const char *label, const char *model, const char *invento
            srv * per_tok, wrk, 100 * wrk / cap, wrk * per_tok, u1.server_wait - u0.server_wait,
            u1.workers_wait - u0.workers_wait, steps, steps > 0 ? tokens / steps : 0, incidents,
            incidents == 1 ? "" : "s");
+    /* The plan prices the host's cores as this serving's alone: what
+     * other programmes took of them meanwhile is the share it did not
+     * have. */
+    double others = all - cpu_cl - srv - wrk;
+    printf("  other programmes on this machine meanwhile: %.2f CPU-s (%.1f%% of the cores); the "
+           "plan prices the %ld cores as this serving's alone\n",
+           others, 100 * others / cap, cores);
     for (int i = 0; i < n_reps; i++) {
         double st = r1[i].steps - r0[i].steps, ds = r1[i].decode_steps - r0[i].decode_steps;
-        printf("  replica %d (%d stage%s): priced %.0f rows per micro-batch; %.0f steps of %.1f "
-               "rows, %.0f of them decode only, of %.1f rows\n",
-               i, rep_stages[i], rep_stages[i] == 1 ? "" : "s", rep_mb_rows[i], st,
+        double tps = (r1[i].tokens - r0[i].tokens) / wall;
+        printf("  replica %d (%d stage%s): %.0f tok/s, predicted %.0f (%.2f); priced %.0f rows per "
+               "micro-batch; %.0f steps of %.1f rows, %.0f of them decode only, of %.1f rows\n",
+               i, rep_stages[i], rep_stages[i] == 1 ? "" : "s", tps, rep_pred[i],
+               rep_pred[i] > 0 ? tps / rep_pred[i] : 0, rep_mb_rows[i], st,
                st > 0 ? (r1[i].rows - r0[i].rows) / st : 0, ds,
                ds > 0 ? (r1[i].decode_rows - r0[i].decode_rows) / ds : 0);
     }
