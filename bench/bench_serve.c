@@ -19,7 +19,12 @@
  *    loads it with as many clients as the plan batches, and prints the
  *    observed tokens/s against the plan's predicted interval; then the
  *    same with the inventory calibrated on this machine (`plexus
- *    calibrate`, `plexus plan --mode calibrated`).  For each it also
+ *    calibrate`, `plexus plan --mode calibrated`).  The plan predicts the
+ *    steady state, so the clients send one request after another and the
+ *    figures come from a window that opens once every sequence in flight
+ *    has its first tokens (the ramp and the drain are left out); per
+ *    replica it prints the rows its steps carried against the rows of the
+ *    micro-batch it priced.  For each it also
  *    prints what shared the host's cores while it was measured (CPU
  *    seconds of the clients, the server and the stage workers, and the
  *    time their threads waited for a core), the rows per engine step, and
@@ -35,6 +40,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,7 +236,11 @@ typedef struct client {
     int n_requests, max_tokens, index;
     bool stream;
     req_result *out;
+    bool until_stop; /* one request after another until stop_clients; out unused */
+    int failed;      /* ...and how many of them failed */
 } client;
+
+static atomic_bool stop_clients;
 
 static const char *const prompts[] = {
     "Once upon a time",       "The quick brown fox", "In a land far", "It was a dark and", "Hello",
@@ -240,7 +250,12 @@ static void *client_main(void *arg)
 {
     client *cl = arg;
     CURL *c = curl_easy_init();
-    for (int i = 0; i < cl->n_requests; i++)
+    for (int i = 0; cl->until_stop && !atomic_load(&stop_clients); i++)
+        cl->failed +=
+            !one_request(c, cl->url, prompts[(size_t)(cl->index + i) % PX_ARRAY_LEN(prompts)],
+                         cl->max_tokens, cl->stream)
+                 .ok;
+    for (int i = 0; !cl->until_stop && i < cl->n_requests; i++)
         cl->out[i] =
             one_request(c, cl->url, prompts[(size_t)(cl->index + i) % PX_ARRAY_LEN(prompts)],
                         cl->max_tokens, cl->stream);
@@ -361,6 +376,23 @@ static double self_cpu_s(void)
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
+/* CPU seconds every programme on this machine has used (user, nice,
+ * system, irq, softirq and steal time of /proc/stat's "cpu" line). */
+static double machine_cpu_s(void)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    unsigned long long v[8] = {0};
+    int n = f ? fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                       &v[4], &v[5], &v[6], &v[7])
+              : 0;
+    if (f)
+        fclose(f);
+    if (n != 8)
+        return NAN;
+    /* user nice system idle iowait irq softirq steal */
+    return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
+}
+
 /* What the live processes of process group pgid (the server, which leads
  * its own group, and its stage workers) have used: CPU seconds (user +
  * system, /proc/PID/stat) and seconds their threads waited runnable for a
@@ -432,10 +464,10 @@ static group_use group_use_now(pid_t pgid)
     return u;
 }
 
-/* The value of the first line of `metric` in the server's /metrics that
- * carries it (summed over replicas when it is per replica); NAN when
+/* The value of `metric` in the server's /metrics, summed over replicas
+ * when it is per replica, or replica `only`'s alone (>= 0); NAN when
  * absent. */
-static double scrape(const char *url, const char *metric)
+static double scrape_replica(const char *url, const char *metric, int only)
 {
     char murl[160];
     const char *v1 = strstr(url, "/v1/");
@@ -465,11 +497,36 @@ static double scrape(const char *url, const char *metric)
     for (const char *l = body; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
         if (strncmp(l, metric, mlen) != 0 || (l[mlen] != ' ' && l[mlen] != '{'))
             continue;
+        char label[32];
+        snprintf(label, sizeof label, "{replica=\"%d\"}", only);
+        if (only >= 0 && strncmp(l + mlen, label, strlen(label)) != 0)
+            continue;
         const char *sp = strchr(l, ' ');
         if (sp)
             sum = (isnan(sum) ? 0 : sum) + strtod(sp + 1, NULL);
     }
     return sum;
+}
+
+static double scrape(const char *url, const char *metric)
+{
+    return scrape_replica(url, metric, -1);
+}
+
+/* Per replica, the counters that say what batch it formed. */
+#define MAX_REPS 8
+typedef struct rep_rows {
+    double steps, rows, decode_steps, decode_rows, tokens;
+} rep_rows;
+
+static void rows_now(const char *url, int n_reps, rep_rows *out)
+{
+    for (int i = 0; i < n_reps && i < MAX_REPS; i++)
+        out[i] = (rep_rows){scrape_replica(url, "plexus_serve_steps_total", i),
+                            scrape_replica(url, "plexus_serve_step_rows_total", i),
+                            scrape_replica(url, "plexus_serve_decode_steps_total", i),
+                            scrape_replica(url, "plexus_serve_decode_rows_total", i),
+                            scrape_replica(url, "plexus_serve_engine_generated_tokens_total", i)};
 }
 
 /* Serves the plan in `plan` (made for emu-small) and prints its observed
@@ -493,12 +550,22 @@ static void serve_plan(const char *label, const char *model, const char *invento
     double by_tpot = 0;
     size_t ri;
     const json_t *rep;
+    /* Each replica's stages, and the rows of a micro-batch it priced. */
+    int n_reps = 0, rep_stages[MAX_REPS] = {0};
+    double rep_mb_rows[MAX_REPS] = {0}, rep_pred[MAX_REPS] = {0};
     json_array_foreach(json_object_get(doc, "replicas"), ri, rep)
     {
         double t = json_number_value(json_object_get(rep, "tpot_s"));
         json_int_t b = json_integer_value(json_object_get(rep, "batch"));
+        json_int_t mb = json_integer_value(json_object_get(rep, "micro_batches"));
         if (t > 0 && b > 0)
             by_tpot += (double)b / t;
+        if (ri < MAX_REPS) {
+            rep_stages[ri] = (int)json_array_size(json_object_get(rep, "stages"));
+            rep_mb_rows[ri] = mb > 0 ? ceil((double)b / (double)mb) : (double)b;
+            rep_pred[ri] = json_number_value(json_object_get(rep, "throughput"));
+            n_reps = (int)ri + 1;
+        }
     }
     size_t n_stages = json_array_size(json_object_get(doc, "stages"));
     json_decref(doc);
@@ -510,36 +577,67 @@ static void serve_plan(const char *label, const char *model, const char *invento
         in_flight = batch * reps;
     int clients = (int)PX_MIN(in_flight, (json_int_t)MAX_CLIENT);
     server s = {0};
-    const char *args[] = {"--model", model,     "--inventory", inventory, "--plan",
-                          plan,      "--queue", "1024",        NULL};
+    /* Room for the clients' connections and the bench's scrapes. */
+    const char *args[] = {"--model", model,  "--inventory",       inventory, "--plan", plan,
+                          "--queue", "1024", "--max-connections", "1024",    NULL};
     if (!start_server(&s, args)) {
         printf("emu-small throughput plan, %s: plexus serve did not start\n", label);
         stop_server(&s);
         return;
     }
     load(s.url, 2, 1, 16, false);
+    /* The plan predicts the steady state: every replica's batch full,
+     * requests ending and new ones taking their places.  The clients send
+     * one request after another (up to 100 new tokens each) until told to
+     * stop; the window opens once the sequences in flight have produced 20
+     * tokens each (all admitted), and the figures are the window's. */
+    static pthread_t th[MAX_CLIENT];
+    static client cl[MAX_CLIENT];
+    atomic_store(&stop_clients, false);
+    double tok_start = scrape(s.url, "plexus_serve_engine_generated_tokens_total");
+    for (int i = 0; i < clients; i++) {
+        cl[i] = (client){
+            .url = s.url, .max_tokens = 100, .index = i, .stream = false, .until_stop = true};
+        pthread_create(&th[i], NULL, client_main, &cl[i]);
+    }
+    double ramp0 = now_s();
+    while (now_s() - ramp0 < 120 &&
+           scrape(s.url, "plexus_serve_engine_generated_tokens_total") - tok_start < 20.0 * clients)
+        usleep(50000);
+    double ramp = now_s() - ramp0;
     double inc0 = scrape(s.url, "plexus_serve_incidents_total");
     double steps0 = scrape(s.url, "plexus_serve_steps_total");
     double tok0 = scrape(s.url, "plexus_serve_engine_generated_tokens_total");
+    rep_rows r0[MAX_REPS], r1[MAX_REPS];
+    rows_now(s.url, n_reps, r0);
     group_use u0 = group_use_now(s.pid);
-    double cpu_cl = self_cpu_s(), t0 = now_s();
-    level lv = load(s.url, clients, 3, 100, false);
+    double cpu_cl = self_cpu_s(), t0 = now_s(), all0 = machine_cpu_s();
+    usleep(6000000);
+    double tokens = scrape(s.url, "plexus_serve_engine_generated_tokens_total") - tok0;
     double wall = now_s() - t0;
     cpu_cl = self_cpu_s() - cpu_cl;
+    double all = machine_cpu_s() - all0;
     group_use u1 = group_use_now(s.pid);
     double incidents = scrape(s.url, "plexus_serve_incidents_total") - inc0;
     double steps = scrape(s.url, "plexus_serve_steps_total") - steps0;
-    double tokens = scrape(s.url, "plexus_serve_engine_generated_tokens_total") - tok0;
+    rows_now(s.url, n_reps, r1);
+    atomic_store(&stop_clients, true);
+    level lv = {.tokens_per_s = wall > 0 ? tokens / wall : 0};
+    for (int i = 0; i < clients; i++) {
+        pthread_join(th[i], NULL);
+        lv.failed += cl[i].failed;
+    }
     stop_server(&s);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     bool inside = lv.tokens_per_s >= lo && lv.tokens_per_s <= hi;
     printf("emu-small throughput plan, %s (%zu stages, %lld replica%s, %lld sequences in "
-           "flight, EMULATED devices): observed %.0f tok/s with %d clients; predicted %.0f [%.0f, "
+           "flight, EMULATED devices): observed %.0f tok/s with %d clients (steady state, after "
+           "%.1f s of ramp); predicted %.0f [%.0f, "
            "%.0f] (observed/predicted p50 %.2f; the replicas' batches over their times per "
            "token: %.0f tok/s): %s%s\n",
            label, n_stages, (long long)reps, reps == 1 ? "" : "s", (long long)in_flight,
-           lv.tokens_per_s, clients, p50, lo, hi, p50 > 0 ? lv.tokens_per_s / p50 : 0, by_tpot,
-           inside ? "inside the interval" : "OUTSIDE the interval",
+           lv.tokens_per_s, clients, ramp, p50, lo, hi, p50 > 0 ? lv.tokens_per_s / p50 : 0,
+           by_tpot, inside ? "inside the interval" : "OUTSIDE the interval",
            lv.failed ? " (failed requests)" : "");
     /* What shares the host's cores while it is measured: the clients (this
      * process's threads) and the server with its stage workers; and whether
@@ -554,6 +652,23 @@ static void serve_plan(const char *label, const char *model, const char *invento
            srv * per_tok, wrk, 100 * wrk / cap, wrk * per_tok, u1.server_wait - u0.server_wait,
            u1.workers_wait - u0.workers_wait, steps, steps > 0 ? tokens / steps : 0, incidents,
            incidents == 1 ? "" : "s");
+    /* The plan prices the host's cores as this serving's alone: what
+     * other programmes took of them meanwhile is the share it did not
+     * have. */
+    double others = all - cpu_cl - srv - wrk;
+    printf("  other programmes on this machine meanwhile: %.2f CPU-s (%.1f%% of the cores); the "
+           "plan prices the %ld cores as this serving's alone\n",
+           others, 100 * others / cap, cores);
+    for (int i = 0; i < n_reps; i++) {
+        double st = r1[i].steps - r0[i].steps, ds = r1[i].decode_steps - r0[i].decode_steps;
+        double tps = (r1[i].tokens - r0[i].tokens) / wall;
+        printf("  replica %d (%d stage%s): %.0f tok/s, predicted %.0f (%.2f); priced %.0f rows per "
+               "micro-batch; %.0f steps of %.1f rows, %.0f of them decode only, of %.1f rows\n",
+               i, rep_stages[i], rep_stages[i] == 1 ? "" : "s", tps, rep_pred[i],
+               rep_pred[i] > 0 ? tps / rep_pred[i] : 0, rep_mb_rows[i], st,
+               st > 0 ? (r1[i].rows - r0[i].rows) / st : 0, ds,
+               ds > 0 ? (r1[i].decode_rows - r0[i].decode_rows) / ds : 0);
+    }
     fflush(stdout);
 }
 

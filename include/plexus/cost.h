@@ -350,6 +350,13 @@ typedef struct px_cost_stage_est {
     bool dtype_fallback; /* the wanted compute dtype is missing; a wider one is used */
     px_cost_mem mem;     /* per device of the group (host bytes excluded) */
     double host_bytes;   /* KV kept in host memory */
+    /* What one more attended position (a cache position one row of a
+     * decode step attends to) adds to decode_s, by the term that binds
+     * it: its KV bytes read, or its score and weighted-value FLOPs, and
+     * its KV over the host link when the cache lives there.  A step's
+     * attention grows with the positions its rows attend, at constant
+     * rows; the healing loop expects it to (0 for DiT). */
+    double attention_pos_s;
 } px_cost_stage_est;
 
 typedef struct px_cost_estimate {

@@ -171,11 +171,14 @@ typedef struct px_heal_envelope {
                                            [n]: to the executor */
     char device[PX_RT_MAX_STAGES][64]; /* each stage's device id, for loci and
                                           evidence ("" reads as "stageN") */
+    /* What one more attended position adds to each stage's step (the
+     * plan's attention_s_per_position); 0 or NAN: not known. */
+    double attention_pos_s[PX_RT_MAX_STAGES];
 } px_heal_envelope;
 
 /* Builds the envelope from a pipeline spec's predictions (borrowed): the
- * stages' decode intervals; hops are unknown (NAN) since a pipeline spec
- * carries no per-hop prediction. */
+ * stages' decode intervals and time per attended position; hops are
+ * unknown (NAN) since a pipeline spec carries no per-hop prediction. */
 void px_heal_envelope_from_spec(const px_rt_pipeline_spec *spec, px_heal_envelope *out);
 
 typedef struct px_heal_detector_opts {
@@ -198,7 +201,8 @@ typedef struct px_heal_sample {
     uint32_t rows; /* rows the step carried (sequences' tokens); 0: not known */
     /* Cache positions the step's rows attended to (each sequence's
      * position plus its tokens, summed); 0: not known.  Recorded in
-     * traces; the detector does not scale by it (see observe). */
+     * traces; the detector expects a stage's attention to grow with it
+     * (see observe). */
     uint64_t context;
     /* Of compute_s[i], the time stage i waited runnable for a core: the
      * host's other work, not the stage's device (0: none or not known). */
@@ -268,9 +272,17 @@ void px_heal_detector_free(px_heal_detector *d); /* NULL is a no-op */
  * cost that is a fixed time plus a time per row: a step taking
  * proportionally longer for proportionally more rows departs from
  * nothing.  floor_s is a margin on the step as it ran: the observed time
- * must exceed the expected one by that much.  The attended context
- * (context) is recorded but not yet judged by: the same proportional
- * bound for it hid a twentyfold slowdown early in a short generation.
+ * must exceed the expected one by that much.
+ * Attended positions: a stage's attention grows with the cache positions
+ * its rows attend (context), at constant rows.  When the envelope knows
+ * the stage's time per attended position (attention_pos_s, from the
+ * plan's cost model) and the samples their context, the stage's
+ * expected time also grows by that time for every position past those
+ * the baseline steps attended (their median, times the rows' factor
+ * above); never by more per position than the whole baseline step over
+ * its positions, and never below the rows' expectation.  A step whose
+ * positions grow as its cost model says departs from nothing; a slowdown
+ * at constant positions still does.  Hops are not scaled by it.
  * Deterministic: the same samples give the same findings. */
 bool px_heal_detector_observe(px_heal_detector *d, const px_heal_sample *s, px_heal_finding *f);
 /* Starts a new baseline (after a plan change) with a new envelope. */

@@ -28,9 +28,9 @@ extern "C" {
  * needs a block that is not free, the youngest running sequence is
  * preempted: its blocks are freed and it waits at the head of the queue,
  * to be prefilled again with every token it had (recompute), emitting
- * nothing twice.  Through a pipeline of S stages up to S micro-batches are
- * in flight, each with its own sequences, so that the stages work at the
- * same time.
+ * nothing twice.  Through a pipeline, as many micro-batches as its plan
+ * priced (else one per stage) are in flight, each with its own share of
+ * the sequences, so that the stages work at the same time.
  *
  * Because a row's result never depends on the other rows of its step
  * (see the ops above), a request's tokens do not depend on what runs
@@ -129,10 +129,13 @@ typedef struct px_rt_engine_opts {
     px_rt_session *session;
     px_rt_executor *executor;
     const px_rt_tokenizer *tokenizer; /* borrowed; required */
-    uint32_t max_running;   /* sequences running at once; 0 (or more): the runner's max_seqs */
-    uint32_t step_tokens;   /* rows per step; 0 (or more): the runner's max_batch_tokens */
-    uint32_t max_waiting;   /* requests queued; 0: 1024.  More: PX_ELIMIT */
-    uint32_t micro_batches; /* steps in flight; 0: the pipeline's stages (1 for a session) */
+    uint32_t max_running; /* sequences running at once; 0 (or more): the runner's max_seqs */
+    uint32_t step_tokens; /* rows per step; 0 (or more): the runner's max_batch_tokens */
+    uint32_t max_waiting; /* requests queued; 0: 1024.  More: PX_ELIMIT */
+    /* Steps in flight; 0: the micro-batches of the executor's plan
+     * (px_rt_pipeline_spec.micro_batches), else one per stage (1 for a
+     * session).  Each step carries its share of the sequences. */
+    uint32_t micro_batches;
     const px_rt_supervisor *supervisor; /* borrowed; executor only; may be NULL */
     /* (optional) Filled as steps run: the generation's totals and, through
      * a pipeline, every stage's compute and transfers (borrowed). */
@@ -183,6 +186,10 @@ typedef struct px_rt_engine_metrics {
     uint32_t kv_block_size, kv_blocks, kv_blocks_used;
     uint64_t submitted, finished, cancelled, failed, rejected;
     uint64_t steps, prompt_tokens, new_tokens, recomputed_tokens;
+    /* Rows the steps carried (prompt chunks and decode tokens), and the
+     * steps that carried only decode rows with their rows: the batch the
+     * engine actually forms, against the one its plan priced. */
+    uint64_t step_rows, decode_steps, decode_rows;
     uint64_t preemptions;
     uint64_t busy_ns; /* time spent in steps */
     uint64_t recoveries;

@@ -351,6 +351,10 @@ typedef struct px_rt_stage_spec {
     px_rt_emu_profile emu;        /* for backend "emu" */
     px_rt_interval pred_decode_s; /* per token */
     px_rt_interval pred_prefill_s;
+    /* What one more attended cache position (summed over a step's rows)
+     * adds to the stage's decode step, by the plan's cost model (its
+     * "attention_s_per_position"); 0 or NAN when the plan does not say. */
+    double pred_attention_pos_s;
 } px_rt_stage_spec;
 
 typedef struct px_rt_pipeline_spec {
@@ -362,13 +366,19 @@ typedef struct px_rt_pipeline_spec {
     bool emulated;               /* some stage runs on an emulated device */
     uint32_t plan_prompt_tokens; /* the workload the plan predicted for */
     px_rt_interval pred_tpot_s, pred_ttft_s;
+    /* The micro-batches the plan priced in flight at once through these
+     * stages (its replica's "micro_batches"), 1 to PX_RT_MAX_STAGES; 0
+     * when the plan does not say.  The engine keeps that many steps in
+     * flight, each with its share of the sequences. */
+    uint32_t micro_batches;
 } px_rt_pipeline_spec;
 
 /* Reads the stages of a `plexus.plan/1` document (borrowed): layers
  * {first, last} (inclusive blocks; last = first - 1 for a stage with no
  * block, allowed only for the first stage, which holds the embedding, or
  * the last, which holds the head), embedding, head, devices, backend,
- * emulated, predicted; replica 0 only.  With an inventory (borrowed; may
+ * emulated, predicted; replica 0 only (its "micro_batches", else the
+ * plan's "batching"."micro_batches").  With an inventory (borrowed; may
  * be NULL) each device's backend and emu profile come from it; without,
  * an emu stage must carry its profile as "emu".  name labels messages.
  * Errors: PX_EVALIDATE naming the member (JSON pointer) and the fix:

@@ -72,6 +72,8 @@ static const px_cli_opt opts[] = {
                "KV-cache blocks of 16 positions (default: every\n"
                "sequence's whole context)",
                .hi = INT32_MAX),
+    PX_CLI_OPT("max-connections", 0, PX_CLI_U32, &S.so.max_connections, "N",
+               "HTTP connections open at once (default 256)", .lo = 1, .hi = 65536),
     PX_CLI_OPT("queue", 0, PX_CLI_U32, &S.so.max_queue, "N",
                "requests waiting per replica before 429 (default 64)", .hi = 1u << 20),
     PX_CLI_OPT("inject", 0, PX_CLI_LIST, &injects, "SPEC",

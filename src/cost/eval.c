@@ -328,7 +328,7 @@ static void calibrate_device(const px_cost_params *p, const px_cost_sample *s,
                              const px_cost_device *d, const px_cost_model *m,
                              const px_cost_stage *st, const stage_load *ld, double tp, double bw,
                              double dev_kv, double act_traffic, double T, double rows,
-                             double pf_point, double *mem_s, double *pf)
+                             double pf_point, double *mem_s, double *pf, double *kv_pos_s)
 {
     px_dtype dt = weights_dtype(m, st);
     double size = ld->w_decode / PX_MAX(ld->n_blocks, 1u);
@@ -342,6 +342,15 @@ static void calibrate_device(const px_cost_params *p, const px_cost_sample *s,
         w_s = ld->w_decode / tp / bw;
     if (!a_att)
         kv_s = dev_kv / tp / bw;
+    /* The correction's time per position: its slope over the sourced
+     * time (twice the positions less once; the offset cancels). */
+    double positions = dev_kv > 0 && ld->kv_token > 0 ? dev_kv / ld->kv_token : 0;
+    if (a_att && positions > 0) {
+        bool again;
+        double twice = calib_apply(p, s, d->id, PX_COST_CLASS_ATTENTION, dt, T,
+                                   2.0 * dev_kv / tp / bw_pt, &again);
+        *kv_pos_s = PX_MAX(twice - kv_s, 0.0) / positions;
+    }
     *mem_s = w_s + kv_s + act_traffic / tp / bw;
     double pf_cal = calib_apply(p, s, d->id, PX_COST_CLASS_MATMUL, dt, rows, pf_point, &a_mm);
     if (a_mm)
@@ -424,6 +433,13 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
         double comp_s = flops / tp / peak;
         double kvh_s = st->kv == PX_COST_KV_HOST ? kv_read / tp / (d->host_bw * p->eff_link) : 0;
         double dec = PX_MAX(mem_s, comp_s) + kvh_s + ar;
+        /* One more attended position: its KV read, or its FLOPs, by the
+         * term that binds, and its KV over the host link. */
+        double kv_pos = st->kv == PX_COST_KV_DEVICE && !m->dit ? ld.kv_token / tp / bw : 0;
+        double comp_pos = m->dit ? 0 : ld.flops_pair / tp / peak;
+        double kvh_pos = st->kv == PX_COST_KV_HOST && !m->dit
+                             ? ld.kv_token / tp / (d->host_bw * p->eff_link)
+                             : 0;
         double pf_kvh =
             st->kv == PX_COST_KV_HOST ? b * P * ld.kv_token / tp / (d->host_bw * p->eff_link) : 0;
         double pf =
@@ -448,7 +464,7 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
                 pf_kvh;
             double pf_src = pf;
             calibrate_device(p, s, d, m, st, &ld, tp, bw, dev_kv, act_traffic, T, b * P, pf_point,
-                             &mem_s, &pf);
+                             &mem_s, &pf, &kv_pos);
             dec = PX_MAX(mem_s, comp_s) + kvh_s + ar;
             /* The prefill rows are prefill work: the prefill's correction
              * applies to them. */
@@ -471,6 +487,7 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
             e->allreduce_s = ar;
             e->compute_dtype = cd;
             e->dtype_fallback = fb;
+            e->attention_pos_s = (mem_s >= comp_s ? kv_pos : comp_pos) + kvh_pos;
             double top = PX_MAX(PX_MAX(mem_s, comp_s), PX_MAX(kvh_s, ar));
             e->bind = top == comp_s  ? PX_COST_BIND_COMPUTE
                       : top == mem_s ? PX_COST_BIND_MEMORY_BW

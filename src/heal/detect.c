@@ -16,9 +16,11 @@
 typedef struct signal {
     double *base;      /* baseline_steps samples */
     double *base_rows; /* ...and the rows of each (0: not known) */
+    double *base_ctx;  /* ...and the positions they attended (0: not known) */
     uint32_t n_base;
     double baseline;
-    double rows; /* median rows of the baseline's steps; 0: not known */
+    double rows;    /* median rows of the baseline's steps; 0: not known */
+    double context; /* median positions they attended; 0: not known */
     bool known;
     uint32_t run; /* consecutive departing steps */
     /* The last `window` samples, oldest first at (head - n_recent). */
@@ -58,6 +60,7 @@ void px_heal_envelope_from_spec(const px_rt_pipeline_spec *spec, px_heal_envelop
         bool in = i < out->n_stages;
         out->compute_p50[i] = in ? spec->stages[i].pred_decode_s.p50 : NAN;
         out->compute_hi[i] = in ? spec->stages[i].pred_decode_s.hi : NAN;
+        out->attention_pos_s[i] = in ? spec->stages[i].pred_attention_pos_s : NAN;
         if (in)
             px_strlcpy(out->device[i], spec->stages[i].device, sizeof out->device[i]);
     }
@@ -94,10 +97,11 @@ static void reset(px_heal_detector *d, const px_heal_envelope *env)
     d->stale_checked = d->stale_pending = false;
     for (uint32_t s = 0; s < MAX_SIGNALS; s++) {
         signal *g = &d->sig[s];
-        double *base = g->base, *base_rows = g->base_rows;
+        double *base = g->base, *base_rows = g->base_rows, *base_ctx = g->base_ctx;
         memset(g, 0, sizeof *g);
         g->base = base;
         g->base_rows = base_rows;
+        g->base_ctx = base_ctx;
         g->baseline = NAN;
     }
 }
@@ -132,7 +136,8 @@ px_status px_heal_detector_new(const px_heal_envelope *env, const px_heal_detect
     for (uint32_t s = 0; s < MAX_SIGNALS; s++) {
         d->sig[s].base = malloc(o->baseline_steps * sizeof(double));
         d->sig[s].base_rows = malloc(o->baseline_steps * sizeof(double));
-        if (!d->sig[s].base || !d->sig[s].base_rows) {
+        d->sig[s].base_ctx = malloc(o->baseline_steps * sizeof(double));
+        if (!d->sig[s].base || !d->sig[s].base_rows || !d->sig[s].base_ctx) {
             px_heal_detector_free(d);
             return px_err_set(err, PX_ENOMEM, "out of memory for a detector");
         }
@@ -151,6 +156,7 @@ void px_heal_detector_free(px_heal_detector *d)
     for (uint32_t s = 0; s < MAX_SIGNALS; s++) {
         free(d->sig[s].base);
         free(d->sig[s].base_rows);
+        free(d->sig[s].base_ctx);
     }
     free(d);
 }
@@ -302,7 +308,11 @@ static void confirm_signal(px_heal_detector *d, uint32_t s, uint64_t step, doubl
         px__heal_textf(ratio, sizeof ratio, " (%.3gx)", f->ratio);
     else
         ratio[0] = 0;
-    if (g->rows > 0)
+    bool by_pos = s > n && g->context > 0 && d->env.attention_pos_s[s - n - 1] > 0;
+    if (g->rows > 0 && by_pos)
+        px__heal_textf(at_rows, sizeof at_rows, " at %.0f rows and %.0f positions", g->rows,
+                       g->context);
+    else if (g->rows > 0)
         px__heal_textf(at_rows, sizeof at_rows, " at %.0f rows", g->rows);
     px__heal_textf(f->evidence, sizeof f->evidence,
                    "%s: %s per step%s since step %" PRIu64 ", baseline %s%s%s; %s", name, obs,
@@ -446,6 +456,27 @@ static bool on_busy_host(const px_heal_detector *d, uint32_t s, const bool *busy
     return busy[s - 1] && busy[s];
 }
 
+/* The expected time of signal s in this step over its baseline: the
+ * rows' factor (never below 1), and for a stage whose time per attended
+ * position the envelope knows, that time for every position past the
+ * baseline's (scaled by the rows' factor).  The time per position is
+ * capped at the baseline step over its positions: attention cannot cost
+ * more than the whole step did. */
+static double expected_scale(const px_heal_detector *d, uint32_t s, const signal *g,
+                             const px_heal_sample *smp)
+{
+    double rows = g->rows > 0 && smp->rows > g->rows ? smp->rows / g->rows : 1;
+    uint32_t n = d->env.n_stages;
+    if (s <= n || !(g->baseline > 0) || !(g->context > 0) || smp->context == 0)
+        return rows;
+    double a = d->env.attention_pos_s[s - n - 1];
+    if (!(a > 0) || !isfinite(a))
+        return rows;
+    a = PX_MIN(a, g->baseline / g->context);
+    double more = (double)smp->context - g->context * rows;
+    return more > 0 ? rows + a * more / g->baseline : rows;
+}
+
 /* A time without the part of it spent waiting for a core. */
 static double less_wait(double v, double w)
 {
@@ -473,21 +504,27 @@ bool px_heal_detector_observe(px_heal_detector *d, const px_heal_sample *smp, px
             continue;
         if (!g->known) {
             g->base_rows[g->n_base] = smp->rows;
+            g->base_ctx[g->n_base] = (double)smp->context;
             g->base[g->n_base++] = v;
             if (g->n_base == d->o.baseline_steps) {
                 g->baseline = px__heal_median(g->base, g->n_base);
-                /* Rows are known only if every baseline step knew them. */
-                bool rows = true;
-                for (uint32_t k = 0; k < g->n_base; k++)
+                /* Rows (positions) are known only if every baseline step
+                 * knew them. */
+                bool rows = true, ctx = true;
+                for (uint32_t k = 0; k < g->n_base; k++) {
                     rows = rows && g->base_rows[k] > 0;
+                    ctx = ctx && g->base_ctx[k] > 0;
+                }
                 g->rows = rows ? px__heal_median(g->base_rows, g->n_base) : 0;
+                g->context = ctx ? px__heal_median(g->base_ctx, g->n_base) : 0;
                 g->known = true;
             }
             continue;
         }
         seen[s] = true;
-        /* Scaled back to the baseline's rows (see the header). */
-        double scale = g->rows > 0 && smp->rows > g->rows ? smp->rows / g->rows : 1;
+        /* Scaled back to the baseline's rows and positions (see the
+         * header). */
+        double scale = expected_scale(d, s, g, smp);
         scaled[s] = v / scale;
         /* The floor is a margin on the step as it ran: by how much it
          * exceeded its expected time, not its scaled-back one. */

@@ -521,10 +521,10 @@ static bool detect(px_heal_run *h, px_heal_finding *f)
         }
         h->calib = px__hr_calibrate(&h->raw_env, s, h->n_win);
         h->baseline_wall_s = px__heal_median(walls, h->n_win);
+        px_heal_envelope env;
+        px__hr_envelope_scale(&h->raw_env, h->calib, s, h->n_win, &env);
         free(s);
         free(walls);
-        px_heal_envelope env;
-        px__hr_envelope_scale(&h->raw_env, h->calib, &env);
         /* Worker processes share the machine's cores with everything
          * else: a departure must also exceed one baseline step to count,
          * so that the floor follows the build and the machine's load. */

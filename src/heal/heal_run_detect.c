@@ -8,6 +8,21 @@
     "; plexus writes no such step: replay the trace as plexus run --trace wrote it, or record " \
     "the run again"
 
+/* Stage i's median compute over the n samples, over its predicted p50;
+ * NAN when either is not known.  v has room for n values. */
+static double stage_ratio(const px_heal_envelope *raw, const px_heal_sample *s, size_t n,
+                          uint32_t i, double *v)
+{
+    double pred = raw->compute_p50[i];
+    if (!(pred > 0) || !isfinite(pred))
+        return NAN;
+    size_t k = 0;
+    for (size_t j = 0; j < n; j++)
+        if (i < s[j].n_stages && isfinite(s[j].compute_s[i]))
+            v[k++] = s[j].compute_s[i];
+    return k ? px__heal_median(v, k) / pred : NAN;
+}
+
 double px__hr_calibrate(const px_heal_envelope *raw, const px_heal_sample *s, size_t n)
 {
     double best = NAN;
@@ -15,16 +30,7 @@ double px__hr_calibrate(const px_heal_envelope *raw, const px_heal_sample *s, si
     if (!v)
         return 1.0;
     for (uint32_t i = 0; i < raw->n_stages; i++) {
-        double pred = raw->compute_p50[i];
-        if (!(pred > 0) || !isfinite(pred))
-            continue;
-        size_t k = 0;
-        for (size_t j = 0; j < n; j++)
-            if (i < s[j].n_stages && isfinite(s[j].compute_s[i]))
-                v[k++] = s[j].compute_s[i];
-        if (!k)
-            continue;
-        double r = px__heal_median(v, k) / pred;
+        double r = stage_ratio(raw, s, n, i, v);
         /* The stage the inventory describes best sets the scale: a stage
          * slower than its figures then keeps its own, larger ratio. */
         if (r > 0 && isfinite(r) && !(r >= best))
@@ -34,13 +40,27 @@ double px__hr_calibrate(const px_heal_envelope *raw, const px_heal_sample *s, si
     return best > 0 && isfinite(best) ? best : 1.0;
 }
 
-void px__hr_envelope_scale(const px_heal_envelope *raw, double c, px_heal_envelope *out)
+void px__hr_envelope_scale(const px_heal_envelope *raw, double c, const px_heal_sample *s, size_t n,
+                           px_heal_envelope *out)
 {
     *out = *raw;
     for (uint32_t i = 0; i < PX_RT_MAX_STAGES; i++) {
         out->compute_p50[i] = raw->compute_p50[i] * c;
         out->compute_hi[i] = raw->compute_hi[i] * c;
     }
+    /* The plan's time per attended position, on the scale its stage runs
+     * at here: a stage slower than its figures (its baseline above its
+     * predicted step) attends slower too.  Never scaled down: a baseline
+     * taken early in a generation attends fewer positions than the
+     * plan's step, so a ratio below 1 speaks of the positions, not the
+     * device.  Not by c either: c is the best-described stage's. */
+    double *v = malloc((n ? n : 1) * sizeof *v);
+    for (uint32_t i = 0; v && i < raw->n_stages && i < PX_RT_MAX_STAGES; i++) {
+        double r = stage_ratio(raw, s, n, i, v);
+        if (r > 1 && isfinite(r))
+            out->attention_pos_s[i] = raw->attention_pos_s[i] * r;
+    }
+    free(v);
 }
 
 static json_t *reals(const double *v, size_t n)
@@ -112,11 +132,12 @@ json_t *px__hr_envelope_json(const px_heal_envelope *e)
     json_t *dev = json_array();
     for (uint32_t i = 0; dev && i < e->n_stages; i++)
         json_array_append_new(dev, json_string(e->device[i]));
-    return json_pack("{s:i, s:o, s:o, s:o, s:o, s:o}", "n_stages", (int)e->n_stages, "compute_p50",
-                     reals(e->compute_p50, e->n_stages), "compute_hi",
+    return json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o}", "n_stages", (int)e->n_stages,
+                     "compute_p50", reals(e->compute_p50, e->n_stages), "compute_hi",
                      reals(e->compute_hi, e->n_stages), "xfer_p50",
                      reals(e->xfer_p50, e->n_stages + 1), "xfer_hi",
-                     reals(e->xfer_hi, e->n_stages + 1), "devices", dev ? dev : json_array());
+                     reals(e->xfer_hi, e->n_stages + 1), "attention_s_per_position",
+                     reals(e->attention_pos_s, e->n_stages), "devices", dev ? dev : json_array());
 }
 
 px_status px__hr_envelope_from_json(const json_t *j, px_heal_envelope *e, px_err *err)
@@ -124,7 +145,7 @@ px_status px__hr_envelope_from_json(const json_t *j, px_heal_envelope *e, px_err
     memset(e, 0, sizeof *e);
     for (uint32_t i = 0; i <= PX_RT_MAX_STAGES; i++) {
         if (i < PX_RT_MAX_STAGES)
-            e->compute_p50[i] = e->compute_hi[i] = NAN;
+            e->compute_p50[i] = e->compute_hi[i] = e->attention_pos_s[i] = NAN;
         e->xfer_p50[i] = e->xfer_hi[i] = NAN;
     }
     json_int_t n = json_integer_value(json_object_get(j, "n_stages"));
@@ -144,6 +165,18 @@ px_status px__hr_envelope_from_json(const json_t *j, px_heal_envelope *e, px_err
         (st = read_reals(json_object_get(j, "xfer_hi"), rec, "xfer_hi", false, e->xfer_hi,
                          (size_t)n + 1, err)))
         return st;
+    /* Traces written before envelopes carried it have none: no time per
+     * position, as the detector then ran. */
+    const json_t *att = json_object_get(j, "attention_s_per_position");
+    if (att && (st = read_reals(att, rec, "attention_s_per_position", false, e->attention_pos_s,
+                                (size_t)n, err)) != PX_OK)
+        return st;
+    for (uint32_t i = 0; i < e->n_stages; i++)
+        if (e->attention_pos_s[i] < 0 || e->attention_pos_s[i] >= 1)
+            return px_err_set(err, PX_EPARSE,
+                              "%s: \"attention_s_per_position\"[%u] is %g; it is a time from 0 "
+                              "to 1 s (or null)",
+                              rec, i, e->attention_pos_s[i]);
     const json_t *dev = json_object_get(j, "devices");
     for (uint32_t i = 0; i < e->n_stages; i++) {
         const char *d = json_string_value(json_array_get(dev, i));
@@ -291,7 +324,7 @@ px_status px__hr_detect(const px_heal_envelope *raw, const px_heal_detector_opts
     size_t nb = PX_MIN(n, (size_t)o->baseline_steps);
     double c = px__hr_calibrate(raw, s, nb);
     px_heal_envelope env;
-    px__hr_envelope_scale(raw, c, &env);
+    px__hr_envelope_scale(raw, c, s, nb, &env);
     px_heal_detector *d = NULL;
     px_status st = px_heal_detector_new(&env, o, &d, err);
     if (st != PX_OK)

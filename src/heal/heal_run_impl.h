@@ -177,9 +177,13 @@ px_heal_fault_class px__hr_class_from_name(const char *name);
 
 /* Deterministic: the calibration factor of an envelope from the first
  * baseline samples (the smallest observed-over-predicted ratio of any
- * stage's compute; 1 when nothing is known), and the envelope scaled. */
+ * stage's compute; 1 when nothing is known), and the envelope scaled:
+ * the stages' predictions by c, each stage's time per attended position
+ * by its own ratio over the same n samples s (may be NULL when n is 0)
+ * when that is above 1. */
 double px__hr_calibrate(const px_heal_envelope *raw, const px_heal_sample *s, size_t n);
-void px__hr_envelope_scale(const px_heal_envelope *raw, double c, px_heal_envelope *out);
+void px__hr_envelope_scale(const px_heal_envelope *raw, double c, const px_heal_sample *s, size_t n,
+                           px_heal_envelope *out);
 json_t *px__hr_envelope_json(const px_heal_envelope *e);
 px_status px__hr_envelope_from_json(const json_t *j, px_heal_envelope *e, px_err *err);
 json_t *px__hr_detector_opts_json(const px_heal_detector_opts *o);

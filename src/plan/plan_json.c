@@ -181,6 +181,7 @@ static json_t *stage_json(const px__plan_ctx *ctx, const px_cost_pipeline *p, ui
     if (px_json_set(pred, "decode_s_per_token", interval(dec)) ||
         px_json_set(pred, "prefill_s", interval(pf)) ||
         px_json_set(pred, "transfer_s_per_token", num(se->xfer_s)) ||
+        px_json_set(pred, "attention_s_per_position", num(se->attention_pos_s)) ||
         (se->host_core_s > 0 &&
          px_json_set(pred, "host_core_s_per_micro_batch", num(se->host_core_s))))
         goto fail;
@@ -544,12 +545,15 @@ static json_t *replicas_json(const px__plan_ctx *ctx, const px__plan_result *r)
         json_t *stages = json_array();
         for (uint32_t s = 0; stages && s < p->n_stages; s++) {
             const px_cost_device *d0 = &ctx->fleet->devices[p->stages[s].devices[0]];
+            /* What the healing loop of this replica expects of a stage as
+             * its sequences lengthen. */
             json_t *st =
-                json_pack("{s:i, s:o, s:{s:i, s:i}, s:i, s:o}", "index", (json_int_t)s, "devices",
-                          device_ids(ctx, &p->stages[s]), "layers", "first",
+                json_pack("{s:i, s:o, s:{s:i, s:i}, s:i, s:o, s:{s:o}}", "index", (json_int_t)s,
+                          "devices", device_ids(ctx, &p->stages[s]), "layers", "first",
                           (json_int_t)p->stages[s].first, "last", (json_int_t)p->stages[s].last,
                           "tensor_parallel", (json_int_t)p->stages[s].tp, "memory_per_device",
-                          mem_json(&r->est[i].stages[s].mem, d0->mem_capacity));
+                          mem_json(&r->est[i].stages[s].mem, d0->mem_capacity), "predicted",
+                          "attention_s_per_position", num(r->est[i].stages[s].attention_pos_s));
             if (px_json_push(stages, st)) {
                 json_decref(stages);
                 stages = NULL;

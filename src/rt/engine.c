@@ -84,7 +84,7 @@ px_status px_rt_engine_new(const px_rt_engine_opts *o, px_rt_engine **out, px_er
     e->step_tokens =
         o->step_tokens && o->step_tokens < e->run.max_rows ? o->step_tokens : e->run.max_rows;
     e->max_waiting = o->max_waiting ? o->max_waiting : 1024;
-    e->depth = o->session ? 1 : (o->micro_batches ? o->micro_batches : e->run.n_stages);
+    e->depth = px__rt_runner_depth(&e->run, o->micro_batches);
     e->max_entries = e->run.max_seqs;
     e->kv_free = e->run.kv_blocks;
     e->keep_steps = UINT64_MAX;

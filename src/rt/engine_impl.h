@@ -72,7 +72,8 @@ typedef struct px__rt_runner {
     uint32_t max_seqs, context, max_rows;
     uint32_t kv_block_size, kv_blocks;
     uint32_t n_stages;
-    bool *slot_used; /* executor: the slots taken, as the workers see them */
+    uint32_t micro_batches; /* the plan's steps in flight; 0: not said */
+    bool *slot_used;        /* executor: the slots taken, as the workers see them */
 } px__rt_runner;
 
 struct px_rt_engine {
@@ -104,11 +105,12 @@ struct px_rt_engine {
     uint32_t n_waiting;
     uint32_t kv_free;
     px__rt_eflight flights[PX__RT_ENGINE_MAX_FLIGHTS];
-    uint32_t fl_head, fl_count; /* a ring of steps in flight */
-    uint64_t index;             /* steps sent so far */
-    uint64_t tokens_out;        /* tokens produced, all requests */
-    float *logits;              /* a writable row */
-    float *lp;                  /* log-probabilities of a row */
+    uint32_t fl_head, fl_count;                    /* a ring of steps in flight */
+    uint64_t index;                                /* steps sent so far */
+    uint64_t tokens_out;                           /* tokens produced, all requests */
+    uint64_t rows_sent, decode_steps, decode_rows; /* published as m.step_rows, ... */
+    float *logits;                                 /* a writable row */
+    float *lp;                                     /* log-probabilities of a row */
     bool audit_next;
     px_rt_step_obs obs;
     /* Rebuilding after a failure or a switch. */
@@ -140,6 +142,9 @@ px_status px__rt_engine_requeue(px_rt_engine *e, px__rt_eseq *q, px_err *err);
 void px__rt_engine_cancel_due(px_rt_engine *e);
 
 /* ---- engine_runner.c ---- */
+/* The steps the engine keeps in flight on a runner: the caller's
+ * micro_batches, else the plan's, else one per stage (1 for a session). */
+uint32_t px__rt_runner_depth(const px__rt_runner *r, uint32_t asked);
 px_status px__rt_runner_init(px__rt_runner *r, px_rt_session *s, px_rt_executor *ex, px_err *err);
 void px__rt_runner_release(px__rt_runner *r);
 /* A sequence joins (the lowest free slot) or leaves. */

@@ -37,12 +37,24 @@ px_status px__rt_runner_init(px__rt_runner *r, px_rt_session *s, px_rt_executor 
     r->kv_block_size = ex->kv_block_size;
     r->kv_blocks = ex->kv_blocks;
     r->n_stages = ex->spec.n_stages;
+    r->micro_batches = ex->spec.micro_batches;
     r->slot_used = ex->slot_used;
     for (uint32_t i = 0; i < ex->max_seqs; i++)
         if (r->slot_used[i])
             return px_err_set(err, PX_ESTATE,
                               "engine: the pipeline already has sequences; use a fresh one");
     return PX_OK;
+}
+
+uint32_t px__rt_runner_depth(const px__rt_runner *r, uint32_t asked)
+{
+    if (r->s)
+        return 1;
+    /* The plan priced its steps as micro-batches of batch / micro_batches
+     * rows, so many in flight: the engine forms those, not one per stage,
+     * so that what runs is what was predicted. */
+    uint32_t d = asked ? asked : r->micro_batches ? r->micro_batches : r->n_stages;
+    return PX_MAX(1u, PX_MIN(d, (uint32_t)PX__RT_ENGINE_MAX_FLIGHTS));
 }
 
 void px__rt_runner_release(px__rt_runner *r)

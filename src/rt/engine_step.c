@@ -138,8 +138,7 @@ px_status px__rt_engine_rebuild(px_rt_engine *e, px_rt_executor *next, px_err *e
     e->max_running = PX_MIN(e->max_running, e->run.max_seqs);
     e->max_entries = PX_MIN(e->max_entries, e->run.max_seqs);
     e->step_tokens = PX_MIN(e->step_tokens, PX_MIN(e->run.max_rows, old_rows));
-    e->depth = e->o.micro_batches ? PX_MIN(e->o.micro_batches, PX__RT_ENGINE_MAX_FLIGHTS)
-                                  : e->run.n_stages;
+    e->depth = px__rt_runner_depth(&e->run, e->o.micro_batches);
     if ((st = px__rt_engine_ensure_flights(e, e->depth, err)) != PX_OK)
         return st;
     e->fl_head = e->fl_count = 0;
@@ -447,6 +446,9 @@ static px_status send_steps(px_rt_engine *e, px_err *err)
             }
             if ((st = px__rt_runner_submit(e, f, err)) == PX_OK) {
                 e->fl_count++;
+                e->rows_sent += f->rows;
+                e->decode_steps += !f->prefill;
+                e->decode_rows += f->prefill ? 0 : f->rows;
                 continue;
             }
             for (uint32_t j = 0; j < f->n; j++)
@@ -527,6 +529,9 @@ px_status px_rt_engine_step(px_rt_engine *e, bool *busy, px_err *err)
     px__rt_engine_publish(e);
     pthread_mutex_lock(&e->mu);
     e->m.steps = e->index;
+    e->m.step_rows = e->rows_sent;
+    e->m.decode_steps = e->decode_steps;
+    e->m.decode_rows = e->decode_rows;
     e->m.busy_ns += px_now_ns() - t0;
     pthread_mutex_unlock(&e->mu);
     *busy = e->n_running || e->n_waiting || e->fl_count || e->switch_to;

@@ -108,6 +108,20 @@ static px_status stage_profile(const json_t *st, const px_hw_graph *g, const cha
     return PX_OK;
 }
 
+/* The micro-batches replica `replica` of a plan was priced with: its own
+ * "micro_batches", else the plan's "batching"."micro_batches"; 0 when
+ * neither says or the value lies outside 1..PX_RT_MAX_STAGES (the steps
+ * the engine can keep in flight). */
+static uint32_t plan_micro_batches(const json_t *plan, uint32_t replica)
+{
+    json_t *m = json_object_get(json_array_get(json_object_get(plan, "replicas"), replica),
+                                "micro_batches");
+    if (!json_is_integer(m))
+        m = json_object_get(json_object_get(plan, "batching"), "micro_batches");
+    json_int_t v = json_is_integer(m) ? json_integer_value(m) : 0;
+    return v >= 1 && v <= PX_RT_MAX_STAGES ? (uint32_t)v : 0;
+}
+
 px_status px_rt_pipeline_spec_from_plan(const json_t *plan, const px_hw_graph *g, const char *name,
                                         px_rt_pipeline_spec *out, px_err *err)
 {
@@ -133,6 +147,7 @@ px_status px_rt_pipeline_spec_from_plan(const json_t *plan, const px_hw_graph *g
     json_t *pt = json_object_get(json_object_get(plan, "workload"), "prompt_tokens");
     if (json_is_integer(pt) && json_integer_value(pt) > 0 && json_integer_value(pt) < (1 << 30))
         out->plan_prompt_tokens = (uint32_t)json_integer_value(pt);
+    out->micro_batches = plan_micro_batches(plan, 0);
     json_t *pred = json_object_get(plan, "predictions");
     interval_from(json_object_get(pred, "tpot_s"), &out->pred_tpot_s);
     interval_from(json_object_get(pred, "ttft_s"), &out->pred_ttft_s);
@@ -195,6 +210,15 @@ px_status px_rt_pipeline_spec_from_plan(const json_t *plan, const px_hw_graph *g
         json_t *p = json_object_get(st, "predicted");
         interval_from(json_object_get(p, "decode_s_per_token"), &s->pred_decode_s);
         interval_from(json_object_get(p, "prefill_s"), &s->pred_prefill_s);
+        json_t *att = json_object_get(p, "attention_s_per_position");
+        double a = json_is_number(att) ? json_number_value(att) : NAN;
+        if (att && !(a >= 0 && a < 1)) {
+            snprintf(ptr, sizeof ptr, "/stages/%u/predicted/attention_s_per_position", i);
+            return bad(err, name, ptr,
+                       "must be a number of seconds from 0 to 1 (what one attended position "
+                       "adds to a step): write the plan again with `plexus plan`");
+        }
+        s->pred_attention_pos_s = att ? a : NAN;
         out->emulated |= s->emulated;
     }
     px_rt_stage_spec *last = &out->stages[out->n_stages - 1];
@@ -252,5 +276,7 @@ px_status px_rt_pipeline_spec_from_plan_replica(const json_t *plan, const px_hw_
     if (st == PX_OK)
         st = px_rt_pipeline_spec_from_plan(copy, g, label, out, err);
     json_decref(copy);
+    if (st == PX_OK)
+        out->micro_batches = plan_micro_batches(plan, replica);
     return st;
 }

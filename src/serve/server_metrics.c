@@ -127,6 +127,11 @@ char *px__srv_metrics_text(px_serve *s)
         {"plexus_serve_recoveries_total", "counter",
          "times the engine moved to another executor and rebuilt its KV caches"},
         {"plexus_serve_replica_up", "gauge", "1 while the replica serves"},
+        {"plexus_serve_step_rows_total", "counter",
+         "rows the engine's steps carried (prompt chunks and decode tokens)"},
+        {"plexus_serve_decode_steps_total", "counter",
+         "engine steps that carried only decode rows"},
+        {"plexus_serve_decode_rows_total", "counter", "rows of those decode steps"},
     };
     for (size_t g = 0; g < PX_ARRAY_LEN(gauges); g++) {
         head(&sb, gauges[g].name, gauges[g].type, gauges[g].help);
@@ -171,8 +176,17 @@ char *px__srv_metrics_text(px_serve *s)
             case 11:
                 v = (double)e->recoveries;
                 break;
-            default:
+            case 12:
                 v = !atomic_load(&r->failed);
+                break;
+            case 13:
+                v = (double)e->step_rows;
+                break;
+            case 14:
+                v = (double)e->decode_steps;
+                break;
+            default:
+                v = (double)e->decode_rows;
                 break;
             }
             px_strbuf_addf(&sb, "%s{replica=\"%u\"} %.9g\n", gauges[g].name, i, v);

@@ -125,7 +125,7 @@ static void reference(outcome *ref)
     px_rt_session_free(s);
 }
 
-static px_rt_executor *pipeline(uint32_t max_seqs, uint32_t kv_blocks)
+static px_rt_executor *pipeline(uint32_t max_seqs, uint32_t kv_blocks, uint32_t micro_batches)
 {
     uint32_t n_layers = px_rt_model_hparams(model)->n_layers;
     px_rt_pipeline_spec spec;
@@ -146,6 +146,7 @@ static px_rt_executor *pipeline(uint32_t max_seqs, uint32_t kv_blocks)
         s->pred_decode_s = s->pred_prefill_s = (px_rt_interval){NAN, NAN, NAN};
     }
     spec.pred_tpot_s = spec.pred_ttft_s = (px_rt_interval){NAN, NAN, NAN};
+    spec.micro_batches = micro_batches;
     px_rt_executor_opts xo = {.model_path = path,
                               .worker_bin = px_test_plexus_bin(),
                               .n_threads = 1,
@@ -163,16 +164,18 @@ static px_rt_executor *pipeline(uint32_t max_seqs, uint32_t kv_blocks)
 /* Counts steps in flight from the supervisor's view. */
 typedef struct flight_watch {
     int in_flight, most;
+    uint32_t most_rows; /* of a decode step */
 } flight_watch;
 
 static px_status before(void *ud, px_rt_executor *ex, const px_rt_step_obs *o, px_err *err)
 {
     (void)ex;
-    (void)o;
     (void)err;
     flight_watch *w = ud;
     if (++w->in_flight > w->most)
         w->most = w->in_flight;
+    if (!o->prefill && o->n_rows > w->most_rows)
+        w->most_rows = o->n_rows;
     return PX_OK;
 }
 
@@ -207,7 +210,7 @@ static void test_pipeline_matches_one_process_with_two_steps_in_flight(void **st
         skip();
     outcome ref[N_REQ], got[N_REQ];
     reference(ref);
-    px_rt_executor *ex = pipeline(N_REQ, 0);
+    px_rt_executor *ex = pipeline(N_REQ, 0, 0);
     flight_watch w = {0};
     px_rt_supervisor sup = {.before_step = before, .after_step = after, .ud = &w};
     px_rt_pipeline_stats st;
@@ -217,8 +220,9 @@ static void test_pipeline_matches_one_process_with_two_steps_in_flight(void **st
     px_assert_ok(px_rt_engine_new(&eo, &e, &err), &err);
     run_all(e, got);
     expect_same(ref, got);
-    /* The two stages worked on two steps at once. */
+    /* The two stages worked on two steps at once, each with its share. */
     assert_int_equal(w.most, 2);
+    assert_true(w.most_rows <= (N_REQ + 1) / 2);
     assert_int_equal(w.in_flight, 0);
     assert_int_equal(st.gen.new_tokens, N_REQ * N_NEW);
     assert_true(st.stages[0].decode_steps > 0 && st.stages[1].decode_steps > 0);
@@ -235,6 +239,38 @@ static void test_pipeline_matches_one_process_with_two_steps_in_flight(void **st
     px_rt_executor_free(ex);
 }
 
+/* A plan priced with one micro-batch through its two stages: the engine
+ * keeps one step in flight, carrying every sequence, as priced. */
+static void test_pipeline_runs_the_micro_batches_its_plan_priced(void **state)
+{
+    (void)state;
+    if (!model)
+        skip();
+    outcome ref[N_REQ], got[N_REQ];
+    reference(ref);
+    px_rt_executor *ex = pipeline(N_REQ, 0, 1);
+    flight_watch w = {0};
+    px_rt_supervisor sup = {.before_step = before, .after_step = after, .ud = &w};
+    px_rt_engine_opts eo = {.executor = ex, .tokenizer = tok, .supervisor = &sup};
+    px_rt_engine *e;
+    px_err err;
+    px_assert_ok(px_rt_engine_new(&eo, &e, &err), &err);
+    run_all(e, got);
+    expect_same(ref, got);
+    assert_int_equal(w.most, 1);
+    assert_int_equal(w.most_rows, N_REQ);
+    px_rt_engine_free(e);
+    /* The caller's micro_batches still come first. */
+    w = (flight_watch){0};
+    eo.micro_batches = 2;
+    px_assert_ok(px_rt_engine_new(&eo, &e, &err), &err);
+    run_all(e, got);
+    expect_same(ref, got);
+    assert_int_equal(w.most, 2);
+    px_rt_engine_free(e);
+    px_rt_executor_free(ex);
+}
+
 static void test_pipeline_preempts_when_the_workers_caches_run_out(void **state)
 {
     (void)state;
@@ -243,7 +279,7 @@ static void test_pipeline_preempts_when_the_workers_caches_run_out(void **state)
     outcome ref[N_REQ], got[N_REQ];
     reference(ref);
     /* 9 blocks of 8 positions per stage: about two sequences' worth. */
-    px_rt_executor *ex = pipeline(N_REQ, 9);
+    px_rt_executor *ex = pipeline(N_REQ, 9, 0);
     px_rt_engine_opts eo = {.executor = ex, .tokenizer = tok};
     px_rt_engine *e;
     px_err err;
@@ -262,6 +298,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipeline_matches_one_process_with_two_steps_in_flight),
+        cmocka_unit_test(test_pipeline_runs_the_micro_batches_its_plan_priced),
         cmocka_unit_test(test_pipeline_preempts_when_the_workers_caches_run_out),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -248,6 +248,36 @@ static void test_cost_host_kv_is_summed_per_node(void **state)
  * decode step), at a larger batch it sees the others', more with longer
  * prompts and fewer with longer generations, and the throughput is the
  * batch over the step that carries every sequence's share. */
+/* The time per attended position is the decode step's slope in the
+ * positions its rows attend: memory-bound, one position's KV bytes over
+ * the bandwidth; with the cache on the host, more. */
+static void test_cost_prices_each_attended_position(void **state)
+{
+    (void)state;
+    fixture fx;
+    setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b", PX_DTYPE_COUNT_);
+    px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.gpu0"));
+    fx.wl.batch = 8;
+    fx.wl.context = 2048;
+    px_cost_estimate *e = eval(&fx, &p);
+    double a = e->stages[0].attention_pos_s, dec = e->stages[0].decode_s;
+    double kv = 0;
+    for (uint32_t i = 0; i < fx.model->n_layers; i++)
+        kv += fx.model->layers[i].kv_bytes_token;
+    assert_float_equal(a, kv / (1e12 * fx.params.eff_mem), 1e-6 * a);
+    /* The step's growth from 2048 to 4096 positions a row is that slope. */
+    fx.wl.context = 4096;
+    e = eval(&fx, &p);
+    double slope = (e->stages[0].decode_s - dec) / (8.0 * 2048);
+    assert_float_equal(a, slope, 1e-3 * a);
+    /* The cache on the host reads its positions over the host link too. */
+    p.stages[0].kv = PX_COST_KV_HOST;
+    fx.wl.context = 2048;
+    e = eval(&fx, &p);
+    assert_true(e->stages[0].attention_pos_s > 0);
+    teardown_fixture(&fx);
+}
+
 static void test_cost_prefill_interferes_with_decode(void **state)
 {
     (void)state;
@@ -757,6 +787,7 @@ int main(void)
         cmocka_unit_test(test_cost_refuses_model_larger_than_memory),
         cmocka_unit_test(test_cost_kv_on_host_is_slower_and_frees_device_memory),
         cmocka_unit_test(test_cost_host_kv_is_summed_per_node),
+        cmocka_unit_test(test_cost_prices_each_attended_position),
         cmocka_unit_test(test_cost_prefill_interferes_with_decode),
         cmocka_unit_test(test_cost_layout_uncertainty_sums_replicas),
         cmocka_unit_test(test_cost_default_backend_follows_the_vendor),

@@ -1,8 +1,8 @@
 /* The detector on synthetic sample streams: a slow link told apart from a
  * slow stage, jitter below the floor ignored, intermittent degradation,
- * a stale topology, rebasing, determinism, steps with more rows,
- * loopback hops slowing together, and time spent waiting for a core
- * (the executor's own, on the hop back, too). */
+ * a stale topology, rebasing, determinism, steps with more rows, steps
+ * attending more positions, loopback hops slowing together, and time
+ * spent waiting for a core (the executor's own, on the hop back, too). */
 #include "px_test.h"
 
 #include <math.h>
@@ -392,6 +392,79 @@ static void test_detector_expects_more_time_for_more_rows(void **state)
     px_assert_contains(f.evidence, "per step at 32 rows since step 10");
 }
 
+/* Two stages on two hosts, 32 rows a step.  Stage 1 costs 1 ms plus 1 us
+ * per attended position; with `grow` every row attends one more position
+ * each step (from 16 each), else 16 each throughout; from step `slow_at`
+ * on it is `slow` times slower.  The envelope gives stage 1 `a` seconds
+ * per position.  Returns the findings; the first in *first. */
+static int run_positions(double a, bool grow, uint64_t slow_at, double slow, px_heal_finding *first)
+{
+    px_heal_envelope env;
+    envelope(&env, 0.002);
+    strcpy(env.device[0], "a.cpu0");
+    strcpy(env.device[1], "b.gpu0");
+    env.attention_pos_s[1] = a;
+    px_heal_detector *d = detector(&env);
+    int found = 0;
+    for (uint64_t step = 0; step < 90; step++) {
+        px_heal_sample s;
+        normal(&s, step);
+        s.rows = 32;
+        s.context = 32 * (16 + (grow ? step : 0));
+        s.compute_s[1] = (0.001 + 1e-6 * (double)s.context) * (step >= slow_at ? slow : 1);
+        px_heal_finding f;
+        while (px_heal_detector_observe(d, &s, &f)) {
+            if (found++ == 0 && first)
+                *first = f;
+            s.n_stages = 0;
+        }
+    }
+    px_heal_detector_free(d);
+    return found;
+}
+
+static void test_detector_expects_more_time_for_more_positions(void **state)
+{
+    (void)state;
+    px_heal_finding f;
+    /* Positions grow from 512 to 3,360 at constant rows, the stage's time
+     * by what its time per position says (1.5 ms to 4.4 ms): no
+     * incident. */
+    assert_int_equal(run_positions(1e-6, true, UINT64_MAX, 1, NULL), 0);
+    /* Without the time per position the same growth reads as heat. */
+    assert_int_equal(run_positions(0, true, UINT64_MAX, 1, &f), 1);
+    assert_int_equal(f.cls, PX_HEAL_THERMAL);
+    assert_int_equal(f.locus.stage, 1);
+    /* A threefold slowdown at constant positions is still a fault... */
+    assert_int_equal(run_positions(1e-6, false, 10, 3, &f), 1);
+    assert_int_equal(f.cls, PX_HEAL_THERMAL);
+    assert_string_equal(f.locus.device, "b.gpu0");
+    assert_true(f.ratio > 2.8 && f.ratio < 3.2);
+    px_assert_contains(f.evidence, "at 32 rows and 512 positions");
+    /* ...and so is one while the positions grow as expected. */
+    assert_int_equal(run_positions(1e-6, true, 30, 3, &f), 1);
+    assert_int_equal(f.locus.stage, 1);
+    /* A time per position far above what the baseline step can hold is
+     * capped at the whole step over its positions: the slowdown at
+     * constant positions is still found. */
+    assert_int_equal(run_positions(0.5, false, 10, 3, NULL), 1);
+    /* Positions not known (older traces): the rows' expectation alone. */
+    px_heal_envelope env;
+    envelope(&env, 0.002);
+    env.attention_pos_s[1] = 1e-6;
+    px_heal_detector *d = detector(&env);
+    int found = 0;
+    for (uint64_t step = 0; step < 40; step++) {
+        px_heal_sample s;
+        normal(&s, step);
+        s.compute_s[1] *= step >= 10 ? 3 : 1;
+        px_heal_finding g;
+        found += px_heal_detector_observe(d, &s, &g);
+    }
+    px_heal_detector_free(d);
+    assert_int_equal(found, 1);
+}
+
 static void test_detector_reads_loopback_hops_together_as_the_host(void **state)
 {
     (void)state;
@@ -584,8 +657,10 @@ static void test_detector_reads_runtime_observations(void **state)
     spec.n_stages = 2;
     spec.stages[1].pred_decode_s = (px_rt_interval){.p50 = 0.002, .lo = 0.001, .hi = 0.003};
     strcpy(spec.stages[1].device, "local.emu-b");
+    spec.stages[1].pred_attention_pos_s = 2e-6;
     px_heal_envelope env;
     px_heal_envelope_from_spec(&spec, &env);
+    assert_float_equal(env.attention_pos_s[1], 2e-6, 0);
     assert_int_equal(env.n_stages, 2);
     assert_float_equal(env.compute_hi[1], 0.003, 0);
     assert_true(isnan(env.xfer_hi[1]));
@@ -603,6 +678,7 @@ int main(void)
         cmocka_unit_test(test_detector_rebase_starts_a_new_baseline),
         cmocka_unit_test(test_detector_is_deterministic_and_checks_its_options),
         cmocka_unit_test(test_detector_expects_more_time_for_more_rows),
+        cmocka_unit_test(test_detector_expects_more_time_for_more_positions),
         cmocka_unit_test(test_detector_reads_loopback_hops_together_as_the_host),
         cmocka_unit_test(test_detector_applies_the_floor_to_the_step_as_it_ran),
         cmocka_unit_test(test_detector_leaves_out_the_wait_for_a_core),

@@ -8,6 +8,7 @@
  * refusing empty middle stages, gaps, overlaps and a misplaced embedding. */
 #include "px_test.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "plexus/ir.h"
@@ -311,6 +312,47 @@ static void test_plan_reader_gives_each_replica_its_batch(void **state)
     json_decref(plan);
 }
 
+/* Each replica's micro-batches (its own, else the plan's batching) and
+ * each stage's time per attended position; a time per position that is
+ * not one is refused by name. */
+static void test_plan_reader_gives_micro_batches_and_time_per_position(void **state)
+{
+    (void)state;
+    const char *stage = "{\"layers\": {\"first\": 0, \"last\": 3}, \"devices\": [\"n.cpu0\"], "
+                        "\"predicted\": {\"attention_s_per_position\": 2.5e-7}}";
+    char *doc = px_asprintf(
+        "{\"schema\": \"plexus.plan/1\", \"model\": {\"blocks\": 4}, \"stages\": [%s], "
+        "\"batching\": {\"micro_batches\": 2}, \"replicas\": [{\"index\": 0, \"stages\": [%s], "
+        "\"micro_batches\": 1}, {\"index\": 1, \"stages\": [%s]}, {\"index\": 2, "
+        "\"stages\": [%s], \"micro_batches\": 99}]}",
+        stage, stage, stage, stage);
+    json_t *plan = json_loads(doc, 0, NULL);
+    free(doc);
+    assert_non_null(plan);
+    px_rt_pipeline_spec spec;
+    px_err err;
+    px_assert_ok(px_rt_pipeline_spec_from_plan_replica(plan, NULL, "p.json", 0, &spec, &err), &err);
+    assert_int_equal(spec.micro_batches, 1);
+    assert_float_equal(spec.stages[0].pred_attention_pos_s, 2.5e-7, 0);
+    px_assert_ok(px_rt_pipeline_spec_from_plan_replica(plan, NULL, "p.json", 1, &spec, &err), &err);
+    assert_int_equal(spec.micro_batches, 2);
+    assert_float_equal(spec.stages[0].pred_attention_pos_s, 2.5e-7, 0);
+    /* More than the engine can keep in flight: not said. */
+    px_assert_ok(px_rt_pipeline_spec_from_plan_replica(plan, NULL, "p.json", 2, &spec, &err), &err);
+    assert_int_equal(spec.micro_batches, 0);
+    json_decref(plan);
+    /* A plan without them: not said. */
+    px_assert_ok(parse_plan("{\"layers\": {\"first\": 0, \"last\": 3}}", &spec, &err), &err);
+    assert_int_equal(spec.micro_batches, 0);
+    assert_true(isnan(spec.stages[0].pred_attention_pos_s));
+    expect_plan_error("{\"layers\": {\"first\": 0, \"last\": 3}, \"predicted\": "
+                      "{\"attention_s_per_position\": -1}}",
+                      "/stages/0/predicted/attention_s_per_position", "from 0 to 1");
+    expect_plan_error("{\"layers\": {\"first\": 0, \"last\": 3}, \"predicted\": "
+                      "{\"attention_s_per_position\": \"fast\"}}",
+                      "/stages/0/predicted/attention_s_per_position", "from 0 to 1");
+}
+
 static void test_plan_reader_refuses_empty_middle_stages_gaps_and_overlaps(void **state)
 {
     (void)state;
@@ -354,6 +396,7 @@ int main(void)
         cmocka_unit_test(test_plan_reader_accepts_embedding_only_and_head_only_stages),
         cmocka_unit_test(test_plan_reader_refuses_empty_middle_stages_gaps_and_overlaps),
         cmocka_unit_test(test_plan_reader_gives_each_replica_its_batch),
+        cmocka_unit_test(test_plan_reader_gives_micro_batches_and_time_per_position),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
