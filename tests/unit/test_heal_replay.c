@@ -369,6 +369,50 @@ static void test_replay_refuses_non_finite_numbers_by_line(void **state)
     free(path);
 }
 
+/* The envelope's time per attended position: recorded with the envelope,
+ * read back, refused out of its range or shape, absent in older traces. */
+static void test_envelope_time_per_position_under_hostile_input(void **state)
+{
+    (void)state;
+    px_heal_envelope env, got;
+    envelope(&env);
+    env.attention_pos_s[0] = 2e-7;
+    env.attention_pos_s[1] = NAN;
+    px_err err;
+    json_t *j = px__hr_envelope_json(&env);
+    assert_non_null(j);
+    px_assert_ok(px__hr_envelope_from_json(j, &got, &err), &err);
+    assert_float_equal(got.attention_pos_s[0], 2e-7, 0);
+    assert_true(isnan(got.attention_pos_s[1]));
+
+    json_object_del(j, "attention_s_per_position");
+    px_assert_ok(px__hr_envelope_from_json(j, &got, &err), &err);
+    assert_true(isnan(got.attention_pos_s[0]) && isnan(got.attention_pos_s[1]));
+
+    const struct {
+        const char *value, *needle;
+    } bad[] = {
+        {"[-1e-6, 0]", "from 0 to 1 s"},
+        {"[1.5, 0]", "from 0 to 1 s"},
+        {"[0]", "an array of 1"},
+        {"[0, 0, 0]", "an array of 3"},
+        {"[\"fast\", 0]", "must be a number or null"},
+        {"{}", "must be an array of 2 numbers"},
+        {"7", "must be an array of 2 numbers"},
+    };
+    for (size_t i = 0; i < PX_ARRAY_LEN(bad); i++) {
+        json_t *v = json_loads(bad[i].value, JSON_DECODE_ANY, NULL);
+        assert_non_null(v);
+        assert_int_equal(json_object_set_new(j, "attention_s_per_position", v), 0);
+        px_err_clear(&err);
+        if (px__hr_envelope_from_json(j, &got, &err) != PX_EPARSE)
+            fail_msg("attention_s_per_position %s was accepted", bad[i].value);
+        px_assert_contains(err.msg, "\"attention_s_per_position\"");
+        px_assert_contains(err.msg, bad[i].needle);
+    }
+    json_decref(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -377,6 +421,7 @@ int main(void)
         cmocka_unit_test(test_replay_refuses_hostile_step_fields),
         cmocka_unit_test(test_replay_takes_what_the_fields_mean),
         cmocka_unit_test(test_replay_refuses_non_finite_numbers_by_line),
+        cmocka_unit_test(test_envelope_time_per_position_under_hostile_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
