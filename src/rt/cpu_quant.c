@@ -5,14 +5,14 @@
  *
  * The results, exactly (cpu_quant_x86.c reproduces them bit for bit):
  *
- * - Q4_0, Q5_0 against Q8_0 activations: eight groups of eight float
- *   lanes; block b adds to group g = b % 8 only: its lane l adds
+ * - Q4_0, Q5_0 against Q8_0 activations: four groups of eight float
+ *   lanes; block b adds to group g = b % 4 only: its lane l adds
  *   p_l * (d_w * d_x), where p_l is the exact integer sum of the products
  *   of values 4l..4l+3.  Each lane l then sums its groups as
- *   h_l = ((g0 + g4) + (g2 + g6)) + ((g1 + g5) + (g3 + g7)), and the
- *   result is ((h0 + h4) + (h2 + h6)) + ((h1 + h5) + (h3 + h7)).  The
- *   eight groups are eight independent chains of additions, so that a
- *   vector dot is not bound by one chain's latency.
+ *   h_l = (g0 + g2) + (g1 + g3), and the result is
+ *   ((h0 + h4) + (h2 + h6)) + ((h1 + h5) + (h3 + h7)).  The four groups
+ *   are four independent chains of additions, so that a vector dot is
+ *   not bound by one chain's latency.
  * - the k-quants against Q8_K activations: per super-block the exact
  *   integers S = sum over 16-value groups of sc * sum(q * qx) and
  *   M = sum of m * (sum of the group's qx), then
@@ -48,8 +48,7 @@ static float dot_legacy(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_
     }
     float h[8];
     for (uint32_t l = 0; l < 8; l++)
-        h[l] = ((lane[0][l] + lane[4][l]) + (lane[2][l] + lane[6][l])) +
-               ((lane[1][l] + lane[5][l]) + (lane[3][l] + lane[7][l]));
+        h[l] = (lane[0][l] + lane[2][l]) + (lane[1][l] + lane[3][l]);
     return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
 }
 

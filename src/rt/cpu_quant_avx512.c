@@ -14,7 +14,7 @@
  *   their offset of 8 or 16 taken against the activations' sums of four),
  *   times each block's scale in sixteen float lanes, then added to the
  *   two groups of the definition the blocks belong to (block b to group
- *   b % 8: four registers of two groups, four independent chains).
+ *   b % 4: two registers of two groups, two independent chains).
  *
  * Q8_0 activations (Q4_0, Q5_0) and those of q8_0 weights
  * (px__rt_quantize_q8_act) are quantized 32 values a block with the
@@ -448,31 +448,29 @@ INLINE __m512 legacy_pair(__m512i v, __m128 dw, __m512i off, const uint8_t *xb)
     return _mm512_mul_ps(_mm512_cvtepi32_ps(p), s);
 }
 
-_Static_assert(PX__RT_Q0_GROUPS == 8, "dotn_legacy keeps eight groups in four registers");
+_Static_assert(PX__RT_Q0_GROUPS == 4, "dotn_legacy keeps four groups in two registers");
 
 /* The dots of one Q4_0/Q5_0 weight row with nx activation rows of Q8_0
  * blocks (xq, ldxq bytes apart): each pair of weight blocks is decoded
- * once for all of them.  The definition's eight groups lie in four
- * registers per row: pair j (blocks 2j, 2j + 1) adds to acc[j % 4], its
- * first block in lanes 0..7 (group 2j % 8), its second in lanes 8..15
- * (group 2j % 8 + 1); four chains of additions per row instead of one.
- * Then (acc0 + acc2) + (acc1 + acc3) holds the groups' sums of the
- * definition, even groups in the low half and odd in the high. */
+ * once for all of them.  The definition's four groups lie in two
+ * registers per row: pair j (blocks 2j, 2j + 1) adds to acc[j % 2], its
+ * first block in lanes 0..7 (group 2j % 4), its second in lanes 8..15
+ * (group 2j % 4 + 1); two chains of additions per row, each taking one
+ * addition per pair, instead of one chain taking two.  Then acc0 + acc1
+ * holds g0 + g2 in its low half and g1 + g3 in its high half. */
 INLINE void dotn_legacy(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq, uint32_t nx,
                         uint32_t n, float *out)
 {
     const size_t bb = legacy_bytes(t), xbb = PX__RT_Q8_0_ACT_BYTES;
     const __m512i off = _mm512_set1_epi8((char)legacy_offset(t));
-    __m512 acc[PX__RT_QDOT_ROWS][4];
+    __m512 acc[PX__RT_QDOT_ROWS][2];
 #pragma GCC unroll 4
     for (uint32_t r = 0; r < nx; r++)
-#pragma GCC unroll 4
-        for (uint32_t j = 0; j < 4; j++)
-            acc[r][j] = _mm512_setzero_ps();
+        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     uint32_t nb = n / PX__RT_QK0, np = nb / 2, p = 0;
-    for (; p + 4 <= np; p += 4)
-#pragma GCC unroll 4
-        for (uint32_t j = 0; j < 4; j++) {
+    for (; p + 2 <= np; p += 2)
+#pragma GCC unroll 2
+        for (uint32_t j = 0; j < 2; j++) {
             const uint8_t *blk = w + 2 * (p + j) * bb;
             __m512i v = legacy_values64(t, blk);
             __m128 dw = f16_pair(blk, blk + bb);
@@ -481,20 +479,18 @@ INLINE void dotn_legacy(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t 
                 acc[r][j] = _mm512_add_ps(
                     acc[r][j], legacy_pair(v, dw, off, xq + r * ldxq + 2 * (p + j) * xbb));
         }
+    if (p < np) {
+        const uint8_t *blk = w + 2 * p * bb;
+        __m512i v = legacy_values64(t, blk);
+        __m128 dw = f16_pair(blk, blk + bb);
 #pragma GCC unroll 4
-    for (uint32_t j = 0; j < 4; j++)
-        if (p + j < np) {
-            const uint8_t *blk = w + 2 * (p + j) * bb;
-            __m512i v = legacy_values64(t, blk);
-            __m128 dw = f16_pair(blk, blk + bb);
-#pragma GCC unroll 4
-            for (uint32_t r = 0; r < nx; r++)
-                acc[r][j] = _mm512_add_ps(
-                    acc[r][j], legacy_pair(v, dw, off, xq + r * ldxq + 2 * (p + j) * xbb));
-        }
+        for (uint32_t r = 0; r < nx; r++)
+            acc[r][0] =
+                _mm512_add_ps(acc[r][0], legacy_pair(v, dw, off, xq + r * ldxq + 2 * p * xbb));
+    }
     if (nb % 2) {
-        /* The last block, 2 np: the low half of acc[np % 4]. */
-        uint32_t i = nb - 1;
+        /* The last block, 2 np: the low half of acc[np % 2]. */
+        uint32_t i = nb - 1, j = np % 2;
         const uint8_t *blk = w + i * bb;
         __m256i v = legacy_values32(t, blk);
         float d0 = f16_at(blk);
@@ -506,17 +502,17 @@ INLINE void dotn_legacy(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t 
                 _mm256_dpbusd_epi32(_mm256_setzero_si256(), v, x),
                 _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm512_castsi512_si256(off), x));
             __m256 prod = _mm256_mul_ps(_mm256_cvtepi32_ps(pi), _mm256_set1_ps(d0 * f16_at(xb)));
-#pragma GCC unroll 4
-            for (uint32_t j = 0; j < 4; j++)
-                if (j == np % 4)
-                    acc[r][j] = _mm512_mask_add_ps(acc[r][j], 0xFF, acc[r][j],
-                                                   _mm512_zextps256_ps512(prod));
+            __m512 a = j ? acc[r][1] : acc[r][0];
+            a = _mm512_mask_add_ps(a, 0xFF, a, _mm512_zextps256_ps512(prod));
+            if (j)
+                acc[r][1] = a;
+            else
+                acc[r][0] = a;
         }
     }
 #pragma GCC unroll 4
     for (uint32_t r = 0; r < nx; r++) {
-        __m512 g =
-            _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][2]), _mm512_add_ps(acc[r][1], acc[r][3]));
+        __m512 g = _mm512_add_ps(acc[r][0], acc[r][1]);
         out[r] = lanes_sum(_mm256_add_ps(_mm512_castps512_ps256(g), _mm512_extractf32x8_ps(g, 1)));
     }
 }

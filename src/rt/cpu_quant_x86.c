@@ -78,12 +78,11 @@ INLINE __m256i legacy_values(px_dtype t, const uint8_t *blk)
     return _mm256_sub_epi8(v, _mm256_set1_epi8(16));
 }
 
-/* Lane l of the eight int32 sums p_l * (d_w * d_x) of block i, in float:
- * the definition's addend for the block's group. */
-INLINE __m256 legacy_block(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t i)
+/* Lane l of the eight int32 sums p_l * (d_w * d_x) of block i (bb bytes
+ * a block), in float: the definition's addend for the block's group. */
+INLINE __m256 legacy_block(px_dtype t, size_t bb, const uint8_t *w, const uint8_t *xq, uint32_t i)
 {
-    const uint8_t *blk = w + i * px_dtype_block_bytes(t),
-                  *xb = xq + (size_t)i * PX__RT_Q8_0_ACT_BYTES;
+    const uint8_t *blk = w + i * bb, *xb = xq + (size_t)i * PX__RT_Q8_0_ACT_BYTES;
     __m256i q = legacy_values(t, blk);
     __m256i qx = load256(xb + 2);
     /* Exact: |q| <= 16 and |qx| <= 127 keep the pair sums in int16. */
@@ -93,28 +92,27 @@ INLINE __m256 legacy_block(px_dtype t, const uint8_t *w, const uint8_t *xq, uint
     return _mm256_mul_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(s));
 }
 
-_Static_assert(PX__RT_Q0_GROUPS == 8, "dot_legacy keeps eight groups");
+_Static_assert(PX__RT_Q0_GROUPS == 4, "dot_legacy keeps four groups");
 
-/* One accumulator per group (block i into acc[i % 8]): eight independent
+/* One accumulator per group (block i into acc[i % 4]): four independent
  * chains of additions; then the groups and the lanes add in the
  * definition's order. */
 INLINE float dot_legacy(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
 {
-    __m256 acc[8];
-    for (uint32_t g = 0; g < 8; g++)
+    const size_t bb = t == PX_DTYPE_Q5_0 ? 22 : 18;
+    __m256 acc[4];
+    for (uint32_t g = 0; g < 4; g++)
         acc[g] = _mm256_setzero_ps();
     uint32_t nb = n / PX__RT_QK0, i = 0;
-    for (; i + 8 <= nb; i += 8)
-#pragma GCC unroll 8
-        for (uint32_t g = 0; g < 8; g++)
-            acc[g] = _mm256_add_ps(acc[g], legacy_block(t, w, xq, i + g));
-#pragma GCC unroll 8
-    for (uint32_t g = 0; g < 8; g++)
+    for (; i + 4 <= nb; i += 4)
+#pragma GCC unroll 4
+        for (uint32_t g = 0; g < 4; g++)
+            acc[g] = _mm256_add_ps(acc[g], legacy_block(t, bb, w, xq, i + g));
+#pragma GCC unroll 4
+    for (uint32_t g = 0; g < 4; g++)
         if (i + g < nb)
-            acc[g] = _mm256_add_ps(acc[g], legacy_block(t, w, xq, i + g));
-    __m256 even = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
-    __m256 odd = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
-    return lanes_sum(_mm256_add_ps(even, odd));
+            acc[g] = _mm256_add_ps(acc[g], legacy_block(t, bb, w, xq, i + g));
+    return lanes_sum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3])));
 }
 
 static TGT float dot_q4_0(const uint8_t *w, const uint8_t *xq, uint32_t n)

@@ -44,7 +44,7 @@
 #define PX__RT_QK0 32u  /* values per Q4_0/Q5_0/Q8_0 block */
 /* Float accumulators (of eight lanes) a Q4_0/Q5_0 dot spreads its blocks
  * over: block b adds to group b % PX__RT_Q0_GROUPS (cpu_quant.c). */
-#define PX__RT_Q0_GROUPS 8u
+#define PX__RT_Q0_GROUPS 4u
 
 /* Activation blocks.  Q8_0: an f16 scale then 32 int8 (34 bytes).  Q8_K:
  * a float scale, 256 int8, then 16 int16 sums of each 16 values (292
