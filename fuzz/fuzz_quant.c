@@ -5,8 +5,9 @@
  * activation quantizer.  Dequantisation, single-value reads and every dot
  * product variant must run without a crash, an over-read or undefined
  * behaviour, the AVX2 and AVX-512 dots (single and several-row) must
- * equal the portable one bit for bit (or all be NaN), and the AVX-512
- * activation quantizer must give the portable bytes.
+ * equal the portable one bit for bit (or all be NaN), and the AVX2 and
+ * AVX-512 activation quantizers (Q8_K; Q8_0 for Q4_0/Q5_0 and for q8_0
+ * weights) must give the portable bytes.
  */
 #include <math.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "rt/quant_impl.h"
+#include "rt/rt_impl.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -66,6 +68,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
     }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (variants[0]) {
+        /* The AVX2 activation quantizer: the portable bytes; and the q8_0
+         * weights' quantizer (any 32-value blocks) in every variant. */
+        size_t qb = px__rt_quant_act_bytes(t, n);
+        uint8_t *xq2 = malloc(qb);
+        int8_t *q8 = malloc(n), *q8v = malloc(n);
+        float *d8 = malloc((size_t)n / 32 * sizeof(float)),
+              *d8v = malloc((size_t)n / 32 * sizeof(float));
+        if (!xq2 || !q8 || !q8v || !d8 || !d8v) {
+            free(xq2), free(q8), free(q8v), free(d8), free(d8v);
+            goto done;
+        }
+        px__rt_quant_act_x86(t, x, xq2, n);
+        if (memcmp(xq, xq2, qb) != 0)
+            abort();
+        px__rt_quantize_q8_act_ref(x, n, q8, d8);
+        void (*q8_variants[2])(const float *, uint32_t, int8_t *, float *) = {
+            px__rt_quantize_q8_act_x86, variants[1] ? px__rt_quantize_q8_act_x512 : NULL};
+        for (int k = 0; k < 2; k++) {
+            if (!q8_variants[k])
+                continue;
+            q8_variants[k](x, n, q8v, d8v);
+            if (memcmp(q8, q8v, n) != 0 || memcmp(d8, d8v, (size_t)n / 32 * sizeof(float)) != 0)
+                abort();
+        }
+        free(xq2), free(q8), free(q8v), free(d8), free(d8v);
+    }
     /* The several-row dots (prefill), here over one activation row taken
      * PX__RT_QDOT_ROWS times: each result the single dot's. */
     if (variants[1]) {

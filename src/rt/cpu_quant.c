@@ -5,10 +5,14 @@
  *
  * The results, exactly (cpu_quant_x86.c reproduces them bit for bit):
  *
- * - Q4_0, Q5_0 against Q8_0 activations: eight float lanes; for each
- *   block, lane l adds p_l * (d_w * d_x), where p_l is the exact integer
- *   sum of the products of values 4l..4l+3; the lanes then add as
- *   ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
+ * - Q4_0, Q5_0 against Q8_0 activations: four groups of eight float
+ *   lanes; block b adds to group g = b % 4 only: its lane l adds
+ *   p_l * (d_w * d_x), where p_l is the exact integer sum of the products
+ *   of values 4l..4l+3.  Each lane l then sums its groups as
+ *   h_l = (g0 + g2) + (g1 + g3), and the result is
+ *   ((h0 + h4) + (h2 + h6)) + ((h1 + h5) + (h3 + h7)).  The four groups
+ *   are four independent chains of additions, so that a vector dot is
+ *   not bound by one chain's latency.
  * - the k-quants against Q8_K activations: per super-block the exact
  *   integers S = sum over 16-value groups of sc * sum(q * qx) and
  *   M = sum of m * (sum of the group's qx), then
@@ -27,22 +31,25 @@
 
 static float dot_legacy(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
 {
-    float lane[8] = {0};
+    float lane[PX__RT_Q0_GROUPS][8] = {{0}};
     px__rt_qblock b;
     for (uint32_t i = 0; i < n / PX__RT_QK0; i++) {
         const uint8_t *xb = xq + (size_t)i * PX__RT_Q8_0_ACT_BYTES;
         const int8_t *qx = (const int8_t *)(xb + 2);
+        float *g = lane[i % PX__RT_Q0_GROUPS];
         px__rt_quant_unpack(t, w, i, &b);
         float s = b.d * px__rt_f16((uint16_t)(xb[0] | xb[1] << 8));
         for (uint32_t l = 0; l < 8; l++) {
             int32_t p = 0;
             for (uint32_t j = 4 * l; j < 4 * l + 4; j++)
                 p += b.q[j] * qx[j];
-            lane[l] = lane[l] + (float)p * s;
+            g[l] = g[l] + (float)p * s;
         }
     }
-    return ((lane[0] + lane[4]) + (lane[2] + lane[6])) +
-           ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+    float h[8];
+    for (uint32_t l = 0; l < 8; l++)
+        h[l] = (lane[0][l] + lane[2][l]) + (lane[1][l] + lane[3][l]);
+    return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
 }
 
 static float dot_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)

@@ -13,7 +13,12 @@
  *   values' products summed exactly in int32 by VNNI (the values unsigned,
  *   their offset of 8 or 16 taken against the activations' sums of four),
  *   times each block's scale in sixteen float lanes, then added to the
- *   definition's eight lanes block by block, in order.
+ *   two groups of the definition the blocks belong to (block b to group
+ *   b % 4: two registers of two groups, two independent chains).
+ *
+ * Q8_0 activations (Q4_0, Q5_0) and those of q8_0 weights
+ * (px__rt_quantize_q8_act) are quantized 32 values a block with the
+ * portable code's operations, so their bytes are the same.
  *
  * Up to four activation rows share one decode of each weight super-block
  * or pair of blocks (prefill: dotn_k, dotn_legacy); the k-quants' rows
@@ -521,10 +526,12 @@ INLINE __m512i legacy_values64(px_dtype t, const uint8_t *blk)
     __m256i raw = _mm256_inserti128_si256(
         _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(blk + nb))),
         _mm_loadu_si128((const __m128i *)(const void *)(blk + bb + nb)), 1);
-    __m256i m4 = _mm256_set1_epi8(0xF);
-    __m512i v = join(_mm256_and_si256(raw, m4), _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
-    /* [low 0, low 1, high 0, high 1] in 128-bit lanes, to block order. */
-    v = _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0));
+    /* [bytes 0, bytes 0, bytes 1, bytes 1] in 128-bit lanes, the second
+     * copy of each block's bytes shifted to its high nibbles. */
+    __m512i r = _mm512_castsi256_si512(raw);
+    r = _mm512_shuffle_i64x2(r, r, _MM_SHUFFLE(1, 1, 0, 0));
+    __m512i v =
+        _mm512_and_si512(_mm512_mask_srli_epi16(r, 0xFF00FF00u, r, 4), _mm512_set1_epi8(0xF));
     if (t == PX_DTYPE_Q5_0) {
         uint32_t h0, h1;
         memcpy(&h0, blk + 2, sizeof h0);
@@ -552,56 +559,167 @@ INLINE float lanes_sum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+/* The products of the weight blocks i and i + 1 (values v, scales dw in
+ * lanes 0 and 1) with the activation blocks at xb: lanes 0..7 block i's
+ * eight p_l * (d_w * d_x), lanes 8..15 block i + 1's. */
+INLINE __m512 legacy_pair(__m512i v, __m128 dw, __m512i off, const uint8_t *xb)
+{
+    const size_t xbb = PX__RT_Q8_0_ACT_BYTES;
+    const __m512i spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m512i x = join(load256(xb + 2), load256(xb + xbb + 2));
+    /* Exact: sum of four (value + offset) * x, less offset times the sum
+     * of the four x. */
+    __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v, x),
+                                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, x));
+    __m512 s = _mm512_permutexvar_ps(
+        spread, _mm512_castps128_ps512(_mm_mul_ps(dw, f16_pair(xb, xb + xbb))));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(p), s);
+}
+
+_Static_assert(PX__RT_Q0_GROUPS == 4, "dotn_legacy keeps four groups in two registers");
+
 /* The dots of one Q4_0/Q5_0 weight row with nx activation rows of Q8_0
  * blocks (xq, ldxq bytes apart): each pair of weight blocks is decoded
- * once for all of them.  Per block, lane l of a row adds p_l * (d_w *
- * d_x): the lanes of the first block of a pair before those of the
- * second, as the definition takes the blocks in order. */
+ * once for all of them.  The definition's four groups lie in two
+ * registers per row: pair j (blocks 2j, 2j + 1) adds to acc[j % 2], its
+ * first block in lanes 0..7 (group 2j % 4), its second in lanes 8..15
+ * (group 2j % 4 + 1); two chains of additions per row, each taking one
+ * addition per pair, instead of one chain taking two.  Then acc0 + acc1
+ * holds g0 + g2 in its low half and g1 + g3 in its high half. */
 INLINE void dotn_legacy(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq, uint32_t nx,
                         uint32_t n, float *out)
 {
     const size_t bb = legacy_bytes(t), xbb = PX__RT_Q8_0_ACT_BYTES;
     const __m512i off = _mm512_set1_epi8((char)legacy_offset(t));
-    const __m512i spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    __m256 acc[PX__RT_QDOT_ROWS];
+    __m512 acc[PX__RT_QDOT_ROWS][2];
+#pragma GCC unroll 4
     for (uint32_t r = 0; r < nx; r++)
-        acc[r] = _mm256_setzero_ps();
-    uint32_t nb = n / PX__RT_QK0, i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const uint8_t *blk = w + i * bb;
+        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    uint32_t nb = n / PX__RT_QK0, np = nb / 2, p = 0;
+    for (; p + 2 <= np; p += 2)
+#pragma GCC unroll 2
+        for (uint32_t j = 0; j < 2; j++) {
+            const uint8_t *blk = w + 2 * (p + j) * bb;
+            __m512i v = legacy_values64(t, blk);
+            __m128 dw = f16_pair(blk, blk + bb);
+#pragma GCC unroll 4
+            for (uint32_t r = 0; r < nx; r++)
+                acc[r][j] = _mm512_add_ps(
+                    acc[r][j], legacy_pair(v, dw, off, xq + r * ldxq + 2 * (p + j) * xbb));
+        }
+    if (p < np) {
+        const uint8_t *blk = w + 2 * p * bb;
         __m512i v = legacy_values64(t, blk);
         __m128 dw = f16_pair(blk, blk + bb);
-        for (uint32_t r = 0; r < nx; r++) {
-            const uint8_t *xb = xq + r * ldxq + i * xbb;
-            __m512i x = join(load256(xb + 2), load256(xb + xbb + 2));
-            /* Exact: sum of four (value + offset) * x, less offset times
-             * the sum of the four x. */
-            __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v, x),
-                                         _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, x));
-            /* d_w * d_x of each block, the first block's in lanes 0..7. */
-            __m512 s = _mm512_permutexvar_ps(
-                spread, _mm512_castps128_ps512(_mm_mul_ps(dw, f16_pair(xb, xb + xbb))));
-            __m512 prod = _mm512_mul_ps(_mm512_cvtepi32_ps(p), s);
-            acc[r] = _mm256_add_ps(acc[r], _mm512_castps512_ps256(prod));
-            acc[r] = _mm256_add_ps(acc[r], _mm512_extractf32x8_ps(prod, 1));
-        }
+#pragma GCC unroll 4
+        for (uint32_t r = 0; r < nx; r++)
+            acc[r][0] =
+                _mm512_add_ps(acc[r][0], legacy_pair(v, dw, off, xq + r * ldxq + 2 * p * xbb));
     }
-    if (i < nb) {
+    if (nb % 2) {
+        /* The last block, 2 np: the low half of acc[np % 2]. */
+        uint32_t i = nb - 1, j = np % 2;
         const uint8_t *blk = w + i * bb;
         __m256i v = legacy_values32(t, blk);
         float d0 = f16_at(blk);
+#pragma GCC unroll 4
         for (uint32_t r = 0; r < nx; r++) {
             const uint8_t *xb = xq + r * ldxq + i * xbb;
             __m256i x = load256(xb + 2);
-            __m256i p = _mm256_sub_epi32(
+            __m256i pi = _mm256_sub_epi32(
                 _mm256_dpbusd_epi32(_mm256_setzero_si256(), v, x),
                 _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm512_castsi512_si256(off), x));
-            __m256 prod = _mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d0 * f16_at(xb)));
-            acc[r] = _mm256_add_ps(acc[r], prod);
+            __m256 prod = _mm256_mul_ps(_mm256_cvtepi32_ps(pi), _mm256_set1_ps(d0 * f16_at(xb)));
+            __m512 a = j ? acc[r][1] : acc[r][0];
+            a = _mm512_mask_add_ps(a, 0xFF, a, _mm512_zextps256_ps512(prod));
+            if (j)
+                acc[r][1] = a;
+            else
+                acc[r][0] = a;
         }
     }
-    for (uint32_t r = 0; r < nx; r++)
-        out[r] = lanes_sum(acc[r]);
+#pragma GCC unroll 4
+    for (uint32_t r = 0; r < nx; r++) {
+        __m512 g = _mm512_add_ps(acc[r][0], acc[r][1]);
+        out[r] = lanes_sum(_mm256_add_ps(_mm512_castps512_ps256(g), _mm512_extractf32x8_ps(g, 1)));
+    }
+}
+
+/* v with NaN lanes as 0, clamped to [-127, 127] (an infinity to 127 in
+ * magnitude): the portable quantizers' clamp. */
+INLINE __m512 clamp127(__m512 v)
+{
+    v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
+    return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
+}
+
+/* roundf of each lane (half away from zero), for |v| <= 127: the whole
+ * part t, exact, then one more in magnitude where |v - t| >= 0.5 (v - t
+ * is exact). */
+INLINE __m512i round_away(__m512 v)
+{
+    __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __mmask16 up =
+        _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, t)), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    __m512 one = _mm512_castsi512_ps(
+        _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN)),
+                        _mm512_castps_si512(_mm512_set1_ps(1.0f))));
+    return _mm512_cvttps_epi32(_mm512_mask_add_ps(t, up, t, one));
+}
+
+/* Q8_0 activation blocks as quant.c makes them (d = amax / 127 as an f16,
+ * x * (1 / d) rounded half away from zero, NaN as 0, clamped): the
+ * largest magnitude a vector maximum (a NaN or an infinity flagged apart),
+ * the scales in scalar code as there, the f16 by F16C's rounding to
+ * nearest even (px_f32_to_f16's; a NaN scale by px_f32_to_f16 itself). */
+static TGT void quant_act_q8_0(const float *x, uint8_t *out, uint32_t n)
+{
+    const __m512 big = _mm512_set1_ps(FLT_MAX);
+    for (uint32_t b = 0; b < n / PX__RT_QK0; b++, x += PX__RT_QK0) {
+        uint8_t *blk = out + (size_t)b * PX__RT_Q8_0_ACT_BYTES;
+        __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+        __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
+        /* Not <= FLT_MAX: NaN (unordered) or infinite. */
+        if (_mm512_cmp_ps_mask(a0, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(a1, big, _CMP_NLE_UQ)) {
+            float d = NAN / 127.0f;
+            uint16_t h = px_f32_to_f16(d);
+            memcpy(blk, &h, sizeof h);
+            memset(blk + 2, 0, PX__RT_QK0);
+            continue;
+        }
+        float d = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)) / 127.0f;
+        float id = d != 0 ? 1.0f / d : 0.0f;
+        uint16_t h = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        memcpy(blk, &h, sizeof h);
+        __m512 is = _mm512_set1_ps(id);
+        __m128i q0 = _mm512_cvtepi32_epi8(round_away(clamp127(_mm512_mul_ps(v0, is))));
+        __m128i q1 = _mm512_cvtepi32_epi8(round_away(clamp127(_mm512_mul_ps(v1, is))));
+        _mm256_storeu_si256((__m256i *)(void *)(blk + 2), _mm256_set_m128i(q1, q0));
+    }
+}
+
+/* px__rt_quantize_q8_act_ref's blocks: the largest magnitude of the
+ * values that are not NaN (NaN flagged apart), the scales in scalar code
+ * as there, x * (127 / amax) with NaN as 0, clamped, rounded to nearest
+ * even (the processor's rounding, as lrintf). */
+TGT void px__rt_quantize_q8_act_x512(const float *x, uint32_t k, int8_t *q, float *d)
+{
+    for (uint32_t b = 0; b < k / PX__RT_Q8_0_ELEMS; b++, x += PX__RT_Q8_0_ELEMS) {
+        __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+        __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
+        bool has_nan = (_mm512_cmp_ps_mask(a0, a0, _CMP_UNORD_Q) |
+                        _mm512_cmp_ps_mask(a1, a1, _CMP_UNORD_Q)) != 0;
+        /* Without NaN lanes (maxps would return its second operand for
+         * them); with one, amax is not used. */
+        float m = has_nan ? 0.0f : _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+        float id = m > 0 && !has_nan ? 127.0f / m : 0.0f;
+        d[b] = has_nan ? NAN : m / 127.0f;
+        __m512 is = _mm512_set1_ps(id);
+        __m128i q0 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(clamp127(_mm512_mul_ps(v0, is))));
+        __m128i q1 = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(clamp127(_mm512_mul_ps(v1, is))));
+        _mm256_storeu_si256((__m256i *)(void *)(q + (size_t)b * PX__RT_Q8_0_ELEMS),
+                            _mm256_set_m128i(q1, q0));
+    }
 }
 
 /* Q8_K activations as quant.c makes them: the largest magnitude (any
@@ -612,7 +730,7 @@ INLINE void dotn_legacy(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t 
 TGT void px__rt_quant_act_x512(px_dtype t, const float *x, uint8_t *out, uint32_t n)
 {
     if (px__rt_quant_act_dtype(t) != PX_DTYPE_Q8_K) {
-        px__rt_quant_act(t, x, out, n);
+        quant_act_q8_0(x, out, n);
         return;
     }
     const __m512 big = _mm512_set1_ps(FLT_MAX), magic = _mm512_set1_ps(12582912.f);

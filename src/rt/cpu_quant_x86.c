@@ -3,8 +3,10 @@
  * chosen at run time.  They reproduce cpu_quant.c's results bit for bit:
  * the integer sums are exact whatever their grouping, and the float steps
  * are the same operations in the same order (Q4_0/Q5_0: one float lane
- * per four values, as the portable definition's lanes; k-quants: the
- * super-block's float expression in scalar code).
+ * per four values and one register per group of blocks, as the portable
+ * definition's lanes and groups; k-quants: the super-block's float
+ * expression in scalar code).  The Q8_0 activation quantizers reproduce
+ * the portable bytes the same way.
  */
 #include "base/common.h"
 
@@ -13,6 +15,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
+#include <float.h>
 #include <immintrin.h>
 
 #define TGT    __attribute__((target("avx2,fma,f16c")))
@@ -75,22 +78,51 @@ INLINE __m256i legacy_values(px_dtype t, const uint8_t *blk)
     return _mm256_sub_epi8(v, _mm256_set1_epi8(16));
 }
 
-static TGT float dot_legacy(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
+/* Lane l of the eight int32 sums p_l * (d_w * d_x) of block i (bb bytes
+ * a block), in float: the definition's addend for the block's group. */
+INLINE __m256 legacy_block(px_dtype t, size_t bb, const uint8_t *w, const uint8_t *xq, uint32_t i)
 {
-    size_t bb = px_dtype_block_bytes(t);
-    __m256 acc = _mm256_setzero_ps();
-    __m256i ones = _mm256_set1_epi16(1);
-    for (uint32_t i = 0; i < n / PX__RT_QK0; i++) {
-        const uint8_t *blk = w + i * bb, *xb = xq + (size_t)i * PX__RT_Q8_0_ACT_BYTES;
-        __m256i q = legacy_values(t, blk);
-        __m256i qx = load256(xb + 2);
-        /* Exact: |q| <= 16 and |qx| <= 127 keep the pair sums in int16. */
-        __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(qx, q));
-        __m256i p32 = _mm256_madd_epi16(p16, ones);
-        float s = f16_at(blk) * f16_at(xb);
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(s)));
-    }
-    return lanes_sum(acc);
+    const uint8_t *blk = w + i * bb, *xb = xq + (size_t)i * PX__RT_Q8_0_ACT_BYTES;
+    __m256i q = legacy_values(t, blk);
+    __m256i qx = load256(xb + 2);
+    /* Exact: |q| <= 16 and |qx| <= 127 keep the pair sums in int16. */
+    __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(qx, q));
+    __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+    float s = f16_at(blk) * f16_at(xb);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(s));
+}
+
+_Static_assert(PX__RT_Q0_GROUPS == 4, "dot_legacy keeps four groups");
+
+/* One accumulator per group (block i into acc[i % 4]): four independent
+ * chains of additions; then the groups and the lanes add in the
+ * definition's order. */
+INLINE float dot_legacy(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
+{
+    const size_t bb = t == PX_DTYPE_Q5_0 ? 22 : 18;
+    __m256 acc[4];
+    for (uint32_t g = 0; g < 4; g++)
+        acc[g] = _mm256_setzero_ps();
+    uint32_t nb = n / PX__RT_QK0, i = 0;
+    for (; i + 4 <= nb; i += 4)
+#pragma GCC unroll 4
+        for (uint32_t g = 0; g < 4; g++)
+            acc[g] = _mm256_add_ps(acc[g], legacy_block(t, bb, w, xq, i + g));
+#pragma GCC unroll 4
+    for (uint32_t g = 0; g < 4; g++)
+        if (i + g < nb)
+            acc[g] = _mm256_add_ps(acc[g], legacy_block(t, bb, w, xq, i + g));
+    return lanes_sum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3])));
+}
+
+static TGT float dot_q4_0(const uint8_t *w, const uint8_t *xq, uint32_t n)
+{
+    return dot_legacy(PX_DTYPE_Q4_0, w, xq, n);
+}
+
+static TGT float dot_q5_0(const uint8_t *w, const uint8_t *xq, uint32_t n)
+{
+    return dot_legacy(PX_DTYPE_Q5_0, w, xq, n);
 }
 
 /* Values 32c .. 32c + 31 of a k-quant super-block as unsigned bytes, and
@@ -235,6 +267,121 @@ DOT_K(dot_q5_k, PX_DTYPE_Q5_K)
 DOT_K(dot_q6_k, PX_DTYPE_Q6_K)
 #undef DOT_K
 
+/* ------------------------------------------------------------------ */
+/* Q8_0 activations                                                    */
+/* ------------------------------------------------------------------ */
+
+/* v with NaN lanes as 0, clamped to [-127, 127] (an infinity to 127 in
+ * magnitude): the portable quantizers' clamp. */
+INLINE __m256 clamp127(__m256 v)
+{
+    v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+    return _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+}
+
+/* roundf of each lane (half away from zero), for |v| <= 127: the whole
+ * part t, exact, then one more in magnitude where |v - t| >= 0.5 (v - t
+ * is exact). */
+INLINE __m256i round_away(__m256 v)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, t)), _mm256_set1_ps(0.5f),
+                              _CMP_GE_OQ);
+    __m256 one = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
+    return _mm256_cvttps_epi32(_mm256_add_ps(t, _mm256_and_ps(up, one)));
+}
+
+/* 32 int32 (in [-127, 127]) as 32 bytes, in order. */
+INLINE __m256i pack32(__m256i i0, __m256i i1, __m256i i2, __m256i i3)
+{
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* The largest of eight lanes (none NaN: any order gives it). */
+INLINE float max8(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* Q8_0 activation blocks as quant.c makes them (d = amax / 127 as an f16,
+ * x * (1 / d) rounded half away from zero, NaN as 0, clamped): the
+ * largest magnitude a vector maximum (a NaN or an infinity flagged apart),
+ * the scales in scalar code as there, the f16 by F16C's rounding to
+ * nearest even (px_f32_to_f16's; a NaN scale by px_f32_to_f16 itself). */
+static TGT void quant_act_q8_0(const float *x, uint8_t *out, uint32_t n)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(FLT_MAX);
+    for (uint32_t b = 0; b < n / PX__RT_QK0; b++, x += PX__RT_QK0) {
+        uint8_t *blk = out + (size_t)b * PX__RT_Q8_0_ACT_BYTES;
+        __m256 v[4], amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+        for (uint32_t k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            __m256 a = _mm256_andnot_ps(sign, v[k]);
+            /* Not <= FLT_MAX: NaN (unordered) or infinite. */
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ));
+            amax = _mm256_max_ps(amax, a);
+        }
+        if (_mm256_movemask_ps(bad)) {
+            float d = NAN / 127.0f;
+            uint16_t h = px_f32_to_f16(d);
+            memcpy(blk, &h, sizeof h);
+            memset(blk + 2, 0, PX__RT_QK0);
+            continue;
+        }
+        float d = max8(amax) / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+        uint16_t h = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        memcpy(blk, &h, sizeof h);
+        __m256 is = _mm256_set1_ps(id);
+        __m256i i[4];
+        for (uint32_t k = 0; k < 4; k++)
+            i[k] = round_away(clamp127(_mm256_mul_ps(v[k], is)));
+        _mm256_storeu_si256((__m256i *)(void *)(blk + 2), pack32(i[0], i[1], i[2], i[3]));
+    }
+}
+
+TGT void px__rt_quant_act_x86(px_dtype t, const float *x, uint8_t *out, uint32_t n)
+{
+    if (px__rt_quant_act_dtype(t) == PX_DTYPE_Q8_0)
+        quant_act_q8_0(x, out, n);
+    else
+        px__rt_quant_act(t, x, out, n);
+}
+
+/* px__rt_quantize_q8_act_ref's blocks: the largest magnitude of the
+ * values that are not NaN (NaN flagged apart), the scales in scalar code
+ * as there, x * (127 / amax) with NaN as 0, clamped, rounded to nearest
+ * even (the processor's rounding, as lrintf). */
+TGT void px__rt_quantize_q8_act_x86(const float *x, uint32_t k, int8_t *q, float *d)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (uint32_t b = 0; b < k / PX__RT_Q8_0_ELEMS; b++, x += PX__RT_Q8_0_ELEMS) {
+        __m256 v[4], amax = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+        for (uint32_t j = 0; j < 4; j++) {
+            v[j] = _mm256_loadu_ps(x + 8 * j);
+            __m256 a = _mm256_andnot_ps(sign, v[j]);
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+            /* A NaN lane of a leaves amax as it was (maxps returns its
+             * second operand then). */
+            amax = _mm256_max_ps(a, amax);
+        }
+        bool has_nan = _mm256_movemask_ps(nan) != 0;
+        float m = max8(amax);
+        float id = m > 0 && !has_nan ? 127.0f / m : 0.0f;
+        d[b] = has_nan ? NAN : m / 127.0f;
+        __m256 is = _mm256_set1_ps(id);
+        __m256i i[4];
+        for (uint32_t j = 0; j < 4; j++)
+            i[j] = _mm256_cvtps_epi32(clamp127(_mm256_mul_ps(v[j], is)));
+        _mm256_storeu_si256((__m256i *)(void *)(q + (size_t)b * PX__RT_Q8_0_ELEMS),
+                            pack32(i[0], i[1], i[2], i[3]));
+    }
+}
+
 TGT float px__rt_quant_dot_x86(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
 {
     switch (t) {
@@ -248,8 +395,10 @@ TGT float px__rt_quant_dot_x86(px_dtype t, const uint8_t *w, const uint8_t *xq, 
         return dot_q5_k(w, xq, n);
     case PX_DTYPE_Q6_K:
         return dot_q6_k(w, xq, n);
+    case PX_DTYPE_Q5_0:
+        return dot_q5_0(w, xq, n);
     default:
-        return dot_legacy(t, w, xq, n);
+        return dot_q4_0(w, xq, n);
     }
 }
 

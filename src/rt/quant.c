@@ -260,7 +260,10 @@ void px__rt_quant_act(px_dtype t, const float *x, uint8_t *out, uint32_t n)
 {
     if (px__rt_quant_act_dtype(t) == PX_DTYPE_Q8_0) {
         /* Q8_0 as ggml's reference: d = amax / 127 (stored f16), values
-         * rounded half away from zero. */
+         * x * (1 / d) rounded half away from zero and clamped to
+         * [-127, 127].  Where d is subnormal, 1 / d is infinite: a zero
+         * value gives 0 * inf = NaN there, which is taken as 0 (the
+         * vector variants reproduce this byte for byte). */
         for (uint32_t b = 0; b < n / PX__RT_QK0; b++, x += PX__RT_QK0) {
             uint8_t *blk = out + (size_t)b * PX__RT_Q8_0_ACT_BYTES;
             int8_t *q = (int8_t *)(blk + 2);
@@ -269,8 +272,11 @@ void px__rt_quant_act(px_dtype t, const float *x, uint8_t *out, uint32_t n)
             uint16_t h = px_f32_to_f16(d);
             blk[0] = (uint8_t)h;
             blk[1] = (uint8_t)(h >> 8);
-            for (uint32_t j = 0; j < PX__RT_QK0; j++)
-                q[j] = isnan(d) ? 0 : (int8_t)PX_MAX(-127.0f, PX_MIN(127.0f, roundf(x[j] * id)));
+            for (uint32_t j = 0; j < PX__RT_QK0; j++) {
+                float v = x[j] * id;
+                q[j] =
+                    isnan(d) || isnan(v) ? 0 : (int8_t)PX_MAX(-127.0f, PX_MIN(127.0f, roundf(v)));
+            }
         }
         return;
     }

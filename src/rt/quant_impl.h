@@ -42,6 +42,9 @@
 
 #define PX__RT_QK  256u /* values per k-quant super-block */
 #define PX__RT_QK0 32u  /* values per Q4_0/Q5_0/Q8_0 block */
+/* Float accumulators (of eight lanes) a Q4_0/Q5_0 dot spreads its blocks
+ * over: block b adds to group b % PX__RT_Q0_GROUPS (cpu_quant.c). */
+#define PX__RT_Q0_GROUPS 4u
 
 /* Activation blocks.  Q8_0: an f16 scale then 32 int8 (34 bytes).  Q8_K:
  * a float scale, 256 int8, then 16 int16 sums of each 16 values (292
@@ -106,10 +109,14 @@ size_t px__rt_quant_act_bytes(px_dtype t, uint32_t n);
 void px__rt_quant_act(px_dtype t, const float *x, uint8_t *out, uint32_t n);
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-/* px__rt_quant_act with AVX-512 (Q8_K activations; Q8_0 ones by the
- * portable code), byte for byte its results: callable where
- * px__rt_quant_dot_avx512() returns a dot. */
+/* px__rt_quant_act with AVX-512 (Q8_K and Q8_0 activations), byte for
+ * byte its results: callable where px__rt_quant_dot_avx512() returns a
+ * dot. */
 void px__rt_quant_act_x512(px_dtype t, const float *x, uint8_t *out, uint32_t n);
+/* px__rt_quant_act with AVX2 (Q8_0 activations; Q8_K ones by the
+ * portable code), byte for byte its results: callable where
+ * px__rt_quant_dot_avx2() returns a dot. */
+void px__rt_quant_act_x86(px_dtype t, const float *x, uint8_t *out, uint32_t n);
 #endif
 
 /* The dot of n values (a multiple of the block) of a weight row of dtype t

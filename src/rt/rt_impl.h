@@ -174,9 +174,19 @@ const px__rt_kernels *px__rt_kernels_native(void);
 /* Quantizes k activations (k a multiple of 32) to q8_0 blocks for
  * matmul_q8_0: per block of 32, d = max|x| / 127 and q = x * (127 /
  * max|x|) rounded to nearest even (0 for a zero block; a block holding a
- * NaN gets d = NaN, so that the products stay NaN).  Scalar on purpose:
- * this defines the quantization for every variant. */
+ * NaN gets d = NaN, so that the products stay NaN).  Runs the fastest
+ * variant this processor has (chosen once); every variant writes the
+ * bytes of px__rt_quantize_q8_act_ref.  Thread-safe. */
 void px__rt_quantize_q8_act(const float *x, uint32_t k, int8_t *q, float *d);
+/* The portable scalar code that defines px__rt_quantize_q8_act's bytes. */
+void px__rt_quantize_q8_act_ref(const float *x, uint32_t k, int8_t *q, float *d);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* Its AVX2 and AVX-512 variants (cpu_quant_x86.c, cpu_quant_avx512.c),
+ * callable where px__rt_kernels_avx2() (px__rt_kernels_avx512()) is not
+ * NULL. */
+void px__rt_quantize_q8_act_x86(const float *x, uint32_t k, int8_t *q, float *d);
+void px__rt_quantize_q8_act_x512(const float *x, uint32_t k, int8_t *q, float *d);
+#endif
 
 /* The portable q8_0 dot product: the definition the vectorised ones
  * reproduce bit for bit. */

@@ -7,6 +7,7 @@
 #include "px_test.h"
 #include "px_slowdown.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -274,14 +275,20 @@ static void test_quant_avx512_several_row_dots_equal_portable_per_row(void **sta
         x[2 * N + 300] = INFINITY;
         for (uint32_t q = 0; q < R; q++)
             px__rt_quant_act(t, x + q * N, xq + q * ab, N);
-        for (uint32_t nx = 1; nx <= R; nx++) {
-            float got[R];
-            px__rt_quant_dotn_x512(t, w, xq, ab, nx, N, got);
-            for (uint32_t q = 0; q < nx; q++) {
-                float want = px__rt_quant_dot_portable(t, w, xq + q * ab, N);
-                if (!(isnan(want) && isnan(got[q])) && memcmp(&want, &got[q], sizeof want) != 0)
-                    fail_msg("%s, %u rows, row %u: portable %.9g, avx512 %.9g", px_dtype_name(t),
-                             nx, q, (double)want, (double)got[q]);
+        /* Q4_0 and Q5_0: every count of blocks up to 20 too (pairs,
+         * groups and an odd last block, in every position). */
+        uint32_t n_last = px_dtype_block_elems(t) == PX__RT_QK0 ? 20 : 0;
+        for (uint32_t len = 0; len <= n_last; len++) {
+            uint32_t n = len ? len * PX__RT_QK0 : N;
+            for (uint32_t nx = 1; nx <= R; nx++) {
+                float got[R];
+                px__rt_quant_dotn_x512(t, w, xq, ab, nx, n, got);
+                for (uint32_t q = 0; q < nx; q++) {
+                    float want = px__rt_quant_dot_portable(t, w, xq + q * ab, n);
+                    if (!(isnan(want) && isnan(got[q])) && memcmp(&want, &got[q], sizeof want) != 0)
+                        fail_msg("%s, %u values, %u rows, row %u: portable %.9g, avx512 %.9g",
+                                 px_dtype_name(t), n, nx, q, (double)want, (double)got[q]);
+                }
             }
         }
     }
@@ -332,6 +339,167 @@ static void test_quant_avx512_activations_equal_portable_bytes(void **state)
                              px_dtype_name(types[f]), trial, i, want[i], got[i]);
         }
     }
+#else
+    skip();
+#endif
+}
+
+/* The Q4_0/Q5_0 dot's definition, written out from the integer form:
+ * block b's eight sums of four products, times d_w * d_x, add to group
+ * b % 4; the groups, then the lanes, add in a fixed tree.  The portable
+ * dot (and so every variant) gives these bits, for every count of blocks
+ * up to 40; the groups make the bits differ from one chain of additions. */
+static void test_quant_q4_0_q5_0_dot_adds_blocks_in_four_groups(void **state)
+{
+    (void)state;
+    px_rng r;
+    px_rng_seed(&r, 29);
+    enum { NB = 40 };
+    static uint8_t w[NB * 22], xq[NB * PX__RT_Q8_0_ACT_BYTES];
+    static float x[NB * 32];
+    int differs = 0;
+    for (int f = 0; f < 2; f++) {
+        px_dtype t = f ? PX_DTYPE_Q5_0 : PX_DTYPE_Q4_0;
+        for (uint32_t nb = 1; nb <= NB; nb++) {
+            random_blocks(&r, t, w, nb * 32);
+            random_floats(&r, x, nb * 32);
+            px__rt_quant_act(t, x, xq, nb * 32);
+            float g[4][8] = {{0}}, chain[8] = {0};
+            for (uint32_t b = 0; b < nb; b++) {
+                px__rt_qblock qb;
+                px__rt_quant_unpack(t, w, b, &qb);
+                const uint8_t *xb = xq + b * PX__RT_Q8_0_ACT_BYTES;
+                uint16_t h;
+                memcpy(&h, xb, sizeof h);
+                float s = qb.d * px__rt_f16(h);
+                for (int l = 0; l < 8; l++) {
+                    int32_t p = 0;
+                    for (int j = 4 * l; j < 4 * l + 4; j++)
+                        p += qb.q[j] * ((const int8_t *)(xb + 2))[j];
+                    g[b % 4][l] = g[b % 4][l] + (float)p * s;
+                    chain[l] = chain[l] + (float)p * s;
+                }
+            }
+            float h[8];
+            for (int l = 0; l < 8; l++)
+                h[l] = (g[0][l] + g[2][l]) + (g[1][l] + g[3][l]);
+            float want = ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
+            float one = ((chain[0] + chain[4]) + (chain[2] + chain[6])) +
+                        ((chain[1] + chain[5]) + (chain[3] + chain[7]));
+            float got = px__rt_quant_dot_portable(t, w, xq, nb * 32);
+            if (memcmp(&want, &got, sizeof want) != 0)
+                fail_msg("%s, %u blocks: the definition %.9g, the portable dot %.9g",
+                         px_dtype_name(t), nb, (double)want, (double)got);
+            differs += memcmp(&one, &got, sizeof one) != 0;
+        }
+    }
+    assert_true(differs > 0);
+}
+
+/* Rows of 32-value blocks that probe a Q8_0 quantizer: random values
+ * scaled by `scale`, then block 1 of exact ties (amax 127: the scale is
+ * 1, x + 0.5 rounds away from zero or to even), an all-zero block,
+ * blocks holding a NaN, -inf and +inf, a block of subnormals with zeros
+ * (its scale subnormal, 1 / d infinite), a block of -0, a block near
+ * FLT_MAX, and a block of values just below a half. */
+static void q8_0_probe_row(px_rng *r, float *x, uint32_t n, float scale)
+{
+    random_floats(r, x, n);
+    for (uint32_t i = 0; i < n; i++)
+        x[i] *= scale;
+    float *b = x;
+    for (uint32_t i = 0; i < 32; i++)
+        b[32 + i] = i == 0 ? 127.0f : (float)((int)i * 7 % 60 - 30) + 0.5f;
+    memset(b + 2 * 32, 0, 32 * sizeof(float));
+    b[3 * 32 + 5] = NAN;
+    b[4 * 32 + 31] = -INFINITY;
+    b[5 * 32] = INFINITY;
+    for (uint32_t i = 0; i < 32; i++) {
+        b[6 * 32 + i] = i % 3 == 0 ? 0.0f : (float)(i % 2 ? -1 : 1) * 1e-40f * (float)i;
+        b[7 * 32 + i] = -0.0f;
+        b[8 * 32 + i] = (float)(i % 2 ? -1 : 1) * (FLT_MAX - (float)i * 1e31f);
+        b[9 * 32 + i] = (i % 2 ? -0.49999997f : 0.49999997f) * (float)(1 + i % 3);
+    }
+    /* A lone subnormal amax (its d underflows to 0 or stays subnormal). */
+    b[10 * 32 + 3] = 1e-45f;
+    for (uint32_t i = 0; i < 32; i++)
+        if (i != 3)
+            b[10 * 32 + i] = 0.0f;
+}
+
+/* Every vectorised Q8_0 activation quantizer gives the portable bytes:
+ * the blocks of Q4_0/Q5_0 activations (px__rt_quant_act, f16 scale,
+ * rounding half away from zero) with AVX2 and AVX-512, and those of q8_0
+ * weights (px__rt_quantize_q8_act, float scale, rounding to even) with
+ * AVX2, AVX-512 and the dispatching entry point, on the probe rows. */
+static void test_quant_q8_0_activations_equal_portable_bytes(void **state)
+{
+    (void)state;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    bool avx2 = px__rt_quant_dot_avx2() != NULL, avx512 = px__rt_quant_dot_avx512() != NULL;
+    if (!avx2) {
+        print_message("skipped: no AVX2 on this processor\n");
+        skip();
+    }
+    if (!avx512)
+        print_message("note: no AVX-512 VNNI on this processor; its quantizers are not tested\n");
+    px_rng r;
+    px_rng_seed(&r, 23);
+    enum { N = 16 * 32 };
+    static float x[N], xd_want[N / 32], xd_got[N / 32];
+    static uint8_t want[N / 32 * PX__RT_Q8_0_ACT_BYTES], got[N / 32 * PX__RT_Q8_0_ACT_BYTES];
+    static int8_t q_want[N], q_got[N];
+    static const float scales[] = {1.0f, 1e30f, 1e-30f, 1e-39f, 3e38f};
+    for (int trial = 0; trial < 20; trial++) {
+        q8_0_probe_row(&r, x, N, scales[trial % 5]);
+        for (int v = 0; v < 2; v++) {
+            if (v == 1 && !avx512)
+                continue;
+            for (int f = 0; f < 2; f++) {
+                px_dtype t = f ? PX_DTYPE_Q5_0 : PX_DTYPE_Q4_0;
+                memset(want, 0xAA, sizeof want);
+                memset(got, 0x55, sizeof got);
+                px__rt_quant_act(t, x, want, N);
+                (v ? px__rt_quant_act_x512 : px__rt_quant_act_x86)(t, x, got, N);
+                for (size_t i = 0; i < sizeof want; i++)
+                    if (want[i] != got[i])
+                        fail_msg("%s activations, %s, trial %d: byte %zu (block %zu): portable "
+                                 "%u, vector %u",
+                                 px_dtype_name(t), v ? "avx512" : "avx2", trial, i,
+                                 i / PX__RT_Q8_0_ACT_BYTES, want[i], got[i]);
+            }
+        }
+        px__rt_quantize_q8_act_ref(x, N, q_want, xd_want);
+        for (int v = 0; v < 3; v++) {
+            if (v == 1 && !avx512)
+                continue;
+            memset(q_got, 0x55, sizeof q_got);
+            memset(xd_got, 0x55, sizeof xd_got);
+            if (v == 0)
+                px__rt_quantize_q8_act_x86(x, N, q_got, xd_got);
+            else if (v == 1)
+                px__rt_quantize_q8_act_x512(x, N, q_got, xd_got);
+            else
+                px__rt_quantize_q8_act(x, N, q_got, xd_got);
+            const char *name = v == 0 ? "avx2" : v == 1 ? "avx512" : "dispatched";
+            for (size_t i = 0; i < N; i++)
+                if (q_want[i] != q_got[i])
+                    fail_msg("q8_0 weights' activations, %s, trial %d: value %zu: portable %d, "
+                             "vector %d",
+                             name, trial, i, q_want[i], q_got[i]);
+            if (memcmp(xd_want, xd_got, sizeof xd_want) != 0)
+                fail_msg("q8_0 weights' activations, %s, trial %d: the block scales differ", name,
+                         trial);
+        }
+    }
+    /* The probes reach the cases they are for. */
+    px__rt_quant_act(PX_DTYPE_Q4_0, x, want, N);
+    const int8_t *ties = (const int8_t *)(want + PX__RT_Q8_0_ACT_BYTES + 2);
+    assert_int_equal(ties[1], -23); /* -22.5, away from zero */
+    assert_int_equal(ties[2], -16); /* -15.5 */
+    px__rt_quantize_q8_act_ref(x, N, q_want, xd_want);
+    assert_int_equal(q_want[32 + 1], -22); /* to even */
+    assert_int_equal(q_want[32 + 2], -16);
 #else
     skip();
 #endif
@@ -702,6 +870,8 @@ int main(void)
         cmocka_unit_test(test_quant_decode_dots_equal_portable_for_any_scales),
         cmocka_unit_test(test_quant_avx512_several_row_dots_equal_portable_per_row),
         cmocka_unit_test(test_quant_avx512_activations_equal_portable_bytes),
+        cmocka_unit_test(test_quant_q8_0_activations_equal_portable_bytes),
+        cmocka_unit_test(test_quant_q4_0_q5_0_dot_adds_blocks_in_four_groups),
         cmocka_unit_test(test_quant_dot_close_to_float_dot),
         cmocka_unit_test(test_quant_matvec_independent_of_rows_and_batch),
         cmocka_unit_test(test_quant_products_cross_tile_boundaries),
