@@ -258,14 +258,15 @@ static void unhold(px__deferred *d)
 /* The pass's commit with the server lock released (a store whose writes
  * a lease epoch fences): its assignments, held out of sight (hold), are
  * written in one transaction fenced by the epoch this replica took with
- * the lease, then its explanations on the lease's own connection (which
- * the lease's session fences) once the assignments are in, never before;
- * the lock is taken again and the assignments published.  A commit that
- * failed is undone in memory (the jobs queued again), and the replica
- * stops scheduling: another holder may have taken the lease (PX_ESTATE),
- * or the commit's outcome is unknown (a connection lost at its COMMIT),
- * and either way the next holder reads the truth from the database.
- * Server lock held on entry and on return (released meanwhile). */
+ * the lease; the lock is taken again and the assignments published, then
+ * let go once more while the pass's explanations are written on the
+ * lease's own connection (which the lease's session fences), never before
+ * the assignments they explain are in.  A commit that failed is undone in
+ * memory (the jobs queued again), and the replica stops scheduling:
+ * another holder may have taken the lease (PX_ESTATE), or the commit's
+ * outcome is unknown (a connection lost at its COMMIT), and either way
+ * the next holder reads the truth from the database.  Server lock held on
+ * entry and on return (released meanwhile). */
 static void commit_unlocked(px_fleet_server *srv, int64_t epoch)
 {
     size_t n = srv->n_deferred;
@@ -320,28 +321,15 @@ static void commit_unlocked(px_fleet_server *srv, int64_t epoch)
         free(rows);
         return;
     }
-    pthread_mutex_unlock(&srv->lock);
-    if (px__srv_commit_hook && n_rows)
-        px__srv_commit_hook(srv);
     px_err err = {0};
-    px_status st =
-        n_rows ? srv->store.ops->fenced_update_jobs(srv->store.self, epoch, rows, n_rows, &err)
-               : PX_OK;
-    /* Explanations of placements only once these are committed; those of
-     * jobs left queued whatever became of the commit, unless another
-     * replica holds the lease now. */
-    int k = 0;
-    for (int i = 0; i < n_ex; i++)
-        if (st == PX_OK || (!ex_placed[i] && st != PX_ESTATE))
-            ex[k++] = ex[i];
-        else
-            free((char *)ex[i].job);
-    px_err xerr;
-    if (k && srv->store.ops->put_explanations(srv->store.self, ex, k, &xerr) != PX_OK)
-        px_log_warn("fleet: the explanations of %d decisions not stored: %s", k, xerr.msg);
-    pthread_mutex_lock(&srv->lock);
-    for (int i = 0; i < k; i++)
-        free((char *)ex[i].job);
+    px_status st = PX_OK;
+    if (n_rows) {
+        pthread_mutex_unlock(&srv->lock);
+        if (px__srv_commit_hook)
+            px__srv_commit_hook(srv);
+        st = srv->store.ops->fenced_update_jobs(srv->store.self, epoch, rows, n_rows, &err);
+        pthread_mutex_lock(&srv->lock);
+    }
     for (size_t i = 0; i < n; i++) {
         px__deferred *d = &srv->deferred[i];
         px__job *job = d->job;
@@ -374,14 +362,11 @@ static void commit_unlocked(px_fleet_server *srv, int64_t epoch)
                                          "cancelled by the user", &cerr) != PX_OK)
                 px_log_warn("fleet: job %s: cancel not yet written: %s", job->row.id, cerr.msg);
         }
-        free(d->explanation);
         free(d->members);
         free(d->state);
         free(d->assignments);
     }
     srv->n_deferred = 0;
-    free(ex);
-    free(ex_placed);
     free(rows);
     if (st != PX_OK) {
         char why[400];
@@ -391,6 +376,30 @@ static void commit_unlocked(px_fleet_server *srv, int64_t epoch)
     }
     /* Published or undone: transitions waiting for the commit go on. */
     pthread_cond_broadcast(&srv->changed);
+    /* Explanations of placements only once these are committed (after
+     * they are published, so that their write does not delay them);
+     * those of jobs left queued whatever became of the commit, unless
+     * another replica holds the lease now.  The lock is let go again for
+     * the write; nothing below touches a job. */
+    int k = 0;
+    for (int i = 0; i < n_ex; i++)
+        if (st == PX_OK || (!ex_placed[i] && st != PX_ESTATE))
+            ex[k++] = ex[i];
+        else
+            free((char *)ex[i].job);
+    if (k) {
+        pthread_mutex_unlock(&srv->lock);
+        px_err xerr;
+        if (srv->store.ops->put_explanations(srv->store.self, ex, k, &xerr) != PX_OK)
+            px_log_warn("fleet: the explanations of %d decisions not stored: %s", k, xerr.msg);
+        pthread_mutex_lock(&srv->lock);
+    }
+    for (int i = 0; i < k; i++)
+        free((char *)ex[i].job);
+    for (size_t i = 0; i < n; i++)
+        free(srv->deferred[i].explanation);
+    free(ex);
+    free(ex_placed);
 }
 
 /* How long the plans before one pass may take, in all. */
