@@ -1,8 +1,8 @@
 /* Job state transitions on the server: submission (with idempotency
- * keys), placement passes, starts and finishes reported by agents (with
- * attempt checks), requeues, service restarts with backoff, cancels.
- * Every function here runs with the server lock held.  The scheduling
- * pass and its commit are in server_pass.c.
+ * keys), starts and finishes reported by agents (with attempt checks),
+ * requeues, service restarts with backoff, cancels (the placement passes
+ * are in server_pass.c).  Every function here runs with the server lock
+ * held.
  *
  * Each transition writes its new state to the store first and changes the
  * job in memory only once the write succeeded: a write that fails (a full
