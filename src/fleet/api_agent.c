@@ -36,6 +36,10 @@ static json_t *stop_list(px_fleet_server *srv, size_t node, const json_t *runnin
         if (!id || !json_is_integer(att))
             continue;
         px__job *j = px__srv_find_job(srv, id);
+        /* Its assignment is being committed: a replica that serves agents
+         * from the database may have handed it out already. */
+        if (j && j->committing)
+            continue;
         json_int_t rk = json_is_integer(rank) ? json_integer_value(rank) : 0;
         bool keep = j && json_integer_value(att) == j->row.attempt && rk >= 0 &&
                     rk < j->n_members && j->members[rk].node == (int)node &&
@@ -380,10 +384,12 @@ static void assignments(px__api_req *rq, px__api_resp *rs)
     }
 }
 
-/* Finds an active job, answering 409 for an ended one and 404 otherwise. */
+/* Finds an active job, answering 409 for an ended one and 404 otherwise;
+ * one whose assignment is being committed once the commit is settled (a
+ * replica serving agents from the database may hand it out first). */
 static px__job *active_job(px__api_req *rq, px__api_resp *rs, const char *id)
 {
-    px__job *j = px__srv_find_job(rq->srv, id);
+    px__job *j = px__srv_find_job_settled(rq->srv, id);
     if (j)
         return j;
     px__job_row row;

@@ -67,6 +67,10 @@ char *px__metrics_render(px_fleet_server *srv)
             "Reads of the database for the agents' polls waiting on this replica while another "
             "scheduled (one per tick, whatever the number of polls).",
             m->poll_reads);
+    counter(&sb, "plexus_commit_waits_total",
+            "Cancels and agents' reports that met a job whose assignment was being committed, "
+            "and waited for the commit.",
+            m->commit_waits);
     counter(&sb, "plexus_scheduling_decisions_total", "Placement attempts.", m->decisions);
     counter(&sb, "plexus_placements_total", "Placement attempts that placed the job.",
             m->placements);

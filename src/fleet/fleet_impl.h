@@ -663,8 +663,16 @@ typedef struct px__job {
     int64_t artifact_bytes; /* artifacts stored, against the artifact quota */
     bool log_truncated;     /* the quota was reached and the log says so */
     bool store_failed;      /* the last write of this job failed: retried on the tick */
-    json_t *explain;        /* latest explanation, full JSON; NULL before the first */
-    struct px__job *next;   /* in the active list, oldest first */
+    /* Placed by a pass whose commit is in flight with the server lock
+     * released (server_pass.c): shown queued, with no member placed, until
+     * the commit lands; a transition that meets it waits for that
+     * (px__srv_find_job_settled). */
+    bool committing;
+    /* A cancel met it committing: the pass ends it as soon as the commit
+     * landed, before any agent can be sent it. */
+    bool cancel_on_commit;
+    json_t *explain;      /* latest explanation, full JSON; NULL before the first */
+    struct px__job *next; /* in the active list, oldest first */
     /* Monotonic: when this attempt entered this replica's queue (accepted,
      * claimed, loaded or requeued), and when its assignment was written;
      * for the submit-to-start figures of /metrics. */
@@ -676,6 +684,7 @@ typedef struct px__metrics {
     uint64_t notifications, claimed; /* jobs other replicas accepted */
     uint64_t agent_calls_stored;     /* agents' calls a replica that does not schedule stored */
     uint64_t poll_reads;       /* a standby's reads of waiting polls' assignments (one per tick) */
+    uint64_t commit_waits;     /* transitions that waited for a pass's commit in flight */
     uint64_t http_by_class[6]; /* 1xx..5xx by first digit */
     uint64_t http_hist[16];    /* cumulative buckets, see api_metrics.c */
     double http_sum;
@@ -748,7 +757,7 @@ struct px_fleet_server {
     uint64_t holder_read_ns;
     /* A scheduling pass on a store that writes many at once: its
      * assignments and explanations, written together at its end
-     * (server_jobs.c). */
+     * (server_pass.c). */
     struct px__deferred *deferred;
     size_t n_deferred, cap_deferred;
     bool defer;
@@ -835,6 +844,12 @@ void px__srv_stages_free(px_fleet_server *srv);
  * returns the store's error (the caller answers 503 and the agent or the
  * tick retries), so nothing is acknowledged that is not on disk. */
 px__job *px__srv_find_job(px_fleet_server *srv, const char *id);
+/* px__srv_find_job for a transition: while the job is held by a pass's
+ * commit in flight (committing), waits for it to land or be undone (the
+ * server lock released meanwhile), then looks the job up again by its id.
+ * NULL when it is not active.  Never called by the scheduler thread, which
+ * commits. */
+px__job *px__srv_find_job_settled(px_fleet_server *srv, const char *id);
 /* Submits spec for `owner` (a user name; NULL for none) with an optional
  * idempotency key.  *replay is set when the key named an earlier job with
  * the same spec (*out_row then holds that job's row, owned). */
@@ -854,11 +869,18 @@ px_status px__srv_reconcile_node(px_fleet_server *srv, size_t node, const json_t
 /* Requeues (or fails) every active job with a member on node, at once. */
 px_status px__srv_evict_node(px_fleet_server *srv, size_t node, const char *reason, px_err *err);
 px_status px__srv_cancel(px_fleet_server *srv, const char *id, px_err *err);
-/* The pieces the transitions share (server_jobs.c, server_leases.c). */
+/* The pieces the transitions share (server_jobs.c, server_pass.c,
+ * server_leases.c). */
 px__job *px__srv_job_new(px_fleet_server *srv, px__job_row *row, px_fleet_request *req);
 void px__srv_append_job(px_fleet_server *srv, px__job *job);
 void px__srv_reset_members(px__job *job);
 void px__srv_free_job(px__job *job);
+/* The job's members as they are, as stored (a new JSON array). */
+json_t *px__srv_members_json(px_fleet_server *srv, const px__job *job);
+/* What each member waiting to start is to run (null for the others), as
+ * JSON text, where the store serves agents through every replica; else
+ * NULL.  Owned. */
+char *px__srv_assignments_text(px_fleet_server *srv, px__job *job);
 /* Queues the job again with the next attempt (after delay_s). */
 px_status px__srv_requeue(px_fleet_server *srv, px__job *job, double delay_s, const char *reason,
                           px_err *err);
@@ -894,6 +916,11 @@ json_t *px__srv_plan_model(px_fleet_server *srv, const char *digest, const json_
  * server lock released, as each plan begins.  Set it before the server
  * starts and clear it after it stops. */
 extern void (*px__srv_plan_hook)(px_fleet_server *srv);
+/* For tests: called (when not NULL) by the scheduler thread with the
+ * server lock released, once a pass's assignments are marked committing
+ * and before their fenced commit is sent.  Set it before the server starts
+ * and clear it after it stops. */
+extern void (*px__srv_commit_hook)(px_fleet_server *srv);
 void px__srv_free_jobs(px_fleet_server *srv);
 /* The job's JSON; with detail, the spec too, its "env" values replaced
  * by "(hidden)" unless `viewer` is the job's owner. */

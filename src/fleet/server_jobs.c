@@ -1,7 +1,8 @@
 /* Job state transitions on the server: submission (with idempotency
- * keys), placement passes, starts and finishes reported by agents (with
- * attempt checks), requeues, service restarts with backoff, cancels.
- * Every function here runs with the server lock held.
+ * keys), starts and finishes reported by agents (with attempt checks),
+ * requeues, service restarts with backoff, cancels (the placement passes
+ * are in server_pass.c).  Every function here runs with the server lock
+ * held.
  *
  * Each transition writes its new state to the store first and changes the
  * job in memory only once the write succeeded: a write that fails (a full
@@ -13,8 +14,6 @@
 #include "fleet/fleet_impl.h"
 
 #define MAX_BACKOFF_S 60.0
-/* A placement whose write failed is tried again after this long. */
-#define STORE_RETRY_S 1.0
 
 const char *px__job_state_name(px__job_state s)
 {
@@ -41,7 +40,23 @@ px__job *px__srv_find_job(px_fleet_server *srv, const char *id)
     return NULL;
 }
 
-static json_t *members_json(px_fleet_server *srv, const px__job *job)
+px__job *px__srv_find_job_settled(px_fleet_server *srv, const char *id)
+{
+    px__job *j;
+    bool counted = false;
+    /* The pass publishes or undoes its assignments, then broadcasts
+     * `changed`; the job may have ended meanwhile, hence the lookup by id
+     * after each wait. */
+    while ((j = px__srv_find_job(srv, id)) && j->committing) {
+        if (!counted)
+            srv->metrics.commit_waits++;
+        counted = true;
+        pthread_cond_wait(&srv->changed, &srv->lock);
+    }
+    return j;
+}
+
+json_t *px__srv_members_json(px_fleet_server *srv, const px__job *job)
 {
     json_t *arr = json_array();
     for (int m = 0; arr && m < job->n_members; m++) {
@@ -82,7 +97,7 @@ static json_t *waiting_members(const px__job *job)
  * JSON text, where the store serves agents through every replica (a
  * replica that does not schedule answers their polls with it); else
  * NULL. */
-static char *assignments_text(px_fleet_server *srv, px__job *job)
+char *px__srv_assignments_text(px_fleet_server *srv, px__job *job)
 {
     if (!px__store_serves_agents(&srv->store) ||
         (job->state != PX__JOB_ASSIGNED && job->state != PX__JOB_RUNNING))
@@ -105,7 +120,7 @@ static char *assignments_text(px_fleet_server *srv, px__job *job)
 static px_status write_job(px_fleet_server *srv, px__job *job, const char *reason, bool waiting,
                            px_err *err)
 {
-    json_t *m = waiting ? waiting_members(job) : members_json(srv, job);
+    json_t *m = waiting ? waiting_members(job) : px__srv_members_json(srv, job);
     char *text = m ? json_dumps(m, JSON_COMPACT) : NULL;
     json_decref(m);
     char *state = px_strdup(px__job_state_name(job->state));
@@ -118,7 +133,7 @@ static px_status write_job(px_fleet_server *srv, px__job *job, const char *reaso
     row.members = text;
     row.state = state;
     row.updated = px_wall_time();
-    row.assignments = waiting ? NULL : assignments_text(srv, job);
+    row.assignments = waiting ? NULL : px__srv_assignments_text(srv, job);
     px_status st = srv->store.ops->update_job(srv->store.self, &row, reason, err);
     free(row.assignments);
     if (st != PX_OK) {
@@ -333,308 +348,6 @@ px_status px__srv_submit(px_fleet_server *srv, json_t *spec, const char *owner,
     return px__job_row_copy(&job->row, out_row, err);
 }
 
-static json_t *stamp_explanation(px__job *job, json_t *body)
-{
-    char at[32];
-    px_time_format(px_wall_time(), at);
-    json_object_set_new(body, "job", json_string(job->row.id));
-    json_object_set_new(body, "attempt", json_integer(job->row.attempt));
-    json_object_set_new(body, "at", json_string(at));
-    if (job->req->plan_auto) {
-        json_t *plan = job->row.plan ? json_loads(job->row.plan, 0, NULL) : NULL;
-        json_object_set_new(body, "plan",
-                            plan ? plan : json_pack("{s:s}", "status", "planner not yet asked"));
-    }
-    return body;
-}
-
-/* A decision of a pass on a store that writes many at once (slots
- * update_jobs and put_explanations), written at the end of the pass. */
-typedef struct px__deferred {
-    px__job *job;
-    char *explanation; /* JSON text to store, or NULL (owned) */
-    bool assigned;     /* placed: the row's members and state to write (owned) */
-    char *members;
-    char *state;
-    char *assignments; /* px__job_row.assignments, or NULL (owned) */
-    double not_before; /* the row's, before the decision */
-} px__deferred;
-
-static px__deferred *defer_new(px_fleet_server *srv, px__job *job)
-{
-    if (srv->n_deferred == srv->cap_deferred) {
-        size_t cap = srv->cap_deferred ? srv->cap_deferred * 2 : 256;
-        px__deferred *d = realloc(srv->deferred, cap * sizeof *d);
-        if (!d)
-            return NULL;
-        srv->deferred = d;
-        srv->cap_deferred = cap;
-    }
-    px__deferred *d = &srv->deferred[srv->n_deferred++];
-    *d = (px__deferred){.job = job};
-    return d;
-}
-
-/* The explanation is kept with the job; with persist, stored: at once, or
- * (d not NULL) with the pass's other writes. */
-static void keep_explanation(px_fleet_server *srv, px__job *job, px_fleet_explanation *e,
-                             bool persist, px__deferred *d)
-{
-    json_t *body = px_fleet_explanation_to_json(e, srv->sched);
-    if (!body)
-        return;
-    stamp_explanation(job, body);
-    json_decref(job->explain);
-    job->explain = body;
-    if (persist && d) {
-        d->explanation = json_dumps(body, JSON_COMPACT);
-        if (!d->explanation)
-            px_log_warn("fleet: job %s: explanation not stored: out of memory", job->row.id);
-    } else if (persist) {
-        char *text = json_dumps(body, JSON_COMPACT);
-        px_err err;
-        if (text && srv->store.ops->put_explanation(srv->store.self, job->row.id, job->row.attempt,
-                                                    text, &err) != PX_OK)
-            px_log_warn("fleet: job %s: explanation not stored: %s", job->row.id, err.msg);
-        free(text);
-    }
-}
-
-/* Takes a placement back that could not be written: the job is queued
- * again and retried shortly. */
-static void unplace(px_fleet_server *srv, px__job *job, double not_before)
-{
-    px_fleet_sched_release(srv->sched, job->row.id);
-    px__srv_reset_members(job);
-    job->state = PX__JOB_QUEUED;
-    job->row.not_before = not_before;
-    job->not_before_ns = (double)px_now_ns() + STORE_RETRY_S * 1e9;
-    job->store_failed = true;
-}
-
-/* The assignment is written: the end of the job's wait in the queue. */
-static void assigned(px_fleet_server *srv, px__job *job)
-{
-    job->assigned_ns = px_now_ns();
-    if (job->queued_ns && job->assigned_ns >= job->queued_ns)
-        px__metrics_observe(srv->metrics.queue_hist, &srv->metrics.queue_sum,
-                            &srv->metrics.queue_count,
-                            (double)(job->assigned_ns - job->queued_ns) / 1e9);
-}
-
-static void place(px_fleet_server *srv, px__job *job)
-{
-    px_fleet_explanation *e;
-    px_err err;
-    if (job->req->plan_auto && !job->row.plan) {
-        /* Planned before a pass, with the lock released (plan_queued); a
-         * job that came in while others were planned waits for the next
-         * pass, which follows at once. */
-        srv->dirty = true;
-        return;
-    }
-    if (px_fleet_sched_place(srv->sched, job->req, job->row.id, &e, &err) != PX_OK) {
-        px_log_error("fleet: job %s: %s", job->row.id, err.msg);
-        return;
-    }
-    srv->metrics.decisions++;
-    bool placed = px_fleet_explanation_placed(e);
-    px__deferred *d = srv->defer ? defer_new(srv, job) : NULL;
-    keep_explanation(srv, job, e, placed || !job->explained_this_attempt, d);
-    job->explained_this_attempt = true;
-    if (placed) {
-        for (int m = 0; m < job->n_members; m++) {
-            job->members[m].node = (int)px_fleet_explanation_node(e, (size_t)m);
-            job->members[m].devices = px_fleet_explanation_devices(e, srv->sched, (size_t)m);
-            job->members[m].state = PX__MEM_PENDING;
-        }
-        job->state = PX__JOB_ASSIGNED;
-        double nb = job->row.not_before;
-        job->row.not_before = 0;
-        if (d) {
-            /* Written at the end of the pass (flush_deferred). */
-            json_t *m = members_json(srv, job);
-            d->members = m ? json_dumps(m, JSON_COMPACT) : NULL;
-            json_decref(m);
-            d->state = px_strdup(px__job_state_name(job->state));
-            d->assignments = assignments_text(srv, job);
-            d->not_before = nb;
-            d->assigned = true;
-            px_fleet_explanation_free(e);
-            return;
-        }
-        if (write_job(srv, job, NULL, false, &err) != PX_OK) {
-            /* Not on disk: take the placement back and try again shortly. */
-            unplace(srv, job, nb);
-        } else {
-            srv->metrics.placements++;
-            assigned(srv, job);
-            job->not_before_ns = 0;
-            job->store_failed = false;
-            pthread_cond_broadcast(&srv->changed);
-        }
-    }
-    px_fleet_explanation_free(e);
-}
-
-/* Writes the pass's explanations, then its assignments, each set in one
- * call; assignments that could not be written are taken back. */
-static void flush_deferred(px_fleet_server *srv)
-{
-    size_t n = srv->n_deferred;
-    px__explanation_row *ex = calloc(n ? n : 1, sizeof *ex);
-    px__job_row *rows = calloc(n ? n : 1, sizeof *rows);
-    int n_ex = 0, n_rows = 0;
-    int64_t now = px_wall_time();
-    for (size_t i = 0; i < n; i++) {
-        px__deferred *d = &srv->deferred[i];
-        if (d->explanation && ex)
-            ex[n_ex++] = (px__explanation_row){d->job->row.id, d->job->row.attempt, d->explanation};
-        if (d->assigned && d->members && d->state && rows) {
-            rows[n_rows] = d->job->row;
-            rows[n_rows].members = d->members;
-            rows[n_rows].state = d->state;
-            rows[n_rows].assignments = d->assignments;
-            rows[n_rows].updated = now;
-            n_rows++;
-        }
-    }
-    px_err err;
-    if (n_ex && srv->store.ops->put_explanations(srv->store.self, ex, n_ex, &err) != PX_OK)
-        px_log_warn("fleet: the explanations of %d decisions not stored: %s", n_ex, err.msg);
-    px_status st = !rows    ? px_err_set(&err, PX_ENOMEM, "out of memory")
-                   : n_rows ? srv->store.ops->update_jobs(srv->store.self, rows, n_rows, &err)
-                            : PX_OK;
-    bool logged = false;
-    for (size_t i = 0; i < n; i++) {
-        px__deferred *d = &srv->deferred[i];
-        px__job *job = d->job;
-        if (!d->assigned)
-            ;
-        else if (st == PX_OK && d->members && d->state) {
-            if (job->store_failed)
-                px_log_info("fleet: job %s: its state is written again", job->row.id);
-            free(job->row.members);
-            free(job->row.state);
-            job->row.members = d->members;
-            job->row.state = d->state;
-            job->row.updated = now;
-            d->members = d->state = NULL;
-            srv->metrics.placements++;
-            assigned(srv, job);
-            job->not_before_ns = 0;
-            job->store_failed = false;
-        } else {
-            if (!logged && !job->store_failed)
-                px_log_error("fleet: %d assignments could not be written (%s), so their jobs "
-                             "stay queued and are retried",
-                             n_rows, st == PX_OK ? "out of memory" : err.msg);
-            logged = true;
-            unplace(srv, job, d->not_before);
-        }
-        free(d->explanation);
-        free(d->members);
-        free(d->state);
-        free(d->assignments);
-    }
-    srv->n_deferred = 0;
-    free(ex);
-    free(rows);
-    if (n_rows)
-        pthread_cond_broadcast(&srv->changed);
-}
-
-/* How long the plans before one pass may take, in all. */
-#define PLAN_BUDGET_NS 1000000000ull
-
-/* The planner's record kept when even "out of memory" cannot be kept. */
-static const char PLAN_NO_MEMORY[] =
-    "{\"status\":\"planner unavailable\",\"detail\":\"out of memory\"}";
-
-/* Asks the planner for the queued `plan: "auto"` jobs that are due and
- * have no plan yet, before the pass decides anything: each asked once per
- * job, with the server lock released meanwhile (px__srv_plan), so that
- * the API, agents' reports and heartbeats go on while a model is fetched
- * and planned.  The answer (a plan or why there is none) is kept with the
- * job and shown by explain; a job that ended meanwhile is found gone by
- * its id.  Server lock held on entry and on return. */
-static void plan_queued(px_fleet_server *srv, double now)
-{
-    size_t n = 0;
-    for (px__job *j = srv->jobs; j; j = j->next)
-        n += j->state == PX__JOB_QUEUED && j->req->plan_auto && !j->row.plan &&
-             j->not_before_ns <= now;
-    if (n == 0)
-        return;
-    char **ids = calloc(n, sizeof *ids);
-    if (!ids)
-        return;
-    size_t k = 0;
-    for (px__job *j = srv->jobs; j && k < n; j = j->next)
-        if (j->state == PX__JOB_QUEUED && j->req->plan_auto && !j->row.plan &&
-            j->not_before_ns <= now && (ids[k] = px_strdup(j->row.id)))
-            k++;
-    uint64_t t0 = px_now_ns();
-    for (size_t i = 0; i < k; i++) {
-        /* Past the budget the pass places what it can, and the next pass
-         * plans the rest: jobs that need no plan do not wait for them all. */
-        bool over = px_now_ns() - t0 > PLAN_BUDGET_NS;
-        px__job *job = srv->stopping || over ? NULL : px__srv_find_job(srv, ids[i]);
-        if (job && job->state == PX__JOB_QUEUED && !job->row.plan) {
-            json_t *plan = px__srv_plan(srv, job);
-            char *text = plan ? json_dumps(plan, JSON_COMPACT) : NULL;
-            json_decref(plan);
-            job = px__srv_find_job(srv, ids[i]);
-            if (job && job->state == PX__JOB_QUEUED && !job->row.plan)
-                job->row.plan = text ? text : px_strdup(PLAN_NO_MEMORY);
-            else
-                free(text);
-        }
-        free(ids[i]);
-    }
-    free(ids);
-}
-
-void px__srv_schedule_pass(px_fleet_server *srv)
-{
-    uint64_t t0 = px_now_ns();
-    srv->dirty = false;
-    double now = (double)t0;
-    plan_queued(srv, now);
-    /* The lock was let go while plans were made: this replica may have
-     * stopped, or stopped scheduling, meanwhile. */
-    if (srv->stopping || !atomic_load(&srv->active)) {
-        srv->dirty = true;
-        return;
-    }
-    /* The pass's assignments commit together (one flush of the store's
-     * log, not one per decision) before the lock is let go; a store
-     * without batches commits each on its own. */
-    px_err err;
-    bool batch =
-        srv->store.ops->batch_begin && srv->store.ops->batch_begin(srv->store.self, &err) == PX_OK;
-    /* With a store that writes many at once, the pass's decisions are
-     * written together at its end: the server lock is held throughout, so
-     * nobody sees one before it is written. */
-    srv->defer = batch && srv->store.ops->version >= 6 && srv->store.ops->update_jobs &&
-                 srv->store.ops->put_explanations;
-    for (px__job *j = srv->jobs; j; j = j->next) {
-        if (j->state != PX__JOB_QUEUED)
-            continue;
-        if (j->not_before_ns > now) {
-            continue;
-        }
-        place(srv, j);
-    }
-    if (srv->defer)
-        flush_deferred(srv);
-    srv->defer = false;
-    if (batch && srv->store.ops->batch_end(srv->store.self, &err) != PX_OK)
-        px__srv_fence(srv, err.msg);
-    px__metrics_observe(srv->metrics.pass_hist, &srv->metrics.pass_sum, &srv->metrics.pass_count,
-                        (double)(px_now_ns() - t0) / 1e9);
-}
-
 px_status px__srv_requeue(px_fleet_server *srv, px__job *job, double delay_s, const char *reason,
                           px_err *err)
 {
@@ -692,13 +405,25 @@ px_status px__srv_finish(px_fleet_server *srv, px__job *job, px__job_state state
 
 px_status px__srv_cancel(px_fleet_server *srv, const char *id, px_err *err)
 {
+    /* A job whose assignment is being committed is cancelled by the pass
+     * the moment the commit lands, before any agent can be sent it (or,
+     * when the commit was undone, here): the cancel is neither lost under
+     * the commit's write nor followed by a start. */
     px__job *job = px__srv_find_job(srv, id);
+    bool waited = job && job->committing;
+    if (waited) {
+        job->cancel_on_commit = true;
+        job = px__srv_find_job_settled(srv, id);
+    }
     if (!job) {
         px__job_row row;
         if (srv->store.ops->get_job(srv->store.self, id, &row, err) != PX_OK)
             return err->code;
-        px_status st = px_err_set(err, PX_ESTATE, "job %s already ended (%s); nothing to cancel",
-                                  id, row.state);
+        px_status st =
+            waited && strcmp(row.state, "cancelled") == 0
+                ? PX_OK
+                : px_err_set(err, PX_ESTATE, "job %s already ended (%s); nothing to cancel", id,
+                             row.state);
         px__job_row_release(&row);
         return st;
     }
