@@ -3,7 +3,8 @@
  * /usr/lib/postgresql/VERSION/bin) in a temporary folder, listening on a
  * Unix socket in that folder only (no TCP), run as an unprivileged user
  * (initdb refuses root: as root the server runs as `nobody`, the folder
- * owned by it), stopped and removed at exit.  When PostgreSQL is not
+ * owned by it), stopped and removed at exit (by a watchdog when the test
+ * is killed).  When PostgreSQL is not
  * installed, pg_harness_start returns false with the reason, and the test
  * skips with that message.
  *
@@ -127,6 +128,37 @@ static inline void pg_harness_at_exit(void)
     pg_harness_stop(pg_harness_current);
 }
 
+/* A test killed by its time limit runs no atexit handler: a watchdog,
+ * detached from the test's process tree, stops the server and removes
+ * its folder once the test's end of a pipe closes (at any exit). */
+static inline void pg_harness_watch(pg_harness *h)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return;
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (fork() != 0)
+            _exit(0);
+        setsid();
+        int null = open("/dev/null", O_RDWR);
+        for (int fd = 0; fd < 3 && null >= 0; fd++)
+            dup2(null, fd);
+        for (int fd = 3; fd < 1024; fd++)
+            if (fd != p[0])
+                close(fd);
+        char c;
+        while (read(p[0], &c, 1) < 0 && errno == EINTR) {
+        }
+        pg_harness_stop(h);
+        _exit(0);
+    }
+    close(p[0]);
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+    /* p[1] stays open for the life of the test process. */
+}
+
 /* Starts the server; false (with h->why) when it cannot. */
 static inline bool pg_harness_start(pg_harness *h)
 {
@@ -175,6 +207,7 @@ static inline bool pg_harness_start(pg_harness *h)
         return false;
     }
     h->running = true;
+    pg_harness_watch(h);
     return true;
 }
 
