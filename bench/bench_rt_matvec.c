@@ -32,6 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_bandwidth.h"
 #include "plexus/ir.h"
 #include "plexus/rt.h"
 #include "plexus/rt_backend.h"
@@ -40,80 +41,6 @@
 
 #define READ_BYTES ((size_t)256 << 20)
 #define COPY_BYTES ((size_t)192 << 20)
-
-typedef struct read_arg {
-    const uint64_t *p;
-    size_t n;
-    uint64_t sum;
-} read_arg;
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-/* As bench_rt_decode reads. */
-__attribute__((target("avx2"))) static void *read_part(void *varg)
-{
-    read_arg *a = varg;
-    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
-    const __m256i *v = (const __m256i *)(const void *)a->p;
-    size_t n = a->n / 4;
-    for (size_t i = 0; i + 4 <= n; i += 4) {
-        s0 = _mm256_add_epi64(s0, _mm256_load_si256(v + i));
-        s1 = _mm256_add_epi64(s1, _mm256_load_si256(v + i + 1));
-        s2 = _mm256_add_epi64(s2, _mm256_load_si256(v + i + 2));
-        s3 = _mm256_add_epi64(s3, _mm256_load_si256(v + i + 3));
-    }
-    __m256i s = _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3));
-    uint64_t out[4];
-    _mm256_storeu_si256((__m256i *)(void *)out, s);
-    a->sum = out[0] + out[1] + out[2] + out[3];
-    return NULL;
-}
-#else
-static void *read_part(void *varg)
-{
-    read_arg *a = varg;
-    uint64_t s = 0;
-    for (size_t i = 0; i < a->n; i++)
-        s += a->p[i];
-    a->sum = s;
-    return NULL;
-}
-#endif
-
-/* Best read bandwidth in bytes/s with `threads` threads (1 or 2). */
-static double read_bandwidth(int threads)
-{
-    size_t words = READ_BYTES / 8;
-    uint64_t *p = aligned_alloc(64, READ_BYTES);
-    if (!p)
-        return 0;
-    for (size_t i = 0; i < words; i++)
-        p[i] = i;
-    double best = 0;
-    for (int r = 0; r < 5; r++) {
-        pthread_t th[2];
-        read_arg args[2];
-        uint64_t t0 = px_now_ns();
-        for (int i = 0; i < threads; i++) {
-            size_t b = words * (size_t)i / (size_t)threads / 16 * 16;
-            size_t e = words * (size_t)(i + 1) / (size_t)threads / 16 * 16;
-            args[i] = (read_arg){p + b, e - b, 0};
-            pthread_create(&th[i], NULL, read_part, &args[i]);
-        }
-        uint64_t sum = 0;
-        for (int i = 0; i < threads; i++) {
-            pthread_join(th[i], NULL);
-            sum += args[i].sum;
-        }
-        double s = (double)(px_now_ns() - t0) / 1e9;
-        if (sum == 1) /* keeps the sums live */
-            printf(" ");
-        if (READ_BYTES / s > best)
-            best = READ_BYTES / s;
-    }
-    free(p);
-    return best;
-}
 
 /* One product split as cpu_ops.c splits it: units of 12 rows, four parts
  * per thread. */
@@ -321,7 +248,8 @@ int main(void)
                sysconf(_SC_NPROCESSORS_ONLN));
     if (lf)
         fclose(lf);
-    double bw[3] = {0, read_bandwidth(1), read_bandwidth(2)};
+    double bw[3] = {0, bench_read_bandwidth(1, READ_BYTES, 5),
+                    bench_read_bandwidth(2, READ_BYTES, 5)};
     printf("1. memory read bandwidth: %.2f GB/s (1 thread), %.2f GB/s (2 threads)\n", bw[1] / 1e9,
            bw[2] / 1e9);
     const px__rt_kernels *k = px__rt_kernels_native();
