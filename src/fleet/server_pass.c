@@ -102,6 +102,24 @@ static void assigned(px_fleet_server *srv, px__job *job)
                             (double)(job->assigned_ns - job->queued_ns) / 1e9);
 }
 
+/* A committed assignment: the job takes the pass's members and state. */
+static void publish(px_fleet_server *srv, px__deferred *d, int64_t now)
+{
+    px__job *job = d->job;
+    if (job->store_failed)
+        px_log_info("fleet: job %s: its state is written again", job->row.id);
+    free(job->row.members);
+    free(job->row.state);
+    job->row.members = d->members;
+    job->row.state = d->state;
+    job->row.updated = now;
+    d->members = d->state = NULL;
+    srv->metrics.placements++;
+    assigned(srv, job);
+    job->not_before_ns = 0;
+    job->store_failed = false;
+}
+
 static void place(px_fleet_server *srv, px__job *job)
 {
     px_fleet_explanation *e;
@@ -192,18 +210,7 @@ static void flush_deferred(px_fleet_server *srv)
         if (!d->assigned)
             ;
         else if (st == PX_OK && d->members && d->state) {
-            if (job->store_failed)
-                px_log_info("fleet: job %s: its state is written again", job->row.id);
-            free(job->row.members);
-            free(job->row.state);
-            job->row.members = d->members;
-            job->row.state = d->state;
-            job->row.updated = now;
-            d->members = d->state = NULL;
-            srv->metrics.placements++;
-            assigned(srv, job);
-            job->not_before_ns = 0;
-            job->store_failed = false;
+            publish(srv, d, now);
         } else {
             if (!logged && !job->store_failed)
                 px_log_error("fleet: %d assignments could not be written (%s), so their jobs "
@@ -336,18 +343,7 @@ static void commit_unlocked(px_fleet_server *srv, int64_t epoch)
         if (d->assigned) {
             unhold(d);
             if (st == PX_OK) {
-                if (job->store_failed)
-                    px_log_info("fleet: job %s: its state is written again", job->row.id);
-                free(job->row.members);
-                free(job->row.state);
-                job->row.members = d->members;
-                job->row.state = d->state;
-                job->row.updated = now;
-                d->members = d->state = NULL;
-                srv->metrics.placements++;
-                assigned(srv, job);
-                job->not_before_ns = 0;
-                job->store_failed = false;
+                publish(srv, d, now);
             } else {
                 unplace(srv, job, d->not_before);
             }
