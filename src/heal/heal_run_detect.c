@@ -71,26 +71,11 @@ static json_t *reals(const double *v, size_t n)
     return a;
 }
 
-/* What a value is, for refusals: "a string", "an object", ... */
+/* What a value is, for refusals: "a string", "an object", ...; a
+ * fraction where a whole number belongs is "a real". */
 static const char *json_kind(const json_t *v)
 {
-    switch (v ? json_typeof(v) : JSON_NULL) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a real";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return v ? "null" : "absent";
-    }
+    return json_is_real(v) ? "a real" : px_json_type_name(v);
 }
 
 /* Reads n reals (null: NAN, not known) of `what` in record `rec`.  A
