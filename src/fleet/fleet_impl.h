@@ -736,7 +736,7 @@ struct px_fleet_server {
      * lease and serves (read without the lock by the HTTP front), and why
      * it stopped serving for good (lost the lease: it must be restarted). */
     atomic_bool active;
-    char failed[320];
+    char failed[640];
     uint64_t lease_checked_ns;
     /* Jobs other replicas accepted: the listener thread (store slot
      * wait_jobs) sets claim_due on their notification; `listening` while it

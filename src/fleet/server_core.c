@@ -93,7 +93,7 @@ void px__srv_fence(px_fleet_server *srv, const char *why)
 {
     atomic_store(&srv->active, false);
     if (!srv->failed[0]) {
-        snprintf(srv->failed, sizeof srv->failed, "%.200s; this server stops serving", why);
+        snprintf(srv->failed, sizeof srv->failed, "%.600s; this server stops serving", why);
         px_log_error("server: %s", srv->failed);
     }
 }

@@ -365,7 +365,7 @@ static void commit_unlocked(px_fleet_server *srv, int64_t epoch)
     srv->n_deferred = 0;
     free(rows);
     if (st != PX_OK) {
-        char why[400];
+        char why[600];
         px_textf(why, sizeof why, "%s (the pass's %d assignments were taken back)", err.msg,
                  n_rows);
         px__srv_fence(srv, why);

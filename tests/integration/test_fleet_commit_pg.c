@@ -484,6 +484,8 @@ static void test_takeover_before_the_commit_refuses_it_and_the_job_runs_once(voi
         usleep(10000);
     assert_non_null(px_fleet_server_failed(a));
     px_assert_contains(px_fleet_server_failed(a), "epoch");
+    px_assert_contains(px_fleet_server_failed(a), "assignments were taken back");
+    px_assert_contains(px_fleet_server_failed(a), "this server stops serving");
     assert_int_equal(counter_of(a, &a->metrics.placements), 0);
     assert_int_equal(counter_of(b, &b->metrics.placements), 1);
 
