@@ -313,6 +313,7 @@ const px__rt_kernels px__rt_kernels_portable = {
     .name = "portable",
     .matmul = matmul,
     .matmul_q8_0 = matmul_q8_0,
+    .quant_q8_0 = px__rt_quantize_q8_act_ref,
     .matmul_quant = matmul_quant,
     .quant_act = px__rt_quant_act,
     .dequant = px__rt_dequant_row,

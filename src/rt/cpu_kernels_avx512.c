@@ -389,6 +389,7 @@ static const px__rt_kernels kernels_avx512 = {
     .name = "avx512",
     .matmul = matmul,
     .matmul_q8_0 = matmul_q8_0,
+    .quant_q8_0 = px__rt_quantize_q8_act_x512,
     .matmul_quant = matmul_quant,
     .quant_act = px__rt_quant_act_x512,
     .dequant = px__rt_avx2_dequant,

@@ -403,6 +403,7 @@ static const px__rt_kernels kernels_avx2 = {
     .name = "avx2",
     .matmul = px__rt_avx2_matmul,
     .matmul_q8_0 = px__rt_avx2_matmul_q8_0,
+    .quant_q8_0 = px__rt_quantize_q8_act_x86,
     .matmul_quant = matmul_quant,
     .quant_act = px__rt_quant_act_x86,
     .dequant = px__rt_avx2_dequant,

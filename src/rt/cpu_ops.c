@@ -310,7 +310,7 @@ static void quantize_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_t t
         if (t->xb)
             t->k->quant_act(wt, t->x + r * k, t->xb + r * t->xb_stride, (uint32_t)k);
         else
-            px__rt_quantize_q8_act(t->x + r * k, (uint32_t)k, t->xq + r * k, t->xd + r * nb);
+            t->k->quant_q8_0(t->x + r * k, (uint32_t)k, t->xq + r * k, t->xd + r * nb);
     }
 }
 

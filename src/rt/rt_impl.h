@@ -112,6 +112,9 @@ typedef struct px__rt_kernels {
      * its block scales at xd + r*(k/32). */
     void (*matmul_q8_0)(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
                         const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy);
+    /* px__rt_quantize_q8_act: k activations (a multiple of 32) as the
+     * q8_0 products take them, byte for byte the portable function's. */
+    void (*quant_q8_0)(const float *x, uint32_t k, int8_t *q, float *d);
     /* The same for weights of a block format (px__rt_quant_handles) and
      * activation rows quantized for it by px__rt_quant_act over all k
      * values, row r at xq + r*ldxq (px__rt_quant_gemm). */
