@@ -91,6 +91,10 @@ bool px__rt_exec_stopped(pid_t pid);
 bool px__rt_exec_stage_stopped(const px_rt_executor *ex, uint32_t i);
 /* Asks every stage for its description again (executor_run.c). */
 px_status px__rt_exec_gather_info(px_rt_executor *ex, px_err *err);
+/* Reads a worker's "listening ADDRESS" line (--announce) from fd within
+ * timeout_ms into addr (launcher_local.c). */
+px_status px__rt_read_announce(int fd, uint32_t stage, int timeout_ms, char *addr, size_t cap,
+                               px_err *err);
 /* The stage to blame: the first killed by a signal, else the first that
  * exited, else a stopped one; -1 when none (executor_fault.c).  Reads
  * what was reaped; reap first. */

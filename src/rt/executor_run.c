@@ -277,31 +277,6 @@ static px_status make_socket_dir(char *dir, size_t cap, px_err *err)
     return PX_OK;
 }
 
-static px_status pick_tcp_ports(px_rt_executor *ex, px_err *err)
-{
-    int fds[PX_RT_MAX_STAGES + 1];
-    uint32_t n = ex->spec.n_stages + 1;
-    px_status st = PX_OK;
-    uint32_t i = 0;
-    for (; i < n; i++) {
-        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t len = sizeof a;
-        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&a, sizeof a) != 0 ||
-            getsockname(fds[i], (struct sockaddr *)&a, &len) != 0) {
-            st = px_err_set(err, PX_EIO, "cannot find a free port on 127.0.0.1: %s",
-                            strerror(errno));
-            if (fds[i] >= 0)
-                close(fds[i]);
-            break;
-        }
-        snprintf(ex->addr[i], sizeof ex->addr[i], "tcp:127.0.0.1:%u", ntohs(a.sin_port));
-    }
-    for (uint32_t k = 0; k < i; k++)
-        close(fds[k]);
-    return st;
-}
-
 /* The options of stage i's worker (its strings borrow ex and prof). */
 static px_status stage_opts(px_rt_executor *ex, uint32_t i, px_strbuf *prof, px_rt_worker_opts *o,
                             px_err *err)
@@ -368,31 +343,46 @@ static px_status launch(px_rt_executor *ex, uint32_t i, px_err *err)
     return st;
 }
 
-static px_status spawn(px_rt_executor *ex, uint32_t i, px_err *err)
+/* Starts stage i's worker as a child.  With tcp, the worker binds a port
+ * of its own choosing on 127.0.0.1 and announces it on a pipe, which
+ * goes to ex->addr[i] (a port picked here and let go could be taken by
+ * another process before the worker binds it); else it listens at
+ * ex->addr[i]. */
+static px_status spawn(px_rt_executor *ex, uint32_t i, bool tcp, px_err *err)
 {
     px_strbuf prof = PX_STRBUF_INIT;
     px_rt_worker_opts o;
     px_rt_worker_argv av = {0};
+    if (tcp)
+        px_strlcpy(ex->addr[i], "tcp:127.0.0.1:0", sizeof ex->addr[i]);
     px_status st = stage_opts(ex, i, &prof, &o, err);
+    o.announce = tcp;
     if (st == PX_OK)
         st = px_rt_worker_args_build(&o, ex->worker_bin, &av, err);
     px_strbuf_release(&prof);
     if (st)
         return st;
-    /* The secret reaches the worker on a pipe to its standard input. */
-    int in[2] = {-1, -1};
-    if (ex->secret_len && pipe2(in, O_CLOEXEC) != 0) {
+    /* The secret reaches the worker on a pipe to its standard input, and
+     * its address comes back on one from its standard output. */
+    int in[2] = {-1, -1}, out[2] = {-1, -1};
+    if ((ex->secret_len && pipe2(in, O_CLOEXEC) != 0) || (tcp && pipe2(out, O_CLOEXEC) != 0)) {
+        int e = errno;
+        for (int k = 0; k < 2; k++)
+            if (in[k] >= 0)
+                close(in[k]);
         px_rt_worker_args_release(&av);
-        return px_err_set(err, PX_EIO, "stage %u: pipe: %s", i, strerror(errno));
+        return px_err_set(err, PX_EIO, "stage %u: pipe: %s", i, strerror(e));
     }
     pid_t parent = getpid();
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
         int e = errno;
-        if (in[0] >= 0) {
-            close(in[0]);
-            close(in[1]);
+        for (int k = 0; k < 2; k++) {
+            if (in[k] >= 0)
+                close(in[k]);
+            if (out[k] >= 0)
+                close(out[k]);
         }
         px_rt_worker_args_release(&av);
         return px_err_set(err, PX_EIO, "stage %u: fork: %s", i, strerror(e));
@@ -406,7 +396,7 @@ static px_status spawn(px_rt_executor *ex, uint32_t i, px_err *err)
         sigprocmask(SIG_SETMASK, &none, NULL);
         if (getppid() != parent)
             _exit(126);
-        if (in[0] >= 0 && dup2(in[0], 0) != 0)
+        if ((in[0] >= 0 && dup2(in[0], 0) != 0) || (out[1] >= 0 && dup2(out[1], 1) != 1))
             _exit(126);
         execv(ex->worker_bin, av.argv);
         static const char msg[] = "plexus worker: cannot execute the plexus binary\n";
@@ -416,6 +406,8 @@ static px_status spawn(px_rt_executor *ex, uint32_t i, px_err *err)
     }
     px_rt_worker_args_release(&av);
     ex->pid[i] = pid;
+    if (out[1] >= 0)
+        close(out[1]);
     if (in[0] >= 0) {
         close(in[0]);
         char hex[2 * PX_RT_SECRET_MAX + 2];
@@ -424,13 +416,21 @@ static px_status spawn(px_rt_executor *ex, uint32_t i, px_err *err)
         hex[n++] = '\n';
         /* At most 130 bytes: within the pipe's buffer, never blocks. */
         ssize_t w = write(in[1], hex, n);
+        int e = errno;
         OPENSSL_cleanse(hex, sizeof hex);
         close(in[1]);
         if (w != (ssize_t)n)
-            return px_err_set(err, PX_EIO, "stage %u: cannot hand the secret to the worker: %s", i,
-                              w < 0 ? strerror(errno) : "short write");
+            st = px_err_set(err, PX_EIO, "stage %u: cannot hand the secret to the worker: %s", i,
+                            w < 0 ? strerror(e) : "short write");
     }
-    return PX_OK;
+    if (out[0] >= 0) {
+        char addr[sizeof ex->addr[i]];
+        if (st == PX_OK &&
+            (st = px__rt_read_announce(out[0], i, ex->timeout_ms, addr, sizeof addr, err)) == PX_OK)
+            px_strlcpy(ex->addr[i], addr, sizeof ex->addr[i]);
+        close(out[0]);
+    }
+    return st;
 }
 
 /* Waits for the ring to close, watching for a worker that exits first. */
@@ -661,24 +661,25 @@ px_status px_rt_executor_new(const px_rt_pipeline_spec *spec, const px_rt_execut
                 st = ring_failed(ex, st, err);
                 goto fail;
             }
+    } else if (opts->transport == PX_RT_TRANSPORT_TCP) {
+        /* Ports of their own choosing, announced: the last stage first,
+         * so that each worker's next hop already listens. */
+        if ((st = px_rt_listener_new("tcp:127.0.0.1:0", &ex->ret, err)) != PX_OK)
+            goto fail;
+        px_strlcpy(ex->addr[PX_RT_MAX_STAGES], px_rt_listener_address(ex->ret), sizeof ex->addr[0]);
+        for (uint32_t k = spec->n_stages; k-- > 0;)
+            if ((st = spawn(ex, k, true, err)) != PX_OK)
+                goto fail;
     } else {
-        if (opts->transport == PX_RT_TRANSPORT_TCP) {
-            if ((st = pick_tcp_ports(ex, err)) != PX_OK)
-                goto fail;
-            px_strlcpy(ex->addr[PX_RT_MAX_STAGES], ex->addr[spec->n_stages],
-                       sizeof ex->addr[PX_RT_MAX_STAGES]);
-        } else {
-            if ((st = make_socket_dir(ex->dir, sizeof ex->dir, err)) != PX_OK)
-                goto fail;
-            for (uint32_t i = 0; i < spec->n_stages; i++)
-                snprintf(ex->addr[i], sizeof ex->addr[i], "unix:%s/stage-%u.sock", ex->dir, i);
-            snprintf(ex->addr[PX_RT_MAX_STAGES], sizeof ex->addr[0], "unix:%s/executor.sock",
-                     ex->dir);
-        }
+        if ((st = make_socket_dir(ex->dir, sizeof ex->dir, err)) != PX_OK)
+            goto fail;
+        for (uint32_t i = 0; i < spec->n_stages; i++)
+            snprintf(ex->addr[i], sizeof ex->addr[i], "unix:%s/stage-%u.sock", ex->dir, i);
+        snprintf(ex->addr[PX_RT_MAX_STAGES], sizeof ex->addr[0], "unix:%s/executor.sock", ex->dir);
         if ((st = px_rt_listener_new(ex->addr[PX_RT_MAX_STAGES], &ex->ret, err)) != PX_OK)
             goto fail;
         for (uint32_t i = 0; i < spec->n_stages; i++)
-            if ((st = spawn(ex, i, err)) != PX_OK)
+            if ((st = spawn(ex, i, false, err)) != PX_OK)
                 goto fail;
     }
     if ((st = join_ring(ex, err)) != PX_OK || (st = px__rt_exec_gather_info(ex, err)) != PX_OK) {

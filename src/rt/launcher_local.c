@@ -52,19 +52,18 @@ static void reap_one(local_stage *s, bool block)
     }
 }
 
-/* Reads the worker's "listening ADDRESS" line within the timeout. */
-static px_status read_announce(px_rt_local_launcher *l, uint32_t stage, int fd, char *addr,
-                               size_t cap, px_err *err)
+px_status px__rt_read_announce(int fd, uint32_t stage, int timeout_ms, char *addr, size_t cap,
+                               px_err *err)
 {
     char line[256];
     size_t n = 0;
-    uint64_t deadline = px_now_ns() + (uint64_t)l->timeout_ms * 1000000u;
+    uint64_t deadline = px_now_ns() + (uint64_t)timeout_ms * 1000000u;
     while (n < sizeof line - 1) {
         uint64_t now = px_now_ns();
         if (now >= deadline)
             return px_err_set(err, PX_ETIMEOUT,
                               "the worker of stage %u did not announce its address within %d ms",
-                              stage, l->timeout_ms);
+                              stage, timeout_ms);
         struct pollfd p = {.fd = fd, .events = POLLIN};
         int ms = (int)PX_MIN((deadline - now) / 1000000u + 1, (uint64_t)INT32_MAX);
         if (poll(&p, 1, ms) <= 0)
@@ -178,7 +177,7 @@ static px_status local_start(void *ctx, uint32_t stage, const px_rt_worker_argv 
     close(in[1]);
     in[1] = -1;
     if (st == PX_OK)
-        st = read_announce(l, stage, out[0], addr, addr_cap, err);
+        st = px__rt_read_announce(out[0], stage, l->timeout_ms, addr, addr_cap, err);
     if (st) {
         kill(pid, SIGKILL);
         reap_one(s, true);
