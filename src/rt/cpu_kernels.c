@@ -9,8 +9,6 @@
  */
 #include "base/common.h"
 
-#include <stdatomic.h>
-
 #include "rt/quant_impl.h"
 #include "rt/rt_impl.h"
 
@@ -241,31 +239,9 @@ void px__rt_quantize_q8_act_ref(const float *x, uint32_t k, int8_t *q, float *d)
     }
 }
 
-typedef void (*q8_act_fn)(const float *x, uint32_t k, int8_t *q, float *d);
-
-/* The processor's fastest px__rt_quantize_q8_act: all give the same bytes. */
-static q8_act_fn q8_act_native(void)
-{
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (px__rt_kernels_avx512())
-        return px__rt_quantize_q8_act_x512;
-    if (px__rt_kernels_avx2())
-        return px__rt_quantize_q8_act_x86;
-#endif
-    return px__rt_quantize_q8_act_ref;
-}
-
 void px__rt_quantize_q8_act(const float *x, uint32_t k, int8_t *q, float *d)
 {
-    /* Chosen once: probing the processor (CPUID) costs more than
-     * quantizing a row.  Racing first calls store the same pointer. */
-    static _Atomic(q8_act_fn) chosen;
-    q8_act_fn f = atomic_load_explicit(&chosen, memory_order_relaxed);
-    if (!f) {
-        f = q8_act_native();
-        atomic_store_explicit(&chosen, f, memory_order_relaxed);
-    }
-    f(x, k, q, d);
+    px__rt_kernels_native()->quant_q8_0(x, k, q, d);
 }
 
 float px__rt_dot_q8_0(const uint8_t *w, const int8_t *xq, const float *xd, uint32_t k)

@@ -177,9 +177,9 @@ const px__rt_kernels *px__rt_kernels_native(void);
 /* Quantizes k activations (k a multiple of 32) to q8_0 blocks for
  * matmul_q8_0: per block of 32, d = max|x| / 127 and q = x * (127 /
  * max|x|) rounded to nearest even (0 for a zero block; a block holding a
- * NaN gets d = NaN, so that the products stay NaN).  Runs the fastest
- * variant this processor has (chosen once); every variant writes the
- * bytes of px__rt_quantize_q8_act_ref.  Thread-safe. */
+ * NaN gets d = NaN, so that the products stay NaN).  Runs the native
+ * kernels' variant (px__rt_kernels_native()->quant_q8_0); every variant
+ * writes the bytes of px__rt_quantize_q8_act_ref.  Thread-safe. */
 void px__rt_quantize_q8_act(const float *x, uint32_t k, int8_t *q, float *d);
 /* The portable scalar code that defines px__rt_quantize_q8_act's bytes. */
 void px__rt_quantize_q8_act_ref(const float *x, uint32_t k, int8_t *q, float *d);
