@@ -7,6 +7,9 @@
 #define STEP_FIX                                                                                \
     "; plexus writes no such step: replay the trace as plexus run --trace wrote it, or record " \
     "the run again"
+#define INPUT_FIX                                                                          \
+    "; plexus records no such input: replay the trace as plexus run --trace wrote it, or " \
+    "record the run again"
 
 /* Stage i's median compute over the n samples, over its predicted p50;
  * NAN when either is not known.  v has room for n values. */
@@ -83,7 +86,7 @@ static const char *json_kind(const json_t *v)
 static px_status read_reals(const json_t *a, const char *rec, const char *what, bool step,
                             double *out, size_t n, px_err *err)
 {
-    const char *fix = step ? STEP_FIX : "";
+    const char *fix = step ? STEP_FIX : INPUT_FIX;
     if (!json_is_array(a) || json_array_size(a) != n) {
         char got[48];
         if (json_is_array(a))
@@ -133,11 +136,23 @@ px_status px__hr_envelope_from_json(const json_t *j, px_heal_envelope *e, px_err
             e->compute_p50[i] = e->compute_hi[i] = e->attention_pos_s[i] = NAN;
         e->xfer_p50[i] = e->xfer_hi[i] = NAN;
     }
-    json_int_t n = json_integer_value(json_object_get(j, "n_stages"));
-    if (n < 1 || n > PX_RT_MAX_STAGES)
+    if (!json_is_object(j))
         return px_err_set(err, PX_EPARSE,
-                          "heal: the recorded envelope's n_stages is not from 1 to %d",
-                          PX_RT_MAX_STAGES);
+                          "heal: the recorded envelope is %s; it must be an object%s", json_kind(j),
+                          INPUT_FIX);
+    const json_t *nj = json_object_get(j, "n_stages");
+    json_int_t n = json_integer_value(nj);
+    if (!json_is_integer(nj) || n < 1 || n > PX_RT_MAX_STAGES) {
+        char got[48];
+        if (json_is_integer(nj))
+            px_textf(got, sizeof got, "%" JSON_INTEGER_FORMAT, n);
+        else
+            px_strlcpy(got, json_kind(nj), sizeof got);
+        return px_err_set(err, PX_EPARSE,
+                          "heal: the recorded envelope's \"n_stages\" is %s; it must be an integer "
+                          "from 1 to %d%s",
+                          got, PX_RT_MAX_STAGES, INPUT_FIX);
+    }
     e->n_stages = (uint32_t)n;
     px_status st;
     const char *rec = "heal: the recorded envelope";
@@ -160,8 +175,8 @@ px_status px__hr_envelope_from_json(const json_t *j, px_heal_envelope *e, px_err
         if (e->attention_pos_s[i] < 0 || e->attention_pos_s[i] >= 1)
             return px_err_set(err, PX_EPARSE,
                               "%s: \"attention_s_per_position\"[%u] is %g; it is a time from 0 "
-                              "to 1 s (or null)",
-                              rec, i, e->attention_pos_s[i]);
+                              "to 1 s (or null)%s",
+                              rec, i, e->attention_pos_s[i], INPUT_FIX);
     const json_t *dev = json_object_get(j, "devices");
     for (uint32_t i = 0; i < e->n_stages; i++) {
         const char *d = json_string_value(json_array_get(dev, i));
@@ -177,18 +192,39 @@ json_t *px__hr_detector_opts_json(const px_heal_detector_opts *o)
                      o->stale_ratio);
 }
 
+/* One recorded detector option: a number of the given kind within its
+ * bounds (lo <= v <= hi, or lo < v < hi where `open`). */
+static px_status read_opt(const json_t *j, const char *what, bool whole, bool open, double lo,
+                          double hi, double *out, px_err *err)
+{
+    const char *rec = "heal: the recorded detector options";
+    const json_t *v = json_object_get(j, what);
+    if (!(whole ? json_is_integer(v) : json_is_number(v)))
+        return px_err_set(err, PX_EPARSE, "%s: \"%s\" is %s; it must be %s%s", rec, what,
+                          json_kind(v), whole ? "an integer" : "a number", INPUT_FIX);
+    double x = json_number_value(v);
+    if (!(open ? x > lo && x < hi : x >= lo && x <= hi))
+        return px_err_set(err, PX_EPARSE, "%s: \"%s\" is %g; it must be %s %g and %s %g%s", rec,
+                          what, x, open ? "over" : "at least", lo, open ? "under" : "at most", hi,
+                          INPUT_FIX);
+    *out = x;
+    return PX_OK;
+}
+
 px_status px__hr_detector_opts_from_json(const json_t *j, px_heal_detector_opts *o, px_err *err)
 {
-    json_int_t b = json_integer_value(json_object_get(j, "baseline_steps"));
-    json_int_t c = json_integer_value(json_object_get(j, "confirm"));
-    double r = json_number_value(json_object_get(j, "ratio"));
-    double f = json_number_value(json_object_get(j, "floor_s"));
-    double s = json_number_value(json_object_get(j, "stale_ratio"));
-    if (b < 1 || b > 4096 || c < 1 || c > 64 || !(r > 1 && r < 1e6) || !(f >= 0 && f < 1e3) ||
-        !(s > 1 && s < 1e6))
+    if (!json_is_object(j))
         return px_err_set(err, PX_EPARSE,
-                          "heal: the recorded detector options are out of range "
-                          "(baseline_steps 1..4096, confirm 1..64, ratio and stale_ratio > 1)");
+                          "heal: the recorded detector options are %s; they must be an object%s",
+                          json_kind(j), INPUT_FIX);
+    double b = 0, c = 0, r = 0, f = 0, s = 0;
+    px_status st;
+    if ((st = read_opt(j, "baseline_steps", true, false, 1, 4096, &b, err)) ||
+        (st = read_opt(j, "confirm", true, false, 1, 64, &c, err)) ||
+        (st = read_opt(j, "ratio", false, true, 1, 1e6, &r, err)) ||
+        (st = read_opt(j, "floor_s", false, false, 0, 1e3, &f, err)) ||
+        (st = read_opt(j, "stale_ratio", false, true, 1, 1e6, &s, err)))
+        return st;
     *o = (px_heal_detector_opts){.baseline_steps = (uint32_t)b,
                                  .ratio = r,
                                  .floor_s = f,

@@ -7,6 +7,10 @@
 
 #include "heal/heal_sim_impl.h"
 
+#define OPTS_FIX                                                                            \
+    "; plexus records no such options: replay the trace as plexus simulate --heal --trace " \
+    "wrote it, or run the simulation again"
+
 void px__hs_request_from_plan(const json_t *doc, px_plan_request *req)
 {
     const char *policy = json_string_value(json_object_get(doc, "policy"));
@@ -49,7 +53,7 @@ json_t *px__hs_opts_to_json(const px_heal_sim_opts *o)
 px_status px__hs_opts_from_json(const json_t *v, px_heal_sim_opts *o, px_err *err)
 {
     if (!json_is_object(v))
-        return px_err_set(err, PX_EPARSE, "heal options: expected an object");
+        return px_err_set(err, PX_EPARSE, "heal options: expected an object%s", OPTS_FIX);
     json_t *tick = NULL, *hb = NULL, *sw = NULL, *ratio = NULL, *ex = NULL, *dw = NULL,
            *hold = NULL, *hz = NULL, *mg = NULL, *tol = NULL, *slo = NULL, *ttft = NULL,
            *dur = NULL;
@@ -65,13 +69,29 @@ px_status px__hs_opts_from_json(const json_t *v, px_heal_sim_opts *o, px_err *er
                        &tp, "thermal_horizon_s", &hz, "thermal_margin_k", &mg, "canary_ticks", &ct,
                        "canary_tolerance", &tol, "heal", &heal, "slo_tpot_s", &slo, "slo_ttft_s",
                        &ttft, "seed", &seed, "replications", &reps, "duration_s", &dur) != 0)
-        return px_err_set(err, PX_EPARSE, "heal options: %s", je.text);
+        return px_err_set(err, PX_EPARSE, "heal options: %s%s", je.text, OPTS_FIX);
     json_t *nums[] = {tick, hb, sw, ratio, ex, dw, hold, hz, mg, tol, slo, ttft, dur};
+    static const char *const num_names[] = {
+        "tick_s",           "heartbeat_timeout_s", "switch_s",   "ratio",
+        "exit_ratio",       "min_dwell_s",         "hold_s",     "thermal_horizon_s",
+        "thermal_margin_k", "canary_tolerance",    "slo_tpot_s", "slo_ttft_s",
+        "duration_s"};
+    _Static_assert(PX_ARRAY_LEN(nums) == PX_ARRAY_LEN(num_names), "a name per figure");
     for (size_t i = 0; i < PX_ARRAY_LEN(nums); i++)
         if (!json_is_number(nums[i]) || !isfinite(json_number_value(nums[i])))
-            return px_err_set(err, PX_EPARSE, "heal options: a figure is not a finite number");
-    if (bt < 1 || cf < 1 || ct < 1 || reps < 1 || reps > 1000)
-        return px_err_set(err, PX_EPARSE, "heal options: a count is out of range");
+            return px_err_set(err, PX_EPARSE, "heal options: \"%s\" is not a finite number%s",
+                              num_names[i], OPTS_FIX);
+    const struct {
+        const char *name;
+        int v, hi;
+    } counts[] = {{"baseline_ticks", bt, INT32_MAX},
+                  {"confirm", cf, INT32_MAX},
+                  {"canary_ticks", ct, INT32_MAX},
+                  {"replications", reps, 1000}};
+    for (size_t i = 0; i < PX_ARRAY_LEN(counts); i++)
+        if (counts[i].v < 1 || counts[i].v > counts[i].hi)
+            return px_err_set(err, PX_EPARSE, "heal options: \"%s\" is %d; it must be 1 to %d%s",
+                              counts[i].name, counts[i].v, counts[i].hi, OPTS_FIX);
     o->tick_s = json_number_value(tick);
     o->heartbeat_timeout_s = json_number_value(hb);
     o->switch_s = json_number_value(sw);

@@ -409,8 +409,73 @@ static void test_envelope_time_per_position_under_hostile_input(void **state)
             fail_msg("attention_s_per_position %s was accepted", bad[i].value);
         px_assert_contains(err.msg, "\"attention_s_per_position\"");
         px_assert_contains(err.msg, bad[i].needle);
+        px_assert_contains(err.msg, "record the run again");
     }
     json_decref(j);
+}
+
+/* The envelope's stage count and the detector's options, refused by
+ * field, with what they must be and what to do. */
+static void test_envelope_and_detector_options_refused_by_field(void **state)
+{
+    (void)state;
+    px_heal_envelope env;
+    envelope(&env);
+    px_err err;
+    json_t *j = px__hr_envelope_json(&env);
+    assert_non_null(j);
+    const char *stages[] = {"0", "99", "\"2\"", "1.5", "null"};
+    for (size_t i = 0; i < PX_ARRAY_LEN(stages); i++) {
+        json_t *v = json_loads(stages[i], JSON_DECODE_ANY, NULL);
+        assert_non_null(v);
+        assert_int_equal(json_object_set_new(j, "n_stages", v), 0);
+        px_err_clear(&err);
+        if (px__hr_envelope_from_json(j, &env, &err) != PX_EPARSE)
+            fail_msg("n_stages %s was accepted", stages[i]);
+        px_assert_contains(err.msg, "\"n_stages\"");
+        px_assert_contains(err.msg, "from 1 to");
+        px_assert_contains(err.msg, "record the run again");
+    }
+    json_decref(j);
+    json_t *arr = json_array();
+    px_err_clear(&err);
+    assert_int_equal(px__hr_envelope_from_json(arr, &env, &err), PX_EPARSE);
+    px_assert_contains(err.msg, "must be an object");
+    json_decref(arr);
+
+    px_heal_detector_opts o, got;
+    px_heal_detector_opts_default(&o);
+    json_t *d = px__hr_detector_opts_json(&o);
+    assert_non_null(d);
+    px_assert_ok(px__hr_detector_opts_from_json(d, &got, &err), &err);
+    assert_int_equal(got.baseline_steps, o.baseline_steps);
+    assert_int_equal(got.confirm, o.confirm);
+    assert_float_equal(got.ratio, o.ratio, 1e-12);
+    const struct {
+        const char *field, *value, *needle;
+    } bad[] = {
+        {"baseline_steps", "0", "at least 1"},   {"baseline_steps", "5000", "at most 4096"},
+        {"baseline_steps", "2.5", "an integer"}, {"confirm", "65", "at most 64"},
+        {"confirm", "\"3\"", "an integer"},      {"ratio", "1", "over 1"},
+        {"ratio", "null", "a number"},           {"floor_s", "-1", "at least 0"},
+        {"stale_ratio", "1e7", "under 1e+06"},
+    };
+    for (size_t i = 0; i < PX_ARRAY_LEN(bad); i++) {
+        json_t *c = json_deep_copy(d), *v = json_loads(bad[i].value, JSON_DECODE_ANY, NULL);
+        assert_non_null(c);
+        assert_non_null(v);
+        assert_int_equal(json_object_set_new(c, bad[i].field, v), 0);
+        px_err_clear(&err);
+        if (px__hr_detector_opts_from_json(c, &got, &err) != PX_EPARSE)
+            fail_msg("%s %s was accepted", bad[i].field, bad[i].value);
+        char field[64];
+        px_textf(field, sizeof field, "\"%s\"", bad[i].field);
+        px_assert_contains(err.msg, field);
+        px_assert_contains(err.msg, bad[i].needle);
+        px_assert_contains(err.msg, "record the run again");
+        json_decref(c);
+    }
+    json_decref(d);
 }
 
 int main(void)
@@ -422,6 +487,7 @@ int main(void)
         cmocka_unit_test(test_replay_takes_what_the_fields_mean),
         cmocka_unit_test(test_replay_refuses_non_finite_numbers_by_line),
         cmocka_unit_test(test_envelope_time_per_position_under_hostile_input),
+        cmocka_unit_test(test_envelope_and_detector_options_refused_by_field),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -486,9 +486,20 @@ static void test_healer_options_round_trip_and_refuse_garbage(void **state)
     assert_true(back.ratio == 3.5 && back.ctx.slo.tpot_s == 0.05);
     json_object_set_new(j, "ratio", json_string("fast"));
     assert_int_equal(px__hs_opts_from_json(j, &back, &err), PX_EPARSE);
+    px_assert_contains(err.msg, "\"ratio\" is not a finite number");
+    px_assert_contains(err.msg, "run the simulation again");
     json_object_set_new(j, "ratio", json_real(2));
+    json_object_set_new(j, "replications", json_integer(5000));
+    assert_int_equal(px__hs_opts_from_json(j, &back, &err), PX_EPARSE);
+    px_assert_contains(err.msg, "\"replications\" is 5000; it must be 1 to 1000");
+    json_object_set_new(j, "replications", json_integer(1));
+    json_object_set_new(j, "canary_ticks", json_integer(0));
+    assert_int_equal(px__hs_opts_from_json(j, &back, &err), PX_EPARSE);
+    px_assert_contains(err.msg, "\"canary_ticks\" is 0");
+    json_object_set_new(j, "canary_ticks", json_integer(3));
     json_object_set_new(j, "surprise", json_true());
     assert_int_equal(px__hs_opts_from_json(j, &back, &err), PX_EPARSE);
+    px_assert_contains(err.msg, "surprise");
     json_decref(j);
     /* The healer needs a plan, a graph and a model. */
     px_heal_sim *h;
