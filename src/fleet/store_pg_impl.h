@@ -87,6 +87,16 @@ void px__pg_rollback(px__pg *st);
 char *px__pg_text(const PGresult *r, int row, int col);
 int64_t px__pg_int(const PGresult *r, int row, int col);
 
+/* store_pg_conn.c: a libpq error message on one line, cut to fit buf. */
+const char *px__pg_one_line(const char *msg, char *buf, size_t n);
+/* The settings every session of the store runs with, applied to c. */
+px_status px__pg_configure_session(px__pg *st, PGconn *c, const char *what, px_err *err);
+/* Forgets the statements prepared on st's connection (it was closed or
+ * opened again). */
+void px__pg_forget_prepared(px__pg *st);
+
+/* store_pg_jobs.c: the job rows and cancellations. */
+void px__pg_fill_job_ops(px__store_ops *ops);
 /* store_pg_records.c: the slots that are not about jobs. */
 void px__pg_fill_record_ops(px__store_ops *ops);
 /* store_pg_deploy.c: the deployments. */
