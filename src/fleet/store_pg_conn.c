@@ -140,10 +140,10 @@ static px_status result_error(px__pg *st, const PGresult *r, const char *what, p
     px_status code = state && strcmp(state, "23505") == 0   ? PX_EEXIST
                      : state && strcmp(state, "PXF01") == 0 ? PX_ESTATE
                                                             : PX_EIO;
-    px_err_set(
-        err, code, "PostgreSQL %s: %s: %s", st->where, what,
-        px__pg_one_line(r && *PQresultErrorMessage(r) ? PQresultErrorMessage(r) : PQerrorMessage(st->conn),
-                 line, sizeof line));
+    px_err_set(err, code, "PostgreSQL %s: %s: %s", st->where, what,
+               px__pg_one_line(r && *PQresultErrorMessage(r) ? PQresultErrorMessage(r)
+                                                             : PQerrorMessage(st->conn),
+                               line, sizeof line));
     return code;
 }
 
@@ -316,10 +316,11 @@ px_status px__pg_configure_session(px__pg *st, PGconn *c, const char *what, px_e
     px_status rc = PX_OK;
     if (!ok) {
         char line[200];
-        rc = px_err_set(
-            err, PX_EIO, "PostgreSQL %s: %s: configuring the session: %s", st->where, what,
-            px__pg_one_line(r && *PQresultErrorMessage(r) ? PQresultErrorMessage(r) : PQerrorMessage(c),
-                     line, sizeof line));
+        rc = px_err_set(err, PX_EIO, "PostgreSQL %s: %s: configuring the session: %s", st->where,
+                        what,
+                        px__pg_one_line(r && *PQresultErrorMessage(r) ? PQresultErrorMessage(r)
+                                                                      : PQerrorMessage(c),
+                                        line, sizeof line));
     }
     PQclear(r);
     return rc;
@@ -356,4 +357,3 @@ px_status px__store_pg_setting(void *self, const char *name, char *out, size_t n
     PQclear(r);
     return rc;
 }
-
