@@ -341,8 +341,24 @@ static void end_artifact(px__api_req *rq, px__upload *u, const char *hex, px__ap
         pthread_mutex_unlock(&srv->lock);
         return;
     }
+    /* An artifact uploaded again replaces the file its row names: the old
+     * file keeps a second name until the new row is written and is put
+     * back if the store refuses the row, so that a row and its file agree.
+     * Both names change under the server lock, which the sweep of
+     * DATA/artifacts takes before it removes anything. */
+    char prev[sizeof u->tmp + 8];
+    px_textf(prev, sizeof prev, "%s.prev", u->tmp);
+    bool kept = linkat(u->dir_fd, u->base, u->dir_fd, prev, 0) == 0;
+    if (!kept && errno != ENOENT) {
+        px__api_error(rs, 503, "cannot store artifact %.64s: keeping its previous version: %s",
+                      u->name, strerror(errno));
+        pthread_mutex_unlock(&srv->lock);
+        return;
+    }
     if (renameat(u->dir_fd, u->tmp, u->dir_fd, u->base) != 0) {
         px__api_error(rs, 503, "cannot store artifact %.64s: %s", u->name, strerror(errno));
+        if (kept)
+            unlinkat(u->dir_fd, prev, 0);
         pthread_mutex_unlock(&srv->lock);
         return;
     }
@@ -351,8 +367,17 @@ static void end_artifact(px__api_req *rq, px__upload *u, const char *hex, px__ap
     px__artifact_row a = {u->job,  u->name,    (char *)hex,   (int64_t)u->n,
                           u->rank, u->attempt, px_wall_time()};
     if (srv->store.ops->put_artifact(srv->store.self, &a, &err) != PX_OK) {
+        /* The previous version back, or no file where no row names one. */
+        if (kept ? renameat(u->dir_fd, prev, u->dir_fd, u->base) : unlinkat(u->dir_fd, u->base, 0))
+            px_log_warn("artifact %.64s of job %s: the store refused its row, and its file "
+                        "cannot be %s: %s",
+                        u->name, u->job, kept ? "put back to its previous version" : "removed",
+                        strerror(errno));
+        fsync(u->dir_fd);
         px__api_fail(rs, &err);
     } else {
+        if (kept)
+            unlinkat(u->dir_fd, prev, 0);
         px__job *job = px__srv_find_job(srv, u->job);
         if (job)
             job->artifact_bytes += (int64_t)u->n;

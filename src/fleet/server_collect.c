@@ -14,9 +14,10 @@
  *
  * Files in DATA/artifacts.  An artifact arrives in a temporary file
  * (".upload-*") in its own folder, renamed into place under the server
- * lock just before its row is written.  A server killed mid-upload leaves
- * the temporary file, and one killed (or refused by the store) between the
- * rename and the row leaves a file no row names.  Every server removes
+ * lock just before its row is written (a row the store refuses puts the
+ * previous file back, or removes the new one).  A server killed mid-upload
+ * leaves the temporary file, and one killed between the rename and the row
+ * leaves a file no row names.  Every server removes
  * such files from its data folder at start and then every
  * PX__COLLECT_EVERY_S: a file older than PX__COLLECT_GRACE_S (its last
  * write) that no artifact row of its job names and that no upload holds.

@@ -1246,6 +1246,63 @@ static void upload_file(const char *dir, char *out, size_t n)
     closedir(d);
 }
 
+/* An artifact whose row the store refuses leaves its file as the row
+ * says: an upload again of a kept artifact puts its previous version back,
+ * a new one leaves no file; neither leaves a second name behind. */
+static void test_api_artifact_refused_by_the_store_keeps_file_and_row_together(void **state)
+{
+    (void)state;
+    char *d = fresh_dir("artrefused");
+    atomic_int full = 0;
+    px__store_fail_flag = &full;
+    px_fleet_server *srv = start(d, 30);
+    px__store_fail_flag = NULL;
+    register_node("r1", NULL);
+    char *id = submit("{\"command\": [\"true\"], \"artifacts\": [\"out/a.txt\", \"out/b.txt\"]}");
+    json_t *as = assignments("r1", 5);
+    assert_int_equal(json_array_size(as), 1);
+    json_decref(as);
+    report(id, "start", "r1", 1, 0, NULL, 200);
+    char path[200], out[600];
+    snprintf(path, sizeof path, "/v1/agent/jobs/%s/artifacts/out%%2Fa.txt?attempt=1", id);
+    reply r = http("PUT", path, cred_of("r1"), "first", 5);
+    assert_int_equal(r.status, 201);
+    drop(&r);
+    atomic_store(&full, 1);
+    r = http("PUT", path, cred_of("r1"), "second!", 7);
+    assert_int_equal(r.status, 503);
+    px_assert_contains(r.body, "disk is full");
+    drop(&r);
+    snprintf(path, sizeof path, "/v1/agent/jobs/%s/artifacts/out%%2Fb.txt?attempt=1", id);
+    r = http("PUT", path, cred_of("r1"), "new", 3);
+    assert_int_equal(r.status, 503);
+    drop(&r);
+    atomic_store(&full, 0);
+    snprintf(out, sizeof out, "%s/artifacts/%s/out", d, id);
+    assert_false(exists_in(out, "b.txt"));
+    DIR *dir = opendir(out);
+    assert_non_null(dir);
+    for (struct dirent *e; (e = readdir(dir));)
+        if (strstr(e->d_name, ".prev") || strstr(e->d_name, ".upload-"))
+            fail_msg("%s was left in %s", e->d_name, out);
+    closedir(dir);
+    snprintf(path, sizeof path, "/v1/jobs/%s/artifacts/out%%2Fa.txt", id);
+    r = req("GET", path, USER_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "first");
+    drop(&r);
+    snprintf(path, sizeof path, "/v1/jobs/%s/artifacts", id);
+    r = req("GET", path, USER_TOKEN, NULL);
+    assert_int_equal(r.status, 200);
+    px_assert_contains(r.body, "\"size\":5");
+    /* sha256("first") */
+    px_assert_contains(r.body, "a7937b64b8caa58f03721bb6bacf5c78cb235febe0e70b1b84cd99541461a08e");
+    drop(&r);
+    free(id);
+    px_fleet_server_stop(srv);
+    free(d);
+}
+
 /* Files a crash left in DATA/artifacts (a cut-off upload's ".upload-*",
  * an artifact renamed into place whose row never came) go once older than
  * the grace period; a fresh one, an artifact a row names, an upload in
@@ -1375,6 +1432,7 @@ int main(void)
         cmocka_unit_test(test_api_service_restarts_after_exit),
         cmocka_unit_test(test_api_keeps_jobs_across_a_restart),
         cmocka_unit_test(test_api_artifacts_refuse_symlinked_folders),
+        cmocka_unit_test(test_api_artifact_refused_by_the_store_keeps_file_and_row_together),
         cmocka_unit_test(test_api_plan_auto_plans_or_says_why),
         cmocka_unit_test(test_api_answers_while_a_job_is_planned),
         cmocka_unit_test(test_api_planner_inventory_keeps_links_inside_nodes),
