@@ -639,6 +639,26 @@ static void print_parts(int i, int n_stages, const rep_timing *t0, const rep_tim
            (t1->work - t0->work) * ms, (t1->work_wait - t0->work_wait) * ms, p->executor_s * 1e3,
            (t1->result - t0->result) * ms, (t1->result_wait - t0->result_wait) * ms, wall * ms,
            p->mb > 0 ? p->step_s / p->mb * 1e3 : 0, p->mb, p->mb == 1 ? "" : "es");
+    /* A micro-batch's trip round the ring (the engine's work, every hop
+     * and stage), and what of it was waiting for a core: with mb
+     * micro-batches in flight a step takes at least the trip over mb. */
+    double trip = t1->work - t0->work, waited = t1->work_wait - t0->work_wait;
+    for (int k = 0; k <= b; k++) {
+        trip += t1->hop[k] - t0->hop[k];
+        waited += t1->hop_wait[k] - t0->hop_wait[k];
+        if (k < b) {
+            trip += t1->compute[k] - t0->compute[k];
+            waited += t1->compute_wait[k] - t0->compute_wait[k];
+        }
+    }
+    double pred_trip = p->executor_s;
+    for (int k = 0; k < b; k++)
+        pred_trip += p->served_step_s[k] + p->transfer_s[k];
+    printf(
+        "  replica %d, a micro-batch's trip round the ring: %.3f ms, of which waiting for a core "
+        "%.3f ms (%.0f%%); without those waits %.3f ms against the plan's %.3f (%.2f)\n",
+        i, trip * ms, waited * ms, trip > 0 ? 100 * waited / trip : 0, (trip - waited) * ms,
+        pred_trip * 1e3, pred_trip > 0 ? (trip - waited) * ms / (pred_trip * 1e3) : 0);
 }
 
 /* Serves the plan in `plan` (made for emu-small) and prints its observed
