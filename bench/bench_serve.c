@@ -29,7 +29,11 @@
  *    seconds of the clients, the server and the stage workers, and the
  *    time their threads waited for a core), the rows per engine step, and
  *    the incidents the healing loop opened (an adaptation changes the plan
- *    being measured).
+ *    being measured).  Per replica it splits a step into its parts (each
+ *    stage's compute, each hop, the executor's work and its wait for
+ *    results, each with the time it waited for a core, from the server's
+ *    /metrics) beside what the plan predicts of each, and a micro-batch's
+ *    trip round the ring with and without those waits.
  *
  * About two minutes on a two-core machine.  PX_BENCH_DIR holds the model
  * (default: a fresh folder under TMPDIR, removed afterwards).
