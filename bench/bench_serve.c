@@ -29,7 +29,11 @@
  *    seconds of the clients, the server and the stage workers, and the
  *    time their threads waited for a core), the rows per engine step, and
  *    the incidents the healing loop opened (an adaptation changes the plan
- *    being measured).
+ *    being measured).  Per replica it splits a step into its parts (each
+ *    stage's compute, each hop, the executor's work and its wait for
+ *    results, each with the time it waited for a core, from the server's
+ *    /metrics) beside what the plan predicts of each, and a micro-batch's
+ *    trip round the ring with and without those waits.
  *
  * About two minutes on a two-core machine.  PX_BENCH_DIR holds the model
  * (default: a fresh folder under TMPDIR, removed afterwards).
@@ -514,7 +518,8 @@ static double scrape(const char *url, const char *metric)
 }
 
 /* Per replica, the counters that say what batch it formed. */
-#define MAX_REPS 8
+#define MAX_REPS   8
+#define MAX_STAGES 8
 typedef struct rep_rows {
     double steps, rows, decode_steps, decode_rows, tokens;
 } rep_rows;
@@ -527,6 +532,137 @@ static void rows_now(const char *url, int n_reps, rep_rows *out)
                             scrape_replica(url, "plexus_serve_decode_steps_total", i),
                             scrape_replica(url, "plexus_serve_decode_rows_total", i),
                             scrape_replica(url, "plexus_serve_engine_generated_tokens_total", i)};
+}
+
+/* Where each replica's steps spent their time, from the server's
+ * /metrics (plexus_serve_timed_..., _stage_..., _hop_..., _executor_...):
+ * sums in seconds since the server started. */
+typedef struct rep_timing {
+    double steps, rows, context;
+    double compute[MAX_STAGES], compute_wait[MAX_STAGES];
+    double hop[MAX_STAGES + 1], hop_wait[MAX_STAGES + 1];
+    double work, work_wait, result, result_wait;
+} rep_timing;
+
+/* The value of `metric{labels}` in body; 0 when absent. */
+static double metric_in(const char *body, const char *metric, const char *labels)
+{
+    char key[256];
+    snprintf(key, sizeof key, "\n%s{%s} ", metric, labels);
+    const char *at = strstr(body, key);
+    return at ? strtod(at + strlen(key), NULL) : 0;
+}
+
+static void timing_now(const char *url, int n_reps, const int *n_stages, rep_timing *out)
+{
+    char murl[160];
+    const char *v1 = strstr(url, "/v1/");
+    snprintf(murl, sizeof murl, "%.*s/metrics", v1 ? (int)(v1 - url) : (int)strlen(url), url);
+    static char body[1 << 17];
+    memset(out, 0, sizeof *out * (size_t)n_reps);
+    CURL *c = curl_easy_init();
+    FILE *mem = fmemopen(body, sizeof body - 1, "w");
+    if (!c || !mem) {
+        if (mem)
+            fclose(mem);
+        curl_easy_cleanup(c);
+        return;
+    }
+    fputc('\n', mem);
+    curl_easy_setopt(c, CURLOPT_URL, murl);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, mem);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+    CURLcode rc = curl_easy_perform(c);
+    size_t len = (size_t)ftell(mem);
+    fclose(mem);
+    curl_easy_cleanup(c);
+    if (rc != CURLE_OK)
+        return;
+    body[len < sizeof body ? len : sizeof body - 1] = 0;
+    for (int i = 0; i < n_reps; i++) {
+        rep_timing *t = &out[i];
+        char r[32], l[64];
+        snprintf(r, sizeof r, "replica=\"%d\"", i);
+        t->steps = metric_in(body, "plexus_serve_timed_steps_total", r);
+        t->rows = metric_in(body, "plexus_serve_timed_rows_total", r);
+        t->context = metric_in(body, "plexus_serve_timed_context_total", r);
+        t->work = metric_in(body, "plexus_serve_executor_work_seconds_total", r);
+        t->work_wait = metric_in(body, "plexus_serve_executor_work_core_wait_seconds_total", r);
+        t->result = metric_in(body, "plexus_serve_executor_result_wait_seconds_total", r);
+        t->result_wait = metric_in(body, "plexus_serve_executor_result_core_wait_seconds_total", r);
+        for (int k = 0; k <= n_stages[i] && k <= MAX_STAGES; k++) {
+            if (k < n_stages[i] && k < MAX_STAGES) {
+                snprintf(l, sizeof l, "%s,stage=\"%d\"", r, k);
+                t->compute[k] = metric_in(body, "plexus_serve_stage_compute_seconds_total", l);
+                t->compute_wait[k] =
+                    metric_in(body, "plexus_serve_stage_core_wait_seconds_total", l);
+                snprintf(l, sizeof l, "%s,into=\"%d\"", r, k);
+            } else {
+                snprintf(l, sizeof l, "%s,into=\"executor\"", r);
+            }
+            t->hop[k] = metric_in(body, "plexus_serve_hop_seconds_total", l);
+            t->hop_wait[k] = metric_in(body, "plexus_serve_hop_core_wait_seconds_total", l);
+        }
+    }
+}
+
+/* What a replica's plan predicts of each part of its step (the replica's
+ * "predicted" and its stages'), per micro-batch. */
+typedef struct rep_pred_parts {
+    double step_s, executor_s, served_step_s[MAX_STAGES], transfer_s[MAX_STAGES];
+    double context; /* the positions the plan prices a decode row at */
+    int mb;
+} rep_pred_parts;
+
+/* Prints replica i's step, part by part, over the window (t0 to t1),
+ * against its plan: per micro-batch step, each stage's compute (of which
+ * waiting for a core), each hop (of which its receiver waiting for a
+ * core), the engine thread's own work and its wait for results, and the
+ * period between steps. */
+static void print_parts(int i, int n_stages, const rep_timing *t0, const rep_timing *t1,
+                        const rep_pred_parts *p, double wall)
+{
+    double n = t1->steps - t0->steps;
+    if (n <= 0)
+        return;
+    double ms = 1e3 / n;
+    printf("  replica %d, per step (%.0f steps, %.1f rows, %.0f positions attended per row against "
+           "the plan's %.0f; ms, observed [waiting for a core] / predicted):",
+           i, n, (t1->rows - t0->rows) / n,
+           t1->rows > t0->rows ? (t1->context - t0->context) / (t1->rows - t0->rows) : 0,
+           p->context);
+    for (int k = 0; k < n_stages && k < MAX_STAGES; k++)
+        printf(" hop into %d %.3f [%.3f] / %.3f; stage %d %.3f [%.3f] / %.3f;", k,
+               (t1->hop[k] - t0->hop[k]) * ms, (t1->hop_wait[k] - t0->hop_wait[k]) * ms,
+               k ? p->transfer_s[k - 1] * 1e3 : 0, k, (t1->compute[k] - t0->compute[k]) * ms,
+               (t1->compute_wait[k] - t0->compute_wait[k]) * ms, p->served_step_s[k] * 1e3);
+    int b = n_stages <= MAX_STAGES ? n_stages : MAX_STAGES;
+    printf(" hop back %.3f [%.3f]; executor work %.3f [%.3f] / %.3f; executor waiting for "
+           "results %.3f [%.3f]; period %.3f / %.3f (%d micro-batch%s)\n",
+           (t1->hop[b] - t0->hop[b]) * ms, (t1->hop_wait[b] - t0->hop_wait[b]) * ms,
+           (t1->work - t0->work) * ms, (t1->work_wait - t0->work_wait) * ms, p->executor_s * 1e3,
+           (t1->result - t0->result) * ms, (t1->result_wait - t0->result_wait) * ms, wall * ms,
+           p->mb > 0 ? p->step_s / p->mb * 1e3 : 0, p->mb, p->mb == 1 ? "" : "es");
+    /* A micro-batch's trip round the ring (the engine's work, every hop
+     * and stage), and what of it was waiting for a core: with mb
+     * micro-batches in flight a step takes at least the trip over mb. */
+    double trip = t1->work - t0->work, waited = t1->work_wait - t0->work_wait;
+    for (int k = 0; k <= b; k++) {
+        trip += t1->hop[k] - t0->hop[k];
+        waited += t1->hop_wait[k] - t0->hop_wait[k];
+        if (k < b) {
+            trip += t1->compute[k] - t0->compute[k];
+            waited += t1->compute_wait[k] - t0->compute_wait[k];
+        }
+    }
+    double pred_trip = p->executor_s;
+    for (int k = 0; k < b; k++)
+        pred_trip += p->served_step_s[k] + p->transfer_s[k];
+    printf(
+        "  replica %d, a micro-batch's trip round the ring: %.3f ms, of which waiting for a core "
+        "%.3f ms (%.0f%%); without those waits %.3f ms against the plan's %.3f (%.2f)\n",
+        i, trip * ms, waited * ms, trip > 0 ? 100 * waited / trip : 0, (trip - waited) * ms,
+        pred_trip * 1e3, pred_trip > 0 ? (trip - waited) * ms / (pred_trip * 1e3) : 0);
 }
 
 /* Serves the plan in `plan` (made for emu-small) and prints its observed
@@ -553,6 +689,10 @@ static void serve_plan(const char *label, const char *model, const char *invento
     /* Each replica's stages, and the rows of a micro-batch it priced. */
     int n_reps = 0, rep_stages[MAX_REPS] = {0};
     double rep_mb_rows[MAX_REPS] = {0}, rep_pred[MAX_REPS] = {0};
+    static rep_pred_parts parts[MAX_REPS];
+    memset(parts, 0, sizeof parts);
+    double plan_context =
+        json_number_value(json_object_get(json_object_get(doc, "workload"), "context"));
     json_array_foreach(json_object_get(doc, "replicas"), ri, rep)
     {
         double t = json_number_value(json_object_get(rep, "tpot_s"));
@@ -564,6 +704,22 @@ static void serve_plan(const char *label, const char *model, const char *invento
             rep_stages[ri] = (int)json_array_size(json_object_get(rep, "stages"));
             rep_mb_rows[ri] = mb > 0 ? ceil((double)b / (double)mb) : (double)b;
             rep_pred[ri] = json_number_value(json_object_get(rep, "throughput"));
+            const json_t *rp = json_object_get(rep, "predicted");
+            rep_pred_parts *pp = &parts[ri];
+            pp->step_s = json_number_value(json_object_get(rp, "step_s"));
+            pp->executor_s = json_number_value(json_object_get(rp, "executor_s_per_micro_batch"));
+            pp->mb = mb > 0 ? (int)mb : 1;
+            pp->context = plan_context;
+            size_t si;
+            const json_t *st;
+            json_array_foreach(json_object_get(rep, "stages"), si, st)
+            {
+                const json_t *sp = json_object_get(st, "predicted");
+                if (si < MAX_STAGES) {
+                    pp->served_step_s[si] = json_number_value(json_object_get(sp, "served_step_s"));
+                    pp->transfer_s[si] = json_number_value(json_object_get(sp, "transfer_s"));
+                }
+            }
             n_reps = (int)ri + 1;
         }
     }
@@ -610,6 +766,8 @@ static void serve_plan(const char *label, const char *model, const char *invento
     double tok0 = scrape(s.url, "plexus_serve_engine_generated_tokens_total");
     rep_rows r0[MAX_REPS], r1[MAX_REPS];
     rows_now(s.url, n_reps, r0);
+    static rep_timing tm0[MAX_REPS], tm1[MAX_REPS];
+    timing_now(s.url, n_reps, rep_stages, tm0);
     group_use u0 = group_use_now(s.pid);
     double cpu_cl = self_cpu_s(), t0 = now_s(), all0 = machine_cpu_s();
     usleep(6000000);
@@ -621,6 +779,7 @@ static void serve_plan(const char *label, const char *model, const char *invento
     double incidents = scrape(s.url, "plexus_serve_incidents_total") - inc0;
     double steps = scrape(s.url, "plexus_serve_steps_total") - steps0;
     rows_now(s.url, n_reps, r1);
+    timing_now(s.url, n_reps, rep_stages, tm1);
     atomic_store(&stop_clients, true);
     level lv = {.tokens_per_s = wall > 0 ? tokens / wall : 0};
     for (int i = 0; i < clients; i++) {
@@ -669,6 +828,8 @@ static void serve_plan(const char *label, const char *model, const char *invento
                st > 0 ? (r1[i].rows - r0[i].rows) / st : 0, ds,
                ds > 0 ? (r1[i].decode_rows - r0[i].decode_rows) / ds : 0);
     }
+    for (int i = 0; i < n_reps; i++)
+        print_parts(i, rep_stages[i], &tm0[i], &tm1[i], &parts[i], wall);
     fflush(stdout);
 }
 

@@ -193,6 +193,27 @@ typedef struct px_rt_engine_metrics {
     uint64_t preemptions;
     uint64_t busy_ns; /* time spent in steps */
     uint64_t recoveries;
+    /* Where a step's time went, summed over the steps taken back (replayed
+     * ones left out; timed_steps counts them), as the stages' records and
+     * the engine's thread measured it, nanoseconds.  n_stages: the
+     * stages of the executor the last timed step ran on.  Stage i:
+     * stage_compute_ns its compute, stage_wait_ns of it the time its
+     * thread waited runnable for a core; hop_ns[i] the hop into it,
+     * hop_wait_ns[i] of that its receiver's wait for a core; hop_ns and
+     * hop_wait_ns[n_stages] the hop back to the executor.  The engine's
+     * thread: host_ns its own work between results (building and sending
+     * steps, sampling and handing out tokens, the supervisor's check, its
+     * caller's work between steps), result_ns its time waiting for a
+     * step's result, and host_wait_ns and result_wait_ns of each the time
+     * it waited runnable for a core (0 where the kernel does not say;
+     * measured on the thread that steps the engine).  timed_rows and
+     * timed_context: the rows those steps carried and the cache positions
+     * their rows attended (each sequence's position plus its tokens). */
+    uint64_t timed_steps, timed_rows, timed_context;
+    uint32_t n_stages;
+    uint64_t stage_compute_ns[PX_RT_MAX_STAGES], stage_wait_ns[PX_RT_MAX_STAGES];
+    uint64_t hop_ns[PX_RT_MAX_STAGES + 1], hop_wait_ns[PX_RT_MAX_STAGES + 1];
+    uint64_t host_ns, host_wait_ns, result_ns, result_wait_ns;
 } px_rt_engine_metrics;
 
 void px_rt_engine_metrics_get(px_rt_engine *e, px_rt_engine_metrics *out);

@@ -547,23 +547,28 @@ static json_t *replicas_json(const px__plan_ctx *ctx, const px__plan_result *r)
             const px_cost_device *d0 = &ctx->fleet->devices[p->stages[s].devices[0]];
             /* What the healing loop of this replica expects of a stage as
              * its sequences lengthen. */
-            json_t *st =
-                json_pack("{s:i, s:o, s:{s:i, s:i}, s:i, s:o, s:{s:o}}", "index", (json_int_t)s,
-                          "devices", device_ids(ctx, &p->stages[s]), "layers", "first",
-                          (json_int_t)p->stages[s].first, "last", (json_int_t)p->stages[s].last,
-                          "tensor_parallel", (json_int_t)p->stages[s].tp, "memory_per_device",
-                          mem_json(&r->est[i].stages[s].mem, d0->mem_capacity), "predicted",
-                          "attention_s_per_position", num(r->est[i].stages[s].attention_pos_s));
+            const px_cost_stage_est *se = &r->est[i].stages[s];
+            json_t *st = json_pack(
+                "{s:i, s:o, s:{s:i, s:i}, s:i, s:o, s:{s:o, s:o, s:o}}", "index", (json_int_t)s,
+                "devices", device_ids(ctx, &p->stages[s]), "layers", "first",
+                (json_int_t)p->stages[s].first, "last", (json_int_t)p->stages[s].last,
+                "tensor_parallel", (json_int_t)p->stages[s].tp, "memory_per_device",
+                mem_json(&se->mem, d0->mem_capacity), "predicted", "attention_s_per_position",
+                num(se->attention_pos_s), "served_step_s", num(se->serve_s), "transfer_s",
+                num(se->xfer_s));
             if (px_json_push(stages, st)) {
                 json_decref(stages);
                 stages = NULL;
             }
         }
         const px_cost_workload *w = &r->layout.wls[i];
-        json_t *o = json_pack("{s:i, s:o, s:i, s:i, s:o, s:o}", "index", (json_int_t)i, "stages",
-                              stages, "batch", (json_int_t)w->batch, "micro_batches",
-                              (json_int_t)PX_MAX(w->micro_batches, 1u), "tpot_s",
-                              num(r->est[i].tpot_s), "throughput", num(r->est[i].throughput));
+        const px_cost_estimate *e = &r->est[i];
+        json_t *o = json_pack("{s:i, s:o, s:i, s:i, s:o, s:o, s:{s:o, s:o, s:o}}", "index",
+                              (json_int_t)i, "stages", stages, "batch", (json_int_t)w->batch,
+                              "micro_batches", (json_int_t)PX_MAX(w->micro_batches, 1u), "tpot_s",
+                              num(e->tpot_s), "throughput", num(e->throughput), "predicted",
+                              "step_s", num(e->step_s), "executor_s_per_micro_batch",
+                              num(e->executor_s), "host_cores_s", num(e->host_cores_s));
         if (px_json_push(arr, o)) {
             json_decref(arr);
             return NULL;

@@ -58,6 +58,7 @@ px_status px_rt_engine_new(const px_rt_engine_opts *o, px_rt_engine **out, px_er
     if (!e)
         return px_err_set(err, PX_ENOMEM, "engine: out of memory");
     e->o = *o;
+    e->wait_fd = -2;
     e->t = o->tokenizer;
     e->sup = o->supervisor;
     pthread_mutex_init(&e->mu, NULL);
@@ -146,6 +147,7 @@ void px_rt_engine_free(px_rt_engine *e)
         free(f->tokens);
     }
     px__rt_runner_release(&e->run);
+    px__rt_thread_wait_close(&e->wait_fd);
     free(e->running);
     free(e->logits);
     free(e->lp);

@@ -122,6 +122,11 @@ struct px_rt_engine {
     uint64_t keep_steps;
     uint64_t t_start, phase_t0;
     bool first_token;
+    /* The engine thread's time (m.host_ns, m.result_ns): when its last
+     * wait for a result ended (0: none yet), with its wait for a core
+     * then, and its schedstat (px__rt_thread_wait_ns). */
+    uint64_t t_result, core_wait_at_result;
+    int wait_fd;
 };
 
 /* ---- engine.c ---- */

@@ -461,15 +461,66 @@ static px_status send_steps(px_rt_engine *e, px_err *err)
     return PX_OK;
 }
 
+/* Books where a step's time went (px_rt_engine_metrics: the stages'
+ * records in e->obs, and the engine thread's work since its last result
+ * and its wait for this one, from t_wait to t_got, with its wait for a
+ * core read at each). */
+static void book_timing(px_rt_engine *e, uint64_t t_wait, uint64_t core_wait, uint64_t t_got,
+                        uint64_t core_got)
+{
+    const px_rt_step_obs *ob = &e->obs;
+    uint32_t n = PX_MIN(ob->n_stages, (uint32_t)PX_RT_MAX_STAGES);
+    uint64_t context = 0;
+    for (uint32_t i = 0; ob->pos && ob->n_tokens && i < ob->n_seqs; i++)
+        context += (uint64_t)ob->pos[i] + ob->n_tokens[i];
+    pthread_mutex_lock(&e->mu);
+    px_rt_engine_metrics *m = &e->m;
+    if (m->n_stages != n) {
+        /* Another executor with other stages: the sums start again. */
+        memset(m->stage_compute_ns, 0, sizeof m->stage_compute_ns);
+        memset(m->stage_wait_ns, 0, sizeof m->stage_wait_ns);
+        memset(m->hop_ns, 0, sizeof m->hop_ns);
+        memset(m->hop_wait_ns, 0, sizeof m->hop_wait_ns);
+        m->n_stages = n;
+    }
+    m->timed_steps++;
+    m->timed_rows += ob->n_rows;
+    m->timed_context += context;
+    for (uint32_t i = 0; i < n; i++) {
+        m->stage_compute_ns[i] += ob->compute_ns[i];
+        m->stage_wait_ns[i] += ob->wait_ns[i];
+        m->hop_ns[i] += ob->xfer_in_ns[i];
+        m->hop_wait_ns[i] += ob->xfer_wait_ns[i];
+    }
+    m->hop_ns[n] += ob->xfer_out_ns;
+    m->hop_wait_ns[n] += ob->xfer_out_wait_ns;
+    if (e->t_result) {
+        m->host_ns += t_wait > e->t_result ? t_wait - e->t_result : 0;
+        m->host_wait_ns +=
+            core_wait > e->core_wait_at_result ? core_wait - e->core_wait_at_result : 0;
+    }
+    m->result_ns += t_got > t_wait ? t_got - t_wait : 0;
+    m->result_wait_ns += core_got > core_wait ? core_got - core_wait : 0;
+    pthread_mutex_unlock(&e->mu);
+}
+
 /* Takes the oldest step back and produces its tokens. */
 static px_status take_step(px_rt_engine *e, px_err *err)
 {
     px__rt_eflight *f = &e->flights[e->fl_head];
     describe(e, f);
     const float *logits = NULL;
+    uint64_t t_wait = px_now_ns(), core_wait = px__rt_thread_wait_ns(&e->wait_fd);
     px_status st = px__rt_runner_collect(e, f, &logits, err);
-    if (st)
+    if (st) {
+        e->t_result = 0; /* the recovery is not the engine's work per step */
         return ring_error(e, st) ? recover(e, st, err) : fail_all(e, st, err);
+    }
+    uint64_t t_got = px_now_ns(), core_got = px__rt_thread_wait_ns(&e->wait_fd);
+    if (!f->replay)
+        book_timing(e, t_wait, core_wait, t_got, core_got);
+    e->t_result = t_got;
+    e->core_wait_at_result = core_got;
     e->fl_head = (e->fl_head + 1) % e->depth;
     e->fl_count--;
     e->obs.logits = logits;
@@ -535,6 +586,9 @@ px_status px_rt_engine_step(px_rt_engine *e, bool *busy, px_err *err)
     e->m.busy_ns += px_now_ns() - t0;
     pthread_mutex_unlock(&e->mu);
     *busy = e->n_running || e->n_waiting || e->fl_count || e->switch_to;
+    /* Idle until the next request: that wait is not the engine's work. */
+    if (!*busy)
+        e->t_result = 0;
     return PX_OK;
 }
 

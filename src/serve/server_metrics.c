@@ -71,6 +71,73 @@ static void head(px_strbuf *sb, const char *name, const char *type, const char *
     px_strbuf_addf(sb, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* Where each replica's steps spent their time (px_rt_engine_metrics),
+ * so that a step can be compared part by part with its plan's
+ * prediction.  Called under s->mu. */
+static void step_timing(px_strbuf *sb, const px_serve *s)
+{
+    static const struct {
+        const char *name, *help;
+    } per_rep[] = {
+        {"plexus_serve_timed_steps_total",
+         "steps whose time is split below (replayed steps left out)"},
+        {"plexus_serve_timed_rows_total", "rows those steps carried"},
+        {"plexus_serve_timed_context_total",
+         "cache positions their rows attended (each sequence's position plus its tokens)"},
+        {"plexus_serve_executor_work_seconds_total",
+         "the engine thread's own work between results: building and sending steps, sampling "
+         "and handing out tokens, the healing loop's check"},
+        {"plexus_serve_executor_work_core_wait_seconds_total",
+         "of that work, the time the engine thread waited runnable for a core"},
+        {"plexus_serve_executor_result_wait_seconds_total",
+         "the engine thread's time waiting for a step's result"},
+        {"plexus_serve_executor_result_core_wait_seconds_total",
+         "of that wait, the time it waited runnable for a core once the result was there"},
+    };
+    for (size_t g = 0; g < PX_ARRAY_LEN(per_rep); g++) {
+        head(sb, per_rep[g].name, "counter", per_rep[g].help);
+        for (uint32_t i = 0; i < s->n_reps; i++) {
+            const px_rt_engine_metrics *e = &s->reps[i].em;
+            const uint64_t v[] = {e->timed_steps,  e->timed_rows, e->timed_context, e->host_ns,
+                                  e->host_wait_ns, e->result_ns,  e->result_wait_ns};
+            double x = g < 3 ? (double)v[g] : (double)v[g] / 1e9;
+            px_strbuf_addf(sb, "%s{replica=\"%u\"} %.9g\n", per_rep[g].name, i, x);
+        }
+    }
+    static const struct {
+        const char *name, *help;
+    } per_stage[] = {
+        {"plexus_serve_stage_compute_seconds_total", "a stage's compute in those steps"},
+        {"plexus_serve_stage_core_wait_seconds_total",
+         "of it, the time the stage's thread waited runnable for a core"},
+        {"plexus_serve_hop_seconds_total",
+         "the hop into a stage (into=\"executor\": the last stage's result back)"},
+        {"plexus_serve_hop_core_wait_seconds_total",
+         "of it, the time its receiving thread waited runnable for a core"},
+    };
+    for (size_t g = 0; g < PX_ARRAY_LEN(per_stage); g++) {
+        head(sb, per_stage[g].name, "counter", per_stage[g].help);
+        for (uint32_t i = 0; i < s->n_reps; i++) {
+            const px_rt_engine_metrics *e = &s->reps[i].em;
+            uint32_t n = PX_MIN(e->n_stages, (uint32_t)PX_RT_MAX_STAGES);
+            for (uint32_t k = 0; k < n + (g >= 2); k++) {
+                const uint64_t v[] = {g < 2 ? e->stage_compute_ns[k] : 0,
+                                      g < 2 ? e->stage_wait_ns[k] : 0, e->hop_ns[k],
+                                      e->hop_wait_ns[k]};
+                char where[32];
+                if (g < 2)
+                    snprintf(where, sizeof where, "stage=\"%u\"", k);
+                else if (k < n)
+                    snprintf(where, sizeof where, "into=\"%u\"", k);
+                else
+                    snprintf(where, sizeof where, "into=\"executor\"");
+                px_strbuf_addf(sb, "%s{replica=\"%u\",%s} %.9g\n", per_stage[g].name, i, where,
+                               (double)v[g] / 1e9);
+            }
+        }
+    }
+}
+
 char *px__srv_metrics_text(px_serve *s)
 {
     px_strbuf sb = PX_STRBUF_INIT;
@@ -192,6 +259,7 @@ char *px__srv_metrics_text(px_serve *s)
             px_strbuf_addf(&sb, "%s{replica=\"%u\"} %.9g\n", gauges[g].name, i, v);
         }
     }
+    step_timing(&sb, s);
     pthread_mutex_unlock(&s->mu);
     double up = (double)(px_now_ns() - s->t_start) / 1e9;
     head(&sb, "plexus_serve_uptime_seconds", "gauge", "since the server started");

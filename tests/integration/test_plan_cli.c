@@ -1,6 +1,8 @@
 /* `plexus plan` end to end: reports, JSON, files, refusals, usage. */
 #include "px_test.h"
 
+#include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -130,6 +132,63 @@ static void test_plan_cli_plans_a_real_model_on_emulated_devices(void **state)
         fail_msg("exit %d: %s", rc, err);
     px_assert_contains(out, "\"source\": \"gguf\"");
     px_assert_contains(out, "sha256:");
+    free(out);
+    free(err);
+    free(inv);
+    free(model);
+}
+
+/* Each replica says what it predicts of each part of its step (its
+ * stages' served steps and hops, the executor's work per micro-batch),
+ * so that a served step can be compared part by part: one trip of a
+ * micro-batch round the ring, and each stage once per micro-batch, fit
+ * in the step it predicts. */
+static void test_plan_cli_says_what_each_replica_predicts_of_each_part(void **state)
+{
+    (void)state;
+    char *model = px_test_require_shared_model("stories260K.gguf");
+    char *inv = px_test_source_path("data/scenarios/emu-small.json");
+    char *out = NULL, *err = NULL;
+    int rc = run(&out, &err, "--model", model, "--inventory", inv, "-o", "json", "--objective",
+                 "throughput");
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    json_t *doc = json_loads(out, 0, NULL);
+    assert_non_null(doc);
+    const json_t *reps = json_object_get(doc, "replicas");
+    assert_true(json_array_size(reps) >= 1);
+    size_t i;
+    const json_t *rep;
+    json_array_foreach(reps, i, rep)
+    {
+        const json_t *pred = json_object_get(rep, "predicted");
+        double step = json_number_value(json_object_get(pred, "step_s"));
+        double exec = json_number_value(json_object_get(pred, "executor_s_per_micro_batch"));
+        double mb = (double)json_integer_value(json_object_get(rep, "micro_batches"));
+        double batch = (double)json_integer_value(json_object_get(rep, "batch"));
+        assert_true(step > 0 && exec > 0 && mb >= 1);
+        assert_true(json_number_value(json_object_get(pred, "host_cores_s")) <= step * 1.001);
+        double trip = exec, slowest = 0;
+        size_t k;
+        const json_t *st;
+        json_array_foreach(json_object_get(rep, "stages"), k, st)
+        {
+            const json_t *sp = json_object_get(st, "predicted");
+            double served = json_number_value(json_object_get(sp, "served_step_s"));
+            assert_true(served > 0);
+            assert_true(json_is_number(json_object_get(sp, "transfer_s")));
+            trip += served + json_number_value(json_object_get(sp, "transfer_s"));
+            slowest = served > slowest ? served : slowest;
+        }
+        if (trip > step * 1.001 || mb * slowest > step * 1.001)
+            fail_msg(
+                "replica %zu: a step of %g s holds neither a trip of %g s nor %g micro-batches "
+                "of its slowest stage (%g s)",
+                i, step, trip, mb, slowest);
+        double thr = json_number_value(json_object_get(rep, "throughput"));
+        assert_true(fabs(thr - batch / step) <= 0.002 * thr);
+    }
+    json_decref(doc);
     free(out);
     free(err);
     free(inv);
@@ -291,6 +350,7 @@ int main(void)
         cmocka_unit_test(test_plan_cli_refuses_malicious_inventories),
         cmocka_unit_test(test_plan_cli_refuses_bad_usage),
         cmocka_unit_test(test_plan_cli_plans_a_real_model_on_emulated_devices),
+        cmocka_unit_test(test_plan_cli_says_what_each_replica_predicts_of_each_part),
         cmocka_unit_test(test_plan_cli_refuses_lengths_beyond_the_context),
         cmocka_unit_test(test_plan_cli_kv_dtype_overrides_the_presets_cache),
     };

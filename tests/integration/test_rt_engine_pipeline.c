@@ -294,12 +294,89 @@ static void test_pipeline_preempts_when_the_workers_caches_run_out(void **state)
     px_rt_executor_free(ex);
 }
 
+/* What the supervisor saw of each step, and the work it adds to the
+ * engine's thread after each (a pause the engine must book as its own). */
+typedef struct parts_watch {
+    uint64_t steps, rows, compute_ns[2], wait_ns[2], hop_ns[3];
+} parts_watch;
+
+#define PAUSE_NS 2000000ull
+
+static px_status after_parts(void *ud, px_rt_executor *ex, const px_rt_step_obs *o,
+                             px_rt_step_verdict *v, px_err *err)
+{
+    (void)ex;
+    (void)v;
+    (void)err;
+    parts_watch *w = ud;
+    if (o->replay)
+        return PX_OK;
+    w->steps++;
+    w->rows += o->n_rows;
+    for (uint32_t i = 0; i < 2; i++) {
+        w->compute_ns[i] += o->compute_ns[i];
+        w->wait_ns[i] += o->wait_ns[i];
+        w->hop_ns[i] += o->xfer_in_ns[i];
+    }
+    w->hop_ns[2] += o->xfer_out_ns;
+    uint64_t t0 = px_now_ns();
+    while (px_now_ns() - t0 < PAUSE_NS)
+        ;
+    return PX_OK;
+}
+
+/* The engine splits each step's time into its parts (the stages' compute
+ * and hops as their records say, its own work between results, its wait
+ * for them), so that a served step can be compared part by part with
+ * its plan. */
+static void test_pipeline_splits_each_step_into_its_parts(void **state)
+{
+    (void)state;
+    if (!model)
+        skip();
+    outcome got[N_REQ];
+    px_rt_executor *ex = pipeline(N_REQ, 0, 2);
+    parts_watch w = {0};
+    px_rt_supervisor sup = {.after_step = after_parts, .ud = &w};
+    px_rt_engine_opts eo = {.executor = ex, .tokenizer = tok, .supervisor = &sup};
+    px_rt_engine *e;
+    px_err err;
+    px_assert_ok(px_rt_engine_new(&eo, &e, &err), &err);
+    uint64_t t0 = px_now_ns();
+    run_all(e, got);
+    uint64_t wall = px_now_ns() - t0;
+    px_rt_engine_metrics m;
+    px_rt_engine_metrics_get(e, &m);
+    assert_int_equal(m.n_stages, 2);
+    assert_int_equal(m.timed_steps, w.steps);
+    assert_int_equal(m.timed_steps, m.steps);
+    assert_int_equal(m.timed_rows, w.rows);
+    assert_int_equal(m.timed_rows, m.step_rows);
+    assert_true(m.timed_context >= m.timed_rows);
+    for (uint32_t i = 0; i < 2; i++) {
+        assert_int_equal(m.stage_compute_ns[i], w.compute_ns[i]);
+        assert_int_equal(m.stage_wait_ns[i], w.wait_ns[i]);
+        assert_true(m.stage_compute_ns[i] > 0);
+    }
+    for (uint32_t i = 0; i < 3; i++)
+        assert_int_equal(m.hop_ns[i], w.hop_ns[i]);
+    /* The supervisor's pause after every step but the last of each busy
+     * spell is the engine's own work, not its wait for results. */
+    assert_true(m.host_ns >= (m.timed_steps - 2) * PAUSE_NS);
+    assert_true(m.result_ns > 0);
+    assert_true(m.host_ns + m.result_ns <= wall);
+    assert_true(m.host_wait_ns <= m.host_ns && m.result_wait_ns <= m.result_ns);
+    px_rt_engine_free(e);
+    px_rt_executor_free(ex);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipeline_matches_one_process_with_two_steps_in_flight),
         cmocka_unit_test(test_pipeline_runs_the_micro_batches_its_plan_priced),
         cmocka_unit_test(test_pipeline_preempts_when_the_workers_caches_run_out),
+        cmocka_unit_test(test_pipeline_splits_each_step_into_its_parts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

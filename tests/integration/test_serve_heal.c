@@ -99,6 +99,12 @@ static void killed_stage_mid_stream(const char *transport)
     double recoveries = sh_metric(m, "plexus_serve_recoveries_total");
     if (!(incidents >= 1) || !(recoveries >= 1))
         fail_msg("replica 0: %g incidents, %g recoveries", incidents, recoveries);
+    /* Each step's time, part by part, for comparison with the plan. */
+    if (!(sh_metric(m, "plexus_serve_timed_steps_total") > 0) ||
+        !(sh_metric(m, "plexus_serve_stage_compute_seconds_total") > 0) ||
+        !(sh_metric(m, "plexus_serve_executor_result_wait_seconds_total") > 0))
+        fail_msg("replica 0's steps are not split into their parts:\n%s", m);
+    px_assert_contains(m, "plexus_serve_hop_seconds_total{replica=\"0\",into=\"executor\"}");
     free(m);
     /* ...and its record says what happened and what was done.  It is
      * recorded once the new plan's canary has judged it, or once the
