@@ -42,8 +42,8 @@
 #define READ_BYTES ((size_t)256 << 20)
 #define COPY_BYTES ((size_t)192 << 20)
 
-/* One product split as cpu_ops.c splits it: units of 12 rows, four parts
- * per thread. */
+/* One product split as cpu_ops.c splits it: units of PX__RT_ROW_UNIT rows,
+ * parts by the bytes they read (px__rt_matmul_parts). */
 typedef struct product {
     const px__rt_kernels *k;
     px_dtype t;
@@ -59,8 +59,9 @@ static void product_part(void *arg, uint32_t part, uint32_t n_parts, uint32_t th
     (void)thread;
     const product *p = arg;
     size_t u0, u1;
-    px__rt_split((p->rows + 11) / 12, part, n_parts, &u0, &u1);
-    uint32_t i0 = (uint32_t)PX_MIN(u0 * 12, p->rows), i1 = (uint32_t)PX_MIN(u1 * 12, p->rows);
+    px__rt_split((p->rows + PX__RT_ROW_UNIT - 1) / PX__RT_ROW_UNIT, part, n_parts, &u0, &u1);
+    uint32_t i0 = (uint32_t)PX_MIN(u0 * PX__RT_ROW_UNIT, p->rows);
+    uint32_t i1 = (uint32_t)PX_MIN(u1 * PX__RT_ROW_UNIT, p->rows);
     if (i1 > i0)
         p->k->matmul_quant(p->t, p->w, p->row_bytes, p->cols, i0, i1, p->xq, 0, 1, p->y, p->rows);
 }
@@ -71,8 +72,9 @@ static void run_product(product *p, px__rt_pool *pool)
         product_part(p, 0, 1, 0);
         return;
     }
-    uint32_t units = (p->rows + 11) / 12, parts = PX_MIN(units, 4 * px__rt_pool_size(pool));
-    px__rt_pool_run(pool, product_part, p, parts);
+    uint32_t units = (p->rows + PX__RT_ROW_UNIT - 1) / PX__RT_ROW_UNIT;
+    px__rt_pool_run(pool, product_part, p,
+                    px__rt_matmul_parts(units, p->row_bytes * p->rows, px__rt_pool_size(pool)));
 }
 
 static void nothing(void *arg, uint32_t part, uint32_t n_parts, uint32_t thread)
