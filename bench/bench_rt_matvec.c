@@ -16,7 +16,8 @@
  * 3. The same out of cache with two threads, split as the cpu backend
  *    splits a product, and the cost of one call of the thread pool that
  *    does nothing (its wake-up and barrier), which a decode step pays for
- *    every product.
+ *    every call; then a layer's q, k and v products in one call each and
+ *    in one call for the three (as the cpu backend groups them).
  * 4. A decode step of the q4_K_M file bench_rt_decode writes
  *    (PX_BENCH_DIR, or bench-models/ beside this program; skipped when
  *    absent) with one and two threads, op by op: time per token of each
@@ -42,8 +43,8 @@
 #define READ_BYTES ((size_t)256 << 20)
 #define COPY_BYTES ((size_t)192 << 20)
 
-/* One product split as cpu_ops.c splits it: units of 12 rows, four parts
- * per thread. */
+/* One product split as cpu_ops.c splits it: units of PX__RT_ROW_UNIT rows,
+ * parts by the bytes they read (px__rt_matmul_parts). */
 typedef struct product {
     const px__rt_kernels *k;
     px_dtype t;
@@ -59,8 +60,9 @@ static void product_part(void *arg, uint32_t part, uint32_t n_parts, uint32_t th
     (void)thread;
     const product *p = arg;
     size_t u0, u1;
-    px__rt_split((p->rows + 11) / 12, part, n_parts, &u0, &u1);
-    uint32_t i0 = (uint32_t)PX_MIN(u0 * 12, p->rows), i1 = (uint32_t)PX_MIN(u1 * 12, p->rows);
+    px__rt_split((p->rows + PX__RT_ROW_UNIT - 1) / PX__RT_ROW_UNIT, part, n_parts, &u0, &u1);
+    uint32_t i0 = (uint32_t)PX_MIN(u0 * PX__RT_ROW_UNIT, p->rows);
+    uint32_t i1 = (uint32_t)PX_MIN(u1 * PX__RT_ROW_UNIT, p->rows);
     if (i1 > i0)
         p->k->matmul_quant(p->t, p->w, p->row_bytes, p->cols, i0, i1, p->xq, 0, 1, p->y, p->rows);
 }
@@ -71,8 +73,9 @@ static void run_product(product *p, px__rt_pool *pool)
         product_part(p, 0, 1, 0);
         return;
     }
-    uint32_t units = (p->rows + 11) / 12, parts = PX_MIN(units, 4 * px__rt_pool_size(pool));
-    px__rt_pool_run(pool, product_part, p, parts);
+    uint32_t units = (p->rows + PX__RT_ROW_UNIT - 1) / PX__RT_ROW_UNIT;
+    px__rt_pool_run(pool, product_part, p,
+                    px__rt_matmul_parts(units, p->row_bytes * p->rows, px__rt_pool_size(pool)));
 }
 
 static void nothing(void *arg, uint32_t part, uint32_t n_parts, uint32_t thread)
@@ -134,6 +137,90 @@ static void matvec(const px__rt_kernels *k, px__rt_pool *pool, px_dtype t, const
            px_dtype_name(t), s->rows, s->cols, s->what, hot / sblocks, cold[1] / sblocks,
            (double)mat / cold[1], 100.0 * mat / cold[1] * 1e9 / bw[1], cold[2] / sblocks,
            (double)mat / cold[2], 100.0 * mat / cold[2] * 1e9 / bw[2]);
+done:
+    free(row);
+    free(y);
+    free(xq);
+}
+
+/* Section 3, grouped: a layer's q, k and v products (1024, 256 and 256
+ * rows of 1024 values, Q4_K) out of cache, on one thread, on two threads
+ * in one pool call each, and on two threads in one call for the three, as
+ * px__rt_cpu_run_products runs them. */
+typedef struct qkv_group {
+    product p[3];
+    size_t unit_end[3];
+} qkv_group;
+
+static void group_part(void *arg, uint32_t part, uint32_t n_parts, uint32_t thread)
+{
+    (void)thread;
+    const qkv_group *g = arg;
+    size_t u0, u1, first = 0;
+    px__rt_split(g->unit_end[2], part, n_parts, &u0, &u1);
+    for (int j = 0; j < 3 && u0 < u1; first = g->unit_end[j++]) {
+        if (u0 >= g->unit_end[j])
+            continue;
+        size_t end = PX_MIN(u1, g->unit_end[j]);
+        const product *p = &g->p[j];
+        uint32_t i0 = (uint32_t)PX_MIN((u0 - first) * PX__RT_ROW_UNIT, p->rows);
+        uint32_t i1 = (uint32_t)PX_MIN((end - first) * PX__RT_ROW_UNIT, p->rows);
+        if (i1 > i0)
+            p->k->matmul_quant(p->t, p->w, p->row_bytes, p->cols, i0, i1, p->xq, 0, 1, p->y,
+                               p->rows);
+        u0 = end;
+    }
+}
+
+static void qkv(const px__rt_kernels *k, px__rt_pool *pool, uint8_t *copies, px_rng *r)
+{
+    enum { COLS = 1024 };
+    static const uint32_t rows[3] = {1024, 256, 256};
+    const px_dtype t = PX_DTYPE_Q4_K;
+    size_t row_bytes = COLS / PX__RT_QK * px_dtype_block_bytes(t), all = 1536;
+    size_t mat = row_bytes * all, n_copies = COPY_BYTES / mat;
+    float *row = malloc(COLS * sizeof(float)), *y = malloc(all * sizeof(float));
+    uint8_t *xq = malloc(px__rt_quant_act_bytes(t, COLS));
+    if (!row || !y || !xq)
+        goto done;
+    for (size_t i = 0; i < all; i++) {
+        for (uint32_t j = 0; j < COLS; j++)
+            row[j] = (float)(0.02 * px_rng_normal(r));
+        px__rt_quantize_row(t, row, copies + i * row_bytes, COLS);
+    }
+    for (size_t c = 1; c < n_copies; c++)
+        memcpy(copies + c * mat, copies, mat);
+    for (uint32_t j = 0; j < COLS; j++)
+        row[j] = (float)px_rng_normal(r);
+    k->quant_act(t, row, xq, COLS);
+    qkv_group g;
+    size_t units = 0, first_row = 0;
+    for (int j = 0; j < 3; j++) {
+        g.p[j] = (product){k, t, NULL, row_bytes, COLS, rows[j], xq, y + first_row};
+        g.unit_end[j] = units += (rows[j] + PX__RT_ROW_UNIT - 1) / PX__RT_ROW_UNIT;
+        first_row += rows[j];
+    }
+    uint32_t parts = px__rt_matmul_parts(units, mat, px__rt_pool_size(pool));
+    double best[3] = {1e30, 1e30, 1e30}, sblocks = (double)all * COLS / PX__RT_QK;
+    for (int pass = 0; pass < 5; pass++)
+        for (int v = 0; v < 3; v++) {
+            uint64_t t0 = px_now_ns();
+            for (size_t c = 0; c < n_copies; c++) {
+                for (int j = 0; j < 3; j++)
+                    g.p[j].w = copies + c * mat + (j ? rows[0] + (j - 1) * rows[1] : 0) * row_bytes;
+                if (v == 2) {
+                    px__rt_pool_run(pool, group_part, &g, parts);
+                    continue;
+                }
+                for (int j = 0; j < 3; j++)
+                    run_product(&g.p[j], v == 1 ? pool : NULL);
+            }
+            best[v] = PX_MIN(best[v], (double)(px_now_ns() - t0) / (double)n_copies);
+        }
+    printf("\n3. q, k and v (1024 + 256 + 256 x 1024, q4_k) out of cache, ns per super-block: "
+           "%.2f on 1 thread, %.2f on 2 threads in three pool calls, %.2f on 2 threads in one "
+           "(%u parts): %.2fx the three calls' time\n",
+           best[0] / sblocks, best[1] / sblocks, best[2] / sblocks, parts, best[2] / best[1]);
 done:
     free(row);
     free(y);
@@ -280,6 +367,7 @@ int main(void)
     for (size_t t = 0; t < PX_ARRAY_LEN(types); t++)
         for (size_t i = 0; i < PX_ARRAY_LEN(SHAPES); i++)
             matvec(k, pool, types[t], &SHAPES[i], bw, copies, &r);
+    qkv(k, pool, copies, &r);
     free(copies);
     px__rt_pool_free(pool);
     char self[1024], path[1200];

@@ -12,21 +12,19 @@
  * thread count.  With q8_0 weights the activation rows are quantized to
  * q8_0 first, once per op, for the integer dot products; with the other
  * block formats to their activation blocks (Q8_0 or Q8_K), once per op.
+ *
+ * Products that read the same activation rows one after the other (a
+ * layer's q, k and v; its gate and up) can run as one group
+ * (px__rt_cpu_run_products): the rows are prepared once and the weight
+ * rows of all of them are shared among the threads in one pool call, so
+ * that the small ones (k and v) pay no wake-up and barrier of their own.
+ * Each output row is still computed by the same code alone, so a group
+ * gives the outputs its products give one at a time.
  */
 #include "base/common.h"
 
 #include "rt/quant_impl.h"
 #include "rt/rt_impl.h"
-
-/* Weight rows are shared among threads in units of this many, a multiple
- * of every kernel's tile, so that no thread runs a partial tile that a
- * whole one could cover.  Speed only: results do not depend on it. */
-#define PX__RT_ROW_UNIT 12u
-
-/* Parts per thread an op is cut into: threads claim parts as they come,
- * so that one the system runs late (a busy machine) leaves its share to
- * the others.  Speed only. */
-#define PX__RT_PARTS_PER_THREAD 4u
 
 bool px__rt_cpu_supports(px_ir_op_kind op, px_dtype t)
 {
@@ -254,6 +252,14 @@ typedef struct task {
     size_t scratch_stride;
 } task;
 
+/* Matrix products run as one pool call: their tasks, and where each one's
+ * units of weight rows end in the units of the group. */
+typedef struct product_group {
+    task t[PX__RT_MAX_PRODUCTS];
+    size_t unit_end[PX__RT_MAX_PRODUCTS];
+    uint32_t n;
+} product_group;
+
 /* Runs fn over `items` independent items (rows, units of rows, heads) in
  * parts, on the pool when the op is worth it. */
 static void run_split(const px__rt_cpu_exec *ex, px__rt_pool_fn fn, task *t, size_t items,
@@ -314,21 +320,14 @@ static void quantize_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_t t
     }
 }
 
-static void matmul_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_t thread)
+/* Output rows [i0, i1) of t's product. */
+static void matmul_range(const task *t, uint32_t i0, uint32_t i1)
 {
-    (void)thread;
-    task *t = arg;
     const px_rt_op *op = t->op;
     const px_rt_tensor *w = op->src[1];
     const uint8_t *wd = px_rt_tensor_data(w);
     uint32_t k = (uint32_t)w->ne[0], n = (uint32_t)w->ne[1];
     float *y = px_rt_tensor_data(op->dst);
-    size_t u0, u1;
-    px__rt_split((n + PX__RT_ROW_UNIT - 1) / PX__RT_ROW_UNIT, part, n_parts, &u0, &u1);
-    uint32_t i0 = (uint32_t)PX_MIN(u0 * PX__RT_ROW_UNIT, n);
-    uint32_t i1 = (uint32_t)PX_MIN(u1 * PX__RT_ROW_UNIT, n);
-    if (i1 <= i0)
-        return;
     if (w->dtype == PX_DTYPE_Q8_0)
         t->k->matmul_q8_0(wd, w->nb[1], k, i0, i1, t->xq, t->xd, t->rows, y, n);
     else if (t->xb)
@@ -337,40 +336,100 @@ static void matmul_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_t thr
         t->k->matmul(w->dtype, wd, w->nb[1], k, i0, i1, t->x, k, t->rows, y, n);
 }
 
-static void matmul(const px__rt_cpu_exec *ex, const px_rt_op *op)
+static size_t row_units(const px_rt_op *op)
+{
+    return ((size_t)op->src[1]->ne[1] + PX__RT_ROW_UNIT - 1) / PX__RT_ROW_UNIT;
+}
+
+/* A part of a group: a range of its units, which may cross from one
+ * product into the next. */
+static void group_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_t thread)
+{
+    (void)thread;
+    const product_group *g = arg;
+    size_t u0, u1, first = 0;
+    px__rt_split(g->unit_end[g->n - 1], part, n_parts, &u0, &u1);
+    for (uint32_t j = 0; j < g->n && u0 < u1; first = g->unit_end[j++]) {
+        if (u0 >= g->unit_end[j])
+            continue;
+        size_t end = PX_MIN(u1, g->unit_end[j]);
+        uint32_t n = (uint32_t)g->t[j].op->src[1]->ne[1];
+        uint32_t i0 = (uint32_t)PX_MIN((u0 - first) * PX__RT_ROW_UNIT, n);
+        uint32_t i1 = (uint32_t)PX_MIN((end - first) * PX__RT_ROW_UNIT, n);
+        if (i1 > i0)
+            matmul_range(&g->t[j], i0, i1);
+        u0 = end;
+    }
+}
+
+/* Gathers (with a selection) and quantizes op's activation rows into its
+ * work buffer, as its weights need them; fills t. */
+static void matmul_prepare(const px__rt_cpu_exec *ex, const px_rt_op *op, task *t)
 {
     const px_rt_tensor *w = op->src[1];
-    uint32_t k = (uint32_t)w->ne[0], n = (uint32_t)w->ne[1];
-    task t = {.op = op, .k = ex->k, .rows = op_out_rows(op)};
+    uint32_t k = (uint32_t)w->ne[0];
+    *t = (task){.op = op, .k = ex->k, .rows = op_out_rows(op)};
     const float *x = px_rt_tensor_data(op->src[0]);
     uint8_t *work = op->work ? px_rt_tensor_data(op->work) : NULL;
     if (op->select) {
         float *g = (float *)(void *)work;
         for (uint32_t r = 0; r < op->n_select; r++)
             memcpy(g + (size_t)r * k, x + (size_t)op->select[r] * k, (size_t)k * sizeof(float));
-        t.x = g;
+        t->x = g;
         work += gather_bytes(op);
     } else {
-        t.x = x;
+        t->x = x;
     }
     if (w->dtype == PX_DTYPE_Q8_0) {
-        t.xd = (float *)(void *)work;
-        t.xq = (int8_t *)(work + (size_t)t.rows * (k / PX__RT_Q8_0_ELEMS) * sizeof(float));
-        run_split(ex, quantize_rows, &t, t.rows, (size_t)t.rows * k * 4);
+        t->xd = (float *)(void *)work;
+        t->xq = (int8_t *)(work + (size_t)t->rows * (k / PX__RT_Q8_0_ELEMS) * sizeof(float));
+        run_split(ex, quantize_rows, t, t->rows, (size_t)t->rows * k * 4);
     } else if (px__rt_quant_handles(w->dtype)) {
-        t.xb = work;
-        t.xb_stride = px__rt_quant_act_bytes(w->dtype, k);
-        run_split(ex, quantize_rows, &t, t.rows, (size_t)t.rows * k * 4);
+        t->xb = work;
+        t->xb_stride = px__rt_quant_act_bytes(w->dtype, k);
+        run_split(ex, quantize_rows, t, t->rows, (size_t)t->rows * k * 4);
     }
-    run_split(ex, matmul_rows, &t, (n + PX__RT_ROW_UNIT - 1) / PX__RT_ROW_UNIT,
-              (size_t)w->nb[1] * n / 4 + (size_t)t.rows * n);
-    if (op->src[2]) {
-        const float *b = px_rt_tensor_data(op->src[2]);
-        float *y = px_rt_tensor_data(op->dst);
-        for (uint32_t r = 0; r < t.rows; r++)
-            for (uint32_t i = 0; i < n; i++)
-                y[(size_t)r * n + i] += b[i];
+}
+
+static void matmul_bias(const task *t)
+{
+    const px_rt_op *op = t->op;
+    if (!op->src[2])
+        return;
+    uint32_t n = (uint32_t)op->src[1]->ne[1];
+    const float *b = px_rt_tensor_data(op->src[2]);
+    float *y = px_rt_tensor_data(op->dst);
+    for (uint32_t r = 0; r < t->rows; r++)
+        for (uint32_t i = 0; i < n; i++)
+            y[(size_t)r * n + i] += b[i];
+}
+
+/* Runs the products of g (prepared) in one call of the pool, cut by the
+ * bytes of weights they read (px__rt_matmul_parts). */
+static void run_group(const px__rt_cpu_exec *ex, product_group *g)
+{
+    size_t work = 0, bytes = 0, units = 0;
+    for (uint32_t j = 0; j < g->n; j++) {
+        const px_rt_tensor *w = g->t[j].op->src[1];
+        size_t n = (size_t)w->ne[1];
+        work += (size_t)w->nb[1] * n / 4 + (size_t)g->t[j].rows * n;
+        bytes += (size_t)w->nb[1] * n * g->t[j].rows;
+        g->unit_end[j] = units += row_units(g->t[j].op);
     }
+    uint32_t nth = px__rt_pool_size(ex->pool);
+    if (work < PX__RT_PAR_MIN_WORK || nth == 1 || units <= 1)
+        group_rows(g, 0, 1, 0);
+    else
+        px__rt_pool_run(ex->pool, group_rows, g, px__rt_matmul_parts(units, bytes, nth));
+    for (uint32_t j = 0; j < g->n; j++)
+        matmul_bias(&g->t[j]);
+}
+
+static void matmul(const px__rt_cpu_exec *ex, const px_rt_op *op)
+{
+    product_group g = {.n = 1};
+    matmul_prepare(ex, op, &g.t[0]);
+    run_group(ex, &g);
 }
 
 static void rope_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_t thread)
@@ -485,7 +544,8 @@ static void elementwise_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_
     }
 }
 
-px_status px__rt_cpu_run_op(const px__rt_cpu_exec *ex, const px_rt_op *op, px_err *err)
+/* The checks every op passes before it runs. */
+static px_status check_run(const px__rt_cpu_exec *ex, const px_rt_op *op, px_err *err)
 {
     px_status st = check_op(op, err);
     if (st)
@@ -495,6 +555,14 @@ px_status px__rt_cpu_run_op(const px__rt_cpu_exec *ex, const px_rt_op *op, px_er
         if (px_rt_tensor_nbytes(op->work) < need)
             return op_error(err, op, "work buffer smaller than px_rt_device_work_size says");
     }
+    return PX_OK;
+}
+
+px_status px__rt_cpu_run_op(const px__rt_cpu_exec *ex, const px_rt_op *op, px_err *err)
+{
+    px_status st = check_run(ex, op, err);
+    if (st)
+        return st;
     task t = {.op = op, .k = ex->k, .rows = op_out_rows(op)};
     size_t width = (size_t)op->src[0]->ne[0];
     switch (op->kind) {
@@ -524,5 +592,68 @@ px_status px__rt_cpu_run_op(const px__rt_cpu_exec *ex, const px_rt_op *op, px_er
         return px_err_set(err, PX_EUNSUPPORTED, "cpu: cannot run %s ops",
                           px_ir_op_kind_name(op->kind));
     }
+    return PX_OK;
+}
+
+/* How a product's activation rows are prepared: as they are (float
+ * weights), split into values and scales (q8_0 weights), or in the
+ * activation blocks of the other block formats (Q8_0 or Q8_K). */
+static int activation_kind(px_dtype t)
+{
+    if (t == PX_DTYPE_Q8_0)
+        return -1;
+    if (px__rt_quant_handles(t))
+        return (int)px__rt_quant_act_dtype(t);
+    return -2;
+}
+
+static bool overlaps(const px_rt_tensor *a, const px_rt_tensor *b)
+{
+    const uint8_t *pa = px_rt_tensor_data(a), *pb = px_rt_tensor_data(b);
+    return pa && pb && pa < pb + px_rt_tensor_nbytes(b) && pb < pa + px_rt_tensor_nbytes(a);
+}
+
+size_t px__rt_cpu_products(const px_rt_op *ops, size_t n_ops)
+{
+    if (n_ops == 0)
+        return 0;
+    const px_rt_op *a = &ops[0];
+    if (a->kind != PX_IR_OP_MATMUL || a->select || !a->src[1] || !a->dst)
+        return 1;
+    size_t n = 1;
+    for (; n < n_ops && n < PX__RT_MAX_PRODUCTS; n++) {
+        const px_rt_op *b = &ops[n];
+        if (b->kind != PX_IR_OP_MATMUL || b->select || b->src[0] != a->src[0] || !b->src[1] ||
+            !b->dst || b->work != a->work ||
+            activation_kind(b->src[1]->dtype) != activation_kind(a->src[1]->dtype))
+            break;
+        /* Every product reads the input of the first: none may write it,
+         * nor an output another one writes. */
+        bool clash = false;
+        for (size_t j = 0; j <= n && !clash; j++)
+            clash = overlaps(ops[j].dst, a->src[0]) || (j < n && overlaps(ops[j].dst, b->dst));
+        if (clash)
+            break;
+    }
+    return n;
+}
+
+px_status px__rt_cpu_run_products(const px__rt_cpu_exec *ex, const px_rt_op *ops, size_t n_ops,
+                                  px_err *err)
+{
+    PX_ASSERT(n_ops >= 1 && n_ops <= PX__RT_MAX_PRODUCTS);
+    for (size_t j = 0; j < n_ops; j++) {
+        px_status st = check_run(ex, &ops[j], err);
+        if (st)
+            return st;
+    }
+    product_group g = {.n = (uint32_t)n_ops};
+    matmul_prepare(ex, &ops[0], &g.t[0]);
+    for (uint32_t j = 1; j < g.n; j++) {
+        /* The first product's rows, prepared as every other one needs. */
+        g.t[j] = g.t[0];
+        g.t[j].op = &ops[j];
+    }
+    run_group(ex, &g);
     return PX_OK;
 }

@@ -210,6 +210,37 @@ typedef struct px__rt_cpu_exec {
  * computes an output never changes it, so this only affects speed. */
 #define PX__RT_PAR_MIN_WORK 16384u
 
+/* Weight rows of a matrix product are shared among threads in units of
+ * this many, a multiple of every kernel's tile, so that no thread runs a
+ * partial tile that a whole one could cover.  Speed only: results do not
+ * depend on it. */
+#define PX__RT_ROW_UNIT 12u
+/* Most parts per thread an op is cut into: threads claim parts as they
+ * come, so that one the system runs late (a busy machine) leaves its
+ * share to the others.  Speed only. */
+#define PX__RT_PARTS_PER_THREAD 4u
+/* Least weight bytes (times activation rows) a part of a matrix product
+ * covers, beyond one part per thread.  Each part costs a claim and a done
+ * count on lines both threads write, and starts a new stream from
+ * memory: a 256 x 1024 Q4_K product (147 KB) cut into 8 parts took longer
+ * on two threads than on one.  Speed only. */
+#define PX__RT_PART_MIN_BYTES ((size_t)128 << 10)
+/* Most products px__rt_cpu_run_products runs as one group. */
+#define PX__RT_MAX_PRODUCTS 4u
+
+/* The parts a matrix product (or a group of them) of `units` row units,
+ * reading `bytes` of weights times activation rows, is cut into on nth
+ * threads: one per thread at least, one per PX__RT_PART_MIN_BYTES beyond
+ * that, PX__RT_PARTS_PER_THREAD per thread at most, no more than units. */
+static inline uint32_t px__rt_matmul_parts(size_t units, size_t bytes, uint32_t nth)
+{
+    size_t parts = bytes / PX__RT_PART_MIN_BYTES;
+    parts = parts > nth ? parts : nth;
+    if (parts > (size_t)nth * PX__RT_PARTS_PER_THREAD)
+        parts = (size_t)nth * PX__RT_PARTS_PER_THREAD;
+    return (uint32_t)(parts < units ? parts : units);
+}
+
 /* Whether the cpu kernels run op with weights (or main input) of dtype t. */
 bool px__rt_cpu_supports(px_ir_op_kind op, px_dtype t);
 /* Scratch bytes op needs with n_threads threads. */
@@ -234,6 +265,21 @@ size_t px__rt_host_work_size(void *dev, const px_rt_op *op);
 /* Checks op's shapes and runs it; host-visible tensors only.  Errors:
  * PX_EUNSUPPORTED, PX_EINVAL (shapes, ids, positions, naming them). */
 px_status px__rt_cpu_run_op(const px__rt_cpu_exec *x, const px_rt_op *op, px_err *err);
+/* How many of the first ops (at most n_ops and PX__RT_MAX_PRODUCTS; 1
+ * when the first is no plain product) are matrix products that can run
+ * as one group: MATMUL ops of the same input tensor and work buffer,
+ * without a selection, whose weights take their activation rows in the
+ * same form, and whose outputs overlap neither that input nor each other
+ * (a layer's q, k and v; its gate and up).  0 when n_ops is 0. */
+size_t px__rt_cpu_products(const px_rt_op *ops, size_t n_ops);
+/* Checks and runs the n_ops products (px__rt_cpu_products' count, at
+ * least 1) as one group: their activation rows prepared once, their
+ * weight rows shared among the threads in one pool call.  The outputs are
+ * those of px__rt_cpu_run_op on each op in turn, bit for bit.  Errors:
+ * those of px__rt_cpu_run_op, for the first op that fails its checks
+ * (then none has run). */
+px_status px__rt_cpu_run_products(const px__rt_cpu_exec *x, const px_rt_op *ops, size_t n_ops,
+                                  px_err *err);
 
 /* Whether the runtime has kernels for weights of dtype t. */
 bool px__rt_dtype_supported(px_dtype t);

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "plexus/rt.h"
+#include "rt/quant_impl.h"
 #include "rt/rt_impl.h"
 
 static const px__rt_kernels *variants[3];
@@ -603,6 +604,150 @@ static void test_ops_match_definitions_and_ignore_thread_count(void **state)
     free(three);
 }
 
+/* A k x n weight of dtype t with values of scale 0.5. */
+static px_rt_tensor weight(arena_buf *a, px_rng *r, px_dtype t, uint32_t k, uint32_t n)
+{
+    px_rt_tensor w = tensor(a, t, k, n, 1);
+    float *row = malloc(k * sizeof(float));
+    uint8_t *wd = px_rt_tensor_data(&w);
+    for (uint32_t i = 0; i < n; i++) {
+        fill(r, row, k, 0.5);
+        if (t == PX_DTYPE_F32 || t == PX_DTYPE_F16 || t == PX_DTYPE_BF16)
+            encode(t, row, k, wd + (size_t)i * w.nb[1]);
+        else
+            px__rt_quantize_row(t, row, wd + (size_t)i * w.nb[1], k);
+    }
+    free(row);
+    return w;
+}
+
+enum { GK = 1024, GN0 = 100, GN1 = 40, GN2 = 44 };
+
+/* Three products of one input (as a layer's q, k and v), the second with
+ * a bias, run as one list (a group) and each alone; the group's outputs
+ * go to out (GN0 + GN1 + GN2 values a row). */
+static void group_outputs(uint32_t threads, px_dtype ta, px_dtype tb, uint32_t rows, float *out)
+{
+    arena_buf a;
+    open_cpu(&a, threads);
+    px_rng r;
+    px_rng_seed(&r, 7);
+    static const uint32_t width[3] = {GN0, GN1, GN2};
+    px_rt_tensor x = tensor(&a, PX_DTYPE_F32, GK, rows, 1);
+    fill(&r, f32(&x), (size_t)GK * rows, 1.0);
+    px_rt_tensor w[3], y[3], z[3], bias = tensor(&a, PX_DTYPE_F32, GN1, 1, 1);
+    fill(&r, f32(&bias), GN1, 0.5);
+    px_rt_op ops[3];
+    for (int j = 0; j < 3; j++) {
+        w[j] = weight(&a, &r, j == 1 ? tb : ta, GK, width[j]);
+        y[j] = tensor(&a, PX_DTYPE_F32, width[j], rows, 1);
+        z[j] = tensor(&a, PX_DTYPE_F32, width[j], rows, 1);
+        ops[j] = (px_rt_op){
+            .kind = PX_IR_OP_MATMUL, .src = {&x, &w[j], j == 1 ? &bias : NULL}, .dst = &y[j]};
+    }
+    px_rt_tensor wk = work_for(&a, &ops[0]);
+    for (int j = 0; j < 3; j++)
+        ops[j].work = &wk;
+    assert_int_equal(px__rt_cpu_products(ops, 3), 3);
+    px_err err;
+    px_assert_ok(px_rt_stream_run(a.stream, ops, 3, &err), &err);
+    for (int j = 0; j < 3; j++) {
+        px_rt_op alone = ops[j];
+        alone.dst = &z[j];
+        run(&a, &alone);
+        if (memcmp(f32(&y[j]), f32(&z[j]), (size_t)width[j] * rows * sizeof(float)) != 0)
+            fail_msg("%s and %s, %u rows, %u threads: product %d of the group differs from "
+                     "the product alone",
+                     px_dtype_name(ta), px_dtype_name(tb), rows, threads, j);
+        for (uint32_t i = 0; i < rows; i++)
+            memcpy(out + (size_t)i * (GN0 + GN1 + GN2) + (j > 0 ? GN0 : 0) + (j > 1 ? GN1 : 0),
+                   f32(&y[j]) + (size_t)i * width[j], width[j] * sizeof(float));
+    }
+    close_cpu(&a);
+}
+
+/* The products of one input run as one group in one pool call, whose
+ * parts cross from one product into the next: every output is bit for
+ * bit the product's alone, on any number of threads, for every way the
+ * activation rows are prepared (as they are, q8_0's split, Q8_0 and Q8_K
+ * blocks), for one row (decode) and several. */
+static void test_products_of_one_input_run_as_one_group_bit_for_bit(void **state)
+{
+    (void)state;
+    static const px_dtype pairs[][2] = {{PX_DTYPE_Q4_K, PX_DTYPE_Q6_K},
+                                        {PX_DTYPE_Q8_0, PX_DTYPE_Q8_0},
+                                        {PX_DTYPE_Q4_0, PX_DTYPE_Q5_0},
+                                        {PX_DTYPE_F16, PX_DTYPE_F32}};
+    static const uint32_t row_counts[] = {1, 5};
+    size_t row_len = GN0 + GN1 + GN2;
+    float *one = malloc(5 * row_len * sizeof(float)), *many = malloc(5 * row_len * sizeof(float));
+    for (size_t p = 0; p < PX_ARRAY_LEN(pairs); p++)
+        for (size_t rc = 0; rc < PX_ARRAY_LEN(row_counts); rc++) {
+            uint32_t rows = row_counts[rc];
+            group_outputs(1, pairs[p][0], pairs[p][1], rows, one);
+            for (uint32_t threads = 2; threads <= 3; threads++) {
+                group_outputs(threads, pairs[p][0], pairs[p][1], rows, many);
+                if (memcmp(one, many, rows * row_len * sizeof(float)) != 0)
+                    fail_msg("%s and %s, %u rows: the group on %u threads differs from 1",
+                             px_dtype_name(pairs[p][0]), px_dtype_name(pairs[p][1]), rows, threads);
+            }
+        }
+    free(one);
+    free(many);
+}
+
+/* Only products that can share their prepared input are grouped: not
+ * across inputs, activation forms or selections, not when one writes the
+ * input or another's output, and at most PX__RT_MAX_PRODUCTS. */
+static void test_products_group_only_what_shares_an_input(void **state)
+{
+    (void)state;
+    arena_buf a;
+    open_cpu(&a, 2);
+    px_rng r;
+    px_rng_seed(&r, 3);
+    px_rt_tensor x = tensor(&a, PX_DTYPE_F32, 256, 1, 1), x2 = tensor(&a, PX_DTYPE_F32, 256, 1, 1);
+    px_rt_tensor wq4 = weight(&a, &r, PX_DTYPE_Q4_K, 256, 24),
+                 wq6 = weight(&a, &r, PX_DTYPE_Q6_K, 256, 24),
+                 wq8 = weight(&a, &r, PX_DTYPE_Q8_0, 256, 24),
+                 wk = tensor(&a, PX_DTYPE_I8, 4096, 1, 1);
+    px_rt_tensor y[6];
+    px_rt_op ops[6];
+    for (int j = 0; j < 6; j++) {
+        y[j] = tensor(&a, PX_DTYPE_F32, 24, 1, 1);
+        ops[j] = (px_rt_op){
+            .kind = PX_IR_OP_MATMUL, .src = {&x, j % 2 ? &wq6 : &wq4}, .dst = &y[j], .work = &wk};
+    }
+    assert_int_equal(px__rt_cpu_products(ops, 0), 0);
+    assert_int_equal(px__rt_cpu_products(ops, 1), 1);
+    assert_int_equal(px__rt_cpu_products(ops, 3), 3);
+    assert_int_equal(px__rt_cpu_products(ops, 6), PX__RT_MAX_PRODUCTS);
+    px_rt_op b[2] = {ops[0], ops[1]};
+    b[1].src[0] = &x2;
+    assert_int_equal(px__rt_cpu_products(b, 2), 1); /* another input */
+    b[1] = ops[1];
+    b[1].src[1] = &wq8;
+    assert_int_equal(px__rt_cpu_products(b, 2), 1); /* Q8_K blocks, then q8_0's split */
+    b[1] = ops[1];
+    b[1].dst = &x;
+    assert_int_equal(px__rt_cpu_products(b, 2), 1); /* writes the input */
+    b[1] = ops[1];
+    b[1].dst = &y[0];
+    assert_int_equal(px__rt_cpu_products(b, 2), 1); /* writes the first's output */
+    b[1] = ops[1];
+    b[1].kind = PX_IR_OP_CLASSIFIER;
+    assert_int_equal(px__rt_cpu_products(b, 2), 1);
+    b[1] = ops[1];
+    uint32_t sel = 0;
+    b[0].select = &sel;
+    b[0].n_select = 1;
+    assert_int_equal(px__rt_cpu_products(b, 2), 1); /* a selection */
+    b[0] = ops[0];
+    b[1].work = NULL;
+    assert_int_equal(px__rt_cpu_products(b, 2), 1); /* another work buffer */
+    close_cpu(&a);
+}
+
 static void expect_op_error(arena_buf *a, const px_rt_op *op, px_status code, const char *needle)
 {
     px_err err;
@@ -718,6 +863,8 @@ int main(void)
         cmocka_unit_test(test_ops_match_definitions_and_ignore_thread_count),
         cmocka_unit_test(test_ops_reject_shapes_ids_and_kinds_they_cannot_run),
         cmocka_unit_test(test_pool_runs_every_part_once_per_call),
+        cmocka_unit_test(test_products_of_one_input_run_as_one_group_bit_for_bit),
+        cmocka_unit_test(test_products_group_only_what_shares_an_input),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
