@@ -376,6 +376,20 @@ void px__rt_avx2_attn_values(const float *w, const float *base, size_t stride, c
                              size_t n, uint32_t hd, float *out);
 float px__rt_avx2_exp_sum(float *x, size_t n, float max);
 
+/* Attention for a group of query heads (cpu_attn_x86.h): the avx2
+ * variant's instructions and bits, with 32 registers: 4 heads by 4 rows
+ * of scores, 4 heads by 32 values. */
+#define ATTN_GT     4
+#define ATTN_VC     4
+#define ATTN_SCORES attn_scores_group
+#define ATTN_VALUES attn_values_group
+static void ATTN_SCORES(const float *q, uint32_t n_q, const float *base, size_t stride,
+                        const uint32_t *rows, size_t n, uint32_t hd, float scale, float *out,
+                        size_t ld);
+static void ATTN_VALUES(const float *w, size_t ld, uint32_t n_q, const float *base, size_t stride,
+                        const uint32_t *rows, size_t n, uint32_t hd, float *out);
+#include "rt/cpu_attn_x86.h"
+
 static void matmul_quant(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                          uint32_t i1, const uint8_t *xq, size_t ldxq, uint32_t n_x, float *y,
                          size_t ldy)
@@ -398,6 +412,8 @@ static const px__rt_kernels kernels_avx512 = {
     .attn_scores = px__rt_avx2_attn_scores,
     .attn_values = px__rt_avx2_attn_values,
     .exp_sum = px__rt_avx2_exp_sum,
+    .attn_scores_group = attn_scores_group,
+    .attn_values_group = attn_values_group,
 };
 
 const px__rt_kernels *px__rt_kernels_avx512(void)

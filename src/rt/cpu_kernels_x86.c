@@ -349,6 +349,18 @@ TGT void px__rt_avx2_attn_values(const float *w, const float *base, size_t strid
         px__rt_avx2_axpy_f32(w[p], base + (size_t)rows[p] * stride, out, hd);
 }
 
+/* A group of query heads at once (cpu_attn_x86.h): 2 heads by 4 rows of
+ * scores (8 accumulators of the 16 registers), 4 heads by 16 values. */
+#define ATTN_GT     2
+#define ATTN_VC     2
+#define ATTN_SCORES px__rt_avx2_attn_scores_group
+#define ATTN_VALUES px__rt_avx2_attn_values_group
+void ATTN_SCORES(const float *q, uint32_t n_q, const float *base, size_t stride,
+                 const uint32_t *rows, size_t n, uint32_t hd, float scale, float *out, size_t ld);
+void ATTN_VALUES(const float *w, size_t ld, uint32_t n_q, const float *base, size_t stride,
+                 const uint32_t *rows, size_t n, uint32_t hd, float *out);
+#include "rt/cpu_attn_x86.h"
+
 /* px__rt_exp_sum_ref eight values at a time: the same operations, unfused
  * (no fused multiply-add), so the same bits. */
 TGT float px__rt_avx2_exp_sum(float *x, size_t n, float max)
@@ -412,6 +424,8 @@ static const px__rt_kernels kernels_avx2 = {
     .attn_scores = px__rt_avx2_attn_scores,
     .attn_values = px__rt_avx2_attn_values,
     .exp_sum = px__rt_avx2_exp_sum,
+    .attn_scores_group = px__rt_avx2_attn_scores_group,
+    .attn_values_group = px__rt_avx2_attn_values_group,
 };
 
 /* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports
