@@ -26,10 +26,10 @@
 INLINE __m128 attn_hsum4(__m256 v0, __m256 v1, __m256 v2, __m256 v3)
 {
     /* Lanes l + l+4: [v0 s0..s3 | v2 s0..s3] and [v1 | v3]. */
-    __m256 a = _mm256_add_ps(_mm256_permute2f128_ps(v0, v2, 0x20),
-                             _mm256_permute2f128_ps(v0, v2, 0x31));
-    __m256 b = _mm256_add_ps(_mm256_permute2f128_ps(v1, v3, 0x20),
-                             _mm256_permute2f128_ps(v1, v3, 0x31));
+    __m256 a =
+        _mm256_add_ps(_mm256_permute2f128_ps(v0, v2, 0x20), _mm256_permute2f128_ps(v0, v2, 0x31));
+    __m256 b =
+        _mm256_add_ps(_mm256_permute2f128_ps(v1, v3, 0x20), _mm256_permute2f128_ps(v1, v3, 0x31));
     /* s0 + s2 and s1 + s3: [v0 e, v1 e, v0 o, v1 o | v2 e, v3 e, v2 o, v3 o]. */
     __m256 c = _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
     __m128 lo = _mm256_castps256_ps128(c), hi = _mm256_extractf128_ps(c, 1);
@@ -91,19 +91,17 @@ TGT void ATTN_SCORES(const float *q, uint32_t n_q, const float *base, size_t str
                              out + (size_t)g * ld + p, ld);
 #if ATTN_GT > 2
         for (; g + 2 <= n_q; g += 2)
-            attn_scores_tile(q + (size_t)g * hd, 2, k, np, hd, scale, out + (size_t)g * ld + p,
-                             ld);
+            attn_scores_tile(q + (size_t)g * hd, 2, k, np, hd, scale, out + (size_t)g * ld + p, ld);
 #endif
         for (; g < n_q; g++)
-            attn_scores_tile(q + (size_t)g * hd, 1, k, np, hd, scale, out + (size_t)g * ld + p,
-                             ld);
+            attn_scores_tile(q + (size_t)g * hd, 1, k, np, hd, scale, out + (size_t)g * ld + p, ld);
     }
 }
 
 /* Values of G heads over values [j, j + 8 C) of every row. */
 INLINE void attn_values_tile(const float *w, size_t ld, uint32_t G, const float *base,
-                             size_t stride, const uint32_t *rows, size_t n, uint32_t j,
-                             uint32_t C, float *out, uint32_t hd)
+                             size_t stride, const uint32_t *rows, size_t n, uint32_t j, uint32_t C,
+                             float *out, uint32_t hd)
 {
     __m256 acc[ATTN_GT][ATTN_VC];
     for (uint32_t g = 0; g < G; g++)
