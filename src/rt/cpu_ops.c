@@ -418,6 +418,25 @@ static uint32_t attention_subgroups(const px_rt_op *op, uint32_t rows, uint32_t 
     return sub;
 }
 
+/* The cache rows of positions first .. first + n - 1 of slot, as
+ * cache_row finds them, a block at a time. */
+static void attended_rows(const px_rt_rows *rows, size_t block, int32_t slot, int32_t first,
+                          size_t n, uint32_t *at)
+{
+    if (!rows->block_table) {
+        for (size_t p = 0; p < n; p++)
+            at[p] = (uint32_t)((size_t)slot * block + (size_t)first + p);
+        return;
+    }
+    const int32_t *table = rows->block_table + (size_t)slot * rows->blocks_per_slot;
+    size_t b = (size_t)first / block, off = (size_t)first % block;
+    for (size_t p = 0; p < n; b++, off = 0) {
+        size_t row = (size_t)table[b] * block;
+        for (; off < block && p < n; off++, p++)
+            at[p] = (uint32_t)(row + off);
+    }
+}
+
 static void attention_tasks(void *arg, uint32_t part, uint32_t n_parts, uint32_t thread)
 {
     task *t = arg;
@@ -443,8 +462,7 @@ static void attention_tasks(void *arg, uint32_t part, uint32_t n_parts, uint32_t
             op->window && (uint32_t)pos >= op->window ? pos - (int32_t)op->window + 1 : 0;
         size_t n_att = (size_t)(pos - first + 1);
         int32_t slot = op->rows->slot[r];
-        for (size_t p = 0; p < n_att; p++)
-            at[p] = (uint32_t)cache_row(op->rows, block, slot, first + (int32_t)p);
+        attended_rows(op->rows, block, slot, first, n_att, at);
         t->k->attn_scores_group(q + r * q_dim + hq * hd, per, kc + h * hd, kv_dim, at, n_att, hd,
                                 scale, scores, ctx);
         for (uint32_t g = 0; g < per; g++) {

@@ -724,23 +724,34 @@ static void test_ops_match_definitions_and_ignore_thread_count(void **state)
 }
 
 /* One attention op over rows (slot[i], pos[i]) of a cache already filled
- * with `threads` threads, the output rows in out. */
+ * (position t of slot s at row s * 128 + t of kc0, vc0) with `threads`
+ * threads, the output rows in out.  Paged: the cache in blocks of 16
+ * positions, a slot's blocks scattered over the cache. */
 static void attention_rows(uint32_t threads, uint32_t nh, uint32_t nkv, uint32_t hd,
-                           uint32_t window, const int32_t *slot, const int32_t *pos, uint32_t n,
-                           const float *kc0, const float *vc0, float *out)
+                           uint32_t window, bool paged, const int32_t *slot, const int32_t *pos,
+                           uint32_t n, const float *kc0, const float *vc0, float *out)
 {
-    enum { CTX = 128, SLOTS = 3 };
+    enum { CTX = 128, SLOTS = 3, BLOCK = 16, PER_SLOT = CTX / BLOCK };
     arena_buf a;
     open_cpu(&a, threads);
+    int64_t rows_per = paged ? BLOCK : CTX, n_blocks = paged ? SLOTS * PER_SLOT : SLOTS;
     px_rt_tensor q = tensor(&a, PX_DTYPE_F32, nh * hd, n, 1),
                  k = tensor(&a, PX_DTYPE_F32, nkv * hd, n, 1),
                  v = tensor(&a, PX_DTYPE_F32, nkv * hd, n, 1),
-                 kc = tensor(&a, PX_DTYPE_F32, nkv * hd, CTX, SLOTS),
-                 vc = tensor(&a, PX_DTYPE_F32, nkv * hd, CTX, SLOTS),
+                 kc = tensor(&a, PX_DTYPE_F32, nkv * hd, rows_per, n_blocks),
+                 vc = tensor(&a, PX_DTYPE_F32, nkv * hd, rows_per, n_blocks),
                  att = tensor(&a, PX_DTYPE_F32, nh * hd, n, 1);
-    size_t kv = (size_t)nkv * hd, cache = kv * CTX * SLOTS;
-    memcpy(f32(&kc), kc0, cache * sizeof(float));
-    memcpy(f32(&vc), vc0, cache * sizeof(float));
+    size_t kv = (size_t)nkv * hd;
+    int32_t table[SLOTS * PER_SLOT];
+    for (int i = 0; i < SLOTS * PER_SLOT; i++)
+        table[i] = (i * 5 + 7) % (SLOTS * PER_SLOT);
+    for (size_t s = 0; s < SLOTS; s++)
+        for (size_t t = 0; t < CTX; t++) {
+            size_t to =
+                paged ? (size_t)table[s * PER_SLOT + t / BLOCK] * BLOCK + t % BLOCK : s * CTX + t;
+            memcpy(f32(&kc) + to * kv, kc0 + (s * CTX + t) * kv, kv * sizeof(float));
+            memcpy(f32(&vc) + to * kv, vc0 + (s * CTX + t) * kv, kv * sizeof(float));
+        }
     /* Each row's query, key and value are a function of its (slot, pos),
      * whatever the rows beside it. */
     for (uint32_t i = 0; i < n; i++) {
@@ -749,7 +760,11 @@ static void attention_rows(uint32_t threads, uint32_t nh, uint32_t nkv, uint32_t
         fill(&r, f32(&k) + i * kv, kv, 1.0);
         fill(&r, f32(&v) + i * kv, kv, 1.0);
     }
-    px_rt_rows rows = {.n_rows = n, .slot = slot, .pos = pos};
+    px_rt_rows rows = {.n_rows = n,
+                       .slot = slot,
+                       .pos = pos,
+                       .block_table = paged ? table : NULL,
+                       .blocks_per_slot = paged ? PER_SLOT : 0};
     px_rt_op op = {.kind = PX_IR_OP_ATTENTION,
                    .src = {&q, &k, &v, &kc, &vc},
                    .dst = &att,
@@ -768,8 +783,10 @@ static void attention_rows(uint32_t threads, uint32_t nh, uint32_t nkv, uint32_t
 /* The batch-invariance contract of attention: a row's output is the same
  * bits whatever the rows that share its step (a decode beside a prefill
  * chunk, or alone), the thread count (1 to 3) and so the split of its
- * query heads among parts; head groups of 4 (the decode shape of the
- * bench model), 8 and 3 (an odd head size), with and without a window.
+ * query heads among parts, and whatever the cache's layout (in blocks
+ * scattered by a block table, or a slot's positions in order); head
+ * groups of 4 (the decode shape of the bench model), 8 and 3 (an odd
+ * head size), with and without a window.
  * Later rows of a sequence see the earlier rows of the same step, so a
  * row run alone runs after the rows before it of its sequence. */
 static void test_attention_row_is_identical_for_any_batch_and_thread_count(void **state)
@@ -792,13 +809,16 @@ static void test_attention_row_is_identical_for_any_batch_and_thread_count(void 
         px_rng_seed(&r, 5 + si);
         fill(&r, kc, cache, 1.0);
         fill(&r, vc, cache, 1.0);
-        attention_rows(1, nh, shapes[si].nkv, hd, shapes[si].window, slot, pos, N, kc, vc, all);
-        for (uint32_t th = 2; th <= 3; th++) {
-            attention_rows(th, nh, shapes[si].nkv, hd, shapes[si].window, slot, pos, N, kc, vc,
-                           alt);
-            if (memcmp(all, alt, (size_t)N * width * sizeof(float)) != 0)
-                fail_msg("shape %zu: %u threads change the output", si, th);
-        }
+        attention_rows(1, nh, shapes[si].nkv, hd, shapes[si].window, false, slot, pos, N, kc, vc,
+                       all);
+        for (uint32_t th = 1; th <= 3; th++)
+            for (int paged = th == 1; paged <= 1; paged++) {
+                attention_rows(th, nh, shapes[si].nkv, hd, shapes[si].window, paged, slot, pos, N,
+                               kc, vc, alt);
+                if (memcmp(all, alt, (size_t)N * width * sizeof(float)) != 0)
+                    fail_msg("shape %zu: %u threads%s change the output", si, th,
+                             paged ? " and a paged cache" : "");
+            }
         for (uint32_t i = 0; i < N; i++)
             for (uint32_t th = 1; th <= 3; th++) {
                 /* Row i with the rows of its sequence before it, which it
@@ -812,8 +832,8 @@ static void test_attention_row_is_identical_for_any_batch_and_thread_count(void 
                     }
                 s1[n] = slot[i];
                 p1[n++] = pos[i];
-                attention_rows(th, nh, shapes[si].nkv, hd, shapes[si].window, s1, p1, n, kc, vc,
-                               alt);
+                attention_rows(th, nh, shapes[si].nkv, hd, shapes[si].window, th == 2, s1, p1, n,
+                               kc, vc, alt);
                 if (memcmp(all + (size_t)i * width, alt + (size_t)(n - 1) * width,
                            width * sizeof(float)) != 0)
                     fail_msg("shape %zu: row %u (slot %d, position %d) differs in a step of %u "
