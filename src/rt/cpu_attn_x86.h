@@ -19,7 +19,9 @@
  *   once for the heads.
  *
  * The includer defines TGT, INLINE, ATTN_GT (1 to 4) and ATTN_VC (1 to
- * 4), and the names of the two functions, ATTN_SCORES and ATTN_VALUES.
+ * 4), and the names of the functions, ATTN_SCORES and (unless it has its
+ * own values kernel, built on attn_values_tile and attn_values_tail)
+ * ATTN_VALUES.
  */
 
 /* Four 8-lane sums reduced at once, each in hsum's order. */
@@ -123,6 +125,21 @@ INLINE void attn_values_tile(const float *w, size_t ld, uint32_t G, const float 
             _mm256_storeu_ps(out + (size_t)g * hd + j + 8 * c, acc[g][c]);
 }
 
+/* Values [j, hd) of G heads, past the last 8-wide step: unfused. */
+INLINE void attn_values_tail(const float *w, size_t ld, uint32_t G, const float *base,
+                             size_t stride, const uint32_t *rows, size_t n, uint32_t j, uint32_t hd,
+                             float *out)
+{
+    for (uint32_t g = 0; g < G; g++)
+        for (uint32_t i = j; i < hd; i++) {
+            float x = 0.0f;
+            for (size_t p = 0; p < n; p++)
+                x += w[(size_t)g * ld + p] * base[(size_t)rows[p] * stride + i];
+            out[(size_t)g * hd + i] = x;
+        }
+}
+
+#ifdef ATTN_VALUES
 /* Every vector of values of G heads, then the tail. */
 INLINE void attn_values_heads(const float *w, size_t ld, uint32_t G, const float *base,
                               size_t stride, const uint32_t *rows, size_t n, uint32_t hd,
@@ -133,13 +150,7 @@ INLINE void attn_values_heads(const float *w, size_t ld, uint32_t G, const float
         attn_values_tile(w, ld, G, base, stride, rows, n, j, ATTN_VC, out, hd);
     for (; j + 8 <= hd; j += 8)
         attn_values_tile(w, ld, G, base, stride, rows, n, j, 1, out, hd);
-    for (uint32_t g = 0; g < G; g++)
-        for (uint32_t i = j; i < hd; i++) {
-            float x = 0.0f;
-            for (size_t p = 0; p < n; p++)
-                x += w[(size_t)g * ld + p] * base[(size_t)rows[p] * stride + i];
-            out[(size_t)g * hd + i] = x;
-        }
+    attn_values_tail(w, ld, G, base, stride, rows, n, j, hd, out);
 }
 
 TGT void ATTN_VALUES(const float *w, size_t ld, uint32_t n_q, const float *base, size_t stride,
@@ -158,3 +169,4 @@ TGT void ATTN_VALUES(const float *w, size_t ld, uint32_t n_q, const float *base,
         attn_values_heads(w + (size_t)g * ld, ld, 1, base, stride, rows, n, hd,
                           out + (size_t)g * hd);
 }
+#endif
