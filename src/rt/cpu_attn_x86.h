@@ -78,9 +78,9 @@ INLINE void attn_scores_tile(const float *q, uint32_t G, const float *const k[4]
     }
 }
 
-TGT void ATTN_SCORES(const float *q, uint32_t n_q, const float *base, size_t stride,
-                     const uint32_t *rows, size_t n, uint32_t hd, float scale, float *out,
-                     size_t ld)
+INLINE void attn_scores_rows(const float *q, uint32_t n_q, const float *base, size_t stride,
+                             const uint32_t *rows, size_t n, uint32_t hd, float scale, float *out,
+                             size_t ld)
 {
     for (size_t p = 0; p < n; p += 4) {
         size_t np = n - p < 4 ? n - p : 4;
@@ -98,6 +98,20 @@ TGT void ATTN_SCORES(const float *q, uint32_t n_q, const float *base, size_t str
         for (; g < n_q; g++)
             attn_scores_tile(q + (size_t)g * hd, 1, k, np, hd, scale, out + (size_t)g * ld + p, ld);
     }
+}
+
+/* The common head sizes as constants, so that the loops over a row's
+ * values unroll (the same instructions, so the same bits). */
+TGT void ATTN_SCORES(const float *q, uint32_t n_q, const float *base, size_t stride,
+                     const uint32_t *rows, size_t n, uint32_t hd, float scale, float *out,
+                     size_t ld)
+{
+    if (hd == 64)
+        attn_scores_rows(q, n_q, base, stride, rows, n, 64, scale, out, ld);
+    else if (hd == 128)
+        attn_scores_rows(q, n_q, base, stride, rows, n, 128, scale, out, ld);
+    else
+        attn_scores_rows(q, n_q, base, stride, rows, n, hd, scale, out, ld);
 }
 
 /* Values of G heads over values [j, j + 8 C) of every row. */
