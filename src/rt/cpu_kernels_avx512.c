@@ -365,7 +365,7 @@ static TGT void matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_
         rows_q8_0(wb + (size_t)i * row_bytes, row_bytes, k, xq, xd, n_x, 1, y + i, ldy);
 }
 
-/* The rest (dequantisation, attention's dots) is the avx2 variant's
+/* The rest (dequantisation, the one-head attention kernels) is the avx2 variant's
  * (cpu_kernels_x86.c). */
 void px__rt_avx2_dequant(px_dtype t, const void *row, float *dst, uint32_t k);
 float px__rt_avx2_dot_f32(const float *a, const float *b, uint32_t n);
