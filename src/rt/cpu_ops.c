@@ -403,13 +403,15 @@ static void rope_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_t threa
  * heads that share the KV head): the heads of a unit run together, each
  * K and V row read once for them.  A unit's outputs are the same bits
  * whatever the units beside it, so the split is free to follow the
- * threads: subgroups are made only when whole groups give a thread fewer
- * than PX__RT_PARTS_PER_THREAD parts (a decode step of one sequence with
- * few KV heads). */
+ * threads: subgroups are made only when whole groups would leave a
+ * thread without a part (a decode step of one sequence with fewer KV
+ * heads than threads).  Smaller units cost more than they balance: half
+ * groups on 2 threads (8 parts for 4 KV heads) made a decode step's
+ * attention slower than whole ones (4 parts). */
 static uint32_t attention_subgroups(const px_rt_op *op, uint32_t rows, uint32_t n_threads)
 {
     uint32_t group = op->n_heads / op->n_kv_heads, sub = 1;
-    size_t want = (size_t)n_threads * PX__RT_PARTS_PER_THREAD;
+    size_t want = n_threads;
     while (sub < group && (size_t)rows * op->n_kv_heads * sub < want) {
         sub++;
         while (group % sub)
