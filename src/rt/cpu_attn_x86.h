@@ -15,13 +15,14 @@
  * - Values: each output value is a sum over the rows in turn (p = 0, 1,
  *   ...), fused multiply-adds from 0 (the tail, past the last 8-wide
  *   step, unfused), held in registers over the rows and stored once.  A
- *   tile of ATTN_GT heads by ATTN_VC vectors of values loads each value
+ *   tile of ATTN_VGT heads by ATTN_VC vectors of values loads each value
  *   once for the heads.
  *
- * The includer defines TGT, INLINE, ATTN_GT (1 to 4) and ATTN_VC (1 to
- * 4), and the names of the functions, ATTN_SCORES and (unless it has its
- * own values kernel, built on attn_values_tile and attn_values_tail)
- * ATTN_VALUES.
+ * The includer defines TGT, INLINE, ATTN_GT and ATTN_VGT (heads per tile
+ * of scores and of values, 1 to 4), ATTN_VC (vectors of values per tile,
+ * 1 to 4), and the names of the functions, ATTN_SCORES and (unless it
+ * has its own values kernel, built on attn_values_tile and
+ * attn_values_tail) ATTN_VALUES.
  */
 
 /* Four 8-lane sums reduced at once, each in hsum's order. */
@@ -119,7 +120,7 @@ INLINE void attn_values_tile(const float *w, size_t ld, uint32_t G, const float 
                              size_t stride, const uint32_t *rows, size_t n, uint32_t j, uint32_t C,
                              float *out, uint32_t hd)
 {
-    __m256 acc[ATTN_GT][ATTN_VC];
+    __m256 acc[ATTN_VGT][ATTN_VC];
     for (uint32_t g = 0; g < G; g++)
         for (uint32_t c = 0; c < C; c++)
             acc[g][c] = _mm256_setzero_ps();
@@ -171,10 +172,10 @@ TGT void ATTN_VALUES(const float *w, size_t ld, uint32_t n_q, const float *base,
                      const uint32_t *rows, size_t n, uint32_t hd, float *out)
 {
     uint32_t g = 0;
-    for (; g + ATTN_GT <= n_q; g += ATTN_GT)
-        attn_values_heads(w + (size_t)g * ld, ld, ATTN_GT, base, stride, rows, n, hd,
+    for (; g + ATTN_VGT <= n_q; g += ATTN_VGT)
+        attn_values_heads(w + (size_t)g * ld, ld, ATTN_VGT, base, stride, rows, n, hd,
                           out + (size_t)g * hd);
-#if ATTN_GT > 2
+#if ATTN_VGT > 2
     for (; g + 2 <= n_q; g += 2)
         attn_values_heads(w + (size_t)g * ld, ld, 2, base, stride, rows, n, hd,
                           out + (size_t)g * hd);

@@ -382,6 +382,7 @@ float px__rt_avx2_exp_sum(float *x, size_t n, float max);
  * sum is the same chain of fused multiply-adds over the rows at any
  * width (the lanes never meet), so the bits are the avx2 variant's. */
 #define ATTN_GT     4
+#define ATTN_VGT    4
 #define ATTN_VC     1
 #define ATTN_SCORES attn_scores_group
 static void ATTN_SCORES(const float *q, uint32_t n_q, const float *base, size_t stride,

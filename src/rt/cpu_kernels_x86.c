@@ -352,6 +352,7 @@ TGT void px__rt_avx2_attn_values(const float *w, const float *base, size_t strid
 /* A group of query heads at once (cpu_attn_x86.h): 2 heads by 4 rows of
  * scores (8 accumulators of the 16 registers), 4 heads by 16 values. */
 #define ATTN_GT     2
+#define ATTN_VGT    4
 #define ATTN_VC     2
 #define ATTN_SCORES px__rt_avx2_attn_scores_group
 #define ATTN_VALUES px__rt_avx2_attn_values_group
