@@ -723,6 +723,59 @@ static void test_ops_match_definitions_and_ignore_thread_count(void **state)
     free(three);
 }
 
+static void expect_op_error(arena_buf *a, const px_rt_op *op, px_status code, const char *needle)
+{
+    px_err err;
+    px_status st = px_rt_stream_run(a->stream, op, 1, &err);
+    if (st != code)
+        fail_msg("expected %s, got %s: %s", px_status_name(code), px_status_name(st), err.msg);
+    px_assert_contains(err.msg, needle);
+}
+
+static void test_ops_reject_shapes_ids_and_kinds_they_cannot_run(void **state)
+{
+    (void)state;
+    arena_buf a;
+    open_cpu(&a, 2);
+    px_rt_tensor x = tensor(&a, PX_DTYPE_F32, 16, 4, 1), w = tensor(&a, PX_DTYPE_F32, 17, 8, 1),
+                 y = tensor(&a, PX_DTYPE_F32, 8, 4, 1), g = tensor(&a, PX_DTYPE_F32, 16, 1, 1);
+    px_rt_op op = {.kind = PX_IR_OP_MATMUL, .src = {&x, &w}, .dst = &y};
+    expect_op_error(&a, &op, PX_EINVAL, "disagree");
+    op = (px_rt_op){.kind = PX_IR_OP_GELU, .src = {&x}, .dst = &x};
+    expect_op_error(&a, &op, PX_EUNSUPPORTED, "gelu");
+    px_rt_tensor q4 = tensor(&a, PX_DTYPE_Q4_1, 32, 8, 1), xx = tensor(&a, PX_DTYPE_F32, 32, 4, 1);
+    op = (px_rt_op){.kind = PX_IR_OP_MATMUL, .src = {&xx, &q4}, .dst = &y};
+    expect_op_error(&a, &op, PX_EUNSUPPORTED, "q4_1");
+    px_rt_tensor ids = tensor(&a, PX_DTYPE_I32, 2, 1, 1), tab = tensor(&a, PX_DTYPE_F32, 16, 5, 1),
+                 e = tensor(&a, PX_DTYPE_F32, 16, 2, 1);
+    ((int32_t *)px_rt_tensor_data(&ids))[1] = 5;
+    op = (px_rt_op){.kind = PX_IR_OP_EMBEDDING, .src = {&tab, &ids}, .dst = &e};
+    expect_op_error(&a, &op, PX_EINVAL, "token id 5 at row 1");
+    op = (px_rt_op){.kind = PX_IR_OP_RMSNORM, .src = {&x, &w}, .dst = &x};
+    expect_op_error(&a, &op, PX_EINVAL, "disagree");
+    /* Attention positions outside the cache. */
+    int32_t pos[1] = {4}, slot[1] = {0};
+    px_rt_rows rows = {.n_rows = 1, .slot = slot, .pos = pos};
+    px_rt_tensor q = tensor(&a, PX_DTYPE_F32, 8, 1, 1), k = tensor(&a, PX_DTYPE_F32, 8, 1, 1),
+                 kc = tensor(&a, PX_DTYPE_F32, 8, 4, 1), att = tensor(&a, PX_DTYPE_F32, 8, 1, 1);
+    op = (px_rt_op){.kind = PX_IR_OP_ATTENTION,
+                    .src = {&q, &k, &k, &kc, &kc},
+                    .dst = &att,
+                    .rows = &rows,
+                    .n_heads = 1,
+                    .n_kv_heads = 1,
+                    .head_dim = 8};
+    expect_op_error(&a, &op, PX_EINVAL, "outside the cache");
+    /* Paged: position 4 of slot 0 is in its second block of 4, which the
+     * table does not hold. */
+    int32_t table[2] = {0, -1};
+    rows.block_table = table;
+    rows.blocks_per_slot = 2;
+    expect_op_error(&a, &op, PX_EINVAL, "not held");
+    (void)g;
+    close_cpu(&a);
+}
+
 /* One attention op over rows (slot[i], pos[i]) of a cache already filled
  * (position t of slot s at row s * 128 + t of kc0, vc0) with `threads`
  * threads, the output rows in out.  Paged: the cache in blocks of 16
@@ -845,59 +898,6 @@ static void test_attention_row_is_identical_for_any_batch_and_thread_count(void 
         free(all);
         free(alt);
     }
-}
-
-static void expect_op_error(arena_buf *a, const px_rt_op *op, px_status code, const char *needle)
-{
-    px_err err;
-    px_status st = px_rt_stream_run(a->stream, op, 1, &err);
-    if (st != code)
-        fail_msg("expected %s, got %s: %s", px_status_name(code), px_status_name(st), err.msg);
-    px_assert_contains(err.msg, needle);
-}
-
-static void test_ops_reject_shapes_ids_and_kinds_they_cannot_run(void **state)
-{
-    (void)state;
-    arena_buf a;
-    open_cpu(&a, 2);
-    px_rt_tensor x = tensor(&a, PX_DTYPE_F32, 16, 4, 1), w = tensor(&a, PX_DTYPE_F32, 17, 8, 1),
-                 y = tensor(&a, PX_DTYPE_F32, 8, 4, 1), g = tensor(&a, PX_DTYPE_F32, 16, 1, 1);
-    px_rt_op op = {.kind = PX_IR_OP_MATMUL, .src = {&x, &w}, .dst = &y};
-    expect_op_error(&a, &op, PX_EINVAL, "disagree");
-    op = (px_rt_op){.kind = PX_IR_OP_GELU, .src = {&x}, .dst = &x};
-    expect_op_error(&a, &op, PX_EUNSUPPORTED, "gelu");
-    px_rt_tensor q4 = tensor(&a, PX_DTYPE_Q4_1, 32, 8, 1), xx = tensor(&a, PX_DTYPE_F32, 32, 4, 1);
-    op = (px_rt_op){.kind = PX_IR_OP_MATMUL, .src = {&xx, &q4}, .dst = &y};
-    expect_op_error(&a, &op, PX_EUNSUPPORTED, "q4_1");
-    px_rt_tensor ids = tensor(&a, PX_DTYPE_I32, 2, 1, 1), tab = tensor(&a, PX_DTYPE_F32, 16, 5, 1),
-                 e = tensor(&a, PX_DTYPE_F32, 16, 2, 1);
-    ((int32_t *)px_rt_tensor_data(&ids))[1] = 5;
-    op = (px_rt_op){.kind = PX_IR_OP_EMBEDDING, .src = {&tab, &ids}, .dst = &e};
-    expect_op_error(&a, &op, PX_EINVAL, "token id 5 at row 1");
-    op = (px_rt_op){.kind = PX_IR_OP_RMSNORM, .src = {&x, &w}, .dst = &x};
-    expect_op_error(&a, &op, PX_EINVAL, "disagree");
-    /* Attention positions outside the cache. */
-    int32_t pos[1] = {4}, slot[1] = {0};
-    px_rt_rows rows = {.n_rows = 1, .slot = slot, .pos = pos};
-    px_rt_tensor q = tensor(&a, PX_DTYPE_F32, 8, 1, 1), k = tensor(&a, PX_DTYPE_F32, 8, 1, 1),
-                 kc = tensor(&a, PX_DTYPE_F32, 8, 4, 1), att = tensor(&a, PX_DTYPE_F32, 8, 1, 1);
-    op = (px_rt_op){.kind = PX_IR_OP_ATTENTION,
-                    .src = {&q, &k, &k, &kc, &kc},
-                    .dst = &att,
-                    .rows = &rows,
-                    .n_heads = 1,
-                    .n_kv_heads = 1,
-                    .head_dim = 8};
-    expect_op_error(&a, &op, PX_EINVAL, "outside the cache");
-    /* Paged: position 4 of slot 0 is in its second block of 4, which the
-     * table does not hold. */
-    int32_t table[2] = {0, -1};
-    rows.block_table = table;
-    rows.blocks_per_slot = 2;
-    expect_op_error(&a, &op, PX_EINVAL, "not held");
-    (void)g;
-    close_cpu(&a);
 }
 
 /* ------------------------------------------------------------------ */
