@@ -126,6 +126,27 @@ static void attn_values(const float *w, const float *base, size_t stride, const 
         axpy_f32(w[p], base + (size_t)rows[p] * stride, out, hd);
 }
 
+/* The one-head kernels head by head: the same bits by definition.  Each
+ * row is still read once per head, but from the first-level cache. */
+static void attn_scores_group(const float *q, uint32_t n_q, const float *base, size_t stride,
+                              const uint32_t *rows, size_t n, uint32_t hd, float scale, float *out,
+                              size_t ld)
+{
+    for (uint32_t g = 0; g < n_q; g++)
+        attn_scores(q + (size_t)g * hd, base, stride, rows, n, hd, scale, out + (size_t)g * ld);
+}
+
+static void attn_values_group(const float *w, size_t ld, uint32_t n_q, const float *base,
+                              size_t stride, const uint32_t *rows, size_t n, uint32_t hd,
+                              float *out)
+{
+    for (uint32_t g = 0; g < n_q; g++) {
+        float *o = out + (size_t)g * hd;
+        memset(o, 0, (size_t)hd * sizeof(float));
+        attn_values(w + (size_t)g * ld, base, stride, rows, n, hd, o);
+    }
+}
+
 /* Cephes' expf constants: ln 2 split in two so that n * ln2_hi is exact,
  * and the polynomial of exp(r) - 1 - r over r^2. */
 #define EXP_LOG2E  1.44269504088896341f
@@ -298,6 +319,8 @@ const px__rt_kernels px__rt_kernels_portable = {
     .attn_scores = attn_scores,
     .attn_values = attn_values,
     .exp_sum = px__rt_exp_sum_ref,
+    .attn_scores_group = attn_scores_group,
+    .attn_values_group = attn_values_group,
 };
 
 const px__rt_kernels *px__rt_kernels_native(void)

@@ -365,7 +365,7 @@ static TGT void matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_
         rows_q8_0(wb + (size_t)i * row_bytes, row_bytes, k, xq, xd, n_x, 1, y + i, ldy);
 }
 
-/* The rest (dequantisation, attention's dots) is the avx2 variant's
+/* The rest (dequantisation, the one-head attention kernels) is the avx2 variant's
  * (cpu_kernels_x86.c). */
 void px__rt_avx2_dequant(px_dtype t, const void *row, float *dst, uint32_t k);
 float px__rt_avx2_dot_f32(const float *a, const float *b, uint32_t n);
@@ -375,6 +375,75 @@ void px__rt_avx2_attn_scores(const float *q, const float *base, size_t stride, c
 void px__rt_avx2_attn_values(const float *w, const float *base, size_t stride, const uint32_t *rows,
                              size_t n, uint32_t hd, float *out);
 float px__rt_avx2_exp_sum(float *x, size_t n, float max);
+
+/* Attention for a group of query heads (cpu_attn_x86.h): the scores are
+ * the avx2 variant's instructions with 32 registers (4 heads by 4 rows);
+ * the values 16 wide, 4 heads by 64 values in 16 registers.  A value's
+ * sum is the same chain of fused multiply-adds over the rows at any
+ * width (the lanes never meet), so the bits are the avx2 variant's. */
+#define ATTN_GT     4
+#define ATTN_VGT    4
+#define ATTN_VC     1
+#define ATTN_SCORES attn_scores_group
+static void ATTN_SCORES(const float *q, uint32_t n_q, const float *base, size_t stride,
+                        const uint32_t *rows, size_t n, uint32_t hd, float scale, float *out,
+                        size_t ld);
+#include "rt/cpu_attn_x86.h"
+
+/* Values [j, j + 16 C) of G heads over every row. */
+INLINE void attn_values16_tile(const float *w, size_t ld, uint32_t G, const float *base,
+                               size_t stride, const uint32_t *rows, size_t n, uint32_t j,
+                               uint32_t C, float *out, uint32_t hd)
+{
+    __m512 acc[4][4];
+    for (uint32_t g = 0; g < G; g++)
+        for (uint32_t c = 0; c < C; c++)
+            acc[g][c] = _mm512_setzero_ps();
+    for (size_t p = 0; p < n; p++) {
+        const float *v = base + (size_t)rows[p] * stride + j;
+        __m512 vv[4];
+        for (uint32_t c = 0; c < C; c++)
+            vv[c] = _mm512_loadu_ps(v + 16 * c);
+        for (uint32_t g = 0; g < G; g++) {
+            __m512 wg = _mm512_set1_ps(w[(size_t)g * ld + p]);
+            for (uint32_t c = 0; c < C; c++)
+                acc[g][c] = _mm512_fmadd_ps(wg, vv[c], acc[g][c]);
+        }
+    }
+    for (uint32_t g = 0; g < G; g++)
+        for (uint32_t c = 0; c < C; c++)
+            _mm512_storeu_ps(out + (size_t)g * hd + j + 16 * c, acc[g][c]);
+}
+
+INLINE void attn_values16_heads(const float *w, size_t ld, uint32_t G, const float *base,
+                                size_t stride, const uint32_t *rows, size_t n, uint32_t hd,
+                                float *out)
+{
+    uint32_t j = 0;
+    for (; j + 64 <= hd; j += 64)
+        attn_values16_tile(w, ld, G, base, stride, rows, n, j, 4, out, hd);
+    for (; j + 16 <= hd; j += 16)
+        attn_values16_tile(w, ld, G, base, stride, rows, n, j, 1, out, hd);
+    for (; j + 8 <= hd; j += 8)
+        attn_values_tile(w, ld, G, base, stride, rows, n, j, 1, out, hd);
+    attn_values_tail(w, ld, G, base, stride, rows, n, j, hd, out);
+}
+
+static TGT void attn_values_group(const float *w, size_t ld, uint32_t n_q, const float *base,
+                                  size_t stride, const uint32_t *rows, size_t n, uint32_t hd,
+                                  float *out)
+{
+    uint32_t g = 0;
+    for (; g + 4 <= n_q; g += 4)
+        attn_values16_heads(w + (size_t)g * ld, ld, 4, base, stride, rows, n, hd,
+                            out + (size_t)g * hd);
+    for (; g + 2 <= n_q; g += 2)
+        attn_values16_heads(w + (size_t)g * ld, ld, 2, base, stride, rows, n, hd,
+                            out + (size_t)g * hd);
+    for (; g < n_q; g++)
+        attn_values16_heads(w + (size_t)g * ld, ld, 1, base, stride, rows, n, hd,
+                            out + (size_t)g * hd);
+}
 
 static void matmul_quant(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                          uint32_t i1, const uint8_t *xq, size_t ldxq, uint32_t n_x, float *y,
@@ -398,6 +467,8 @@ static const px__rt_kernels kernels_avx512 = {
     .attn_scores = px__rt_avx2_attn_scores,
     .attn_values = px__rt_avx2_attn_values,
     .exp_sum = px__rt_avx2_exp_sum,
+    .attn_scores_group = attn_scores_group,
+    .attn_values_group = attn_values_group,
 };
 
 const px__rt_kernels *px__rt_kernels_avx512(void)

@@ -349,6 +349,19 @@ TGT void px__rt_avx2_attn_values(const float *w, const float *base, size_t strid
         px__rt_avx2_axpy_f32(w[p], base + (size_t)rows[p] * stride, out, hd);
 }
 
+/* A group of query heads at once (cpu_attn_x86.h): 2 heads by 4 rows of
+ * scores (8 accumulators of the 16 registers), 4 heads by 16 values. */
+#define ATTN_GT     2
+#define ATTN_VGT    4
+#define ATTN_VC     2
+#define ATTN_SCORES px__rt_avx2_attn_scores_group
+#define ATTN_VALUES px__rt_avx2_attn_values_group
+void ATTN_SCORES(const float *q, uint32_t n_q, const float *base, size_t stride,
+                 const uint32_t *rows, size_t n, uint32_t hd, float scale, float *out, size_t ld);
+void ATTN_VALUES(const float *w, size_t ld, uint32_t n_q, const float *base, size_t stride,
+                 const uint32_t *rows, size_t n, uint32_t hd, float *out);
+#include "rt/cpu_attn_x86.h"
+
 /* px__rt_exp_sum_ref eight values at a time: the same operations, unfused
  * (no fused multiply-add), so the same bits. */
 TGT float px__rt_avx2_exp_sum(float *x, size_t n, float max)
@@ -359,9 +372,17 @@ TGT float px__rt_avx2_exp_sum(float *x, size_t n, float max)
                  one = _mm256_set1_ps(1.0f);
     const __m256i round_bits = _mm256_castps_si256(round), bias = _mm256_set1_epi32(127);
     __m256 acc = _mm256_setzero_ps();
-    size_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-        __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x + j), vmax);
+    /* Fewer than 8 values last: their exps in the same lanes' operations
+     * (padded with max), added in turn after the lanes' sum. */
+    for (size_t j = 0; j < n; j += 8) {
+        float pad[8];
+        const float *src = x + j;
+        if (j + 8 > n) {
+            for (size_t i = 0; i < 8; i++)
+                pad[i] = j + i < n ? x[j + i] : max;
+            src = pad;
+        }
+        __m256 v = _mm256_sub_ps(_mm256_loadu_ps(src), vmax);
         v = _mm256_blendv_ps(v, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
         __m256 t = _mm256_add_ps(_mm256_mul_ps(v, log2e), round);
         __m256 k = _mm256_sub_ps(t, round);
@@ -377,17 +398,18 @@ TGT float px__rt_avx2_exp_sum(float *x, size_t n, float max)
         __m256i e = _mm256_slli_epi32(
             _mm256_add_epi32(_mm256_sub_epi32(_mm256_castps_si256(t), round_bits), bias), 23);
         y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+        if (src == pad) {
+            _mm256_storeu_ps(pad, y);
+            memcpy(x + j, pad, (n - j) * sizeof(float));
+            break;
+        }
         _mm256_storeu_ps(x + j, y);
         acc = _mm256_add_ps(acc, y);
     }
     float a[8];
     _mm256_storeu_ps(a, acc);
     float s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-    /* Fewer than 8 left: their exps as the reference computes them, added
-     * in turn. */
-    if (j < n)
-        (void)px__rt_exp_sum_ref(x + j, n - j, max);
-    for (; j < n; j++)
+    for (size_t j = n - n % 8; j < n; j++)
         s += x[j];
     return s;
 }
@@ -412,6 +434,8 @@ static const px__rt_kernels kernels_avx2 = {
     .attn_scores = px__rt_avx2_attn_scores,
     .attn_values = px__rt_avx2_attn_values,
     .exp_sum = px__rt_avx2_exp_sum,
+    .attn_scores_group = px__rt_avx2_attn_scores_group,
+    .attn_values_group = px__rt_avx2_attn_values_group,
 };
 
 /* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports

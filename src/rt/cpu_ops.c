@@ -250,6 +250,7 @@ typedef struct task {
     uint32_t rows;
     float *scratch; /* per-thread scratch, stride `scratch_stride` floats */
     size_t scratch_stride;
+    uint32_t n_sub; /* attention: units of query heads per KV head */
 } task;
 
 /* Matrix products run as one pool call: their tasks, and where each one's
@@ -457,46 +458,85 @@ static void rope_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_t threa
     }
 }
 
+/* Attention is cut into units of (row, KV head, subgroup of the query
+ * heads that share the KV head): the heads of a unit run together, each
+ * K and V row read once for them.  A unit's outputs are the same bits
+ * whatever the units beside it, so the split is free to follow the
+ * threads: subgroups are made only when whole groups would leave a
+ * thread without a part (a decode step of one sequence with fewer KV
+ * heads than threads).  Smaller units cost more than they balance: half
+ * groups on 2 threads (8 parts for 4 KV heads) made a decode step's
+ * attention slower than whole ones (4 parts). */
+static uint32_t attention_subgroups(const px_rt_op *op, uint32_t rows, uint32_t n_threads)
+{
+    uint32_t group = op->n_heads / op->n_kv_heads, sub = 1;
+    size_t want = n_threads;
+    while (sub < group && (size_t)rows * op->n_kv_heads * sub < want) {
+        sub++;
+        while (group % sub)
+            sub++;
+    }
+    return sub;
+}
+
+/* The cache rows of positions first .. first + n - 1 of slot, as
+ * cache_row finds them, a block at a time. */
+static void attended_rows(const px_rt_rows *rows, size_t block, int32_t slot, int32_t first,
+                          size_t n, uint32_t *at)
+{
+    if (!rows->block_table) {
+        for (size_t p = 0; p < n; p++)
+            at[p] = (uint32_t)((size_t)slot * block + (size_t)first + p);
+        return;
+    }
+    const int32_t *table = rows->block_table + (size_t)slot * rows->blocks_per_slot;
+    size_t b = (size_t)first / block, off = (size_t)first % block;
+    for (size_t p = 0; p < n; b++, off = 0) {
+        size_t row = (size_t)table[b] * block;
+        for (; off < block && p < n; off++, p++)
+            at[p] = (uint32_t)(row + off);
+    }
+}
+
 static void attention_tasks(void *arg, uint32_t part, uint32_t n_parts, uint32_t thread)
 {
     task *t = arg;
     const px_rt_op *op = t->op;
     uint32_t hd = op->head_dim, group = op->n_heads / op->n_kv_heads;
+    uint32_t sub = t->n_sub, per = group / sub;
     size_t q_dim = (size_t)op->n_heads * hd, kv_dim = (size_t)op->n_kv_heads * hd;
     size_t ctx = attention_positions(op), block = (size_t)op->src[3]->ne[1];
     const float *q = px_rt_tensor_data(op->src[0]);
     const float *kc = px_rt_tensor_data(op->src[3]), *vc = px_rt_tensor_data(op->src[4]);
     float *out = px_rt_tensor_data(op->dst);
     float *scores = t->scratch + thread * t->scratch_stride;
-    /* The cache rows a row attends, found once for the group's heads. */
+    /* The cache rows a row attends, found once for the unit's heads. */
     uint32_t *at = (uint32_t *)(void *)(scores + (size_t)group * ctx);
     float scale = 1.0f / sqrtf((float)hd);
     size_t j0, j1;
-    px__rt_split((size_t)t->rows * op->n_kv_heads, part, n_parts, &j0, &j1);
+    px__rt_split((size_t)t->rows * op->n_kv_heads * sub, part, n_parts, &j0, &j1);
     for (size_t j = j0; j < j1; j++) {
-        size_t r = j / op->n_kv_heads, h = j % op->n_kv_heads;
+        size_t r = j / ((size_t)op->n_kv_heads * sub), h = j / sub % op->n_kv_heads;
+        size_t hq = h * group + j % sub * per; /* the unit's first query head */
         int32_t pos = op->rows->pos[r];
         int32_t first =
             op->window && (uint32_t)pos >= op->window ? pos - (int32_t)op->window + 1 : 0;
         size_t n_att = (size_t)(pos - first + 1);
         int32_t slot = op->rows->slot[r];
-        for (size_t p = 0; p < n_att; p++)
-            at[p] = (uint32_t)cache_row(op->rows, block, slot, first + (int32_t)p);
-        for (uint32_t g = 0; g < group; g++) {
-            size_t hq = h * group + g;
-            const float *qh = q + r * q_dim + hq * hd;
+        attended_rows(op->rows, block, slot, first, n_att, at);
+        t->k->attn_scores_group(q + r * q_dim + hq * hd, per, kc + h * hd, kv_dim, at, n_att, hd,
+                                scale, scores, ctx);
+        for (uint32_t g = 0; g < per; g++) {
             float *sc = scores + (size_t)g * ctx;
-            t->k->attn_scores(qh, kc + h * hd, kv_dim, at, n_att, hd, scale, sc);
             float max = -INFINITY;
             for (size_t p = 0; p < n_att; p++)
                 max = sc[p] > max ? sc[p] : max;
             float inv = 1.0f / t->k->exp_sum(sc, n_att, max);
             for (size_t p = 0; p < n_att; p++)
                 sc[p] *= inv;
-            float *oh = out + r * q_dim + hq * hd;
-            memset(oh, 0, hd * sizeof(float));
-            t->k->attn_values(sc, vc + h * hd, kv_dim, at, n_att, hd, oh);
         }
+        t->k->attn_values_group(scores, ctx, per, vc + h * hd, kv_dim, at, n_att, hd,
+                                out + r * q_dim + hq * hd);
     }
 }
 
@@ -520,10 +560,11 @@ static void attention(const px__rt_cpu_exec *ex, const px_rt_op *op)
     task t = {.op = op,
               .k = ex->k,
               .rows = rows,
+              .n_sub = attention_subgroups(op, rows, px__rt_pool_size(ex->pool)),
               .scratch = px_rt_tensor_data(op->work),
               .scratch_stride =
                   (size_t)(op->n_heads / op->n_kv_heads + 1) * attention_positions(op)};
-    run_split(ex, attention_tasks, &t, (size_t)rows * op->n_kv_heads,
+    run_split(ex, attention_tasks, &t, (size_t)rows * op->n_kv_heads * t.n_sub,
               pairs * op->n_heads * op->head_dim);
 }
 

@@ -143,6 +143,19 @@ typedef struct px__rt_kernels {
      * same operations, unfused, in every variant (px__rt_exp_sum_ref), so
      * the bits do not depend on the processor. */
     float (*exp_sum)(float *x, size_t n, float max);
+    /* Attention for n_q query heads that share a KV head (q holds them hd
+     * values apart), in one pass over the cached rows: each K and V row is
+     * read once for the heads.  Scores: out[g * ld + p] is attn_scores'
+     * out[p] for head g, the same bits. */
+    void (*attn_scores_group)(const float *q, uint32_t n_q, const float *base, size_t stride,
+                              const uint32_t *rows, size_t n, uint32_t hd, float scale, float *out,
+                              size_t ld);
+    /* Values: out[g * hd + i] for head g, the weights of row p at
+     * w[g * ld + p]: the bits attn_values leaves in a zeroed out (the
+     * products added in turn from 0), without the stores between rows. */
+    void (*attn_values_group)(const float *w, size_t ld, uint32_t n_q, const float *base,
+                              size_t stride, const uint32_t *rows, size_t n, uint32_t hd,
+                              float *out);
 } px__rt_kernels;
 
 /* The portable exp_sum: exp by range reduction to [-ln2/2, ln2/2] and a

@@ -250,6 +250,126 @@ static void test_attention_kernels_match_exp_and_every_variant(void **state)
     }
 }
 
+/* One configuration of the group kernels on variant k: the bits of the
+ * one-head kernels head by head, within rounding of the sums in double,
+ * nothing written past the n scores of a head or the n_q heads of
+ * values; the results left in sc and out. */
+static void check_attention_group(const px__rt_kernels *k, const float *q, uint32_t n_q,
+                                  const float *base, size_t stride, const uint32_t *rows, size_t n,
+                                  uint32_t hd, const float *w, size_t ld, float *sc, float *out)
+{
+    const float scale = 1.0f / sqrtf((float)hd), mark = 12345.0f;
+    float one[320];
+    for (size_t i = 0; i < (size_t)n_q * ld; i++)
+        sc[i] = mark;
+    for (size_t i = 0; i < (size_t)n_q * hd + 8; i++)
+        out[i] = mark;
+    k->attn_scores_group(q, n_q, base, stride, rows, n, hd, scale, sc, ld);
+    k->attn_values_group(w, ld, n_q, base, stride, rows, n, hd, out);
+    for (uint32_t g = 0; g < n_q; g++) {
+        const float *qg = q + (size_t)g * hd, *wg = w + (size_t)g * ld;
+        k->attn_scores(qg, base, stride, rows, n, hd, scale, one);
+        if (memcmp(one, sc + (size_t)g * ld, n * sizeof(float)) != 0)
+            fail_msg("%s: scores of head %u of %u (hd %u, %zu rows) differ from attn_scores'",
+                     k->name, g, n_q, hd, n);
+        for (size_t p = n; p < ld; p++)
+            assert_true(sc[(size_t)g * ld + p] == mark);
+        for (size_t p = 0; p < n; p++) {
+            const float *kr = base + (size_t)rows[p] * stride;
+            double want = 0, mag = 0;
+            for (uint32_t i = 0; i < hd; i++) {
+                want += (double)qg[i] * kr[i];
+                mag += fabs((double)qg[i] * kr[i]);
+            }
+            if (!(fabs(sc[(size_t)g * ld + p] - want * scale) <= 1e-6 * mag * scale + 1e-30))
+                fail_msg("%s: score %zu of head %u (hd %u) = %.9g, want %.9g", k->name, p, g, hd,
+                         sc[(size_t)g * ld + p], want * scale);
+        }
+        memset(one, 0, sizeof one);
+        k->attn_values(wg, base, stride, rows, n, hd, one);
+        if (memcmp(one, out + (size_t)g * hd, hd * sizeof(float)) != 0)
+            fail_msg("%s: values of head %u of %u (hd %u, %zu rows) differ from attn_values'",
+                     k->name, g, n_q, hd, n);
+        for (uint32_t i = 0; i < hd; i++) {
+            double want = 0, mag = 0;
+            for (size_t p = 0; p < n; p++) {
+                want += (double)wg[p] * base[(size_t)rows[p] * stride + i];
+                mag += fabs((double)wg[p] * base[(size_t)rows[p] * stride + i]);
+            }
+            if (!(fabs(out[(size_t)g * hd + i] - want) <= 1e-6 * mag + 1e-30))
+                fail_msg("%s: value %u of head %u (hd %u, %zu rows) = %.9g, want %.9g", k->name, i,
+                         g, hd, n, out[(size_t)g * hd + i], want);
+        }
+    }
+    for (size_t i = (size_t)n_q * hd; i < (size_t)n_q * hd + 8; i++)
+        assert_true(out[i] == mark);
+}
+
+/* Attention's group kernels (the query heads of a KV head at once)
+ * against a plain scalar reference in double and, bit for bit, against
+ * the one-head kernels of their variant: head sizes of 1 to 128 values,
+ * odd ones included, groups of 1 to 8 heads, 1 to 300 cached rows listed
+ * out of order; the avx2 and avx512 variants give the same bits. */
+static void test_attention_group_kernels_match_reference_and_one_head_bits(void **state)
+{
+    (void)state;
+    enum { NROWS = 307, MAXN = 300, MAXG = 8, MAXHD = 128, STRIDE = 2 * MAXHD + 3 };
+    static const uint32_t hds[] = {1, 3, 7, 8, 12, 17, 64, 67, 128};
+    static const uint32_t groups[] = {1, 2, 3, 4, 8};
+    static const size_t ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 31, 65, 97, 300};
+    px_rng r;
+    px_rng_seed(&r, 11);
+    size_t ld = MAXN + 3;
+    float *cache = malloc((size_t)NROWS * STRIDE * sizeof(float));
+    float *q = malloc((size_t)MAXG * MAXHD * sizeof(float));
+    float *w = malloc((size_t)MAXG * ld * sizeof(float));
+    float *sc[3], *out[3];
+    for (int v = 0; v < 3; v++) {
+        sc[v] = malloc((size_t)MAXG * ld * sizeof(float));
+        out[v] = malloc(((size_t)MAXG * MAXHD + 8) * sizeof(float));
+    }
+    fill(&r, cache, (size_t)NROWS * STRIDE, 1.0);
+    uint32_t rows[MAXN];
+    for (uint32_t p = 0; p < MAXN; p++)
+        rows[p] = (p * 7 + 3) % NROWS;
+    for (size_t hi = 0; hi < PX_ARRAY_LEN(hds); hi++)
+        for (size_t gi = 0; gi < PX_ARRAY_LEN(groups); gi++)
+            for (size_t n = 1; n <= MAXN; n++) {
+                uint32_t hd = hds[hi], n_q = groups[gi];
+                bool listed = false;
+                for (size_t i = 0; i < PX_ARRAY_LEN(ns); i++)
+                    listed |= ns[i] == n;
+                /* Every count of rows for the decode shape, some for the rest. */
+                if (!listed && !(hd == 64 && n_q == 4))
+                    continue;
+                fill(&r, q, (size_t)n_q * hd, 1.0);
+                for (size_t i = 0; i < (size_t)n_q * ld; i++)
+                    w[i] = (float)(px_rng_uniform(&r) / (double)n);
+                /* The head's values start hd values into a cached row. */
+                const float *base = cache + (hd <= MAXHD ? hd : 0);
+                for (size_t v = 0; v < n_variants; v++) {
+                    check_attention_group(variants[v], q, n_q, base, STRIDE, rows, n, hd, w, ld,
+                                          sc[v], out[v]);
+                    if (v < 2)
+                        continue;
+                    for (uint32_t g = 0; g < n_q; g++)
+                        if (memcmp(sc[v] + g * ld, sc[1] + g * ld, n * sizeof(float)) != 0)
+                            fail_msg("%s and %s scores differ (hd %u, %u heads, %zu rows)",
+                                     variants[v]->name, variants[1]->name, hd, n_q, n);
+                    if (memcmp(out[v], out[1], (size_t)n_q * hd * sizeof(float)) != 0)
+                        fail_msg("%s and %s values differ (hd %u, %u heads, %zu rows)",
+                                 variants[v]->name, variants[1]->name, hd, n_q, n);
+                }
+            }
+    for (int v = 0; v < 3; v++) {
+        free(sc[v]);
+        free(out[v]);
+    }
+    free(cache);
+    free(q);
+    free(w);
+}
+
 /* The batch-invariance contract of the matrix kernels: an activation
  * row's outputs are the same bits whatever the number of rows in the step
  * (1..N, the row at any place among them), whatever the split of weight
@@ -801,6 +921,130 @@ static void test_ops_reject_shapes_ids_and_kinds_they_cannot_run(void **state)
     close_cpu(&a);
 }
 
+/* One attention op over rows (slot[i], pos[i]) of a cache already filled
+ * (position t of slot s at row s * 128 + t of kc0, vc0) with `threads`
+ * threads, the output rows in out.  Paged: the cache in blocks of 16
+ * positions, a slot's blocks scattered over the cache. */
+static void attention_rows(uint32_t threads, uint32_t nh, uint32_t nkv, uint32_t hd,
+                           uint32_t window, bool paged, const int32_t *slot, const int32_t *pos,
+                           uint32_t n, const float *kc0, const float *vc0, float *out)
+{
+    enum { CTX = 128, SLOTS = 3, BLOCK = 16, PER_SLOT = CTX / BLOCK };
+    arena_buf a;
+    open_cpu(&a, threads);
+    int64_t rows_per = paged ? BLOCK : CTX, n_blocks = paged ? SLOTS * PER_SLOT : SLOTS;
+    px_rt_tensor q = tensor(&a, PX_DTYPE_F32, nh * hd, n, 1),
+                 k = tensor(&a, PX_DTYPE_F32, nkv * hd, n, 1),
+                 v = tensor(&a, PX_DTYPE_F32, nkv * hd, n, 1),
+                 kc = tensor(&a, PX_DTYPE_F32, nkv * hd, rows_per, n_blocks),
+                 vc = tensor(&a, PX_DTYPE_F32, nkv * hd, rows_per, n_blocks),
+                 att = tensor(&a, PX_DTYPE_F32, nh * hd, n, 1);
+    size_t kv = (size_t)nkv * hd;
+    int32_t table[SLOTS * PER_SLOT];
+    for (int i = 0; i < SLOTS * PER_SLOT; i++)
+        table[i] = (i * 5 + 7) % (SLOTS * PER_SLOT);
+    for (size_t s = 0; s < SLOTS; s++)
+        for (size_t t = 0; t < CTX; t++) {
+            size_t to =
+                paged ? (size_t)table[s * PER_SLOT + t / BLOCK] * BLOCK + t % BLOCK : s * CTX + t;
+            memcpy(f32(&kc) + to * kv, kc0 + (s * CTX + t) * kv, kv * sizeof(float));
+            memcpy(f32(&vc) + to * kv, vc0 + (s * CTX + t) * kv, kv * sizeof(float));
+        }
+    /* Each row's query, key and value are a function of its (slot, pos),
+     * whatever the rows beside it. */
+    for (uint32_t i = 0; i < n; i++) {
+        px_rng r = px_rng_derive(99, (uint64_t)slot[i] * CTX + (uint64_t)pos[i]);
+        fill(&r, f32(&q) + (size_t)i * nh * hd, (size_t)nh * hd, 1.0);
+        fill(&r, f32(&k) + i * kv, kv, 1.0);
+        fill(&r, f32(&v) + i * kv, kv, 1.0);
+    }
+    px_rt_rows rows = {.n_rows = n,
+                       .slot = slot,
+                       .pos = pos,
+                       .block_table = paged ? table : NULL,
+                       .blocks_per_slot = paged ? PER_SLOT : 0};
+    px_rt_op op = {.kind = PX_IR_OP_ATTENTION,
+                   .src = {&q, &k, &v, &kc, &vc},
+                   .dst = &att,
+                   .rows = &rows,
+                   .n_heads = nh,
+                   .n_kv_heads = nkv,
+                   .head_dim = hd,
+                   .window = window};
+    px_rt_tensor wk = work_for(&a, &op);
+    op.work = &wk;
+    run(&a, &op);
+    memcpy(out, f32(&att), (size_t)n * nh * hd * sizeof(float));
+    close_cpu(&a);
+}
+
+/* The batch-invariance contract of attention: a row's output is the same
+ * bits whatever the rows that share its step (a decode beside a prefill
+ * chunk, or alone), the thread count (1 to 3) and so the split of its
+ * query heads among parts, and whatever the cache's layout (in blocks
+ * scattered by a block table, or a slot's positions in order); head
+ * groups of 4 (the decode shape of the bench model), 8 and 3 (an odd
+ * head size), with and without a window.
+ * Later rows of a sequence see the earlier rows of the same step, so a
+ * row run alone runs after the rows before it of its sequence. */
+static void test_attention_row_is_identical_for_any_batch_and_thread_count(void **state)
+{
+    (void)state;
+    enum { CTX = 128, SLOTS = 3, N = 8 };
+    static const struct {
+        uint32_t nh, nkv, hd, window;
+    } shapes[] = {{16, 4, 64, 0}, {16, 4, 64, 20}, {8, 1, 12, 0}, {6, 2, 67, 7}};
+    /* A decode at 100 in slot 0, a prefill chunk at 40..44 in slot 1, two
+     * decodes in slot 2. */
+    const int32_t slot[N] = {1, 1, 0, 1, 1, 2, 1, 2}, pos[N] = {40, 41, 100, 42, 43, 5, 44, 127};
+    for (size_t si = 0; si < PX_ARRAY_LEN(shapes); si++) {
+        uint32_t nh = shapes[si].nh, hd = shapes[si].hd, width = nh * hd;
+        size_t cache = (size_t)shapes[si].nkv * hd * CTX * SLOTS;
+        float *kc = malloc(cache * sizeof(float)), *vc = malloc(cache * sizeof(float));
+        float *all = malloc((size_t)N * width * sizeof(float));
+        float *alt = malloc((size_t)N * width * sizeof(float));
+        px_rng r;
+        px_rng_seed(&r, 5 + si);
+        fill(&r, kc, cache, 1.0);
+        fill(&r, vc, cache, 1.0);
+        attention_rows(1, nh, shapes[si].nkv, hd, shapes[si].window, false, slot, pos, N, kc, vc,
+                       all);
+        for (uint32_t th = 1; th <= 3; th++)
+            for (int paged = th == 1; paged <= 1; paged++) {
+                attention_rows(th, nh, shapes[si].nkv, hd, shapes[si].window, paged, slot, pos, N,
+                               kc, vc, alt);
+                if (memcmp(all, alt, (size_t)N * width * sizeof(float)) != 0)
+                    fail_msg("shape %zu: %u threads%s change the output", si, th,
+                             paged ? " and a paged cache" : "");
+            }
+        for (uint32_t i = 0; i < N; i++)
+            for (uint32_t th = 1; th <= 3; th++) {
+                /* Row i with the rows of its sequence before it, which it
+                 * attends, or alone when it has none in the step. */
+                int32_t s1[N], p1[N];
+                uint32_t n = 0;
+                for (uint32_t j = 0; j < i; j++)
+                    if (slot[j] == slot[i]) {
+                        s1[n] = slot[j];
+                        p1[n++] = pos[j];
+                    }
+                s1[n] = slot[i];
+                p1[n++] = pos[i];
+                attention_rows(th, nh, shapes[si].nkv, hd, shapes[si].window, th == 2, s1, p1, n,
+                               kc, vc, alt);
+                if (memcmp(all + (size_t)i * width, alt + (size_t)(n - 1) * width,
+                           width * sizeof(float)) != 0)
+                    fail_msg("shape %zu: row %u (slot %d, position %d) differs in a step of %u "
+                             "rows on %u threads",
+                             si, i, slot[i], pos[i], n, th);
+            }
+        free(kc);
+        free(vc);
+        free(all);
+        free(alt);
+    }
+}
+
 /* ------------------------------------------------------------------ */
 /* The thread pool                                                     */
 /* ------------------------------------------------------------------ */
@@ -859,8 +1103,10 @@ int main(void)
         cmocka_unit_test(test_matmul_matches_double_dot_for_every_variant_and_dtype),
         cmocka_unit_test(test_q8_activation_quantization_rounds_and_keeps_nan),
         cmocka_unit_test(test_attention_kernels_match_exp_and_every_variant),
+        cmocka_unit_test(test_attention_group_kernels_match_reference_and_one_head_bits),
         cmocka_unit_test(test_matmul_row_is_identical_for_any_batch_thread_count_and_variant),
         cmocka_unit_test(test_ops_match_definitions_and_ignore_thread_count),
+        cmocka_unit_test(test_attention_row_is_identical_for_any_batch_and_thread_count),
         cmocka_unit_test(test_ops_reject_shapes_ids_and_kinds_they_cannot_run),
         cmocka_unit_test(test_pool_runs_every_part_once_per_call),
         cmocka_unit_test(test_products_of_one_input_run_as_one_group_bit_for_bit),
