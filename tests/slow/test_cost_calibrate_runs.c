@@ -62,6 +62,8 @@ static void test_calibrate_cli_learns_from_the_devices_and_plans_with_it(void **
     px_assert_contains(out, "loopback");
     px_assert_contains(out, "median absolute error: sourced");
     px_assert_contains(out, "pipelines run here");
+    /* The largest batch is timed by decode steps that carry all of it. */
+    px_assert_contains(out, "1 to 128 rows");
     free(out);
     free(err);
     px_cost_calibration *c;
