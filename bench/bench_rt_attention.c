@@ -25,6 +25,7 @@
 #include "plexus/rt.h"
 #include "plexus/rt_backend.h"
 #include "rt/rt_impl.h"
+#include "bench_models.h"
 
 enum { NH = 16, NKV = 4, HD = 64, CTX = 256, PREFILL = 65 };
 
@@ -204,17 +205,10 @@ int main(int argc, char **argv)
                op_us(th, PREFILL, rounds < 5 ? rounds : 5));
     if (ops_only)
         return 0;
-    char self[1024], path[1200];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    const char *dir = getenv("PX_BENCH_DIR");
-    if (len <= 0)
+    char dir[1100], path[1200];
+    if (!bench_models_dir(dir, sizeof dir))
         return 1;
-    self[len] = 0;
-    if (dir)
-        snprintf(path, sizeof path, "%s/synth136m-q4_k_m.gguf", dir);
-    else
-        snprintf(path, sizeof path, "%.*s/bench-models/synth136m-q4_k_m.gguf",
-                 (int)(strrchr(self, '/') - self), self);
+    snprintf(path, sizeof path, "%s/synth136m-q4_k_m.gguf", dir);
     if (access(path, R_OK) != 0) {
         printf("2. skipped: %s is absent (bench_rt_decode writes it)\n", path);
         return 0;

@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "bench_bandwidth.h"
+#include "bench_models.h"
 #include "plexus/ir.h"
 #include "plexus/rt.h"
 
@@ -394,13 +395,8 @@ int main(void)
         return 1;
     }
     self[len] = 0;
-    const char *env = getenv("PX_BENCH_DIR");
-    if (env) {
-        snprintf(dir, sizeof dir, "%s", env);
-    } else {
-        char *slash = strrchr(self, '/');
-        snprintf(dir, sizeof dir, "%.*s/bench-models", (int)(slash - self), self);
-    }
+    if (!bench_models_dir(dir, sizeof dir))
+        return 1;
     mkdir(dir, 0755);
     setvbuf(stdout, NULL, _IOLBF, 0);
     bool models_only = getenv("PX_BENCH_MODELS_ONLY") != NULL;

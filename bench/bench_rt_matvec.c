@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "bench_bandwidth.h"
+#include "bench_models.h"
 #include "plexus/ir.h"
 #include "plexus/rt.h"
 #include "plexus/rt_backend.h"
@@ -370,17 +371,10 @@ int main(void)
     qkv(k, pool, copies, &r);
     free(copies);
     px__rt_pool_free(pool);
-    char self[1024], path[1200];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    const char *dir = getenv("PX_BENCH_DIR");
-    if (len <= 0)
+    char dir[1100], path[1200];
+    if (!bench_models_dir(dir, sizeof dir))
         return 1;
-    self[len] = 0;
-    if (dir)
-        snprintf(path, sizeof path, "%s/synth136m-q4_k_m.gguf", dir);
-    else
-        snprintf(path, sizeof path, "%.*s/bench-models/synth136m-q4_k_m.gguf",
-                 (int)(strrchr(self, '/') - self), self);
+    snprintf(path, sizeof path, "%s/synth136m-q4_k_m.gguf", dir);
     if (access(path, R_OK) != 0) {
         printf("\n4. skipped: %s is absent (bench_rt_decode writes it)\n", path);
         return 0;
