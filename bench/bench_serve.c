@@ -468,37 +468,45 @@ static group_use group_use_now(pid_t pgid)
     return u;
 }
 
+/* The server's /metrics (url: its /v1/ base) into body (n bytes, a
+ * newline first, so that every line starts after one); false when it
+ * cannot be had. */
+static bool fetch_metrics(const char *url, char *body, size_t n)
+{
+    char murl[160];
+    const char *v1 = strstr(url, "/v1/");
+    snprintf(murl, sizeof murl, "%.*s/metrics", v1 ? (int)(v1 - url) : (int)strlen(url), url);
+    CURL *c = curl_easy_init();
+    FILE *mem = fmemopen(body, n - 1, "w");
+    if (!c || !mem) {
+        if (mem)
+            fclose(mem);
+        curl_easy_cleanup(c);
+        return false;
+    }
+    fputc('\n', mem);
+    curl_easy_setopt(c, CURLOPT_URL, murl);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, mem);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+    CURLcode rc = curl_easy_perform(c);
+    size_t len = (size_t)ftell(mem);
+    fclose(mem);
+    curl_easy_cleanup(c);
+    body[len < n ? len : n - 1] = 0;
+    return rc == CURLE_OK;
+}
+
 /* The value of `metric` in the server's /metrics, summed over replicas
  * when it is per replica, or replica `only`'s alone (>= 0); NAN when
  * absent. */
 static double scrape_replica(const char *url, const char *metric, int only)
 {
-    char murl[160];
-    const char *v1 = strstr(url, "/v1/");
-    snprintf(murl, sizeof murl, "%.*s/metrics", v1 ? (int)(v1 - url) : (int)strlen(url), url);
     static char body[1 << 16];
-    size_t len = 0;
-    CURL *c = curl_easy_init();
-    FILE *mem = fmemopen(body, sizeof body - 1, "w");
-    if (!c || !mem) {
-        if (mem)
-            fclose(mem);
-        curl_easy_cleanup(c);
+    if (!fetch_metrics(url, body, sizeof body))
         return NAN;
-    }
-    curl_easy_setopt(c, CURLOPT_URL, murl);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, mem);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-    CURLcode rc = curl_easy_perform(c);
-    len = (size_t)ftell(mem);
-    fclose(mem);
-    curl_easy_cleanup(c);
-    if (rc != CURLE_OK)
-        return NAN;
-    body[len < sizeof body ? len : sizeof body - 1] = 0;
     double sum = NAN;
     size_t mlen = strlen(metric);
-    for (const char *l = body; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+    for (const char *l = body + 1; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
         if (strncmp(l, metric, mlen) != 0 || (l[mlen] != ' ' && l[mlen] != '{'))
             continue;
         char label[32];
@@ -555,30 +563,10 @@ static double metric_in(const char *body, const char *metric, const char *labels
 
 static void timing_now(const char *url, int n_reps, const int *n_stages, rep_timing *out)
 {
-    char murl[160];
-    const char *v1 = strstr(url, "/v1/");
-    snprintf(murl, sizeof murl, "%.*s/metrics", v1 ? (int)(v1 - url) : (int)strlen(url), url);
     static char body[1 << 17];
     memset(out, 0, sizeof *out * (size_t)n_reps);
-    CURL *c = curl_easy_init();
-    FILE *mem = fmemopen(body, sizeof body - 1, "w");
-    if (!c || !mem) {
-        if (mem)
-            fclose(mem);
-        curl_easy_cleanup(c);
+    if (!fetch_metrics(url, body, sizeof body))
         return;
-    }
-    fputc('\n', mem);
-    curl_easy_setopt(c, CURLOPT_URL, murl);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, mem);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-    CURLcode rc = curl_easy_perform(c);
-    size_t len = (size_t)ftell(mem);
-    fclose(mem);
-    curl_easy_cleanup(c);
-    if (rc != CURLE_OK)
-        return;
-    body[len < sizeof body ? len : sizeof body - 1] = 0;
     for (int i = 0; i < n_reps; i++) {
         rep_timing *t = &out[i];
         char r[32], l[64];
