@@ -680,7 +680,7 @@ static void serve_plan(const char *label, const char *model, const char *invento
     static rep_pred_parts parts[MAX_REPS];
     memset(parts, 0, sizeof parts);
     double plan_context =
-        json_number_value(json_object_get(json_object_get(doc, "workload"), "context"));
+        json_number_value(json_object_get(json_object_get(doc, "workload"), "attended_positions"));
     json_array_foreach(json_object_get(doc, "replicas"), ri, rep)
     {
         double t = json_number_value(json_object_get(rep, "tpot_s"));

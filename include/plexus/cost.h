@@ -294,6 +294,10 @@ typedef struct px_cost_workload {
 
 /* batch 1, one micro-batch, context 4096, prompt 512, 256 new tokens. */
 px_cost_workload px_cost_workload_default(void);
+/* The positions a decode step attends on average over a sequence's life:
+ * its prompt and half its new tokens (prompt + (gen + 1) / 2), at most the
+ * context.  Decode time is priced at it; memory at the context. */
+double px_cost_attended(const px_cost_workload *wl);
 /* A stage holding every block, the embedding and the head on one device,
  * at the stored precision. */
 px_cost_stage px_cost_stage_make(uint32_t device, const px_cost_model *m);

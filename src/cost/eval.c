@@ -364,7 +364,7 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
 {
     double eff_mem = s ? s->eff_mem : p->eff_mem;
     double eff_c = s ? s->eff_compute : p->eff_compute;
-    double T = m->dit ? m->dit_tokens : wl->context;
+    double T = m->dit ? m->dit_tokens : px_cost_attended(wl);
     double P = m->dit ? m->dit_tokens : PX_MAX(wl->prompt_tokens, 1u);
     double S = m->dit ? m->dit_tokens : 1.0; /* new tokens per sequence per step */
     uint32_t tp = st->tp;
@@ -923,7 +923,7 @@ px_status px_cost_stage_terms_of(px_cost_fleet *f, const px_cost_model *m, const
     stage_load_of(m, st, (uint64_t)b * (uint64_t)S, (uint64_t)b * (uint64_t)PX_MAX(P, 1.0), &ld);
     const px_cost_device *d = &f->devices[st->devices[0]];
     double bw = d->mem_bw * p->eff_mem;
-    double T = m->dit ? m->dit_tokens : wl->context;
+    double T = m->dit ? m->dit_tokens : px_cost_attended(wl);
     double kv_read = m->dit ? 0 : b * T * ld.kv_token;
     out->matvec_s = ld.w_decode / st->tp / bw;
     out->attention_s = st->kv == PX_COST_KV_DEVICE ? kv_read / st->tp / bw : 0;

@@ -148,6 +148,12 @@ px_cost_workload px_cost_workload_default(void)
     return wl;
 }
 
+double px_cost_attended(const px_cost_workload *wl)
+{
+    double mean = (double)wl->prompt_tokens + ((double)wl->gen_tokens + 1.0) / 2.0;
+    return PX_MAX(1.0, PX_MIN((double)wl->context, mean));
+}
+
 px_cost_stage px_cost_stage_make(uint32_t device, const px_cost_model *m)
 {
     px_cost_stage s;

@@ -347,7 +347,7 @@ void px_cost_lower_bound_at(const px_cost_fleet *f, const px_cost_model *m, cons
     if (bw <= 0 || bm.peak <= 0)
         goto done;
     double batch = PX_MAX(wl->batch, 1u);
-    double T = m->dit ? m->dit_tokens : wl->context;
+    double T = m->dit ? m->dit_tokens : px_cost_attended(wl);
     double S = m->dit ? m->dit_tokens : 1.0;
     double P = PX_MAX(wl->prompt_tokens, 1u);
     double weights = 0, held = 0, kv = 0, flops = 0, pf_flops = 0;
@@ -390,7 +390,8 @@ void px_cost_lower_bound_at(const px_cost_fleet *f, const px_cost_model *m, cons
     flops += m->dit ? 0 : pf_flops / gen;
     double compute_cap = flops > 0 ? bm.peak / flops * steps : 0;
     double best = 0;
-    double kv_seq = m->dit ? 0 : T * kv;
+    /* A sequence holds its whole context and a step reads what it attends. */
+    double kv_seq = m->dit ? 0 : (double)wl->context * kv, kv_att = m->dit ? 0 : T * kv;
     double b_max = kv_seq > 0 ? (bm.dev_cap + bm.host_cap - held) / kv_seq : 1e6;
     if (b_max >= 1) {
         for (double b = 1; b <= b_max * 1.0000001; b = b * 1.25 + 1) {
@@ -399,7 +400,7 @@ void px_cost_lower_bound_at(const px_cost_fleet *f, const px_cost_model *m, cons
             if (!(t < INFINITY))
                 break;
             double tr =
-                (held + bb * kv_seq) > 0 ? (weights + bb * kv_seq) / (held + bb * kv_seq) : 1.0;
+                (held + bb * kv_seq) > 0 ? (weights + bb * kv_att) / (held + bb * kv_seq) : 1.0;
             double step = PX_MAX(t * tr, bb * flops / bm.peak);
             if (step > 0)
                 best = PX_MAX(best, bb / step * steps);
@@ -408,7 +409,10 @@ void px_cost_lower_bound_at(const px_cost_fleet *f, const px_cost_model *m, cons
         }
         double t = fill_time(&bm, held + b_max * kv_seq);
         if (t < INFINITY && b_max < 1e6) {
-            double step = PX_MAX(t, b_max * flops / bm.peak);
+            double tr = (held + b_max * kv_seq) > 0
+                            ? (weights + b_max * kv_att) / (held + b_max * kv_seq)
+                            : 1.0;
+            double step = PX_MAX(t * tr, b_max * flops / bm.peak);
             if (step > 0)
                 best = PX_MAX(best, b_max / step * steps);
         }

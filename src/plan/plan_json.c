@@ -622,11 +622,12 @@ json_t *px__plan_document(px__plan_ctx *ctx, px__plan_result *r)
         px_json_set(doc, "contract", take(&cc)) ||
         px_json_set(doc, "objective", take(&objective)) ||
         px_json_set(doc, "workload",
-                    json_pack("{s:i, s:i, s:i, s:i, s:i}", "batch", (json_int_t)wl->batch,
+                    json_pack("{s:i, s:i, s:i, s:i, s:i, s:f}", "batch", (json_int_t)wl->batch,
                               "micro_batches", (json_int_t)PX_MAX(wl->micro_batches, 1u), "context",
                               (json_int_t)wl->context, "prompt_tokens",
                               (json_int_t)wl->prompt_tokens, "gen_tokens",
-                              (json_int_t)wl->gen_tokens)) ||
+                              (json_int_t)wl->gen_tokens, "attended_positions",
+                              px_cost_attended(wl))) ||
         px_json_set(doc, "batching",
                     json_pack("{s:i, s:i, s:i, s:i, s:b}", "batch_per_replica",
                               (json_int_t)wl->batch, "micro_batches",

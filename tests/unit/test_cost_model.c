@@ -258,18 +258,30 @@ static void test_cost_prices_each_attended_position(void **state)
     setup_fixture(&fx, fleet_json(false, "100 Gbit/s", "5 us", ""), "llama-3-8b", PX_DTYPE_COUNT_);
     px_cost_pipeline p = one_stage(&fx, dev(&fx, "n1.gpu0"));
     fx.wl.batch = 8;
-    fx.wl.context = 2048;
+    fx.wl.context = 8192;
+    fx.wl.prompt_tokens = 1024;
+    fx.wl.gen_tokens = 256;
     px_cost_estimate *e = eval(&fx, &p);
     double a = e->stages[0].attention_pos_s, dec = e->stages[0].decode_s;
     double kv = 0;
     for (uint32_t i = 0; i < fx.model->n_layers; i++)
         kv += fx.model->layers[i].kv_bytes_token;
     assert_float_equal(a, kv / (1e12 * fx.params.eff_mem), 1e-6 * a);
-    /* The step's growth from 2048 to 4096 positions a row is that slope. */
-    fx.wl.context = 4096;
+    /* A row attends its prompt and half its new tokens on average: the
+     * step's growth from 2048 more prompt positions is that slope. */
+    fx.wl.prompt_tokens = 3072;
     e = eval(&fx, &p);
     double slope = (e->stages[0].decode_s - dec) / (8.0 * 2048);
     assert_float_equal(a, slope, 1e-3 * a);
+    /* The context is what the cache holds, not what a step reads. */
+    fx.wl.context = 4096;
+    double held = e->stages[0].decode_s;
+    e = eval(&fx, &p);
+    assert_float_equal(e->stages[0].decode_s, held, 1e-9 * held);
+    fx.wl.context = 2048; /* a shorter context caps what a row attends */
+    e = eval(&fx, &p);
+    assert_float_equal(px_cost_attended(&fx.wl), 2048, 0);
+    assert_true(e->stages[0].decode_s < held);
     /* The cache on the host reads its positions over the host link too. */
     p.stages[0].kv = PX_COST_KV_HOST;
     fx.wl.context = 2048;
@@ -700,7 +712,8 @@ static void test_cost_follows_the_weight_format(void **state)
         double kv = 0;
         for (uint32_t l = 0; l < fx.model->n_layers; l++)
             kv += fx.model->layers[l].kv_bytes_token;
-        double bytes = fx.model->total_bytes - fx.model->embedding.attn_bytes + kv * fx.wl.context;
+        double bytes =
+            fx.model->total_bytes - fx.model->embedding.attn_bytes + kv * px_cost_attended(&fx.wl);
         double ddr = 200e9 * fx.params.eff_mem;
         if (fabs(e->tpot_s - bytes / ddr) > 0.1 * bytes / ddr)
             fail_msg("%s: decode %g s, its bytes over the bandwidth %g s",
