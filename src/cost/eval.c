@@ -73,153 +73,6 @@ static bool has_op(const px_hw_device *d, const char *op)
     return false;
 }
 
-static double kv_scale(const px_cost_model *m, px_dtype kv)
-{
-    return px__cost_bpe(kv, 4.0) / px__cost_bpe(m->kv_dtype, 4.0);
-}
-
-static double act_scale(const px_cost_model *m, px_dtype act)
-{
-    return px__cost_bpe(act, 4.0) / px__cost_bpe(m->act_dtype, 4.0);
-}
-
-/* What a stage's blocks weigh, read and compute for one step. */
-typedef struct stage_load {
-    double w_mem;                            /* weight bytes held */
-    double w_decode;                         /* weight bytes read by a decode step */
-    double w_prefill;                        /* weight bytes read by a prefill */
-    double kv_token;                         /* KV bytes per token of context (all its blocks) */
-    double flops_tok, flops_pair, flops_seq; /* sums over its blocks (+ head) */
-    double act_out;                          /* activation bytes per token crossing its output */
-    uint32_t n_blocks;
-} stage_load;
-
-static double moe_read(const px_cost_layer *l, double ffn_at, uint64_t tokens)
-{
-    if (l->n_experts == 0 || l->expert_bytes <= 0 || l->ffn_bytes <= 0)
-        return ffn_at;
-    double scale = ffn_at / l->ffn_bytes;
-    double experts = l->expert_bytes * l->n_experts * scale;
-    double touched = (double)px_ir_moe_experts_touched(l->n_experts, l->n_experts_used, tokens);
-    return ffn_at - experts + touched * l->expert_bytes * scale;
-}
-
-/* Adds the embedding and head of a stage and sets its output width. */
-static void finish_load(const px_cost_model *m, const px_cost_stage *st, stage_load *ld)
-{
-    ld->kv_token *= kv_scale(m, st->prec.kv);
-    ld->act_out = st->last >= st->first ? m->layers[st->last].act_bytes_token : 0;
-    if (st->embedding) {
-        double e = px_cost_edge_bytes(m, false, st->prec.weights);
-        ld->w_mem += e;
-        if (ld->n_blocks == 0)
-            ld->act_out = m->embedding.act_bytes_token;
-    }
-    if (st->head) {
-        double h = px_cost_edge_bytes(m, true, st->prec.weights);
-        /* A tied classifier shares the embedding's table when both are here. */
-        if (!(m->tied_head && st->embedding))
-            ld->w_mem += h;
-        ld->w_decode += h;
-        ld->w_prefill += h;
-        ld->flops_tok += m->head.flops_token;
-        ld->flops_seq += m->head.flops_seq;
-    }
-    if (ld->act_out <= 0)
-        ld->act_out = (double)m->dim * px__cost_bpe(m->act_dtype, 4.0);
-    ld->act_out *= act_scale(m, st->prec.activations);
-}
-
-static void stage_load_of(const px_cost_model *m, const px_cost_stage *st, uint64_t dec_tokens,
-                          uint64_t pf_tokens, stage_load *ld)
-{
-    memset(ld, 0, sizeof *ld);
-    for (int32_t i = st->first; i <= st->last; i++) {
-        const px_cost_layer *l = &m->layers[i];
-        double a = px_cost_region_bytes(m, (uint32_t)i, false, st->prec.weights);
-        double f = px_cost_region_bytes(m, (uint32_t)i, true, st->prec.ffn_weights);
-        ld->w_mem += a + f;
-        ld->w_decode += a + moe_read(l, f, dec_tokens);
-        ld->w_prefill += a + moe_read(l, f, pf_tokens);
-        ld->kv_token += l->kv_bytes_token;
-        ld->flops_tok += l->flops_token;
-        ld->flops_pair += l->flops_pair;
-        ld->flops_seq += l->flops_seq;
-        ld->n_blocks++;
-    }
-    finish_load(m, st, ld);
-}
-
-static void load_from_prefix(const px_cost_prefix *pre, const px_cost_stage *st, stage_load *ld)
-{
-    memset(ld, 0, sizeof *ld);
-    if (st->last >= st->first) {
-        size_t a = (size_t)st->first, b = (size_t)st->last + 1;
-        ld->w_mem = pre->w_mem[b] - pre->w_mem[a];
-        ld->w_decode = pre->w_decode[b] - pre->w_decode[a];
-        ld->w_prefill = pre->w_prefill[b] - pre->w_prefill[a];
-        ld->kv_token = pre->kv_token[b] - pre->kv_token[a];
-        ld->flops_tok = pre->flops_tok[b] - pre->flops_tok[a];
-        ld->flops_pair = pre->flops_pair[b] - pre->flops_pair[a];
-        ld->flops_seq = pre->flops_seq[b] - pre->flops_seq[a];
-        ld->n_blocks = (uint32_t)(b - a);
-    }
-    finish_load(pre->model, st, ld);
-}
-
-static uint32_t micro_batch(const px_cost_workload *wl)
-{
-    uint32_t mb = PX_MAX(wl->micro_batches, 1u);
-    uint32_t batch = PX_MAX(wl->batch, 1u);
-    return (batch + mb - 1) / mb;
-}
-
-px_status px_cost_prefix_init(px_cost_prefix *pre, const px_cost_model *m,
-                              const px_cost_precision *prec, const px_cost_workload *wl,
-                              px_err *err)
-{
-    memset(pre, 0, sizeof *pre);
-    size_t n = (size_t)m->n_layers + 1;
-    double *all = calloc(7 * n, sizeof *all);
-    if (!all)
-        return px_err_set(err, PX_ENOMEM, "out of memory building layer sums");
-    pre->prec = *prec;
-    pre->wl = *wl;
-    pre->n_layers = m->n_layers;
-    pre->model = m;
-    pre->w_mem = all;
-    pre->w_decode = all + n;
-    pre->w_prefill = all + 2 * n;
-    pre->kv_token = all + 3 * n;
-    pre->flops_tok = all + 4 * n;
-    pre->flops_pair = all + 5 * n;
-    pre->flops_seq = all + 6 * n;
-    uint64_t b = micro_batch(wl);
-    double S = m->dit ? m->dit_tokens : 1.0;
-    double P = m->dit ? m->dit_tokens : PX_MAX(wl->prompt_tokens, 1u);
-    for (uint32_t i = 0; i < m->n_layers; i++) {
-        const px_cost_layer *l = &m->layers[i];
-        double a = px_cost_region_bytes(m, i, false, prec->weights);
-        double f = px_cost_region_bytes(m, i, true, prec->ffn_weights);
-        pre->w_mem[i + 1] = pre->w_mem[i] + a + f;
-        pre->w_decode[i + 1] = pre->w_decode[i] + a + moe_read(l, f, b * (uint64_t)S);
-        pre->w_prefill[i + 1] = pre->w_prefill[i] + a + moe_read(l, f, b * (uint64_t)P);
-        pre->kv_token[i + 1] = pre->kv_token[i] + l->kv_bytes_token;
-        pre->flops_tok[i + 1] = pre->flops_tok[i] + l->flops_token;
-        pre->flops_pair[i + 1] = pre->flops_pair[i] + l->flops_pair;
-        pre->flops_seq[i + 1] = pre->flops_seq[i] + l->flops_seq;
-    }
-    return PX_OK;
-}
-
-void px_cost_prefix_release(px_cost_prefix *pre)
-{
-    if (!pre)
-        return;
-    free(pre->w_mem);
-    memset(pre, 0, sizeof *pre);
-}
-
 static double sample_of(const double *arr, uint32_t i)
 {
     return arr ? arr[i] : 1.0;
@@ -326,8 +179,8 @@ static double calib_apply(const px_cost_params *p, const px_cost_sample *s, cons
  * uncertainty is the correction's, not the sourced bandwidth's. */
 static void calibrate_device(const px_cost_params *p, const px_cost_sample *s,
                              const px_cost_device *d, const px_cost_model *m,
-                             const px_cost_stage *st, const stage_load *ld, double tp, double bw,
-                             double dev_kv, double act_traffic, double T, double rows,
+                             const px_cost_stage *st, const px__cost_stage_load *ld, double tp,
+                             double bw, double dev_kv, double act_traffic, double T, double rows,
                              double pf_point, double *mem_s, double *pf, double *kv_pos_s)
 {
     px_dtype dt = weights_dtype(m, st);
@@ -359,7 +212,7 @@ static void calibrate_device(const px_cost_params *p, const px_cost_sample *s,
 
 static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_params *p,
                        const px_cost_workload *wl, const px_cost_stage *st, const px_cost_sample *s,
-                       uint32_t b, const stage_load *ldp, px_cost_stage_est *e,
+                       uint32_t b, const px__cost_stage_load *ldp, px_cost_stage_est *e,
                        px_cost_estimate *est, uint32_t si)
 {
     double eff_mem = s ? s->eff_mem : p->eff_mem;
@@ -369,7 +222,7 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
     double S = m->dit ? m->dit_tokens : 1.0; /* new tokens per sequence per step */
     uint32_t tp = st->tp;
     double act_bpe = px__cost_bpe(st->prec.activations, 4.0);
-    const stage_load ld = *ldp;
+    const px__cost_stage_load ld = *ldp;
 
     memset(e, 0, sizeof *e);
     /* Decode step (a denoising step for DiT). */
@@ -526,57 +379,6 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
     }
 }
 
-/* The slot of node id among the n in node[], added at the end (*fresh)
- * when it is not there yet; the caller's arrays hold room for it. */
-static size_t node_slot(uint32_t *node, size_t *n, uint32_t id, bool *fresh)
-{
-    size_t at = 0;
-    while (at < *n && node[at] != id)
-        at++;
-    *fresh = at == *n;
-    if (*fresh)
-        node[(*n)++] = id;
-    return at;
-}
-
-/* Host memory is a node's, not a stage's: the host KV of every stage on one
- * node (each device's share on its own node) is summed against that node's
- * memory.  True when a node is over its limit: *stage gets the last stage
- * on it and *over the excess. */
-static bool host_over(const px_cost_fleet *f, const px_cost_params *p, const px_cost_stage *stages,
-                      const px_cost_stage_est *ests, uint32_t n_stages, uint32_t *stage,
-                      double *over)
-{
-    enum { CAP = PX_COST_MAX_STAGES * PX_COST_MAX_TP };
-    uint32_t node[CAP], last[CAP];
-    double bytes[CAP], limit[CAP];
-    size_t n = 0;
-    for (uint32_t i = 0; i < n_stages; i++) {
-        const px_cost_stage *st = &stages[i];
-        double share = ests[i].host_bytes / st->tp;
-        if (share <= 0)
-            continue;
-        for (uint32_t k = 0; k < st->tp; k++) {
-            const px_cost_device *d = &f->devices[st->devices[k]];
-            bool fresh;
-            size_t at = node_slot(node, &n, d->node, &fresh);
-            if (fresh) {
-                bytes[at] = 0;
-                limit[at] = d->host_mem * (1.0 - p->headroom);
-            }
-            bytes[at] += share;
-            last[at] = i;
-        }
-    }
-    for (size_t j = 0; j < n; j++)
-        if (bytes[j] > limit[j]) {
-            *stage = last[j];
-            *over = bytes[j] - limit[j];
-            return true;
-        }
-    return false;
-}
-
 static px_status check_layout(const px_cost_fleet *f, const px_cost_model *m,
                               const px_cost_pipeline *pipe, px_err *err)
 {
@@ -636,47 +438,6 @@ static void add_domain(const px_hw_view *v, uint32_t dom, uint32_t *seen, size_t
     }
 }
 
-/* The floor host cores put under a step (est->host_cores_s, host_node):
- * per node that declares its cores, the core-seconds of every micro-batch
- * of every stage device on it, and of the executor's round trip (a host
- * thread beside the first stage), over its cores.  The busiest node sets
- * it; 0 when no node declares its cores. */
-static void host_cores_floor(const px_cost_fleet *f, const px_cost_pipeline *pipe, uint32_t mb,
-                             double exec, px_cost_estimate *est)
-{
-    enum { CAP = PX_COST_MAX_STAGES * PX_COST_MAX_TP };
-    uint32_t node[CAP];
-    double demand[CAP], cores[CAP];
-    size_t n = 0;
-    est->host_cores_s = 0;
-    est->host_node = PX_HW_NONE;
-    for (uint32_t i = 0; i < pipe->n_stages; i++) {
-        const px_cost_stage *st = &pipe->stages[i];
-        px_cost_stage_est *e = &est->stages[i];
-        e->host_core_s = 0;
-        for (uint32_t k = 0; k < st->tp; k++) {
-            const px_cost_device *d = &f->devices[st->devices[k]];
-            double busy = e->compute_s > e->mem_s ? d->host_busy_compute : d->host_busy_mem;
-            e->host_core_s += e->serve_s * busy;
-            double need = mb * e->serve_s * busy + (i == 0 && k == 0 ? exec : 0);
-            if (d->host_cores <= 0 || need <= 0)
-                continue;
-            bool fresh;
-            size_t at = node_slot(node, &n, d->node, &fresh);
-            if (fresh) {
-                demand[at] = 0;
-                cores[at] = d->host_cores;
-            }
-            demand[at] += need;
-        }
-    }
-    for (size_t j = 0; j < n; j++)
-        if (demand[j] / cores[j] > est->host_cores_s) {
-            est->host_cores_s = demand[j] / cores[j];
-            est->host_node = node[j];
-        }
-}
-
 /* A size of the workload, not of calibration: evaluation keys the step
  * class by it, and calibration runs (calib_run.c) use it too. */
 double px_cost_step_size(const px_cost_model *m, const px_cost_workload *wl)
@@ -701,7 +462,7 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
     }
     uint32_t mb = PX_MAX(wl->micro_batches, 1u);
     uint32_t batch = PX_MAX(wl->batch, 1u);
-    uint32_t b = micro_batch(wl);
+    uint32_t b = px__cost_micro_batch(wl);
     for (uint32_t i = 0; i < pipe->n_stages; i++) {
         px_cost_infeasible c = check_capability(f, &pipe->stages[i]);
         if (c != PX_COST_OK) {
@@ -717,9 +478,9 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
     double served_xfer[PX_COST_MAX_STAGES] = {0}; /* per prefilled sequence in a step */
     for (uint32_t i = 0; i < pipe->n_stages; i++) {
         px_cost_stage_est *e = &est->stages[i];
-        stage_load ld;
-        stage_load_of(m, &pipe->stages[i], (uint64_t)b * (uint64_t)S,
-                      (uint64_t)b * (uint64_t)PX_MAX(P, 1.0), &ld);
+        px__cost_stage_load ld;
+        px__cost_stage_load_of(m, &pipe->stages[i], (uint64_t)b * (uint64_t)S,
+                               (uint64_t)b * (uint64_t)PX_MAX(P, 1.0), &ld);
         eval_stage(f, m, p, wl, &pipe->stages[i], s, b, &ld, e, est, i);
         if (est->why == PX_COST_NO_PATH || est->why == PX_COST_NO_CAPABILITY)
             return PX_OK;
@@ -755,8 +516,8 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
     }
     uint32_t host_stage;
     double host_excess;
-    if (est->why == PX_COST_OK &&
-        host_over(f, p, pipe->stages, est->stages, pipe->n_stages, &host_stage, &host_excess)) {
+    if (est->why == PX_COST_OK && px__cost_host_over(f, p, pipe->stages, est->stages,
+                                                     pipe->n_stages, &host_stage, &host_excess)) {
         est->why = PX_COST_NO_MEMORY;
         est->why_stage = host_stage;
         est->why_bytes = host_excess;
@@ -819,7 +580,7 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
     est->step_s = PX_MAX(sum_thr + loop + exec, mb * cycle_thr);
     /* Stages that run on one host's cores share them: a step cannot be
      * shorter than the core-seconds it asks of a node over its cores. */
-    host_cores_floor(f, pipe, mb, mb * exec, est);
+    px__cost_host_cores_floor(f, pipe, mb, mb * exec, est);
     est->decode_step_s = PX_MAX(est->decode_step_s, est->host_cores_s);
     step_tpot = PX_MAX(step_tpot, est->host_cores_s);
     est->step_s = PX_MAX(est->step_s, est->host_cores_s);
@@ -873,12 +634,13 @@ px_cost_infeasible px_cost_stage_quick(px_cost_fleet *f, const px_cost_prefix *p
     px_cost_infeasible c = check_capability(f, st);
     if (c != PX_COST_OK)
         return c;
-    stage_load ld;
-    load_from_prefix(pre, st, &ld);
-    eval_stage(f, pre->model, p, &pre->wl, st, NULL, micro_batch(&pre->wl), &ld, out, &est, 0);
+    px__cost_stage_load ld;
+    px__cost_load_from_prefix(pre, st, &ld);
+    eval_stage(f, pre->model, p, &pre->wl, st, NULL, px__cost_micro_batch(&pre->wl), &ld, out, &est,
+               0);
     uint32_t at;
     double over;
-    if (est.why == PX_COST_OK && host_over(f, p, st, out, 1, &at, &over))
+    if (est.why == PX_COST_OK && px__cost_host_over(f, p, st, out, 1, &at, &over))
         return PX_COST_NO_MEMORY;
     return est.why;
 }
@@ -894,13 +656,13 @@ double px_cost_hop_s(px_cost_fleet *f, const px_cost_prefix *pre, const px_cost_
                                                            : m->embedding.act_bytes_token;
     if (act <= 0)
         act = (double)m->dim * px__cost_bpe(m->act_dtype, 4.0);
-    act *= act_scale(m, pre->prec.activations);
+    act *= px__cost_act_scale(m, pre->prec.activations);
     double S = m->dit ? m->dit_tokens : 1.0;
-    double t = pa.latency + micro_batch(&pre->wl) * S * act / (pa.bw * p->eff_link);
+    double t = pa.latency + px__cost_micro_batch(&pre->wl) * S * act / (pa.bw * p->eff_link);
     if (calibrated(p) && pa.bottleneck >= 0) {
         bool applied;
         t = calib_apply(p, NULL, px_hw_link_kind_name(pa.kind), PX_COST_CLASS_COPY, PX_DTYPE_COUNT_,
-                        micro_batch(&pre->wl) * S * act, t, &applied);
+                        px__cost_micro_batch(&pre->wl) * S * act, t, &applied);
     }
     return t;
 }
@@ -916,11 +678,12 @@ px_status px_cost_stage_terms_of(px_cost_fleet *f, const px_cost_model *m, const
     px_cost_params sp = *p;
     sp.mode = PX_COST_SOURCED;
     sp.calibration = NULL;
-    uint32_t b = micro_batch(wl);
+    uint32_t b = px__cost_micro_batch(wl);
     double S = m->dit ? m->dit_tokens : 1.0;
     double P = m->dit ? 0 : PX_MAX(wl->prompt_tokens, 1u);
-    stage_load ld;
-    stage_load_of(m, st, (uint64_t)b * (uint64_t)S, (uint64_t)b * (uint64_t)PX_MAX(P, 1.0), &ld);
+    px__cost_stage_load ld;
+    px__cost_stage_load_of(m, st, (uint64_t)b * (uint64_t)S, (uint64_t)b * (uint64_t)PX_MAX(P, 1.0),
+                           &ld);
     const px_cost_device *d = &f->devices[st->devices[0]];
     double bw = d->mem_bw * p->eff_mem;
     double T = m->dit ? m->dit_tokens : px_cost_attended(wl);
@@ -940,27 +703,4 @@ px_status px_cost_stage_terms_of(px_cost_fleet *f, const px_cost_model *m, const
     out->prefill_s = est->stages[0].prefill_s;
     free(est);
     return PX_OK;
-}
-
-void px_cost_host_shares(const uint32_t *node, const double *use, size_t n, double *k)
-{
-    for (size_t i = 0; i < n; i++)
-        k[i] = 1.0;
-    for (size_t i = 0; i < n; i++) {
-        if (node[i] == PX_HW_NONE)
-            continue;
-        bool first = true;
-        double sum = 0;
-        for (size_t j = 0; j < n; j++) {
-            if (node[j] != node[i])
-                continue;
-            first &= j >= i;
-            sum += use[j];
-        }
-        if (!first || sum <= 1.0)
-            continue;
-        for (size_t j = i; j < n; j++)
-            if (node[j] == node[i])
-                k[j] = sum;
-    }
 }
