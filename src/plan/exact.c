@@ -143,16 +143,15 @@ static px_status linear_model(px__plan_ctx *ctx, const px_cost_workload *wl, lin
                               px_err *err)
 {
     const px_cost_model *m = ctx->model;
-    double bytes = 0, kv = 0, flops = 0;
+    double bytes = 0, kv = 0, flops = 0, T = px_cost_attended(wl);
     for (uint32_t i = 0; i < m->n_layers; i++) {
         bytes += m->layers[i].attn_bytes + m->layers[i].ffn_bytes;
         kv += m->layers[i].kv_bytes_token;
-        flops += m->layers[i].flops_token + px_cost_attended(wl) * m->layers[i].flops_pair +
-                 m->layers[i].flops_seq;
+        flops += m->layers[i].flops_token + T * m->layers[i].flops_pair + m->layers[i].flops_seq;
     }
     double L = PX_MAX(m->n_layers, 1u);
     double b = PX_MAX(wl->batch, 1u);
-    double per_read = (bytes + b * px_cost_attended(wl) * kv) / L;
+    double per_read = (bytes + b * T * kv) / L;
     double per_flops = b * flops / L;
     *block_bytes = bytes / L + b * wl->context * kv / L;
     *head_bytes = m->tied_head ? 0 : m->head.attn_bytes;

@@ -13,6 +13,7 @@
 
 #include "fleet/fleet_impl.h"
 #include "plexus/fleet.h"
+#include "http_reply.h"
 #include "pg_harness.h"
 
 #include <curl/curl.h>
@@ -30,54 +31,18 @@ static bool pg_up;
 
 /* ---- HTTP ---- */
 
-typedef struct reply {
-    long status;
-    char *body;
-    json_t *json;
-} reply;
+typedef px_test_reply reply;
 
-static size_t on_data(char *p, size_t size, size_t n, void *ud)
-{
-    px_strbuf_add(ud, p, size * n);
-    return size * n;
-}
-
+/* Never fails the test itself: a thread of the test calls it too. */
 static reply req(const char *base, const char *method, const char *path, const char *token,
                  const char *body)
 {
-    CURL *c = curl_easy_init();
-    assert_non_null(c);
-    char url[512], auth[300];
-    snprintf(url, sizeof url, "%s%s", base, path);
-    px_strbuf out = PX_STRBUF_INIT;
-    struct curl_slist *h = curl_slist_append(NULL, "Expect:");
-    if (token) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
-        h = curl_slist_append(h, auth);
-    }
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &out);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
-    if (body)
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    CURLcode rc = curl_easy_perform(c);
-    reply r = {0};
-    if (rc == CURLE_OK)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
-    curl_slist_free_all(h);
-    curl_easy_cleanup(c);
-    r.body = px_strbuf_detach(&out, NULL);
-    r.json = r.body ? json_loads(r.body, JSON_DECODE_ANY, NULL) : NULL;
-    return r;
+    return px_test_http(base, method, path, token, body, body ? strlen(body) : 0, 60);
 }
 
 static void drop(reply *r)
 {
-    free(r->body);
-    json_decref(r->json);
+    px_test_reply_drop(r);
 }
 
 static void expect(const char *base, const char *method, const char *path, const char *token,

@@ -243,11 +243,6 @@ static void test_cost_host_kv_is_summed_per_node(void **state)
     teardown_fixture(&fx);
 }
 
-/* Continuous batching prefills new requests' prompts inside decode steps:
- * at batch 1 a sequence sees no other prefill (time per token is the
- * decode step), at a larger batch it sees the others', more with longer
- * prompts and fewer with longer generations, and the throughput is the
- * batch over the step that carries every sequence's share. */
 /* The time per attended position is the decode step's slope in the
  * positions its rows attend: memory-bound, one position's KV bytes over
  * the bandwidth; with the cache on the host, more. */
@@ -290,6 +285,11 @@ static void test_cost_prices_each_attended_position(void **state)
     teardown_fixture(&fx);
 }
 
+/* Continuous batching prefills new requests' prompts inside decode steps:
+ * at batch 1 a sequence sees no other prefill (time per token is the
+ * decode step), at a larger batch it sees the others', more with longer
+ * prompts and fewer with longer generations, and the throughput is the
+ * batch over the step that carries every sequence's share. */
 static void test_cost_prefill_interferes_with_decode(void **state)
 {
     (void)state;

@@ -4,6 +4,8 @@
  * lease, gangs, services, cancels, artifacts and a restart of the server. */
 #include "px_test.h"
 
+#include "http_reply.h"
+
 #include "fleet/fleet_impl.h"
 #include "plexus/fleet.h"
 #include "plexus/hw.h"
@@ -23,55 +25,14 @@
 
 static char base_url[128];
 
-typedef struct reply {
-    long status;
-    char *body;
-    json_t *json;
-} reply;
-
-static size_t on_data(char *p, size_t size, size_t n, void *ud)
-{
-    px_strbuf_add(ud, p, size * n);
-    return size * n;
-}
+typedef px_test_reply reply;
 
 static reply http(const char *method, const char *path, const char *token, const char *body,
                   size_t len)
 {
-    CURL *c = curl_easy_init();
-    assert_non_null(c);
-    char url[512];
-    snprintf(url, sizeof url, "%s%s", base_url, path);
-    px_strbuf out = PX_STRBUF_INIT;
-    struct curl_slist *h = NULL;
-    char auth[300];
-    if (token) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
-        h = curl_slist_append(h, auth);
-    }
-    /* As the fleet's client does: a large body waits for the server's
-     * "100 Continue", so that a refusal (413) arrives as an answer, not as
-     * a reset in the middle of the body on a busy machine. */
-    h = curl_slist_append(h, len < (1u << 20) ? "Expect:" : "Expect: 100-continue");
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &out);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
-    if (body) {
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-    }
-    CURLcode rc = curl_easy_perform(c);
-    if (rc != CURLE_OK)
-        fail_msg("%s %s: %s", method, path, curl_easy_strerror(rc));
-    reply r = {0};
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
-    curl_slist_free_all(h);
-    curl_easy_cleanup(c);
-    r.body = px_strbuf_detach(&out, NULL);
-    r.json = json_loads(r.body, JSON_DECODE_ANY, NULL);
+    reply r = px_test_http(base_url, method, path, token, body, len, 20);
+    if (r.status == 0)
+        fail_msg("%s %s: %s", method, path, r.body);
     return r;
 }
 
@@ -82,8 +43,7 @@ static reply req(const char *method, const char *path, const char *token, const 
 
 static void drop(reply *r)
 {
-    free(r->body);
-    json_decref(r->json);
+    px_test_reply_drop(r);
 }
 
 static void expect(const char *method, const char *path, const char *token, const char *json,
@@ -1201,7 +1161,7 @@ static void *held_put(void *arg)
     curl_easy_setopt(c, CURLOPT_READFUNCTION, held_read);
     curl_easy_setopt(c, CURLOPT_READDATA, h);
     curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)h->len);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, px_test_reply_data);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &out);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
     if (curl_easy_perform(c) == CURLE_OK)
