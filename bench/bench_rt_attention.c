@@ -11,7 +11,16 @@
  *    or bench-models/ beside this program; skipped when absent) with one
  *    and two threads: tokens/s, and attention's us per token and share.
  *
- * `bench_rt_attention ops N` runs section 1 only, N rounds (for
+ * 3. A served decode step's attention, layer after layer: `rows` sequences
+ *    of one row each, every sequence at its own position (40 to 70, as
+ *    a server's sequences are spread), their cache blocks of 16 positions
+ *    scattered over the cache as a server's block table leaves them, each
+ *    layer with a cache of its own.  Two shapes: stories260K's (8 query
+ *    heads of 8 values over 4 KV heads, 64 rows, 4 layers: the cpu stage
+ *    of the emu-small plan) and the 136 M llama's (16 rows, 12 layers).
+ *    us per layer, the fastest of several rounds.
+ *
+ * `bench_rt_attention ops N` runs sections 1 and 3 only, N rounds (for
  * valgrind --tool=callgrind: instruction counts do not depend on the
  * load).  Figures taken while other processes compete for the cores are
  * lower than the hardware's: compare ratios within one run.
@@ -114,6 +123,105 @@ static double op_us(uint32_t threads, uint32_t rows, int rounds)
     return best;
 }
 
+/* Section 3: us per layer of a served decode step's attention. */
+typedef struct served_shape {
+    const char *name;
+    uint32_t nh, nkv, hd, rows, layers;
+} served_shape;
+
+enum { BLOCK = 16, SLOT_BLOCKS = 8 }; /* a context of 128 */
+
+static double served_us(const served_shape *sh, uint32_t threads, int rounds)
+{
+    px_err err;
+    bench_cpu c = {0};
+    px_rt_device_opts o = {.n_threads = threads};
+    uint32_t kv_dim = sh->nkv * sh->hd, n_blocks = sh->rows * SLOT_BLOCKS;
+    size_t cache = (size_t)kv_dim * BLOCK * n_blocks * sizeof(float);
+    size_t bytes = 2 * cache * sh->layers + ((size_t)4 << 20);
+    if (px_rt_device_open("cpu", &o, &c.dev, &err) || px_rt_stream_new(c.dev, &c.stream, &err) ||
+        px_rt_buffer_alloc(c.dev, bytes, &c.buf, &err)) {
+        printf("3. skipped: %s\n", err.msg);
+        exit(1);
+    }
+    px_rng r;
+    px_rng_seed(&r, 11);
+    px_rt_tensor q = tensor(&c, PX_DTYPE_F32, sh->nh * sh->hd, sh->rows, 1),
+                 k = tensor(&c, PX_DTYPE_F32, kv_dim, sh->rows, 1),
+                 v = tensor(&c, PX_DTYPE_F32, kv_dim, sh->rows, 1),
+                 att = tensor(&c, PX_DTYPE_F32, sh->nh * sh->hd, sh->rows, 1);
+    px_rt_tensor kc[16], vc[16];
+    for (uint32_t l = 0; l < sh->layers; l++) {
+        kc[l] = tensor(&c, PX_DTYPE_F32, kv_dim, BLOCK, n_blocks);
+        vc[l] = tensor(&c, PX_DTYPE_F32, kv_dim, BLOCK, n_blocks);
+        fill(&r, &kc[l]);
+        fill(&r, &vc[l]);
+    }
+    fill(&r, &q);
+    fill(&r, &k);
+    fill(&r, &v);
+    /* Every block once, in a shuffled order. */
+    int32_t *table = malloc(n_blocks * sizeof *table), pos[128], slot[128];
+    for (uint32_t b = 0; b < n_blocks; b++)
+        table[b] = (int32_t)b;
+    for (uint32_t b = n_blocks - 1; b > 0; b--) {
+        uint32_t j = (uint32_t)(px_rng_uniform(&r) * (b + 1)) % (b + 1);
+        int32_t x = table[b];
+        table[b] = table[j];
+        table[j] = x;
+    }
+    for (uint32_t j = 0; j < sh->rows; j++) {
+        slot[j] = (int32_t)j;
+        pos[j] = 40 + (int32_t)(j * 7 % 31);
+    }
+    px_rt_rows rw = {.n_rows = sh->rows,
+                     .slot = slot,
+                     .pos = pos,
+                     .block_table = table,
+                     .blocks_per_slot = SLOT_BLOCKS};
+    px_rt_op op = {.kind = PX_IR_OP_ATTENTION,
+                   .src = {&q, &k, &v, &kc[0], &vc[0]},
+                   .dst = &att,
+                   .rows = &rw,
+                   .n_heads = sh->nh,
+                   .n_kv_heads = sh->nkv,
+                   .head_dim = sh->hd};
+    size_t need = px_rt_device_work_size(c.dev, &op);
+    px_rt_tensor work = tensor(&c, PX_DTYPE_I8, (int64_t)need, 1, 1);
+    op.work = &work;
+    double best = 1e30;
+    for (int round = 0; round < rounds; round++) {
+        uint64_t t0 = px_now_ns();
+        for (int i = 0; i < 8; i++)
+            for (uint32_t l = 0; l < sh->layers; l++) {
+                op.src[3] = &kc[l];
+                op.src[4] = &vc[l];
+                if (px_rt_stream_run(c.stream, &op, 1, &err) != PX_OK) {
+                    printf("3. failed: %s\n", err.msg);
+                    exit(1);
+                }
+            }
+        double us = (double)(px_now_ns() - t0) / 1e3 / (8.0 * sh->layers);
+        best = us < best ? us : best;
+    }
+    free(table);
+    px_rt_buffer_free(c.buf);
+    px_rt_stream_free(c.stream);
+    px_rt_device_free(c.dev);
+    return best;
+}
+
+static void served(int rounds)
+{
+    static const served_shape shapes[] = {{"stories260K", 8, 4, 8, 64, 4},
+                                          {"136 M llama", 16, 4, 64, 16, 12}};
+    for (size_t i = 0; i < PX_ARRAY_LEN(shapes); i++)
+        for (uint32_t th = 1; th <= 2; th++)
+            printf("3. served decode, %s (%u rows, %u layers), %u thread%s: %.1f us a layer\n",
+                   shapes[i].name, shapes[i].rows, shapes[i].layers, th, th == 1 ? " " : "s",
+                   served_us(&shapes[i], th, rounds));
+}
+
 /* Section 2: a decode step op by op, attention's part. */
 typedef struct att_time {
     uint64_t att_ns, ops_ns;
@@ -203,6 +311,7 @@ int main(int argc, char **argv)
                "(%d rows) %.1f us\n",
                th, th == 1 ? " " : "s", op_us(th, 1, rounds), PREFILL,
                op_us(th, PREFILL, rounds < 5 ? rounds : 5));
+    served(rounds);
     if (ops_only)
         return 0;
     char dir[1100], path[1200];

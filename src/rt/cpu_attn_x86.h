@@ -107,7 +107,13 @@ TGT void ATTN_SCORES(const float *q, uint32_t n_q, const float *base, size_t str
                      const uint32_t *rows, size_t n, uint32_t hd, float scale, float *out,
                      size_t ld)
 {
-    if (hd == 64)
+    if (hd == 8)
+        attn_scores_rows(q, n_q, base, stride, rows, n, 8, scale, out, ld);
+    else if (hd == 16)
+        attn_scores_rows(q, n_q, base, stride, rows, n, 16, scale, out, ld);
+    else if (hd == 32)
+        attn_scores_rows(q, n_q, base, stride, rows, n, 32, scale, out, ld);
+    else if (hd == 64)
         attn_scores_rows(q, n_q, base, stride, rows, n, 64, scale, out, ld);
     else if (hd == 128)
         attn_scores_rows(q, n_q, base, stride, rows, n, 128, scale, out, ld);

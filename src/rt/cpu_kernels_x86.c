@@ -373,16 +373,14 @@ TGT float px__rt_avx2_exp_sum(float *x, size_t n, float max)
     const __m256i round_bits = _mm256_castps_si256(round), bias = _mm256_set1_epi32(127);
     __m256 acc = _mm256_setzero_ps();
     /* Fewer than 8 values last: their exps in the same lanes' operations
-     * (padded with max), added in turn after the lanes' sum. */
+     * (the lanes past the end masked off), added in turn after the lanes'
+     * sum. */
     for (size_t j = 0; j < n; j += 8) {
-        float pad[8];
-        const float *src = x + j;
-        if (j + 8 > n) {
-            for (size_t i = 0; i < 8; i++)
-                pad[i] = j + i < n ? x[j + i] : max;
-            src = pad;
-        }
-        __m256 v = _mm256_sub_ps(_mm256_loadu_ps(src), vmax);
+        bool tail = j + 8 > n;
+        __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(tail ? n - j : 8)),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        __m256 in = tail ? _mm256_maskload_ps(x + j, mask) : _mm256_loadu_ps(x + j);
+        __m256 v = _mm256_sub_ps(in, vmax);
         v = _mm256_blendv_ps(v, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
         __m256 t = _mm256_add_ps(_mm256_mul_ps(v, log2e), round);
         __m256 k = _mm256_sub_ps(t, round);
@@ -398,9 +396,8 @@ TGT float px__rt_avx2_exp_sum(float *x, size_t n, float max)
         __m256i e = _mm256_slli_epi32(
             _mm256_add_epi32(_mm256_sub_epi32(_mm256_castps_si256(t), round_bits), bias), 23);
         y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-        if (src == pad) {
-            _mm256_storeu_ps(pad, y);
-            memcpy(x + j, pad, (n - j) * sizeof(float));
+        if (tail) {
+            _mm256_maskstore_ps(x + j, mask, y);
             break;
         }
         _mm256_storeu_ps(x + j, y);

@@ -498,6 +498,56 @@ static void attended_rows(const px_rt_rows *rows, size_t block, int32_t slot, in
     }
 }
 
+/* The largest of x[0..n): in eight lanes, so that the comparisons need
+ * not wait for each other (the largest is the same in any order). */
+static float scores_max(const float *x, size_t n)
+{
+    float m[8];
+    for (int l = 0; l < 8; l++)
+        m[l] = -INFINITY;
+    size_t p = 0;
+    for (; p + 8 <= n; p += 8)
+        for (int l = 0; l < 8; l++)
+            m[l] = x[p + l] > m[l] ? x[p + l] : m[l];
+    for (; p < n; p++)
+        m[0] = x[p] > m[0] ? x[p] : m[0];
+    float max = m[0];
+    for (int l = 1; l < 8; l++)
+        max = m[l] > max ? m[l] : max;
+    return max;
+}
+
+/* Asks for the cache lines of unit j's K and V rows (its KV head's
+ * values at every position it attends), or of its whole rows (every KV
+ * head's) with `whole`, ahead of their use.  A sequence's rows are
+ * scattered over the cache's blocks and a unit reads a few values of
+ * each: taken by the loads, one row's miss after another's, they leave
+ * the memory idle. */
+static void prefetch_unit(const task *t, size_t j, uint32_t sub, bool whole)
+{
+    const px_rt_op *op = t->op;
+    size_t kv_dim = (size_t)op->n_kv_heads * op->head_dim, block = (size_t)op->src[3]->ne[1];
+    size_t r = j / ((size_t)op->n_kv_heads * sub), h = j / sub % op->n_kv_heads;
+    size_t row_bytes = kv_dim * sizeof(float), bytes = (size_t)op->head_dim * sizeof(float);
+    size_t off = whole ? 0 : h * bytes;
+    bytes = whole ? row_bytes : bytes;
+    const char *kc = (const char *)px_rt_tensor_data(op->src[3]) + off;
+    const char *vc = (const char *)px_rt_tensor_data(op->src[4]) + off;
+    int32_t pos = op->rows->pos[r], slot = op->rows->slot[r];
+    int32_t first = op->window && (uint32_t)pos >= op->window ? pos - (int32_t)op->window + 1 : 0;
+    for (int32_t p = first; p <= pos;) {
+        /* A block's positions are consecutive rows. */
+        size_t at = cache_row(op->rows, block, slot, p), n = block - (size_t)p % block;
+        n = PX_MIN(n, (size_t)(pos - p + 1));
+        for (size_t i = 0; i < n; i++)
+            for (size_t b = 0; b < bytes; b += 64) {
+                __builtin_prefetch(kc + (at + i) * row_bytes + b);
+                __builtin_prefetch(vc + (at + i) * row_bytes + b);
+            }
+        p += (int32_t)n;
+    }
+}
+
 static void attention_tasks(void *arg, uint32_t part, uint32_t n_parts, uint32_t thread)
 {
     task *t = arg;
@@ -515,22 +565,33 @@ static void attention_tasks(void *arg, uint32_t part, uint32_t n_parts, uint32_t
     float scale = 1.0f / sqrtf((float)hd);
     size_t j0, j1;
     px__rt_split((size_t)t->rows * op->n_kv_heads * sub, part, n_parts, &j0, &j1);
+    /* Heads smaller than a cache line share their lines with the heads
+     * beside them: their rows are asked for whole, a row ahead; larger
+     * ones a unit ahead. */
+    size_t units = (size_t)op->n_kv_heads * sub;
+    bool whole = (size_t)hd * sizeof(float) < 64;
+    if (j0 < j1)
+        prefetch_unit(t, j0, sub, whole);
     for (size_t j = j0; j < j1; j++) {
-        size_t r = j / ((size_t)op->n_kv_heads * sub), h = j / sub % op->n_kv_heads;
+        size_t r = j / units, h = j / sub % op->n_kv_heads;
+        if (!whole && j + 1 < j1)
+            prefetch_unit(t, j + 1, sub, false);
+        else if (whole && (j == j0 || j % units == 0) && (r + 1) * units < j1)
+            prefetch_unit(t, (r + 1) * units, sub, true);
         size_t hq = h * group + j % sub * per; /* the unit's first query head */
         int32_t pos = op->rows->pos[r];
         int32_t first =
             op->window && (uint32_t)pos >= op->window ? pos - (int32_t)op->window + 1 : 0;
         size_t n_att = (size_t)(pos - first + 1);
         int32_t slot = op->rows->slot[r];
-        attended_rows(op->rows, block, slot, first, n_att, at);
+        /* A row's units (its KV heads) attend the same cache rows. */
+        if (j == j0 || j % units == 0)
+            attended_rows(op->rows, block, slot, first, n_att, at);
         t->k->attn_scores_group(q + r * q_dim + hq * hd, per, kc + h * hd, kv_dim, at, n_att, hd,
                                 scale, scores, ctx);
         for (uint32_t g = 0; g < per; g++) {
             float *sc = scores + (size_t)g * ctx;
-            float max = -INFINITY;
-            for (size_t p = 0; p < n_att; p++)
-                max = sc[p] > max ? sc[p] : max;
+            float max = scores_max(sc, n_att);
             float inv = 1.0f / t->k->exp_sum(sc, n_att, max);
             for (size_t p = 0; p < n_att; p++)
                 sc[p] *= inv;

@@ -227,6 +227,8 @@ static void test_attention_kernels_match_exp_and_every_variant(void **state)
             if (memcmp(y, ref, n * sizeof(float)) != 0 || memcmp(&sv, &sref, sizeof sv) != 0)
                 fail_msg("%s: exp_sum of %zu values differs from the portable bits",
                          variants[v]->name, n);
+            if (memcmp(y + n, x + n, (N - n) * sizeof(float)) != 0)
+                fail_msg("%s: exp_sum of %zu values wrote past them", variants[v]->name, n);
         }
     }
     /* Scores and values over rows 3, 0, 5 of a cache of 6 rows of stride 12. */
@@ -308,13 +310,13 @@ static void check_attention_group(const px__rt_kernels *k, const float *q, uint3
 /* Attention's group kernels (the query heads of a KV head at once)
  * against a plain scalar reference in double and, bit for bit, against
  * the one-head kernels of their variant: head sizes of 1 to 128 values,
- * odd ones included, groups of 1 to 8 heads, 1 to 300 cached rows listed
- * out of order; the avx2 and avx512 variants give the same bits. */
+ * odd ones and each one the kernels run as a constant (8 to 128) included, groups of 1 to 8 heads,
+ * 1 to 300 cached rows listed out of order; the avx2 and avx512 variants give the same bits. */
 static void test_attention_group_kernels_match_reference_and_one_head_bits(void **state)
 {
     (void)state;
     enum { NROWS = 307, MAXN = 300, MAXG = 8, MAXHD = 128, STRIDE = 2 * MAXHD + 3 };
-    static const uint32_t hds[] = {1, 3, 7, 8, 12, 17, 64, 67, 128};
+    static const uint32_t hds[] = {1, 3, 7, 8, 12, 16, 17, 32, 64, 67, 128};
     static const uint32_t groups[] = {1, 2, 3, 4, 8};
     static const size_t ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 31, 65, 97, 300};
     px_rng r;
