@@ -53,6 +53,40 @@ INLINE float hsum16(__m512 v)
     return _mm_cvtss_f32(s);
 }
 
+/* hsum16 of four accumulators at once: the same additions of the same
+ * lanes in the same order (i + 8, i + 4, i + 2, i + 1), two or four
+ * accumulators to an instruction; lane g holds hsum16 of the g-th. */
+INLINE __m128 hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+    /* [a 0-7 | b 0-7] + [a 8-15 | b 8-15], and the same of c and d. */
+    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+    /* Four values of each in its own 128-bit lane: g's 0-3 + g's 4-7. */
+    __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+    s = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(3, 2, 3, 2)));
+    s = _mm512_add_ps(s, _mm512_movehdup_ps(s));
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s));
+}
+
+/* The sums of RW accumulators (a row of a tile) into y[0..RW), four at a
+ * time. */
+INLINE void store_sums(const __m512 *acc, uint32_t RW, float *y)
+{
+    uint32_t c = 0;
+    for (; c + 4 <= RW; c += 4)
+        _mm_storeu_ps(y + c, hsum16x4(acc[c], acc[c + 1], acc[c + 2], acc[c + 3]));
+    if (c + 2 <= RW) {
+        _mm_storel_pi((__m64 *)(void *)(y + c), hsum16x4(acc[c], acc[c + 1], acc[c], acc[c + 1]));
+        c += 2;
+    }
+    if (c < RW)
+        y[c] = hsum16(acc[c]);
+}
+
 /* Sixteen values of a row of dtype t starting at value j, as floats. */
 INLINE __m512 load16(px_dtype t, const uint8_t *w, uint32_t j)
 {
@@ -138,6 +172,12 @@ INLINE void tile_plain(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t 
                     wv, _mm512_zextps256_ps512(_mm256_loadu_ps(x + r * ldx + j)), acc[r][c], 0xff);
         }
         j += 8;
+    }
+    if (j == k) {
+#pragma GCC unroll 8
+        for (uint32_t r = 0; r < RX; r++)
+            store_sums(acc[r], RW, y + r * ldy);
+        return;
     }
 #pragma GCC unroll 8
     for (uint32_t r = 0; r < RX; r++)
@@ -320,9 +360,7 @@ INLINE void tile_q8_0(const uint8_t *w, size_t row_bytes, uint32_t k, const int8
     }
 #pragma GCC unroll 8
     for (uint32_t r = 0; r < RX; r++)
-#pragma GCC unroll 8
-        for (uint32_t c = 0; c < RW; c++)
-            y[r * ldy + c] = hsum16(acc[r][c]);
+        store_sums(acc[r], RW, y + r * ldy);
 }
 
 INLINE void rows_q8_0(const uint8_t *w, size_t row_bytes, uint32_t k, const int8_t *xq,
