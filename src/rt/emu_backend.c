@@ -49,6 +49,8 @@ typedef struct emu_stream {
     emu_device *dev;
     px__rt_cpu_exec exec;
     px_rng rng;
+    uint64_t *op_ns; /* per op of a run: its start, then its wall time */
+    size_t cap_ops;
 } emu_stream;
 
 /* ------------------------------------------------------------------ */
@@ -303,6 +305,7 @@ static void stream_free(void *s)
 {
     emu_stream *es = s;
     px__rt_pool_free(es->exec.pool);
+    free(es->op_ns);
     free(es);
 }
 
@@ -311,34 +314,49 @@ static px_status stream_run(void *s, const px_rt_op *ops, size_t n_ops, px_rt_op
 {
     emu_stream *es = s;
     const px_rt_emu_profile *p = &es->dev->prof;
-    /* The device's clock: when the ops run so far would have finished on
-     * it.  Each op starts when both the host has run it and the device
-     * has finished the one before. */
-    uint64_t device_now = px_now_ns();
+    if (n_ops > es->cap_ops) {
+        uint64_t *t = realloc(es->op_ns, 2 * n_ops * sizeof *t);
+        if (!t)
+            return px_err_set(err, PX_ENOMEM, "emu device %s (emulated): out of memory",
+                              p->name[0] ? p->name : "emu");
+        es->op_ns = t;
+        es->cap_ops = n_ops;
+    }
+    /* The ops' own time is the processor time they took, not the wall
+     * time: a preemption would otherwise be stretched too, and a busy host
+     * would emulate a much slower device.  The processor time is read once
+     * for the run (a system call, which costs microseconds on some hosts:
+     * twice per op it came to a quarter of an emulated stage's processor
+     * time), and each op's wall time scaled by the run's share of it. */
+    uint64_t c0 = thread_cpu_ns(), start = px_now_ns();
     for (size_t i = 0; i < n_ops; i++) {
-        uint64_t c0 = thread_cpu_ns();
         uint64_t t0 = px_now_ns();
         px_status st = px__rt_cpu_run_op(&es->exec, &ops[i], err);
         if (st)
             return px_err_prefix(err, st,
                                  "emu device %s (emulated): ", p->name[0] ? p->name : "emu");
-        /* The op's own time is the processor time it took, not the wall
-         * time: a preemption in the middle would otherwise be stretched
-         * too, and a busy host would emulate a much slower device. */
-        uint64_t wall = px_now_ns() - t0;
-        uint64_t cpu = thread_cpu_ns() - c0;
-        uint64_t real = cpu > 0 && cpu < wall ? cpu : wall;
+        es->op_ns[2 * i] = t0;
+        es->op_ns[2 * i + 1] = px_now_ns() - t0;
+    }
+    uint64_t wall = px_now_ns() - start, cpu = thread_cpu_ns() - c0;
+    double share = cpu > 0 && cpu < wall ? (double)cpu / (double)wall : 1.0;
+    /* The device's clock: when the ops run so far would have finished on
+     * it.  Each op starts when both the host has run it and the device
+     * has finished the one before. */
+    uint64_t device_now = start;
+    for (size_t i = 0; i < n_ops; i++) {
+        uint64_t t0 = es->op_ns[2 * i], op_wall = es->op_ns[2 * i + 1];
         double k = px_rt_emu_op_compute_bound(&ops[i]) ? p->compute_slowdown : p->memory_slowdown;
         if (p->jitter > 0)
             k *= 1.0 + p->jitter * (2.0 * px_rng_uniform(&es->rng) - 1.0);
         if (k < 1)
             k = 1;
-        uint64_t target = (uint64_t)((double)real * k);
+        uint64_t target = (uint64_t)((double)op_wall * share * k);
         device_now = PX_MAX(device_now, t0) + target;
         /* The device's time is the stretched one; a late wake-up of a
          * busy host is the host's, not the emulated device's. */
         if (timing)
-            timing[i].ns = PX_MAX(PX_MAX(target, wall), 1);
+            timing[i].ns = PX_MAX(PX_MAX(target, op_wall), 1);
     }
     wait_until(device_now);
     return PX_OK;
