@@ -608,6 +608,13 @@ bool px_cost_compute_dtype(const px_cost_device *d, px_dtype weights, px_dtype a
  *              plus a time per row (factor x host_row_s).  A correction
  *              fitted from samples without a sourced prediction (0, older
  *              overlays) is a fixed time: offset_s, factor 1.
+ *   decode     a stage's decode step of 2 or more rows, whole (the
+ *              products at that many rows, attention over their
+ *              positions, the elementwise ops): rows per step.  Its
+ *              sourced prediction is the stage's decode term at the point
+ *              efficiencies; where a correction applies it replaces the
+ *              terms composed from matvec and attention, which are fitted
+ *              at one row and leave out the work that grows with the rows.
  *
  * Epistemic uncertainty: a correction is fitted by least squares (an
  * offset only where its samples span different sizes, else the mean
@@ -628,11 +635,13 @@ typedef enum px_cost_op_class {
     PX_COST_CLASS_ATTENTION,
     PX_COST_CLASS_MATMUL,
     PX_COST_CLASS_COPY,
-    PX_COST_CLASS_STEP, /* the host's work per step (sourced: rows x host_row_s) */
+    PX_COST_CLASS_STEP,   /* the host's work per step (sourced: rows x host_row_s) */
+    PX_COST_CLASS_DECODE, /* a stage's decode step of several rows, whole */
     PX_COST_CLASS_COUNT_
 } px_cost_op_class;
 
-/* "matvec", "attention", "matmul", "copy", "step"; "?" otherwise. */
+/* "matvec", "attention", "matmul", "copy", "step", "decode"; "?"
+ * otherwise. */
 const char *px_cost_op_class_name(px_cost_op_class c);
 /* PX_EINVAL listing the names for anything else. */
 PX_NODISCARD px_status px_cost_op_class_parse(const char *name, px_cost_op_class *out, px_err *err);
@@ -756,9 +765,11 @@ PX_NODISCARD px_status px_cost_calibration_fit(px_cost_calibration *cal,
  * params' sourced figures whatever its mode. */
 typedef struct px_cost_stage_terms {
     double matvec_s, attention_s, compute_s, prefill_s;
+    double decode_s;       /* the decode step, whole, at the point efficiencies */
     double matvec_size;    /* weight bytes read per block per decode step */
     double attention_size; /* positions attended (the workload's context) */
     double matmul_size;    /* rows of a prefill step */
+    double decode_size;    /* rows of a decode step (the micro-batch) */
     px_dtype dtype;        /* weights' dtype */
 } px_cost_stage_terms;
 
@@ -824,6 +835,16 @@ PX_NODISCARD px_status px_cost_run_pipeline(const px_cost_run *run, px_cost_flee
 PX_NODISCARD px_status px_cost_run_samples(const px_cost_run *run, px_cost_fleet *f,
                                            const px_cost_model *m, const px_cost_params *p,
                                            px_cost_calib_sample *samples, size_t *n, px_err *err);
+/* Samples of a run of 2 or more prompts for px_cost_calibration_fit: one
+ * per stage holding blocks, class decode: the observed decode step whole
+ * against the sourced decode term at the point efficiencies, sized by
+ * the run's rows per step.  A run of one prompt gives none (*n = 0): its
+ * steps are px_cost_run_samples'.  samples needs run->n_stages entries;
+ * their device strings borrow from run. */
+PX_NODISCARD px_status px_cost_run_decode_samples(const px_cost_run *run, px_cost_fleet *f,
+                                                  const px_cost_model *m, const px_cost_params *p,
+                                                  px_cost_calib_sample *samples, size_t *n,
+                                                  px_err *err);
 /* The step-class sample of a run (see px_cost_run_samples): its time per
  * token end to end less every stage's observed decode time and every
  * observed hop between stages, keyed by the first stage's device, with

@@ -550,6 +550,7 @@ static void print_corrections(const px_cost_calibration *cal)
                : k->cls == PX_COST_CLASS_ATTENTION ? "positions"
                : k->cls == PX_COST_CLASS_MATMUL    ? "rows"
                : k->cls == PX_COST_CLASS_COPY      ? "B/transfer"
+               : k->cls == PX_COST_CLASS_DECODE    ? "rows/step"
                                                    : "B logits/step");
     }
 }
@@ -614,8 +615,8 @@ static px_status report(cal_ctx *c, const cal_opts *o, const px_cost_calibration
     if (c->n_situ)
         st = check_runs(
             c,
-            "pipelines run here, per-stage decode time per step (fitted, in-sample; a batch's\n"
-            "per-row work is in the step class, so only the end-to-end lines include it):",
+            "pipelines run here, per-stage decode time per step (fitted, in-sample; one row's\n"
+            "steps by the matvec and attention classes, a batch's by the decode class):",
             c->situ, c->n_situ, NULL, cal, err);
     if (st == PX_OK && o->n_from && !o->n_check)
         st = check_runs(c,
@@ -696,7 +697,7 @@ int px__cmd_calibrate(int argc, char **argv)
         const px_cost_run *run = i < c.n_situ ? &c.situ[i] : &c.runs[i - c.n_situ];
         size_t got;
         /* A batch's decode step also holds the work per row that the
-         * stage terms leave out: it goes to the step class below. */
+         * one-row terms leave out: it is the decode class's, below. */
         if (i < c.n_situ && run->n_prompts > 1)
             continue;
         if (reserve(&c, run->n_stages, &err) != PX_OK ||
@@ -720,6 +721,36 @@ int px__cmd_calibrate(int argc, char **argv)
             PX_OK)
             goto fail;
     }
+    /* A stage's decode step of several rows, whole, from the batch runs
+     * and run reports of several prompts: the work that grows with the
+     * rows, which the one-row terms above leave out. */
+    size_t n_before_decode = c.n_samples, n_situ_decode = 0;
+    for (size_t i = 0; i < c.n_situ + o.n_from; i++) {
+        const px_cost_run *run = i < c.n_situ ? &c.situ[i] : &c.runs[i - c.n_situ];
+        size_t got;
+        if (reserve(&c, run->n_stages, &err) != PX_OK ||
+            px_cost_run_decode_samples(run, c.fleet, c.model, &c.params, c.samples + c.n_samples,
+                                       &got, &err) != PX_OK)
+            goto fail;
+        c.n_samples += got;
+        if (i < c.n_situ)
+            n_situ_decode += got;
+    }
+    if (c.n_samples > n_before_decode) {
+        char decode_text[160];
+        snprintf(decode_text, sizeof decode_text, "%s%.100s%s%.0u%s%.30s",
+                 n_situ_decode ? "pipelines run here at 2 to 128 rows: " : "",
+                 n_situ_decode ? bench_text : "", n_situ_decode && o.n_from ? "; " : "", o.n_from,
+                 o.n_from ? " run report(s): " : "", o.n_from ? o.from[0] : "");
+        fo.dataset = decode_text;
+        /* A regime per batch size (the sweep doubles them): a step of 2
+         * rows and one of 128 differ in more than a fixed cost and a
+         * slope. */
+        fo.range_slack = 1.5;
+        if (px_cost_calibration_fit(cal, c.samples + n_before_decode, c.n_samples - n_before_decode,
+                                    &fo, &err) != PX_OK)
+            goto fail;
+    }
     /* The host's work per step (the executor's round trip, sampling, token
      * handling): what each run's time per token leaves once its stages, as
      * now calibrated, and its hops are taken out, at every batch run. */
@@ -741,6 +772,7 @@ int px__cmd_calibrate(int argc, char **argv)
                  n_situ_host ? bench_text : "", n_situ_host && o.n_from ? "; " : "", o.n_from,
                  o.n_from ? " run report(s): " : "", o.n_from ? o.from[0] : "");
         fo.dataset = host_text;
+        fo.range_slack = 0;
         if (px_cost_calibration_fit(cal, c.samples + n_before_host, c.n_samples - n_before_host,
                                     &fo, &err) != PX_OK)
             goto fail;

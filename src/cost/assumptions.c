@@ -134,7 +134,10 @@ static px_status calib_assumptions(json_t *arr, const px_cost_fleet *f, const px
                      c->cls == PX_COST_CLASS_MATVEC      ? "bytes of weights per block"
                      : c->cls == PX_COST_CLASS_ATTENTION ? "positions of context"
                      : c->cls == PX_COST_CLASS_MATMUL    ? "rows per prefill step"
-                                                         : "bytes per transfer");
+                     : c->cls == PX_COST_CLASS_DECODE
+                         ? "rows per decode step (from 2: a step of one row is the matvec and "
+                           "attention classes')"
+                         : "bytes per transfer");
         }
         snprintf(source, sizeof source, "%s, %s; %s", c->dataset[0] ? c->dataset : "unnamed data",
                  c->timestamp, why);

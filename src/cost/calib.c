@@ -14,7 +14,7 @@ struct px_cost_calibration {
 };
 
 static const char *const class_names[PX_COST_CLASS_COUNT_] = {"matvec", "attention", "matmul",
-                                                              "copy", "step"};
+                                                              "copy",   "step",      "decode"};
 
 const char *px_cost_op_class_name(px_cost_op_class c)
 {
@@ -29,9 +29,10 @@ px_status px_cost_op_class_parse(const char *name, px_cost_op_class *out, px_err
             return PX_OK;
         }
     }
-    return px_err_set(err, PX_EINVAL,
-                      "unknown op class \"%s\"; use matvec, attention, matmul, copy or step",
-                      name ? name : "");
+    return px_err_set(
+        err, PX_EINVAL,
+        "unknown op class \"%s\"; use matvec, attention, matmul, copy, step or decode",
+        name ? name : "");
 }
 
 px_status px_cost_calibration_new(px_cost_calibration **out, px_err *err)
@@ -71,8 +72,8 @@ static px_status check_correction(const px_cost_correction *c, const char *where
     if (!c->device[0] || memchr(c->device, '\0', sizeof c->device) == NULL)
         return px_err_set(err, PX_EINVAL, "%s/device: give a device id or link kind", where);
     if ((unsigned)c->cls >= PX_COST_CLASS_COUNT_)
-        return px_err_set(err, PX_EINVAL, "%s/class: use matvec, attention, matmul, copy or step",
-                          where);
+        return px_err_set(err, PX_EINVAL,
+                          "%s/class: use matvec, attention, matmul, copy, step or decode", where);
     if ((unsigned)c->dtype > PX_DTYPE_COUNT_)
         return px_err_set(err, PX_EINVAL, "%s/dtype: unknown dtype", where);
     if (!finite_pos(c->factor) || c->factor > 1e6 || c->factor < 1e-6)

@@ -206,6 +206,38 @@ px_status px_cost_run_samples(const px_cost_run *run, px_cost_fleet *f, const px
     return st;
 }
 
+px_status px_cost_run_decode_samples(const px_cost_run *run, px_cost_fleet *f,
+                                     const px_cost_model *m, const px_cost_params *p,
+                                     px_cost_calib_sample *samples, size_t *n, px_err *err)
+{
+    *n = 0;
+    if (run->n_prompts < 2)
+        return PX_OK;
+    px_cost_pipeline *pipe = malloc(sizeof *pipe);
+    if (!pipe)
+        return px_err_set(err, PX_ENOMEM, "out of memory reading a run");
+    px_cost_workload wl;
+    px_status st = px_cost_run_pipeline(run, f, m, pipe, &wl, err);
+    for (uint32_t i = 0; st == PX_OK && i < run->n_stages; i++) {
+        const px_cost_run_stage *rs = &run->stages[i];
+        if (!has_decode(rs))
+            continue;
+        px_cost_stage_terms t;
+        if ((st = px_cost_stage_terms_of(f, m, p, &wl, &pipe->stages[i], &t, err)) != PX_OK)
+            break;
+        if (!(t.decode_s > 0))
+            continue;
+        samples[(*n)++] = (px_cost_calib_sample){.device = rs->device,
+                                                 .cls = PX_COST_CLASS_DECODE,
+                                                 .dtype = t.dtype,
+                                                 .size = t.decode_size,
+                                                 .predicted_s = t.decode_s,
+                                                 .observed_s = rs->decode_s};
+    }
+    free(pipe);
+    return st;
+}
+
 px_status px_cost_run_step_sample(const px_cost_run *run, px_cost_fleet *f, const px_cost_model *m,
                                   px_cost_calib_sample *sample, bool *has, px_err *err)
 {

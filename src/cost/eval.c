@@ -319,6 +319,19 @@ static void eval_stage(px_cost_fleet *f, const px_cost_model *m, const px_cost_p
             calibrate_device(p, s, d, m, st, &ld, tp, bw, dev_kv, act_traffic, T, b * P, pf_point,
                              &mem_s, &pf, &kv_pos);
             dec = PX_MAX(mem_s, comp_s) + kvh_s + ar;
+            /* A step of several rows, measured whole: the work that grows
+             * with the rows (products past the memory roofline, attention
+             * over every row's positions) is the decode correction's. */
+            bool a_dec = false;
+            double dec_cal =
+                b >= 2 && !m->dit
+                    ? calib_apply(p, s, d->id, PX_COST_CLASS_DECODE, weights_dtype(m, st), b,
+                                  PX_MAX((ld.w_decode + dev_kv + act_traffic) / tp / bw_pt,
+                                         flops / tp / peak_pt),
+                                  &a_dec)
+                    : 0;
+            if (a_dec)
+                dec = dec_cal + kvh_s + ar;
             /* The prefill rows are prefill work: the prefill's correction
              * applies to them. */
             double kpf = pf_src > 0 ? pf / pf_src : 1.0;
@@ -693,6 +706,7 @@ px_status px_cost_stage_terms_of(px_cost_fleet *f, const px_cost_model *m, const
     out->matvec_size = ld.w_decode / PX_MAX(ld.n_blocks, 1u);
     out->attention_size = T;
     out->matmul_size = b * PX_MAX(P, 1.0);
+    out->decode_size = b;
     out->dtype = weights_dtype(m, st);
     px_cost_estimate *est = malloc(sizeof *est);
     if (!est)
@@ -701,6 +715,15 @@ px_status px_cost_stage_terms_of(px_cost_fleet *f, const px_cost_model *m, const
     eval_stage(f, m, &sp, wl, st, NULL, b, &ld, &est->stages[0], est, 0);
     out->compute_s = est->stages[0].compute_s;
     out->prefill_s = est->stages[0].prefill_s;
+    /* The decode term at the point efficiencies (the calibrated mode's
+     * decode correction scales this). */
+    double peak = f->devices[st->devices[0]].peak[est->stages[0].compute_dtype] * p->eff_compute;
+    double pairs = m->dit ? S * T : T;
+    double flops = b * (S * ld.flops_tok + pairs * ld.flops_pair + ld.flops_seq);
+    double act_traffic = m->dit ? b * S * ld.act_out * 8.0 * ld.n_blocks : 0;
+    double dev_kv = st->kv == PX_COST_KV_DEVICE ? kv_read : 0;
+    out->decode_s = PX_MAX((ld.w_decode + dev_kv + act_traffic) / st->tp / bw,
+                           peak > 0 ? flops / st->tp / peak : 0);
     free(est);
     return PX_OK;
 }

@@ -269,7 +269,7 @@ static void test_step_correction_round_trips_through_its_document(void **state)
     /* An unknown class names the ones there are. */
     px_cost_op_class k;
     assert_int_equal(px_cost_op_class_parse("hop", &k, &err), PX_EINVAL);
-    px_assert_contains(err.msg, "copy or step");
+    px_assert_contains(err.msg, "copy, step or decode");
 }
 
 static void test_fit_makes_step_a_fixed_time_with_an_interval(void **state)

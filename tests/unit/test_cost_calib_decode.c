@@ -1,0 +1,282 @@
+/* The decode class of the calibration overlay: a stage's decode step of
+ * two or more rows, measured whole.  A decode correction applies only in
+ * the calibrated mode, only at two rows or more and inside its validity
+ * range, in place of the terms composed from the one-row classes; a run
+ * of several prompts gives one sample per stage (a run of one gives none);
+ * the class round-trips through the document. */
+#include "px_test.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "plexus/cost.h"
+#include "plexus/hw.h"
+#include "plexus/ir.h"
+
+typedef struct fixture {
+    px_hw_graph *graph;
+    px_ir_model *ir;
+    px_cost_fleet *fleet;
+    px_cost_model *model;
+    px_cost_params params;
+    char *model_path;
+} fixture;
+
+static fixture fx;
+
+/* |a - b| <= eps, naming both on failure. */
+#define assert_double_equal(a, b, eps)                        \
+    do {                                                      \
+        double a_ = (a), b_ = (b);                            \
+        if (!(fabs(a_ - b_) <= (eps)))                        \
+            fail_msg("%s = %.9g, expected %.9g", #a, a_, b_); \
+    } while (0)
+
+static int setup(void **state)
+{
+    (void)state;
+    px_err err;
+    memset(&fx, 0, sizeof fx);
+    char *inv = px_test_source_path("data/scenarios/emu-small.json");
+    px_diags d;
+    px_diags_init(&d);
+    px_assert_ok(px_hw_graph_load(inv, NULL, &fx.graph, &d, &err), &err);
+    px_diags_release(&d);
+    free(inv);
+    px_ir_synth_opts o;
+    px_ir_synth_defaults(&o);
+    o.dim = 64;
+    o.hidden_dim = 172;
+    o.n_layers = 5;
+    o.n_heads = 8;
+    o.n_kv_heads = 4;
+    o.vocab_size = 512;
+    o.context_length = 128;
+    fx.model_path = px_asprintf("%s/calib-decode-synth.gguf", px_test_tmpdir());
+    px_assert_ok(px_ir_synth_write(&o, fx.model_path, &err), &err);
+    px_assert_ok(px_ir_model_open(fx.model_path, NULL, &fx.ir, &err), &err);
+    px_cost_params_default(&fx.params);
+    px_assert_ok(px_cost_fleet_new(fx.graph, &fx.params, &fx.fleet, &err), &err);
+    px_assert_ok(px_cost_model_new(fx.ir, &fx.model, &err), &err);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    px_cost_model_free(fx.model);
+    px_cost_fleet_free(fx.fleet);
+    px_ir_model_free(fx.ir);
+    px_hw_graph_free(fx.graph);
+    free(fx.model_path);
+    return 0;
+}
+
+static uint32_t dev(const char *id)
+{
+    for (uint32_t i = 0; i < fx.fleet->n_devices; i++)
+        if (!strcmp(fx.fleet->devices[i].id, id))
+            return i;
+    fail_msg("no device %s", id);
+    return 0;
+}
+
+/* A decode correction for device: observed = factor x sourced, valid for
+ * [vlo, vhi] rows per step. */
+static px_cost_correction decode_corr(const char *device, double factor, double vlo, double vhi)
+{
+    px_cost_correction c;
+    memset(&c, 0, sizeof c);
+    px_strlcpy(c.device, device, sizeof c.device);
+    c.cls = PX_COST_CLASS_DECODE;
+    c.dtype = PX_DTYPE_F32;
+    c.factor = factor;
+    c.lo = factor * 0.9;
+    c.hi = factor * 1.1;
+    c.confidence = 0.95;
+    c.valid_lo = vlo;
+    c.valid_hi = vhi;
+    c.n_samples = 3;
+    px_strlcpy(c.dataset, "unit test", sizeof c.dataset);
+    px_strlcpy(c.timestamp, "2026-12-03T19:00:00Z", sizeof c.timestamp);
+    return c;
+}
+
+/* The whole model on local.cpu0, at `rows` sequences per step. */
+static void one_stage(uint32_t rows, px_cost_pipeline *p, px_cost_workload *wl)
+{
+    memset(p, 0, sizeof *p);
+    p->n_stages = 1;
+    p->stages[0] = px_cost_stage_make(dev("local.cpu0"), fx.model);
+    p->stages[0].first = 0;
+    p->stages[0].last = 4;
+    p->stages[0].embedding = p->stages[0].head = true;
+    *wl = px_cost_workload_default();
+    wl->batch = rows;
+    wl->micro_batches = 1;
+    wl->context = 64;
+    wl->prompt_tokens = 5;
+    wl->gen_tokens = 64;
+}
+
+static double decode_with(const px_cost_calibration *cal, uint32_t rows)
+{
+    px_cost_pipeline p;
+    px_cost_workload wl;
+    one_stage(rows, &p, &wl);
+    px_cost_params pc = fx.params;
+    pc.mode = PX_COST_CALIBRATED;
+    pc.calibration = cal;
+    static px_cost_estimate est;
+    px_err err;
+    px_assert_ok(px_cost_eval_pipeline(fx.fleet, fx.model, &pc, &wl, &p, NULL, &est, &err), &err);
+    assert_int_equal(est.why, PX_COST_OK);
+    return est.stages[0].decode_s;
+}
+
+static void test_decode_correction_replaces_the_step_at_two_rows_or_more(void **state)
+{
+    (void)state;
+    px_err err;
+    px_cost_calibration *none, *cal;
+    px_assert_ok(px_cost_calibration_new(&none, &err), &err);
+    px_assert_ok(px_cost_calibration_new(&cal, &err), &err);
+    px_cost_correction c = decode_corr("local.cpu0", 3.0, 2, 200);
+    px_assert_ok(px_cost_calibration_add(cal, &c, &err), &err);
+    /* One row: the one-row classes' step, whatever the decode class says. */
+    assert_double_equal(decode_with(cal, 1), decode_with(none, 1), 0);
+    /* 64 rows: three times the sourced decode term at the point
+     * efficiencies, which px_cost_stage_terms_of gives. */
+    px_cost_pipeline p;
+    px_cost_workload wl;
+    one_stage(64, &p, &wl);
+    px_cost_stage_terms t;
+    px_assert_ok(
+        px_cost_stage_terms_of(fx.fleet, fx.model, &fx.params, &wl, &p.stages[0], &t, &err), &err);
+    assert_double_equal(t.decode_size, 64, 0);
+    assert_true(t.decode_s > 0);
+    assert_double_equal(decode_with(cal, 64), 3.0 * t.decode_s, 1e-12 * t.decode_s);
+    assert_true(decode_with(cal, 64) != decode_with(none, 64));
+    /* Outside its range (256 rows), or for another device: not applied. */
+    assert_double_equal(decode_with(cal, 256), decode_with(none, 256), 0);
+    px_cost_calibration *other;
+    px_assert_ok(px_cost_calibration_new(&other, &err), &err);
+    c = decode_corr("local.emu-b", 3.0, 2, 200);
+    px_assert_ok(px_cost_calibration_add(other, &c, &err), &err);
+    assert_double_equal(decode_with(other, 64), decode_with(none, 64), 0);
+    /* The sourced mode never reads it. */
+    px_cost_params ps = fx.params;
+    static px_cost_estimate a, b;
+    px_assert_ok(px_cost_eval_pipeline(fx.fleet, fx.model, &ps, &wl, &p, NULL, &a, &err), &err);
+    ps.calibration = cal;
+    px_assert_ok(px_cost_eval_pipeline(fx.fleet, fx.model, &ps, &wl, &p, NULL, &b, &err), &err);
+    assert_memory_equal(&a, &b, sizeof a);
+    px_cost_calibration_free(none);
+    px_cost_calibration_free(cal);
+    px_cost_calibration_free(other);
+}
+
+static void test_runs_of_several_prompts_give_decode_samples(void **state)
+{
+    (void)state;
+    px_err err;
+    px_cost_run run;
+    memset(&run, 0, sizeof run);
+    run.n_stages = 2;
+    px_strlcpy(run.stages[0].device, "local.cpu0", sizeof run.stages[0].device);
+    px_strlcpy(run.stages[1].device, "local.emu-a", sizeof run.stages[1].device);
+    run.stages[0].first = 0;
+    run.stages[0].last = 1;
+    run.stages[1].first = 2;
+    run.stages[1].last = 4;
+    run.stages[0].decode_s = 2e-3;
+    run.stages[1].decode_s = 3e-3;
+    run.stages[1].xfer_in_s = 5e-5;
+    run.n_prompts = 16;
+    run.prompt_tokens = 16 * 5;
+    run.decode_tokens = 16 * 24;
+    run.tpot_s = 0.01;
+    px_cost_calib_sample s[2];
+    size_t n = 9;
+    px_assert_ok(px_cost_run_decode_samples(&run, fx.fleet, fx.model, &fx.params, s, &n, &err),
+                 &err);
+    assert_int_equal(n, 2);
+    px_cost_pipeline p;
+    px_cost_workload wl;
+    px_assert_ok(px_cost_run_pipeline(&run, fx.fleet, fx.model, &p, &wl, &err), &err);
+    for (uint32_t i = 0; i < 2; i++) {
+        px_cost_stage_terms t;
+        px_assert_ok(
+            px_cost_stage_terms_of(fx.fleet, fx.model, &fx.params, &wl, &p.stages[i], &t, &err),
+            &err);
+        assert_string_equal(s[i].device, run.stages[i].device);
+        assert_int_equal(s[i].cls, PX_COST_CLASS_DECODE);
+        assert_int_equal(s[i].dtype, PX_DTYPE_F32);
+        assert_double_equal(s[i].size, 16, 0);
+        assert_double_equal(s[i].predicted_s, t.decode_s, 0);
+        assert_double_equal(s[i].observed_s, run.stages[i].decode_s, 0);
+    }
+    /* Fitted, they bring the calibrated step to what was observed. */
+    px_cost_calibration *cal;
+    px_assert_ok(px_cost_calibration_new(&cal, &err), &err);
+    px_cost_fit_opts fo = {.dataset = "unit test", .range_slack = 1.5};
+    px_assert_ok(px_cost_calibration_fit(cal, s, n, &fo, &err), &err);
+    assert_int_equal(px_cost_calibration_count(cal), 2);
+    px_cost_params pc = fx.params;
+    pc.mode = PX_COST_CALIBRATED;
+    pc.calibration = cal;
+    static px_cost_estimate est;
+    px_assert_ok(px_cost_eval_pipeline(fx.fleet, fx.model, &pc, &wl, &p, NULL, &est, &err), &err);
+    assert_double_equal(est.stages[0].decode_s, 2e-3, 1e-12);
+    assert_double_equal(est.stages[1].decode_s, 3e-3, 1e-12);
+    px_cost_calibration_free(cal);
+    /* One prompt: its steps are the one-row classes' (px_cost_run_samples). */
+    run.n_prompts = 1;
+    run.prompt_tokens = 5;
+    run.decode_tokens = 24;
+    px_assert_ok(px_cost_run_decode_samples(&run, fx.fleet, fx.model, &fx.params, s, &n, &err),
+                 &err);
+    assert_int_equal(n, 0);
+}
+
+static void test_decode_correction_round_trips_through_its_document(void **state)
+{
+    (void)state;
+    px_err err;
+    px_cost_calibration *cal, *back;
+    px_assert_ok(px_cost_calibration_new(&cal, &err), &err);
+    px_cost_correction c = decode_corr("local.cpu0", 1.25, 45.3, 90.5);
+    px_assert_ok(px_cost_calibration_add(cal, &c, &err), &err);
+    char *text = px_cost_calibration_dump(cal);
+    assert_non_null(text);
+    px_assert_contains(text, "\"class\": \"decode\"");
+    char *path = px_asprintf("%s/calib-decode.json", px_test_tmpdir());
+    px_assert_ok(px_write_file(path, text, strlen(text), &err), &err);
+    px_assert_ok(px_cost_calibration_load(path, &back, &err), &err);
+    assert_int_equal(px_cost_calibration_count(back), 1);
+    const px_cost_correction *k = px_cost_calibration_at(back, 0);
+    assert_int_equal(k->cls, PX_COST_CLASS_DECODE);
+    assert_double_equal(k->factor, 1.25, 0);
+    assert_double_equal(k->valid_lo, 45.3, 0);
+    px_cost_op_class cls;
+    px_assert_ok(px_cost_op_class_parse("decode", &cls, &err), &err);
+    assert_int_equal(cls, PX_COST_CLASS_DECODE);
+    assert_string_equal(px_cost_op_class_name(PX_COST_CLASS_DECODE), "decode");
+    assert_int_equal(px_cost_op_class_parse("decodes", &cls, &err), PX_EINVAL);
+    px_assert_contains(err.msg, "step or decode");
+    free(text);
+    free(path);
+    px_cost_calibration_free(cal);
+    px_cost_calibration_free(back);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_decode_correction_replaces_the_step_at_two_rows_or_more),
+        cmocka_unit_test(test_runs_of_several_prompts_give_decode_samples),
+        cmocka_unit_test(test_decode_correction_round_trips_through_its_document),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
