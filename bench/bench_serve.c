@@ -597,7 +597,7 @@ static void timing_now(const char *url, int n_reps, const int *n_stages, rep_tim
 /* What a replica's plan predicts of each part of its step (the replica's
  * "predicted" and its stages'), per micro-batch. */
 typedef struct rep_pred_parts {
-    double step_s, executor_s, served_step_s[MAX_STAGES], transfer_s[MAX_STAGES];
+    double step_s, executor_s, return_s, served_step_s[MAX_STAGES], transfer_s[MAX_STAGES];
     double context; /* the positions the plan prices a decode row at */
     int mb;
 } rep_pred_parts;
@@ -625,11 +625,12 @@ static void print_parts(int i, int n_stages, const rep_timing *t0, const rep_tim
                k ? p->transfer_s[k - 1] * 1e3 : 0, k, (t1->compute[k] - t0->compute[k]) * ms,
                (t1->compute_wait[k] - t0->compute_wait[k]) * ms, p->served_step_s[k] * 1e3);
     int b = n_stages <= MAX_STAGES ? n_stages : MAX_STAGES;
-    printf(" hop back %.3f [%.3f]; executor work %.3f [%.3f] / %.3f; executor waiting for "
+    printf(" hop back %.3f [%.3f] / %.3f; executor work %.3f [%.3f] / %.3f; executor waiting for "
            "results %.3f [%.3f]; period %.3f / %.3f (%d micro-batch%s)\n",
            (t1->hop[b] - t0->hop[b]) * ms, (t1->hop_wait[b] - t0->hop_wait[b]) * ms,
-           (t1->work - t0->work) * ms, (t1->work_wait - t0->work_wait) * ms, p->executor_s * 1e3,
-           (t1->result - t0->result) * ms, (t1->result_wait - t0->result_wait) * ms, wall * ms,
+           p->return_s * 1e3, (t1->work - t0->work) * ms, (t1->work_wait - t0->work_wait) * ms,
+           p->executor_s * 1e3, (t1->result - t0->result) * ms,
+           (t1->result_wait - t0->result_wait) * ms, wall * ms,
            p->mb > 0 ? p->step_s / p->mb * 1e3 : 0, p->mb, p->mb == 1 ? "" : "es");
     /* A micro-batch's trip round the ring (the engine's work, every hop
      * and stage), and what of it was waiting for a core: with mb
@@ -643,7 +644,7 @@ static void print_parts(int i, int n_stages, const rep_timing *t0, const rep_tim
             waited += t1->compute_wait[k] - t0->compute_wait[k];
         }
     }
-    double pred_trip = p->executor_s;
+    double pred_trip = p->executor_s + p->return_s;
     for (int k = 0; k < b; k++)
         pred_trip += p->served_step_s[k] + p->transfer_s[k];
     printf(
@@ -696,6 +697,7 @@ static void serve_plan(const char *label, const char *model, const char *invento
             rep_pred_parts *pp = &parts[ri];
             pp->step_s = json_number_value(json_object_get(rp, "step_s"));
             pp->executor_s = json_number_value(json_object_get(rp, "executor_s_per_micro_batch"));
+            pp->return_s = json_number_value(json_object_get(rp, "return_s_per_micro_batch"));
             pp->mb = mb > 0 ? (int)mb : 1;
             pp->context = plan_context;
             size_t si;

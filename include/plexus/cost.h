@@ -379,7 +379,12 @@ typedef struct px_cost_estimate {
     double joules_per_token;
     double usd_per_hour, usd_per_token, tokens_per_usd;
     double p_fail;     /* failure within the reliability window */
-    double transfer_s; /* total inter-stage transfer per token */
+    double transfer_s; /* total inter-stage transfer per token, return_s included */
+    /* The logits of a micro-batch back from the last stage to the
+     * executor beside the first: the path's latency plus rows x vocab x 4
+     * bytes over its bandwidth.  0 with one stage, and the latency alone
+     * for DiT. */
+    double return_s;
     /* The host's work per step of one micro-batch outside the stages'
      * kernels: rows x host_row_s (sourced), or the step correction's
      * fixed time plus its time per row (calibrated); in step_s, not in

@@ -546,12 +546,19 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
         est->stages[i].xfer_s *= share;
         served_xfer[i] *= share;
     }
-    double loop = 0;
+    /* The logits back to the executor, beside the first stage's device: a
+     * resource each micro-batch crosses once a step, like a hop between
+     * stages.  With one stage the executor is beside its device already:
+     * the way from a device to its host is the step class's, as the
+     * device's way in is. */
+    double loop = 0, logits = m->dit ? 0 : b * S * (double)m->vocab * 4.0;
     if (pipe->n_stages > 1) {
         px_cost_path back = px_cost_fleet_path(f, pipe->stages[pipe->n_stages - 1].devices[0],
                                                pipe->stages[0].devices[0]);
-        loop = back.reachable ? back.latency : 0;
+        if (back.reachable)
+            loop = back.latency + logits / (path_bw(&back, s) * p->eff_link);
     }
+    est->return_s = loop;
     uint32_t slow = 0;
     /* Served steps: decode plus the prefill rows mixed in (see eval_stage),
      * for the replica's throughput (thr) and for one sequence (tpot). */
@@ -576,6 +583,9 @@ px_status px_cost_eval_pipeline(px_cost_fleet *f, const px_cost_model *m, const 
             slow = i;
     }
     sum += loop;
+    cycle = PX_MAX(cycle, loop);
+    cycle_thr = PX_MAX(cycle_thr, loop);
+    cycle_tpot = PX_MAX(cycle_tpot, loop);
     est->transfer_s = xfer_sum + loop;
     /* The host's work per step outside the stages' kernels (the
      * executor's round trip, sampling and token handling per row).  It is

@@ -64,11 +64,10 @@ px_status px_cost_run_host_sample(const px_cost_run *run, px_cost_fleet *f, cons
     if ((st = px_cost_run_pipeline(run, f, m, pipe, &wl, err)) != PX_OK ||
         (st = px_cost_eval_pipeline(f, m, p, &wl, pipe, NULL, est, err)) != PX_OK)
         goto done;
-    /* What the stages (as predicted: the per-row work the model leaves out
-     * grows with the batch, and must land here, not in the stages'
-     * corrections) and the observed hops account for; the rest of a step
-     * is the host's. */
-    double rest = run->tpot_s;
+    /* What the stages (as predicted: a batch's step by the decode class
+     * when calibrated), the observed hops and the logits' way back (as
+     * predicted) account for; the rest of a step is the host's. */
+    double rest = run->tpot_s - est->return_s;
     for (uint32_t i = 0; i < run->n_stages; i++)
         rest -= est->stages[i].decode_s + (i > 0 ? run->stages[i].xfer_in_s : 0);
     double pred = px_cost_step_sourced(m, &wl, p);

@@ -563,12 +563,13 @@ static json_t *replicas_json(const px__plan_ctx *ctx, const px__plan_result *r)
         }
         const px_cost_workload *w = &r->layout.wls[i];
         const px_cost_estimate *e = &r->est[i];
-        json_t *o = json_pack("{s:i, s:o, s:i, s:i, s:o, s:o, s:{s:o, s:o, s:o}}", "index",
+        json_t *o = json_pack("{s:i, s:o, s:i, s:i, s:o, s:o, s:{s:o, s:o, s:o, s:o}}", "index",
                               (json_int_t)i, "stages", stages, "batch", (json_int_t)w->batch,
                               "micro_batches", (json_int_t)PX_MAX(w->micro_batches, 1u), "tpot_s",
                               num(e->tpot_s), "throughput", num(e->throughput), "predicted",
                               "step_s", num(e->step_s), "executor_s_per_micro_batch",
-                              num(e->executor_s), "host_cores_s", num(e->host_cores_s));
+                              num(e->executor_s), "return_s_per_micro_batch", num(e->return_s),
+                              "host_cores_s", num(e->host_cores_s));
         if (px_json_push(arr, o)) {
             json_decref(arr);
             return NULL;

@@ -139,7 +139,8 @@ static void test_plan_cli_plans_a_real_model_on_emulated_devices(void **state)
 }
 
 /* Each replica says what it predicts of each part of its step (its
- * stages' served steps and hops, the executor's work per micro-batch),
+ * stages' served steps and hops, the logits' way back, the executor's
+ * work per micro-batch),
  * so that a served step can be compared part by part: one trip of a
  * micro-batch round the ring, and each stage once per micro-batch, fit
  * in the step it predicts. */
@@ -168,7 +169,11 @@ static void test_plan_cli_says_what_each_replica_predicts_of_each_part(void **st
         double batch = (double)json_integer_value(json_object_get(rep, "batch"));
         assert_true(step > 0 && exec > 0 && mb >= 1);
         assert_true(json_number_value(json_object_get(pred, "host_cores_s")) <= step * 1.001);
-        double trip = exec, slowest = 0;
+        /* The logits' way back: over a link with two stages, none with one. */
+        double back = json_number_value(json_object_get(pred, "return_s_per_micro_batch"));
+        size_t n_st = json_array_size(json_object_get(rep, "stages"));
+        assert_true(n_st > 1 ? back > 0 : back == 0);
+        double trip = exec + back, slowest = back;
         size_t k;
         const json_t *st;
         json_array_foreach(json_object_get(rep, "stages"), k, st)

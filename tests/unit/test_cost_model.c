@@ -510,6 +510,37 @@ static void test_cost_slow_link_adds_transfer_time(void **state)
     teardown_fixture(&fx);
 }
 
+/* The logits come back from the last stage to the executor beside the
+ * first: rows x vocab x 4 bytes over the path, a resource of the cycle
+ * like a hop; with one stage there is no way back to price. */
+static void test_cost_logits_come_back_over_the_link(void **state)
+{
+    (void)state;
+    fixture fx;
+    setup_fixture(&fx, fleet_json(false, "1 Gbit/s", "100 us", ""), "llama-3-8b", PX_DTYPE_COUNT_);
+    fx.wl.batch = 32;
+    fx.wl.micro_batches = 2;
+    px_cost_pipeline p = two_stages(&fx, dev(&fx, "n1.gpu0"), dev(&fx, "n2.gpu0"), 16);
+    px_cost_estimate *e = eval(&fx, &p);
+    assert_int_equal(e->why, PX_COST_OK);
+    /* 16 rows of 128,256 logits, 8.2 MB over 1 Gbit/s (the narrowest
+     * link of the way back), after 104 us of latency (the network's and
+     * each PCIe link's). */
+    double bytes = 16.0 * fx.model->vocab * 4.0;
+    double want = 104e-6 + bytes / (1e9 / 8 * fx.params.eff_link);
+    if (!(fabs(e->return_s - want) <= 1e-9 * want))
+        fail_msg("return_s %.9g, expected %.9g", e->return_s, want);
+    assert_true(e->transfer_s >= e->stages[0].xfer_s + e->return_s);
+    /* Each micro-batch crosses it once a step: two of them take at least
+     * twice its time. */
+    assert_true(e->step_s >= 2 * e->return_s);
+    assert_true(e->tpot_s >= e->return_s + e->stages[0].decode_s + e->stages[1].decode_s);
+    px_cost_pipeline one = one_stage(&fx, dev(&fx, "n1.gpu0"));
+    e = eval(&fx, &one);
+    assert_true(e->return_s == 0);
+    teardown_fixture(&fx);
+}
+
 static void test_cost_allreduce_grows_with_link_latency(void **state)
 {
     (void)state;
@@ -806,6 +837,7 @@ int main(void)
         cmocka_unit_test(test_cost_default_backend_follows_the_vendor),
         cmocka_unit_test(test_cost_falls_back_to_a_supported_dtype),
         cmocka_unit_test(test_cost_slow_link_adds_transfer_time),
+        cmocka_unit_test(test_cost_logits_come_back_over_the_link),
         cmocka_unit_test(test_cost_allreduce_grows_with_link_latency),
         cmocka_unit_test(test_cost_money_energy_and_reliability),
         cmocka_unit_test(test_cost_uncertainty_is_seeded_and_ordered),
