@@ -835,8 +835,10 @@ PX_NODISCARD px_status px_cost_run_pipeline(const px_cost_run *run, px_cost_flee
  * blocks, class matvec: the observed decode step less its attention (the
  * calibrated prediction of attention when p carries an overlay in the
  * calibrated mode and a correction applies, else the sourced one), against
- * the sourced weight-streaming term.  samples needs run->n_stages
- * entries; their device strings borrow from run.  *n gets the count. */
+ * the sourced weight-streaming term.  A run of several prompts gives none
+ * (*n = 0): its steps are px_cost_run_decode_samples'.  samples needs
+ * run->n_stages entries; their device strings borrow from run.  *n gets
+ * the count. */
 PX_NODISCARD px_status px_cost_run_samples(const px_cost_run *run, px_cost_fleet *f,
                                            const px_cost_model *m, const px_cost_params *p,
                                            px_cost_calib_sample *samples, size_t *n, px_err *err);

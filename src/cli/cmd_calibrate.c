@@ -696,10 +696,6 @@ int px__cmd_calibrate(int argc, char **argv)
     for (size_t i = 0; i < c.n_situ + o.n_from; i++) {
         const px_cost_run *run = i < c.n_situ ? &c.situ[i] : &c.runs[i - c.n_situ];
         size_t got;
-        /* A batch's decode step also holds the work per row that the
-         * one-row terms leave out: it is the decode class's, below. */
-        if (i < c.n_situ && run->n_prompts > 1)
-            continue;
         if (reserve(&c, run->n_stages, &err) != PX_OK ||
             px_cost_run_samples(run, c.fleet, c.model, &pc, c.samples + c.n_samples, &got, &err) !=
                 PX_OK)

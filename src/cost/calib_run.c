@@ -169,6 +169,10 @@ px_status px_cost_run_samples(const px_cost_run *run, px_cost_fleet *f, const px
                               px_err *err)
 {
     *n = 0;
+    /* A batch's step holds work that grows with its rows: the decode
+     * class's (px_cost_run_decode_samples), not weight streaming. */
+    if (run->n_prompts > 1)
+        return PX_OK;
     px_cost_pipeline *pipe = malloc(sizeof *pipe);
     if (!pipe)
         return px_err_set(err, PX_ENOMEM, "out of memory reading a run");

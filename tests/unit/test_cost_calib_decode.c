@@ -231,6 +231,10 @@ static void test_runs_of_several_prompts_give_decode_samples(void **state)
     assert_double_equal(est.stages[0].decode_s, 2e-3, 1e-12);
     assert_double_equal(est.stages[1].decode_s, 3e-3, 1e-12);
     px_cost_calibration_free(cal);
+    /* Nor do they give weight-streaming samples: their steps hold the
+     * work that grows with the rows. */
+    px_assert_ok(px_cost_run_samples(&run, fx.fleet, fx.model, &fx.params, s, &n, &err), &err);
+    assert_int_equal(n, 0);
     /* One prompt: its steps are the one-row classes' (px_cost_run_samples). */
     run.n_prompts = 1;
     run.prompt_tokens = 5;
@@ -238,6 +242,8 @@ static void test_runs_of_several_prompts_give_decode_samples(void **state)
     px_assert_ok(px_cost_run_decode_samples(&run, fx.fleet, fx.model, &fx.params, s, &n, &err),
                  &err);
     assert_int_equal(n, 0);
+    px_assert_ok(px_cost_run_samples(&run, fx.fleet, fx.model, &fx.params, s, &n, &err), &err);
+    assert_int_equal(n, 2);
 }
 
 static void test_decode_correction_round_trips_through_its_document(void **state)
