@@ -164,6 +164,25 @@ static bool has_decode(const px_cost_run_stage *rs)
     return rs->last >= rs->first && isfinite(rs->decode_s) && rs->decode_s > 0;
 }
 
+/* The sourced terms of each stage of a run that observed its decode
+ * step (has[i]), under the run's own workload. */
+static px_status run_terms(const px_cost_run *run, px_cost_fleet *f, const px_cost_model *m,
+                           const px_cost_params *p, px_cost_stage_terms *t, bool *has, px_err *err)
+{
+    px_cost_pipeline *pipe = malloc(sizeof *pipe);
+    if (!pipe)
+        return px_err_set(err, PX_ENOMEM, "out of memory reading a run");
+    px_cost_workload wl;
+    px_status st = px_cost_run_pipeline(run, f, m, pipe, &wl, err);
+    for (uint32_t i = 0; st == PX_OK && i < run->n_stages; i++) {
+        has[i] = has_decode(&run->stages[i]);
+        if (has[i])
+            st = px_cost_stage_terms_of(f, m, p, &wl, &pipe->stages[i], &t[i], err);
+    }
+    free(pipe);
+    return st;
+}
+
 px_status px_cost_run_samples(const px_cost_run *run, px_cost_fleet *f, const px_cost_model *m,
                               const px_cost_params *p, px_cost_calib_sample *samples, size_t *n,
                               px_err *err)
@@ -173,26 +192,20 @@ px_status px_cost_run_samples(const px_cost_run *run, px_cost_fleet *f, const px
      * class's (px_cost_run_decode_samples), not weight streaming. */
     if (run->n_prompts > 1)
         return PX_OK;
-    px_cost_pipeline *pipe = malloc(sizeof *pipe);
-    if (!pipe)
-        return px_err_set(err, PX_ENOMEM, "out of memory reading a run");
-    px_cost_workload wl;
-    px_status st = px_cost_run_pipeline(run, f, m, pipe, &wl, err);
+    px_cost_stage_terms t[PX_COST_MAX_STAGES];
+    bool has[PX_COST_MAX_STAGES];
+    px_status st = run_terms(run, f, m, p, t, has, err);
     for (uint32_t i = 0; st == PX_OK && i < run->n_stages; i++) {
         const px_cost_run_stage *rs = &run->stages[i];
-        if (!has_decode(rs))
-            continue;
-        px_cost_stage_terms t;
-        if ((st = px_cost_stage_terms_of(f, m, p, &wl, &pipe->stages[i], &t, err)) != PX_OK)
-            break;
-        if (!(t.matvec_s > 0))
+        if (!has[i] || !(t[i].matvec_s > 0))
             continue;
         /* Attention's share, as the overlay (if any) predicts it. */
-        double att = t.attention_s;
+        double att = t[i].attention_s;
         size_t idx;
         if (p->mode == PX_COST_CALIBRATED &&
-            px_cost_calibration_lookup(p->calibration, rs->device, PX_COST_CLASS_ATTENTION, t.dtype,
-                                       t.attention_size, &idx) == PX_COST_CALIB_APPLIED) {
+            px_cost_calibration_lookup(p->calibration, rs->device, PX_COST_CLASS_ATTENTION,
+                                       t[i].dtype, t[i].attention_size,
+                                       &idx) == PX_COST_CALIB_APPLIED) {
             const px_cost_correction *c = px_cost_calibration_at(p->calibration, idx);
             att = c->offset_s + c->factor * att;
         }
@@ -201,12 +214,11 @@ px_status px_cost_run_samples(const px_cost_run *run, px_cost_fleet *f, const px
             continue;
         samples[(*n)++] = (px_cost_calib_sample){.device = rs->device,
                                                  .cls = PX_COST_CLASS_MATVEC,
-                                                 .dtype = t.dtype,
-                                                 .size = t.matvec_size,
-                                                 .predicted_s = t.matvec_s,
+                                                 .dtype = t[i].dtype,
+                                                 .size = t[i].matvec_size,
+                                                 .predicted_s = t[i].matvec_s,
                                                  .observed_s = rest};
     }
-    free(pipe);
     return st;
 }
 
@@ -217,28 +229,19 @@ px_status px_cost_run_decode_samples(const px_cost_run *run, px_cost_fleet *f,
     *n = 0;
     if (run->n_prompts < 2)
         return PX_OK;
-    px_cost_pipeline *pipe = malloc(sizeof *pipe);
-    if (!pipe)
-        return px_err_set(err, PX_ENOMEM, "out of memory reading a run");
-    px_cost_workload wl;
-    px_status st = px_cost_run_pipeline(run, f, m, pipe, &wl, err);
+    px_cost_stage_terms t[PX_COST_MAX_STAGES];
+    bool has[PX_COST_MAX_STAGES];
+    px_status st = run_terms(run, f, m, p, t, has, err);
     for (uint32_t i = 0; st == PX_OK && i < run->n_stages; i++) {
-        const px_cost_run_stage *rs = &run->stages[i];
-        if (!has_decode(rs))
+        if (!has[i] || !(t[i].decode_s > 0))
             continue;
-        px_cost_stage_terms t;
-        if ((st = px_cost_stage_terms_of(f, m, p, &wl, &pipe->stages[i], &t, err)) != PX_OK)
-            break;
-        if (!(t.decode_s > 0))
-            continue;
-        samples[(*n)++] = (px_cost_calib_sample){.device = rs->device,
+        samples[(*n)++] = (px_cost_calib_sample){.device = run->stages[i].device,
                                                  .cls = PX_COST_CLASS_DECODE,
-                                                 .dtype = t.dtype,
-                                                 .size = t.decode_size,
-                                                 .predicted_s = t.decode_s,
-                                                 .observed_s = rs->decode_s};
+                                                 .dtype = t[i].dtype,
+                                                 .size = t[i].decode_size,
+                                                 .predicted_s = t[i].decode_s,
+                                                 .observed_s = run->stages[i].decode_s};
     }
-    free(pipe);
     return st;
 }
 

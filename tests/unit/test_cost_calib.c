@@ -4,7 +4,7 @@
  * the calibrated mode never changes sourced values, reproduces exactly,
  * refuses corrections outside their validity range (and the assumptions
  * say so); run reports become samples and before/after reports. */
-#include "px_test.h"
+#include "calib_fixture.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -14,64 +14,10 @@
 #include "plexus/hw.h"
 #include "plexus/ir.h"
 
-typedef struct fixture {
-    px_hw_graph *graph;
-    px_ir_model *ir;
-    px_cost_fleet *fleet;
-    px_cost_model *model;
-    px_cost_params params;
-    char *model_path;
-} fixture;
-
-static fixture fx;
-
 static int setup(void **state)
 {
     (void)state;
-    px_err err;
-    memset(&fx, 0, sizeof fx);
-    char *inv = px_test_source_path("data/scenarios/emu-small.json");
-    px_diags d;
-    px_diags_init(&d);
-    px_assert_ok(px_hw_graph_load(inv, NULL, &fx.graph, &d, &err), &err);
-    px_diags_release(&d);
-    free(inv);
-    px_ir_synth_opts o;
-    px_ir_synth_defaults(&o);
-    o.dim = 64;
-    o.hidden_dim = 172;
-    o.n_layers = 5;
-    o.n_heads = 8;
-    o.n_kv_heads = 4;
-    o.vocab_size = 512;
-    o.context_length = 128;
-    fx.model_path = px_asprintf("%s/calib-synth.gguf", px_test_tmpdir());
-    px_assert_ok(px_ir_synth_write(&o, fx.model_path, &err), &err);
-    px_assert_ok(px_ir_model_open(fx.model_path, NULL, &fx.ir, &err), &err);
-    px_cost_params_default(&fx.params);
-    px_assert_ok(px_cost_fleet_new(fx.graph, &fx.params, &fx.fleet, &err), &err);
-    px_assert_ok(px_cost_model_new(fx.ir, &fx.model, &err), &err);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    px_cost_model_free(fx.model);
-    px_cost_fleet_free(fx.fleet);
-    px_ir_model_free(fx.ir);
-    px_hw_graph_free(fx.graph);
-    free(fx.model_path);
-    return 0;
-}
-
-static uint32_t dev(const char *id)
-{
-    for (uint32_t i = 0; i < fx.fleet->n_devices; i++)
-        if (!strcmp(fx.fleet->devices[i].id, id))
-            return i;
-    fail_msg("no device %s", id);
-    return 0;
+    return calib_fixture_setup("calib-synth.gguf");
 }
 
 static px_cost_correction corr(const char *device, px_cost_op_class cls, double factor, double lo,
@@ -570,5 +516,5 @@ int main(void)
         cmocka_unit_test(test_params_check_pairs_mode_and_overlay),
         cmocka_unit_test(test_run_reports_calibrate_and_check),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, calib_fixture_teardown);
 }

@@ -7,7 +7,7 @@
  * after their stages and hops, or as a fixed time plus a time per row
  * from runs at several batch sizes, and round-trips through the
  * document. */
-#include "px_test.h"
+#include "calib_fixture.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -17,72 +17,10 @@
 #include "plexus/hw.h"
 #include "plexus/ir.h"
 
-typedef struct fixture {
-    px_hw_graph *graph;
-    px_ir_model *ir;
-    px_cost_fleet *fleet;
-    px_cost_model *model;
-    px_cost_params params;
-    char *model_path;
-} fixture;
-
-static fixture fx;
-
-/* |a - b| <= eps, naming both on failure. */
-#define assert_double_equal(a, b, eps)                        \
-    do {                                                      \
-        double a_ = (a), b_ = (b);                            \
-        if (!(fabs(a_ - b_) <= (eps)))                        \
-            fail_msg("%s = %.9g, expected %.9g", #a, a_, b_); \
-    } while (0)
-
 static int setup(void **state)
 {
     (void)state;
-    px_err err;
-    memset(&fx, 0, sizeof fx);
-    char *inv = px_test_source_path("data/scenarios/emu-small.json");
-    px_diags d;
-    px_diags_init(&d);
-    px_assert_ok(px_hw_graph_load(inv, NULL, &fx.graph, &d, &err), &err);
-    px_diags_release(&d);
-    free(inv);
-    px_ir_synth_opts o;
-    px_ir_synth_defaults(&o);
-    o.dim = 64;
-    o.hidden_dim = 172;
-    o.n_layers = 5;
-    o.n_heads = 8;
-    o.n_kv_heads = 4;
-    o.vocab_size = 512;
-    o.context_length = 128;
-    fx.model_path = px_asprintf("%s/calib-step-synth.gguf", px_test_tmpdir());
-    px_assert_ok(px_ir_synth_write(&o, fx.model_path, &err), &err);
-    px_assert_ok(px_ir_model_open(fx.model_path, NULL, &fx.ir, &err), &err);
-    px_cost_params_default(&fx.params);
-    px_assert_ok(px_cost_fleet_new(fx.graph, &fx.params, &fx.fleet, &err), &err);
-    px_assert_ok(px_cost_model_new(fx.ir, &fx.model, &err), &err);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    px_cost_model_free(fx.model);
-    px_cost_fleet_free(fx.fleet);
-    px_ir_model_free(fx.ir);
-    px_hw_graph_free(fx.graph);
-    free(fx.model_path);
-    return 0;
-}
-
-static uint32_t dev(const char *id)
-{
-    for (uint32_t i = 0; i < fx.fleet->n_devices; i++)
-        if (!strcmp(fx.fleet->devices[i].id, id))
-            return i;
-    fail_msg("no device %s", id);
-    return 0;
+    return calib_fixture_setup("calib-step-synth.gguf");
 }
 
 /* A step correction: a fixed time per step for pipelines starting on
@@ -514,5 +452,5 @@ int main(void)
         cmocka_unit_test(test_fit_over_batches_gives_a_fixed_time_and_a_time_per_row),
         cmocka_unit_test(test_run_at_a_batch_gives_a_host_sample),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, calib_fixture_teardown);
 }
