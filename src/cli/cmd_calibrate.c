@@ -628,6 +628,18 @@ static px_status report(cal_ctx *c, const cal_opts *o, const px_cost_calibration
     return st;
 }
 
+/* The dataset of corrections fitted from runs at several batches: the
+ * pipelines run here (at `rows` rows, when `situ` gave samples; bench is
+ * the microbenchmarks' text) and the run reports. */
+static void runs_dataset(char *buf, size_t cap, const char *rows, bool situ, const char *bench,
+                         const cal_opts *o)
+{
+    snprintf(buf, cap, "%s%s%s%.100s%s%.0u%s%.30s", situ ? "pipelines run here at " : "",
+             situ ? rows : "", situ ? " rows: " : "", situ ? bench : "",
+             situ && o->n_from ? "; " : "", o->n_from, o->n_from ? " run report(s): " : "",
+             o->n_from ? o->from[0] : "");
+}
+
 int px__cmd_calibrate(int argc, char **argv)
 {
     cal_opts o;
@@ -734,10 +746,8 @@ int px__cmd_calibrate(int argc, char **argv)
     }
     if (c.n_samples > n_before_decode) {
         char decode_text[160];
-        snprintf(decode_text, sizeof decode_text, "%s%.100s%s%.0u%s%.30s",
-                 n_situ_decode ? "pipelines run here at 2 to 128 rows: " : "",
-                 n_situ_decode ? bench_text : "", n_situ_decode && o.n_from ? "; " : "", o.n_from,
-                 o.n_from ? " run report(s): " : "", o.n_from ? o.from[0] : "");
+        runs_dataset(decode_text, sizeof decode_text, "2 to 128", n_situ_decode > 0, bench_text,
+                     &o);
         fo.dataset = decode_text;
         /* A regime per batch size (the sweep doubles them): a step of 2
          * rows and one of 128 differ in more than a fixed cost and a
@@ -763,10 +773,7 @@ int px__cmd_calibrate(int argc, char **argv)
     }
     if (c.n_samples > n_before_host) {
         char host_text[160];
-        snprintf(host_text, sizeof host_text, "%s%.100s%s%.0u%s%.30s",
-                 n_situ_host ? "pipelines run here at 1 to 128 rows: " : "",
-                 n_situ_host ? bench_text : "", n_situ_host && o.n_from ? "; " : "", o.n_from,
-                 o.n_from ? " run report(s): " : "", o.n_from ? o.from[0] : "");
+        runs_dataset(host_text, sizeof host_text, "1 to 128", n_situ_host > 0, bench_text, &o);
         fo.dataset = host_text;
         fo.range_slack = 0;
         if (px_cost_calibration_fit(cal, c.samples + n_before_host, c.n_samples - n_before_host,
