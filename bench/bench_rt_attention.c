@@ -59,6 +59,36 @@ static px_rt_tensor tensor(bench_cpu *c, px_dtype t, int64_t ne0, int64_t ne1, i
     return x;
 }
 
+/* A cpu device of `threads` threads, its stream and a buffer of `bytes`;
+ * exits naming the section when any cannot be had. */
+static bench_cpu bench_cpu_open(uint32_t threads, size_t bytes, int section)
+{
+    px_err err;
+    bench_cpu c = {0};
+    px_rt_device_opts o = {.n_threads = threads};
+    if (px_rt_device_open("cpu", &o, &c.dev, &err) || px_rt_stream_new(c.dev, &c.stream, &err) ||
+        px_rt_buffer_alloc(c.dev, bytes, &c.buf, &err)) {
+        printf("%d. skipped: %s\n", section, err.msg);
+        exit(1);
+    }
+    return c;
+}
+
+static void bench_cpu_close(bench_cpu *c)
+{
+    px_rt_buffer_free(c->buf);
+    px_rt_stream_free(c->stream);
+    px_rt_device_free(c->dev);
+}
+
+/* The op's scratch, as the device asks for it, in c's buffer. */
+static void give_work(bench_cpu *c, px_rt_op *op, px_rt_tensor *work)
+{
+    size_t need = px_rt_device_work_size(c->dev, op);
+    *work = tensor(c, PX_DTYPE_I8, (int64_t)need, 1, 1);
+    op->work = work;
+}
+
 static void fill(px_rng *r, const px_rt_tensor *t)
 {
     float *v = px_rt_tensor_data(t);
@@ -71,13 +101,7 @@ static void fill(px_rng *r, const px_rt_tensor *t)
 static double op_us(uint32_t threads, uint32_t rows, int rounds)
 {
     px_err err;
-    bench_cpu c = {0};
-    px_rt_device_opts o = {.n_threads = threads};
-    if (px_rt_device_open("cpu", &o, &c.dev, &err) || px_rt_stream_new(c.dev, &c.stream, &err) ||
-        px_rt_buffer_alloc(c.dev, 16 << 20, &c.buf, &err)) {
-        printf("1. skipped: %s\n", err.msg);
-        exit(1);
-    }
+    bench_cpu c = bench_cpu_open(threads, 16 << 20, 1);
     px_rng r;
     px_rng_seed(&r, 7);
     px_rt_tensor q = tensor(&c, PX_DTYPE_F32, NH * HD, rows, 1),
@@ -100,9 +124,8 @@ static double op_us(uint32_t threads, uint32_t rows, int rounds)
                    .n_heads = NH,
                    .n_kv_heads = NKV,
                    .head_dim = HD};
-    size_t need = px_rt_device_work_size(c.dev, &op);
-    px_rt_tensor work = tensor(&c, PX_DTYPE_I8, (int64_t)need, 1, 1);
-    op.work = &work;
+    px_rt_tensor work;
+    give_work(&c, &op, &work);
     double best = 1e30;
     for (int round = 0; round < rounds; round++) {
         uint64_t t0 = px_now_ns();
@@ -117,9 +140,7 @@ static double op_us(uint32_t threads, uint32_t rows, int rounds)
         double us = (double)(px_now_ns() - t0) / 1e3 / 32;
         best = us < best ? us : best;
     }
-    px_rt_buffer_free(c.buf);
-    px_rt_stream_free(c.stream);
-    px_rt_device_free(c.dev);
+    bench_cpu_close(&c);
     return best;
 }
 
@@ -134,16 +155,10 @@ enum { BLOCK = 16, SLOT_BLOCKS = 8 }; /* a context of 128 */
 static double served_us(const served_shape *sh, uint32_t threads, int rounds)
 {
     px_err err;
-    bench_cpu c = {0};
-    px_rt_device_opts o = {.n_threads = threads};
     uint32_t kv_dim = sh->nkv * sh->hd, n_blocks = sh->rows * SLOT_BLOCKS;
     size_t cache = (size_t)kv_dim * BLOCK * n_blocks * sizeof(float);
     size_t bytes = 2 * cache * sh->layers + ((size_t)4 << 20);
-    if (px_rt_device_open("cpu", &o, &c.dev, &err) || px_rt_stream_new(c.dev, &c.stream, &err) ||
-        px_rt_buffer_alloc(c.dev, bytes, &c.buf, &err)) {
-        printf("3. skipped: %s\n", err.msg);
-        exit(1);
-    }
+    bench_cpu c = bench_cpu_open(threads, bytes, 3);
     px_rng r;
     px_rng_seed(&r, 11);
     px_rt_tensor q = tensor(&c, PX_DTYPE_F32, sh->nh * sh->hd, sh->rows, 1),
@@ -186,9 +201,8 @@ static double served_us(const served_shape *sh, uint32_t threads, int rounds)
                    .n_heads = sh->nh,
                    .n_kv_heads = sh->nkv,
                    .head_dim = sh->hd};
-    size_t need = px_rt_device_work_size(c.dev, &op);
-    px_rt_tensor work = tensor(&c, PX_DTYPE_I8, (int64_t)need, 1, 1);
-    op.work = &work;
+    px_rt_tensor work;
+    give_work(&c, &op, &work);
     double best = 1e30;
     for (int round = 0; round < rounds; round++) {
         uint64_t t0 = px_now_ns();
@@ -205,9 +219,7 @@ static double served_us(const served_shape *sh, uint32_t threads, int rounds)
         best = us < best ? us : best;
     }
     free(table);
-    px_rt_buffer_free(c.buf);
-    px_rt_stream_free(c.stream);
-    px_rt_device_free(c.dev);
+    bench_cpu_close(&c);
     return best;
 }
 

@@ -725,15 +725,9 @@ px_status px_cost_stage_terms_of(px_cost_fleet *f, const px_cost_model *m, const
     eval_stage(f, m, &sp, wl, st, NULL, b, &ld, &est->stages[0], est, 0);
     out->compute_s = est->stages[0].compute_s;
     out->prefill_s = est->stages[0].prefill_s;
-    /* The decode term at the point efficiencies (the calibrated mode's
-     * decode correction scales this). */
-    double peak = f->devices[st->devices[0]].peak[est->stages[0].compute_dtype] * p->eff_compute;
-    double pairs = m->dit ? S * T : T;
-    double flops = b * (S * ld.flops_tok + pairs * ld.flops_pair + ld.flops_seq);
-    double act_traffic = m->dit ? b * S * ld.act_out * 8.0 * ld.n_blocks : 0;
-    double dev_kv = st->kv == PX_COST_KV_DEVICE ? kv_read : 0;
-    out->decode_s = PX_MAX((ld.w_decode + dev_kv + act_traffic) / st->tp / bw,
-                           peak > 0 ? flops / st->tp / peak : 0);
+    /* The decode term at the point efficiencies (sourced, no sample): the
+     * calibrated mode's decode correction scales this. */
+    out->decode_s = PX_MAX(est->stages[0].mem_s, est->stages[0].compute_s);
     free(est);
     return PX_OK;
 }
