@@ -655,9 +655,10 @@ static void print_parts(int i, int n_stages, const rep_timing *t0, const rep_tim
 }
 
 /* Serves the plan in `plan` (made for emu-small) and prints its observed
- * tokens/s against its predicted interval, as `label` says. */
+ * tokens/s against its predicted interval, as `label` says; with report,
+ * the server writes its run report there when it stops. */
 static void serve_plan(const char *label, const char *model, const char *inventory,
-                       const char *plan)
+                       const char *plan, const char *report)
 {
     json_t *doc = json_load_file(plan, 0, NULL);
     const json_t *pred =
@@ -724,8 +725,19 @@ static void serve_plan(const char *label, const char *model, const char *invento
     int clients = (int)PX_MIN(in_flight, (json_int_t)MAX_CLIENT);
     server s = {0};
     /* Room for the clients' connections and the bench's scrapes. */
-    const char *args[] = {"--model", model,  "--inventory",       inventory, "--plan", plan,
-                          "--queue", "1024", "--max-connections", "1024",    NULL};
+    const char *args[] = {"--model",
+                          model,
+                          "--inventory",
+                          inventory,
+                          "--plan",
+                          plan,
+                          "--queue",
+                          "1024",
+                          "--max-connections",
+                          "1024",
+                          report ? "--run-report" : NULL,
+                          report,
+                          NULL};
     if (!start_server(&s, args)) {
         printf("emu-small throughput plan, %s: plexus serve did not start\n", label);
         stop_server(&s);
@@ -824,8 +836,11 @@ static void serve_plan(const char *label, const char *model, const char *invento
 }
 
 /* The workload the plan part sends (prompts of a few tokens, up to 100 new
- * tokens each), so that the plan predicts what is measured. */
-#define PLAN_WORKLOAD "--prompt-tokens 8 --gen-tokens 100"
+ * tokens each), so that the plan predicts what is measured; one device
+ * per stage, as the stage workers run. */
+#define PLAN_WORKLOAD "--prompt-tokens 8 --gen-tokens 100 --max-tp 1"
+/* Rounds of serving, calibrating from that run, planning again. */
+#define SERVED_ROUNDS 2
 
 /* emu-small describes this machine's CPU beside two emulated devices; its
  * node gets this machine's cores as discovery finds them (`plexus
@@ -857,11 +872,14 @@ static bool emu_small_here(const char *dir, const char *src, const char *out)
 }
 
 /* The throughput plan on emu-small, served, against its prediction: as
- * planned from the inventory's sourced figures, then from figures
- * calibrated on this machine (`plexus calibrate`). */
+ * planned from the inventory's sourced figures; from figures calibrated
+ * on this machine (`plexus calibrate`), each device timed alone; and
+ * from those with what that serving run measured of its stages
+ * (`plexus serve --run-report`, `plexus calibrate --from-run`): the
+ * devices sharing the host's cores. */
 static void serve_plans(const char *dir)
 {
-    char model[512], plan[512], calib[512], inventory[512], cmd[8192];
+    char model[512], plan[512], calib[512], calib2[512], report[512], inventory[512], cmd[8192];
     snprintf(model, sizeof model, "%s/models/stories260K.gguf", PX_SHARED_DIR);
     char scenario[512];
     snprintf(scenario, sizeof scenario, "%s/data/scenarios/emu-small.json", PX_SOURCE_DIR);
@@ -885,18 +903,42 @@ static void serve_plans(const char *dir)
         printf("emu-small throughput plan: plexus plan failed\n");
         return;
     }
-    serve_plan("sourced figures", model, inventory, plan);
+    serve_plan("sourced figures", model, inventory, plan, NULL);
     snprintf(cmd, sizeof cmd,
              "'%s' calibrate --inventory '%s' --model '%s' --out '%s' > /dev/null && "
              "'%s' plan --model '%s' --inventory '%s' --objective throughput " PLAN_WORKLOAD
              " --mode calibrated "
              "--calibration '%s' -o json > '%s'",
              plexus_bin, inventory, model, calib, plexus_bin, model, inventory, calib, plan);
-    if (system(cmd) != 0)
+    snprintf(report, sizeof report, "%s/served.json", dir);
+    snprintf(calib2, sizeof calib2, "%s/emu-small-calibration-served.json", dir);
+    if (system(cmd) != 0) {
         printf("emu-small throughput plan: plexus calibrate or plan failed\n");
-    else
-        serve_plan("calibrated on this machine", model, inventory, plan);
+    } else {
+        serve_plan("calibrated on this machine", model, inventory, plan, report);
+        /* Twice: the first plan learnt from serving may run its devices
+         * at batches the served run did not, which its own run shows. */
+        for (int round = 1; round <= SERVED_ROUNDS; round++) {
+            snprintf(cmd, sizeof cmd,
+                     "'%s' calibrate --inventory '%s' --model '%s' --no-bench --calibration '%s' "
+                     "--from-run '%s' --out '%s' > /dev/null && cp '%s' '%s' && "
+                     "'%s' plan --model '%s' --inventory '%s' --objective throughput " PLAN_WORKLOAD
+                     " --mode calibrated --calibration '%s' -o json > '%s'",
+                     plexus_bin, inventory, model, calib, report, calib2, calib2, calib, plexus_bin,
+                     model, inventory, calib, plan);
+            if (system(cmd) != 0) {
+                printf("emu-small throughput plan: calibrating from the serving run failed\n");
+                break;
+            }
+            char label[96];
+            snprintf(label, sizeof label, "calibrated, and from %d serving run%s", round,
+                     round == 1 ? "" : "s");
+            serve_plan(label, model, inventory, plan, round < SERVED_ROUNDS ? report : NULL);
+        }
+    }
     unlink(calib);
+    unlink(calib2);
+    unlink(report);
     unlink(plan);
     if (strcmp(inventory, scenario) != 0)
         unlink(inventory);

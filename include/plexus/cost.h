@@ -674,10 +674,12 @@ typedef struct px_cost_correction {
  * PX_ENOMEM. */
 PX_NODISCARD px_status px_cost_calibration_new(px_cost_calibration **out, px_err *err);
 void px_cost_calibration_free(px_cost_calibration *c); /* NULL is a no-op */
-/* Appends a copy of c (checked as the reader checks it); a correction for
- * the same device, class and dtype whose validity range overlaps c's is
- * replaced (regimes of one key are disjoint size ranges).  PX_EINVAL
- * naming the bad field, PX_ELIMIT past PX_COST_CALIB_MAX, PX_ENOMEM. */
+/* Adds a copy of c (checked as the reader checks it).  Regimes of one
+ * key (device, class, dtype) are disjoint size ranges: a correction of
+ * c's key keeps only what c's validity range leaves of its own (one that
+ * c cuts in the middle becomes two), and one that c covers whole is
+ * replaced.  PX_EINVAL naming the bad field, PX_ELIMIT past
+ * PX_COST_CALIB_MAX, PX_ENOMEM. */
 PX_NODISCARD px_status px_cost_calibration_add(px_cost_calibration *cal,
                                                const px_cost_correction *c, px_err *err);
 size_t px_cost_calibration_count(const px_cost_calibration *cal);
@@ -814,7 +816,8 @@ typedef struct px_cost_run_stage {
 typedef struct px_cost_run {
     uint32_t n_stages;
     px_cost_run_stage stages[PX_COST_MAX_STAGES];
-    uint32_t n_prompts;   /* "results" entries, else 1 */
+    uint32_t n_prompts;   /* "rows_per_step" (rounded), else "results" entries, else 1 */
+    double context;       /* "context": positions a decode row attends, mean; 0: derived */
     double prompt_tokens; /* prefilled, all prompts */
     double decode_tokens; /* produced by decode steps, all prompts */
     double tpot_s;        /* observed time per decode step end to end; NAN */
@@ -824,10 +827,18 @@ typedef struct px_cost_run {
  * naming the JSON pointer of a problem).  PX_EVALIDATE, PX_ELIMIT. */
 PX_NODISCARD px_status px_cost_run_parse(const json_t *doc, const char *name, px_cost_run *out,
                                          px_err *err);
+/* Reads a run report or a serving run's (`plexus serve --run-report`:
+ * "plexus.serve-run/1", whose "runs" are run reports, at most
+ * PX_COST_MAX_RUNS) into *out (owned: free()) and *n.  A serving run
+ * with no runs gives *n = 0.  PX_EVALIDATE, PX_ELIMIT, PX_ENOMEM. */
+#define PX_COST_MAX_RUNS 1024 /* PX_SERVE_REPORT_MAX_RUNS */
+PX_NODISCARD px_status px_cost_runs_parse(const json_t *doc, const char *name, px_cost_run **out,
+                                          size_t *n, px_err *err);
 /* The pipeline and workload of a run on a fleet and model: each stage on
  * its device (PX_ENOTFOUND naming a device not in the fleet), at the stored
- * precision; batch = prompts, prompt = prefilled tokens per prompt,
- * context = the mean context attended by its decode steps. */
+ * precision; batch = prompts (or the rows per step), prompt = prefilled
+ * tokens per prompt, context = the run's "context", else the mean context
+ * attended by its decode steps. */
 PX_NODISCARD px_status px_cost_run_pipeline(const px_cost_run *run, px_cost_fleet *f,
                                             const px_cost_model *m, px_cost_pipeline *pipe,
                                             px_cost_workload *wl, px_err *err);

@@ -180,6 +180,17 @@ void px_rt_engine_wait(px_rt_engine *e, int timeout_ms);
 /* Wakes a px_rt_engine_wait (thread-safe), e.g. to shut a server down. */
 void px_rt_engine_wake(px_rt_engine *e);
 
+/* Decode steps of one class of rows (px_rt_engine_metrics.decode_by_rows):
+ * their count, rows and attended positions; each stage's compute and of
+ * it its thread's wait for a core; the hop into each stage (hop_ns[0]:
+ * none) and back to the executor (hop_ns[n_stages]); nanoseconds. */
+#define PX_RT_ENGINE_ROW_CLASSES 12
+typedef struct px_rt_engine_decode_timing {
+    uint64_t steps, rows, context;
+    uint64_t compute_ns[PX_RT_MAX_STAGES], wait_ns[PX_RT_MAX_STAGES];
+    uint64_t hop_ns[PX_RT_MAX_STAGES + 1];
+} px_rt_engine_decode_timing;
+
 /* What the engine is doing, for metrics (thread-safe snapshot). */
 typedef struct px_rt_engine_metrics {
     uint32_t running, waiting, in_flight;
@@ -214,6 +225,11 @@ typedef struct px_rt_engine_metrics {
     uint64_t stage_compute_ns[PX_RT_MAX_STAGES], stage_wait_ns[PX_RT_MAX_STAGES];
     uint64_t hop_ns[PX_RT_MAX_STAGES + 1], hop_wait_ns[PX_RT_MAX_STAGES + 1];
     uint64_t host_ns, host_wait_ns, result_ns, result_wait_ns;
+    /* The same sums for the steps that carried decode rows only (no
+     * prompt chunk), by their rows: class c holds the steps of 2^c to
+     * 2^(c+1) - 1 rows (the last class: that many or more), so that a
+     * stage's step is known at the batch it ran (px_serve_run_report). */
+    px_rt_engine_decode_timing decode_by_rows[PX_RT_ENGINE_ROW_CLASSES];
 } px_rt_engine_metrics;
 
 void px_rt_engine_metrics_get(px_rt_engine *e, px_rt_engine_metrics *out);

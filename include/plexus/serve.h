@@ -484,6 +484,21 @@ void px_serve_figures_get(px_serve *s, px_serve_figures *out);
  * empty, the last bound when the quantile lies above it. */
 double px_serve_figures_quantile(const double bounds[PX_SERVE_BUCKETS],
                                  const uint64_t counts[PX_SERVE_BUCKETS + 1], double q);
+/* What each replica's stages took per decode step at the batches it ran,
+ * as run reports for `plexus calibrate --from-run` (thread-safe): a
+ * "plexus.serve-run/1" document whose "runs" hold one "plexus.run/1"
+ * report per replica over stage workers, window of about a second (the
+ * last 16 closed and the open one) and class of rows (steps of 2^c to
+ * 2^(c+1) - 1 decode rows, no prompt chunk) with PX_SERVE_REPORT_MIN_STEPS
+ * steps or more; at most PX_SERVE_REPORT_MAX_RUNS, the first replicas'
+ * first.  A window is a sample, so a fit sees how the steps spread.  A
+ * stage's observed decode step is its compute less its thread's waits for
+ * a core (those are given beside it): the host's queueing is the plan's
+ * host-cores floor, not a stage's cost.  The windows start again where
+ * healing moved a replica.  NULL when out of memory. */
+#define PX_SERVE_REPORT_MIN_STEPS 8
+#define PX_SERVE_REPORT_MAX_RUNS  1024
+json_t *px_serve_run_report(px_serve *s);
 /* Stops listening, ends every request and every replica (workers shut
  * down).  NULL is a no-op. */
 void px_serve_free(px_serve *s);

@@ -36,7 +36,9 @@ typedef struct cal_ctx {
     px_cost_params params;
     px_cost_calib_sample *samples;
     size_t n_samples, cap_samples;
-    px_cost_run *runs; /* from-run reports, then check reports */
+    px_cost_run *runs;  /* from-run reports' runs, then check reports' */
+    char (*labels)[48]; /* each run's: its file's name, with "#i" for a serving run's */
+    size_t n_from, n_check;
     px_cost_run *situ; /* pipelines run here on one device each */
     size_t n_situ, cap_situ;
     px_rt_tokenizer *tok;
@@ -508,26 +510,62 @@ static px_status copy_samples(cal_ctx *c, px_err *err)
     return st;
 }
 
+/* A path's last name. */
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* Appends the runs of one report file (a serving run's are several) and
+ * adds their count to *count (c->n_from or c->n_check: the from-run
+ * files are read first). */
+static px_status read_report(cal_ctx *c, const char *path, size_t *count, px_err *err)
+{
+    json_t *doc;
+    px_cost_run *got = NULL;
+    size_t n = 0;
+    px_status st = px_json_load_file(path, NULL, &doc, err);
+    if (st == PX_OK) {
+        st = px_cost_runs_parse(doc, path, &got, &n, err);
+        json_decref(doc);
+    }
+    if (st != PX_OK)
+        return st;
+    size_t have = c->n_from + c->n_check;
+    px_cost_run *runs = n ? realloc(c->runs, (have + n) * sizeof *runs) : c->runs;
+    if (runs)
+        c->runs = runs;
+    char(*labels)[48] = n && runs ? realloc(c->labels, (have + n) * sizeof *labels) : c->labels;
+    if (labels)
+        c->labels = labels;
+    if (n && (!runs || !labels)) {
+        free(got);
+        return px_err_set(err, PX_ENOMEM, "out of memory reading %s", path);
+    }
+    const char *base = base_name(path);
+    for (size_t i = 0; i < n; i++) {
+        c->runs[have + i] = got[i];
+        if (n > 1)
+            snprintf(c->labels[have + i], sizeof *labels, "%.36s#%u", base, (unsigned)(i % 10000));
+        else
+            snprintf(c->labels[have + i], sizeof *labels, "%.40s", base);
+    }
+    free(got);
+    *count += n;
+    if (n == 0)
+        fprintf(stderr, "plexus calibrate: %s holds no runs: nothing learnt from it\n", path);
+    return PX_OK;
+}
+
 static px_status read_runs(cal_ctx *c, const cal_opts *o, px_err *err)
 {
-    uint32_t n = o->n_from + o->n_check;
-    if (n == 0)
-        return PX_OK;
-    c->runs = calloc(n, sizeof *c->runs);
-    if (!c->runs)
-        return px_err_set(err, PX_ENOMEM, "out of memory");
-    for (uint32_t i = 0; i < n; i++) {
-        const char *path = i < o->n_from ? o->from[i] : o->check[i - o->n_from];
-        json_t *doc;
-        px_status st = px_json_load_file(path, NULL, &doc, err);
-        if (st == PX_OK) {
-            st = px_cost_run_parse(doc, path, &c->runs[i], err);
-            json_decref(doc);
-        }
-        if (st != PX_OK)
-            return st;
-    }
-    return PX_OK;
+    px_status st = PX_OK;
+    for (uint32_t i = 0; i < o->n_from && st == PX_OK; i++)
+        st = read_report(c, o->from[i], &c->n_from, err);
+    for (uint32_t i = 0; i < o->n_check && st == PX_OK; i++)
+        st = read_report(c, o->check[i], &c->n_check, err);
+    return st;
 }
 
 static void print_corrections(const px_cost_calibration *cal)
@@ -555,10 +593,10 @@ static void print_corrections(const px_cost_calibration *cal)
     }
 }
 
-/* Predicted against observed for runs[0..n) (names[i] labels run i, or
+/* Predicted against observed for runs[0..n) (labels[i] labels run i, or
  * NULL for "situ<i>"), sourced and calibrated. */
 static px_status check_runs(cal_ctx *c, const char *title, const px_cost_run *runs, size_t n,
-                            const char *const *names, const px_cost_calibration *cal, px_err *err)
+                            const char (*labels)[48], const px_cost_calibration *cal, px_err *err)
 {
     size_t cap = 0;
     for (size_t i = 0; i < n; i++)
@@ -576,12 +614,10 @@ static px_status check_runs(cal_ctx *c, const char *title, const px_cost_run *ru
     px_status st = PX_OK;
     for (size_t i = 0; i < n && st == PX_OK; i++) {
         char label[48];
-        if (names) {
-            const char *base = strrchr(names[i], '/');
-            snprintf(label, sizeof label, "%.40s", base ? base + 1 : names[i]);
-        } else {
+        if (labels)
+            px_strlcpy(label, labels[i], sizeof label);
+        else
             snprintf(label, sizeof label, "situ%zu", i);
-        }
         size_t got;
         bool has;
         st = px_cost_run_check(&runs[i], label, c->fleet, c->model, &c->params, cal, obs + k, &got,
@@ -618,13 +654,13 @@ static px_status report(cal_ctx *c, const cal_opts *o, const px_cost_calibration
             "pipelines run here, per-stage decode time per step (fitted, in-sample; one row's\n"
             "steps by the matvec and attention classes, a batch's by the decode class):",
             c->situ, c->n_situ, NULL, cal, err);
-    if (st == PX_OK && o->n_from && !o->n_check)
+    if (st == PX_OK && c->n_from && !o->n_check)
         st = check_runs(c,
                         "run reports, per-stage decode time per step (fitted, in-sample):", c->runs,
-                        o->n_from, o->from, cal, err);
-    if (st == PX_OK && o->n_check)
+                        c->n_from, c->labels, cal, err);
+    if (st == PX_OK && c->n_check)
         st = check_runs(c, "run reports, per-stage decode time per step (held out: not fitted):",
-                        c->runs + o->n_from, o->n_check, o->check, cal, err);
+                        c->runs + c->n_from, c->n_check, c->labels + c->n_from, cal, err);
     return st;
 }
 
@@ -637,7 +673,7 @@ static void runs_dataset(char *buf, size_t cap, const char *rows, bool situ, con
     snprintf(buf, cap, "%s%s%s%.100s%s%.0u%s%.30s", situ ? "pipelines run here at " : "",
              situ ? rows : "", situ ? " rows: " : "", situ ? bench : "",
              situ && o->n_from ? "; " : "", o->n_from, o->n_from ? " run report(s): " : "",
-             o->n_from ? o->from[0] : "");
+             o->n_from ? base_name(o->from[0]) : "");
 }
 
 int px__cmd_calibrate(int argc, char **argv)
@@ -705,7 +741,7 @@ int px__cmd_calibrate(int argc, char **argv)
     pc.mode = PX_COST_CALIBRATED;
     pc.calibration = cal;
     size_t n_situ_samples = 0;
-    for (size_t i = 0; i < c.n_situ + o.n_from; i++) {
+    for (size_t i = 0; i < c.n_situ + c.n_from; i++) {
         const px_cost_run *run = i < c.n_situ ? &c.situ[i] : &c.runs[i - c.n_situ];
         size_t got;
         if (reserve(&c, run->n_stages, &err) != PX_OK ||
@@ -722,7 +758,7 @@ int px__cmd_calibrate(int argc, char **argv)
         snprintf(dataset, sizeof dataset, "%s%.100s%s%.0u%s%.50s%s",
                  n_situ_samples ? "pipelines run here: " : "", n_situ_samples ? bench_text : "",
                  n_situ_samples && o.n_from ? "; " : "", o.n_from,
-                 o.n_from ? " run report(s): " : "", o.n_from ? o.from[0] : "",
+                 o.n_from ? " run report(s): " : "", o.n_from ? base_name(o.from[0]) : "",
                  o.n_from > 1 ? ", ..." : "");
         fo.dataset = dataset;
         if (px_cost_calibration_fit(cal, c.samples + n_bench, c.n_samples - n_bench, &fo, &err) !=
@@ -733,7 +769,7 @@ int px__cmd_calibrate(int argc, char **argv)
      * and run reports of several prompts: the work that grows with the
      * rows, which the one-row terms above leave out. */
     size_t n_before_decode = c.n_samples, n_situ_decode = 0;
-    for (size_t i = 0; i < c.n_situ + o.n_from; i++) {
+    for (size_t i = 0; i < c.n_situ + c.n_from; i++) {
         const px_cost_run *run = i < c.n_situ ? &c.situ[i] : &c.runs[i - c.n_situ];
         size_t got;
         if (reserve(&c, run->n_stages, &err) != PX_OK ||
@@ -761,7 +797,7 @@ int px__cmd_calibrate(int argc, char **argv)
      * handling): what each run's time per token leaves once its stages, as
      * now calibrated, and its hops are taken out, at every batch run. */
     size_t n_before_host = c.n_samples, n_situ_host = 0;
-    for (size_t i = 0; i < c.n_situ + o.n_from; i++) {
+    for (size_t i = 0; i < c.n_situ + c.n_from; i++) {
         const px_cost_run *run = i < c.n_situ ? &c.situ[i] : &c.runs[i - c.n_situ];
         bool has;
         if (reserve(&c, 1, &err) != PX_OK ||
@@ -806,6 +842,7 @@ done:
     px_cost_calibration_free(cal);
     free(c.samples);
     free(c.runs);
+    free(c.labels);
     free(c.situ);
     px_rt_tokenizer_free(c.tok);
     px_rt_model_free(c.rt);

@@ -66,6 +66,11 @@ static const px_cli_opt opts[] = {
     PX_CLI_OPT("gen-tokens", 0, PX_CLI_U32, &A.req.workload.gen_tokens, "N",
                "tokens generated per request (default 256, at most what\nthe context leaves)",
                .lo = 1, .hi = 1u << 24),
+    PX_CLI_OPT("max-tp", 0, PX_CLI_U32, &A.req.max_tp, "N",
+               "the largest tensor-parallel degree of a stage (default:\n"
+               "any); 1 for a plan to run or serve (their stage workers\n"
+               "run one device per stage)",
+               .lo = 1, .hi = 65536),
     PX_CLI_OPT("kv-dtype", 0, PX_CLI_CALL, &A.open, "DTYPE",
                "cost the KV cache in another dtype (default: f32 for\n"
                "files, the weights' 16-bit dtype for presets)",

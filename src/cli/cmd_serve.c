@@ -19,7 +19,7 @@ const char px__cmd_serve_summary[] =
 #define MAX_INJECTS 16
 
 typedef struct serve_args {
-    const char *model, *inventory, *plan, *objective, *contract, *key_file;
+    const char *model, *inventory, *plan, *objective, *contract, *key_file, *run_report;
     px_serve_opts so;
     uint32_t threads, timeout_ms;
     px_rt_transport transport;
@@ -86,6 +86,10 @@ static const px_cli_opt opts[] = {
                "address, every connection authenticated with the\n"
                "pipeline's secret",
                .parse = px__cli_parse_transport),
+    PX_CLI_OPT("run-report", 0, PX_CLI_STR, &S.run_report, "FILE",
+               "with a plan: on stopping, write what each replica's\n"
+               "stages took per decode step at each batch it ran, for\n"
+               "plexus calibrate --from-run FILE"),
     PX_CLI_OPT("timeout-ms", 0, PX_CLI_U32, &S.timeout_ms, "T",
                "limit of every wait on a worker (default 10000)", .hi = 86400000),
     {0},
@@ -109,7 +113,10 @@ static const px_cli_spec spec = {
                 "curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: "
                 "application/json' \\\n"
                 "     -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'\n"
-                "plexus serve --model model.gguf --inventory data/scenarios/emu-small.json\n",
+                "plexus serve --model model.gguf --inventory data/scenarios/emu-small.json\n"
+                "plexus serve --model model.gguf --inventory inv.json --run-report served.json\n"
+                "plexus calibrate -i inv.json -m model.gguf --no-bench --calibration cal.json \\\n"
+                "    --from-run served.json -o cal2.json\n",
 };
 const px_cli_spec *const px__cmd_serve_specs[] = {&spec, NULL};
 
@@ -131,6 +138,9 @@ static int parse_args(int argc, char **argv, serve_args *a)
     a->stage_host = transport.host;
     if (a->plan && !strcmp(a->plan, "auto") && !a->inventory)
         return px__cli_usage_error("serve", "--plan auto needs --inventory FILE to plan on");
+    if (a->run_report && !a->plan && !a->inventory)
+        return px__cli_usage_error("serve", "--run-report describes stage workers: pass "
+                                            "--inventory FILE (and --plan)");
     if (a->n_injects && !a->plan && !a->inventory)
         return px__cli_usage_error("serve", "--inject needs stage workers: pass --inventory "
                                             "FILE (and --plan)");
@@ -160,6 +170,28 @@ static px_status read_key(const char *path, char **out, px_err *err)
         *out = NULL;
         return px_err_set(err, PX_EINVAL, "--api-key-file %s: expected the key on one line", path);
     }
+    return PX_OK;
+}
+
+/* Writes the run report (px_serve_run_report) to path. */
+static px_status write_report(px_serve *s, const char *path, px_err *err)
+{
+    json_t *doc = px_serve_run_report(s);
+    char *text = doc ? json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    size_t runs = json_array_size(json_object_get(doc, "runs"));
+    json_decref(doc);
+    if (!text)
+        return px_err_set(err, PX_ENOMEM, "--run-report %s: out of memory", path);
+    px_status st = px_write_file(path, text, strlen(text), err);
+    free(text);
+    if (st != PX_OK)
+        return px_err_prefix(err, st, "--run-report %s: ", path);
+    if (runs == 0)
+        fprintf(stderr,
+                "plexus serve: --run-report %s: no batch ran %d decode steps or more: the report "
+                "holds no runs\n",
+                path, PX_SERVE_REPORT_MIN_STEPS);
+    px__cli_wrote("serve", path, "the run report");
     return PX_OK;
 }
 
@@ -293,6 +325,9 @@ int px__cmd_serve(int argc, char **argv)
     int sig = 0;
     sigwait(&stop, &sig);
     fprintf(stderr, "plexus serve: %s: stopping\n", strsignal(sig));
+    px_serve_stop(s);
+    if (a.run_report && write_report(s, a.run_report, &err) != PX_OK)
+        goto fail;
     rc = PX_EXIT_OK;
     goto done;
 fail:

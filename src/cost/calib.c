@@ -114,6 +114,23 @@ static bool same_key(const px_cost_correction *a, const px_cost_correction *b)
            a->valid_lo <= b->valid_hi && b->valid_lo <= a->valid_hi;
 }
 
+/* Room for one more correction. */
+static px_status grow(px_cost_calibration *cal, px_err *err)
+{
+    if (cal->n >= PX_COST_CALIB_MAX)
+        return px_err_set(err, PX_ELIMIT, "calibration: more than %d corrections",
+                          PX_COST_CALIB_MAX);
+    if (cal->n < cal->cap)
+        return PX_OK;
+    size_t cap = cal->cap ? cal->cap * 2 : 16;
+    px_cost_correction *items = realloc(cal->items, cap * sizeof *items);
+    if (!items)
+        return px_err_set(err, PX_ENOMEM, "out of memory adding a correction");
+    cal->items = items;
+    cal->cap = cap;
+    return PX_OK;
+}
+
 px_status px_cost_calibration_add(px_cost_calibration *cal, const px_cost_correction *c,
                                   px_err *err)
 {
@@ -121,23 +138,45 @@ px_status px_cost_calibration_add(px_cost_calibration *cal, const px_cost_correc
     if (st != PX_OK)
         return st;
     cal->digest_ok = false;
-    for (size_t i = 0; i < cal->n; i++) {
-        if (same_key(&cal->items[i], c)) {
-            cal->items[i] = *c;
-            return PX_OK;
+    /* An older correction of the key keeps the part of its range that c
+     * leaves: its fit holds there still.  The first one c covers whole
+     * gives c its place; the others c covers go. */
+    bool placed = false;
+    for (size_t i = 0; i < cal->n;) {
+        px_cost_correction *e = &cal->items[i];
+        if (!same_key(e, c)) {
+            i++;
+            continue;
+        }
+        bool below = e->valid_lo<c->valid_lo, above = e->valid_hi> c->valid_hi;
+        if (below && above) {
+            if ((st = grow(cal, err)) != PX_OK)
+                return st;
+            e = &cal->items[i];
+            px_cost_correction upper = *e;
+            upper.valid_lo = nextafter(c->valid_hi, INFINITY);
+            e->valid_hi = nextafter(c->valid_lo, -INFINITY);
+            cal->items[cal->n++] = upper;
+            i++;
+        } else if (below) {
+            e->valid_hi = nextafter(c->valid_lo, -INFINITY);
+            i++;
+        } else if (above) {
+            e->valid_lo = nextafter(c->valid_hi, INFINITY);
+            i++;
+        } else if (!placed) {
+            *e = *c;
+            placed = true;
+            i++;
+        } else {
+            memmove(e, e + 1, (cal->n - i - 1) * sizeof *e);
+            cal->n--;
         }
     }
-    if (cal->n >= PX_COST_CALIB_MAX)
-        return px_err_set(err, PX_ELIMIT, "calibration: more than %d corrections",
-                          PX_COST_CALIB_MAX);
-    if (cal->n == cal->cap) {
-        size_t cap = cal->cap ? cal->cap * 2 : 16;
-        px_cost_correction *items = realloc(cal->items, cap * sizeof *items);
-        if (!items)
-            return px_err_set(err, PX_ENOMEM, "out of memory adding a correction");
-        cal->items = items;
-        cal->cap = cap;
-    }
+    if (placed)
+        return PX_OK;
+    if ((st = grow(cal, err)) != PX_OK)
+        return st;
     cal->items[cal->n++] = *c;
     return PX_OK;
 }

@@ -115,6 +115,70 @@ px_status px_cost_run_parse(const json_t *doc, const char *name, px_cost_run *ou
     out->n_prompts = json_is_array(results) && json_array_size(results) > 0
                          ? (uint32_t)PX_MIN(json_array_size(results), 65536u)
                          : 1;
+    /* A serving run's steps: their mean rows and positions attended. */
+    const json_t *rows = json_object_get(doc, "rows_per_step");
+    if (rows) {
+        if (!json_is_number(rows) || !(json_number_value(rows) >= 1) ||
+            !(json_number_value(rows) <= 65536))
+            return bad(err, name, "/rows_per_step", "give the mean rows of a step (1 to 65536)");
+        out->n_prompts = (uint32_t)lround(json_number_value(rows));
+    }
+    const json_t *ctx = json_object_get(doc, "context");
+    if (ctx) {
+        if (!json_is_number(ctx) || !(json_number_value(ctx) >= 1) ||
+            !(json_number_value(ctx) <= (double)(1 << 24)))
+            return bad(err, name, "/context",
+                       "give the mean positions a decode row attends (1 to 16777216)");
+        out->context = json_number_value(ctx);
+    }
+    return PX_OK;
+}
+
+px_status px_cost_runs_parse(const json_t *doc, const char *name, px_cost_run **out, size_t *n,
+                             px_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    if (!name)
+        name = "run report";
+    const json_t *schema = json_is_object(doc) ? json_object_get(doc, "schema") : NULL;
+    if (!json_is_string(schema) || strcmp(json_string_value(schema), "plexus.serve-run/1")) {
+        px_cost_run *r = malloc(sizeof *r);
+        if (!r)
+            return px_err_set(err, PX_ENOMEM, "%s: out of memory", name);
+        px_status st = px_cost_run_parse(doc, name, r, err);
+        if (st != PX_OK) {
+            free(r);
+            return st;
+        }
+        *out = r;
+        *n = 1;
+        return PX_OK;
+    }
+    const json_t *runs = json_object_get(doc, "runs");
+    if (!json_is_array(runs))
+        return bad(err, name, "/runs",
+                   "give the runs of the serving run (an array; `plexus serve --run-report`)");
+    size_t k = json_array_size(runs);
+    if (k > PX_COST_MAX_RUNS)
+        return px_err_set(err, PX_ELIMIT, "%s: /runs: %zu runs; at most %d", name, k,
+                          PX_COST_MAX_RUNS);
+    if (k == 0)
+        return PX_OK;
+    px_cost_run *r = calloc(k, sizeof *r);
+    if (!r)
+        return px_err_set(err, PX_ENOMEM, "%s: out of memory", name);
+    for (size_t i = 0; i < k; i++) {
+        char sub[300];
+        snprintf(sub, sizeof sub, "%.250s: /runs/%zu", name, i);
+        px_status st = px_cost_run_parse(json_array_get(runs, i), sub, &r[i], err);
+        if (st != PX_OK) {
+            free(r);
+            return st;
+        }
+    }
+    *out = r;
+    *n = k;
     return PX_OK;
 }
 
@@ -155,7 +219,8 @@ px_status px_cost_run_pipeline(const px_cost_run *run, px_cost_fleet *f, const p
     wl->prompt_tokens = (uint32_t)P;
     wl->gen_tokens = (uint32_t)PX_MAX(1.0, G);
     /* Decode step j attends P + j + 1 positions: the mean over the run. */
-    wl->context = (uint32_t)PX_MAX(1.0, round(P + (G + 1.0) / 2.0));
+    wl->context =
+        (uint32_t)PX_MAX(1.0, round(run->context > 0 ? run->context : P + (G + 1.0) / 2.0));
     return PX_OK;
 }
 

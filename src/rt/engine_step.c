@@ -278,6 +278,11 @@ static px_status switch_over(px_rt_engine *e, px_err *err)
         return st;
     e->info.steps_dropped = steps;
     e->info.tokens_dropped = tokens;
+    /* A stage may run on another device now: its steps by rows start
+     * again, so that each class describes one set of devices. */
+    pthread_mutex_lock(&e->mu);
+    memset(e->m.decode_by_rows, 0, sizeof e->m.decode_by_rows);
+    pthread_mutex_unlock(&e->mu);
     return PX_OK;
 }
 
@@ -481,7 +486,23 @@ static void book_timing(px_rt_engine *e, uint64_t t_wait, uint64_t core_wait, ui
         memset(m->stage_wait_ns, 0, sizeof m->stage_wait_ns);
         memset(m->hop_ns, 0, sizeof m->hop_ns);
         memset(m->hop_wait_ns, 0, sizeof m->hop_wait_ns);
+        memset(m->decode_by_rows, 0, sizeof m->decode_by_rows);
         m->n_stages = n;
+    }
+    if (!ob->prefill && ob->n_rows > 0) {
+        uint32_t c = 0;
+        while (c + 1 < PX_RT_ENGINE_ROW_CLASSES && ob->n_rows >> (c + 1))
+            c++;
+        px_rt_engine_decode_timing *d = &m->decode_by_rows[c];
+        d->steps++;
+        d->rows += ob->n_rows;
+        d->context += context;
+        for (uint32_t i = 0; i < n; i++) {
+            d->compute_ns[i] += ob->compute_ns[i];
+            d->wait_ns[i] += ob->wait_ns[i];
+            d->hop_ns[i] += ob->xfer_in_ns[i];
+        }
+        d->hop_ns[n] += ob->xfer_out_ns;
     }
     m->timed_steps++;
     m->timed_rows += ob->n_rows;

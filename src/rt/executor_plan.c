@@ -194,7 +194,7 @@ px_status px_rt_pipeline_spec_from_plan(const json_t *plan, const px_hw_graph *g
         if (json_is_integer(tp) && json_integer_value(tp) > 1)
             return bad(err, name, ptr,
                        "tensor_parallel %" JSON_INTEGER_FORMAT ": the executor "
-                       "runs one device per stage",
+                       "runs one device per stage; plan with `plexus plan --max-tp 1`",
                        json_integer_value(tp));
         const char *dev = json_string_value(json_array_get(json_object_get(st, "devices"), 0));
         if (dev)

@@ -84,9 +84,21 @@ static void refresh(px__srv_replica *r, bool stages)
         inc = px_heal_run_incidents(r->heal);
         log_incidents(r, inc, r->heal_sum.recorded);
     }
+    uint64_t now = px_now_ns();
     pthread_mutex_lock(&r->srv->mu);
     r->em = em;
     r->heal_sum = hs;
+    if (stages) {
+        memcpy(r->win_base, em.decode_by_rows, sizeof r->win_base);
+        r->n_windows = 0;
+        r->t_window = now;
+    } else if (now - r->t_window >= PX__SRV_WINDOW_NS) {
+        px__srv_window_since(r->windows[r->n_windows % PX__SRV_WINDOWS], em.decode_by_rows,
+                             r->win_base);
+        memcpy(r->win_base, em.decode_by_rows, sizeof r->win_base);
+        r->n_windows++;
+        r->t_window = now;
+    }
     if (st) {
         json_decref(r->stages);
         r->stages = st;

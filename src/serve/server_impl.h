@@ -41,6 +41,9 @@ typedef struct px__srv_metrics {
     px__srv_hist ttft, tpot, e2e;
 } px__srv_metrics;
 
+#define PX__SRV_WINDOWS   16
+#define PX__SRV_WINDOW_NS 1000000000ull
+
 /* One replica of the plan: an engine over a session (one process) or over
  * a healing run's executors (stage workers), on a thread of its own. */
 typedef struct px__srv_replica {
@@ -60,6 +63,16 @@ typedef struct px__srv_replica {
     json_t *stages;    /* the stages that run now: device, backend, emulated, pid */
     json_t *incidents; /* plexus.incident/1 records so far (the heal run's copy) */
     px_rt_engine_metrics em;
+    /* Its decode steps by rows (em.decode_by_rows) in windows of
+     * PX__SRV_WINDOW_NS, so that a run report gives a sample per window
+     * and the fit sees their spread: the sums when the open window began
+     * (at t_window) and the last windows closed, a ring of n_windows so
+     * far.  Under the server's lock; they start again where the stages
+     * change. */
+    px_rt_engine_decode_timing win_base[PX_RT_ENGINE_ROW_CLASSES];
+    px_rt_engine_decode_timing windows[PX__SRV_WINDOWS][PX_RT_ENGINE_ROW_CLASSES];
+    uint32_t n_windows;
+    uint64_t t_window;
 } px__srv_replica;
 
 struct px_serve {
@@ -123,5 +136,8 @@ void px__srv_count(px_serve *s, px_serve_api api, int status);
 /* ---- server_metrics.c ---- */
 /* Prometheus text exposition of the server's metrics.  Returns owned. */
 char *px__srv_metrics_text(px_serve *s);
+/* out[c] = now[c] - base[c] for every class of rows: a window's steps. */
+void px__srv_window_since(px_rt_engine_decode_timing *out, const px_rt_engine_decode_timing *now,
+                          const px_rt_engine_decode_timing *base);
 
 #endif

@@ -270,3 +270,109 @@ char *px__srv_metrics_text(px_serve *s)
                    up > 0 ? (double)m.completion_tokens / up : 0);
     return sb.buf ? sb.buf : px_strdup("");
 }
+
+void px__srv_window_since(px_rt_engine_decode_timing *out, const px_rt_engine_decode_timing *now,
+                          const px_rt_engine_decode_timing *base)
+{
+    _Static_assert(sizeof *out % sizeof(uint64_t) == 0, "counters only");
+    for (size_t c = 0; c < PX_RT_ENGINE_ROW_CLASSES; c++) {
+        const uint64_t *a = (const uint64_t *)&now[c], *b = (const uint64_t *)&base[c];
+        uint64_t *d = (uint64_t *)&out[c];
+        for (size_t k = 0; k < sizeof *out / sizeof(uint64_t); k++)
+            d[k] = a[k] >= b[k] ? a[k] - b[k] : a[k];
+    }
+}
+
+/* One class of a replica's decode steps in one window as a plexus.run/1
+ * report, its stages as /health lists them (device, [first, end) blocks);
+ * NULL when a stage is not described or out of memory. */
+static json_t *class_run(const px_rt_engine_decode_timing *d, uint32_t n_stages,
+                         const json_t *stages, uint32_t replica, uint32_t window, bool emulated)
+{
+    double steps = (double)d->steps;
+    json_t *a = json_array();
+    json_t *doc = json_pack("{s:s, s:s, s:i, s:i, s:b, s:I, s:f, s:f, s:{s:i}, s:{s:I}}", "schema",
+                            "plexus.run/1", "source", "plexus serve", "replica", (int)replica,
+                            "window", (int)window, "emulated", emulated, "steps",
+                            (json_int_t)d->steps, "rows_per_step", (double)d->rows / steps,
+                            "context", d->rows ? (double)d->context / (double)d->rows : 0.0,
+                            "prefill", "tokens", 0, "decode", "tokens", (json_int_t)d->rows);
+    px_status st = a && doc ? PX_OK : PX_ENOMEM;
+    for (uint32_t i = 0; st == PX_OK && i < n_stages; i++) {
+        const json_t *s = json_array_get(stages, i);
+        const json_t *dev = json_object_get(s, "device");
+        const json_t *layers = json_object_get(s, "layers");
+        if (!json_is_string(dev) || !json_is_array(layers) || json_array_size(layers) != 2) {
+            st = PX_EINVAL;
+            break;
+        }
+        double wait = (double)d->wait_ns[i] / 1e9 / steps;
+        double compute = (double)d->compute_ns[i] / 1e9 / steps;
+        st = px_json_push(
+            a,
+            json_pack("{s:i, s:O, s:{s:I, s:I}, s:{s:f}, s:f, s:f}", "index", (int)i, "device", dev,
+                      "layers", "first", json_integer_value(json_array_get(layers, 0)), "last",
+                      json_integer_value(json_array_get(layers, 1)) - 1, "decode_s_per_token",
+                      "observed", PX_MAX(compute - wait, 0.0), "core_wait_s_per_decode_step", wait,
+                      "transfer_in_s_per_decode_step", (double)d->hop_ns[i] / 1e9 / steps));
+    }
+    if (st == PX_OK) {
+        st = px_json_set(doc, "stages", a);
+        a = NULL;
+    }
+    json_decref(a);
+    if (st != PX_OK) {
+        json_decref(doc);
+        return NULL;
+    }
+    return doc;
+}
+
+json_t *px_serve_run_report(px_serve *s)
+{
+    json_t *runs = json_array();
+    json_t *doc = json_pack("{s:s, s:s, s:b}", "schema", "plexus.serve-run/1", "model",
+                            s->model_name, "emulated", s->emulated);
+    px_status st = runs && doc ? PX_OK : PX_ENOMEM;
+    if (st == PX_OK && s->emulated)
+        st = px_json_set(doc, "notice",
+                         json_string("emulated devices: times come from emulation profiles on "
+                                     "this machine, no claim about real hardware"));
+    pthread_mutex_lock(&s->mu);
+    for (uint32_t r = 0; st == PX_OK && r < s->n_reps; r++) {
+        const px__srv_replica *rep = &s->reps[r];
+        const px_rt_engine_metrics *e = &rep->em;
+        uint32_t n = PX_MIN(e->n_stages, (uint32_t)PX_RT_MAX_STAGES);
+        /* A session in this process has no stage workers to report. */
+        if (!rep->heal || n == 0 || json_array_size(rep->stages) != n)
+            continue;
+        /* The windows closed that the ring still holds, then the open one. */
+        uint32_t first = rep->n_windows > PX__SRV_WINDOWS ? rep->n_windows - PX__SRV_WINDOWS : 0;
+        for (uint32_t w = first; st == PX_OK && w <= rep->n_windows; w++) {
+            px_rt_engine_decode_timing open[PX_RT_ENGINE_ROW_CLASSES];
+            const px_rt_engine_decode_timing *win = rep->windows[w % PX__SRV_WINDOWS];
+            if (w == rep->n_windows) {
+                px__srv_window_since(open, e->decode_by_rows, rep->win_base);
+                win = open;
+            }
+            for (uint32_t c = 0; st == PX_OK && c < PX_RT_ENGINE_ROW_CLASSES; c++) {
+                if (win[c].steps < PX_SERVE_REPORT_MIN_STEPS ||
+                    json_array_size(runs) >= PX_SERVE_REPORT_MAX_RUNS)
+                    continue;
+                json_t *run = class_run(&win[c], n, rep->stages, r, w, s->emulated);
+                st = run ? px_json_push(runs, run) : PX_ENOMEM;
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (st == PX_OK) {
+        st = px_json_set(doc, "runs", runs);
+        runs = NULL;
+    }
+    json_decref(runs);
+    if (st != PX_OK) {
+        json_decref(doc);
+        return NULL;
+    }
+    return doc;
+}

@@ -133,8 +133,8 @@ static int sh_stop(sh_server *s)
 
 /* curl: returns the body (owned) and *status; extra are more curl
  * arguments (NULL-terminated).  path is under the server ("/v1/models"). */
-static char *sh_curl(const sh_server *s, const char *method, const char *path, const char *body,
-                     bool with_key, int *status, const char *const *extra)
+static inline char *sh_curl(const sh_server *s, const char *method, const char *path,
+                            const char *body, bool with_key, int *status, const char *const *extra)
 {
     char url[256], auth[128];
     snprintf(url, sizeof url, "http://%s%s", s->addr, path);
@@ -182,7 +182,7 @@ static json_t *sh_json(const char *text)
 }
 
 /* Whether the OpenAI client is installed (scripts/install-deps). */
-static bool sh_have_node_client(void)
+static inline bool sh_have_node_client(void)
 {
     char *mod = px_test_source_path("tests/node/node_modules/openai/package.json");
     bool ok = access(mod, R_OK) == 0;
@@ -192,7 +192,7 @@ static bool sh_have_node_client(void)
 
 /* Runs tests/node/serve_client.mjs MODE ARGS against the server; returns
  * its JSON document. */
-static json_t *sh_node(const sh_server *s, const char *const *args, const char *prompts)
+static inline json_t *sh_node(const sh_server *s, const char *const *args, const char *prompts)
 {
     char *script = px_test_source_path("tests/node/serve_client.mjs");
     const char *argv[16];

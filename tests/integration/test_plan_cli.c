@@ -243,6 +243,46 @@ static void test_plan_cli_lists_link_fallbacks_under_device_fallbacks(void **sta
     free(inv);
 }
 
+/* --max-tp 1: one device per stage, as the stage workers of `plexus run`
+ * and `plexus serve` run them (irregular-4dev's 70B plan otherwise
+ * splits a stage two ways). */
+static void test_plan_cli_max_tp_keeps_one_device_per_stage(void **state)
+{
+    (void)state;
+    char *inv = px_test_source_path("data/scenarios/irregular-4dev.json");
+    size_t widest[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        char *out = NULL, *err = NULL;
+        int rc = run(&out, &err, "--model", "llama-3-70b", "--inventory", inv, "-o", "json",
+                     i ? "--max-tp" : NULL, i ? "1" : NULL);
+        if (rc != 0)
+            fail_msg("exit %d: %s", rc, err);
+        json_t *doc = json_loads(out, 0, NULL);
+        assert_non_null(doc);
+        size_t k;
+        const json_t *stage;
+        json_array_foreach(json_object_get(doc, "stages"), k, stage)
+        {
+            size_t tp = (size_t)json_integer_value(json_object_get(stage, "tensor_parallel"));
+            widest[i] = tp > widest[i] ? tp : widest[i];
+            assert_int_equal(json_array_size(json_object_get(stage, "devices")), tp);
+        }
+        json_decref(doc);
+        free(out);
+        free(err);
+    }
+    assert_true(widest[0] > 1);
+    assert_int_equal(widest[1], 1);
+    char *out = NULL, *err = NULL;
+    assert_int_equal(
+        run(&out, &err, "--model", "llama-3-70b", "--inventory", inv, "--max-tp", "0", NULL, NULL),
+        2);
+    px_assert_contains(err, "--max-tp");
+    free(out);
+    free(err);
+    free(inv);
+}
+
 /* Lengths the model cannot hold are refused with the model's context and
  * the fix; unset lengths follow the model (a 128-token model plans 64 +
  * 64). */
@@ -352,6 +392,7 @@ int main(void)
         cmocka_unit_test(test_plan_cli_prints_a_readable_report),
         cmocka_unit_test(test_plan_cli_json_is_deterministic_and_written),
         cmocka_unit_test(test_plan_cli_lists_link_fallbacks_under_device_fallbacks),
+        cmocka_unit_test(test_plan_cli_max_tp_keeps_one_device_per_stage),
         cmocka_unit_test(test_plan_cli_refuses_malicious_inventories),
         cmocka_unit_test(test_plan_cli_refuses_bad_usage),
         cmocka_unit_test(test_plan_cli_plans_a_real_model_on_emulated_devices),

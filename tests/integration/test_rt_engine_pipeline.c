@@ -298,6 +298,8 @@ static void test_pipeline_preempts_when_the_workers_caches_run_out(void **state)
  * engine's thread after each (a pause the engine must book as its own). */
 typedef struct parts_watch {
     uint64_t steps, rows, compute_ns[2], wait_ns[2], hop_ns[3];
+    /* The steps of decode rows only, by class of rows (2^c to 2^(c+1) - 1). */
+    px_rt_engine_decode_timing by_rows[PX_RT_ENGINE_ROW_CLASSES];
 } parts_watch;
 
 #define PAUSE_NS 2000000ull
@@ -319,6 +321,22 @@ static px_status after_parts(void *ud, px_rt_executor *ex, const px_rt_step_obs 
         w->hop_ns[i] += o->xfer_in_ns[i];
     }
     w->hop_ns[2] += o->xfer_out_ns;
+    if (!o->prefill) {
+        uint32_t c = 0;
+        while ((2u << c) <= o->n_rows)
+            c++;
+        px_rt_engine_decode_timing *d = &w->by_rows[c];
+        d->steps++;
+        d->rows += o->n_rows;
+        for (uint32_t i = 0; i < o->n_seqs; i++)
+            d->context += (uint64_t)o->pos[i] + o->n_tokens[i];
+        for (uint32_t i = 0; i < 2; i++) {
+            d->compute_ns[i] += o->compute_ns[i];
+            d->wait_ns[i] += o->wait_ns[i];
+            d->hop_ns[i] += o->xfer_in_ns[i];
+        }
+        d->hop_ns[2] += o->xfer_out_ns;
+    }
     uint64_t t0 = px_now_ns();
     while (px_now_ns() - t0 < PAUSE_NS)
         ;
@@ -328,7 +346,8 @@ static px_status after_parts(void *ud, px_rt_executor *ex, const px_rt_step_obs 
 /* The engine splits each step's time into its parts (the stages' compute
  * and hops as their records say, its own work between results, its wait
  * for them), so that a served step can be compared part by part with
- * its plan. */
+ * its plan; and sums its decode steps by their rows, as a serving run's
+ * report gives them. */
 static void test_pipeline_splits_each_step_into_its_parts(void **state)
 {
     (void)state;
@@ -360,6 +379,17 @@ static void test_pipeline_splits_each_step_into_its_parts(void **state)
     }
     for (uint32_t i = 0; i < 3; i++)
         assert_int_equal(m.hop_ns[i], w.hop_ns[i]);
+    /* The decode steps by their rows, for a serving run's report: the
+     * requests' batches ran some, every one is in its class. */
+    uint64_t decode_steps = 0;
+    for (uint32_t c = 0; c < PX_RT_ENGINE_ROW_CLASSES; c++) {
+        assert_memory_equal(&m.decode_by_rows[c], &w.by_rows[c], sizeof w.by_rows[c]);
+        decode_steps += m.decode_by_rows[c].steps;
+        if (m.decode_by_rows[c].steps)
+            assert_true(m.decode_by_rows[c].rows >= m.decode_by_rows[c].steps << c);
+    }
+    assert_int_equal(decode_steps, m.decode_steps);
+    assert_true(m.decode_by_rows[1].steps + m.decode_by_rows[2].steps > 0);
     /* The supervisor's pause after every step but the last of each busy
      * spell is the engine's own work, not its wait for results. */
     assert_true(m.host_ns >= (m.timed_steps - 2) * PAUSE_NS);

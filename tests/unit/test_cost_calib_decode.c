@@ -2,7 +2,9 @@
  * two or more rows, measured whole.  A decode correction applies only in
  * the calibrated mode, only at two rows or more and inside its validity
  * range, in place of the terms composed from the one-row classes; a run
- * of several prompts gives one sample per stage (a run of one gives none);
+ * of several prompts gives one sample per stage (a run of one gives none),
+ * and so does each window of a serving run's report at its rows and
+ * context; new corrections cut older ones of their key to what they leave;
  * the class round-trips through the document. */
 #include "calib_fixture.h"
 
@@ -184,6 +186,210 @@ static void test_runs_of_several_prompts_give_decode_samples(void **state)
     assert_int_equal(n, 2);
 }
 
+/* A serving run's report (`plexus serve --run-report`): two windows of
+ * replica 0's steps of about 64 rows, and one of steps of one row. */
+static const char *served_doc =
+    "{\"schema\": \"plexus.serve-run/1\", \"model\": \"m\", \"emulated\": true, \"runs\": ["
+    "{\"schema\": \"plexus.run/1\", \"replica\": 0, \"window\": 0, \"steps\": 40,"
+    " \"rows_per_step\": 63.6, \"context\": 40.4, \"prefill\": {\"tokens\": 0},"
+    " \"decode\": {\"tokens\": 2544}, \"stages\": ["
+    "  {\"device\": \"local.cpu0\", \"layers\": {\"first\": 0, \"last\": 1},"
+    "   \"decode_s_per_token\": {\"observed\": 0.002}, \"core_wait_s_per_decode_step\": 0.0005},"
+    "  {\"device\": \"local.emu-a\", \"layers\": {\"first\": 2, \"last\": 4},"
+    "   \"decode_s_per_token\": {\"observed\": 0.003}, \"transfer_in_s_per_decode_step\": 5e-5}]},"
+    "{\"schema\": \"plexus.run/1\", \"replica\": 0, \"window\": 1, \"steps\": 41,"
+    " \"rows_per_step\": 64, \"context\": 40, \"prefill\": {\"tokens\": 0},"
+    " \"decode\": {\"tokens\": 2624}, \"stages\": ["
+    "  {\"device\": \"local.cpu0\", \"layers\": {\"first\": 0, \"last\": 1},"
+    "   \"decode_s_per_token\": {\"observed\": 0.0022}},"
+    "  {\"device\": \"local.emu-a\", \"layers\": {\"first\": 2, \"last\": 4},"
+    "   \"decode_s_per_token\": {\"observed\": 0.0031}}]},"
+    "{\"schema\": \"plexus.run/1\", \"replica\": 0, \"window\": 1, \"steps\": 9,"
+    " \"rows_per_step\": 1, \"context\": 70, \"prefill\": {\"tokens\": 0},"
+    " \"decode\": {\"tokens\": 9}, \"stages\": ["
+    "  {\"device\": \"local.cpu0\", \"layers\": {\"first\": 0, \"last\": 1},"
+    "   \"decode_s_per_token\": {\"observed\": 0.0002}},"
+    "  {\"device\": \"local.emu-a\", \"layers\": {\"first\": 2, \"last\": 4},"
+    "   \"decode_s_per_token\": {\"observed\": 0.0003}}]}]}";
+
+static void parse_runs(const char *text, px_cost_run **runs, size_t *n)
+{
+    json_t *doc;
+    px_err err;
+    px_assert_ok(px_json_parse(text, strlen(text), "served.json", NULL, &doc, &err), &err);
+    px_assert_ok(px_cost_runs_parse(doc, "served.json", runs, n, &err), &err);
+    json_decref(doc);
+}
+
+static void test_serving_run_windows_give_decode_samples_at_their_rows(void **state)
+{
+    (void)state;
+    px_err err;
+    px_cost_run *runs;
+    size_t n;
+    parse_runs(served_doc, &runs, &n);
+    assert_int_equal(n, 3);
+    /* The rows and positions a step's rows attended, as the server counted. */
+    assert_int_equal(runs[0].n_prompts, 64);
+    assert_double_equal(runs[0].context, 40.4, 0);
+    px_cost_pipeline p;
+    px_cost_workload wl;
+    px_assert_ok(px_cost_run_pipeline(&runs[0], fx.fleet, fx.model, &p, &wl, &err), &err);
+    assert_int_equal(wl.batch, 64);
+    assert_int_equal(wl.micro_batches, 1);
+    assert_int_equal(wl.context, 40);
+    /* Each window of 64 rows: a decode sample per stage; the window of one
+     * row: weight-streaming samples. */
+    px_cost_calib_sample s[6];
+    size_t k = 0, got;
+    for (size_t i = 0; i < 2; i++) {
+        px_assert_ok(
+            px_cost_run_decode_samples(&runs[i], fx.fleet, fx.model, &fx.params, s + k, &got, &err),
+            &err);
+        assert_int_equal(got, 2);
+        for (size_t j = k; j < k + got; j++) {
+            assert_int_equal(s[j].cls, PX_COST_CLASS_DECODE);
+            assert_double_equal(s[j].size, 64, 0);
+        }
+        k += got;
+    }
+    assert_double_equal(s[2].observed_s, 0.0022, 0);
+    px_assert_ok(
+        px_cost_run_decode_samples(&runs[2], fx.fleet, fx.model, &fx.params, s + k, &got, &err),
+        &err);
+    assert_int_equal(got, 0);
+    px_assert_ok(px_cost_run_samples(&runs[2], fx.fleet, fx.model, &fx.params, s + k, &got, &err),
+                 &err);
+    assert_int_equal(got, 2);
+    assert_int_equal(s[k].cls, PX_COST_CLASS_MATVEC);
+    /* Fitted: the two windows are two samples of each device at 64 rows,
+     * and the calibrated step lies between them. */
+    px_cost_calibration *cal;
+    px_assert_ok(px_cost_calibration_new(&cal, &err), &err);
+    px_cost_fit_opts fo = {.dataset = "served.json", .range_slack = 1.5};
+    px_assert_ok(px_cost_calibration_fit(cal, s, 4, &fo, &err), &err);
+    assert_int_equal(px_cost_calibration_count(cal), 2);
+    assert_int_equal(px_cost_calibration_at(cal, 0)->n_samples, 2);
+    px_cost_params pc = fx.params;
+    pc.mode = PX_COST_CALIBRATED;
+    pc.calibration = cal;
+    static px_cost_estimate est;
+    px_assert_ok(px_cost_eval_pipeline(fx.fleet, fx.model, &pc, &wl, &p, NULL, &est, &err), &err);
+    assert_true(est.stages[0].decode_s > 0.002 && est.stages[0].decode_s < 0.0022);
+    assert_true(est.stages[1].decode_s > 0.003 && est.stages[1].decode_s < 0.0031);
+    px_cost_calibration_free(cal);
+    free(runs);
+    /* A plain run report is one run; a serving run without runs, none. */
+    parse_runs("{\"schema\": \"plexus.serve-run/1\", \"runs\": []}", &runs, &n);
+    assert_int_equal(n, 0);
+    assert_null(runs);
+}
+
+static void expect_refused(const char *text, px_status want, const char *where)
+{
+    json_t *doc;
+    px_err err;
+    px_assert_ok(px_json_parse(text, strlen(text), "served.json", NULL, &doc, &err), &err);
+    px_cost_run *runs = (px_cost_run *)&err; /* overwritten on failure */
+    size_t n = 7;
+    assert_int_equal(px_cost_runs_parse(doc, "served.json", &runs, &n, &err), want);
+    assert_null(runs);
+    assert_int_equal(n, 0);
+    px_assert_contains(err.msg, where);
+    json_decref(doc);
+}
+
+static void test_serving_run_reports_refuse_hostile_documents(void **state)
+{
+    (void)state;
+    const char *stage = "\"stages\": [{\"device\": \"local.cpu0\", \"layers\": {\"first\": 0, "
+                        "\"last\": 4}}], \"prefill\": {\"tokens\": 0}, \"decode\": {\"tokens\": 8}";
+    char text[1024];
+    expect_refused("{\"schema\": \"plexus.serve-run/1\"}", PX_EVALIDATE, "served.json: /runs:");
+    expect_refused("{\"schema\": \"plexus.serve-run/1\", \"runs\": {}}", PX_EVALIDATE, "/runs");
+    /* Rows per step: not a number, below one, past the bound, not finite. */
+    const char *rows[] = {"\"64\"", "0.5", "1e9", "-3"};
+    for (size_t i = 0; i < PX_ARRAY_LEN(rows); i++) {
+        snprintf(text, sizeof text,
+                 "{\"schema\": \"plexus.serve-run/1\", \"runs\": [{%s, \"rows_per_step\": %s}]}",
+                 stage, rows[i]);
+        expect_refused(text, PX_EVALIDATE, "served.json: /runs/0: /rows_per_step");
+    }
+    snprintf(text, sizeof text,
+             "{\"schema\": \"plexus.serve-run/1\", \"runs\": [{%s}, {%s, \"context\": 0}]}", stage,
+             stage);
+    expect_refused(text, PX_EVALIDATE, "served.json: /runs/1: /context");
+    /* A run of the wrong kind inside. */
+    snprintf(text, sizeof text,
+             "{\"schema\": \"plexus.serve-run/1\", \"runs\": [{\"schema\": \"plexus.plan/1\", "
+             "%s}]}",
+             stage);
+    expect_refused(text, PX_EVALIDATE, "/runs/0: /schema");
+    /* More runs than a report may hold. */
+    px_strbuf sb = PX_STRBUF_INIT;
+    px_strbuf_adds(&sb, "{\"schema\": \"plexus.serve-run/1\", \"runs\": [");
+    for (int i = 0; i <= PX_COST_MAX_RUNS; i++)
+        px_strbuf_addf(&sb, "%s{}", i ? "," : "");
+    px_strbuf_adds(&sb, "]}");
+    expect_refused(sb.buf, PX_ELIMIT, "/runs: 1025 runs; at most 1024");
+    px_strbuf_release(&sb);
+}
+
+static void test_new_corrections_cut_older_ones_to_what_they_leave(void **state)
+{
+    (void)state;
+    px_err err;
+    px_cost_calibration *cal;
+    px_assert_ok(px_cost_calibration_new(&cal, &err), &err);
+    /* The sweep's regimes at 32, 64 and 128 rows... */
+    px_cost_correction a = decode_corr("local.cpu0", 1.0, 22, 45);
+    px_cost_correction b = decode_corr("local.cpu0", 1.1, 46, 90);
+    px_cost_correction c = decode_corr("local.cpu0", 1.2, 91, 181);
+    px_cost_correction other = decode_corr("local.emu-a", 1.3, 40, 100);
+    px_assert_ok(px_cost_calibration_add(cal, &a, &err), &err);
+    px_assert_ok(px_cost_calibration_add(cal, &b, &err), &err);
+    px_assert_ok(px_cost_calibration_add(cal, &c, &err), &err);
+    px_assert_ok(px_cost_calibration_add(cal, &other, &err), &err);
+    /* ...and one served at 68 rows, across all three: the 64 one is
+     * covered, the others keep what it leaves of their ranges. */
+    px_cost_correction s = decode_corr("local.cpu0", 2.0, 45.3, 102);
+    px_assert_ok(px_cost_calibration_add(cal, &s, &err), &err);
+    assert_int_equal(px_cost_calibration_count(cal), 4);
+    const double at[][2] = {{30, 1.0},  {44.9, 1.0}, {45.3, 2.0}, {64, 2.0},
+                            {102, 2.0}, {103, 1.2},  {181, 1.2}};
+    for (size_t i = 0; i < PX_ARRAY_LEN(at); i++) {
+        size_t idx = 99;
+        assert_int_equal(px_cost_calibration_lookup(cal, "local.cpu0", PX_COST_CLASS_DECODE,
+                                                    PX_DTYPE_F32, at[i][0], &idx),
+                         PX_COST_CALIB_APPLIED);
+        assert_double_equal(px_cost_calibration_at(cal, idx)->factor, at[i][1], 0);
+    }
+    size_t idx;
+    assert_int_equal(px_cost_calibration_lookup(cal, "local.emu-a", PX_COST_CLASS_DECODE,
+                                                PX_DTYPE_F32, 64, &idx),
+                     PX_COST_CALIB_APPLIED);
+    assert_double_equal(px_cost_calibration_at(cal, idx)->factor, 1.3, 0);
+    /* One cut in the middle becomes two. */
+    px_cost_correction mid = decode_corr("local.emu-a", 4.0, 60, 70);
+    px_assert_ok(px_cost_calibration_add(cal, &mid, &err), &err);
+    assert_int_equal(px_cost_calibration_count(cal), 6);
+    const double emu[][2] = {{50, 1.3}, {65, 4.0}, {80, 1.3}};
+    for (size_t i = 0; i < PX_ARRAY_LEN(emu); i++) {
+        assert_int_equal(px_cost_calibration_lookup(cal, "local.emu-a", PX_COST_CLASS_DECODE,
+                                                    PX_DTYPE_F32, emu[i][0], &idx),
+                         PX_COST_CALIB_APPLIED);
+        assert_double_equal(px_cost_calibration_at(cal, idx)->factor, emu[i][1], 0);
+    }
+    /* The ranges of one key stay disjoint: the document reads back. */
+    char *text = px_cost_calibration_dump(cal);
+    px_cost_calibration *back;
+    px_assert_ok(px_cost_calibration_parse(text, strlen(text), "t", &back, &err), &err);
+    assert_int_equal(px_cost_calibration_count(back), 6);
+    free(text);
+    px_cost_calibration_free(back);
+    px_cost_calibration_free(cal);
+}
+
 static void test_decode_correction_round_trips_through_its_document(void **state)
 {
     (void)state;
@@ -220,6 +426,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_correction_replaces_the_step_at_two_rows_or_more),
         cmocka_unit_test(test_runs_of_several_prompts_give_decode_samples),
+        cmocka_unit_test(test_serving_run_windows_give_decode_samples_at_their_rows),
+        cmocka_unit_test(test_serving_run_reports_refuse_hostile_documents),
+        cmocka_unit_test(test_new_corrections_cut_older_ones_to_what_they_leave),
         cmocka_unit_test(test_decode_correction_round_trips_through_its_document),
     };
     return cmocka_run_group_tests(tests, setup, calib_fixture_teardown);
