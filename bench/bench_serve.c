@@ -19,7 +19,11 @@
  *    loads it with as many clients as the plan batches, and prints the
  *    observed tokens/s against the plan's predicted interval; then the
  *    same with the inventory calibrated on this machine (`plexus
- *    calibrate`, `plexus plan --mode calibrated`).  The plan predicts the
+ *    calibrate`, `plexus plan --mode calibrated`), and twice more with
+ *    that overlay taught what the last serving run measured of its stages
+ *    (`plexus serve --run-report`, `plexus calibrate --from-run`): the
+ *    devices sharing the host's cores.  Plans run one device per stage
+ *    (`--max-tp 1`), as the stage workers do.  The plan predicts the
  *    steady state, so the clients send one request after another and the
  *    figures come from a window that opens once every sequence in flight
  *    has its first tokens (the ramp and the drain are left out); per
@@ -35,7 +39,7 @@
  *    /metrics) beside what the plan predicts of each, and a micro-batch's
  *    trip round the ring with and without those waits.
  *
- * About two minutes on a two-core machine.  PX_BENCH_DIR holds the model
+ * About three minutes on a two-core machine.  PX_BENCH_DIR holds the model
  * (default: a fresh folder under TMPDIR, removed afterwards).
  */
 #include <curl/curl.h>
@@ -59,7 +63,7 @@
 
 #define N_NEW      64
 #define MAX_REQS   16
-#define MAX_CLIENT 256
+#define MAX_CLIENT 512
 
 static const char *plexus_bin;
 
@@ -840,7 +844,7 @@ static void serve_plan(const char *label, const char *model, const char *invento
  * per stage, as the stage workers run. */
 #define PLAN_WORKLOAD "--prompt-tokens 8 --gen-tokens 100 --max-tp 1"
 /* Rounds of serving, calibrating from that run, planning again. */
-#define SERVED_ROUNDS 2
+#define SERVED_ROUNDS 3
 
 /* emu-small describes this machine's CPU beside two emulated devices; its
  * node gets this machine's cores as discovery finds them (`plexus

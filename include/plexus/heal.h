@@ -174,6 +174,10 @@ typedef struct px_heal_envelope {
     /* What one more attended position adds to each stage's step (the
      * plan's attention_s_per_position); 0 or NAN: not known. */
     double attention_pos_s[PX_RT_MAX_STAGES];
+    /* Whether each stage's kernels run on its host's cores (the cpu and
+     * emulated devices): the detector allows its compute the host's
+     * stretch (px_heal_detector_opts.host_stretch). */
+    bool host_cores[PX_RT_MAX_STAGES];
 } px_heal_envelope;
 
 /* Builds the envelope from a pipeline spec's predictions (borrowed): the
@@ -187,6 +191,13 @@ typedef struct px_heal_detector_opts {
     double floor_s;          /* ...and by at least this much (0.0005 s) */
     uint32_t confirm;        /* consecutive departing steps to confirm (3) */
     double stale_ratio;      /* baseline over the plan's hi above this: stale (3.0) */
+    /* How much slower a stage whose kernels run on the host's cores may
+     * run than its baseline when the host is shared, before it departs:
+     * its compute departs above ratio x host_stretch (1: none; at most
+     * 64).  Stage workers, emulated devices and other replicas sharing a
+     * host's cores slow each other as the load moves between them; that
+     * is the host's, not a device fault. */
+    double host_stretch;
 } px_heal_detector_opts;
 
 void px_heal_detector_opts_default(px_heal_detector_opts *o);

@@ -116,7 +116,7 @@ static const px_cli_spec spec = {
                 "plexus serve --model model.gguf --inventory data/scenarios/emu-small.json\n"
                 "plexus serve --model model.gguf --inventory inv.json --run-report served.json\n"
                 "plexus calibrate -i inv.json -m model.gguf --no-bench --calibration cal.json \\\n"
-                "    --from-run served.json -o cal2.json\n",
+                "    --from-run served.json --out cal2.json\n",
 };
 const px_cli_spec *const px__cmd_serve_specs[] = {&spec, NULL};
 

@@ -148,7 +148,8 @@ px_status px_cost_calibration_add(px_cost_calibration *cal, const px_cost_correc
             i++;
             continue;
         }
-        bool below = e->valid_lo<c->valid_lo, above = e->valid_hi> c->valid_hi;
+        bool below = e->valid_lo < c->valid_lo;
+        bool above = e->valid_hi > c->valid_hi;
         if (below && above) {
             if ((st = grow(cal, err)) != PX_OK)
                 return st;

@@ -48,8 +48,12 @@ struct px_heal_detector {
 
 void px_heal_detector_opts_default(px_heal_detector_opts *o)
 {
-    *o = (px_heal_detector_opts){
-        .baseline_steps = 8, .ratio = 2.0, .floor_s = 0.0005, .confirm = 3, .stale_ratio = 3.0};
+    *o = (px_heal_detector_opts){.baseline_steps = 8,
+                                 .ratio = 2.0,
+                                 .floor_s = 0.0005,
+                                 .confirm = 3,
+                                 .stale_ratio = 3.0,
+                                 .host_stretch = 1.0};
 }
 
 void px_heal_envelope_from_spec(const px_rt_pipeline_spec *spec, px_heal_envelope *out)
@@ -61,8 +65,11 @@ void px_heal_envelope_from_spec(const px_rt_pipeline_spec *spec, px_heal_envelop
         out->compute_p50[i] = in ? spec->stages[i].pred_decode_s.p50 : NAN;
         out->compute_hi[i] = in ? spec->stages[i].pred_decode_s.hi : NAN;
         out->attention_pos_s[i] = in ? spec->stages[i].pred_attention_pos_s : NAN;
-        if (in)
+        if (in) {
             px_strlcpy(out->device[i], spec->stages[i].device, sizeof out->device[i]);
+            out->host_cores[i] =
+                !strcmp(spec->stages[i].backend, "cpu") || !strcmp(spec->stages[i].backend, "emu");
+        }
     }
     for (uint32_t i = 0; i <= PX_RT_MAX_STAGES; i++)
         out->xfer_p50[i] = out->xfer_hi[i] = NAN;
@@ -130,6 +137,9 @@ px_status px_heal_detector_new(const px_heal_envelope *env, const px_heal_detect
     if (!(o->stale_ratio > 1 && o->stale_ratio < 1e6))
         return px_err_set(err, PX_EINVAL, "detector: stale_ratio %g; use a value above 1",
                           o->stale_ratio);
+    if (!(o->host_stretch >= 1 && o->host_stretch <= 64))
+        return px_err_set(err, PX_EINVAL, "detector: host_stretch %g; use 1 to 64",
+                          o->host_stretch);
     px_heal_detector *d = calloc(1, sizeof *d);
     if (!d)
         return px_err_set(err, PX_ENOMEM, "out of memory for a detector");
@@ -528,8 +538,12 @@ bool px_heal_detector_observe(px_heal_detector *d, const px_heal_sample *smp, px
         scaled[s] = v / scale;
         /* The floor is a margin on the step as it ran: by how much it
          * exceeded its expected time, not its scaled-back one. */
-        departs_now[s] = scaled[s] > d->o.ratio * g->baseline &&
-                         (scaled[s] - g->baseline) * scale > d->o.floor_s;
+        /* A stage on the host's cores may run as much slower as sharing
+         * them stretches it. */
+        double ratio =
+            s > n && d->env.host_cores[s - n - 1] ? d->o.ratio * d->o.host_stretch : d->o.ratio;
+        departs_now[s] =
+            scaled[s] > ratio * g->baseline && (scaled[s] - g->baseline) * scale > d->o.floor_s;
     }
     bool busy[PX_RT_MAX_STAGES];
     contended_hosts(d, departs_now, busy);

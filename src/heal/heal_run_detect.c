@@ -117,15 +117,18 @@ static px_status read_reals(const json_t *a, const char *rec, const char *what, 
 
 json_t *px__hr_envelope_json(const px_heal_envelope *e)
 {
-    json_t *dev = json_array();
+    json_t *dev = json_array(), *host = json_array();
     for (uint32_t i = 0; dev && i < e->n_stages; i++)
         json_array_append_new(dev, json_string(e->device[i]));
-    return json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o}", "n_stages", (int)e->n_stages,
+    for (uint32_t i = 0; host && i < e->n_stages; i++)
+        json_array_append_new(host, json_boolean(e->host_cores[i]));
+    return json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "n_stages", (int)e->n_stages,
                      "compute_p50", reals(e->compute_p50, e->n_stages), "compute_hi",
                      reals(e->compute_hi, e->n_stages), "xfer_p50",
                      reals(e->xfer_p50, e->n_stages + 1), "xfer_hi",
                      reals(e->xfer_hi, e->n_stages + 1), "attention_s_per_position",
-                     reals(e->attention_pos_s, e->n_stages), "devices", dev ? dev : json_array());
+                     reals(e->attention_pos_s, e->n_stages), "devices", dev ? dev : json_array(),
+                     "host_cores", host ? host : json_array());
 }
 
 px_status px__hr_envelope_from_json(const json_t *j, px_heal_envelope *e, px_err *err)
@@ -182,14 +185,29 @@ px_status px__hr_envelope_from_json(const json_t *j, px_heal_envelope *e, px_err
         const char *d = json_string_value(json_array_get(dev, i));
         px_strlcpy(e->device[i], d ? d : "", sizeof e->device[i]);
     }
+    /* Traces written before envelopes said it: no stage on the host's
+     * cores, as the detector then ran. */
+    const json_t *host = json_object_get(j, "host_cores");
+    if (host && (!json_is_array(host) || json_array_size(host) != (size_t)n))
+        return px_err_set(err, PX_EPARSE,
+                          "%s: \"host_cores\" must be an array of %u booleans, one per stage%s",
+                          rec, e->n_stages, INPUT_FIX);
+    for (uint32_t i = 0; host && i < e->n_stages; i++) {
+        const json_t *b = json_array_get(host, i);
+        if (!json_is_boolean(b))
+            return px_err_set(err, PX_EPARSE,
+                              "%s: \"host_cores\"[%u] is %s; it must be a boolean%s", rec, i,
+                              json_kind(b), INPUT_FIX);
+        e->host_cores[i] = json_is_true(b);
+    }
     return PX_OK;
 }
 
 json_t *px__hr_detector_opts_json(const px_heal_detector_opts *o)
 {
-    return json_pack("{s:i, s:f, s:f, s:i, s:f}", "baseline_steps", (int)o->baseline_steps, "ratio",
-                     o->ratio, "floor_s", o->floor_s, "confirm", (int)o->confirm, "stale_ratio",
-                     o->stale_ratio);
+    return json_pack("{s:i, s:f, s:f, s:i, s:f, s:f}", "baseline_steps", (int)o->baseline_steps,
+                     "ratio", o->ratio, "floor_s", o->floor_s, "confirm", (int)o->confirm,
+                     "stale_ratio", o->stale_ratio, "host_stretch", o->host_stretch);
 }
 
 /* One recorded detector option: a number of the given kind within its
@@ -217,7 +235,7 @@ px_status px__hr_detector_opts_from_json(const json_t *j, px_heal_detector_opts 
         return px_err_set(err, PX_EPARSE,
                           "heal: the recorded detector options are %s; they must be an object%s",
                           json_kind(j), INPUT_FIX);
-    double b = 0, c = 0, r = 0, f = 0, s = 0;
+    double b = 0, c = 0, r = 0, f = 0, s = 0, h = 1;
     px_status st;
     if ((st = read_opt(j, "baseline_steps", true, false, 1, 4096, &b, err)) ||
         (st = read_opt(j, "confirm", true, false, 1, 64, &c, err)) ||
@@ -225,11 +243,16 @@ px_status px__hr_detector_opts_from_json(const json_t *j, px_heal_detector_opts 
         (st = read_opt(j, "floor_s", false, false, 0, 1e3, &f, err)) ||
         (st = read_opt(j, "stale_ratio", false, true, 1, 1e6, &s, err)))
         return st;
+    /* Traces written before it: no stretch, as the detector then ran. */
+    if (json_object_get(j, "host_stretch") &&
+        (st = read_opt(j, "host_stretch", false, false, 1, 64, &h, err)) != PX_OK)
+        return st;
     *o = (px_heal_detector_opts){.baseline_steps = (uint32_t)b,
                                  .ratio = r,
                                  .floor_s = f,
                                  .confirm = (uint32_t)c,
-                                 .stale_ratio = s};
+                                 .stale_ratio = s,
+                                 .host_stretch = h};
     return PX_OK;
 }
 

@@ -199,7 +199,58 @@ static px_status start_pipeline(px_serve *s, px__srv_replica *r, px_err *err)
         ho.n_injects = o->n_injects;
     }
     ho.heal = o->heal;
+    ho.detector.host_stretch = r->host_stretch;
     return px_heal_run_new(&ho, &r->heal, err);
+}
+
+/* The node of a stage that runs its kernels on the host's cores (a cpu
+ * or emulated device of the inventory), or PX_HW_NONE. */
+static uint32_t host_node(const px_hw_view *v, const px_rt_stage_spec *st)
+{
+    if (strcmp(st->backend, "cpu") && strcmp(st->backend, "emu"))
+        return PX_HW_NONE;
+    for (size_t d = 0; d < v->n_devices; d++)
+        if (v->devices[d].global_id && !strcmp(v->devices[d].global_id, st->device))
+            return v->devices[d].node;
+    return PX_HW_NONE;
+}
+
+/* Each replica's host_stretch: the replicas' stages on a node's cores
+ * and this process (the executors, the server) share them, so a stage
+ * runs up to (its node's stages + 1) / its node's cores slower than
+ * alone as the load moves between them; the largest over the replica's
+ * nodes, 1 where the inventory gives no cores. */
+static px_status host_stretch(px_serve *s, px_err *err)
+{
+    for (uint32_t i = 0; i < s->n_reps; i++)
+        s->reps[i].host_stretch = 1;
+    if (!s->o.plan || !s->o.graph)
+        return PX_OK;
+    const px_hw_view *v = px_hw_graph_view(s->o.graph);
+    px_rt_pipeline_spec *spec = malloc(sizeof *spec);
+    uint32_t *busy = calloc(v->n_nodes ? v->n_nodes : 1, sizeof *busy);
+    px_status st = spec && busy ? PX_OK : px_err_set(err, PX_ENOMEM, "serve: out of memory");
+    for (int pass = 0; pass < 2 && st == PX_OK; pass++) {
+        for (uint32_t i = 0; i < s->n_reps && st == PX_OK; i++) {
+            if ((st = px_rt_pipeline_spec_from_plan_replica(s->o.plan, s->o.graph, "plan", i, spec,
+                                                            err)) != PX_OK)
+                break;
+            for (uint32_t k = 0; k < spec->n_stages; k++) {
+                uint32_t node = host_node(v, &spec->stages[k]);
+                if (node >= v->n_nodes)
+                    continue;
+                double cores = v->nodes[node].cpu_cores.value;
+                if (pass == 0)
+                    busy[node]++;
+                else if (cores >= 1)
+                    s->reps[i].host_stretch =
+                        PX_MIN(PX_MAX(s->reps[i].host_stretch, (busy[node] + 1) / cores), 64.0);
+            }
+        }
+    }
+    free(spec);
+    free(busy);
+    return st;
 }
 
 static px_status start_replica(px_serve *s, px__srv_replica *r, px_err *err)
@@ -358,6 +409,8 @@ px_status px_serve_new(const px_serve_opts *o, px_serve **out, px_err *err)
         s->reps[i].index = i;
         s->reps[i].srv = s;
     }
+    if ((st = host_stretch(s, err)) != PX_OK)
+        goto fail;
     for (uint32_t i = 0; i < s->n_reps; i++)
         if ((st = start_replica(s, &s->reps[i], err)) != PX_OK)
             goto fail;

@@ -48,6 +48,9 @@ typedef struct px__srv_metrics {
  * a healing run's executors (stage workers), on a thread of its own. */
 typedef struct px__srv_replica {
     uint32_t index;
+    /* How much slower than alone its stages on the host's cores may run
+     * before the healing loop calls it a fault (host_stretch). */
+    double host_stretch;
     uint32_t max_seqs; /* sequences it runs at once: its batch in the plan, or --max-seqs */
     px_serve *srv;
     px_rt_session *session;

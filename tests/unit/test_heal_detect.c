@@ -1,8 +1,9 @@
 /* The detector on synthetic sample streams: a slow link told apart from a
  * slow stage, jitter below the floor ignored, intermittent degradation,
  * a stale topology, rebasing, determinism, steps with more rows, steps
- * attending more positions, loopback hops slowing together, and time
- * spent waiting for a core (the executor's own, on the hop back, too). */
+ * attending more positions, loopback hops slowing together, time spent
+ * waiting for a core (the executor's own, on the hop back, too), and the
+ * stretch a shared host's cores allow its stages. */
 #include "px_test.h"
 
 #include <math.h>
@@ -618,6 +619,65 @@ static void test_detector_leaves_out_the_executors_wait_on_the_hop_back(void **s
     assert_int_equal(run_hop_back(0, 50000, NULL), 0);
 }
 
+/* A stage on the host's cores shared with other stages and replicas
+ * may run host_stretch times slower than its baseline before it departs;
+ * a stage off the host (an accelerator) keeps the plain ratio, and so
+ * does every stage with no stretch (1, the default). */
+static int slowed_by(double factor, double host_stretch, bool on_host, px_heal_finding *f)
+{
+    px_heal_envelope env;
+    envelope(&env, 0.002);
+    env.host_cores[0] = env.host_cores[1] = on_host;
+    px_heal_detector_opts o;
+    px_heal_detector_opts_default(&o);
+    o.host_stretch = host_stretch;
+    px_heal_detector *d;
+    px_err err;
+    px_assert_ok(px_heal_detector_new(&env, &o, &d, &err), &err);
+    int found = 0;
+    px_heal_sample s;
+    for (uint64_t step = 0; step < 40; step++) {
+        normal(&s, step);
+        if (step >= 12)
+            s.compute_s[0] *= factor;
+        found += px_heal_detector_observe(d, &s, f);
+    }
+    px_heal_detector_free(d);
+    return found;
+}
+
+static void test_detector_allows_stages_on_a_shared_host_its_stretch(void **state)
+{
+    (void)state;
+    px_heal_finding f;
+    /* 2.5 times slower: a fault alone, the host's when it is shared by
+     * twice its cores' stages. */
+    assert_int_equal(slowed_by(2.5, 1, true, &f), 1);
+    assert_int_equal(f.cls, PX_HEAL_THERMAL);
+    assert_int_equal(slowed_by(2.5, 2, true, &f), 0);
+    /* An accelerator's compute does not share the host's cores. */
+    assert_int_equal(slowed_by(2.5, 2, false, &f), 1);
+    assert_int_equal(f.locus.stage, 0);
+    /* Beyond what sharing explains, a fault still. */
+    assert_int_equal(slowed_by(6, 2, true, &f), 1);
+    assert_int_equal(f.cls, PX_HEAL_THERMAL);
+    assert_string_equal(f.locus.device, "local.cpu0");
+    /* The option's bounds. */
+    px_heal_envelope env;
+    envelope(&env, 0.002);
+    px_heal_detector_opts o;
+    px_heal_detector_opts_default(&o);
+    assert_true(o.host_stretch == 1);
+    px_heal_detector *d = NULL;
+    px_err err;
+    const double bad[] = {0.5, 65, NAN};
+    for (size_t i = 0; i < PX_ARRAY_LEN(bad); i++) {
+        o.host_stretch = bad[i];
+        assert_int_equal(px_heal_detector_new(&env, &o, &d, &err), PX_EINVAL);
+        px_assert_contains(err.msg, "host_stretch");
+    }
+}
+
 static void test_detector_reads_runtime_observations(void **state)
 {
     (void)state;
@@ -684,6 +744,7 @@ int main(void)
         cmocka_unit_test(test_detector_leaves_out_the_wait_for_a_core),
         cmocka_unit_test(test_detector_leaves_out_the_executors_wait_on_the_hop_back),
         cmocka_unit_test(test_detector_reads_runtime_observations),
+        cmocka_unit_test(test_detector_allows_stages_on_a_shared_host_its_stretch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -458,7 +458,8 @@ static void test_envelope_and_detector_options_refused_by_field(void **state)
         {"baseline_steps", "2.5", "an integer"}, {"confirm", "65", "at most 64"},
         {"confirm", "\"3\"", "an integer"},      {"ratio", "1", "over 1"},
         {"ratio", "null", "a number"},           {"floor_s", "-1", "at least 0"},
-        {"stale_ratio", "1e7", "under 1e+06"},
+        {"stale_ratio", "1e7", "under 1e+06"},   {"host_stretch", "0.5", "at least 1"},
+        {"host_stretch", "65", "at most 64"},    {"host_stretch", "\"2\"", "a number"},
     };
     for (size_t i = 0; i < PX_ARRAY_LEN(bad); i++) {
         json_t *c = json_deep_copy(d), *v = json_loads(bad[i].value, JSON_DECODE_ANY, NULL);
@@ -478,6 +479,50 @@ static void test_envelope_and_detector_options_refused_by_field(void **state)
     json_decref(d);
 }
 
+/* Which stages run on the host's cores and the stretch allowed them:
+ * recorded with the envelope and the detector's options, read back,
+ * refused out of shape, absent in older traces (no stage on the host, no
+ * stretch: the detector as it then ran). */
+static void test_host_cores_and_stretch_are_recorded(void **state)
+{
+    (void)state;
+    px_heal_envelope env, got;
+    envelope(&env);
+    env.host_cores[1] = true;
+    px_err err;
+    json_t *j = px__hr_envelope_json(&env);
+    assert_non_null(j);
+    px_assert_ok(px__hr_envelope_from_json(j, &got, &err), &err);
+    assert_false(got.host_cores[0]);
+    assert_true(got.host_cores[1]);
+    const char *bad[] = {"[true]", "[true, 1]", "{}", "\"yes\""};
+    for (size_t i = 0; i < PX_ARRAY_LEN(bad); i++) {
+        json_t *v = json_loads(bad[i], JSON_DECODE_ANY, NULL);
+        assert_non_null(v);
+        assert_int_equal(json_object_set_new(j, "host_cores", v), 0);
+        px_err_clear(&err);
+        if (px__hr_envelope_from_json(j, &got, &err) != PX_EPARSE)
+            fail_msg("host_cores %s was accepted", bad[i]);
+        px_assert_contains(err.msg, "\"host_cores\"");
+        px_assert_contains(err.msg, "record the run again");
+    }
+    json_object_del(j, "host_cores");
+    px_assert_ok(px__hr_envelope_from_json(j, &got, &err), &err);
+    assert_false(got.host_cores[0] || got.host_cores[1]);
+    json_decref(j);
+
+    px_heal_detector_opts o, back;
+    px_heal_detector_opts_default(&o);
+    o.host_stretch = 2.5;
+    json_t *d = px__hr_detector_opts_json(&o);
+    px_assert_ok(px__hr_detector_opts_from_json(d, &back, &err), &err);
+    assert_float_equal(back.host_stretch, 2.5, 0);
+    json_object_del(d, "host_stretch");
+    px_assert_ok(px__hr_detector_opts_from_json(d, &back, &err), &err);
+    assert_float_equal(back.host_stretch, 1, 0);
+    json_decref(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -488,6 +533,7 @@ int main(void)
         cmocka_unit_test(test_replay_refuses_non_finite_numbers_by_line),
         cmocka_unit_test(test_envelope_time_per_position_under_hostile_input),
         cmocka_unit_test(test_envelope_and_detector_options_refused_by_field),
+        cmocka_unit_test(test_host_cores_and_stretch_are_recorded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
