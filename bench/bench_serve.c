@@ -19,7 +19,7 @@
  *    loads it with as many clients as the plan batches, and prints the
  *    observed tokens/s against the plan's predicted interval; then the
  *    same with the inventory calibrated on this machine (`plexus
- *    calibrate`, `plexus plan --mode calibrated`), and twice more with
+ *    calibrate`, `plexus plan --mode calibrated`), and three times more with
  *    that overlay taught what the last serving run measured of its stages
  *    (`plexus serve --run-report`, `plexus calibrate --from-run`): the
  *    devices sharing the host's cores.  Plans run one device per stage
@@ -920,8 +920,9 @@ static void serve_plans(const char *dir)
         printf("emu-small throughput plan: plexus calibrate or plan failed\n");
     } else {
         serve_plan("calibrated on this machine", model, inventory, plan, report);
-        /* Twice: the first plan learnt from serving may run its devices
-         * at batches the served run did not, which its own run shows. */
+        /* SERVED_ROUNDS times: a plan learnt from serving may run its
+         * devices at batches the served run did not, which its own run
+         * shows. */
         for (int round = 1; round <= SERVED_ROUNDS; round++) {
             snprintf(cmd, sizeof cmd,
                      "'%s' calibrate --inventory '%s' --model '%s' --no-bench --calibration '%s' "

@@ -492,10 +492,10 @@ double px_serve_figures_quantile(const double bounds[PX_SERVE_BUCKETS],
  * 2^(c+1) - 1 decode rows, no prompt chunk) with PX_SERVE_REPORT_MIN_STEPS
  * steps or more; at most PX_SERVE_REPORT_MAX_RUNS, the first replicas'
  * first.  A window is a sample, so a fit sees how the steps spread.  A
- * stage's observed decode step is its compute less its thread's waits for
- * a core (those are given beside it): the host's queueing is the plan's
- * host-cores floor, not a stage's cost.  The windows start again where
- * healing moved a replica.  NULL when out of memory. */
+ * stage's observed decode step is its compute as it ran, its thread's
+ * waits for a core included (they are given beside it too): what the
+ * stage takes on a host its replicas share.  The windows start again
+ * where healing moved a replica.  NULL when out of memory. */
 #define PX_SERVE_REPORT_MIN_STEPS 8
 #define PX_SERVE_REPORT_MAX_RUNS  1024
 json_t *px_serve_run_report(px_serve *s);

@@ -313,7 +313,7 @@ static json_t *class_run(const px_rt_engine_decode_timing *d, uint32_t n_stages,
             json_pack("{s:i, s:O, s:{s:I, s:I}, s:{s:f}, s:f, s:f}", "index", (int)i, "device", dev,
                       "layers", "first", json_integer_value(json_array_get(layers, 0)), "last",
                       json_integer_value(json_array_get(layers, 1)) - 1, "decode_s_per_token",
-                      "observed", PX_MAX(compute - wait, 0.0), "core_wait_s_per_decode_step", wait,
+                      "observed", compute, "core_wait_s_per_decode_step", wait,
                       "transfer_in_s_per_decode_step", (double)d->hop_ns[i] / 1e9 / steps));
     }
     if (st == PX_OK) {

@@ -96,8 +96,9 @@ static void test_run_report_teaches_calibrate_the_served_steps(void **state)
             double obs = json_number_value(
                 json_object_get(json_object_get(st, "decode_s_per_token"), "observed"));
             double wait = json_number_value(json_object_get(st, "core_wait_s_per_decode_step"));
+            /* The step as it ran: its waits for a core are part of it. */
             assert_true(obs > 0 && obs < 1);
-            assert_true(wait >= 0 && wait < 1);
+            assert_true(wait >= 0 && wait <= obs);
         }
     }
     if (!batched)

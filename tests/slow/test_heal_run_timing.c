@@ -29,7 +29,10 @@ static void test_intermittent_link_degradation_is_rerouted_once(void **state)
 static void test_compute_slowdown_is_found_on_the_right_stage(void **state)
 {
     (void)state;
-    const char *extra[] = {"--inject", "slow:local.emu-a:factor=20,tau=20ms@token10", NULL};
+    /* A departure must add the detector's floor to the step (0.5 ms, or
+     * the baseline steps' wall time): the throughput plan gives emu-a
+     * one block, a few microseconds a step, so it slows a hundredfold. */
+    const char *extra[] = {"--inject", "slow:local.emu-a:factor=100,tau=20ms@token10", NULL};
     outcome o = {0};
     run_scenario("slow", inventory, plan, extra, &o);
     const json_t *inc = incident_of(&o, "thermal");
