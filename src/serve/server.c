@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -215,11 +216,24 @@ static uint32_t host_node(const px_hw_view *v, const px_rt_stage_spec *st)
     return PX_HW_NONE;
 }
 
+/* The cores a node's stage workers share: the inventory's figure, else,
+ * where this process starts the workers itself, the cores it may run on;
+ * 0 when not known. */
+static double node_cores(const px_serve *s, const px_hw_node *node)
+{
+    if (node->cpu_cores.value >= 1)
+        return node->cpu_cores.value;
+    cpu_set_t set;
+    if (s->o.executor.launcher || sched_getaffinity(0, sizeof set, &set) != 0)
+        return 0;
+    return CPU_COUNT(&set);
+}
+
 /* Each replica's host_stretch: the replicas' stages on a node's cores
  * and this process (the executors, the server) share them, so a stage
  * runs up to (its node's stages + 1) / its node's cores slower than
  * alone as the load moves between them; the largest over the replica's
- * nodes, 1 where the inventory gives no cores. */
+ * nodes, 1 where the cores are not known. */
 static px_status host_stretch(px_serve *s, px_err *err)
 {
     for (uint32_t i = 0; i < s->n_reps; i++)
@@ -239,7 +253,7 @@ static px_status host_stretch(px_serve *s, px_err *err)
                 uint32_t node = host_node(v, &spec->stages[k]);
                 if (node >= v->n_nodes)
                     continue;
-                double cores = v->nodes[node].cpu_cores.value;
+                double cores = node_cores(s, &v->nodes[node]);
                 if (pass == 0)
                     busy[node]++;
                 else if (cores >= 1)
@@ -508,6 +522,8 @@ json_t *px__srv_status_json(px_serve *s)
             (json_int_t)r->em.recoveries);
         if (o && failed)
             json_object_set_new(o, "failure", json_string(r->failure));
+        if (o && r->heal)
+            json_object_set_new(o, "host_stretch", json_real(r->host_stretch));
         json_array_append_new(reps, o);
     }
     pthread_mutex_unlock(&s->mu);

@@ -3,10 +3,11 @@
  * accelerators), requests run several at once, and on SIGTERM it writes
  * what each replica's stages took per decode step at the batches they ran
  * (--run-report); plexus calibrate --from-run learns decode corrections
- * from it.  Without stage workers the option is refused.  Skipped without
- * ../shared. */
+ * from it; /health gives each replica's host_stretch.  Without stage
+ * workers the option is refused.  Skipped without ../shared. */
 #include "serve_harness.h"
 
+#include <sched.h>
 #include <sys/wait.h>
 
 #include "plexus/serve.h"
@@ -43,6 +44,36 @@ static void concurrent_requests(const sh_server *s, int n, int max_tokens)
     }
 }
 
+/* /health gives each replica's host_stretch: emu-small's devices all
+ * run on this machine's cores (the scenario gives no count: the cores the
+ * server may run on), so (every replica's stages + 1) / those cores, at
+ * least 1. */
+static void expect_host_stretch(const sh_server *s)
+{
+    int st;
+    char *h = sh_curl(s, "GET", "/health", NULL, true, &st, NULL);
+    assert_int_equal(st, 200);
+    json_t *doc = json_loads(h, 0, NULL);
+    assert_non_null(doc);
+    const json_t *reps = json_object_get(doc, "replicas");
+    size_t stages = 0, i;
+    const json_t *r;
+    json_array_foreach(reps, i, r) stages += json_array_size(json_object_get(r, "stages"));
+    cpu_set_t set;
+    assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
+    double want = (double)(stages + 1) / CPU_COUNT(&set);
+    want = want < 1 ? 1 : want > 64 ? 64 : want;
+    json_array_foreach(reps, i, r)
+    {
+        double got = json_number_value(json_object_get(r, "host_stretch"));
+        if (!(fabs(got - want) < 1e-9))
+            fail_msg("replica %zu: host_stretch %g, expected %g (%zu stages):\n%s", i, got, want,
+                     stages, h);
+    }
+    json_decref(doc);
+    free(h);
+}
+
 static bool known_device(const char *id)
 {
     return id &&
@@ -60,6 +91,7 @@ static void test_run_report_teaches_calibrate_the_served_steps(void **state)
     const char *args[] = {"--model", model, "--inventory", inventory, "--run-report", report, NULL};
     sh_server srv;
     sh_start(&srv, args);
+    expect_host_stretch(&srv);
     concurrent_requests(&srv, 8, 48);
     assert_int_equal(sh_stop(&srv), 0);
 
