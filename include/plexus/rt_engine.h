@@ -180,7 +180,7 @@ void px_rt_engine_wait(px_rt_engine *e, int timeout_ms);
 /* Wakes a px_rt_engine_wait (thread-safe), e.g. to shut a server down. */
 void px_rt_engine_wake(px_rt_engine *e);
 
-/* Decode steps of one class of rows (px_rt_engine_metrics.decode_by_rows):
+/* Decode steps of one class of rows (px_rt_engine_decode_timing_get):
  * their count, rows and attended positions; each stage's compute and of
  * it its thread's wait for a core; the hop into each stage (hop_ns[0]:
  * none) and back to the executor (hop_ns[n_stages]); nanoseconds. */
@@ -225,14 +225,17 @@ typedef struct px_rt_engine_metrics {
     uint64_t stage_compute_ns[PX_RT_MAX_STAGES], stage_wait_ns[PX_RT_MAX_STAGES];
     uint64_t hop_ns[PX_RT_MAX_STAGES + 1], hop_wait_ns[PX_RT_MAX_STAGES + 1];
     uint64_t host_ns, host_wait_ns, result_ns, result_wait_ns;
-    /* The same sums for the steps that carried decode rows only (no
-     * prompt chunk), by their rows: class c holds the steps of 2^c to
-     * 2^(c+1) - 1 rows (the last class: that many or more), so that a
-     * stage's step is known at the batch it ran (px_serve_run_report). */
-    px_rt_engine_decode_timing decode_by_rows[PX_RT_ENGINE_ROW_CLASSES];
 } px_rt_engine_metrics;
 
 void px_rt_engine_metrics_get(px_rt_engine *e, px_rt_engine_metrics *out);
+/* The timed steps that carried decode rows only (no prompt chunk), by
+ * their rows (thread-safe snapshot): out[c] holds the steps of 2^c to
+ * 2^(c+1) - 1 rows (the last class: that many or more), so that a
+ * stage's step is known at the batch it ran (px_serve_run_report).  They
+ * start again where the executor changes.  Apart from the metrics, which
+ * a server copies every step. */
+void px_rt_engine_decode_timing_get(px_rt_engine *e,
+                                    px_rt_engine_decode_timing out[PX_RT_ENGINE_ROW_CLASSES]);
 /* The executor the engine runs on now (it may have moved), or NULL. */
 px_rt_executor *px_rt_engine_executor(const px_rt_engine *e);
 /* Asks every stage for its telemetry (executor only) into stats, which

@@ -357,6 +357,10 @@ typedef struct px_rt_stage_spec {
     double pred_attention_pos_s;
 } px_rt_stage_spec;
 
+/* Whether a stage's kernels run on its host's cores (the cpu and emulated
+ * backends): stages that share a host's cores slow each other. */
+bool px_rt_stage_on_host_cores(const px_rt_stage_spec *s);
+
 typedef struct px_rt_pipeline_spec {
     uint32_t n_stages;
     px_rt_stage_spec stages[PX_RT_MAX_STAGES];

@@ -67,8 +67,7 @@ void px_heal_envelope_from_spec(const px_rt_pipeline_spec *spec, px_heal_envelop
         out->attention_pos_s[i] = in ? spec->stages[i].pred_attention_pos_s : NAN;
         if (in) {
             px_strlcpy(out->device[i], spec->stages[i].device, sizeof out->device[i]);
-            out->host_cores[i] =
-                !strcmp(spec->stages[i].backend, "cpu") || !strcmp(spec->stages[i].backend, "emu");
+            out->host_cores[i] = px_rt_stage_on_host_cores(&spec->stages[i]);
         }
     }
     for (uint32_t i = 0; i <= PX_RT_MAX_STAGES; i++)

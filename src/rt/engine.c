@@ -399,6 +399,14 @@ void px_rt_engine_metrics_get(px_rt_engine *e, px_rt_engine_metrics *out)
     pthread_mutex_unlock(&e->mu);
 }
 
+void px_rt_engine_decode_timing_get(px_rt_engine *e,
+                                    px_rt_engine_decode_timing out[PX_RT_ENGINE_ROW_CLASSES])
+{
+    pthread_mutex_lock(&e->mu);
+    memcpy(out, e->by_rows, sizeof e->by_rows);
+    pthread_mutex_unlock(&e->mu);
+}
+
 void px_rt_engine_wait(px_rt_engine *e, int timeout_ms)
 {
     struct timespec dl;

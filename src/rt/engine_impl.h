@@ -96,6 +96,7 @@ struct px_rt_engine {
     uint32_t next_ordinal;
     uint32_t n_queued; /* inbox + waiting, for admission control */
     px_rt_engine_metrics m;
+    px_rt_engine_decode_timing by_rows[PX_RT_ENGINE_ROW_CLASSES]; /* under mu */
     bool failed;
 
     /* The engine's thread only. */

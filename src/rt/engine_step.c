@@ -281,7 +281,7 @@ static px_status switch_over(px_rt_engine *e, px_err *err)
     /* A stage may run on another device now: its steps by rows start
      * again, so that each class describes one set of devices. */
     pthread_mutex_lock(&e->mu);
-    memset(e->m.decode_by_rows, 0, sizeof e->m.decode_by_rows);
+    memset(e->by_rows, 0, sizeof e->by_rows);
     pthread_mutex_unlock(&e->mu);
     return PX_OK;
 }
@@ -486,14 +486,14 @@ static void book_timing(px_rt_engine *e, uint64_t t_wait, uint64_t core_wait, ui
         memset(m->stage_wait_ns, 0, sizeof m->stage_wait_ns);
         memset(m->hop_ns, 0, sizeof m->hop_ns);
         memset(m->hop_wait_ns, 0, sizeof m->hop_wait_ns);
-        memset(m->decode_by_rows, 0, sizeof m->decode_by_rows);
+        memset(e->by_rows, 0, sizeof e->by_rows);
         m->n_stages = n;
     }
     if (!ob->prefill && ob->n_rows > 0) {
         uint32_t c = 0;
         while (c + 1 < PX_RT_ENGINE_ROW_CLASSES && ob->n_rows >> (c + 1))
             c++;
-        px_rt_engine_decode_timing *d = &m->decode_by_rows[c];
+        px_rt_engine_decode_timing *d = &e->by_rows[c];
         d->steps++;
         d->rows += ob->n_rows;
         d->context += context;

@@ -122,6 +122,11 @@ static uint32_t plan_micro_batches(const json_t *plan, uint32_t replica)
     return v >= 1 && v <= PX_RT_MAX_STAGES ? (uint32_t)v : 0;
 }
 
+bool px_rt_stage_on_host_cores(const px_rt_stage_spec *s)
+{
+    return !strcmp(s->backend, "cpu") || !strcmp(s->backend, "emu");
+}
+
 px_status px_rt_pipeline_spec_from_plan(const json_t *plan, const px_hw_graph *g, const char *name,
                                         px_rt_pipeline_spec *out, px_err *err)
 {

@@ -85,19 +85,24 @@ static void refresh(px__srv_replica *r, bool stages)
         inc = px_heal_run_incidents(r->heal);
         log_incidents(r, inc, r->heal_sum.recorded);
     }
+    /* The steps by rows only when a window starts or closes (t_window is
+     * written on this thread alone). */
     uint64_t now = px_now_ns();
+    bool window = stages || now - r->t_window >= PX__SRV_WINDOW_NS;
+    px_rt_engine_decode_timing by_rows[PX_RT_ENGINE_ROW_CLASSES];
+    if (window)
+        px_rt_engine_decode_timing_get(r->engine, by_rows);
     pthread_mutex_lock(&r->srv->mu);
     r->em = em;
     r->heal_sum = hs;
-    if (stages) {
-        memcpy(r->win_base, em.decode_by_rows, sizeof r->win_base);
-        r->n_windows = 0;
-        r->t_window = now;
-    } else if (now - r->t_window >= PX__SRV_WINDOW_NS) {
-        px__srv_window_since(r->windows[r->n_windows % PX__SRV_WINDOWS], em.decode_by_rows,
-                             r->win_base);
-        memcpy(r->win_base, em.decode_by_rows, sizeof r->win_base);
+    if (window && !stages) {
+        px__srv_window_since(r->windows[r->n_windows % PX__SRV_WINDOWS], by_rows, r->win_base);
         r->n_windows++;
+    } else if (stages) {
+        r->n_windows = 0;
+    }
+    if (window) {
+        memcpy(r->win_base, by_rows, sizeof r->win_base);
         r->t_window = now;
     }
     if (st) {
@@ -204,18 +209,6 @@ static px_status start_pipeline(px_serve *s, px__srv_replica *r, px_err *err)
     return px_heal_run_new(&ho, &r->heal, err);
 }
 
-/* The node of a stage that runs its kernels on the host's cores (a cpu
- * or emulated device of the inventory), or PX_HW_NONE. */
-static uint32_t host_node(const px_hw_view *v, const px_rt_stage_spec *st)
-{
-    if (strcmp(st->backend, "cpu") && strcmp(st->backend, "emu"))
-        return PX_HW_NONE;
-    for (size_t d = 0; d < v->n_devices; d++)
-        if (v->devices[d].global_id && !strcmp(v->devices[d].global_id, st->device))
-            return v->devices[d].node;
-    return PX_HW_NONE;
-}
-
 /* The cores a node's stage workers share: the inventory's figure, else,
  * where this process starts the workers itself, the cores it may run on;
  * 0 when not known. */
@@ -230,10 +223,10 @@ static double node_cores(const px_serve *s, const px_hw_node *node)
 }
 
 /* Each replica's host_stretch: the replicas' stages on a node's cores
- * and this process (the executors, the server) share them, so a stage
- * runs up to (its node's stages + 1) / its node's cores slower than
- * alone as the load moves between them; the largest over the replica's
- * nodes, 1 where the cores are not known. */
+ * (px_rt_stage_on_host_cores) and this process (the executors, the
+ * server) share them, so a stage runs up to (its node's stages + 1) / its
+ * node's cores slower than alone as the load moves between them; the
+ * largest over the replica's nodes, 1 where the cores are not known. */
 static px_status host_stretch(px_serve *s, px_err *err)
 {
     for (uint32_t i = 0; i < s->n_reps; i++)
@@ -243,25 +236,30 @@ static px_status host_stretch(px_serve *s, px_err *err)
     const px_hw_view *v = px_hw_graph_view(s->o.graph);
     px_rt_pipeline_spec *spec = malloc(sizeof *spec);
     uint32_t *busy = calloc(v->n_nodes ? v->n_nodes : 1, sizeof *busy);
-    px_status st = spec && busy ? PX_OK : px_err_set(err, PX_ENOMEM, "serve: out of memory");
-    for (int pass = 0; pass < 2 && st == PX_OK; pass++) {
-        for (uint32_t i = 0; i < s->n_reps && st == PX_OK; i++) {
-            if ((st = px_rt_pipeline_spec_from_plan_replica(s->o.plan, s->o.graph, "plan", i, spec,
-                                                            err)) != PX_OK)
-                break;
-            for (uint32_t k = 0; k < spec->n_stages; k++) {
-                uint32_t node = host_node(v, &spec->stages[k]);
-                if (node >= v->n_nodes)
-                    continue;
-                double cores = node_cores(s, &v->nodes[node]);
-                if (pass == 0)
-                    busy[node]++;
-                else if (cores >= 1)
-                    s->reps[i].host_stretch =
-                        PX_MIN(PX_MAX(s->reps[i].host_stretch, (busy[node] + 1) / cores), 64.0);
-            }
+    /* Each replica's stages' nodes (UINT32_MAX: off the host's cores). */
+    uint32_t(*node)[PX_RT_MAX_STAGES] = malloc(s->n_reps * sizeof *node);
+    px_status st =
+        spec && busy && node ? PX_OK : px_err_set(err, PX_ENOMEM, "serve: out of memory");
+    for (uint32_t i = 0; i < s->n_reps && st == PX_OK; i++) {
+        st = px_rt_pipeline_spec_from_plan_replica(s->o.plan, s->o.graph, "plan", i, spec, err);
+        for (uint32_t k = 0; st == PX_OK && k < PX_RT_MAX_STAGES; k++) {
+            uint32_t d;
+            node[i][k] = UINT32_MAX;
+            if (k < spec->n_stages && px_rt_stage_on_host_cores(&spec->stages[k]) &&
+                px_hw_graph_find_device(s->o.graph, spec->stages[k].device, &d) &&
+                v->devices[d].node < v->n_nodes)
+                busy[node[i][k] = v->devices[d].node]++;
         }
     }
+    for (uint32_t i = 0; i < s->n_reps && st == PX_OK; i++) {
+        for (uint32_t k = 0; k < PX_RT_MAX_STAGES; k++) {
+            double cores = node[i][k] < v->n_nodes ? node_cores(s, &v->nodes[node[i][k]]) : 0;
+            if (cores >= 1)
+                s->reps[i].host_stretch =
+                    PX_MIN(PX_MAX(s->reps[i].host_stretch, (busy[node[i][k]] + 1) / cores), 64.0);
+        }
+    }
+    free(node);
     free(spec);
     free(busy);
     return st;

@@ -66,7 +66,7 @@ typedef struct px__srv_replica {
     json_t *stages;    /* the stages that run now: device, backend, emulated, pid */
     json_t *incidents; /* plexus.incident/1 records so far (the heal run's copy) */
     px_rt_engine_metrics em;
-    /* Its decode steps by rows (em.decode_by_rows) in windows of
+    /* Its decode steps by rows (px_rt_engine_decode_timing_get) in windows of
      * PX__SRV_WINDOW_NS, so that a run report gives a sample per window
      * and the fit sees their spread: the sums when the open window began
      * (at t_window) and the last windows closed, a ring of n_windows so

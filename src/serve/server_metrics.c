@@ -278,8 +278,11 @@ void px__srv_window_since(px_rt_engine_decode_timing *out, const px_rt_engine_de
     for (size_t c = 0; c < PX_RT_ENGINE_ROW_CLASSES; c++) {
         const uint64_t *a = (const uint64_t *)&now[c], *b = (const uint64_t *)&base[c];
         uint64_t *d = (uint64_t *)&out[c];
+        /* A snapshot older than the base (read before the window moved
+         * on): no steps. */
+        bool behind = now[c].steps < base[c].steps;
         for (size_t k = 0; k < sizeof *out / sizeof(uint64_t); k++)
-            d[k] = a[k] >= b[k] ? a[k] - b[k] : a[k];
+            d[k] = behind || a[k] < b[k] ? 0 : a[k] - b[k];
     }
 }
 
@@ -338,6 +341,15 @@ json_t *px_serve_run_report(px_serve *s)
         st = px_json_set(doc, "notice",
                          json_string("emulated devices: times come from emulation profiles on "
                                      "this machine, no claim about real hardware"));
+    /* Each replica's steps by rows now, for its open window: read from
+     * the engines before the server's lock is taken. */
+    px_rt_engine_decode_timing(*now)[PX_RT_ENGINE_ROW_CLASSES] =
+        calloc(s->n_reps ? s->n_reps : 1, sizeof *now);
+    if (!now)
+        st = PX_ENOMEM;
+    for (uint32_t r = 0; now && r < s->n_reps; r++)
+        if (s->reps[r].engine)
+            px_rt_engine_decode_timing_get(s->reps[r].engine, now[r]);
     pthread_mutex_lock(&s->mu);
     for (uint32_t r = 0; st == PX_OK && r < s->n_reps; r++) {
         const px__srv_replica *rep = &s->reps[r];
@@ -352,7 +364,7 @@ json_t *px_serve_run_report(px_serve *s)
             px_rt_engine_decode_timing open[PX_RT_ENGINE_ROW_CLASSES];
             const px_rt_engine_decode_timing *win = rep->windows[w % PX__SRV_WINDOWS];
             if (w == rep->n_windows) {
-                px__srv_window_since(open, e->decode_by_rows, rep->win_base);
+                px__srv_window_since(open, now[r], rep->win_base);
                 win = open;
             }
             for (uint32_t c = 0; st == PX_OK && c < PX_RT_ENGINE_ROW_CLASSES; c++) {
@@ -365,6 +377,7 @@ json_t *px_serve_run_report(px_serve *s)
         }
     }
     pthread_mutex_unlock(&s->mu);
+    free(now);
     if (st == PX_OK) {
         st = px_json_set(doc, "runs", runs);
         runs = NULL;
