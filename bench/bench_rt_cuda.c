@@ -19,10 +19,71 @@
 
 #include "plexus/ir.h"
 #include "plexus/rt.h"
+#include "plexus/rt_backend.h"
+#include "plexus/rt_session.h"
 
 #define H200_BW 4.8e12
 
-enum { PROMPT = 128, DECODE = 128, RUNS = 3 };
+enum { PROMPT = 128, DECODE = 128, RUNS = 3, TIMED = 16 };
+
+/* GPU time of decode steps' ops by kind, each op timed alone (so without
+ * the CUDA graph): where a step's time goes, not what a replay takes. */
+typedef struct op_split {
+    double ns[PX_IR_OP_COUNT_];
+    unsigned n[PX_IR_OP_COUNT_];
+} op_split;
+
+static void on_op(const px_rt_op_record *rec, void *ud)
+{
+    op_split *sp = ud;
+    if ((unsigned)rec->kind < PX_IR_OP_COUNT_) {
+        sp->ns[rec->kind] += (double)rec->ns;
+        sp->n[rec->kind]++;
+    }
+}
+
+/* TIMED decode steps after a prompt, every op timed; prints the split per
+ * token and the steps' wall time. */
+static px_status split_decode(px_rt_session *s, int32_t *tokens, uint32_t vocab, px_err *err)
+{
+    op_split sp = {0};
+    int32_t seq;
+    px_status st = px_rt_seq_add(s, &seq, err);
+    if (st)
+        return st;
+    px_rt_seq_step pre = {.seq = seq, .pos = 0, .n_tokens = PROMPT, .tokens = tokens};
+    px_rt_batch pb = {.n_seqs = 1, .seqs = &pre};
+    px_rt_output o;
+    if ((st = px_rt_forward(s, &pb, NULL, &o, err)) != PX_OK)
+        return st;
+    tokens[PROMPT] = px_rt_argmax(o.data, vocab);
+    px_rt_stream_set_telemetry(px_rt_session_stream(s), on_op, &sp);
+    uint64_t t0 = px_now_ns();
+    for (uint32_t i = 0; i < TIMED && st == PX_OK; i++) {
+        px_rt_seq_step d = {
+            .seq = seq, .pos = PROMPT + i, .n_tokens = 1, .tokens = &tokens[PROMPT + i]};
+        px_rt_batch db = {.n_seqs = 1, .seqs = &d};
+        if ((st = px_rt_forward(s, &db, NULL, &o, err)) == PX_OK)
+            tokens[PROMPT + i + 1] = px_rt_argmax(o.data, vocab);
+    }
+    double wall = (double)(px_now_ns() - t0) / TIMED;
+    px_rt_stream_set_telemetry(px_rt_session_stream(s), NULL, NULL);
+    if (st == PX_OK)
+        st = px_rt_seq_remove(s, seq, err);
+    if (st)
+        return st;
+    double gpu = 0;
+    for (int k = 0; k < PX_IR_OP_COUNT_; k++)
+        gpu += sp.ns[k];
+    printf("    ops timed one by one: %.1f us/token on the GPU, %.1f us/token wall:",
+           gpu / TIMED / 1e3, wall / 1e3);
+    for (int k = 0; k < PX_IR_OP_COUNT_; k++)
+        if (sp.n[k])
+            printf(" %s %.1f us (%u ops)", px_ir_op_kind_name((px_ir_op_kind)k),
+                   sp.ns[k] / TIMED / 1e3, sp.n[k] / TIMED);
+    printf("\n");
+    return PX_OK;
+}
 
 static double weight_bytes_per_token(const px_rt_model *m)
 {
@@ -93,6 +154,8 @@ static int bench_model(const char *path)
            "%5.1f %% of 4.8 TB/s\n",
            strrchr(path, '/') ? strrchr(path, '/') + 1 : path, best_prefill, best_decode,
            bytes / 1e6, best_decode * bytes / 1e9, 100.0 * best_decode * bytes / H200_BW);
+    if (split_decode(s, tokens, hp->vocab_size, &err) != PX_OK)
+        goto fail;
     px_rt_session_free(s);
     px_rt_model_free(m);
     return 0;

@@ -233,6 +233,25 @@ px_status px_strbuf_add_pointer_token(px_strbuf *sb, const char *s);
 /* Hands the buffer to the caller (free()) and resets sb. */
 char *px_strbuf_detach(px_strbuf *sb, size_t *len);
 
+/* ------------------------------------------------------------------ */
+/* UTF-8 of generated text                                             */
+/* ------------------------------------------------------------------ */
+
+/* Length of the well-formed UTF-8 sequence at s (n bytes available), or 0
+ * when the bytes there are not one (invalid, overlong, surrogate, or cut
+ * short). */
+size_t px_utf8_seq_len(const unsigned char *s, size_t n);
+/* Number of bytes at the end of s that start a well-formed sequence but
+ * are cut short (0 to 3): text held back until the next token completes
+ * the character. */
+size_t px_utf8_incomplete_tail(const char *s, size_t n);
+/* Whether the bytes at s[0..n) split no character at n: s[n] (when n < len)
+ * is not a continuation byte. */
+bool px_utf8_boundary(const char *s, size_t len, size_t n);
+/* Appends s with each ill-formed sequence replaced by U+FFFD, so that the
+ * result is valid UTF-8 (what JSON strings need). */
+px_status px_utf8_add_sanitized(px_strbuf *out, const char *s, size_t n);
+
 /* malloc'd copies; return NULL on allocation failure. */
 char *px_strdup(const char *s);
 char *px_strndup(const char *s, size_t n);
@@ -300,6 +319,10 @@ const char *px_json_type_name(const json_t *v);
  * strbuf appenders: not PX_NODISCARD (docs/adr/0014-code-health.md). */
 px_status px_json_set(json_t *obj, const char *key, json_t *v);
 px_status px_json_push(json_t *arr, json_t *v);
+/* A JSON string of the n bytes at s, each ill-formed UTF-8 sequence
+ * replaced by U+FFFD (a model's text may hold any bytes); NULL when
+ * memory runs out. */
+json_t *px_json_text(const char *s, size_t n);
 
 /* ------------------------------------------------------------------ */
 /* Quantities                                                          */

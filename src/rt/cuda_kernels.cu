@@ -535,70 +535,89 @@ __global__ void k_kv_store(const float *k, const float *v, float *kc, float *vc,
     vc[at] = v[id];
 }
 
-/* One block per (row, query head).  Positions are taken in tiles of
- * PX__CUDA_ATT_THREADS: each thread scores one position, the block keeps
- * a running max and sum (online softmax), and each thread accumulates the
- * output dimensions d = threadIdx.x + j * blockDim.x. */
+/* One block per (row, query head), one warp per share of the positions
+ * (warp w takes first + w, first + w + NW, ...; two at a time, so that
+ * their loads overlap).  A warp's lanes split the head's dimensions
+ * (d = lane + 32 j): a key row and a value row are each read whole by
+ * the warp at once.  Each warp keeps its own running max, sum and output
+ * (online softmax); the block merges the NW of them at the end.  The
+ * work is a warp per position pair in flight, not a thread per position,
+ * so a decode step with few rows still spreads over the warps. */
 __global__ void k_attention(const float *q, float *out, const float *kc, const float *vc,
                             px__cuda_rows rw, uint32_t block, uint32_t n_heads,
                             uint32_t n_kv_heads, uint32_t hd, uint32_t window, float scale)
 {
-    constexpr uint32_t T = PX__CUDA_ATT_THREADS;
-    constexpr uint32_t ND = PX__CUDA_MAX_HEAD_DIM / PX__CUDA_ATT_THREADS;
-    __shared__ float qs[PX__CUDA_MAX_HEAD_DIM];
-    __shared__ float es[T];
-    __shared__ size_t at_s[T];
-    __shared__ float red[32];
-    uint32_t r = blockIdx.x, hq = blockIdx.y, t = threadIdx.x;
+    constexpr uint32_t NW = PX__CUDA_ATT_THREADS / WARP;
+    constexpr uint32_t ND = PX__CUDA_MAX_HEAD_DIM / WARP;
+    __shared__ float wm[NW], wl[NW];
+    __shared__ float wo[NW][PX__CUDA_MAX_HEAD_DIM];
+    uint32_t r = blockIdx.x, hq = blockIdx.y, lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
     uint32_t h = hq / (n_heads / n_kv_heads);
     size_t q_dim = (size_t)n_heads * hd, kv_dim = (size_t)n_kv_heads * hd;
-    for (uint32_t d = t; d < hd; d += T)
-        qs[d] = q[(size_t)r * q_dim + (size_t)hq * hd + d];
-    int32_t pos = rw.pos[r], slot = rw.slot[r];
-    int32_t first = window && (uint32_t)pos >= window ? pos - (int32_t)window + 1 : 0;
-    float m = -INFINITY, l = 0, acc[ND];
-#pragma unroll
-    for (uint32_t j = 0; j < ND; j++)
-        acc[j] = 0;
-    __syncthreads();
-    for (int32_t base = first; base <= pos; base += (int32_t)T) {
-        uint32_t n = (uint32_t)min((int32_t)T, pos - base + 1);
-        float s = -INFINITY;
-        if (t < n) {
-            size_t at = cache_row(rw, block, slot, base + (int32_t)t) * kv_dim + (size_t)h * hd;
-            const float *kr = kc + at;
-            float dot = 0;
-            for (uint32_t d = 0; d < hd; d++)
-                dot += qs[d] * kr[d];
-            s = dot * scale;
-            at_s[t] = at;
-        }
-        float mt = block_reduce(s, red, true);
-        float m_new = fmaxf(m, mt);
-        float corr = expf(m - m_new);
-        float e = t < n ? expf(s - m_new) : 0.0f;
-        es[t] = e;
-        float st = block_reduce(e, red, false); /* syncs: es and at_s are visible */
-        l = l * corr + st;
-#pragma unroll
-        for (uint32_t j = 0; j < ND; j++) {
-            uint32_t d = t + j * T;
-            if (d < hd) {
-                float a = acc[j] * corr;
-                for (uint32_t p = 0; p < n; p++)
-                    a += es[p] * vc[at_s[p] + d];
-                acc[j] = a;
-            }
-        }
-        m = m_new;
-        __syncthreads(); /* es and at_s are rewritten by the next tile */
-    }
-    float inv = 1.0f / l;
+    const float *qr = q + (size_t)r * q_dim + (size_t)hq * hd;
+    float qv[ND], acc[ND];
 #pragma unroll
     for (uint32_t j = 0; j < ND; j++) {
-        uint32_t d = t + j * T;
+        uint32_t d = lane + j * WARP;
+        qv[j] = d < hd ? qr[d] : 0.0f;
+        acc[j] = 0;
+    }
+    int32_t pos = rw.pos[r], slot = rw.slot[r];
+    int32_t first = window && (uint32_t)pos >= window ? pos - (int32_t)window + 1 : 0;
+    float m = -INFINITY, l = 0;
+    for (int32_t p = first + (int32_t)w; p <= pos; p += 2 * (int32_t)NW) {
+        int32_t p2 = p + (int32_t)NW;
+        bool two = p2 <= pos;
+        size_t a1 = cache_row(rw, block, slot, p) * kv_dim + (size_t)h * hd;
+        size_t a2 = two ? cache_row(rw, block, slot, p2) * kv_dim + (size_t)h * hd : a1;
+        float d1 = 0, d2 = 0;
+#pragma unroll
+        for (uint32_t j = 0; j < ND; j++) {
+            uint32_t d = lane + j * WARP;
+            if (d < hd) {
+                d1 += qv[j] * kc[a1 + d];
+                d2 += qv[j] * kc[a2 + d];
+            }
+        }
+        float s1 = warp_sum(d1) * scale, s2 = two ? warp_sum(d2) * scale : -INFINITY;
+        float m_new = fmaxf(m, fmaxf(s1, s2));
+        float corr = expf(m - m_new), e1 = expf(s1 - m_new), e2 = two ? expf(s2 - m_new) : 0.0f;
+        l = l * corr + e1 + e2;
+#pragma unroll
+        for (uint32_t j = 0; j < ND; j++) {
+            uint32_t d = lane + j * WARP;
+            if (d < hd)
+                acc[j] = acc[j] * corr + e1 * vc[a1 + d] + e2 * vc[a2 + d];
+        }
+        m = m_new;
+    }
+    if (lane == 0) {
+        wm[w] = m;
+        wl[w] = l;
+    }
+#pragma unroll
+    for (uint32_t j = 0; j < ND; j++) {
+        uint32_t d = lane + j * WARP;
         if (d < hd)
-            out[(size_t)r * q_dim + (size_t)hq * hd + d] = acc[j] * inv;
+            wo[w][d] = acc[j];
+    }
+    __syncthreads();
+    /* A warp with no positions has m = -inf and l = 0: weight 0. */
+    float mm = -INFINITY;
+    for (uint32_t k = 0; k < NW; k++)
+        mm = fmaxf(mm, wm[k]);
+    float ll = 0, f[NW];
+    for (uint32_t k = 0; k < NW; k++) {
+        f[k] = wl[k] > 0 ? expf(wm[k] - mm) : 0.0f;
+        ll += wl[k] * f[k];
+    }
+    float inv = 1.0f / ll;
+    float *o = out + (size_t)r * q_dim + (size_t)hq * hd;
+    for (uint32_t d = threadIdx.x; d < hd; d += PX__CUDA_ATT_THREADS) {
+        float v = 0;
+        for (uint32_t k = 0; k < NW; k++)
+            v += wo[k][d] * f[k];
+        o[d] = v * inv;
     }
 }
 

@@ -66,7 +66,7 @@ static json_t *text(const char *s)
 {
     px_strbuf sb = PX_STRBUF_INIT;
     json_t *v = NULL;
-    if (px__utf8_add_sanitized(&sb, s, strlen(s)) == PX_OK)
+    if (px_utf8_add_sanitized(&sb, s, strlen(s)) == PX_OK)
         v = json_stringn(sb.buf, sb.len);
     px_strbuf_release(&sb);
     return v;

@@ -135,17 +135,6 @@ const char *px_serve_response_text(const px_serve_response *r, size_t *len)
 /* JSON pieces                                                         */
 /* ------------------------------------------------------------------ */
 
-/* A JSON string of n bytes, ill-formed UTF-8 replaced by U+FFFD. */
-static json_t *text_json(const char *s, size_t n)
-{
-    px_strbuf sb = PX_STRBUF_INIT;
-    json_t *v = NULL;
-    if (px__utf8_add_sanitized(&sb, s, n) == PX_OK)
-        v = json_stringn(sb.buf, sb.len);
-    px_strbuf_release(&sb);
-    return v;
-}
-
 /* OpenAI writes -9999 for a log-probability of minus infinity. */
 static json_t *logprob_json(float lp)
 {
@@ -168,7 +157,7 @@ static json_t *chat_entry(const char *s, size_t n, float lp, const px_serve_toke
                           size_t n_top, bool with_top)
 {
     json_t *e = json_object();
-    if (!e || px_json_set(e, "token", text_json(s, n)) ||
+    if (!e || px_json_set(e, "token", px_json_text(s, n)) ||
         px_json_set(e, "logprob", logprob_json(lp)) || px_json_set(e, "bytes", bytes_json(s, n)))
         goto fail;
     if (!with_top)
@@ -194,7 +183,7 @@ static json_t *completion_alts(const held_token *t, uint32_t k)
     json_t *o = json_object();
     for (size_t i = 0; o && i < t->n_top && i < k; i++) {
         px_strbuf sb = PX_STRBUF_INIT;
-        px_status st = px__utf8_add_sanitized(&sb, t->top[i].text, t->top[i].len);
+        px_status st = px_utf8_add_sanitized(&sb, t->top[i].text, t->top[i].len);
         if (st == PX_OK && !json_object_get(o, sb.buf))
             st = px_json_set(o, sb.buf, logprob_json(t->top[i].logprob));
         px_strbuf_release(&sb);
@@ -216,7 +205,7 @@ static px_status add_logprobs(px_serve_response *r, json_t *lp, size_t n, const 
             if (px_json_push(lp, chat_entry(s, t->len, t->logprob, t->top,
                                             PX_MIN(t->n_top, r->top_logprobs), true)))
                 return PX_ENOMEM;
-        } else if (px_json_push(json_object_get(lp, "tokens"), text_json(s, t->len)) ||
+        } else if (px_json_push(json_object_get(lp, "tokens"), px_json_text(s, t->len)) ||
                    px_json_push(json_object_get(lp, "token_logprobs"), logprob_json(t->logprob)) ||
                    px_json_push(json_object_get(lp, "top_logprobs"),
                                 completion_alts(t, r->top_logprobs)) ||
@@ -242,7 +231,7 @@ static json_t *envelope(const px_serve_response *r, const char *object, json_t *
     if (!o || !choices || px_json_set(o, "id", json_string(r->id)) ||
         px_json_set(o, "object", json_string(object)) ||
         px_json_set(o, "created", json_integer(r->created)) ||
-        px_json_set(o, "model", text_json(r->model, strlen(r->model))) ||
+        px_json_set(o, "model", px_json_text(r->model, strlen(r->model))) ||
         px_json_set(o, "choices", json_incref(choices)) ||
         (choice && px_json_push(choices, json_incref(choice))) ||
         (r->include_usage && px_json_set(o, "usage", json_null()))) {
@@ -273,14 +262,14 @@ static json_t *stream_choice(const px_serve_response *r, const char *s, size_t n
                              const char *finish, bool role)
 {
     json_t *c = json_object();
-    if (!c || (r->api == PX_SERVE_API_COMPLETIONS && px_json_set(c, "text", text_json(s, n))) ||
+    if (!c || (r->api == PX_SERVE_API_COMPLETIONS && px_json_set(c, "text", px_json_text(s, n))) ||
         px_json_set(c, "index", json_integer(0)))
         goto fail;
     if (r->api == PX_SERVE_API_CHAT) {
         json_t *delta = json_object();
         if (px_json_set(c, "delta", delta) ||
             (role && px_json_set(delta, "role", json_string("assistant"))) ||
-            ((role || finish == NULL) && px_json_set(delta, "content", text_json(s, n))))
+            ((role || finish == NULL) && px_json_set(delta, "content", px_json_text(s, n))))
             goto fail;
     }
     if (lp && r->api == PX_SERVE_API_CHAT) {
@@ -391,11 +380,11 @@ static size_t stop_prefix(const px_serve_response *r)
 static px_status release_safe(px_serve_response *r, px_strbuf *out)
 {
     size_t safe = r->held.len - stop_prefix(r);
-    safe = PX_MIN(safe, r->held.len - px__utf8_incomplete_tail(r->held.buf, r->held.len));
+    safe = PX_MIN(safe, r->held.len - px_utf8_incomplete_tail(r->held.buf, r->held.len));
     size_t n = 0, end = 0, best_n = 0, best_end = 0;
     while (n < r->n_tokens && end + r->tokens[n].len <= safe) {
         end += r->tokens[n++].len;
-        if (px__utf8_boundary(r->held.buf, r->held.len, end)) {
+        if (px_utf8_boundary(r->held.buf, r->held.len, end)) {
             best_n = n;
             best_end = end;
         }
@@ -540,9 +529,9 @@ static json_t *body_choice(const px_serve_response *r, const char *reason)
         json_t *m = json_object();
         ok = !px_json_set(c, "index", json_integer(0)) && !px_json_set(c, "message", m) &&
              !px_json_set(m, "role", json_string("assistant")) &&
-             !px_json_set(m, "content", text_json(r->text.buf, r->text.len));
+             !px_json_set(m, "content", px_json_text(r->text.buf, r->text.len));
     } else {
-        ok = !px_json_set(c, "text", text_json(r->text.buf, r->text.len)) &&
+        ok = !px_json_set(c, "text", px_json_text(r->text.buf, r->text.len)) &&
              !px_json_set(c, "index", json_integer(0));
     }
     ok = ok && !px_json_set(c, "logprobs", body_logprobs(r)) &&
@@ -619,12 +608,12 @@ char *px_serve_models_json(const char *const *ids, size_t n, int64_t created, co
     }
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_object();
-        if (px_json_push(data, m) || px_json_set(m, "id", text_json(ids[i], strlen(ids[i]))) ||
+        if (px_json_push(data, m) || px_json_set(m, "id", px_json_text(ids[i], strlen(ids[i]))) ||
             px_json_set(m, "object", json_string("model")) ||
             px_json_set(m, "created", json_integer(created)) ||
             px_json_set(m, "owned_by",
-                        text_json(owned_by ? owned_by : "plexus",
-                                  strlen(owned_by ? owned_by : "plexus")))) {
+                        px_json_text(owned_by ? owned_by : "plexus",
+                                     strlen(owned_by ? owned_by : "plexus")))) {
             json_decref(data);
             json_decref(o);
             return NULL;

@@ -94,20 +94,6 @@ bool px__chat_jinja_leading_bos(const char *jinja, size_t len);
 /* UTF-8                                                               */
 /* ------------------------------------------------------------------ */
 
-/* Length of the well-formed UTF-8 sequence at s (n bytes available), or 0
- * when the bytes there are not one (invalid, overlong, surrogate, or cut
- * short). */
-size_t px__utf8_seq_len(const unsigned char *s, size_t n);
-/* Number of bytes at the end of s that start a well-formed sequence but
- * are cut short (0 to 3): text held back until the next token completes
- * the character. */
-size_t px__utf8_incomplete_tail(const char *s, size_t n);
-/* Whether the bytes at s[0..n) split no character at n: s[n] (when n < len)
- * is not a continuation byte. */
-bool px__utf8_boundary(const char *s, size_t len, size_t n);
-/* Appends s with each ill-formed sequence replaced by U+FFFD, so that the
- * result is valid UTF-8 (what JSON strings need). */
-px_status px__utf8_add_sanitized(px_strbuf *out, const char *s, size_t n);
 /* Python's str.strip(): the bounds of s without leading and trailing
  * whitespace (ASCII whitespace, \x1c-\x1f, U+0085, U+00A0, U+1680,
  * U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000). */

@@ -5,7 +5,8 @@
  * prints each incident as a paragraph and --incidents writes the
  * records; and the trace of a healed run replays identical, is refused
  * when a line is edited, and diverges when a recorded observation is
- * changed and the chain recomputed.  Skipped without the shared model. */
+ * changed and the chain recomputed; and the run report holds text that
+ * is not UTF-8.  Skipped without the shared model (but the last). */
 #include "stories_run.h"
 
 #include <string.h>
@@ -252,6 +253,42 @@ static void test_healed_trace_replays_and_detects_edits(void **state)
     free(incidents);
 }
 
+/* A model's text may hold bytes that are not UTF-8 (byte tokens, a
+ * character cut by the token limit): the run report carries them as
+ * U+FFFD instead of failing.  A synthetic model with a byte vocabulary,
+ * greedy, writes such bytes within its first tokens. */
+static void test_run_report_holds_text_that_is_not_utf8(void **state)
+{
+    (void)state;
+    char *synth = px_asprintf("%s/bytes.gguf", px_test_tmpdir());
+    char *inv = px_test_source_path("data/scenarios/emu-small.json");
+    const char *mk[] = {"model",      "synth", "--out",    synth, "--dim",     "64",
+                        "--hidden",   "128",   "--layers", "2",   "--heads",   "4",
+                        "--kv-heads", "2",     "--vocab",  "512", "--context", "128",
+                        "--seed",     "1",     NULL};
+    char *out = NULL, *errs = NULL;
+    assert_int_equal(run_plexus(mk, &out, &errs), 0);
+    free(out);
+    free(errs);
+    const char *args[] = {"run",  "--model", synth, "--inventory", inv,    "--prompt",
+                          "Once", "-n",      "48",  "-o",          "json", NULL};
+    int rc = run_plexus(args, &out, &errs);
+    if (rc != 0)
+        fail_msg("plexus run -o json exited %d: %s", rc, errs ? errs : "");
+    json_t *j = NULL;
+    px_err err;
+    px_assert_ok(px_json_parse(out, strlen(out), "run", NULL, &j, &err), &err);
+    const char *text = json_string_value(
+        json_object_get(json_array_get(json_object_get(j, "results"), 0), "text"));
+    assert_non_null(text);
+    px_assert_contains(text, "\xef\xbf\xbd");
+    json_decref(j);
+    free(out);
+    free(errs);
+    free(inv);
+    free(synth);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -260,6 +297,7 @@ int main(void)
         cmocka_unit_test(test_run_without_inventory_says_healing_needs_one),
         cmocka_unit_test(test_supervised_run_without_faults_prints_the_same_text),
         cmocka_unit_test(test_healed_trace_replays_and_detects_edits),
+        cmocka_unit_test(test_run_report_holds_text_that_is_not_utf8),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
