@@ -11,7 +11,10 @@
  * order, the same for any number of rows and any row range, which keeps
  * results independent of batching and threads.  q8_0 weights meet
  * activations quantized to q8_0 with integer products (maddubs, madd),
- * in px__rt_dot_q8_0's order.  Processors with AVX-512 run
+ * in px__rt_dot_q8_0's order.  With one vector (decode), row i of the
+ * first half of a row range runs beside row i + h of the second, each
+ * with its own sums: twice the independent chains, each half still read
+ * in order.  Processors with AVX-512 run
  * cpu_kernels_avx512.c instead, which computes the same bits faster.
  */
 #include "base/common.h"
@@ -104,6 +107,39 @@ INLINE void row_plain(px_dtype t, const uint8_t *w, uint32_t k, const float *x, 
     }
 }
 
+/* Two rows of a plain dtype, `apart` bytes from each other, against one
+ * vector: each row's sums are row_plain's with N = 1, bit for bit, but
+ * the two rows' four chains of fused multiply-adds run side by side.
+ * One row's two chains held f16 and bf16 decode to a chain's latency per
+ * 16 values, below what memory delivers. */
+INLINE void row_plain_pair(px_dtype t, const uint8_t *w, size_t apart, uint32_t k, const float *x,
+                           float *out0, float *out1)
+{
+    const uint8_t *v = w + apart;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+    uint32_t j = 0;
+    for (; j + 16 <= k; j += 16) {
+        __m256 x0 = _mm256_loadu_ps(x + j), x1 = _mm256_loadu_ps(x + j + 8);
+        a0 = _mm256_fmadd_ps(load8(t, w, j), x0, a0);
+        a1 = _mm256_fmadd_ps(load8(t, w, j + 8), x1, a1);
+        b0 = _mm256_fmadd_ps(load8(t, v, j), x0, b0);
+        b1 = _mm256_fmadd_ps(load8(t, v, j + 8), x1, b1);
+    }
+    if (j + 8 <= k) {
+        __m256 x0 = _mm256_loadu_ps(x + j);
+        a0 = _mm256_fmadd_ps(load8(t, w, j), x0, a0);
+        b0 = _mm256_fmadd_ps(load8(t, v, j), x0, b0);
+        j += 8;
+    }
+    float s = hsum(_mm256_add_ps(a0, a1)), u = hsum(_mm256_add_ps(b0, b1));
+    for (uint32_t jj = j; jj < k; jj++) {
+        s += value_at(t, w, jj) * x[jj];
+        u += value_at(t, v, jj) * x[jj];
+    }
+    *out0 = s;
+    *out1 = u;
+}
+
 static inline TGT __m256 q8_load8(const int8_t *q)
 {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
@@ -156,6 +192,28 @@ INLINE void row_q8_0(const uint8_t *w, uint32_t k, const int8_t *xq, const float
         out[r] = hsum(_mm256_add_ps(acc0[r], acc1[r]));
 }
 
+/* Two q8_0 rows, `apart` bytes from each other, against one quantized
+ * vector: row_q8_0's sums with N = 1 for each, side by side. */
+INLINE void row_q8_0_pair(const uint8_t *w, size_t apart, uint32_t k, const int8_t *xq,
+                          const float *xd, float *out0, float *out1)
+{
+    const uint8_t *v = w + apart;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+    uint32_t nb = k / PX__RT_Q8_0_ELEMS, b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        q8_block(w, b, k, xq, xd, 1, &a0);
+        q8_block(v, b, k, xq, xd, 1, &b0);
+        q8_block(w, b + 1, k, xq, xd, 1, &a1);
+        q8_block(v, b + 1, k, xq, xd, 1, &b1);
+    }
+    if (b < nb) {
+        q8_block(w, b, k, xq, xd, 1, &a0);
+        q8_block(v, b, k, xq, xd, 1, &b0);
+    }
+    *out0 = hsum(_mm256_add_ps(a0, a1));
+    *out1 = hsum(_mm256_add_ps(b0, b1));
+}
+
 /* The row loop for one dtype, with the row kernel inlined so that the
  * dtype is a constant inside it. */
 #define ROWS(CALL)                                      \
@@ -166,6 +224,24 @@ INLINE void row_q8_0(const uint8_t *w, uint32_t k, const int8_t *xq, const float
             y[r * ldy + i] = out[r];                    \
     }
 
+/* One vector (decode): row i of the first half of [i0, i1) beside row
+ * i + h of the second, so that each half streams from memory in order
+ * (two neighbouring rows side by side measured half as fast: the two
+ * streams then share each page); the odd row last, alone. */
+#define ROWS_PAIRED(PAIR, ONE)                              \
+    {                                                       \
+        uint32_t h = (i1 - i0) / 2;                         \
+        for (uint32_t i = i0; i < i0 + h; i++) {            \
+            const uint8_t *row = w + (size_t)i * row_bytes; \
+            size_t apart = (size_t)h * row_bytes;           \
+            PAIR;                                           \
+        }                                                   \
+        for (uint32_t i = i0 + 2 * h; i < i1; i++) {        \
+            const uint8_t *row = w + (size_t)i * row_bytes; \
+            ONE;                                            \
+        }                                                   \
+    }
+
 #define MATVEC_N(NV)                                                                              \
     static TGT void matvec_##NV(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k,       \
                                 uint32_t i0, uint32_t i1, const float *x, size_t ldx, float *y,   \
@@ -173,6 +249,22 @@ INLINE void row_q8_0(const uint8_t *w, uint32_t k, const int8_t *xq, const float
     {                                                                                             \
         enum { N = NV };                                                                          \
         float out[PX_RT_SMALL_BATCH];                                                             \
+        if (N == 1) {                                                                             \
+            switch (t) {                                                                          \
+            case PX_DTYPE_F16:                                                                    \
+                ROWS_PAIRED(row_plain_pair(PX_DTYPE_F16, row, apart, k, x, y + i, y + i + h),     \
+                            row_plain(PX_DTYPE_F16, row, k, x, ldx, 1, y + i));                   \
+                return;                                                                           \
+            case PX_DTYPE_BF16:                                                                   \
+                ROWS_PAIRED(row_plain_pair(PX_DTYPE_BF16, row, apart, k, x, y + i, y + i + h),    \
+                            row_plain(PX_DTYPE_BF16, row, k, x, ldx, 1, y + i));                  \
+                return;                                                                           \
+            default:                                                                              \
+                ROWS_PAIRED(row_plain_pair(PX_DTYPE_F32, row, apart, k, x, y + i, y + i + h),     \
+                            row_plain(PX_DTYPE_F32, row, k, x, ldx, 1, y + i));                   \
+                return;                                                                           \
+            }                                                                                     \
+        }                                                                                         \
         switch (t) {                                                                              \
         case PX_DTYPE_F16:                                                                        \
             ROWS(row_plain(PX_DTYPE_F16, row, k, x, ldx, N, out));                                \
@@ -191,6 +283,11 @@ INLINE void row_q8_0(const uint8_t *w, uint32_t k, const int8_t *xq, const float
     {                                                                                             \
         enum { N = NV };                                                                          \
         float out[PX_RT_SMALL_BATCH];                                                             \
+        if (N == 1) {                                                                             \
+            ROWS_PAIRED(row_q8_0_pair(row, apart, k, xq, xd, y + i, y + i + h),                   \
+                        row_q8_0(row, k, xq, xd, 1, y + i));                                      \
+            return;                                                                               \
+        }                                                                                         \
         ROWS(row_q8_0(row, k, xq, xd, N, out));                                                   \
     }
 
