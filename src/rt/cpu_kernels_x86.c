@@ -226,8 +226,8 @@ INLINE void row_q8_0_pair(const uint8_t *w, size_t apart, uint32_t k, const int8
 
 /* One vector (decode): row i of the first half of [i0, i1) beside row
  * i + h of the second, so that each half streams from memory in order
- * (two neighbouring rows side by side measured half as fast: the two
- * streams then share each page); the odd row last, alone. */
+ * (two neighbouring rows side by side measured half as fast, in
+ * bench_rt_decode); the odd row last, alone. */
 #define ROWS_PAIRED(PAIR, ONE)                              \
     {                                                       \
         uint32_t h = (i1 - i0) / 2;                         \
