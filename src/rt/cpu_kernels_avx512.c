@@ -246,8 +246,9 @@ static TGT void matmul_bf16(const void *w, size_t row_bytes, uint32_t k, uint32_
 /* The avx2 variant's kernels (cpu_kernels_x86.c), with the same bits:
  * up to PX_RT_SMALL_BATCH rows (decode), where the weights stream from
  * memory and the wide tiles measured no faster (bench_rt_kernels; for
- * f16 a third slower than the avx2 variant's rows taken in pairs, in
- * bench_rt_decode), and the block-quantized formats (cpu_quant*.c). */
+ * f16 a third slower than the avx2 variant's single rows, in
+ * bench_rt_decode, before those ran in pairs), and the block-quantized
+ * formats (cpu_quant*.c). */
 void px__rt_avx2_matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                         uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y,
                         size_t ldy);
