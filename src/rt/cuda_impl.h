@@ -40,7 +40,7 @@ typedef enum px__cuda_dtype {
 #define PX__CUDA_TILE_BYTES (64u << 20)
 /* Attention: threads per (row, head) (a warp per share of the
  * positions) and the largest head. */
-#define PX__CUDA_ATT_THREADS  256u
+#define PX__CUDA_ATT_THREADS  512u
 #define PX__CUDA_MAX_HEAD_DIM 512u
 /* Device allocations are rounded up to this many bytes (cudaMalloc's
  * alignment) in the accounting. */

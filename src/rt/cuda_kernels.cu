@@ -399,7 +399,7 @@ extern "C" int px__cuda_rmsnorm(void *stream, const float *x, const float *w,
 template <int NX>
 __global__ void k_matvec(px__cuda_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k,
                          uint32_t n_out, const float *x, const uint32_t *select, uint32_t n_x,
-                         const float *bias, float *y)
+                         const float *bias, float *y, bool vec)
 {
     uint32_t i = blockIdx.x * MV_WARPS + threadIdx.x / WARP;
     uint32_t lane = threadIdx.x % WARP;
@@ -414,7 +414,36 @@ __global__ void k_matvec(px__cuda_dtype t, const uint8_t *w, size_t row_bytes, u
 #pragma unroll
     for (int r = 0; r < NX; r++)
         acc[r] = 0;
-    if (block_elems(t) == 1) {
+    if (block_elems(t) == 1 && vec) {
+        /* Eight values a lane per load (16 or 32 bytes), so that a warp
+         * has more of a row in flight than 64 or 128 bytes. */
+        for (uint32_t c = lane; c < k / 8; c += WARP) {
+            float wv[8];
+            if (t == PX__CUDA_F32) {
+                const float4 *p = (const float4 *)(row + 32 * (size_t)c);
+                float4 a = p[0], b = p[1];
+                wv[0] = a.x, wv[1] = a.y, wv[2] = a.z, wv[3] = a.w;
+                wv[4] = b.x, wv[5] = b.y, wv[6] = b.z, wv[7] = b.w;
+            } else {
+                uint4 u = *(const uint4 *)(row + 16 * (size_t)c);
+                uint32_t hw[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    uint16_t lo = (uint16_t)(hw[e] & 0xffffu), hi = (uint16_t)(hw[e] >> 16);
+                    wv[2 * e] = t == PX__CUDA_F16 ? __half2float(__ushort_as_half(lo)) : bf16_bits(lo);
+                    wv[2 * e + 1] =
+                        t == PX__CUDA_F16 ? __half2float(__ushort_as_half(hi)) : bf16_bits(hi);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < NX; r++) {
+                const float4 *xv = (const float4 *)(xr[r] + 8 * (size_t)c);
+                float4 a = xv[0], b = xv[1];
+                acc[r] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x +
+                          wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
+            }
+        }
+    } else if (block_elems(t) == 1) {
         for (uint32_t j = lane; j < k; j += WARP) {
             float wv = float_at(t, row, j);
 #pragma unroll
@@ -459,19 +488,22 @@ extern "C" int px__cuda_matvec(void *stream, px__cuda_dtype t, const void *w, si
     cudaStream_t s = (cudaStream_t)stream;
     const uint8_t *wb = (const uint8_t *)w;
     /* Rows x are read with float4 in block formats: k is a multiple of 32
-     * and activation rows start 16-byte aligned (the session aligns them). */
+     * and activation rows start 16-byte aligned (the session aligns them).
+     * Float rows are read eight values at a time where k is a multiple of
+     * 8 and the rows start 16-byte aligned. */
+    bool vec = k % 8 == 0 && (uintptr_t)w % 16 == 0 && row_bytes % 16 == 0;
     if (n_x == 1)
         k_matvec<1><<<grid, MV_WARPS * WARP, 0, s>>>(t, wb, row_bytes, k, n_out, x, select, n_x,
-                                                      bias, y);
+                                                      bias, y, vec);
     else if (n_x <= 2)
         k_matvec<2><<<grid, MV_WARPS * WARP, 0, s>>>(t, wb, row_bytes, k, n_out, x, select, n_x,
-                                                      bias, y);
+                                                      bias, y, vec);
     else if (n_x <= 4)
         k_matvec<4><<<grid, MV_WARPS * WARP, 0, s>>>(t, wb, row_bytes, k, n_out, x, select, n_x,
-                                                      bias, y);
+                                                      bias, y, vec);
     else
         k_matvec<8><<<grid, MV_WARPS * WARP, 0, s>>>(t, wb, row_bytes, k, n_out, x, select, n_x,
-                                                      bias, y);
+                                                      bias, y, vec);
     return launch_status();
 }
 
