@@ -430,9 +430,9 @@ __global__ void k_matvec(px__cuda_dtype t, const uint8_t *w, size_t row_bytes, u
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     uint16_t lo = (uint16_t)(hw[e] & 0xffffu), hi = (uint16_t)(hw[e] >> 16);
-                    wv[2 * e] = t == PX__CUDA_F16 ? __half2float(__ushort_as_half(lo)) : bf16_bits(lo);
-                    wv[2 * e + 1] =
-                        t == PX__CUDA_F16 ? __half2float(__ushort_as_half(hi)) : bf16_bits(hi);
+                    bool f16 = t == PX__CUDA_F16;
+                    wv[2 * e] = f16 ? __half2float(__ushort_as_half(lo)) : bf16_bits(lo);
+                    wv[2 * e + 1] = f16 ? __half2float(__ushort_as_half(hi)) : bf16_bits(hi);
                 }
             }
 #pragma unroll
