@@ -301,8 +301,18 @@ async function main() {
       await click(page, 'button[data-action=undeploy]');
       await page.waitForSelector('dialog[open]');
       await click(page, '#confirm-yes');
-      await until('the deployment to go', async () => (await api('GET', '/v1/deployments')).deployments
-        .every((d) => d.name !== 'tiny'));
+      // On a timeout, say what the page said (its toast) and the
+      // deployment's state: a lost confirmation was seen once in CI.
+      const gone = async () => (await api('GET', '/v1/deployments')).deployments
+        .every((d) => d.name !== 'tiny');
+      try {
+        await until('the deployment to go', gone);
+      } catch (e) {
+        const dep = await api('GET', '/v1/deployments/tiny').catch((x) => ({ error: x.message }));
+        fail(e.message + '; the page\'s toast: ' + JSON.stringify(await text(page, '#toast')) +
+          '; the dialog ' + ((await page.$('dialog[open]')) ? 'still open' : 'closed') +
+          '; the deployment: ' + JSON.stringify({ state: dep.state, detail: dep.detail, error: dep.error }));
+      }
       await page.waitForSelector('#gone', { timeout: 30000 });
       await page.goto(URL_ + '/ui/#/deployments', { waitUntil: 'networkidle2' });
       await page.waitForSelector('main h1');
