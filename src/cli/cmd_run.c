@@ -338,17 +338,6 @@ static px_status start_heal(const run_opts *o, run_heal *rh, const px_hw_graph *
                             const px_ir_model *ir, const json_t *plan,
                             const px_rt_executor_opts *xo, run_out *ro, px_err *err)
 {
-    /* Healing sizes its checks of a mitigation from the plan's predicted
-     * time per token and to the first token: a plan written by hand may
-     * lack them, and the run would then stop at its first fault. */
-    const json_t *pred = json_object_get(plan, "predictions");
-    if (!o->no_heal && (!json_is_number(json_object_get(json_object_get(pred, "tpot_s"), "p50")) ||
-                        !json_is_number(json_object_get(json_object_get(pred, "ttft_s"), "p50"))))
-        fprintf(stderr,
-                "plexus run: warning: the plan has no predicted tpot_s and ttft_s "
-                "(/predictions/tpot_s/p50, /predictions/ttft_s/p50), which healing sizes its "
-                "checks from: a fault will stop the run; plan with plexus plan --out, or give "
-                "them\n");
     px_heal_run_opts ho;
     px_heal_run_opts_default(&ho);
     ho.graph = graph;

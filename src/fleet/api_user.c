@@ -294,22 +294,17 @@ static void explain(px__api_req *rq, px__api_resp *rs, const char *id)
     px__job_row_release(&row);
 }
 
-/* Appends text as valid UTF-8: bytes that are not become U+FFFD. */
+/* Appends text as valid UTF-8 (base's rule: each ill-formed sequence
+ * becomes U+FFFD), and each NUL byte as U+FFFD too. */
 void px__api_add_utf8(px_strbuf *sb, const unsigned char *p, size_t n)
 {
     size_t i = 0;
     while (i < n) {
-        unsigned char c = p[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        bool ok = len > 0 && i + len <= n && c != 0;
-        for (size_t k = 1; ok && k < len; k++)
-            ok = (p[i + k] & 0xC0) == 0x80;
-        if (ok && len == 2 && c < 0xC2)
-            ok = false;
-        if (ok) {
-            px_strbuf_add(sb, p + i, len);
-            i += len;
-        } else {
+        const unsigned char *z = memchr(p + i, 0, n - i);
+        size_t seg = z ? (size_t)(z - (p + i)) : n - i;
+        px_utf8_add_sanitized(sb, (const char *)p + i, seg);
+        i += seg;
+        if (z) {
             px_strbuf_adds(sb, "\xEF\xBF\xBD");
             i++;
         }

@@ -566,7 +566,8 @@ bool px__api_deploy_route(px__api_req *rq, px__api_resp *rs);
  * reports (NAME/observations, NAME/incidents). */
 bool px__api_deploy_node_may(const char *method, const char *url);
 
-/* Appends text as valid UTF-8: bytes that are not become U+FFFD. */
+/* Appends text as valid UTF-8 (px_utf8_add_sanitized), NUL bytes as
+ * U+FFFD too. */
 void px__api_add_utf8(px_strbuf *sb, const unsigned char *p, size_t n);
 
 /* Whether the caller may see the job (its owner, or an admin). */

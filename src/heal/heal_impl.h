@@ -19,5 +19,9 @@ px_status px__heal_set_num(json_t *o, const char *key, double x);
 void px__heal_textf(char *buf, size_t cap, const char *fmt, ...) PX_PRINTF(3, 4);
 /* Formats seconds readably ("5.2 ms", "80 us", "1.5 s") into buf. */
 void px__heal_fmt_s(double s, char *buf, size_t cap);
+/* Whether a plan gives what validation sizes its load from: a predicted
+ * time per token and to the first token (/predictions/tpot_s/p50,
+ * /predictions/ttft_s/p50).  validate.c. */
+bool px__heal_plan_sizes_load(const json_t *plan);
 
 #endif

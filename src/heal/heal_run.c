@@ -43,6 +43,12 @@ px_status px_heal_run_new(const px_heal_run_opts *o, px_heal_run **out, px_err *
         return px_err_set(err, PX_EINVAL, "heal: the run needs a model, its path and a plan");
     if (o->n_prompts > HR_MAX_PROMPTS)
         return px_err_set(err, PX_EINVAL, "heal: at most %d prompts", HR_MAX_PROMPTS);
+    /* A plan written by hand may lack the figures validation sizes its
+     * load from; the run would then stop at its first fault. */
+    if (o->heal && !px__heal_plan_sizes_load(o->plan))
+        px_log_warn("heal: the plan has no predicted tpot_s and ttft_s (/predictions/tpot_s/p50, "
+                    "/predictions/ttft_s/p50), which healing sizes its checks from: a fault will "
+                    "stop the run; plan with plexus plan --out, or give them");
     px_heal_run *h = calloc(1, sizeof *h);
     if (!h)
         return px_err_set(err, PX_ENOMEM, "heal: out of memory");

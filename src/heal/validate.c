@@ -18,6 +18,12 @@ static double num_at(const json_t *o, const char *a, const char *b, const char *
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
+bool px__heal_plan_sizes_load(const json_t *plan)
+{
+    return num_at(plan, "predictions", "tpot_s", "p50") > 0 &&
+           num_at(plan, "predictions", "ttft_s", "p50") >= 0;
+}
+
 /* Poisson arrivals at the rate that keeps LOAD_OCCUPANCY of the reference
  * plan's sequences in flight: by Little's law, in flight = rate x time in
  * the system, and a request stays about TTFT + gen x TPOT. */
@@ -40,7 +46,7 @@ static px_status make_load(const px_heal_context *ctx, const json_t *ref, px_sim
         gen = w->gen_tokens ? w->gen_tokens : 256;
     if (!(replicas >= 1))
         replicas = 1;
-    if (!(tpot > 0) || !(ttft >= 0))
+    if (!px__heal_plan_sizes_load(ref))
         return px_err_set(err, PX_EINVAL,
                           "heal: the reference plan has no predicted tpot_s/ttft_s to size the "
                           "validation load from (/predictions)");

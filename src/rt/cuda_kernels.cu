@@ -213,12 +213,17 @@ __device__ __forceinline__ void decode32(px__cuda_dtype t, const uint8_t *row, u
 }
 
 /* Value j of a row of a float format. */
+/* A 16-bit value of an f16 or bf16 row as a float. */
+__device__ __forceinline__ float half_value(px__cuda_dtype t, uint16_t h)
+{
+    return t == PX__CUDA_F16 ? __half2float(__ushort_as_half(h)) : bf16_bits(h);
+}
+
 __device__ __forceinline__ float float_at(px__cuda_dtype t, const uint8_t *row, uint32_t j)
 {
     if (t == PX__CUDA_F32)
         return ((const float *)row)[j];
-    uint16_t h = ((const uint16_t *)row)[j];
-    return t == PX__CUDA_F16 ? __half2float(__ushort_as_half(h)) : bf16_bits(h);
+    return half_value(t, ((const uint16_t *)row)[j]);
 }
 
 /* ------------------------------------------------------------------ */
@@ -429,10 +434,8 @@ __global__ void k_matvec(px__cuda_dtype t, const uint8_t *w, size_t row_bytes, u
                 uint32_t hw[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    uint16_t lo = (uint16_t)(hw[e] & 0xffffu), hi = (uint16_t)(hw[e] >> 16);
-                    bool f16 = t == PX__CUDA_F16;
-                    wv[2 * e] = f16 ? __half2float(__ushort_as_half(lo)) : bf16_bits(lo);
-                    wv[2 * e + 1] = f16 ? __half2float(__ushort_as_half(hi)) : bf16_bits(hi);
+                    wv[2 * e] = half_value(t, (uint16_t)(hw[e] & 0xffffu));
+                    wv[2 * e + 1] = half_value(t, (uint16_t)(hw[e] >> 16));
                 }
             }
 #pragma unroll

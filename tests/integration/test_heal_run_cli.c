@@ -5,8 +5,9 @@
  * prints each incident as a paragraph and --incidents writes the
  * records; and the trace of a healed run replays identical, is refused
  * when a line is edited, and diverges when a recorded observation is
- * changed and the chain recomputed; and the run report holds text that
- * is not UTF-8.  Skipped without the shared model (but the last). */
+ * changed and the chain recomputed; the run report holds text that is
+ * not UTF-8; and a hand-written plan without predictions is warned of.
+ * Skipped without the shared model (but the last two). */
 #include "stories_run.h"
 
 #include <string.h>
@@ -289,6 +290,40 @@ static void test_run_report_holds_text_that_is_not_utf8(void **state)
     free(synth);
 }
 
+/* A plan written by hand without predictions: a supervised run says at
+ * start that a fault will stop it (healing sizes its checks from them),
+ * before any fault. */
+static void test_run_warns_when_the_plan_cannot_size_healing(void **state)
+{
+    (void)state;
+    char *synth = px_asprintf("%s/warn.gguf", px_test_tmpdir());
+    char *plan_path = px_asprintf("%s/hand.json", px_test_tmpdir());
+    char *inv = px_test_source_path("data/scenarios/emu-small.json");
+    const char *mk[] = {"model",   "synth",    "--out",      synth,      "--dim",
+                        "64",      "--hidden", "128",        "--layers", "2",
+                        "--heads", "4",        "--kv-heads", "2",        "--vocab",
+                        "300",     "--seed",   "1",          NULL};
+    char *out = NULL, *errs = NULL;
+    assert_int_equal(run_plexus(mk, &out, &errs), 0);
+    free(out);
+    free(errs);
+    const char *doc = "{\"schema\": \"plexus.plan/1\", \"stages\": [{\"layers\": {\"first\": 0, "
+                      "\"last\": 1}, \"devices\": [\"local.cpu0\"], \"backend\": \"cpu\"}]}";
+    px_err err;
+    px_assert_ok(px_write_file(plan_path, doc, strlen(doc), &err), &err);
+    const char *args[] = {"run",    "--model",       synth,      "--inventory", inv,
+                          "--plan", plan_path,       "--prompt", "Once",        "-n",
+                          "4",      "--audit-every", "2",        NULL};
+    run_plexus(args, &out, &errs);
+    px_assert_contains(errs, "no predicted tpot_s and ttft_s");
+    px_assert_contains(errs, "plexus plan --out");
+    free(out);
+    free(errs);
+    free(inv);
+    free(plan_path);
+    free(synth);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -298,6 +333,7 @@ int main(void)
         cmocka_unit_test(test_supervised_run_without_faults_prints_the_same_text),
         cmocka_unit_test(test_healed_trace_replays_and_detects_edits),
         cmocka_unit_test(test_run_report_holds_text_that_is_not_utf8),
+        cmocka_unit_test(test_run_warns_when_the_plan_cannot_size_healing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
