@@ -1,6 +1,8 @@
 /* plexus worker: one stage of a pipelined run (started by `plexus run`). */
 #include "cli/cli.h"
 
+#include <signal.h>
+
 #include <openssl/crypto.h>
 
 #include "plexus/rt.h"
@@ -40,7 +42,8 @@ static const char usage_text[] =
     "                     and response) and refuse peers without it.  Required to\n"
     "                     listen on an address outside 127.0.0.0/8\n"
     "  --announce         once listening, print \"listening ADDRESS\" (the bound address,\n"
-    "                     with the port picked for port 0) on standard output\n";
+    "                     with the port picked for port 0) on standard output, and on\n"
+    "                     failure \"error MESSAGE\" there too, for the launcher\n";
 
 int px__cmd_worker(int argc, char **argv)
 {
@@ -61,10 +64,19 @@ int px__cmd_worker(int argc, char **argv)
         }
         o.secret = secret;
     }
+    /* A launcher that stopped reading its end of the announcement pipe
+     * must not end the worker. */
+    if (o.announce)
+        signal(SIGPIPE, SIG_IGN);
     px_status st = px_rt_worker_run(&o, &err);
     OPENSSL_cleanse(secret, sizeof secret);
     /* A failure that came from elsewhere in the ring is reported there. */
-    if (st != PX_OK && st != PX_EPEER)
+    if (st != PX_OK && st != PX_EPEER) {
         fprintf(stderr, "plexus worker: %s\n", err.msg);
+        if (o.announce) {
+            printf("error %s\n", err.msg);
+            fflush(stdout);
+        }
+    }
     return st == PX_OK ? PX_EXIT_OK : PX_EXIT_FAIL;
 }

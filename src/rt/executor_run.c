@@ -39,11 +39,12 @@ static const char *stage_device(const px_rt_executor *ex, uint32_t i)
 static void reap_launched(px_rt_executor *ex, uint32_t i)
 {
     int code = 0;
-    char detail[8];
+    char detail[sizeof ex->end_detail[i]];
     px_rt_stage_state s =
         ex->launcher->health(ex->launcher->ctx, ex->handle[i], &code, detail, sizeof detail);
     if (s != PX_RT_STAGE_KILLED && s != PX_RT_STAGE_EXITED)
         return;
+    px_strlcpy(ex->end_detail[i], detail, sizeof ex->end_detail[i]);
     ex->reaped[i] = true;
     ex->wstatus[i] =
         s == PX_RT_STAGE_KILLED ? (code > 0 && code < 0x7f ? code : SIGKILL) : (code & 0xff) << 8;
@@ -78,7 +79,9 @@ static const char *stage_where(const px_rt_executor *ex, uint32_t i, char *buf, 
     return buf;
 }
 
-/* Appends why stage i ended, if it did, to sb. */
+/* Appends why stage i ended, if it did, to sb: a launched stage's in its
+ * launcher's words, which carry the worker's own message (its machine's
+ * log is not this one's). */
 static bool describe_exit(const px_rt_executor *ex, uint32_t i, px_strbuf *sb)
 {
     if (!ex->reaped[i])
@@ -88,7 +91,9 @@ static bool describe_exit(const px_rt_executor *ex, uint32_t i, px_strbuf *sb)
     px_strbuf_addf(sb, "stage %u (%s%s, %s) ", i, stage_device(ex, i),
                    ex->spec.stages[i].emulated ? ", emulated" : "",
                    stage_where(ex, i, where, sizeof where));
-    if (WIFSIGNALED(s))
+    if (ex->launched[i] && ex->end_detail[i][0])
+        px_strbuf_addf(sb, "%s", ex->end_detail[i]);
+    else if (WIFSIGNALED(s))
         px_strbuf_addf(sb, "died: killed by signal %d (%s)", WTERMSIG(s), strsignal(WTERMSIG(s)));
     else
         px_strbuf_addf(sb, "exited with status %d", WEXITSTATUS(s));
@@ -462,10 +467,9 @@ static px_status join_ring(px_rt_executor *ex, px_err *err)
             if (ex->reaped[i]) {
                 px_strbuf sb = PX_STRBUF_INIT;
                 describe_exit(ex, i, &sb);
-                px_err_set(err, PX_EPEER,
-                           "%s while the pipeline was starting (its message is "
-                           "above)",
-                           sb.buf ? sb.buf : "a stage");
+                px_err_set(err, PX_EPEER, "%s while the pipeline was starting%s",
+                           sb.buf ? sb.buf : "a stage",
+                           ex->launched[i] ? "" : " (its message is above)");
                 px_strbuf_release(&sb);
                 return PX_EPEER;
             }

@@ -1,9 +1,10 @@
 /*
  * The local launcher: starts stage workers on this machine as a launcher
  * (px_rt_launcher) would on any machine.  Each worker listens on
- * tcp:HOST:0 and announces the address it bound on its standard output;
- * the deployment's secret goes to its standard input.  Health comes from
- * waitpid and /proc, so that reading it never waits.  A fleet agent runs
+ * tcp:HOST:0 and announces the address it bound on its standard output,
+ * where a worker that fails later says why ("error MESSAGE"); the
+ * deployment's secret goes to its standard input.  Health comes from
+ * waitpid, /proc and that pipe, so that reading it never waits.  A fleet agent runs
  * one for the stages placed on its node; the executor can use one to
  * reach its workers over an interface other than loopback.
  */
@@ -30,6 +31,8 @@ typedef struct local_stage {
     pid_t pid;
     bool reaped;
     int wstatus;
+    int out;       /* the read end of the worker's standard output; -1 */
+    char why[200]; /* its "error MESSAGE", once read */
 } local_stage;
 
 struct px_rt_local_launcher {
@@ -81,6 +84,9 @@ px_status px__rt_read_announce(int fd, uint32_t stage, int timeout_ms, char *add
         n++;
     }
     line[n] = 0;
+    if (px_str_starts_with(line, "error "))
+        return px_err_set(err, PX_EPEER, "the worker of stage %u did not start: %s", stage,
+                          line + 6);
     if (!px_str_starts_with(line, "listening ") || strlen(line + 10) >= cap ||
         px_rt_addr_check(line + 10, NULL) != PX_OK)
         return px_err_set(err, PX_EPARSE,
@@ -100,6 +106,8 @@ static void forget(px_rt_local_launcher *l, local_stage *s)
             break;
         }
     pthread_mutex_unlock(&l->mu);
+    if (s->out >= 0)
+        close(s->out);
     free(s);
 }
 
@@ -132,6 +140,7 @@ static px_status local_start(void *ctx, uint32_t stage, const px_rt_worker_argv 
         px_rt_worker_args_release(&av);
         return px_err_set(err, PX_ENOMEM, "launcher: out of memory");
     }
+    s->out = -1;
     int in[2] = {-1, -1}, out[2] = {-1, -1};
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
         st = px_err_set(err, PX_EIO, "launcher: pipe: %s", strerror(errno));
@@ -158,7 +167,7 @@ static px_status local_start(void *ctx, uint32_t stage, const px_rt_worker_argv 
         _exit(127);
     }
     pthread_mutex_lock(&l->mu);
-    *s = (local_stage){.next = l->stages, .stage = stage, .pid = pid};
+    *s = (local_stage){.next = l->stages, .stage = stage, .pid = pid, .out = -1};
     l->stages = s;
     pthread_mutex_unlock(&l->mu);
     close(in[0]);
@@ -181,6 +190,9 @@ static px_status local_start(void *ctx, uint32_t stage, const px_rt_worker_argv 
     if (st) {
         kill(pid, SIGKILL);
         reap_one(s, true);
+    } else if (fcntl(out[0], F_SETFL, O_NONBLOCK) == 0) {
+        s->out = out[0];
+        out[0] = -1;
     }
 done:
     for (int k = 0; k < 2; k++) {
@@ -195,6 +207,31 @@ done:
     else
         *handle = s;
     return st;
+}
+
+/* Reads what the worker wrote after its announcement, without waiting,
+ * keeping its "error MESSAGE" line; the pipe is closed at its end. */
+static void read_why(local_stage *s)
+{
+    char buf[512];
+    ssize_t n;
+    while (s->out >= 0 && (n = read(s->out, buf, sizeof buf - 1)) != 0) {
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN)
+                return;
+            break;
+        }
+        buf[n] = 0;
+        char *e = strstr(buf, "error ");
+        if (e && !s->why[0]) {
+            e[strcspn(e, "\n")] = 0;
+            px_strlcpy(s->why, e + 6, sizeof s->why);
+        }
+    }
+    close(s->out);
+    s->out = -1;
 }
 
 static px_rt_stage_state local_health(void *ctx, void *handle, int *code, char *detail, size_t cap)
@@ -214,7 +251,8 @@ static px_rt_stage_state local_health(void *ctx, void *handle, int *code, char *
     }
     if (s->reaped) {
         *code = WEXITSTATUS(s->wstatus);
-        snprintf(detail, cap, "exited with status %d", *code);
+        read_why(s);
+        snprintf(detail, cap, "exited with status %d%s%s", *code, s->why[0] ? ": " : "", s->why);
         return PX_RT_STAGE_EXITED;
     }
     if (px__rt_exec_stopped(s->pid)) {

@@ -480,14 +480,10 @@ px_status px_rt_worker_run(const px_rt_worker_opts *o, px_err *err)
     snprintf(w.label, sizeof w.label, "stage %u (pid %d)", o->stage, (int)getpid());
     px_status st = px_rt_listener_new(o->listen, &w.listener, err);
     if (st == PX_OK && o->announce) {
+        /* Standard output stays the launcher's: a worker that fails says
+         * why there too (px_rt_worker_say_error). */
         printf("listening %s\n", px_rt_listener_address(w.listener));
         fflush(stdout);
-        /* Nobody reads further: the launcher may close its end. */
-        int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-        if (null >= 0) {
-            (void)dup2(null, 1);
-            close(null);
-        }
     }
     if (st == PX_OK)
         st = setup(&w, err);

@@ -338,6 +338,37 @@ static void test_worker_whose_end_is_known_late_is_blamed_not_its_link(void **st
     px_rt_local_launcher_free(l);
 }
 
+/* A launched worker that fails after it listened (here: the emulated
+ * device of a one-stage pipeline cannot hold its layers) says why
+ * through its launcher: the
+ * executor's error carries the worker's own message, which is in the log
+ * of another machine when a fleet's agent launched it. */
+static void test_launched_stage_that_fails_is_named_with_its_own_message(void **state)
+{
+    (void)state;
+    px_rt_pipeline_spec spec;
+    make_spec(&spec);
+    spec.n_stages = 1;
+    spec.stages[0].layer_end = 4;
+    spec.stages[0].head = true;
+    spec.stages[0].emu.memory_bytes = 4096;
+    px_err err;
+    px_rt_local_launcher *l;
+    px_assert_ok(px_rt_local_launcher_new(px_test_plexus_bin(), "127.0.0.2", 10000, &l, &err),
+                 &err);
+    px_rt_executor_opts xo = exec_opts();
+    xo.launcher = px_rt_local_launcher_iface(l);
+    px_rt_executor *ex = NULL;
+    assert_int_equal(px_rt_executor_new(&spec, &xo, &ex, &err), PX_EPEER);
+    assert_null(ex);
+    px_assert_contains(err.msg, "stage 0 (n0.emu-a, emulated, launched");
+    px_assert_contains(err.msg, "exited with status 1: ");
+    px_assert_contains(err.msg, "emu device n0.emu-a (emulated): cannot allocate");
+    px_assert_contains(err.msg, "while the pipeline was starting");
+    assert_null(strstr(err.msg, "its message is above"));
+    px_rt_local_launcher_free(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -346,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_stage_with_another_secret_is_refused),
         cmocka_unit_test(test_worker_whose_end_is_known_late_is_blamed_not_its_link),
         cmocka_unit_test(test_launcher_refuses_a_command_line_that_is_not_a_workers),
+        cmocka_unit_test(test_launched_stage_that_fails_is_named_with_its_own_message),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -21,6 +21,7 @@ const S = {
   detailError: null,
   reports: null,       // a deployment page's observations and incidents
   reportsKey: '',      // the deployment and its reported sequence numbers fetched
+  confirm: null,       // resolves the question the dialog asks
 };
 
 // ---- DOM helpers (text only) ----
@@ -89,12 +90,30 @@ async function api(method, path) {
   return body;
 }
 
+// One question at a time, answered the moment a button of the dialog is
+// pressed (its form's submit) or it is dismissed (Escape): not by its
+// close event, which runs as a task of its own and can come after the
+// next question was asked.  A question still pending when another is
+// asked is answered no.
+function confirmSettle(ok) {
+  const answer = S.confirm;
+  S.confirm = null;
+  if (answer) answer(ok);
+}
+
 function confirmAction(text) {
   const d = document.getElementById('confirm');
+  if (!d.dataset.wired) {
+    d.dataset.wired = '1';
+    d.querySelector('form').addEventListener('submit',
+      (e) => confirmSettle(!!e.submitter && e.submitter.value === 'ok'));
+    d.addEventListener('cancel', () => confirmSettle(false));
+    d.addEventListener('close', () => { if (!d.open) confirmSettle(false); });
+  }
+  confirmSettle(false);
   document.getElementById('confirm-text').textContent = text;
   return new Promise((resolve) => {
-    d.addEventListener('close', () => resolve(d.returnValue === 'ok'), { once: true });
-    d.returnValue = '';
+    S.confirm = resolve;
     d.showModal();
   });
 }
