@@ -27,7 +27,9 @@
  * rows lie one after the other, so the weights stream from memory in order (four rows interleaved
  * measured twice as slow on a model whose weights come from memory, for all their sharing of the
  * activations).  Q4_K and Q5_K decode with the activation row laid out once per product so
- * that one 64-byte load of weights serves 128 values (px__rt_quant_gemv_x512).
+ * that one 64-byte load of weights serves 128 values, four super-blocks sharing one reduction
+ * and one float step, and row i of the first half of a range beside row i + h of the second: two
+ * streams, each in order (px__rt_quant_gemv_x512).
  */
 #include "base/common.h"
 
@@ -325,102 +327,213 @@ INLINE float dot1_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
  * high one for c odd, so one load gives 32-value chunks 4p and 4p + 2 (low nibbles) and 4p + 1
  * and 4p + 3 (high).  The activations' 128 bytes are reordered to match ([0, 32), [64, 96),
  * [32, 64), [96, 128)): each product pairs the same value with the same activation, and the
- * integer sums are exact whatever their grouping, so the result is the definition's. */
+ * integer sums are exact whatever their grouping, so the result is the definition's.
+ *
+ * The rest is laid out for fewer instructions a super-block: the per-16 sums of the
+ * activations become per-32 sums (the mins apply per 32 values) behind eight zeros, so that
+ * one multiply-add of them with the block's [scales, mins] gives M; the blocks' scales dx
+ * go to an array of their own.  Four super-blocks share one reduction of their sums and one
+ * float step in four lanes, each lane the definition's, then added in turn. */
 #define GEMV_MAX_K 16384u
 
-/* The activation row xq of k values (Q8_K blocks) with each block's 256 values in the order
- * above into out; its scales and per-16 sums as they are. */
-INLINE void gemv_act(const uint8_t *xq, uint32_t k, uint8_t *out)
+/* The activation row xq of k values (Q8_K blocks) laid out as above into out, and its blocks'
+ * scales into dx. */
+INLINE void gemv_act(const uint8_t *xq, uint32_t k, uint8_t *out, float *dx)
 {
-    for (uint32_t b = 0; b < k / PX__RT_QK; b++) {
+    uint32_t nb = k / PX__RT_QK;
+    for (uint32_t b = 0; b < nb; b++) {
         const uint8_t *x = xq + (size_t)b * PX__RT_Q8_K_BYTES;
         uint8_t *o = out + (size_t)b * PX__RT_Q8_K_BYTES;
-        memcpy(o, x, 4);
+        memcpy(&dx[b], x, sizeof dx[b]);
         for (uint32_t p = 0; p < 2; p++) {
             __m512i a = _mm512_loadu_si512(x + 4 + 128 * p),
                     c = _mm512_loadu_si512(x + 68 + 128 * p);
             _mm512_storeu_si512(o + 4 + 128 * p, _mm512_shuffle_i64x2(a, c, 0x44));
             _mm512_storeu_si512(o + 68 + 128 * p, _mm512_shuffle_i64x2(a, c, 0xEE));
         }
-        memcpy(o + 260, x + 260, 32);
+        /* Sums of 16 values (at most 16 * 128 in magnitude) added in pairs: exact in int16. */
+        __m256i s16 = load256(x + 260);
+        __m256i s32 = _mm256_hadd_epi16(s16, _mm256_setzero_si256());
+        /* [pairs 0..3, 0, pairs 4..7, 0] in 64-bit parts, then [0, 0, pairs 0..3, 4..7]. */
+        _mm256_storeu_si256((__m256i *)(void *)(o + 260), _mm256_permute4x64_epi64(s32, 0x85));
     }
 }
 
-/* The dot of one Q4_K or Q5_K weight row with a row laid out by gemv_act. */
-INLINE float gemv_dot(px_dtype t, const uint8_t *w, const uint8_t *xp, uint32_t n)
+/* A Q4_K or Q5_K super-block's 8 scales and 8 mins (6 bits each, packed in its 12 bytes at
+ * blk + 4 as px__rt_q4_k_scales reads them) as int16 [scales, mins], decoded in vector lanes:
+ * bytes 0..3 and 4..7 hold scales 0..3 and mins 0..3 in their low six bits; scales 4..7 and
+ * mins 4..7 are the low and high nibbles of bytes 8..11, above which go the top two bits of
+ * bytes 0..3 and 4..7. */
+INLINE __m256i k4_scales_mins(const uint8_t *blk)
 {
-    const size_t bb = px_dtype_block_bytes(t);
+    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(blk + 4));
+    __m128i lo =
+        _mm_shuffle_epi8(b, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    lo = _mm_mask_mov_epi8(lo, 0xF000, _mm_srli_epi16(lo, 4));
+    __m128i top =
+        _mm_shuffle_epi8(b, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    top = _mm_and_si128(_mm_srli_epi16(top, 2), _mm_set1_epi8(0x30));
+    const __m128i keep =
+        _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15);
+    /* (lo & keep) | top */
+    return _mm256_cvtepu8_epi16(_mm_ternarylogic_epi32(lo, keep, top, 0xEA));
+}
+
+/* The integer sums of one Q4_K or Q5_K super-block against its laid-out activations: int32
+ * lanes that add to S and, in the upper four of m, to M. */
+INLINE void gemv_block(px_dtype t, const uint8_t *blk, const uint8_t *xb, const __m512i glo[2],
+                       const __m512i ghi[2], __m512i *s, __m256i *m)
+{
     const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);
-    /* Scale indices: lanes of chunks 4p, 4p + 2 (low) and 4p + 1, 4p + 3 (high); Q5_K's bit
-     * counts of the same chunks in qh. */
-    __m512i glo[2], ghi[2];
+    __m256i sm = k4_scales_mins(blk);
+    __m512i scales = _mm512_castsi256_si512(sm);
+    __m512i sa = _mm512_setzero_si512(), sb = _mm512_setzero_si512();
+    for (uint32_t p = 0; p < 2; p++) {
+        __m512i raw = _mm512_loadu_si512(blk + (t == PX_DTYPE_Q4_K ? 16 : 48) + 64 * p);
+        __m512i lo = _mm512_and_si512(raw, m4);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+        if (t == PX_DTYPE_Q5_K) {
+            __m512i qh = _mm512_broadcast_i64x4(load256(blk + 16));
+            __m512i blo = _mm512_and_si512(_mm512_srlv_epi16(qh, glo[p]), one);
+            __m512i bhi = _mm512_and_si512(_mm512_srlv_epi16(qh, ghi[p]), one);
+            lo = _mm512_or_si512(lo, _mm512_slli_epi16(blo, 4));
+            hi = _mm512_or_si512(hi, _mm512_slli_epi16(bhi, 4));
+        }
+        __m512i pl = _mm512_maddubs_epi16(lo, _mm512_loadu_si512(xb + 4 + 128 * p));
+        __m512i ph = _mm512_maddubs_epi16(hi, _mm512_loadu_si512(xb + 68 + 128 * p));
+        sa = _mm512_dpwssd_epi32(sa, pl, _mm512_permutexvar_epi16(glo[p], scales));
+        sb = _mm512_dpwssd_epi32(sb, ph, _mm512_permutexvar_epi16(ghi[p], scales));
+    }
+    *s = _mm512_add_epi32(sa, sb);
+    *m = _mm256_madd_epi16(sm, load256(xb + 260));
+}
+
+INLINE uint32_t u32_at(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* The scale indices of gemv_block: lanes of chunks 4p, 4p + 2 (low) and 4p + 1, 4p + 3 (high);
+ * Q5_K's bit counts of the same chunks in qh. */
+INLINE void gemv_groups(__m512i glo[2], __m512i ghi[2])
+{
     for (uint32_t p = 0; p < 2; p++) {
         glo[p] = _mm512_add_epi16(
             _mm512_loadu_si512(GROUP_Q4_K),
             _mm512_add_epi16(_mm512_loadu_si512(GROUP_Q4_K), _mm512_set1_epi16((short)(4 * p))));
         ghi[p] = _mm512_add_epi16(glo[p], _mm512_set1_epi16(1));
     }
-    __m128 acc = _mm_setzero_ps();
-    for (uint32_t i = 0; i < n / PX__RT_QK; i++) {
-        const uint8_t *blk = w + i * bb, *xb = xp + (size_t)i * PX__RT_Q8_K_BYTES;
-        __m512i scales;
-        __m256i per16;
-        k_scales(t, blk, &scales, &per16);
-        __m512i sa = _mm512_setzero_si512(), sb = _mm512_setzero_si512();
-        for (uint32_t p = 0; p < 2; p++) {
-            __m512i raw = _mm512_loadu_si512(blk + (t == PX_DTYPE_Q4_K ? 16 : 48) + 64 * p);
-            __m512i lo = _mm512_and_si512(raw, m4);
-            __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-            if (t == PX_DTYPE_Q5_K) {
-                __m512i qh = _mm512_broadcast_i64x4(load256(blk + 16));
-                __m512i blo = _mm512_and_si512(_mm512_srlv_epi16(qh, glo[p]), one);
-                __m512i bhi = _mm512_and_si512(_mm512_srlv_epi16(qh, ghi[p]), one);
-                lo = _mm512_or_si512(lo, _mm512_slli_epi16(blo, 4));
-                hi = _mm512_or_si512(hi, _mm512_slli_epi16(bhi, 4));
-            }
-            __m512i pl = _mm512_maddubs_epi16(lo, _mm512_loadu_si512(xb + 4 + 128 * p));
-            __m512i ph = _mm512_maddubs_epi16(hi, _mm512_loadu_si512(xb + 68 + 128 * p));
-            sa = _mm512_dpwssd_epi32(sa, pl, _mm512_permutexvar_epi16(glo[p], scales));
-            sb = _mm512_dpwssd_epi32(sb, ph, _mm512_permutexvar_epi16(ghi[p], scales));
-        }
-        __m256i m = _mm256_madd_epi16(load256(xb + 260), per16);
-        __m128 sm = sums_sm(_mm512_add_epi32(sa, sb), m);
-        __m128 dx = _mm_set1_ps(f32_at(xb));
-        uint32_t dd;
-        memcpy(&dd, blk, sizeof dd);
-        __m128 p = _mm_mul_ps(_mm_mul_ps(dx, _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd))), sm);
-        acc = _mm_add_ss(acc, _mm_sub_ss(p, _mm_movehdup_ps(p)));
-    }
-    return _mm_cvtss_f32(acc);
 }
 
+/* The float terms of super-blocks i .. i + 3 of a row w (bb bytes each), one a lane, each the
+ * definition's (dx * d) * S - (dx * dmin) * M: their integer sums reduced together. */
+INLINE __m128 gemv_four(px_dtype t, const uint8_t *w, size_t bb, uint32_t i, const uint8_t *xp,
+                        const float *dx, const __m512i glo[2], const __m512i ghi[2])
+{
+    __m512i s[4];
+    __m256i m[4];
+    for (uint32_t q = 0; q < 4; q++)
+        gemv_block(t, w + (i + q) * bb, xp + (size_t)(i + q) * PX__RT_Q8_K_BYTES, glo, ghi, &s[q],
+                   &m[q]);
+    __m128i si = hsum4_512(s[0], s[1], s[2], s[3]), mi = hsum4_256(m[0], m[1], m[2], m[3]);
+    /* [d0, dmin0, d1, dmin1, ...] (f16, exact) parted into d and dmin. */
+    __m256 f = _mm256_cvtph_ps(
+        _mm_setr_epi32((int)u32_at(w + i * bb), (int)u32_at(w + (i + 1) * bb),
+                       (int)u32_at(w + (i + 2) * bb), (int)u32_at(w + (i + 3) * bb)));
+    __m128 flo = _mm256_castps256_ps128(f), fhi = _mm256_extractf128_ps(f, 1);
+    return k_floats(t, si, mi, _mm_loadu_ps(dx + i), _mm_shuffle_ps(flo, fhi, 0x88),
+                    _mm_shuffle_ps(flo, fhi, 0xDD));
+}
+
+/* acc plus lanes 0, 1, 2 and 3 of v in turn (lane 0). */
+INLINE __m128 add_in_turn(__m128 acc, __m128 v)
+{
+    acc = _mm_add_ss(acc, v);
+    acc = _mm_add_ss(acc, _mm_movehdup_ps(v));
+    acc = _mm_add_ss(acc, _mm_movehl_ps(v, v));
+    return _mm_add_ss(acc, _mm_shuffle_ps(v, v, 3));
+}
+
+/* acc plus the float term of super-block i alone: [dx * d, dx * dmin] times [S, M] in two
+ * lanes. */
+INLINE __m128 gemv_one(px_dtype t, const uint8_t *w, size_t bb, uint32_t i, const uint8_t *xp,
+                       const float *dx, const __m512i glo[2], const __m512i ghi[2], __m128 acc)
+{
+    const uint8_t *blk = w + i * bb;
+    __m512i s;
+    __m256i m;
+    gemv_block(t, blk, xp + (size_t)i * PX__RT_Q8_K_BYTES, glo, ghi, &s, &m);
+    __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)u32_at(blk)));
+    __m128 p = _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(dx[i]), f), sums_sm(s, m));
+    return _mm_add_ss(acc, _mm_sub_ss(p, _mm_movehdup_ps(p)));
+}
+
+/* The dots of n values of Q4_K or Q5_K weight rows wa and wb with a row laid out by gemv_act
+ * (dx: its scales), side by side (wb NULL: wa alone): two streams from memory, each in order. */
+INLINE void gemv_dot2(px_dtype t, const uint8_t *wa, const uint8_t *wb, const uint8_t *xp,
+                      const float *dx, uint32_t n, float *ya, float *yb)
+{
+    const size_t bb = px_dtype_block_bytes(t);
+    __m512i glo[2], ghi[2];
+    gemv_groups(glo, ghi);
+    __m128 a = _mm_setzero_ps(), b = _mm_setzero_ps();
+    uint32_t nb = n / PX__RT_QK, i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        a = add_in_turn(a, gemv_four(t, wa, bb, i, xp, dx, glo, ghi));
+        if (wb)
+            b = add_in_turn(b, gemv_four(t, wb, bb, i, xp, dx, glo, ghi));
+    }
+    for (; i < nb; i++) {
+        a = gemv_one(t, wa, bb, i, xp, dx, glo, ghi, a);
+        if (wb)
+            b = gemv_one(t, wb, bb, i, xp, dx, glo, ghi, b);
+    }
+    *ya = _mm_cvtss_f32(a);
+    if (wb)
+        *yb = _mm_cvtss_f32(b);
+}
+
+/* Rows i0 .. i1 - 1: row i of the first half beside row i + h of the second (as the float
+ * kernels' decode), the odd row last; each row's chunks of PX__RT_QCHUNK values added in turn. */
 INLINE void gemv_rows(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0,
-                      uint32_t i1, const uint8_t *xp, float *y)
+                      uint32_t i1, const uint8_t *xp, const float *dx, float *y)
 {
     size_t bb = px_dtype_block_bytes(t);
+    uint32_t h = (i1 - i0) / 2;
     for (uint32_t i = i0; i < i1; i++) {
+        if (i >= i0 + h && i < i0 + 2 * h)
+            continue;
         const uint8_t *row = w + (size_t)i * row_bytes;
-        float v = 0;
+        const uint8_t *other = i < i0 + h ? row + (size_t)h * row_bytes : NULL;
+        float va = 0, vb = 0;
         for (uint32_t c0 = 0; c0 < k; c0 += PX__RT_QCHUNK) {
             uint32_t n = PX_MIN(PX__RT_QCHUNK, k - c0);
-            float d = gemv_dot(t, row + c0 / PX__RT_QK * bb,
-                               xp + (size_t)c0 / PX__RT_QK * PX__RT_Q8_K_BYTES, n);
-            v = c0 == 0 ? d : v + d;
+            size_t off = c0 / PX__RT_QK * bb;
+            float da, db = 0;
+            gemv_dot2(t, row + off, other ? other + off : NULL,
+                      xp + (size_t)c0 / PX__RT_QK * PX__RT_Q8_K_BYTES, dx + c0 / PX__RT_QK, n, &da,
+                      &db);
+            va = c0 == 0 ? da : va + da;
+            vb = c0 == 0 ? db : vb + db;
         }
-        y[i] = v;
+        y[i] = va;
+        if (other)
+            y[i + h] = vb;
     }
 }
 
 static TGT void gemv_q4_k(const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
-                          const uint8_t *xp, float *y)
+                          const uint8_t *xp, const float *dx, float *y)
 {
-    gemv_rows(PX_DTYPE_Q4_K, w, row_bytes, k, i0, i1, xp, y);
+    gemv_rows(PX_DTYPE_Q4_K, w, row_bytes, k, i0, i1, xp, dx, y);
 }
 
 static TGT void gemv_q5_k(const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
-                          const uint8_t *xp, float *y)
+                          const uint8_t *xp, const float *dx, float *y)
 {
-    gemv_rows(PX_DTYPE_Q5_K, w, row_bytes, k, i0, i1, xp, y);
+    gemv_rows(PX_DTYPE_Q5_K, w, row_bytes, k, i0, i1, xp, dx, y);
 }
 
 TGT bool px__rt_quant_gemv_x512(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k,
@@ -429,11 +542,12 @@ TGT bool px__rt_quant_gemv_x512(px_dtype t, const uint8_t *w, size_t row_bytes, 
     if ((t != PX_DTYPE_Q4_K && t != PX_DTYPE_Q5_K) || k > GEMV_MAX_K || k % PX__RT_QK)
         return false;
     _Alignas(64) uint8_t xp[GEMV_MAX_K / PX__RT_QK * PX__RT_Q8_K_BYTES];
-    gemv_act(xq, k, xp);
+    float dx[GEMV_MAX_K / PX__RT_QK];
+    gemv_act(xq, k, xp, dx);
     if (t == PX_DTYPE_Q4_K)
-        gemv_q4_k(w, row_bytes, k, i0, i1, xp, y);
+        gemv_q4_k(w, row_bytes, k, i0, i1, xp, dx, y);
     else
-        gemv_q5_k(w, row_bytes, k, i0, i1, xp, y);
+        gemv_q5_k(w, row_bytes, k, i0, i1, xp, dx, y);
     return true;
 }
 

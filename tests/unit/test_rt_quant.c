@@ -208,7 +208,8 @@ static void test_quant_decode_dots_equal_portable_for_any_scales(void **state)
     px_rng r;
     px_rng_seed(&r, 17);
     enum { N = 2048 };
-    static uint8_t w[N / 256 * 210], xq[N / 256 * PX__RT_Q8_K_BYTES];
+    enum { ROWS = 3 };
+    static uint8_t w[ROWS * (N / 256 * 210)], xq[N / 256 * PX__RT_Q8_K_BYTES];
     static float x[N];
     static const px_dtype ks[] = {PX_DTYPE_Q2_K, PX_DTYPE_Q3_K, PX_DTYPE_Q4_K, PX_DTYPE_Q5_K,
                                   PX_DTYPE_Q6_K};
@@ -224,26 +225,33 @@ static void test_quant_decode_dots_equal_portable_for_any_scales(void **state)
             for (uint32_t i = 0; i < n; i++)
                 x[i] *= scale;
             px__rt_quant_act(t, x, xq, n);
+            size_t row_bytes = n / 256 * px_dtype_block_bytes(t);
             float want = px__rt_quant_dot_portable(t, w, xq, n);
             for (size_t v = 0; v < 3; v++) {
                 /* v == 2: the avx512 kernels' product of one activation row (decode), which
-                 * lays the activations out anew for Q4_K and Q5_K. */
+                 * lays the activations out anew for Q4_K and Q5_K and takes a range's rows in
+                 * pairs, the odd one alone: each of three rows against its own dot. */
                 const px__rt_kernels *k512 = px__rt_kernels_avx512();
                 if ((v < 2 && !variants[v]) || (v == 2 && !k512))
                     continue;
-                float got = NAN;
+                float got[ROWS] = {NAN, NAN, NAN};
                 if (v < 2)
-                    got = variants[v](t, w, xq, n);
+                    got[0] = variants[v](t, w, xq, n);
                 else
-                    k512->matmul_quant(t, w, n / 256 * px_dtype_block_bytes(t), n, 0, 1, xq,
-                                       px__rt_quant_act_bytes(t, n), 1, &got, 1);
-                if (!(isnan(want) && isnan(got)) && memcmp(&want, &got, sizeof want) != 0)
-                    fail_msg("%s, %u values, trial %d: portable %.9g, %s %.9g", px_dtype_name(t), n,
-                             trial, (double)want,
-                             v == 2 ? "avx512 decode product"
-                             : v    ? "avx512"
-                                    : "avx2",
-                             (double)got);
+                    k512->matmul_quant(t, w, row_bytes, n, 0, ROWS, xq,
+                                       px__rt_quant_act_bytes(t, n), 1, got, 1);
+                for (uint32_t row = 0; row < (v == 2 ? ROWS : 1); row++) {
+                    float want_r =
+                        row ? px__rt_quant_dot_portable(t, w + row * row_bytes, xq, n) : want;
+                    if (!(isnan(want_r) && isnan(got[row])) &&
+                        memcmp(&want_r, &got[row], sizeof want_r) != 0)
+                        fail_msg("%s, %u values, trial %d, row %u: portable %.9g, %s %.9g",
+                                 px_dtype_name(t), n, trial, row, (double)want_r,
+                                 v == 2 ? "avx512 decode product"
+                                 : v    ? "avx512"
+                                        : "avx2",
+                                 (double)got[row]);
+                }
             }
         }
     }
