@@ -9,7 +9,6 @@
  */
 #include "base/common.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include "rt/pipeline_impl.h"
@@ -480,8 +479,8 @@ px_status px_rt_worker_run(const px_rt_worker_opts *o, px_err *err)
     snprintf(w.label, sizeof w.label, "stage %u (pid %d)", o->stage, (int)getpid());
     px_status st = px_rt_listener_new(o->listen, &w.listener, err);
     if (st == PX_OK && o->announce) {
-        /* Standard output stays the launcher's: a worker that fails says
-         * why there too (px_rt_worker_say_error). */
+        /* Standard output stays the launcher's: `plexus worker` says
+         * there why it failed ("error MESSAGE"), for the launcher. */
         printf("listening %s\n", px_rt_listener_address(w.listener));
         fflush(stdout);
     }

@@ -44,6 +44,17 @@ static void make_spec(px_rt_pipeline_spec *spec)
     spec->pred_tpot_s = spec->pred_ttft_s = (px_rt_interval){NAN, NAN, NAN};
 }
 
+/* A launcher whose workers listen on 127.0.0.2 (not the executor's own
+ * loopback address). */
+static px_rt_local_launcher *new_launcher(void)
+{
+    px_err err;
+    px_rt_local_launcher *l;
+    px_assert_ok(px_rt_local_launcher_new(px_test_plexus_bin(), "127.0.0.2", 10000, &l, &err),
+                 &err);
+    return l;
+}
+
 typedef struct collected {
     int32_t tokens[2][64];
     uint32_t n[2];
@@ -103,9 +114,7 @@ static void test_launched_stages_produce_the_executors_own_tokens(void **state)
 
     /* Workers on another address than the executor's own loopback one,
      * started by the launcher, reached where they announced. */
-    px_rt_local_launcher *l;
-    px_assert_ok(px_rt_local_launcher_new(px_test_plexus_bin(), "127.0.0.2", 10000, &l, &err),
-                 &err);
+    px_rt_local_launcher *l = new_launcher();
     xo.launcher = px_rt_local_launcher_iface(l);
     xo.listen = "tcp:127.0.0.3:0";
     px_assert_ok(px_rt_executor_new(&spec, &xo, &ex, &err), &err);
@@ -142,9 +151,7 @@ static void test_killed_launched_stage_is_seen_and_blamed(void **state)
     px_rt_pipeline_spec spec;
     make_spec(&spec);
     px_err err;
-    px_rt_local_launcher *l;
-    px_assert_ok(px_rt_local_launcher_new(px_test_plexus_bin(), "127.0.0.2", 10000, &l, &err),
-                 &err);
+    px_rt_local_launcher *l = new_launcher();
     px_rt_executor_opts xo = exec_opts();
     xo.launcher = px_rt_local_launcher_iface(l);
     px_rt_executor *ex;
@@ -214,9 +221,7 @@ static void test_stage_with_another_secret_is_refused(void **state)
     px_rt_pipeline_spec spec;
     make_spec(&spec);
     px_err err;
-    px_rt_local_launcher *l;
-    px_assert_ok(px_rt_local_launcher_new(px_test_plexus_bin(), "127.0.0.2", 10000, &l, &err),
-                 &err);
+    px_rt_local_launcher *l = new_launcher();
     wrong_secret ws = {
         .inner = px_rt_local_launcher_iface(l), .stage = 2, .state_at_stop = PX_RT_STAGE_RUNNING};
     px_rt_launcher li = {.ctx = &ws, .start = ws_start, .health = ws_health, .stop = ws_stop};
@@ -311,9 +316,7 @@ static void test_worker_whose_end_is_known_late_is_blamed_not_its_link(void **st
     px_rt_pipeline_spec spec;
     make_spec(&spec);
     px_err err;
-    px_rt_local_launcher *l;
-    px_assert_ok(px_rt_local_launcher_new(px_test_plexus_bin(), "127.0.0.2", 10000, &l, &err),
-                 &err);
+    px_rt_local_launcher *l = new_launcher();
     late_news n = {.inner = px_rt_local_launcher_iface(l), .stage = 1};
     px_rt_launcher li = {
         .ctx = &n, .start = ln_start, .health = ln_health, .stop = ln_stop, .lag_ns = ln_lag};
@@ -340,9 +343,9 @@ static void test_worker_whose_end_is_known_late_is_blamed_not_its_link(void **st
 
 /* A launched worker that fails after it listened (here: the emulated
  * device of a one-stage pipeline cannot hold its layers) says why
- * through its launcher: the
- * executor's error carries the worker's own message, which is in the log
- * of another machine when a fleet's agent launched it. */
+ * through its launcher: the executor's error carries the worker's own
+ * message, which is in the log of another machine when a fleet's agent
+ * launched it. */
 static void test_launched_stage_that_fails_is_named_with_its_own_message(void **state)
 {
     (void)state;
@@ -353,9 +356,7 @@ static void test_launched_stage_that_fails_is_named_with_its_own_message(void **
     spec.stages[0].head = true;
     spec.stages[0].emu.memory_bytes = 4096;
     px_err err;
-    px_rt_local_launcher *l;
-    px_assert_ok(px_rt_local_launcher_new(px_test_plexus_bin(), "127.0.0.2", 10000, &l, &err),
-                 &err);
+    px_rt_local_launcher *l = new_launcher();
     px_rt_executor_opts xo = exec_opts();
     xo.launcher = px_rt_local_launcher_iface(l);
     px_rt_executor *ex = NULL;
