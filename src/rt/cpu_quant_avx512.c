@@ -26,10 +26,10 @@
  * four sums in one pass.  Decode takes one weight row at a time: its
  * rows lie one after the other, so the weights stream from memory in order (four rows interleaved
  * measured twice as slow on a model whose weights come from memory, for all their sharing of the
- * activations).  Q4_K and Q5_K decode with the activation row laid out once per product so
- * that one 64-byte load of weights serves 128 values, four super-blocks sharing one reduction
- * and one float step, and row i of the first half of a range beside row i + h of the second: two
- * streams, each in order (px__rt_quant_gemv_x512).
+ * activations).  The k-quants decode four super-blocks at a time, sharing one reduction and
+ * one float step, and row i of the first half of a range beside row i + h of the second: two
+ * streams, each in order (px__rt_quant_gemv_x512); Q4_K and Q5_K with the activation row laid
+ * out once per product so that one 64-byte load of weights serves 128 values.
  */
 #include "base/common.h"
 
@@ -274,12 +274,12 @@ INLINE __m128 sums_sm(__m512i s, __m256i m)
     return _mm_cvtepi32_ps(_mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e)));
 }
 
-/* The dot of one weight row with one activation row (decode), super-block by super-block: the
+/* The dot of one weight row with one activation row, super-block by super-block: the
  * four steps' scaled pair sums added by VNNI (vpdpwssd) into two accumulators, alternate steps
  * each, so that no chain is longer than two; S and M reduced together and the float step taken
  * in two lanes, [dx * d, dx * dmin] times [S, M], each product the definition's, then the
- * difference and the running sum in lane 0 in the definition's order.  (Q4_K and Q5_K decode
- * through gemv_dot below, with their activations laid out for it.) */
+ * difference and the running sum in lane 0 in the definition's order.  (Decode products take
+ * the k-quants through gemv_dot2 below.) */
 INLINE float dot1_k(px_dtype t, const uint8_t *w, const uint8_t *xq, uint32_t n)
 {
     size_t bb = px_dtype_block_bytes(t);
@@ -379,12 +379,35 @@ INLINE __m256i k4_scales_mins(const uint8_t *blk)
     return _mm256_cvtepu8_epi16(_mm_ternarylogic_epi32(lo, keep, top, 0xEA));
 }
 
-/* The integer sums of one Q4_K or Q5_K super-block against its laid-out activations: int32
- * lanes that add to S and, in the upper four of m, to M. */
-INLINE void gemv_block(px_dtype t, const uint8_t *blk, const uint8_t *xb, const __m512i glo[2],
-                       const __m512i ghi[2], __m512i *s, __m256i *m)
+/* The integer sums of one super-block against its activations (laid out by gemv_act for Q4_K
+ * and Q5_K): int32 lanes that add to S and lanes of m that add to M (zero without mins, their
+ * per-16 term then in S).  g: the scale indices (gemv_groups). */
+INLINE void gemv_block(px_dtype t, const uint8_t *blk, const uint8_t *xb, const __m512i g[4],
+                       __m512i *s, __m256i *m)
 {
+    if (!per32(t)) {
+        __m512i scales;
+        __m256i per16;
+        k_scales(t, blk, &scales, &per16);
+        __m512i sa = _mm512_setzero_si512(), sb = _mm512_setzero_si512();
+        for (uint32_t q = 0; q < 4; q += 2) {
+            __m512i pa =
+                _mm512_maddubs_epi16(values64(t, blk, q), _mm512_loadu_si512(xb + 4 + 64 * q));
+            __m512i pb = _mm512_maddubs_epi16(values64(t, blk, q + 1),
+                                              _mm512_loadu_si512(xb + 4 + 64 * (q + 1)));
+            sa = _mm512_dpwssd_epi32(sa, pa, _mm512_permutexvar_epi16(g[q], scales));
+            sb = _mm512_dpwssd_epi32(sb, pb, _mm512_permutexvar_epi16(g[q + 1], scales));
+        }
+        *s = _mm512_add_epi32(sa, sb);
+        *m = _mm256_madd_epi16(load256(xb + 260), per16);
+        if (!has_min(t)) {
+            *s = _mm512_add_epi32(*s, _mm512_zextsi256_si512(*m));
+            *m = _mm256_setzero_si256();
+        }
+        return;
+    }
     const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);
+    const __m512i glo[2] = {g[0], g[2]}, ghi[2] = {g[1], g[3]};
     __m256i sm = k4_scales_mins(blk);
     __m512i scales = _mm512_castsi256_si512(sm);
     __m512i sa = _mm512_setzero_si512(), sb = _mm512_setzero_si512();
@@ -415,33 +438,45 @@ INLINE uint32_t u32_at(const uint8_t *p)
     return v;
 }
 
-/* The scale indices of gemv_block: lanes of chunks 4p, 4p + 2 (low) and 4p + 1, 4p + 3 (high);
- * Q5_K's bit counts of the same chunks in qh. */
-INLINE void gemv_groups(__m512i glo[2], __m512i ghi[2])
+/* The scale indices of gemv_block: for Q4_K and Q5_K, lanes of chunks 4p, 4p + 2 (g[2p]) and
+ * 4p + 1, 4p + 3 (g[2p + 1]), also Q5_K's bit counts of the same chunks in qh; for the other
+ * k-quants those of the four 64-value steps (k_groups). */
+INLINE void gemv_groups(px_dtype t, __m512i g[4])
 {
+    if (!per32(t)) {
+        k_groups(t, g);
+        return;
+    }
     for (uint32_t p = 0; p < 2; p++) {
-        glo[p] = _mm512_add_epi16(
+        g[2 * p] = _mm512_add_epi16(
             _mm512_loadu_si512(GROUP_Q4_K),
             _mm512_add_epi16(_mm512_loadu_si512(GROUP_Q4_K), _mm512_set1_epi16((short)(4 * p))));
-        ghi[p] = _mm512_add_epi16(glo[p], _mm512_set1_epi16(1));
+        g[2 * p + 1] = _mm512_add_epi16(g[2 * p], _mm512_set1_epi16(1));
     }
+}
+
+/* A super-block's f16 d, and dmin above it for formats with mins (0 without). */
+INLINE uint32_t d_dmin(px_dtype t, const uint8_t *blk)
+{
+    const uint8_t *p = blk + d_offset(t);
+    uint32_t v = p[0] | (uint32_t)p[1] << 8;
+    return has_min(t) ? v | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24 : v;
 }
 
 /* The float terms of super-blocks i .. i + 3 of a row w (bb bytes each), one a lane, each the
  * definition's (dx * d) * S - (dx * dmin) * M: their integer sums reduced together. */
 INLINE __m128 gemv_four(px_dtype t, const uint8_t *w, size_t bb, uint32_t i, const uint8_t *xp,
-                        const float *dx, const __m512i glo[2], const __m512i ghi[2])
+                        const float *dx, const __m512i g[4])
 {
     __m512i s[4];
     __m256i m[4];
     for (uint32_t q = 0; q < 4; q++)
-        gemv_block(t, w + (i + q) * bb, xp + (size_t)(i + q) * PX__RT_Q8_K_BYTES, glo, ghi, &s[q],
-                   &m[q]);
+        gemv_block(t, w + (i + q) * bb, xp + (size_t)(i + q) * PX__RT_Q8_K_BYTES, g, &s[q], &m[q]);
     __m128i si = hsum4_512(s[0], s[1], s[2], s[3]), mi = hsum4_256(m[0], m[1], m[2], m[3]);
     /* [d0, dmin0, d1, dmin1, ...] (f16, exact) parted into d and dmin. */
     __m256 f = _mm256_cvtph_ps(
-        _mm_setr_epi32((int)u32_at(w + i * bb), (int)u32_at(w + (i + 1) * bb),
-                       (int)u32_at(w + (i + 2) * bb), (int)u32_at(w + (i + 3) * bb)));
+        _mm_setr_epi32((int)d_dmin(t, w + i * bb), (int)d_dmin(t, w + (i + 1) * bb),
+                       (int)d_dmin(t, w + (i + 2) * bb), (int)d_dmin(t, w + (i + 3) * bb)));
     __m128 flo = _mm256_castps256_ps128(f), fhi = _mm256_extractf128_ps(f, 1);
     return k_floats(t, si, mi, _mm_loadu_ps(dx + i), _mm_shuffle_ps(flo, fhi, 0x88),
                     _mm_shuffle_ps(flo, fhi, 0xDD));
@@ -459,36 +494,37 @@ INLINE __m128 add_in_turn(__m128 acc, __m128 v)
 /* acc plus the float term of super-block i alone: [dx * d, dx * dmin] times [S, M] in two
  * lanes. */
 INLINE __m128 gemv_one(px_dtype t, const uint8_t *w, size_t bb, uint32_t i, const uint8_t *xp,
-                       const float *dx, const __m512i glo[2], const __m512i ghi[2], __m128 acc)
+                       const float *dx, const __m512i g[4], __m128 acc)
 {
     const uint8_t *blk = w + i * bb;
     __m512i s;
     __m256i m;
-    gemv_block(t, blk, xp + (size_t)i * PX__RT_Q8_K_BYTES, glo, ghi, &s, &m);
-    __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)u32_at(blk)));
+    gemv_block(t, blk, xp + (size_t)i * PX__RT_Q8_K_BYTES, g, &s, &m);
+    __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)d_dmin(t, blk)));
     __m128 p = _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(dx[i]), f), sums_sm(s, m));
-    return _mm_add_ss(acc, _mm_sub_ss(p, _mm_movehdup_ps(p)));
+    return _mm_add_ss(acc, has_min(t) ? _mm_sub_ss(p, _mm_movehdup_ps(p)) : p);
 }
 
-/* The dots of n values of Q4_K or Q5_K weight rows wa and wb with a row laid out by gemv_act
- * (dx: its scales), side by side (wb NULL: wa alone): two streams from memory, each in order. */
+/* The dots of n values of k-quant weight rows wa and wb with an activation row (laid out by
+ * gemv_act for Q4_K and Q5_K; dx: its scales), side by side (wb NULL: wa alone): two streams
+ * from memory, each in order. */
 INLINE void gemv_dot2(px_dtype t, const uint8_t *wa, const uint8_t *wb, const uint8_t *xp,
                       const float *dx, uint32_t n, float *ya, float *yb)
 {
     const size_t bb = px_dtype_block_bytes(t);
-    __m512i glo[2], ghi[2];
-    gemv_groups(glo, ghi);
+    __m512i g[4];
+    gemv_groups(t, g);
     __m128 a = _mm_setzero_ps(), b = _mm_setzero_ps();
     uint32_t nb = n / PX__RT_QK, i = 0;
     for (; i + 4 <= nb; i += 4) {
-        a = add_in_turn(a, gemv_four(t, wa, bb, i, xp, dx, glo, ghi));
+        a = add_in_turn(a, gemv_four(t, wa, bb, i, xp, dx, g));
         if (wb)
-            b = add_in_turn(b, gemv_four(t, wb, bb, i, xp, dx, glo, ghi));
+            b = add_in_turn(b, gemv_four(t, wb, bb, i, xp, dx, g));
     }
     for (; i < nb; i++) {
-        a = gemv_one(t, wa, bb, i, xp, dx, glo, ghi, a);
+        a = gemv_one(t, wa, bb, i, xp, dx, g, a);
         if (wb)
-            b = gemv_one(t, wb, bb, i, xp, dx, glo, ghi, b);
+            b = gemv_one(t, wb, bb, i, xp, dx, g, b);
     }
     *ya = _mm_cvtss_f32(a);
     if (wb)
@@ -524,30 +560,51 @@ INLINE void gemv_rows(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k
     }
 }
 
-static TGT void gemv_q4_k(const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
-                          const uint8_t *xp, const float *dx, float *y)
-{
-    gemv_rows(PX_DTYPE_Q4_K, w, row_bytes, k, i0, i1, xp, dx, y);
-}
-
-static TGT void gemv_q5_k(const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
-                          const uint8_t *xp, const float *dx, float *y)
-{
-    gemv_rows(PX_DTYPE_Q5_K, w, row_bytes, k, i0, i1, xp, dx, y);
-}
+#define GEMV_FN(NAME, T)                                                                           \
+    static TGT void NAME(const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1, \
+                         const uint8_t *xp, const float *dx, float *y)                             \
+    {                                                                                              \
+        gemv_rows(T, w, row_bytes, k, i0, i1, xp, dx, y);                                          \
+    }
+GEMV_FN(gemv_q2_k, PX_DTYPE_Q2_K)
+GEMV_FN(gemv_q3_k, PX_DTYPE_Q3_K)
+GEMV_FN(gemv_q4_k, PX_DTYPE_Q4_K)
+GEMV_FN(gemv_q5_k, PX_DTYPE_Q5_K)
+GEMV_FN(gemv_q6_k, PX_DTYPE_Q6_K)
 
 TGT bool px__rt_quant_gemv_x512(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k,
                                 uint32_t i0, uint32_t i1, const uint8_t *xq, float *y)
 {
-    if ((t != PX_DTYPE_Q4_K && t != PX_DTYPE_Q5_K) || k > GEMV_MAX_K || k % PX__RT_QK)
+    if ((t != PX_DTYPE_Q2_K && t != PX_DTYPE_Q3_K && t != PX_DTYPE_Q4_K && t != PX_DTYPE_Q5_K &&
+         t != PX_DTYPE_Q6_K) ||
+        k > GEMV_MAX_K || k % PX__RT_QK)
         return false;
     _Alignas(64) uint8_t xp[GEMV_MAX_K / PX__RT_QK * PX__RT_Q8_K_BYTES];
     float dx[GEMV_MAX_K / PX__RT_QK];
-    gemv_act(xq, k, xp, dx);
-    if (t == PX_DTYPE_Q4_K)
-        gemv_q4_k(w, row_bytes, k, i0, i1, xp, dx, y);
-    else
-        gemv_q5_k(w, row_bytes, k, i0, i1, xp, dx, y);
+    if (per32(t)) {
+        gemv_act(xq, k, xp, dx);
+        xq = xp;
+    } else {
+        for (uint32_t b = 0; b < k / PX__RT_QK; b++)
+            dx[b] = f32_at(xq + (size_t)b * PX__RT_Q8_K_BYTES);
+    }
+    switch (t) {
+    case PX_DTYPE_Q2_K:
+        gemv_q2_k(w, row_bytes, k, i0, i1, xq, dx, y);
+        break;
+    case PX_DTYPE_Q3_K:
+        gemv_q3_k(w, row_bytes, k, i0, i1, xq, dx, y);
+        break;
+    case PX_DTYPE_Q4_K:
+        gemv_q4_k(w, row_bytes, k, i0, i1, xq, dx, y);
+        break;
+    case PX_DTYPE_Q5_K:
+        gemv_q5_k(w, row_bytes, k, i0, i1, xq, dx, y);
+        break;
+    default:
+        gemv_q6_k(w, row_bytes, k, i0, i1, xq, dx, y);
+        break;
+    }
     return true;
 }
 
