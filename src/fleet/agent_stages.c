@@ -244,7 +244,7 @@ void *px__agent_stages_main(void *arg)
             stage_run *r = *p;
             if (!r->ended) {
                 int code = 0;
-                char detail[256];
+                char detail[384];
                 px_rt_stage_state s = li->health(li->ctx, r->handle, &code, detail, sizeof detail);
                 if (s == PX_RT_STAGE_KILLED || s == PX_RT_STAGE_EXITED) {
                     px_log_info("agent: stage worker %lld %s", (long long)r->id, detail);

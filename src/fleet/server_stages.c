@@ -53,7 +53,7 @@ struct px__stage_order {
     px_rt_stage_state end;
     int code;
     char addr[128];
-    char detail[256];
+    char detail[448];
 };
 
 /* Per node: whether its agent has an assignments poll open, and when the
@@ -245,13 +245,13 @@ static void report_one(px_fleet_server *srv, const char *node, const json_t *r)
         o->state = ORDER_LISTENING;
     } else if (error) {
         o->state = ORDER_FAILED;
-        snprintf(o->detail, sizeof o->detail, "%.200s", error);
+        snprintf(o->detail, sizeof o->detail, "%.400s", error);
     } else if (state) {
         o->state = ORDER_ENDED;
         o->end = !strcmp(state, "killed") ? PX_RT_STAGE_KILLED : PX_RT_STAGE_EXITED;
         o->code = (int)json_integer_value(json_object_get(r, "code"));
         const char *d = json_string_value(json_object_get(r, "detail"));
-        snprintf(o->detail, sizeof o->detail, "%.200s (on node %s)", d ? d : state, node);
+        snprintf(o->detail, sizeof o->detail, "%.380s (on node %s)", d ? d : state, node);
     }
 }
 

@@ -40,7 +40,7 @@ struct px_rt_executor {
     uint8_t secret[PX_RT_SECRET_MAX];
     size_t secret_len;
     int wstatus[PX_RT_MAX_STAGES];
-    char end_detail[PX_RT_MAX_STAGES][256]; /* a launched stage's end, its launcher's words */
+    char end_detail[PX_RT_MAX_STAGES][448]; /* a launched stage's end, its launcher's words */
     bool reaped[PX_RT_MAX_STAGES];
     uint32_t reap_order[PX_RT_MAX_STAGES]; /* 1, 2, ...: the order workers ended in */
     uint32_t n_reaped;

@@ -32,7 +32,7 @@ typedef struct local_stage {
     bool reaped;
     int wstatus;
     int out;       /* the read end of the worker's standard output; -1 */
-    char why[200]; /* its "error MESSAGE", once read */
+    char why[320]; /* its "error MESSAGE", once read */
 } local_stage;
 
 struct px_rt_local_launcher {
@@ -213,7 +213,7 @@ done:
  * keeping its "error MESSAGE" line; the pipe is closed at its end. */
 static void read_why(local_stage *s)
 {
-    char buf[512];
+    char buf[1024];
     ssize_t n;
     while (s->out >= 0 && (n = read(s->out, buf, sizeof buf - 1)) != 0) {
         if (n < 0) {
