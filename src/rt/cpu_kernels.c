@@ -218,12 +218,15 @@ static float dot_row(px_dtype t, const uint8_t *w, uint32_t k, const float *x)
     return s;
 }
 
+static void matmul_quant(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                         uint32_t i1, const uint8_t *xq, size_t ldxq, uint32_t n_x, float *y,
+                         size_t ldy);
+
 static void matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                    uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
 {
     if (px__rt_quant_handles(t)) {
-        px__rt_quant_matmul(px__rt_quant_dotn_portable, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y,
-                            ldy);
+        px__rt_quant_matmul(matmul_quant, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
         return;
     }
     for (uint32_t i = i0; i < i1; i++) {

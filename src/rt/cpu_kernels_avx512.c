@@ -260,12 +260,15 @@ static bool dtype_plain(px_dtype t)
     return t == PX_DTYPE_F32 || t == PX_DTYPE_F16 || t == PX_DTYPE_BF16;
 }
 
+static void matmul_quant(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                         uint32_t i1, const uint8_t *xq, size_t ldxq, uint32_t n_x, float *y,
+                         size_t ldy);
+
 static void matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                    uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
 {
     if (px__rt_quant_handles(t)) {
-        px__rt_quant_matmul(px__rt_quant_dotn_x512, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y,
-                            ldy);
+        px__rt_quant_matmul(matmul_quant, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
         return;
     }
     if (n_x <= PX_RT_SMALL_BATCH || !dtype_plain(t)) {
@@ -491,7 +494,10 @@ static void matmul_quant(px_dtype t, const void *w, size_t row_bytes, uint32_t k
 {
     if (n_x == 1 && px__rt_quant_gemv_x512(t, w, row_bytes, k, i0, i1, xq, y))
         return;
-    px__rt_quant_gemm(px__rt_quant_dotn_x512, t, w, row_bytes, k, i0, i1, xq, ldxq, n_x, y, ldy);
+    uint32_t done = px__rt_quant_gemm16_x512(t, w, row_bytes, k, i0, i1, xq, ldxq, n_x, y, ldy);
+    if (done < n_x)
+        px__rt_quant_gemm(px__rt_quant_dotn_x512, t, w, row_bytes, k, i0, i1, xq + done * ldxq,
+                          ldxq, n_x - done, y + done * ldy, ldy);
 }
 
 static const px__rt_kernels kernels_avx512 = {

@@ -353,11 +353,15 @@ static void groups_q8_0(const uint8_t *wb, size_t row_bytes, uint32_t k, uint32_
     }
 }
 
+static void matmul_quant(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                         uint32_t i1, const uint8_t *xq, size_t ldxq, uint32_t n_x, float *y,
+                         size_t ldy);
+
 void px__rt_avx2_matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                         uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y, size_t ldy)
 {
     if (px__rt_quant_handles(t)) {
-        px__rt_quant_matmul(px__rt_quant_dotn_x86, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
+        px__rt_quant_matmul(matmul_quant, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
         return;
     }
     uint32_t tile = px__rt_tile_rows(row_bytes, n_x);

@@ -131,7 +131,7 @@ void px__rt_quant_gemm(px__rt_quant_dotn_fn dotn, px_dtype t, const void *w, siz
     }
 }
 
-void px__rt_quant_matmul(px__rt_quant_dotn_fn dotn, px_dtype t, const void *w, size_t row_bytes,
+void px__rt_quant_matmul(px__rt_quant_gemm_fn gemm, px_dtype t, const void *w, size_t row_bytes,
                          uint32_t k, uint32_t i0, uint32_t i1, const float *x, size_t ldx,
                          uint32_t n_x, float *y, size_t ldy)
 {
@@ -143,7 +143,7 @@ void px__rt_quant_matmul(px__rt_quant_dotn_fn dotn, px_dtype t, const void *w, s
     PX_ASSERT(xq);
     for (uint32_t r = 0; r < n_x; r++)
         px__rt_quant_act(t, x + (size_t)r * ldx, xq + r * ab, k);
-    px__rt_quant_gemm(dotn, t, w, row_bytes, k, i0, i1, xq, ab, n_x, y, ldy);
+    gemm(t, w, row_bytes, k, i0, i1, xq, ab, n_x, y, ldy);
     if (xq != stack)
         free(xq);
 }

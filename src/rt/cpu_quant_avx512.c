@@ -23,7 +23,10 @@
  * Up to four activation rows share one decode of each weight super-block
  * or pair of blocks (prefill: dotn_k, dotn_legacy); the k-quants' rows
  * there add their scaled pair sums with VNNI (vpdpwssd) and reduce their
- * four sums in one pass.  Decode takes one weight row at a time: its
+ * four sums in one pass.  Q4_K, Q5_K and Q6_K prefill takes sixteen
+ * activation rows at a time instead, one a lane, so that no sum is reduced
+ * across lanes (px__rt_quant_gemm16_x512); the rows of a batch past a
+ * multiple of sixteen go four at a time.  Decode takes one weight row at a time: its
  * rows lie one after the other, so the weights stream from memory in order (four rows interleaved
  * measured twice as slow on a model whose weights come from memory, for all their sharing of the
  * activations).  The k-quants decode four super-blocks at a time, sharing one reduction and
@@ -379,6 +382,25 @@ INLINE __m256i k4_scales_mins(const uint8_t *blk)
     return _mm256_cvtepu8_epi16(_mm_ternarylogic_epi32(lo, keep, top, 0xEA));
 }
 
+/* Values 128p .. 128p + 127 of a Q4_K or Q5_K super-block as unsigned bytes: lo, the low
+ * nibbles of its 64 bytes (32-value groups 4p and 4p + 2), and hi, the high ones (4p + 1 and
+ * 4p + 3), with Q5_K's fifth bits (g: gemv_groups, whose lanes count those groups' bits in qh). */
+INLINE void k4_values128(px_dtype t, const uint8_t *blk, const __m512i g[4], uint32_t p,
+                         __m512i *lo, __m512i *hi)
+{
+    const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);
+    __m512i raw = _mm512_loadu_si512(blk + (t == PX_DTYPE_Q4_K ? 16 : 48) + 64 * p);
+    *lo = _mm512_and_si512(raw, m4);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+    if (t == PX_DTYPE_Q5_K) {
+        __m512i qh = _mm512_broadcast_i64x4(load256(blk + 16));
+        __m512i blo = _mm512_and_si512(_mm512_srlv_epi16(qh, g[2 * p]), one);
+        __m512i bhi = _mm512_and_si512(_mm512_srlv_epi16(qh, g[2 * p + 1]), one);
+        *lo = _mm512_or_si512(*lo, _mm512_slli_epi16(blo, 4));
+        *hi = _mm512_or_si512(*hi, _mm512_slli_epi16(bhi, 4));
+    }
+}
+
 /* The integer sums of one super-block against its activations (laid out by gemv_act for Q4_K
  * and Q5_K): int32 lanes that add to S and lanes of m that add to M (zero without mins, their
  * per-16 term then in S).  g: the scale indices (gemv_groups). */
@@ -406,22 +428,13 @@ INLINE void gemv_block(px_dtype t, const uint8_t *blk, const uint8_t *xb, const 
         }
         return;
     }
-    const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);
     const __m512i glo[2] = {g[0], g[2]}, ghi[2] = {g[1], g[3]};
     __m256i sm = k4_scales_mins(blk);
     __m512i scales = _mm512_castsi256_si512(sm);
     __m512i sa = _mm512_setzero_si512(), sb = _mm512_setzero_si512();
     for (uint32_t p = 0; p < 2; p++) {
-        __m512i raw = _mm512_loadu_si512(blk + (t == PX_DTYPE_Q4_K ? 16 : 48) + 64 * p);
-        __m512i lo = _mm512_and_si512(raw, m4);
-        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-        if (t == PX_DTYPE_Q5_K) {
-            __m512i qh = _mm512_broadcast_i64x4(load256(blk + 16));
-            __m512i blo = _mm512_and_si512(_mm512_srlv_epi16(qh, glo[p]), one);
-            __m512i bhi = _mm512_and_si512(_mm512_srlv_epi16(qh, ghi[p]), one);
-            lo = _mm512_or_si512(lo, _mm512_slli_epi16(blo, 4));
-            hi = _mm512_or_si512(hi, _mm512_slli_epi16(bhi, 4));
-        }
+        __m512i lo, hi;
+        k4_values128(t, blk, g, p, &lo, &hi);
         __m512i pl = _mm512_maddubs_epi16(lo, _mm512_loadu_si512(xb + 4 + 128 * p));
         __m512i ph = _mm512_maddubs_epi16(hi, _mm512_loadu_si512(xb + 68 + 128 * p));
         sa = _mm512_dpwssd_epi32(sa, pl, _mm512_permutexvar_epi16(glo[p], scales));
@@ -970,6 +983,220 @@ DOTN(dotn_q4_k, dotn_k, PX_DTYPE_Q4_K)
 DOTN(dotn_q5_k, dotn_k, PX_DTYPE_Q5_K)
 DOTN(dotn_q6_k, dotn_k, PX_DTYPE_Q6_K)
 #undef DOTN
+
+/* Prefill of Q4_K, Q5_K and Q6_K sixteen activation rows at a time, one a lane of each
+ * register.  The activations of sixteen rows are laid out once per product (pf_pack), four
+ * values of a row to a 32-bit lane; a weight super-block is decoded once to bytes, and each four
+ * of its values, broadcast, multiply the sixteen rows' four in one VNNI step (vpdpbusd: the
+ * values unsigned, the activations signed), one chain per scale group.  So the sums need no
+ * reduction across lanes: S is the chains times their scales (Q6_K: less 32 times the scales
+ * against the activations' sums of 16), M the mins against those sums, all exact in int32, and
+ * the float step is the definition's in each lane. */
+enum { PF_ROWS = 16, PF_GROUPS = 4 };
+#define PF_BS_OFF   (PX__RT_QK * PF_ROWS)
+#define PF_DX_OFF   (PF_BS_OFF + 8 * 64)
+#define PF_SB_BYTES (PF_DX_OFF + 64)
+
+/* Super-block i of sixteen activation rows (xq, ldxq bytes apart) laid out at out: for each
+ * four values 4q .. 4q + 3, the rows' bytes in lanes (64 bytes); for each two sums of 16
+ * values, the rows' pairs (int16); the rows' scales. */
+INLINE void pf_pack(const uint8_t *xq, size_t ldxq, uint32_t i, uint8_t *out)
+{
+    const __m512i at =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32((int)ldxq));
+    const uint8_t *base = xq + (size_t)i * PX__RT_Q8_K_BYTES;
+    for (uint32_t q = 0; q < PX__RT_QK / 4; q++)
+        _mm512_store_si512(out + 64 * q, _mm512_i32gather_epi32(at, base + 4 + 4 * q, 1));
+    for (uint32_t a = 0; a < 8; a++)
+        _mm512_store_si512(out + PF_BS_OFF + 64 * a,
+                           _mm512_i32gather_epi32(at, base + 260 + 4 * a, 1));
+    _mm512_store_si512(out + PF_DX_OFF, _mm512_i32gather_epi32(at, base, 1));
+}
+
+/* The scale group (Q4_K, Q5_K: of 32 values) of each 32 bytes of pf_weights' u. */
+static const uint8_t PF_GROUP[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+
+/* A super-block decoded for pf_sums: its values as bytes in u (Q6_K: in order, before their
+ * offset; Q4_K, Q5_K: 32 a group in the order PF_GROUP, the low nibbles of 64 bytes, then the
+ * high ones); its scales as int32 in sc; in mp, int16 pairs against each two sums of 16 values:
+ * each group's min twice (Q4_K, Q5_K), or minus 32 times the two groups' scales (Q6_K). */
+INLINE void pf_weights(px_dtype t, const uint8_t *blk, const __m512i g[4], uint8_t *u, int32_t *sc,
+                       uint8_t *mp)
+{
+    if (t == PX_DTYPE_Q6_K) {
+        for (uint32_t s = 0; s < 4; s++)
+            _mm512_store_si512(u + 64 * s, values64(t, blk, s));
+        __m128i s8 = _mm_loadu_si128((const __m128i *)(const void *)(blk + 192));
+        _mm512_store_si512(sc, _mm512_cvtepi8_epi32(s8));
+        __m256i s16 = _mm256_cvtepi8_epi16(s8);
+        _mm256_store_si256((__m256i *)(void *)mp,
+                           _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(s16, 5)));
+        return;
+    }
+    for (uint32_t p = 0; p < 2; p++) {
+        __m512i lo, hi;
+        k4_values128(t, blk, g, p, &lo, &hi);
+        _mm512_store_si512(u + 128 * p, lo);
+        _mm512_store_si512(u + 128 * p + 64, hi);
+    }
+    __m256i sm = k4_scales_mins(blk);
+    _mm256_store_si256((__m256i *)(void *)sc, _mm256_cvtepu16_epi32(_mm256_castsi256_si128(sm)));
+    __m128i mins = _mm256_extracti128_si256(sm, 1);
+    _mm_store_si128((__m128i *)(void *)mp, _mm_unpacklo_epi16(mins, mins));
+    _mm_store_si128((__m128i *)(void *)(mp + 16), _mm_unpackhi_epi16(mins, mins));
+}
+
+/* S and M of a decoded super-block against one or two (x1 not NULL) groups of sixteen rows laid
+ * out by pf_pack (M zero without mins): eight chains a group at a time, one per scale group,
+ * each broadcast of four values shared by both groups. */
+INLINE void pf_sums(px_dtype t, const uint8_t *u, const int32_t *sc, const uint8_t *mp,
+                    const uint8_t *x0, const uint8_t *x1, __m512i out[4])
+{
+    /* Values and steps of four a scale group. */
+    const uint32_t gv = per32(t) ? 32 : 16, steps = gv / 4;
+    __m512i s = _mm512_setzero_si512(), r = _mm512_setzero_si512();
+    for (uint32_t h = 0; h < PX__RT_QK / gv / 8; h++) {
+        __m512i a0[8], a1[8];
+#pragma GCC unroll 8
+        for (uint32_t c = 0; c < 8; c++)
+            a0[c] = a1[c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (uint32_t q = 0; q < steps; q++)
+#pragma GCC unroll 8
+            for (uint32_t c = 0; c < 8; c++) {
+                uint32_t grp = per32(t) ? PF_GROUP[c] : 8 * h + c;
+                __m512i v = _mm512_set1_epi32((int)u32_at(u + gv * (8 * h + c) + 4 * q));
+                size_t at = 64 * (steps * (size_t)grp + q);
+                a0[c] = _mm512_dpbusd_epi32(a0[c], v, _mm512_load_si512(x0 + at));
+                if (x1)
+                    a1[c] = _mm512_dpbusd_epi32(a1[c], v, _mm512_load_si512(x1 + at));
+            }
+#pragma GCC unroll 8
+        for (uint32_t c = 0; c < 8; c++) {
+            __m512i scale = _mm512_set1_epi32(sc[per32(t) ? PF_GROUP[c] : 8 * h + c]);
+            s = _mm512_add_epi32(s, _mm512_mullo_epi32(a0[c], scale));
+            if (x1)
+                r = _mm512_add_epi32(r, _mm512_mullo_epi32(a1[c], scale));
+        }
+    }
+    __m512i m = _mm512_setzero_si512(), n = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (uint32_t a = 0; a < 8; a++) {
+        __m512i p = _mm512_set1_epi32((int)u32_at(mp + 4 * a));
+        m = _mm512_dpwssd_epi32(m, _mm512_load_si512(x0 + PF_BS_OFF + 64 * a), p);
+        if (x1)
+            n = _mm512_dpwssd_epi32(n, _mm512_load_si512(x1 + PF_BS_OFF + 64 * a), p);
+    }
+    if (!has_min(t)) {
+        s = _mm512_add_epi32(s, m);
+        r = _mm512_add_epi32(r, n);
+    }
+    out[0] = s;
+    out[1] = m;
+    out[2] = r;
+    out[3] = n;
+}
+
+/* acc plus the definition's float term of a super-block in each row's lane: (dx * d) * S, less
+ * (dx * dmin) * M with mins. */
+INLINE __m512 pf_float(px_dtype t, __m512i s, __m512i m, const uint8_t *x, float d, float dmin,
+                       __m512 acc)
+{
+    __m512 dx = _mm512_load_ps((const float *)(const void *)(x + PF_DX_OFF));
+    __m512 v = _mm512_mul_ps(_mm512_mul_ps(dx, _mm512_set1_ps(d)), _mm512_cvtepi32_ps(s));
+    if (has_min(t))
+        v = _mm512_sub_ps(
+            v, _mm512_mul_ps(_mm512_mul_ps(dx, _mm512_set1_ps(dmin)), _mm512_cvtepi32_ps(m)));
+    return _mm512_add_ps(acc, v);
+}
+
+/* Weight rows [i0, i1) of w against nb groups of sixteen activation rows laid out at xp
+ * (nsb super-blocks each), into y (row r of group j at y + (16 j + r) * ldy). */
+INLINE void pf_rows(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                    uint32_t i1, const uint8_t *xp, uint32_t nb, float *y, size_t ldy)
+{
+    const size_t bb = px_dtype_block_bytes(t), nsb = k / PX__RT_QK;
+    __m512i g[4];
+    gemv_groups(t, g);
+    _Alignas(64) uint8_t u[PX__RT_QK];
+    _Alignas(64) int32_t sc[16];
+    _Alignas(32) uint8_t mp[32];
+    for (uint32_t i = i0; i < i1; i++) {
+        const uint8_t *row = w + (size_t)i * row_bytes;
+        for (uint32_t c0 = 0; c0 < k; c0 += PX__RT_QCHUNK) {
+            __m512 acc[PF_GROUPS];
+            for (uint32_t j = 0; j < nb; j++)
+                acc[j] = _mm512_setzero_ps();
+            uint32_t b1 = PX_MIN(k, c0 + PX__RT_QCHUNK) / PX__RT_QK;
+            for (uint32_t b = c0 / PX__RT_QK; b < b1; b++) {
+                const uint8_t *blk = row + b * bb;
+                pf_weights(t, blk, g, u, sc, mp);
+                float d = f16_at(blk + d_offset(t));
+                float dmin = has_min(t) ? f16_at(blk + d_offset(t) + 2) : 0;
+                for (uint32_t j = 0; j < nb; j += 2) {
+                    const uint8_t *x0 = xp + (j * nsb + b) * PF_SB_BYTES,
+                                  *x1 = j + 1 < nb ? x0 + nsb * PF_SB_BYTES : NULL;
+                    __m512i sm[4];
+                    pf_sums(t, u, sc, mp, x0, x1, sm);
+                    acc[j] = pf_float(t, sm[0], sm[1], x0, d, dmin, acc[j]);
+                    if (x1)
+                        acc[j + 1] = pf_float(t, sm[2], sm[3], x1, d, dmin, acc[j + 1]);
+                }
+            }
+            for (uint32_t j = 0; j < nb; j++) {
+                float v[PF_ROWS];
+                _mm512_storeu_ps(v, acc[j]);
+                for (uint32_t r = 0; r < PF_ROWS; r++) {
+                    float *o = y + ((size_t)PF_ROWS * j + r) * ldy + i;
+                    *o = c0 == 0 ? v[r] : *o + v[r];
+                }
+            }
+        }
+    }
+}
+
+#define PF_FN(NAME, T)                                                                             \
+    static TGT void NAME(const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1, \
+                         const uint8_t *xp, uint32_t nb, float *y, size_t ldy)                     \
+    {                                                                                              \
+        pf_rows(T, w, row_bytes, k, i0, i1, xp, nb, y, ldy);                                       \
+    }
+PF_FN(pf_q4_k, PX_DTYPE_Q4_K)
+PF_FN(pf_q5_k, PX_DTYPE_Q5_K)
+PF_FN(pf_q6_k, PX_DTYPE_Q6_K)
+#undef PF_FN
+
+TGT uint32_t px__rt_quant_gemm16_x512(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k,
+                                      uint32_t i0, uint32_t i1, const uint8_t *xq, size_t ldxq,
+                                      uint32_t n_x, float *y, size_t ldy)
+{
+    if ((!per32(t) && t != PX_DTYPE_Q6_K) || n_x < PF_ROWS || k % PX__RT_QK ||
+        ldxq > INT32_MAX / PF_ROWS)
+        return 0;
+    uint32_t ng = n_x / PF_ROWS, nsb = k / PX__RT_QK;
+    uint8_t *xp = aligned_alloc(64, (size_t)PX_MIN(ng, PF_GROUPS) * nsb * PF_SB_BYTES);
+    if (!xp)
+        return 0;
+    /* Four groups at a time: their activations (some 18 KB a super-block) stay in the
+     * second-level cache while every weight row passes once. */
+    for (uint32_t g0 = 0; g0 < ng; g0 += PF_GROUPS) {
+        uint32_t nb = PX_MIN(PF_GROUPS, ng - g0);
+        for (uint32_t j = 0; j < nb; j++)
+            for (uint32_t b = 0; b < nsb; b++)
+                pf_pack(xq + (size_t)(g0 + j) * PF_ROWS * ldxq, ldxq, b,
+                        xp + ((size_t)j * nsb + b) * PF_SB_BYTES);
+        float *yg = y + (size_t)g0 * PF_ROWS * ldy;
+        if (t == PX_DTYPE_Q4_K)
+            pf_q4_k(w, row_bytes, k, i0, i1, xp, nb, yg, ldy);
+        else if (t == PX_DTYPE_Q5_K)
+            pf_q5_k(w, row_bytes, k, i0, i1, xp, nb, yg, ldy);
+        else
+            pf_q6_k(w, row_bytes, k, i0, i1, xp, nb, yg, ldy);
+    }
+    free(xp);
+    return ng * PF_ROWS;
+}
 
 void px__rt_quant_dotn_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,
                             uint32_t n_x, uint32_t n, float *out)

@@ -165,6 +165,12 @@ void px__rt_quant_dotn_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, siz
  * nothing) for the others. */
 bool px__rt_quant_gemv_x512(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0,
                             uint32_t i1, const uint8_t *xq, float *y);
+/* The AVX-512 product of sixteen activation rows at a time (prefill) for Q4_K and Q5_K: rows
+ * r < the returned count (n_x less n_x % 16; 0 for other formats, fewer than 16 rows, or when
+ * memory runs short) written as px__rt_quant_gemm writes them, the rest left for it. */
+uint32_t px__rt_quant_gemm16_x512(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k,
+                                  uint32_t i0, uint32_t i1, const uint8_t *xq, size_t ldxq,
+                                  uint32_t n_x, float *y, size_t ldy);
 #endif
 
 /* y[r*ldy + i] = dot(row i of w, activation row r) for i in [i0, i1) and
@@ -175,8 +181,13 @@ bool px__rt_quant_gemv_x512(px_dtype t, const uint8_t *w, size_t row_bytes, uint
 void px__rt_quant_gemm(px__rt_quant_dotn_fn dotn, px_dtype t, const void *w, size_t row_bytes,
                        uint32_t k, uint32_t i0, uint32_t i1, const uint8_t *xq, size_t ldxq,
                        uint32_t n_x, float *y, size_t ldy);
-/* The same from f32 activation rows (x + r * ldx), quantized here once. */
-void px__rt_quant_matmul(px__rt_quant_dotn_fn dotn, px_dtype t, const void *w, size_t row_bytes,
+/* A product as px__rt_quant_gemm's (a variant's matmul_quant). */
+typedef void (*px__rt_quant_gemm_fn)(px_dtype t, const void *w, size_t row_bytes, uint32_t k,
+                                     uint32_t i0, uint32_t i1, const uint8_t *xq, size_t ldxq,
+                                     uint32_t n_x, float *y, size_t ldy);
+/* The same from f32 activation rows (x + r * ldx), quantized here once, then multiplied by
+ * gemm. */
+void px__rt_quant_matmul(px__rt_quant_gemm_fn gemm, px_dtype t, const void *w, size_t row_bytes,
                          uint32_t k, uint32_t i0, uint32_t i1, const float *x, size_t ldx,
                          uint32_t n_x, float *y, size_t ldy);
 

@@ -587,7 +587,9 @@ static void test_quant_matvec_independent_of_rows_and_batch(void **state)
     free(x);
 }
 
-/* Products of more activation rows than a group (PX__RT_QDOT_ROWS) over
+/* Products of more activation rows than a group (PX__RT_QDOT_ROWS) and
+ * than five groups of sixteen (the avx512 k-quant prefill: four groups at
+ * a time, in pairs, then one alone, then the rest four at a time) over
  * more weight rows than a tile (px__rt_tile_rows), neither a multiple of
  * its unit, and a row range starting and ending inside tiles: every
  * output equals the portable single dot (chunk by chunk past
@@ -597,7 +599,7 @@ static void test_quant_products_cross_tile_boundaries(void **state)
     (void)state;
     const px__rt_kernels *variants[3] = {&px__rt_kernels_portable, px__rt_kernels_avx2(),
                                          px__rt_kernels_avx512()};
-    enum { NX = 7 };
+    enum { NX = 83 };
     /* 544: 17 blocks of 32 (Q4_0, Q5_0 alone), an odd number. */
     static const uint32_t ks[] = {512, PX__RT_QCHUNK + 256, 544};
     px_rng r;
