@@ -12,7 +12,9 @@
  *   step, whatever the number of rows.  A partial tile is computed lane
  *   for lane like a full one, so a row's result never depends on the rows
  *   beside it: prefill, batched decode and a single decode agree bit for
- *   bit.
+ *   bit.  A single activation row (decode) takes two weight rows h rows
+ *   apart, one from each half of the range: two streams from memory, each
+ *   in order.
  * - q8_0: two blocks per register; the exact int32 sums come from
  *   vpdpbusd on (x + 128) as unsigned bytes against the signed weights,
  *   started from -128 * sum(w) (the same dpbusd on 0x80 bytes), so that
@@ -219,6 +221,21 @@ INLINE void matmul_plain(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_
                          size_t ldy)
 {
     uint32_t i = i0;
+    if (n_x == 1) {
+        /* Decode: row i of the first half of the range beside row i + h of the second (a tile
+         * of two rows h rows apart), so that each half streams from memory in order. */
+        uint32_t h = (i1 - i0) / 2;
+        for (; i < i0 + h; i++) {
+            float out[2];
+            tile_plain(t, w + (size_t)i * row_bytes, (size_t)h * row_bytes, k, x, ldx, 1, 2, out,
+                       1);
+            y[i] = out[0];
+            y[i + h] = out[1];
+        }
+        for (i = i0 + 2 * h; i < i1; i++)
+            tile_plain(t, w + (size_t)i * row_bytes, row_bytes, k, x, ldx, 1, 1, y + i, 1);
+        return;
+    }
     for (; i + TILE_W <= i1; i += TILE_W)
         rows_plain(t, w + (size_t)i * row_bytes, row_bytes, k, x, ldx, n_x, TILE_W, y + i, ldy);
     for (; i < i1; i++)
@@ -244,11 +261,13 @@ static TGT void matmul_bf16(const void *w, size_t row_bytes, uint32_t k, uint32_
 }
 
 /* The avx2 variant's kernels (cpu_kernels_x86.c), with the same bits:
- * up to PX_RT_SMALL_BATCH rows (decode), where the weights stream from
- * memory and the wide tiles measured no faster (bench_rt_kernels; for
- * f16 a third slower than the avx2 variant's single rows, in
- * bench_rt_decode, before those ran in pairs), and the block-quantized
- * formats (cpu_quant*.c). */
+ * two to PX_RT_SMALL_BATCH activation rows, where the weights stream from
+ * memory and the wide tiles measured no faster (bench_rt_kernels), and
+ * the block-quantized formats (cpu_quant*.c).  One activation row
+ * (decode) takes the tiles here with two weight rows, one from each half
+ * of the range (matmul_plain, matvec_q8_0): half the instructions of the
+ * avx2 pairs, which left f16 and q8_0 short of memory's speed on one
+ * thread. */
 void px__rt_avx2_matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                         uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y,
                         size_t ldy);
@@ -271,7 +290,7 @@ static void matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint
         px__rt_quant_matmul(matmul_quant, t, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
         return;
     }
-    if (n_x <= PX_RT_SMALL_BATCH || !dtype_plain(t)) {
+    if ((n_x > 1 && n_x <= PX_RT_SMALL_BATCH) || !dtype_plain(t)) {
         px__rt_avx2_matmul(t, w, row_bytes, k, i0, i1, x, ldx, n_x, y, ldy);
         return;
     }
@@ -393,9 +412,29 @@ INLINE void rows_q8_0(const uint8_t *w, size_t row_bytes, uint32_t k, const int8
     }
 }
 
+/* Decode (one activation row): row i of the first half of [i0, i1) beside row i + h of the
+ * second (a tile of two rows h rows apart), so that each half streams from memory in order. */
+static TGT void matvec_q8_0(const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                            uint32_t i1, const int8_t *xq, const float *xd, float *y)
+{
+    uint32_t h = (i1 - i0) / 2, i = i0;
+    for (; i < i0 + h; i++) {
+        float out[2];
+        tile_q8_0(w + (size_t)i * row_bytes, (size_t)h * row_bytes, k, xq, xd, 1, 2, out, 1);
+        y[i] = out[0];
+        y[i + h] = out[1];
+    }
+    for (i = i0 + 2 * h; i < i1; i++)
+        tile_q8_0(w + (size_t)i * row_bytes, row_bytes, k, xq, xd, 1, 1, y + i, 1);
+}
+
 static TGT void matmul_q8_0(const void *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
                             const int8_t *xq, const float *xd, uint32_t n_x, float *y, size_t ldy)
 {
+    if (n_x == 1) {
+        matvec_q8_0(w, row_bytes, k, i0, i1, xq, xd, y);
+        return;
+    }
     if (n_x <= PX_RT_SMALL_BATCH) {
         px__rt_avx2_matmul_q8_0(w, row_bytes, k, i0, i1, xq, xd, n_x, y, ldy);
         return;
