@@ -60,7 +60,7 @@ static px_status stage_layers(const json_t *st, const char *name, uint32_t i, px
 }
 
 /* The emu profile of a stage's device: the inventory's, else the
- * stage's own "emu" member. */
+ * stage's own "emu" member (else none, for a stand-in below). */
 static px_status stage_profile(const json_t *st, const px_hw_graph *g, const char *name, uint32_t i,
                                px_rt_stage_spec *s, px_err *err)
 {
@@ -79,6 +79,13 @@ static px_status stage_profile(const json_t *st, const px_hw_graph *g, const cha
             px_strlcpy(s->backend, d->backend, sizeof s->backend);
         s->emulated |= d->emulated;
     }
+    /* An emulated device is not this machine's hardware: a stage on one whose backend needs
+     * the real thing (cuda) runs on the emu backend, as the emulated devices of an inventory
+     * with profiles do, with the device's profile or, lacking one, a profile that adds no
+     * slowdown; every output names the stage emulated. */
+    bool stand_in = s->emulated && strcmp(s->backend, "cpu") && strcmp(s->backend, "emu");
+    if (stand_in)
+        px_strlcpy(s->backend, "emu", sizeof s->backend);
     if (strcmp(s->backend, "emu"))
         return PX_OK;
     s->emulated = true;
@@ -97,6 +104,10 @@ static px_status stage_profile(const json_t *st, const px_hw_graph *g, const cha
         free(text);
         if (rc)
             return px_err_prefix(err, PX_EVALIDATE, "%s: /stages/%u/emu: ", name, i);
+    } else if (stand_in) {
+        s->emu = (px_rt_emu_profile){.compute_slowdown = 1, .memory_slowdown = 1};
+        double cap = d ? px_hw_device_memory_capacity(d) : 0;
+        s->emu.memory_bytes = cap > 0 && cap < 1e18 ? (uint64_t)cap : 0;
     } else {
         return bad(err, name, ptr,
                    "device \"%s\" runs on the emu backend but has no emulation "

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "plexus/hw.h"
 #include "plexus/ir.h"
 #include "plexus/rt.h"
 #include "rt/executor_impl.h"
@@ -347,6 +348,51 @@ static void test_model_that_does_not_match_the_plan_is_refused(void **state)
     px_assert_contains(err.msg, "no emulation profile");
     json_decref(plan);
     assert_true(since(t0) < LIMIT_S);
+}
+
+/* A stage on an emulated device whose backend needs the real hardware (an L4 of an emulated
+ * inventory: cuda) runs on the emu backend, as emulated: the device's memory, no slowdown
+ * without a profile of its own; so does a plan's stage marked emulated without an inventory. */
+static void test_stage_on_an_emulated_gpu_runs_on_the_emu_backend(void **state)
+{
+    (void)state;
+    const char *inv =
+        "{\"schema\": \"plexus.inventory/1\", \"name\": \"e\", \"emulated\": true, \"nodes\": "
+        "[{\"id\": \"n\", \"memory\": [{\"id\": \"ddr0\", \"kind\": \"ddr\", \"capacity\": "
+        "\"64 GiB\", \"bandwidth\": \"100 GB/s\"}], \"devices\": [{\"id\": \"gpu0\", \"class\": "
+        "\"gpu\", \"vendor\": \"nvidia\", \"model\": \"L4\", \"catalog\": \"nvidia-l4\", "
+        "\"capability\": \"8.9\"}]}]}";
+    px_err err;
+    px_hw_graph *g = NULL;
+    px_assert_ok(px_hw_graph_from_json(inv, strlen(inv), "e.json", NULL, &g, NULL, &err), &err);
+    const char *doc = "{\"stages\": [{\"layers\": {\"first\": 0, \"last\": 3}, \"backend\": "
+                      "\"cuda\", \"devices\": [\"n.gpu0\"]}]}";
+    json_t *plan;
+    px_assert_ok(px_json_parse(doc, strlen(doc), "plan.json", NULL, &plan, &err), &err);
+    px_rt_pipeline_spec spec;
+    px_assert_ok(px_rt_pipeline_spec_from_plan(plan, g, "plan.json", &spec, &err), &err);
+    assert_string_equal(spec.stages[0].backend, "emu");
+    assert_true(spec.stages[0].emulated && spec.emulated);
+    assert_true(spec.stages[0].emu.compute_slowdown == 1 &&
+                spec.stages[0].emu.memory_slowdown == 1);
+    assert_true(spec.stages[0].emu.memory_bytes > 20e9 && spec.stages[0].emu.memory_bytes < 30e9);
+    json_decref(plan);
+    doc = "{\"stages\": [{\"layers\": {\"first\": 0, \"last\": 3}, \"backend\": \"cuda\", "
+          "\"emulated\": true, \"devices\": [\"n.gpu0\"]}]}";
+    px_assert_ok(px_json_parse(doc, strlen(doc), "plan.json", NULL, &plan, &err), &err);
+    px_assert_ok(px_rt_pipeline_spec_from_plan(plan, NULL, "plan.json", &spec, &err), &err);
+    assert_string_equal(spec.stages[0].backend, "emu");
+    assert_int_equal(spec.stages[0].emu.memory_bytes, 0);
+    json_decref(plan);
+    /* A real one keeps its backend. */
+    doc = "{\"stages\": [{\"layers\": {\"first\": 0, \"last\": 3}, \"backend\": \"cuda\", "
+          "\"devices\": [\"n.gpu0\"]}]}";
+    px_assert_ok(px_json_parse(doc, strlen(doc), "plan.json", NULL, &plan, &err), &err);
+    px_assert_ok(px_rt_pipeline_spec_from_plan(plan, NULL, "plan.json", &spec, &err), &err);
+    assert_string_equal(spec.stages[0].backend, "cuda");
+    assert_false(spec.stages[0].emulated);
+    json_decref(plan);
+    px_hw_graph_free(g);
 }
 
 static void test_prompt_longer_than_the_context_is_refused(void **state)
@@ -696,6 +742,7 @@ int main(void)
         cmocka_unit_test(test_stopped_worker_is_named_within_the_timeout),
         cmocka_unit_test(test_truncated_frame_is_reported_by_the_stage_that_got_it),
         cmocka_unit_test(test_model_that_does_not_match_the_plan_is_refused),
+        cmocka_unit_test(test_stage_on_an_emulated_gpu_runs_on_the_emu_backend),
         cmocka_unit_test(test_prompt_longer_than_the_context_is_refused),
         cmocka_unit_test(test_run_command_plans_on_emu_small_and_reports),
         cmocka_unit_test(test_run_command_plans_one_device_per_stage),
