@@ -265,9 +265,9 @@ static TGT void matmul_bf16(const void *w, size_t row_bytes, uint32_t k, uint32_
  * memory and the wide tiles measured no faster (bench_rt_kernels), and
  * the block-quantized formats (cpu_quant*.c).  One activation row
  * (decode) takes the tiles here with two weight rows, one from each half
- * of the range (matmul_plain, matvec_q8_0): half the instructions of the
- * avx2 pairs, which left f16 and q8_0 short of memory's speed on one
- * thread. */
+ * of the range (matmul_plain, matvec_q8_0): fewer instructions than the
+ * avx2 pairs (half for the float formats), which left f16 and q8_0 short
+ * of memory's speed on one thread. */
 void px__rt_avx2_matmul(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                         uint32_t i1, const float *x, size_t ldx, uint32_t n_x, float *y,
                         size_t ldy);
