@@ -25,8 +25,8 @@
  * there add their scaled pair sums with VNNI (vpdpwssd) and reduce their
  * four sums in one pass.  Q4_K, Q5_K and Q6_K prefill takes sixteen
  * activation rows at a time instead, one a lane, so that no sum is reduced
- * across lanes (px__rt_quant_gemm16_x512); the rows of a batch past a
- * multiple of sixteen go four at a time.  Decode takes one weight row at a time: its
+ * across lanes (px__rt_quant_gemm16_x512); fewer than six rows of a batch
+ * past a multiple of sixteen go four at a time.  Decode takes one weight row at a time: its
  * rows lie one after the other, so the weights stream from memory in order (four rows interleaved
  * measured twice as slow on a model whose weights come from memory, for all their sharing of the
  * activations).  The k-quants decode four super-blocks at a time, sharing one reduction and
@@ -993,25 +993,33 @@ DOTN(dotn_q6_k, dotn_k, PX_DTYPE_Q6_K)
  * against the activations' sums of 16), M the mins against those sums, all exact in int32, and
  * the float step is the definition's in each lane. */
 enum { PF_ROWS = 16, PF_GROUPS = 4 };
+/* Fewer rows than PF_PAD_MIN past the groups of sixteen go four at a time (dotn_k); this many
+ * or more take a group of their own, its other lanes empty: cheaper than four at a time from
+ * about five rows on beside a full group, which shares each weight super-block's decode, and
+ * from about twelve alone (eight alone measured slower). */
+enum { PF_PAD_MIN = 6, PF_ALONE_MIN = 12 };
 #define PF_BS_OFF   (PX__RT_QK * PF_ROWS)
 #define PF_DX_OFF   (PF_BS_OFF + 8 * 64)
 #define PF_SB_BYTES (PF_DX_OFF + 64)
 
-/* Super-block i of sixteen activation rows (xq, ldxq bytes apart) laid out at out: for each
- * four values 4q .. 4q + 3, the rows' bytes in lanes (64 bytes); for each two sums of 16
- * values, the rows' pairs (int16); the rows' scales. */
-INLINE void pf_pack(const uint8_t *xq, size_t ldxq, uint32_t i, uint8_t *out)
+/* Super-block i of `rows` (at most sixteen) activation rows (xq, ldxq bytes apart) laid out at
+ * out: for each four values 4q .. 4q + 3, the rows' bytes in lanes (64 bytes); for each two sums
+ * of 16 values, the rows' pairs (int16); the rows' scales.  Lanes past `rows` hold zeros. */
+INLINE void pf_pack(const uint8_t *xq, size_t ldxq, uint32_t i, uint32_t rows, uint8_t *out)
 {
+    const __mmask16 live = (__mmask16)((1u << rows) - 1);
+    const __m512i zero = _mm512_setzero_si512();
     const __m512i at =
         _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                            _mm512_set1_epi32((int)ldxq));
     const uint8_t *base = xq + (size_t)i * PX__RT_Q8_K_BYTES;
     for (uint32_t q = 0; q < PX__RT_QK / 4; q++)
-        _mm512_store_si512(out + 64 * q, _mm512_i32gather_epi32(at, base + 4 + 4 * q, 1));
+        _mm512_store_si512(out + 64 * q,
+                           _mm512_mask_i32gather_epi32(zero, live, at, base + 4 + 4 * q, 1));
     for (uint32_t a = 0; a < 8; a++)
         _mm512_store_si512(out + PF_BS_OFF + 64 * a,
-                           _mm512_i32gather_epi32(at, base + 260 + 4 * a, 1));
-    _mm512_store_si512(out + PF_DX_OFF, _mm512_i32gather_epi32(at, base, 1));
+                           _mm512_mask_i32gather_epi32(zero, live, at, base + 260 + 4 * a, 1));
+    _mm512_store_si512(out + PF_DX_OFF, _mm512_mask_i32gather_epi32(zero, live, at, base, 1));
 }
 
 /* The scale group (Q4_K, Q5_K: of 32 values) of each 32 bytes of pf_weights' u. */
@@ -1112,9 +1120,11 @@ INLINE __m512 pf_float(px_dtype t, __m512i s, __m512i m, const uint8_t *x, float
 }
 
 /* Weight rows [i0, i1) of w against nb groups of sixteen activation rows laid out at xp
- * (nsb super-blocks each), into y (row r of group j at y + (16 j + r) * ldy). */
+ * (nsb super-blocks each; the last group `last` rows), into y (row r of group j at
+ * y + (16 j + r) * ldy). */
 INLINE void pf_rows(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0,
-                    uint32_t i1, const uint8_t *xp, uint32_t nb, float *y, size_t ldy)
+                    uint32_t i1, const uint8_t *xp, uint32_t nb, uint32_t last, float *y,
+                    size_t ldy)
 {
     const size_t bb = px_dtype_block_bytes(t), nsb = k / PX__RT_QK;
     __m512i g[4];
@@ -1147,7 +1157,7 @@ INLINE void pf_rows(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k, 
             for (uint32_t j = 0; j < nb; j++) {
                 float v[PF_ROWS];
                 _mm512_storeu_ps(v, acc[j]);
-                for (uint32_t r = 0; r < PF_ROWS; r++) {
+                for (uint32_t r = 0; r < (j + 1 < nb ? PF_ROWS : last); r++) {
                     float *o = y + ((size_t)PF_ROWS * j + r) * ldy + i;
                     *o = c0 == 0 ? v[r] : *o + v[r];
                 }
@@ -1158,9 +1168,9 @@ INLINE void pf_rows(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k, 
 
 #define PF_FN(NAME, T)                                                                             \
     static TGT void NAME(const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1, \
-                         const uint8_t *xp, uint32_t nb, float *y, size_t ldy)                     \
+                         const uint8_t *xp, uint32_t nb, uint32_t last, float *y, size_t ldy)      \
     {                                                                                              \
-        pf_rows(T, w, row_bytes, k, i0, i1, xp, nb, y, ldy);                                       \
+        pf_rows(T, w, row_bytes, k, i0, i1, xp, nb, last, y, ldy);                                 \
     }
 PF_FN(pf_q4_k, PX_DTYPE_Q4_K)
 PF_FN(pf_q5_k, PX_DTYPE_Q5_K)
@@ -1171,10 +1181,12 @@ TGT uint32_t px__rt_quant_gemm16_x512(px_dtype t, const uint8_t *w, size_t row_b
                                       uint32_t i0, uint32_t i1, const uint8_t *xq, size_t ldxq,
                                       uint32_t n_x, float *y, size_t ldy)
 {
-    if ((!per32(t) && t != PX_DTYPE_Q6_K) || n_x < PF_ROWS || k % PX__RT_QK ||
+    if ((!per32(t) && t != PX_DTYPE_Q6_K) || n_x < PF_ALONE_MIN || k % PX__RT_QK ||
         ldxq > INT32_MAX / PF_ROWS)
         return 0;
-    uint32_t ng = n_x / PF_ROWS, nsb = k / PX__RT_QK;
+    /* Rows done: the groups of sixteen, and the rest when they are enough for a group. */
+    uint32_t done = n_x % PF_ROWS < PF_PAD_MIN ? n_x - n_x % PF_ROWS : n_x;
+    uint32_t ng = (done + PF_ROWS - 1) / PF_ROWS, nsb = k / PX__RT_QK;
     uint8_t *xp = aligned_alloc(64, (size_t)PX_MIN(ng, PF_GROUPS) * nsb * PF_SB_BYTES);
     if (!xp)
         return 0;
@@ -1182,20 +1194,21 @@ TGT uint32_t px__rt_quant_gemm16_x512(px_dtype t, const uint8_t *w, size_t row_b
      * second-level cache while every weight row passes once. */
     for (uint32_t g0 = 0; g0 < ng; g0 += PF_GROUPS) {
         uint32_t nb = PX_MIN(PF_GROUPS, ng - g0);
+        uint32_t last = PX_MIN(PF_ROWS, done - (g0 + nb - 1) * PF_ROWS);
         for (uint32_t j = 0; j < nb; j++)
             for (uint32_t b = 0; b < nsb; b++)
                 pf_pack(xq + (size_t)(g0 + j) * PF_ROWS * ldxq, ldxq, b,
-                        xp + ((size_t)j * nsb + b) * PF_SB_BYTES);
+                        j + 1 < nb ? PF_ROWS : last, xp + ((size_t)j * nsb + b) * PF_SB_BYTES);
         float *yg = y + (size_t)g0 * PF_ROWS * ldy;
         if (t == PX_DTYPE_Q4_K)
-            pf_q4_k(w, row_bytes, k, i0, i1, xp, nb, yg, ldy);
+            pf_q4_k(w, row_bytes, k, i0, i1, xp, nb, last, yg, ldy);
         else if (t == PX_DTYPE_Q5_K)
-            pf_q5_k(w, row_bytes, k, i0, i1, xp, nb, yg, ldy);
+            pf_q5_k(w, row_bytes, k, i0, i1, xp, nb, last, yg, ldy);
         else
-            pf_q6_k(w, row_bytes, k, i0, i1, xp, nb, yg, ldy);
+            pf_q6_k(w, row_bytes, k, i0, i1, xp, nb, last, yg, ldy);
     }
     free(xp);
-    return ng * PF_ROWS;
+    return done;
 }
 
 void px__rt_quant_dotn_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, size_t ldxq,

@@ -165,9 +165,10 @@ void px__rt_quant_dotn_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, siz
  * nothing) for the others. */
 bool px__rt_quant_gemv_x512(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0,
                             uint32_t i1, const uint8_t *xq, float *y);
-/* The AVX-512 product of sixteen activation rows at a time (prefill) for Q4_K and Q5_K: rows
- * r < the returned count (n_x less n_x % 16; 0 for other formats, fewer than 16 rows, or when
- * memory runs short) written as px__rt_quant_gemm writes them, the rest left for it. */
+/* The AVX-512 product of sixteen activation rows at a time (prefill) for Q4_K, Q5_K and Q6_K:
+ * rows r < the returned count (n_x, or n_x less n_x % 16 when fewer than six rows are left past
+ * the groups of sixteen; 0 for other formats, fewer than twelve rows, or when memory runs
+ * short) written as px__rt_quant_gemm writes them, the rest left for it. */
 uint32_t px__rt_quant_gemm16_x512(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k,
                                   uint32_t i0, uint32_t i1, const uint8_t *xq, size_t ldxq,
                                   uint32_t n_x, float *y, size_t ldy);

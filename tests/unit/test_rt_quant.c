@@ -587,10 +587,10 @@ static void test_quant_matvec_independent_of_rows_and_batch(void **state)
     free(x);
 }
 
-/* Products of more activation rows than a group (PX__RT_QDOT_ROWS) and
- * than five groups of sixteen (the avx512 k-quant prefill: four groups at
- * a time, in pairs, then one alone, then the rest four at a time) over
- * more weight rows than a tile (px__rt_tile_rows), neither a multiple of
+/* Products of 7, 13, 23, 42 and 83 activation rows (groups of
+ * PX__RT_QDOT_ROWS, and the avx512 k-quant prefill's groups of sixteen:
+ * part-filled, in pairs, alone, and the rest four at a time) over more
+ * weight rows than a tile (px__rt_tile_rows), neither a multiple of
  * its unit, and a row range starting and ending inside tiles: every
  * output equals the portable single dot (chunk by chunk past
  * PX__RT_QCHUNK values), and no output outside the range is written. */
@@ -599,33 +599,38 @@ static void test_quant_products_cross_tile_boundaries(void **state)
     (void)state;
     const px__rt_kernels *variants[3] = {&px__rt_kernels_portable, px__rt_kernels_avx2(),
                                          px__rt_kernels_avx512()};
-    enum { NX = 83 };
+    /* 7: four at a time; 13: a part-filled group of sixteen alone; 23: a full group beside a
+     * part-filled one; 42: a pair and a part-filled group alone; 83: five groups (four in
+     * pairs, one alone) and three rows four at a time. */
+    static const uint32_t nxs[] = {7, 13, 23, 42, 83};
     /* 544: 17 blocks of 32 (Q4_0, Q5_0 alone), an odd number. */
     static const uint32_t ks[] = {512, PX__RT_QCHUNK + 256, 544};
     px_rng r;
     px_rng_seed(&r, 13);
-    for (size_t f = 0; f < PX_ARRAY_LEN(k_formats); f++) {
+    for (size_t c = 0; c < PX_ARRAY_LEN(nxs) * PX_ARRAY_LEN(k_formats); c++) {
+        uint32_t nx = nxs[c / PX_ARRAY_LEN(k_formats)];
+        size_t f = c % PX_ARRAY_LEN(k_formats);
         px_dtype t = k_formats[f];
         for (size_t kk = 0; kk < PX_ARRAY_LEN(ks); kk++) {
             uint32_t k = ks[kk];
             if (k % px_dtype_block_elems(t) != 0)
                 continue;
             size_t rb = (size_t)k / px_dtype_block_elems(t) * px_dtype_block_bytes(t);
-            uint32_t tile = px__rt_tile_rows(rb, NX);
+            uint32_t tile = px__rt_tile_rows(rb, nx);
             assert_true(tile < 4096);
             uint32_t rows = tile + tile / 2 + 3, i0 = 3, i1 = rows - 2;
             size_t ab = px__rt_quant_act_bytes(t, k);
-            uint8_t *w = malloc(rows * rb), *xq = malloc(NX * ab);
-            float *x = malloc((size_t)NX * k * sizeof(float));
-            float *want = malloc((size_t)NX * rows * sizeof(float));
-            float *got = malloc((size_t)NX * rows * sizeof(float));
+            uint8_t *w = malloc(rows * rb), *xq = malloc(nx * ab);
+            float *x = malloc((size_t)nx * k * sizeof(float));
+            float *want = malloc((size_t)nx * rows * sizeof(float));
+            float *got = malloc((size_t)nx * rows * sizeof(float));
             assert_true(w && xq && x && want && got);
             for (uint32_t i = 0; i < rows; i++)
                 random_blocks(&r, t, w + i * rb, k);
-            random_floats(&r, x, (size_t)NX * k);
-            for (uint32_t q = 0; q < NX; q++)
+            random_floats(&r, x, (size_t)nx * k);
+            for (uint32_t q = 0; q < nx; q++)
                 px__rt_quant_act(t, x + (size_t)q * k, xq + q * ab, k);
-            for (uint32_t q = 0; q < NX; q++)
+            for (uint32_t q = 0; q < nx; q++)
                 for (uint32_t i = 0; i < rows; i++) {
                     float v = NAN;
                     for (uint32_t c0 = 0; c0 < k && i >= i0 && i < i1; c0 += PX__RT_QCHUNK) {
@@ -639,25 +644,26 @@ static void test_quant_products_cross_tile_boundaries(void **state)
                 }
             for (size_t v = 0; v < 3 && variants[v]; v++)
                 for (int path = 0; path < 3; path++) {
-                    for (size_t j = 0; j < (size_t)NX * rows; j++)
+                    for (size_t j = 0; j < (size_t)nx * rows; j++)
                         got[j] = NAN;
                     if (path == 0)
-                        variants[v]->matmul_quant(t, w, rb, k, i0, i1, xq, ab, NX, got, rows);
+                        variants[v]->matmul_quant(t, w, rb, k, i0, i1, xq, ab, nx, got, rows);
                     else if (path == 1)
-                        variants[v]->matmul(t, w, rb, k, i0, i1, x, k, NX, got, rows);
+                        variants[v]->matmul(t, w, rb, k, i0, i1, x, k, nx, got, rows);
                     else /* one activation row at a time (decode) */
-                        for (uint32_t q = 0; q < NX; q++)
+                        for (uint32_t q = 0; q < nx; q++)
                             variants[v]->matmul_quant(t, w, rb, k, i0, i1, xq + q * ab, ab, 1,
                                                       got + (size_t)q * rows, rows);
-                    for (size_t j = 0; j < (size_t)NX * rows; j++)
+                    for (size_t j = 0; j < (size_t)nx * rows; j++)
                         if (memcmp(&got[j], &want[j], sizeof(float)) != 0)
-                            fail_msg("%s, k %u, %s %s: activation row %zu, weight row %zu of "
-                                     "[%u, %u): %.9g, the single dot %.9g",
+                            fail_msg("%s, k %u, %s %s of %u rows: activation row %zu, weight "
+                                     "row %zu of [%u, %u): %.9g, the single dot %.9g",
                                      px_dtype_name(t), k, variants[v]->name,
                                      path == 1 ? "matmul"
                                      : path    ? "matmul_quant, one row"
                                                : "matmul_quant",
-                                     j / rows, j % rows, i0, i1, (double)got[j], (double)want[j]);
+                                     nx, j / rows, j % rows, i0, i1, (double)got[j],
+                                     (double)want[j]);
                 }
             free(w);
             free(xq);
