@@ -521,12 +521,10 @@ INLINE __m128 gemv_one(px_dtype t, const uint8_t *w, size_t bb, uint32_t i, cons
 /* The dots of n values of k-quant weight rows wa and wb with an activation row (laid out by
  * gemv_act for Q4_K and Q5_K; dx: its scales), side by side (wb NULL: wa alone): two streams
  * from memory, each in order. */
-INLINE void gemv_dot2(px_dtype t, const uint8_t *wa, const uint8_t *wb, const uint8_t *xp,
-                      const float *dx, uint32_t n, float *ya, float *yb)
+INLINE void gemv_dot2(px_dtype t, size_t bb, const __m512i g[4], const uint8_t *wa,
+                      const uint8_t *wb, const uint8_t *xp, const float *dx, uint32_t n, float *ya,
+                      float *yb)
 {
-    const size_t bb = px_dtype_block_bytes(t);
-    __m512i g[4];
-    gemv_groups(t, g);
     __m128 a = _mm_setzero_ps(), b = _mm_setzero_ps();
     uint32_t nb = n / PX__RT_QK, i = 0;
     for (; i + 4 <= nb; i += 4) {
@@ -549,7 +547,9 @@ INLINE void gemv_dot2(px_dtype t, const uint8_t *wa, const uint8_t *wb, const ui
 INLINE void gemv_rows(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0,
                       uint32_t i1, const uint8_t *xp, const float *dx, float *y)
 {
-    size_t bb = px_dtype_block_bytes(t);
+    const size_t bb = px_dtype_block_bytes(t);
+    __m512i g[4];
+    gemv_groups(t, g);
     uint32_t h = (i1 - i0) / 2;
     for (uint32_t i = i0; i < i1; i++) {
         if (i >= i0 + h && i < i0 + 2 * h)
@@ -561,7 +561,7 @@ INLINE void gemv_rows(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k
             uint32_t n = PX_MIN(PX__RT_QCHUNK, k - c0);
             size_t off = c0 / PX__RT_QK * bb;
             float da, db = 0;
-            gemv_dot2(t, row + off, other ? other + off : NULL,
+            gemv_dot2(t, bb, g, row + off, other ? other + off : NULL,
                       xp + (size_t)c0 / PX__RT_QK * PX__RT_Q8_K_BYTES, dx + c0 / PX__RT_QK, n, &da,
                       &db);
             va = c0 == 0 ? da : va + da;
