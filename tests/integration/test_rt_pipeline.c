@@ -350,6 +350,19 @@ static void test_model_that_does_not_match_the_plan_is_refused(void **state)
     assert_true(since(t0) < LIMIT_S);
 }
 
+/* The pipeline spec of a one-stage plan over blocks 0..3 whose stage's other members are
+ * `stage` (JSON members), read against the inventory g (may be NULL). */
+static void one_stage_spec(const char *stage, const px_hw_graph *g, px_rt_pipeline_spec *spec)
+{
+    char *doc = px_asprintf("{\"stages\": [{\"layers\": {\"first\": 0, \"last\": 3}, %s}]}", stage);
+    px_err err;
+    json_t *plan;
+    px_assert_ok(px_json_parse(doc, strlen(doc), "plan.json", NULL, &plan, &err), &err);
+    px_assert_ok(px_rt_pipeline_spec_from_plan(plan, g, "plan.json", spec, &err), &err);
+    json_decref(plan);
+    free(doc);
+}
+
 /* A stage on an emulated device whose backend needs the real hardware (an L4 of an emulated
  * inventory: cuda) runs on the emu backend, as emulated: the device's memory, no slowdown
  * without a profile of its own; so does a plan's stage marked emulated without an inventory. */
@@ -365,33 +378,21 @@ static void test_stage_on_an_emulated_gpu_runs_on_the_emu_backend(void **state)
     px_err err;
     px_hw_graph *g = NULL;
     px_assert_ok(px_hw_graph_from_json(inv, strlen(inv), "e.json", NULL, &g, NULL, &err), &err);
-    const char *doc = "{\"stages\": [{\"layers\": {\"first\": 0, \"last\": 3}, \"backend\": "
-                      "\"cuda\", \"devices\": [\"n.gpu0\"]}]}";
-    json_t *plan;
-    px_assert_ok(px_json_parse(doc, strlen(doc), "plan.json", NULL, &plan, &err), &err);
     px_rt_pipeline_spec spec;
-    px_assert_ok(px_rt_pipeline_spec_from_plan(plan, g, "plan.json", &spec, &err), &err);
+    one_stage_spec("\"backend\": \"cuda\", \"devices\": [\"n.gpu0\"]", g, &spec);
     assert_string_equal(spec.stages[0].backend, "emu");
     assert_true(spec.stages[0].emulated && spec.emulated);
     assert_true(spec.stages[0].emu.compute_slowdown == 1 &&
                 spec.stages[0].emu.memory_slowdown == 1);
     assert_true(spec.stages[0].emu.memory_bytes > 20e9 && spec.stages[0].emu.memory_bytes < 30e9);
-    json_decref(plan);
-    doc = "{\"stages\": [{\"layers\": {\"first\": 0, \"last\": 3}, \"backend\": \"cuda\", "
-          "\"emulated\": true, \"devices\": [\"n.gpu0\"]}]}";
-    px_assert_ok(px_json_parse(doc, strlen(doc), "plan.json", NULL, &plan, &err), &err);
-    px_assert_ok(px_rt_pipeline_spec_from_plan(plan, NULL, "plan.json", &spec, &err), &err);
+    one_stage_spec("\"backend\": \"cuda\", \"emulated\": true, \"devices\": [\"n.gpu0\"]", NULL,
+                   &spec);
     assert_string_equal(spec.stages[0].backend, "emu");
     assert_int_equal(spec.stages[0].emu.memory_bytes, 0);
-    json_decref(plan);
     /* A real one keeps its backend. */
-    doc = "{\"stages\": [{\"layers\": {\"first\": 0, \"last\": 3}, \"backend\": \"cuda\", "
-          "\"devices\": [\"n.gpu0\"]}]}";
-    px_assert_ok(px_json_parse(doc, strlen(doc), "plan.json", NULL, &plan, &err), &err);
-    px_assert_ok(px_rt_pipeline_spec_from_plan(plan, NULL, "plan.json", &spec, &err), &err);
+    one_stage_spec("\"backend\": \"cuda\", \"devices\": [\"n.gpu0\"]", NULL, &spec);
     assert_string_equal(spec.stages[0].backend, "cuda");
     assert_false(spec.stages[0].emulated);
-    json_decref(plan);
     px_hw_graph_free(g);
 }
 
