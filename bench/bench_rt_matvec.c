@@ -6,7 +6,8 @@
  *    bench_rt_decode measures it): what a product out of cache can reach.
  * 2. One matrix-vector product of each shape of the 136 M synthetic llama
  *    (2816 x 1024, 1024 x 2816, 1024 x 1024, 256 x 1024 and the 512 x 1024
- *    output) in Q4_K, Q5_K and Q6_K, the kernels chosen at run time, one
+ *    output) in Q4_K, Q5_K and Q6_K, then Q4_K repacked sixteen rows to a
+ *    group where the kernels take it (ADR 0022), the kernels chosen at run time, one
  *    thread: ns per 256-value super-block with the matrix in cache (the
  *    same matrix again and again) and out of cache (a new copy of it each
  *    time, from some 200 MB of copies: what decode does), the weight GB/s
@@ -49,6 +50,7 @@
 typedef struct product {
     const px__rt_kernels *k;
     px_dtype t;
+    bool x16; /* Q4_K in PX_RT_LAYOUT_Q4_K_X16 (units of PX__RT_ROW_UNIT_X16) */
     const uint8_t *w;
     size_t row_bytes;
     uint32_t cols, rows;
@@ -60,11 +62,13 @@ static void product_part(void *arg, uint32_t part, uint32_t n_parts, uint32_t th
 {
     (void)thread;
     const product *p = arg;
-    size_t u0, u1;
-    px__rt_split((p->rows + PX__RT_ROW_UNIT - 1) / PX__RT_ROW_UNIT, part, n_parts, &u0, &u1);
-    uint32_t i0 = (uint32_t)PX_MIN(u0 * PX__RT_ROW_UNIT, p->rows);
-    uint32_t i1 = (uint32_t)PX_MIN(u1 * PX__RT_ROW_UNIT, p->rows);
-    if (i1 > i0)
+    size_t u0, u1, unit = p->x16 ? PX__RT_ROW_UNIT_X16 : PX__RT_ROW_UNIT;
+    px__rt_split((p->rows + unit - 1) / unit, part, n_parts, &u0, &u1);
+    uint32_t i0 = (uint32_t)PX_MIN(u0 * unit, p->rows);
+    uint32_t i1 = (uint32_t)PX_MIN(u1 * unit, p->rows);
+    if (i1 > i0 && p->x16)
+        p->k->matmul_q4_k16(p->w, p->row_bytes, p->cols, i0, i1, p->xq, 0, 1, p->y, p->rows);
+    else if (i1 > i0)
         p->k->matmul_quant(p->t, p->w, p->row_bytes, p->cols, i0, i1, p->xq, 0, 1, p->y, p->rows);
 }
 
@@ -74,7 +78,8 @@ static void run_product(product *p, px__rt_pool *pool)
         product_part(p, 0, 1, 0);
         return;
     }
-    uint32_t units = (p->rows + PX__RT_ROW_UNIT - 1) / PX__RT_ROW_UNIT;
+    size_t unit = p->x16 ? PX__RT_ROW_UNIT_X16 : PX__RT_ROW_UNIT;
+    uint32_t units = (uint32_t)((p->rows + unit - 1) / unit);
     px__rt_pool_run(pool, product_part, p,
                     px__rt_matmul_parts(units, p->row_bytes * p->rows, px__rt_pool_size(pool)));
 }
@@ -94,8 +99,9 @@ static const shape SHAPES[] = {
     {256, 1024, "attn k, v"},     {512, 1024, "output"},
 };
 
-/* Section 2 and 3 for one format and shape. */
-static void matvec(const px__rt_kernels *k, px__rt_pool *pool, px_dtype t, const shape *s,
+/* Section 2 and 3 for one format and shape (x16: Q4_K repacked as the cpu device holds it where
+ * the kernels have a product for it). */
+static void matvec(const px__rt_kernels *k, px__rt_pool *pool, px_dtype t, bool x16, const shape *s,
                    const double bw[3], uint8_t *copies, px_rng *r)
 {
     size_t row_bytes = (size_t)s->cols / PX__RT_QK * px_dtype_block_bytes(t);
@@ -109,12 +115,21 @@ static void matvec(const px__rt_kernels *k, px__rt_pool *pool, px_dtype t, const
             row[j] = (float)(0.02 * px_rng_normal(r));
         px__rt_quantize_row(t, row, copies + i * row_bytes, s->cols);
     }
+    if (x16) {
+        px_err err;
+        if (px_rt_weights_repack(PX_RT_LAYOUT_Q4_K_X16, t, copies, row_bytes, s->rows, s->cols,
+                                 copies + mat, &err) != PX_OK) {
+            printf("%s\n", err.msg);
+            goto done;
+        }
+        memcpy(copies, copies + mat, mat);
+    }
     for (size_t c = 1; c < n_copies; c++)
         memcpy(copies + c * mat, copies, mat);
     for (uint32_t j = 0; j < s->cols; j++)
         row[j] = (float)px_rng_normal(r);
     k->quant_act(t, row, xq, s->cols);
-    product p = {k, t, copies, row_bytes, s->cols, s->rows, xq, y};
+    product p = {k, t, x16, copies, row_bytes, s->cols, s->rows, xq, y};
     double sblocks = (double)s->rows * s->cols / PX__RT_QK;
     double hot = 1e30, cold[3] = {1e30, 1e30, 1e30};
     for (int rep = 0; rep < 200; rep++) {
@@ -134,10 +149,10 @@ static void matvec(const px__rt_kernels *k, px__rt_pool *pool, px_dtype t, const
             cold[th] = PX_MIN(cold[th], (double)(px_now_ns() - t0) / (double)n_copies);
         }
     }
-    printf("%-5s %4u x %-4u %-13s %8.2f %8.2f %7.2f %5.0f%% %8.2f %7.2f %5.0f%%\n",
-           px_dtype_name(t), s->rows, s->cols, s->what, hot / sblocks, cold[1] / sblocks,
-           (double)mat / cold[1], 100.0 * mat / cold[1] * 1e9 / bw[1], cold[2] / sblocks,
-           (double)mat / cold[2], 100.0 * mat / cold[2] * 1e9 / bw[2]);
+    printf("%-9s %4u x %-4u %-13s %8.2f %8.2f %7.2f %5.0f%% %8.2f %7.2f %5.0f%%\n",
+           x16 ? "q4_k x16" : px_dtype_name(t), s->rows, s->cols, s->what, hot / sblocks,
+           cold[1] / sblocks, (double)mat / cold[1], 100.0 * mat / cold[1] * 1e9 / bw[1],
+           cold[2] / sblocks, (double)mat / cold[2], 100.0 * mat / cold[2] * 1e9 / bw[2]);
 done:
     free(row);
     free(y);
@@ -197,7 +212,7 @@ static void qkv(const px__rt_kernels *k, px__rt_pool *pool, uint8_t *copies, px_
     qkv_group g;
     size_t units = 0, first_row = 0;
     for (int j = 0; j < 3; j++) {
-        g.p[j] = (product){k, t, NULL, row_bytes, COLS, rows[j], xq, y + first_row};
+        g.p[j] = (product){k, t, false, NULL, row_bytes, COLS, rows[j], xq, y + first_row};
         g.unit_end[j] = units += (rows[j] + PX__RT_ROW_UNIT - 1) / PX__RT_ROW_UNIT;
         first_row += rows[j];
     }
@@ -360,14 +375,17 @@ int main(void)
            "of cache (1 thread), GB/s and share of the read bandwidth; then out of cache with 2 "
            "threads\n",
            k->name);
-    printf("%-5s %11s %-13s %8s %8s %7s %6s %8s %7s %6s\n", "dtype", "rows x cols", "matrix",
+    printf("%-9s %11s %-13s %8s %8s %7s %6s %8s %7s %6s\n", "dtype", "rows x cols", "matrix",
            "ns hot", "ns cold", "GB/s", "of bw", "ns 2thr", "GB/s", "of bw");
     px_rng r;
     px_rng_seed(&r, 1);
     static const px_dtype types[] = {PX_DTYPE_Q4_K, PX_DTYPE_Q5_K, PX_DTYPE_Q6_K};
     for (size_t t = 0; t < PX_ARRAY_LEN(types); t++)
         for (size_t i = 0; i < PX_ARRAY_LEN(SHAPES); i++)
-            matvec(k, pool, types[t], &SHAPES[i], bw, copies, &r);
+            matvec(k, pool, types[t], false, &SHAPES[i], bw, copies, &r);
+    /* Q4_K as a cpu device with these kernels holds it (ADR 0022). */
+    for (size_t i = 0; i < PX_ARRAY_LEN(SHAPES) && k->matmul_q4_k16; i++)
+        matvec(k, pool, PX_DTYPE_Q4_K, true, &SHAPES[i], bw, copies, &r);
     qkv(k, pool, copies, &r);
     free(copies);
     px__rt_pool_free(pool);

@@ -36,7 +36,24 @@ typedef struct px_rt_tensor {
     px_rt_buffer *buffer; /* borrowed; the memory owner */
     size_t offset;        /* byte offset of element 0 in the buffer */
     const char *name;     /* borrowed; for messages ("blk.3.attn_q.weight") */
+    uint32_t layout;      /* px_rt_layout of a matrix of weights; 0 (rows) for the rest */
 } px_rt_tensor;
+
+/* How a matrix of weights lies in its buffer.  Every layout takes the bytes of the rows as
+ * stored, so that ne and nb keep their meaning for sizes and row strides. */
+typedef enum px_rt_layout {
+    PX_RT_LAYOUT_ROWS = 0, /* rows one after another, as the model file stores them */
+    /* Q4_K rows repacked sixteen to a group, a super-block of every row of the group at a
+     * time (the AVX-512 cpu kernels' decode reads them one register a row); rows a multiple of
+     * sixteen.  px_rt_weights_repack writes it. */
+    PX_RT_LAYOUT_Q4_K_X16 = 1,
+} px_rt_layout;
+
+/* Writes the matrix of `rows` rows (row_bytes apart, of dtype) at src in `layout` at dst (the
+ * same bytes).  Errors: PX_EINVAL when the layout does not take such a matrix, naming why. */
+PX_NODISCARD px_status px_rt_weights_repack(px_rt_layout layout, px_dtype dtype, const void *src,
+                                            size_t row_bytes, uint64_t rows, uint64_t cols,
+                                            void *dst, px_err *err);
 
 /* Clears t, then sets dtype, ne (innermost first, n_dims <= 4, the rest 1)
  * and contiguous strides; buffer, offset and name are left for the caller.
@@ -128,7 +145,7 @@ const char *px_rt_op_name(const px_rt_op *op);
  * differs is refused; a smaller minor simply has fewer slots (size says
  * which). */
 #define PX_RT_ABI_MAJOR   1u
-#define PX_RT_ABI_MINOR   0u
+#define PX_RT_ABI_MINOR   1u
 #define PX_RT_ABI_VERSION ((PX_RT_ABI_MAJOR << 16) | PX_RT_ABI_MINOR)
 
 typedef struct px_rt_device px_rt_device;
@@ -244,6 +261,10 @@ typedef struct px_rt_device_iface {
     /* (optional) Bytes of scratch op needs (its `work` tensor), for the
      * largest shapes it will run with.  Defaults to 0. */
     size_t (*work_size)(void *dev, const px_rt_op *op);
+    /* (optional) The layout (px_rt_layout) the device runs a matrix of weights of dtype, of
+     * `rows` rows of `cols` values, fastest in; the session repacks the weights into it once.
+     * Defaults to PX_RT_LAYOUT_ROWS. */
+    uint32_t (*weight_layout)(void *dev, px_dtype dtype, uint64_t cols, uint64_t rows);
 } px_rt_device_iface;
 
 /* A backend as registered by name. */
@@ -277,6 +298,9 @@ void px_rt_device_props_get(const px_rt_device *d, px_rt_device_props *out);
 bool px_rt_device_supports_op(const px_rt_device *d, px_ir_op_kind op, px_dtype dtype);
 /* Scratch bytes op needs on the device (see px_rt_op.work). */
 size_t px_rt_device_work_size(const px_rt_device *d, const px_rt_op *op);
+/* The layout the device takes a matrix of weights in (its weight_layout, or rows). */
+px_rt_layout px_rt_device_weight_layout(const px_rt_device *d, px_dtype dtype, uint64_t cols,
+                                        uint64_t rows);
 
 /* Allocates a zero-filled buffer.  Returns owned memory
  * (px_rt_buffer_free).  Errors: PX_ENOMEM, the backend's. */

@@ -96,6 +96,11 @@ typedef struct px_rt_session_info {
     uint64_t kv_bytes;      /* KV cache of all slots */
     uint64_t scratch_bytes; /* activations and scratch */
     bool weights_copied;    /* weights were copied to the device */
+    /* Matrices held in a layout of the device's own (px_rt_layout: Q4_K sixteen rows to a
+     * group for the avx512 cpu kernels), repacked from the file once for all the sessions of
+     * the model, and their bytes (host memory beside the file's). */
+    uint32_t weights_repacked;
+    uint64_t repacked_bytes;
     px_rt_device_props device;
     uint32_t kv_block_size; /* positions per KV-cache block */
     uint32_t kv_blocks;     /* blocks in all */

@@ -132,11 +132,15 @@ static int report(const gen_opts *o, gen_out *g, const px_rt_generate_stats *st,
                 printf("--- prompt %u ---\n%s%s\n", i + 1, o->prompts[i], g->text[i].buf);
         }
         fflush(stdout);
+        char repacked[64] = "";
+        if (info->weights_repacked)
+            snprintf(repacked, sizeof repacked, "; %u matrices repacked for its kernels",
+                     info->weights_repacked);
         fprintf(stderr,
                 "prefill: %" PRIu64 " tokens in %.1f ms (%.1f tokens/s); decode: %" PRIu64
-                " tokens in %.1f ms (%.1f tokens/s); %s\n",
+                " tokens in %.1f ms (%.1f tokens/s); %s%s\n",
                 st->prompt_tokens, (double)st->prefill_ns / 1e6, pf, st->decode_tokens,
-                (double)st->decode_ns / 1e6, dc, info->device.description);
+                (double)st->decode_ns / 1e6, dc, info->device.description, repacked);
         return PX_EXIT_OK;
     }
     json_t *doc = json_object(), *results = json_array();
@@ -144,6 +148,7 @@ static int report(const gen_opts *o, gen_out *g, const px_rt_generate_stats *st,
     px_json_set(doc, "model", json_string(o->model));
     px_json_set(doc, "device", json_string(info->device.description));
     px_json_set(doc, "threads", json_integer(info->n_threads));
+    px_json_set(doc, "weights_repacked", json_integer(info->weights_repacked));
     json_t *samp = json_object();
     px_json_set(samp, "temperature", json_real(o->temp));
     px_json_set(samp, "top_p", json_real(o->top_p));

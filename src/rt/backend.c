@@ -306,6 +306,14 @@ size_t px_rt_device_work_size(const px_rt_device *d, const px_rt_op *op)
     return d->iface->work_size(d->ctx, op);
 }
 
+px_rt_layout px_rt_device_weight_layout(const px_rt_device *d, px_dtype dtype, uint64_t cols,
+                                        uint64_t rows)
+{
+    if (!PX__RT_HAS(d->iface, px_rt_device_iface, weight_layout))
+        return PX_RT_LAYOUT_ROWS;
+    return (px_rt_layout)d->iface->weight_layout(d->ctx, dtype, cols, rows);
+}
+
 /* ------------------------------------------------------------------ */
 /* Buffers                                                             */
 /* ------------------------------------------------------------------ */

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include "rt/quant_impl.h"
 #include "rt/rt_impl.h"
 
 typedef px__rt_host_device cpu_device;
@@ -185,6 +186,15 @@ size_t px__rt_host_work_size(void *dev, const px_rt_op *op)
     return px__rt_cpu_work_size(((const px__rt_host_device *)dev)->n_threads, op);
 }
 
+/* Q4_K matrices repacked for the avx512 kernels' products, which read sixteen rows a register. */
+static uint32_t weight_layout(void *dev, px_dtype dtype, uint64_t cols, uint64_t rows)
+{
+    const cpu_device *d = dev;
+    bool x16 = d->kernels->matmul_q4_k16 && dtype == PX_DTYPE_Q4_K && cols > 0 &&
+               cols % PX__RT_QK == 0 && rows > 0 && rows % PX__RT_Q4K16_ROWS == 0;
+    return x16 ? PX_RT_LAYOUT_Q4_K_X16 : PX_RT_LAYOUT_ROWS;
+}
+
 static const px_rt_device_iface cpu_device_iface = {
     .abi_version = PX_RT_ABI_VERSION,
     .size = sizeof(px_rt_device_iface),
@@ -195,6 +205,7 @@ static const px_rt_device_iface cpu_device_iface = {
     .stream_new = stream_new,
     .buffer_from_host = buffer_from_host,
     .work_size = px__rt_host_work_size,
+    .weight_layout = weight_layout,
 };
 
 px_status px__rt_host_device_init(px__rt_host_device *h, const char *name,

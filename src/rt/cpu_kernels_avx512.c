@@ -545,6 +545,7 @@ static const px__rt_kernels kernels_avx512 = {
     .matmul_q8_0 = matmul_q8_0,
     .quant_q8_0 = px__rt_quantize_q8_act_x512,
     .matmul_quant = matmul_quant,
+    .matmul_q4_k16 = px__rt_quant_gemm_x16_x512,
     .quant_act = px__rt_quant_act_x512,
     .dequant = px__rt_avx2_dequant,
     .dot_f32 = px__rt_avx2_dot_f32,

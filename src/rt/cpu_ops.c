@@ -329,7 +329,9 @@ static void matmul_range(const task *t, uint32_t i0, uint32_t i1)
     const uint8_t *wd = px_rt_tensor_data(w);
     uint32_t k = (uint32_t)w->ne[0], n = (uint32_t)w->ne[1];
     float *y = px_rt_tensor_data(op->dst);
-    if (w->dtype == PX_DTYPE_Q8_0)
+    if (w->layout == PX_RT_LAYOUT_Q4_K_X16)
+        t->k->matmul_q4_k16(wd, w->nb[1], k, i0, i1, t->xb, t->xb_stride, t->rows, y, n);
+    else if (w->dtype == PX_DTYPE_Q8_0)
         t->k->matmul_q8_0(wd, w->nb[1], k, i0, i1, t->xq, t->xd, t->rows, y, n);
     else if (t->xb)
         t->k->matmul_quant(w->dtype, wd, w->nb[1], k, i0, i1, t->xb, t->xb_stride, t->rows, y, n);
@@ -337,9 +339,15 @@ static void matmul_range(const task *t, uint32_t i0, uint32_t i1)
         t->k->matmul(w->dtype, wd, w->nb[1], k, i0, i1, t->x, k, t->rows, y, n);
 }
 
+/* Rows of op's weights a unit of its work holds. */
+static size_t row_unit(const px_rt_op *op)
+{
+    return op->src[1]->layout == PX_RT_LAYOUT_Q4_K_X16 ? PX__RT_ROW_UNIT_X16 : PX__RT_ROW_UNIT;
+}
+
 static size_t row_units(const px_rt_op *op)
 {
-    return ((size_t)op->src[1]->ne[1] + PX__RT_ROW_UNIT - 1) / PX__RT_ROW_UNIT;
+    return ((size_t)op->src[1]->ne[1] + row_unit(op) - 1) / row_unit(op);
 }
 
 /* A part of a group: a range of its units, which may cross from one
@@ -355,8 +363,9 @@ static void group_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_t thre
             continue;
         size_t end = PX_MIN(u1, g->unit_end[j]);
         uint32_t n = (uint32_t)g->t[j].op->src[1]->ne[1];
-        uint32_t i0 = (uint32_t)PX_MIN((u0 - first) * PX__RT_ROW_UNIT, n);
-        uint32_t i1 = (uint32_t)PX_MIN((end - first) * PX__RT_ROW_UNIT, n);
+        size_t unit = row_unit(g->t[j].op);
+        uint32_t i0 = (uint32_t)PX_MIN((u0 - first) * unit, n);
+        uint32_t i1 = (uint32_t)PX_MIN((end - first) * unit, n);
         if (i1 > i0)
             matmul_range(&g->t[j], i0, i1);
         u0 = end;
@@ -646,11 +655,31 @@ static void elementwise_rows(void *arg, uint32_t part, uint32_t n_parts, uint32_
     }
 }
 
+/* A weight in a layout other than its rows: only a product's Q4_K matrix in the layout the
+ * kernels have a decode for. */
+static px_status check_layout(const px__rt_cpu_exec *ex, const px_rt_op *op, px_err *err)
+{
+    const px_rt_tensor *w = op->src[op->kind == PX_IR_OP_EMBEDDING ? 0 : 1];
+    if (!w || w->layout == PX_RT_LAYOUT_ROWS)
+        return PX_OK;
+    bool product = op->kind == PX_IR_OP_MATMUL || op->kind == PX_IR_OP_CLASSIFIER;
+    if (!product || w->layout != PX_RT_LAYOUT_Q4_K_X16 || !ex->k->matmul_q4_k16)
+        return px_err_set(
+            err, PX_EUNSUPPORTED, "cpu: %s cannot read weight %s in layout %u with the %s kernels",
+            px_ir_op_kind_name(op->kind), w->name ? w->name : "?", w->layout, ex->k->name);
+    if (w->dtype != PX_DTYPE_Q4_K || w->ne[1] % PX__RT_Q4K16_ROWS ||
+        w->nb[1] != (size_t)w->ne[0] / PX__RT_QK * 144)
+        return op_error(err, op,
+                        "a weight in the q4_k x16 layout must be a contiguous q4_k "
+                        "matrix whose rows are a multiple of 16");
+    return PX_OK;
+}
+
 /* The checks every op passes before it runs. */
 static px_status check_run(const px__rt_cpu_exec *ex, const px_rt_op *op, px_err *err)
 {
     px_status st = check_op(op, err);
-    if (st)
+    if (st || (st = check_layout(ex, op, err)))
         return st;
     if (op->work) {
         size_t need = px__rt_cpu_work_size(px__rt_pool_size(ex->pool), op);

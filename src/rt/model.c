@@ -4,6 +4,8 @@
  */
 #include "base/common.h"
 
+#include <sys/mman.h>
+
 #include "rt/rt_impl.h"
 
 static px_status check_weight(const px_ir_model *ir, const px_ir_tensor *t, const char *role,
@@ -103,7 +105,10 @@ px_status px_rt_model_new(const px_ir_model *ir, px_rt_model **out, px_err *err)
     m->q_dim = hp->n_heads * hp->head_dim;
     m->kv_dim = hp->n_kv_heads * hp->head_dim;
     m->layers = calloc(hp->n_layers, sizeof *m->layers);
-    if (!m->layers) {
+    m->repacked = calloc(1, sizeof *m->repacked);
+    if (m->repacked)
+        pthread_mutex_init(&m->repacked->lock, NULL);
+    if (!m->layers || !m->repacked) {
         st = px_err_set(err, PX_ENOMEM, "%s: out of memory", path);
         goto fail;
     }
@@ -173,9 +178,92 @@ void px_rt_model_free(px_rt_model *m)
 {
     if (!m)
         return;
+    if (m->repacked) {
+        for (size_t i = 0; i < m->repacked->n_chunks; i++)
+            free(m->repacked->chunks[i]);
+        free(m->repacked->chunks);
+        free(m->repacked->items);
+        pthread_mutex_destroy(&m->repacked->lock);
+        free(m->repacked);
+    }
     free(m->layers);
     px_ir_model_free(m->owned_ir);
     free(m);
+}
+
+/* Repacked matrices lie in chunks of at least this many bytes, aligned to and asked for in
+ * huge pages: one fault for 2 MiB rather than one for 4 KiB (repacking a 70 MB model took 0.27
+ * s with small pages, 0.13 s with huge ones), and no page of the chunk taken before it is
+ * written, so that a chunk's unused tail costs no memory. */
+#define REPACK_CHUNK ((size_t)64 << 20)
+#define HUGE_PAGE    ((size_t)2 << 20)
+
+/* n bytes (64-byte aligned) of c's chunks, under its lock. */
+static void *chunk_bytes(px__rt_repack_cache *c, size_t n)
+{
+    n = (n + 63) / 64 * 64;
+    if (!c->n_chunks || c->used + n > c->size) {
+        if (c->n_chunks == c->cap_chunks) {
+            size_t cap = c->cap_chunks ? 2 * c->cap_chunks : 8;
+            uint8_t **chunks = realloc(c->chunks, cap * sizeof *chunks);
+            if (!chunks)
+                return NULL;
+            c->chunks = chunks;
+            c->cap_chunks = cap;
+        }
+        size_t size = PX_MAX(REPACK_CHUNK, (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE);
+        uint8_t *chunk = aligned_alloc(HUGE_PAGE, size);
+        if (!chunk)
+            return NULL;
+        madvise(chunk, size, MADV_HUGEPAGE); /* a hint: small pages where it is refused */
+        c->chunks[c->n_chunks++] = chunk;
+        c->size = size;
+        c->used = 0;
+    }
+    void *p = c->chunks[c->n_chunks - 1] + c->used;
+    c->used += n;
+    return p;
+}
+
+px_status px__rt_model_repacked(const px_rt_model *m, const px_ir_tensor *src, px_rt_layout layout,
+                                const void **out, px_err *err)
+{
+    px__rt_repack_cache *c = m->repacked;
+    px_status st = PX_OK;
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < c->n; i++)
+        if (c->items[i].src == src && c->items[i].layout == layout) {
+            *out = c->items[i].data;
+            goto done;
+        }
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 16;
+        px__rt_repacked *items = realloc(c->items, cap * sizeof *items);
+        if (!items) {
+            st = px_err_set(err, PX_ENOMEM, "weight %s: out of memory", src->name);
+            goto done;
+        }
+        c->items = items;
+        c->cap = cap;
+    }
+    void *data = chunk_bytes(c, (size_t)src->n_bytes);
+    if (!data) {
+        st = px_err_set(err, PX_ENOMEM, "weight %s: cannot allocate %" PRIu64 " bytes to repack it",
+                        src->name, src->n_bytes);
+        goto done;
+    }
+    st = px_rt_weights_repack(layout, src->dtype, src->data, (size_t)src->nb[1], src->ne[1],
+                              src->ne[0], data, err);
+    if (st) {
+        /* The bytes stay in the chunk, unused: a refusal is the caller's error, not a loop. */
+        px_err_prefix(err, st, "weight %s: ", src->name);
+        goto done;
+    }
+    c->items[c->n++] = (px__rt_repacked){src, layout, data};
+    *out = data;
+done:
+    pthread_mutex_unlock(&c->lock);
+    return st;
 }
 
 const px_ir_model *px_rt_model_ir(const px_rt_model *m)

@@ -230,6 +230,47 @@ float px__rt_quant_value_at(px_dtype t, const void *row, uint32_t i)
     return vals[i % be];
 }
 
+_Static_assert(PX__RT_Q4K16_QS == PX__RT_Q4K16_SCALES + 3 * 64,
+               "a tile's quants follow its scales, a dword of every row at a time");
+
+void px__rt_q4_k_repack16(const uint8_t *w, size_t row_bytes, uint32_t nb, uint8_t *out)
+{
+    for (uint32_t b = 0; b < nb; b++) {
+        uint8_t *tile = out + (size_t)b * PX__RT_Q4K16_TILE;
+        for (uint32_t r = 0; r < PX__RT_Q4K16_ROWS; r++) {
+            const uint8_t *blk = w + r * row_bytes + (size_t)b * 144;
+            memcpy(tile + 2 * r, blk, 2);
+            memcpy(tile + 32 + 2 * r, blk + 2, 2);
+            /* Dwords 1 .. 35 (12 scale bytes, 128 quant bytes), 64 bytes apart. */
+            uint8_t *dst = tile + PX__RT_Q4K16_SCALES + 4 * r;
+            for (uint32_t j = 0; j < 35; j++)
+                memcpy(dst + 64 * j, blk + 4 + 4 * j, 4);
+        }
+    }
+}
+
+px_status px_rt_weights_repack(px_rt_layout layout, px_dtype dtype, const void *src,
+                               size_t row_bytes, uint64_t rows, uint64_t cols, void *dst,
+                               px_err *err)
+{
+    if (layout == PX_RT_LAYOUT_ROWS) {
+        memcpy(dst, src, (size_t)(rows * row_bytes));
+        return PX_OK;
+    }
+    if (layout != PX_RT_LAYOUT_Q4_K_X16)
+        return px_err_set(err, PX_EINVAL, "weights: unknown layout %u", (unsigned)layout);
+    if (dtype != PX_DTYPE_Q4_K || cols % PX__RT_QK || rows % PX__RT_Q4K16_ROWS ||
+        row_bytes != cols / PX__RT_QK * 144)
+        return px_err_set(err, PX_EINVAL,
+                          "weights: the q4_k x16 layout takes contiguous q4_k matrices of whole "
+                          "super-blocks and rows a multiple of 16, not %s %" PRIu64 " x %" PRIu64,
+                          px_dtype_name(dtype), rows, cols);
+    for (uint64_t g = 0; g < rows; g += PX__RT_Q4K16_ROWS)
+        px__rt_q4_k_repack16((const uint8_t *)src + g * row_bytes, row_bytes,
+                             (uint32_t)(cols / PX__RT_QK), (uint8_t *)dst + g * row_bytes);
+    return PX_OK;
+}
+
 px_dtype px__rt_quant_act_dtype(px_dtype t)
 {
     return t == PX_DTYPE_Q4_0 || t == PX_DTYPE_Q5_0 ? PX_DTYPE_Q8_0 : PX_DTYPE_Q8_K;

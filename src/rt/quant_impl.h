@@ -88,6 +88,20 @@ static inline void px__rt_q4_k_scales(const uint8_t *s12, uint64_t *scales, uint
     *mins = (uint64_t)m_hi << 32 | (u[1] & k1);
 }
 
+/* Q4_K rows repacked for the AVX-512 decode, sixteen rows to a group: each group's
+ * super-block b is a tile of sixteen blocks' bytes (2304), tiles in order, groups in order, so
+ * that a repacked matrix takes the bytes of the original.  A tile holds the rows' d (16 f16),
+ * their dmin (16 f16), dword q (0..2) of their 12 scale bytes (row r at 64 q + 4 r from
+ * PX__RT_Q4K16_SCALES) and dword j (0..31) of their 128 quant bytes (row r at 64 j + 4 r from
+ * PX__RT_Q4K16_QS): one register a dword, one lane a row. */
+#define PX__RT_Q4K16_ROWS   16u
+#define PX__RT_Q4K16_SCALES 64u
+#define PX__RT_Q4K16_QS     256u
+#define PX__RT_Q4K16_TILE   2304u
+/* Repacks rows [0, 16) of a Q4_K matrix (rows row_bytes apart, nb super-blocks each) into one
+ * group at out (16 * nb * 144 bytes). */
+void px__rt_q4_k_repack16(const uint8_t *w, size_t row_bytes, uint32_t nb, uint8_t *out);
+
 /* Decodes the scales (d, dmin, sc, m, has_min) of the block at blk. */
 void px__rt_quant_scales(px_dtype t, const uint8_t *blk, px__rt_qblock *out);
 /* Decodes block b of a row of dtype t (px__rt_quant_handles(t)). */
@@ -165,6 +179,12 @@ void px__rt_quant_dotn_x512(px_dtype t, const uint8_t *w, const uint8_t *xq, siz
  * nothing) for the others. */
 bool px__rt_quant_gemv_x512(px_dtype t, const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0,
                             uint32_t i1, const uint8_t *xq, float *y);
+/* The AVX-512 product of Q4_K weights repacked (px__rt_q4_k_repack16) and n_x activation rows
+ * (xq + r * ldxq, any number): y[r * ldy + i] for i in [i0, i1) (multiples of sixteen, groups of
+ * w at i * row_bytes) as px__rt_quant_gemm writes it for the rows as stored. */
+void px__rt_quant_gemm_x16_x512(const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0,
+                                uint32_t i1, const uint8_t *xq, size_t ldxq, uint32_t n_x, float *y,
+                                size_t ldy);
 /* The AVX-512 product of sixteen activation rows at a time (prefill) for Q4_K, Q5_K and Q6_K:
  * rows r < the returned count (n_x, or n_x less n_x % 16 when fewer than six rows are left past
  * the groups of sixteen; 0 for other formats, fewer than twelve rows, or when memory runs

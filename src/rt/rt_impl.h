@@ -8,6 +8,8 @@
 
 #include "base/common.h"
 
+#include <pthread.h>
+
 #include "plexus/ir.h"
 #include "plexus/rt.h"
 
@@ -121,6 +123,11 @@ typedef struct px__rt_kernels {
     void (*matmul_quant)(px_dtype t, const void *w, size_t row_bytes, uint32_t k, uint32_t i0,
                          uint32_t i1, const uint8_t *xq, size_t ldxq, uint32_t n_x, float *y,
                          size_t ldy);
+    /* (NULL where the variant has none) matmul_quant for a Q4_K matrix in
+     * PX_RT_LAYOUT_Q4_K_X16, rows [i0, i1) in whole groups of sixteen, bit for bit its
+     * products of the rows as stored (px__rt_quant_gemm_x16_x512). */
+    void (*matmul_q4_k16)(const uint8_t *w, size_t row_bytes, uint32_t k, uint32_t i0, uint32_t i1,
+                          const uint8_t *xq, size_t ldxq, uint32_t n_x, float *y, size_t ldy);
     /* px__rt_quant_act: the activation blocks of n values for weights of
      * dtype t, byte for byte the portable function's. */
     void (*quant_act)(px_dtype t, const float *x, uint8_t *out, uint32_t n);
@@ -228,6 +235,8 @@ typedef struct px__rt_cpu_exec {
  * partial tile that a whole one could cover.  Speed only: results do not
  * depend on it. */
 #define PX__RT_ROW_UNIT 12u
+/* The unit of matrices in PX_RT_LAYOUT_Q4_K_X16: whole groups of sixteen rows. */
+#define PX__RT_ROW_UNIT_X16 48u
 /* Most parts per thread an op is cut into: threads claim parts as they
  * come, so that one the system runs late (a busy machine) leaves its
  * share to the others.  Speed only. */
@@ -357,6 +366,25 @@ typedef struct px__rt_layer_weights {
     const px_ir_tensor *ffn_norm, *w1, *w2, *w3;
 } px__rt_layer_weights;
 
+/* A matrix of the model's weights in a layout other than its rows (px_rt_weights_repack). */
+typedef struct px__rt_repacked {
+    const px_ir_tensor *src;
+    px_rt_layout layout;
+    void *data; /* in one of the cache's chunks */
+} px__rt_repacked;
+
+/* The repacked matrices a model keeps for all its sessions: each made once, by the first
+ * session whose device asks for it, and kept until the model is freed, in chunks of memory
+ * taken as they fill (model.c). */
+typedef struct px__rt_repack_cache {
+    pthread_mutex_t lock;
+    px__rt_repacked *items;
+    size_t n, cap;
+    uint8_t **chunks; /* owned */
+    size_t n_chunks, cap_chunks;
+    size_t size, used; /* of the last chunk */
+} px__rt_repack_cache;
+
 struct px_rt_model {
     const px_ir_model *ir;
     px_ir_model *owned_ir; /* set when the model opened the file */
@@ -364,7 +392,13 @@ struct px_rt_model {
     uint32_t q_dim, kv_dim; /* n_heads*head_dim, n_kv_heads*head_dim */
     const px_ir_tensor *tok_embd, *output_norm, *output;
     px__rt_layer_weights *layers; /* n_layers */
+    px__rt_repack_cache *repacked;
 };
+
+/* The bytes of the matrix src (a weight of m) in layout, repacked on the first call for them
+ * (any thread).  Errors: PX_ENOMEM, px_rt_weights_repack's (naming src). */
+PX_NODISCARD px_status px__rt_model_repacked(const px_rt_model *m, const px_ir_tensor *src,
+                                             px_rt_layout layout, const void **out, px_err *err);
 
 /* ------------------------------------------------------------------ */
 /* Sessions (session.c, forward.c)                                     */
@@ -386,10 +420,13 @@ struct px_rt_session {
     bool has_embedding, has_head;
     bool weights_copied;
     uint64_t weight_bytes;
+    uint32_t weights_repacked;
+    uint64_t repacked_bytes;
 
     /* Weights: one buffer per distinct stored tensor. */
     px_rt_buffer **weight_bufs;
     const px_ir_tensor **weight_src; /* the stored tensor of each buffer */
+    px_rt_layout *weight_layout;     /* and the layout it holds it in */
     size_t n_weight_bufs;
     px_rt_tensor tok_embd, output_norm, output;
     px__rt_layer_state *layers; /* layer_end - layer_begin */

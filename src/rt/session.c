@@ -18,35 +18,54 @@
 /* Weights                                                             */
 /* ------------------------------------------------------------------ */
 
-static px_status bind_weight(px_rt_session *s, const px_ir_tensor *src, px_rt_tensor *dst,
-                             px_err *err)
+/* Binds the stored tensor src (NULL: none) as dst.  A matrix (a product's weights) goes in the
+ * layout the device asks for, repacked once for all the model's sessions; the rest as stored. */
+static px_status bind_weight(px_rt_session *s, const px_ir_tensor *src, bool matrix,
+                             px_rt_tensor *dst, px_err *err)
 {
     memset(dst, 0, sizeof *dst);
     if (!src)
         return PX_OK;
+    int64_t ne[PX_RT_MAX_DIMS];
+    for (int i = 0; i < PX_RT_MAX_DIMS; i++)
+        ne[i] = (int64_t)src->ne[i];
+    matrix = matrix && ne[2] == 1 && ne[3] == 1;
+    px_rt_layout layout =
+        matrix ? px_rt_device_weight_layout(s->device, src->dtype, src->ne[0], src->ne[1])
+               : PX_RT_LAYOUT_ROWS;
     px_rt_buffer *buf = NULL;
     for (size_t i = 0; i < s->n_weight_bufs; i++)
-        if (s->weight_src[i] == src)
+        if (s->weight_src[i] == src && s->weight_layout[i] == layout)
             buf = s->weight_bufs[i];
     if (!buf) {
+        const void *data = src->data;
         bool copied = false;
-        px_status st =
-            px_rt_buffer_from_host(s->device, src->data, (size_t)src->n_bytes, &buf, &copied, err);
+        px_status st = PX_OK;
+        if (layout != PX_RT_LAYOUT_ROWS)
+            st = px__rt_model_repacked(s->model, src, layout, &data, err);
+        if (!st)
+            st = px_rt_buffer_from_host(s->device, data, (size_t)src->n_bytes, &buf, &copied, err);
         if (st)
             return px_err_prefix(err, st, "weight %s: ", src->name);
         s->weight_bufs[s->n_weight_bufs] = buf;
+        s->weight_layout[s->n_weight_bufs] = layout;
         s->weight_src[s->n_weight_bufs++] = src;
-        s->weights_copied |= copied;
+        s->weights_copied |= copied || layout != PX_RT_LAYOUT_ROWS;
         s->weight_bytes += src->n_bytes;
+        if (layout != PX_RT_LAYOUT_ROWS) {
+            s->weights_repacked++;
+            s->repacked_bytes += src->n_bytes;
+        }
     }
     dst->dtype = src->dtype;
     for (int i = 0; i < PX_RT_MAX_DIMS; i++) {
-        dst->ne[i] = (int64_t)src->ne[i];
+        dst->ne[i] = ne[i];
         dst->nb[i] = (size_t)src->nb[i];
     }
     dst->buffer = buf;
     dst->offset = 0;
     dst->name = src->name;
+    dst->layout = layout;
     return PX_OK;
 }
 
@@ -68,36 +87,37 @@ static px_status bind_weights(px_rt_session *s, px_err *err)
     size_t cap = 3 + 12 * n_layers;
     s->weight_bufs = calloc(cap, sizeof *s->weight_bufs);
     s->weight_src = calloc(cap, sizeof *s->weight_src);
+    s->weight_layout = calloc(cap, sizeof *s->weight_layout);
     s->layers = calloc(n_layers ? n_layers : 1, sizeof *s->layers);
-    if (!s->weight_bufs || !s->weight_src || !s->layers)
+    if (!s->weight_bufs || !s->weight_src || !s->weight_layout || !s->layers)
         return px_err_set(err, PX_ENOMEM, "session: out of memory");
     px_status st;
     if (s->has_embedding) {
-        if ((st = bind_weight(s, m->tok_embd, &s->tok_embd, err)) ||
+        if ((st = bind_weight(s, m->tok_embd, false, &s->tok_embd, err)) ||
             (st = check_supported(s, PX_IR_OP_EMBEDDING, &s->tok_embd, err)))
             return st;
     }
     if (s->has_head) {
-        if ((st = bind_weight(s, m->output_norm, &s->output_norm, err)) ||
-            (st = bind_weight(s, m->output, &s->output, err)) ||
+        if ((st = bind_weight(s, m->output_norm, false, &s->output_norm, err)) ||
+            (st = bind_weight(s, m->output, true, &s->output, err)) ||
             (st = check_supported(s, PX_IR_OP_CLASSIFIER, &s->output, err)))
             return st;
     }
     for (uint32_t l = s->layer_begin; l < s->layer_end; l++) {
         const px__rt_layer_weights *w = &m->layers[l];
         px__rt_layer_state *ls = &s->layers[l - s->layer_begin];
-        if ((st = bind_weight(s, w->attn_norm, &ls->attn_norm, err)) ||
-            (st = bind_weight(s, w->wq, &ls->wq, err)) ||
-            (st = bind_weight(s, w->wk, &ls->wk, err)) ||
-            (st = bind_weight(s, w->wv, &ls->wv, err)) ||
-            (st = bind_weight(s, w->wo, &ls->wo, err)) ||
-            (st = bind_weight(s, w->ffn_norm, &ls->ffn_norm, err)) ||
-            (st = bind_weight(s, w->w1, &ls->w1, err)) ||
-            (st = bind_weight(s, w->w2, &ls->w2, err)) ||
-            (st = bind_weight(s, w->w3, &ls->w3, err)) ||
-            (st = bind_weight(s, w->bq, &ls->bq, err)) ||
-            (st = bind_weight(s, w->bk, &ls->bk, err)) ||
-            (st = bind_weight(s, w->bv, &ls->bv, err)))
+        if ((st = bind_weight(s, w->attn_norm, false, &ls->attn_norm, err)) ||
+            (st = bind_weight(s, w->wq, true, &ls->wq, err)) ||
+            (st = bind_weight(s, w->wk, true, &ls->wk, err)) ||
+            (st = bind_weight(s, w->wv, true, &ls->wv, err)) ||
+            (st = bind_weight(s, w->wo, true, &ls->wo, err)) ||
+            (st = bind_weight(s, w->ffn_norm, false, &ls->ffn_norm, err)) ||
+            (st = bind_weight(s, w->w1, true, &ls->w1, err)) ||
+            (st = bind_weight(s, w->w2, true, &ls->w2, err)) ||
+            (st = bind_weight(s, w->w3, true, &ls->w3, err)) ||
+            (st = bind_weight(s, w->bq, false, &ls->bq, err)) ||
+            (st = bind_weight(s, w->bk, false, &ls->bk, err)) ||
+            (st = bind_weight(s, w->bv, false, &ls->bv, err)))
             return st;
         const px_rt_tensor *mats[] = {&ls->wq, &ls->wk, &ls->wv, &ls->wo,
                                       &ls->w1, &ls->w2, &ls->w3};
@@ -391,6 +411,7 @@ void px_rt_session_free(px_rt_session *s)
         px_rt_device_free(s->device);
     free(s->weight_bufs);
     free(s->weight_src);
+    free(s->weight_layout);
     free(s->layers);
     free(s->row_slot);
     free(s->row_pos);
@@ -417,6 +438,8 @@ void px_rt_session_info_get(const px_rt_session *s, px_rt_session_info *out)
     out->kv_bytes = s->kv_buf ? px_rt_buffer_size(s->kv_buf) : 0;
     out->scratch_bytes = px_rt_buffer_size(s->act_buf);
     out->weights_copied = s->weights_copied;
+    out->weights_repacked = s->weights_repacked;
+    out->repacked_bytes = s->repacked_bytes;
     px_rt_device_props_get(s->device, &out->device);
     out->n_threads = out->device.n_threads;
     out->kv_block_size = s->kv_block_size;

@@ -745,6 +745,27 @@ static px_rt_tensor weight(arena_buf *a, px_rng *r, px_dtype t, uint32_t k, uint
 
 enum { GK = 1024, GN0 = 100, GN1 = 40, GN2 = 44 };
 
+/* Runs the n products of one input in ops as one list (a group, asserted), then each again
+ * alone into z[j], by the weights alone_w[j] where given. */
+static void group_then_alone(arena_buf *a, px_rt_op *ops, int n, px_rt_tensor *z,
+                             const px_rt_tensor *const *alone_w)
+{
+    px_rt_tensor wk = work_for(a, &ops[0]);
+    for (int j = 0; j < n; j++)
+        ops[j].work = &wk;
+    assert_int_equal(px__rt_cpu_products(ops, (size_t)n), (size_t)n);
+    px_err err;
+    px_assert_ok(px_rt_stream_run(a->stream, ops, (size_t)n, &err), &err);
+    for (int j = 0; j < n; j++) {
+        px_rt_op alone = ops[j];
+        if (alone_w && alone_w[j])
+            alone.src[1] = alone_w[j];
+        alone.dst = &z[j];
+        run(a, &alone);
+        ops[j].work = NULL;
+    }
+}
+
 /* Three products of one input (as a layer's q, k and v), the second with
  * a bias, run as one list (a group) and each alone; the group's outputs
  * go to out (GN0 + GN1 + GN2 values a row). */
@@ -767,16 +788,8 @@ static void group_outputs(uint32_t threads, px_dtype ta, px_dtype tb, uint32_t r
         ops[j] = (px_rt_op){
             .kind = PX_IR_OP_MATMUL, .src = {&x, &w[j], j == 1 ? &bias : NULL}, .dst = &y[j]};
     }
-    px_rt_tensor wk = work_for(&a, &ops[0]);
-    for (int j = 0; j < 3; j++)
-        ops[j].work = &wk;
-    assert_int_equal(px__rt_cpu_products(ops, 3), 3);
-    px_err err;
-    px_assert_ok(px_rt_stream_run(a.stream, ops, 3, &err), &err);
+    group_then_alone(&a, ops, 3, z, NULL);
     for (int j = 0; j < 3; j++) {
-        px_rt_op alone = ops[j];
-        alone.dst = &z[j];
-        run(&a, &alone);
         if (memcmp(f32(&y[j]), f32(&z[j]), (size_t)width[j] * rows * sizeof(float)) != 0)
             fail_msg("%s and %s, %u rows, %u threads: product %d of the group differs from "
                      "the product alone",
@@ -877,6 +890,116 @@ static void expect_op_error(arena_buf *a, const px_rt_op *op, px_status code, co
     if (st != code)
         fail_msg("expected %s, got %s: %s", px_status_name(code), px_status_name(st), err.msg);
     px_assert_contains(err.msg, needle);
+}
+
+/* The matrix w (Q4_K, rows a multiple of 16) in PX_RT_LAYOUT_Q4_K_X16, in a's buffer. */
+static px_rt_tensor x16_copy(arena_buf *a, const px_rt_tensor *w)
+{
+    px_rt_tensor p = tensor(a, w->dtype, w->ne[0], w->ne[1], 1);
+    px_err err;
+    px_assert_ok(px_rt_weights_repack(PX_RT_LAYOUT_Q4_K_X16, w->dtype, px_rt_tensor_data(w),
+                                      w->nb[1], (uint64_t)w->ne[1], (uint64_t)w->ne[0],
+                                      px_rt_tensor_data(&p), &err),
+                 &err);
+    p.layout = PX_RT_LAYOUT_Q4_K_X16;
+    return p;
+}
+
+/* A Q4_K matrix in the x16 layout through the cpu stream, for 1, 5 and 40 activation rows (the
+ * decode, a few sequences, a prefill), on 1 and 2 threads, alone and in a group of products
+ * beside a q6_k matrix and another in the rows layout: every output bit for bit the rows
+ * layout's. */
+static void test_q4_k_x16_layout_runs_as_the_rows_layout(void **state)
+{
+    (void)state;
+    enum { K = 1024, N = 96 };
+    static const uint32_t row_counts[] = {1, 5, 40};
+    for (uint32_t threads = 1; threads <= 2; threads++) {
+        arena_buf a;
+        open_cpu(&a, threads);
+        if (px_rt_device_weight_layout(a.dev, PX_DTYPE_Q4_K, K, N) != PX_RT_LAYOUT_Q4_K_X16) {
+            close_cpu(&a);
+            print_message("skipped: this processor's kernels take no q4_k layout of their own\n");
+            skip();
+        }
+        px_rng r;
+        px_rng_seed(&r, 31);
+        px_rt_tensor w = weight(&a, &r, PX_DTYPE_Q4_K, K, N), p = x16_copy(&a, &w);
+        px_rt_tensor w6 = weight(&a, &r, PX_DTYPE_Q6_K, K, 40);
+        for (size_t rc = 0; rc < PX_ARRAY_LEN(row_counts); rc++) {
+            uint32_t rows = row_counts[rc];
+            size_t used = a.used;
+            px_rt_tensor x = tensor(&a, PX_DTYPE_F32, K, rows, 1);
+            fill(&r, f32(&x), (size_t)K * rows, 1.0);
+            px_rt_tensor y[3], z[3];
+            for (int j = 0; j < 3; j++) {
+                y[j] = tensor(&a, PX_DTYPE_F32, j == 1 ? 40 : N, rows, 1);
+                z[j] = tensor(&a, PX_DTYPE_F32, j == 1 ? 40 : N, rows, 1);
+            }
+            /* The x16 matrix, the q6_k one, the same matrix in rows; then all in rows. */
+            px_rt_op ops[3] = {{.kind = PX_IR_OP_MATMUL, .src = {&x, &p}, .dst = &y[0]},
+                               {.kind = PX_IR_OP_MATMUL, .src = {&x, &w6}, .dst = &y[1]},
+                               {.kind = PX_IR_OP_MATMUL, .src = {&x, &w}, .dst = &y[2]}};
+            const px_rt_tensor *rows_w[3] = {&w, NULL, NULL};
+            group_then_alone(&a, ops, 3, z, rows_w);
+            for (int j = 0; j < 3; j++)
+                if (memcmp(f32(&y[j]), f32(&z[j]), (size_t)(j == 1 ? 40 : N) * rows * 4) != 0)
+                    fail_msg("%u rows, %u threads: product %d of the group differs from the "
+                             "rows layout alone",
+                             rows, threads, j);
+            a.used = used;
+        }
+        close_cpu(&a);
+    }
+}
+
+/* The x16 layout where it cannot run: rows not a multiple of 16, a device whose kernels have
+ * no product for it, an embedding table in it. */
+static void test_q4_k_x16_layout_refused_where_it_cannot_run(void **state)
+{
+    (void)state;
+    arena_buf a;
+    open_cpu(&a, 1);
+    px_rng r;
+    px_rng_seed(&r, 37);
+    px_rt_tensor w = weight(&a, &r, PX_DTYPE_Q4_K, 256, 32), p = x16_copy(&a, &w);
+    px_rt_tensor x = tensor(&a, PX_DTYPE_F32, 256, 1, 1), y = tensor(&a, PX_DTYPE_F32, 32, 1, 1);
+    px_rt_op op = {.kind = PX_IR_OP_MATMUL, .src = {&x, &p}, .dst = &y};
+    px_rt_tensor wk = work_for(&a, &op);
+    op.work = &wk;
+    if (px_rt_device_weight_layout(a.dev, PX_DTYPE_Q4_K, 256, 32) == PX_RT_LAYOUT_Q4_K_X16) {
+        px_rt_tensor odd = p;
+        odd.ne[1] = 24;
+        px_rt_tensor y24 = tensor(&a, PX_DTYPE_F32, 24, 1, 1);
+        px_rt_op bad = op;
+        bad.src[1] = &odd;
+        bad.dst = &y24;
+        expect_op_error(&a, &bad, PX_EINVAL, "multiple of 16");
+        assert_int_equal(px_rt_device_weight_layout(a.dev, PX_DTYPE_Q4_K, 256, 24),
+                         PX_RT_LAYOUT_ROWS);
+        assert_int_equal(px_rt_device_weight_layout(a.dev, PX_DTYPE_Q4_K, 200, 32),
+                         PX_RT_LAYOUT_ROWS);
+        assert_int_equal(px_rt_device_weight_layout(a.dev, PX_DTYPE_Q6_K, 256, 32),
+                         PX_RT_LAYOUT_ROWS);
+    } else {
+        expect_op_error(&a, &op, PX_EUNSUPPORTED, "layout 1");
+    }
+    px_rt_tensor ids = tensor(&a, PX_DTYPE_I32, 1, 1, 1), e = tensor(&a, PX_DTYPE_F32, 256, 1, 1);
+    px_rt_op emb = {.kind = PX_IR_OP_EMBEDDING, .src = {&p, &ids}, .dst = &e};
+    expect_op_error(&a, &emb, PX_EUNSUPPORTED, "embedding cannot read weight");
+    close_cpu(&a);
+    /* The portable kernels take the rows layout alone. */
+    px_err err;
+    px_rt_device *dev;
+    px_rt_stream *st;
+    px_rt_device_opts o = {.n_threads = 1, .portable_kernels = true};
+    px_assert_ok(px_rt_device_open("cpu", &o, &dev, &err), &err);
+    px_assert_ok(px_rt_stream_new(dev, &st, &err), &err);
+    assert_int_equal(px_rt_device_weight_layout(dev, PX_DTYPE_Q4_K, 256, 32), PX_RT_LAYOUT_ROWS);
+    assert_int_equal(px_rt_stream_run(st, &op, 1, &err), PX_EUNSUPPORTED);
+    px_assert_contains(err.msg, "portable kernels");
+    px_rt_stream_free(st);
+    px_rt_device_free(dev);
 }
 
 static void test_ops_reject_shapes_ids_and_kinds_they_cannot_run(void **state)
@@ -1113,6 +1236,8 @@ int main(void)
         cmocka_unit_test(test_pool_runs_every_part_once_per_call),
         cmocka_unit_test(test_products_of_one_input_run_as_one_group_bit_for_bit),
         cmocka_unit_test(test_products_group_only_what_shares_an_input),
+        cmocka_unit_test(test_q4_k_x16_layout_runs_as_the_rows_layout),
+        cmocka_unit_test(test_q4_k_x16_layout_refused_where_it_cannot_run),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -674,6 +674,123 @@ static void test_quant_products_cross_tile_boundaries(void **state)
     }
 }
 
+/* The q4_k x16 layout: every byte of a group where the layout says (d and dmin of row r at 2 r
+ * and 32 + 2 r of a super-block's tile, dword j of its scales and quants at 64 + 64 (j - 1) +
+ * 4 r); the rows layout a copy; what the layout cannot take refused, naming why. */
+static void test_quant_q4_k_x16_layout_and_refusals(void **state)
+{
+    (void)state;
+    px_rng r;
+    px_rng_seed(&r, 23);
+    enum { K = 512, ROWS = 32 };
+    const size_t rb = K / 256 * 144;
+    uint8_t *w = malloc(ROWS * rb), *p = malloc(ROWS * rb);
+    assert_true(w && p);
+    for (size_t i = 0; i < ROWS * rb; i++)
+        w[i] = (uint8_t)px_rng_next(&r);
+    px_err err;
+    px_assert_ok(
+        px_rt_weights_repack(PX_RT_LAYOUT_Q4_K_X16, PX_DTYPE_Q4_K, w, rb, ROWS, K, p, &err), &err);
+    for (uint32_t g = 0; g < ROWS / 16; g++)
+        for (uint32_t b = 0; b < K / 256; b++)
+            for (uint32_t row = 0; row < 16; row++) {
+                const uint8_t *blk = w + (g * 16 + row) * rb + b * 144;
+                const uint8_t *tile = p + g * 16 * rb + b * PX__RT_Q4K16_TILE;
+                assert_memory_equal(tile + 2 * row, blk, 2);
+                assert_memory_equal(tile + 32 + 2 * row, blk + 2, 2);
+                for (uint32_t j = 1; j < 36; j++)
+                    assert_memory_equal(tile + 64 + 64 * (j - 1) + 4 * row, blk + 4 * j, 4);
+            }
+    px_assert_ok(px_rt_weights_repack(PX_RT_LAYOUT_ROWS, PX_DTYPE_Q4_K, w, rb, ROWS, K, p, &err),
+                 &err);
+    assert_memory_equal(p, w, ROWS * rb);
+    assert_int_equal(
+        px_rt_weights_repack(PX_RT_LAYOUT_Q4_K_X16, PX_DTYPE_Q6_K, w, 2 * 210, 8, K, p, &err),
+        PX_EINVAL);
+    px_assert_contains(err.msg, "q6_k");
+    assert_int_equal(
+        px_rt_weights_repack(PX_RT_LAYOUT_Q4_K_X16, PX_DTYPE_Q4_K, w, rb, 24, K, p, &err),
+        PX_EINVAL);
+    px_assert_contains(err.msg, "multiple of 16");
+    assert_int_equal(px_rt_weights_repack(7, PX_DTYPE_Q4_K, w, rb, ROWS, K, p, &err), PX_EINVAL);
+    px_assert_contains(err.msg, "unknown layout 7");
+    free(w);
+    free(p);
+}
+
+/* The avx512 products of a q4_k x16 matrix, for 1, 3 and 13 activation rows of 256 to
+ * PX__RT_QCHUNK + 512 values, of any magnitude and one holding an infinity, over the groups of
+ * a range inside the matrix: every output bit for bit the portable single dot of its row as
+ * stored (chunk by chunk past PX__RT_QCHUNK values), NaN where that is NaN, and nothing written
+ * outside the range. */
+static void test_quant_q4_k_x16_products_equal_portable(void **state)
+{
+    (void)state;
+    const px__rt_kernels *k512 = px__rt_kernels_avx512();
+    if (!k512) {
+        print_message("skipped: no AVX-512 VNNI on this processor; no kernel takes the layout\n");
+        skip();
+    }
+    assert_non_null(k512->matmul_q4_k16);
+    assert_null(px__rt_kernels_portable.matmul_q4_k16);
+    static const uint32_t ks[] = {256, 1024, PX__RT_QCHUNK + 512};
+    static const uint32_t nxs[] = {1, 3, 13};
+    enum { ROWS = 64, I0 = 16, I1 = 48 };
+    const float sentinel = 12345.0f;
+    px_rng r;
+    px_rng_seed(&r, 29);
+    for (size_t c = 0; c < PX_ARRAY_LEN(ks) * PX_ARRAY_LEN(nxs); c++) {
+        uint32_t k = ks[c / PX_ARRAY_LEN(nxs)], nx = nxs[c % PX_ARRAY_LEN(nxs)];
+        size_t rb = k / 256 * 144, ab = px__rt_quant_act_bytes(PX_DTYPE_Q4_K, k);
+        uint8_t *w = malloc(ROWS * rb), *p = malloc(ROWS * rb), *xq = malloc(nx * ab);
+        float *x = malloc((size_t)nx * k * sizeof(float));
+        float *got = malloc((size_t)nx * ROWS * sizeof(float));
+        assert_true(w && p && xq && x && got);
+        for (uint32_t i = 0; i < ROWS; i++)
+            random_blocks(&r, PX_DTYPE_Q4_K, w + i * rb, k);
+        random_floats(&r, x, (size_t)nx * k);
+        for (uint32_t q = 0; q < nx; q++) {
+            float scale = ldexpf(1.0f, (int)px_rng_below(&r, 60) - 30);
+            for (uint32_t i = 0; i < k; i++)
+                x[(size_t)q * k + i] *= scale;
+        }
+        if (nx == 3)
+            x[k + 7] = INFINITY;
+        for (uint32_t q = 0; q < nx; q++)
+            px__rt_quant_act(PX_DTYPE_Q4_K, x + (size_t)q * k, xq + q * ab, k);
+        px_err err;
+        px_assert_ok(
+            px_rt_weights_repack(PX_RT_LAYOUT_Q4_K_X16, PX_DTYPE_Q4_K, w, rb, ROWS, k, p, &err),
+            &err);
+        for (size_t j = 0; j < (size_t)nx * ROWS; j++)
+            got[j] = sentinel;
+        k512->matmul_q4_k16(p, rb, k, I0, I1, xq, ab, nx, got, ROWS);
+        for (uint32_t q = 0; q < nx; q++)
+            for (uint32_t i = 0; i < ROWS; i++) {
+                float want = sentinel;
+                for (uint32_t c0 = 0; c0 < k && i >= I0 && i < I1; c0 += PX__RT_QCHUNK) {
+                    float d = px__rt_quant_dot_portable(
+                        PX_DTYPE_Q4_K, w + i * rb + c0 / 256 * 144,
+                        xq + q * ab + px__rt_quant_act_bytes(PX_DTYPE_Q4_K, c0),
+                        PX_MIN(PX__RT_QCHUNK, k - c0));
+                    want = c0 == 0 ? d : want + d;
+                }
+                float v = got[(size_t)q * ROWS + i];
+                if (isnan(want) ? !isnan(v) : memcmp(&v, &want, sizeof v) != 0)
+                    fail_msg("k %u, %u activation rows: row %u of activation row %u: %.9g, the "
+                             "portable dot %.9g",
+                             k, nx, i, q, (double)v, (double)want);
+            }
+        if (nx == 3)
+            assert_true(isnan(got[ROWS + I0]));
+        free(w);
+        free(p);
+        free(xq);
+        free(x);
+        free(got);
+    }
+}
+
 /* Hostile blocks: NaN and infinite scales, and activations holding NaN,
  * give NaN (never a crash nor a plausible number). */
 static void test_quant_non_finite_inputs_give_nan(void **state)
@@ -817,6 +934,110 @@ static float *device_logits(px_rt_model *m, const char *backend, const char *pro
     return v;
 }
 
+/* The logits of a prefill of 20 tokens, then of a decode step of three sequences (one token
+ * beside two new prompts), on a session of m over dev; *info its info. */
+static float *steps_logits(px_rt_model *m, px_rt_device *dev, px_rt_session **keep,
+                           px_rt_session_info *info, size_t *n)
+{
+    px_err err;
+    px_rt_session_opts so = {.device = dev, .max_seqs = 3, .max_batch_tokens = 32};
+    px_rt_session *s;
+    px_assert_ok(px_rt_session_new(m, &so, &s, &err), &err);
+    px_rt_session_info_get(s, info);
+    int32_t id[3];
+    for (int i = 0; i < 3; i++)
+        px_assert_ok(px_rt_seq_add(s, &id[i], &err), &err);
+    int32_t prompt[20], next = 7, two[2] = {40, 41}, one = 300;
+    for (int i = 0; i < 20; i++)
+        prompt[i] = (i * 37 + 11) % 500;
+    uint32_t vocab = px_rt_model_hparams(m)->vocab_size;
+    float *v = malloc(4 * vocab * sizeof(float));
+    assert_non_null(v);
+    px_rt_seq_step a = {.seq = id[0], .pos = 0, .n_tokens = 20, .tokens = prompt};
+    px_rt_output out;
+    px_assert_ok(px_rt_forward(s, &(px_rt_batch){.n_seqs = 1, .seqs = &a}, NULL, &out, &err), &err);
+    memcpy(v, out.data + (size_t)(out.n_rows - 1) * out.row_len, vocab * sizeof(float));
+    px_rt_seq_step b[3] = {{.seq = id[0], .pos = 20, .n_tokens = 1, .tokens = &next},
+                           {.seq = id[1], .pos = 0, .n_tokens = 2, .tokens = two},
+                           {.seq = id[2], .pos = 0, .n_tokens = 1, .tokens = &one}};
+    px_assert_ok(px_rt_forward(s, &(px_rt_batch){.n_seqs = 3, .seqs = b}, NULL, &out, &err), &err);
+    assert_int_equal(out.n_rows, 3);
+    memcpy(v + vocab, out.data, 3 * (size_t)vocab * sizeof(float));
+    *n = 4 * (size_t)vocab;
+    *keep = s;
+    return v;
+}
+
+/* A q4_K_M model on a cpu device whose kernels take the x16 layout: its Q4_K matrices
+ * repacked once for all the model's sessions (a second session's are the first's bytes), the
+ * embedding table (tied: the classifier's too, Q6_K in this recipe) read as stored, and the
+ * logits of a prefill and of a decode step of three sequences bit for bit those of the
+ * emulated device, which reads the rows as stored. */
+static void test_quant_q4_k_x16_sessions_share_repack_and_match_rows(void **state)
+{
+    (void)state;
+    px_err err;
+    char f32_path[512], q4_path[512];
+    snprintf(f32_path, sizeof f32_path, "%s/tied-f32.gguf", px_test_tmpdir());
+    snprintf(q4_path, sizeof q4_path, "%s/tied-q4_k_m.gguf", px_test_tmpdir());
+    px_ir_synth_opts o;
+    px_ir_synth_defaults(&o);
+    o.dim = 256, o.hidden_dim = 512, o.n_layers = 2, o.n_heads = 4, o.n_kv_heads = 2;
+    o.tied_classifier = true, o.seed = 5;
+    px_assert_ok(px_ir_synth_write(&o, f32_path, &err), &err);
+    px_assert_ok(px_rt_quantize_file(f32_path, q4_path, "q4_k_m", NULL, &err), &err);
+    px_rt_model *m;
+    px_assert_ok(px_rt_model_open(q4_path, &m, &err), &err);
+    px_rt_device *cpu[2], *emu;
+    px_rt_device_opts dopts = {.n_threads = 2};
+    for (int i = 0; i < 2; i++)
+        px_assert_ok(px_rt_device_open("cpu", &dopts, &cpu[i], &err), &err);
+    if (px_rt_device_weight_layout(cpu[0], PX_DTYPE_Q4_K, 256, 256) != PX_RT_LAYOUT_Q4_K_X16) {
+        print_message("skipped: this processor's kernels take no q4_k layout of their own\n");
+        for (int i = 0; i < 2; i++)
+            px_rt_device_free(cpu[i]);
+        px_rt_model_free(m);
+        skip();
+    }
+    px_assert_ok(px_rt_emu_register(&err), &err);
+    px_assert_ok(px_rt_device_open("emu", &dopts, &emu, &err), &err);
+    uint32_t q4 = 0;
+    const px_ir_model *ir = px_rt_model_ir(m);
+    for (size_t i = 0; i < px_ir_model_n_tensors(ir); i++) {
+        const px_ir_tensor *t = px_ir_model_tensor(ir, i);
+        q4 += t->dtype == PX_DTYPE_Q4_K && t->ne[1] > 1;
+    }
+    const px_ir_tensor *embd = m->tok_embd;
+    print_message("%u q4_k matrices; token_embd (the classifier too) is %s\n", q4,
+                  px_dtype_name(embd->dtype));
+    px_rt_session *sa, *sb, *se;
+    px_rt_session_info ia, ib, ie;
+    size_t n;
+    float *a = steps_logits(m, cpu[0], &sa, &ia, &n), *b = steps_logits(m, cpu[1], &sb, &ib, &n);
+    float *e = steps_logits(m, emu, &se, &ie, &n);
+    assert_true(q4 > 0);
+    assert_int_equal(ia.weights_repacked, q4);
+    assert_int_equal(ib.weights_repacked, q4);
+    assert_int_equal(ie.weights_repacked, 0);
+    assert_true(ia.repacked_bytes > 0 && ia.weights_copied);
+    assert_true(px_rt_buffer_base(sa->layers[0].w1.buffer) ==
+                px_rt_buffer_base(sb->layers[0].w1.buffer));
+    assert_int_equal(sa->layers[0].w1.layout, PX_RT_LAYOUT_Q4_K_X16);
+    assert_int_equal(sa->tok_embd.layout, PX_RT_LAYOUT_ROWS);
+    assert_memory_equal(a, e, n * sizeof(float));
+    assert_memory_equal(a, b, n * sizeof(float));
+    free(a);
+    free(b);
+    free(e);
+    px_rt_session_free(sa);
+    px_rt_session_free(sb);
+    px_rt_session_free(se);
+    for (int i = 0; i < 2; i++)
+        px_rt_device_free(cpu[i]);
+    px_rt_device_free(emu);
+    px_rt_model_free(m);
+}
+
 /* A model gives the same logits on the emulated device as on the cpu (and
  * its pacing counts each format's bytes), and close ones with the
  * portable kernels. */
@@ -891,9 +1112,12 @@ int main(void)
         cmocka_unit_test(test_quant_dot_close_to_float_dot),
         cmocka_unit_test(test_quant_matvec_independent_of_rows_and_batch),
         cmocka_unit_test(test_quant_products_cross_tile_boundaries),
+        cmocka_unit_test(test_quant_q4_k_x16_layout_and_refusals),
+        cmocka_unit_test(test_quant_q4_k_x16_products_equal_portable),
         cmocka_unit_test(test_quant_non_finite_inputs_give_nan),
         cmocka_unit_test(test_quant_models_generate_the_same_for_any_threads_and_batch),
         cmocka_unit_test(test_quant_models_same_on_portable_avx2_and_emu),
+        cmocka_unit_test(test_quant_q4_k_x16_sessions_share_repack_and_match_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
