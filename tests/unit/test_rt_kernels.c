@@ -987,8 +987,7 @@ static void test_q4_k_x16_layout_refused_where_it_cannot_run(void **state)
     px_rt_tensor ids = tensor(&a, PX_DTYPE_I32, 1, 1, 1), e = tensor(&a, PX_DTYPE_F32, 256, 1, 1);
     px_rt_op emb = {.kind = PX_IR_OP_EMBEDDING, .src = {&p, &ids}, .dst = &e};
     expect_op_error(&a, &emb, PX_EUNSUPPORTED, "embedding cannot read weight");
-    close_cpu(&a);
-    /* The portable kernels take the rows layout alone. */
+    /* The portable kernels take the rows layout alone (a's tensors, host memory). */
     px_err err;
     px_rt_device *dev;
     px_rt_stream *st;
@@ -1000,6 +999,7 @@ static void test_q4_k_x16_layout_refused_where_it_cannot_run(void **state)
     px_assert_contains(err.msg, "portable kernels");
     px_rt_stream_free(st);
     px_rt_device_free(dev);
+    close_cpu(&a);
 }
 
 static void test_ops_reject_shapes_ids_and_kinds_they_cannot_run(void **state)
