@@ -21,7 +21,8 @@
  *    in one call for the three (as the cpu backend groups them).
  * 4. A decode step of the q4_K_M file bench_rt_decode writes
  *    (PX_BENCH_DIR, or bench-models/ beside this program; skipped when
- *    absent) with one and two threads, op by op: time per token of each
+ *    absent; PX_BENCH_PROFILE=f32, f16, q8_0, ... names another of its
+ *    files) with one and two threads, op by op: time per token of each
  *    kind of op (matrix products by the bytes they read), and the step's
  *    time outside its ops.
  *
@@ -392,7 +393,8 @@ int main(void)
     char dir[1100], path[1200];
     if (!bench_models_dir(dir, sizeof dir))
         return 1;
-    snprintf(path, sizeof path, "%s/synth136m-q4_k_m.gguf", dir);
+    const char *file = getenv("PX_BENCH_PROFILE");
+    snprintf(path, sizeof path, "%s/synth136m-%s.gguf", dir, file && file[0] ? file : "q4_k_m");
     if (access(path, R_OK) != 0) {
         printf("\n4. skipped: %s is absent (bench_rt_decode writes it)\n", path);
         return 0;
