@@ -668,7 +668,7 @@ static px_status check_layout(const px__rt_cpu_exec *ex, const px_rt_op *op, px_
             err, PX_EUNSUPPORTED, "cpu: %s cannot read weight %s in layout %u with the %s kernels",
             px_ir_op_kind_name(op->kind), w->name ? w->name : "?", w->layout, ex->k->name);
     if (w->dtype != PX_DTYPE_Q4_K || w->ne[1] % PX__RT_Q4K16_ROWS ||
-        w->nb[1] != (size_t)w->ne[0] / PX__RT_QK * 144)
+        w->nb[1] != (size_t)w->ne[0] / PX__RT_QK * px_dtype_block_bytes(w->dtype))
         return op_error(err, op,
                         "a weight in the q4_k x16 layout must be a contiguous q4_k "
                         "matrix whose rows are a multiple of 16");

@@ -235,10 +235,11 @@ _Static_assert(PX__RT_Q4K16_QS == PX__RT_Q4K16_SCALES + 3 * 64,
 
 void px__rt_q4_k_repack16(const uint8_t *w, size_t row_bytes, uint32_t nb, uint8_t *out)
 {
+    const size_t bb = px_dtype_block_bytes(PX_DTYPE_Q4_K);
     for (uint32_t b = 0; b < nb; b++) {
         uint8_t *tile = out + (size_t)b * PX__RT_Q4K16_TILE;
         for (uint32_t r = 0; r < PX__RT_Q4K16_ROWS; r++) {
-            const uint8_t *blk = w + r * row_bytes + (size_t)b * 144;
+            const uint8_t *blk = w + r * row_bytes + b * bb;
             memcpy(tile + 2 * r, blk, 2);
             memcpy(tile + 32 + 2 * r, blk + 2, 2);
             /* Dwords 1 .. 35 (12 scale bytes, 128 quant bytes), 64 bytes apart. */
@@ -260,7 +261,7 @@ px_status px_rt_weights_repack(px_rt_layout layout, px_dtype dtype, const void *
     if (layout != PX_RT_LAYOUT_Q4_K_X16)
         return px_err_set(err, PX_EINVAL, "weights: unknown layout %u", (unsigned)layout);
     if (dtype != PX_DTYPE_Q4_K || cols % PX__RT_QK || rows % PX__RT_Q4K16_ROWS ||
-        row_bytes != cols / PX__RT_QK * 144)
+        row_bytes != cols / PX__RT_QK * px_dtype_block_bytes(dtype))
         return px_err_set(err, PX_EINVAL,
                           "weights: the q4_k x16 layout takes contiguous q4_k matrices of whole "
                           "super-blocks and rows a multiple of 16, not %s %" PRIu64 " x %" PRIu64,

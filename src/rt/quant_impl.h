@@ -99,7 +99,7 @@ static inline void px__rt_q4_k_scales(const uint8_t *s12, uint64_t *scales, uint
 #define PX__RT_Q4K16_QS     256u
 #define PX__RT_Q4K16_TILE   2304u
 /* Repacks rows [0, 16) of a Q4_K matrix (rows row_bytes apart, nb super-blocks each) into one
- * group at out (16 * nb * 144 bytes). */
+ * group at out (16 rows' bytes). */
 void px__rt_q4_k_repack16(const uint8_t *w, size_t row_bytes, uint32_t nb, uint8_t *out);
 
 /* Decodes the scales (d, dmin, sc, m, has_min) of the block at blk. */

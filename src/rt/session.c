@@ -26,10 +26,7 @@ static px_status bind_weight(px_rt_session *s, const px_ir_tensor *src, bool mat
     memset(dst, 0, sizeof *dst);
     if (!src)
         return PX_OK;
-    int64_t ne[PX_RT_MAX_DIMS];
-    for (int i = 0; i < PX_RT_MAX_DIMS; i++)
-        ne[i] = (int64_t)src->ne[i];
-    matrix = matrix && ne[2] == 1 && ne[3] == 1;
+    matrix = matrix && src->ne[2] == 1 && src->ne[3] == 1;
     px_rt_layout layout =
         matrix ? px_rt_device_weight_layout(s->device, src->dtype, src->ne[0], src->ne[1])
                : PX_RT_LAYOUT_ROWS;
@@ -59,7 +56,7 @@ static px_status bind_weight(px_rt_session *s, const px_ir_tensor *src, bool mat
     }
     dst->dtype = src->dtype;
     for (int i = 0; i < PX_RT_MAX_DIMS; i++) {
-        dst->ne[i] = ne[i];
+        dst->ne[i] = (int64_t)src->ne[i];
         dst->nb[i] = (size_t)src->nb[i];
     }
     dst->buffer = buf;
